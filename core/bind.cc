@@ -1,0 +1,205 @@
+// core/bind.cc -- see core/bind.h for the policy.
+#include "core/bind.h"
+
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <set>
+
+#include "core/checked.h"
+#include "core/dtype.h"
+
+namespace memest::core {
+
+std::optional<uint64_t> BoundGraph::Numel(int id) const {
+  if (id < 0 || !shapes[static_cast<size_t>(id)]) return std::nullopt;
+  return CheckedNumel(*shapes[static_cast<size_t>(id)]);
+}
+
+namespace {
+
+struct Unbound {
+  std::string name;   // dim name, or "" when unnamed
+  std::string where;  // "input 'x' axis 0"
+};
+
+// Binds the data inputs' dims in `input` (a copy of the graph input's ValueInfoProto).
+Status BindInput(const Value& v, const Options& options, onnx::ValueInfoProto* input,
+                 std::map<std::string, int64_t>* bindings, std::vector<Unbound>* unbound) {
+  if (!input->type().has_tensor_type()) {
+    return Unsupported("input '" + v.name +
+                       "' is not a tensor (sequence, map or optional): memest estimates graphs "
+                       "with tensor inputs only");
+  }
+  if (!v.has_shape) {
+    return InvalidModel("input '" + v.name +
+                        "' has no shape: re-export the model with input shapes (a dynamic batch "
+                        "axis is fine)");
+  }
+  auto* shape = input->mutable_type()->mutable_tensor_type()->mutable_shape();
+  for (int i = 0; i < shape->dim_size(); ++i) {
+    const Dim& d = v.dims[static_cast<size_t>(i)];
+    if (d.known()) continue;
+    std::optional<int64_t> value;
+    if (d.symbolic()) {
+      if (auto it = options.dims.find(d.param); it != options.dims.end()) value = it->second;
+    }
+    if (!value && i == 0 && options.batch) value = *options.batch;
+    const std::string where = "input '" + v.name + "' axis " + std::to_string(i);
+    if (!value) {
+      unbound->push_back({d.param, where});
+      continue;
+    }
+    if (d.symbolic()) {
+      auto [it, inserted] = bindings->emplace(d.param, *value);
+      if (!inserted && it->second != *value) {
+        return InvalidArgument("dim '" + d.param + "' bound to both " +
+                               std::to_string(it->second) + " and " + std::to_string(*value));
+      }
+    }
+    shape->mutable_dim(i)->clear_dim_param();
+    shape->mutable_dim(i)->set_dim_value(*value);
+  }
+  return Status::Ok();
+}
+
+std::string DescribeUnbound(const std::vector<Unbound>& unbound) {
+  std::string named, unnamed;
+  std::set<std::string> seen;
+  for (const auto& u : unbound) {
+    if (!u.name.empty()) {
+      if (seen.insert(u.name).second) named += (named.empty() ? "" : ", ") + u.name + " (" + u.where + ")";
+    } else {
+      unnamed += (unnamed.empty() ? "" : ", ") + u.where;
+    }
+  }
+  std::string msg = "unbound dims: ";
+  if (!named.empty()) msg += named;
+  if (!unnamed.empty()) msg += (named.empty() ? "" : "; ") + std::string("unnamed dims at ") + unnamed;
+  msg += ". Bind them with --batch N (leading dim) or --dim name=value";
+  return msg;
+}
+
+}  // namespace
+
+Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
+  MEMEST_RETURN_IF_ERROR(Validate(options));
+  BoundGraph b;
+  b.graph = &graph;
+  const size_t n = graph.values.size();
+  b.dtypes.assign(n, 0);
+  b.shapes.assign(n, std::nullopt);
+  b.bytes.assign(n, std::nullopt);
+
+  onnx::ModelProto m = graph.proto;  // weights were stripped at load: this copy is small
+  auto* g = m.mutable_graph();
+  g->clear_value_info();
+  for (auto& out : *g->mutable_output()) {
+    if (out.type().has_tensor_type()) out.mutable_type()->mutable_tensor_type()->clear_shape();
+  }
+
+  std::vector<Unbound> unbound;
+  bool batch_used = false;
+  for (auto& in : *g->mutable_input()) {
+    const int id = graph.FindValue(in.name());
+    if (id < 0 || graph.value(id).kind != ValueKind::kDataInput) continue;
+    const Value& v = graph.value(id);
+    if (!v.dims.empty() && !v.dims[0].known() && options.batch) batch_used = true;
+    MEMEST_RETURN_IF_ERROR(BindInput(v, options, &in, &b.bindings, &unbound));
+  }
+  if (!unbound.empty()) return UnboundDim(DescribeUnbound(unbound));
+  if (options.batch && !batch_used && !graph.data_inputs.empty()) {
+    b.diagnostics.push_back({Severity::kWarning, "batch_ignored",
+                             "the model's data inputs have a fixed leading dim: --batch " +
+                                 std::to_string(*options.batch) + " was ignored",
+                             "", ""});
+  }
+  for (const auto& [name, value] : options.dims) {
+    if (!b.bindings.count(name)) {
+      b.diagnostics.push_back({Severity::kWarning, "unused_dim",
+                               "dim '" + name + "' does not appear in the model's inputs", "", ""});
+    }
+  }
+
+  try {
+    onnx::shape_inference::InferShapes(
+        m, onnx::OpSchemaRegistry::Instance(),
+        onnx::ShapeInferenceOptions(/*check_type=*/false, /*error_mode=*/0,
+                                    /*enable_data_propagation=*/true));
+  } catch (const std::exception& e) {
+    b.diagnostics.push_back({Severity::kWarning, "shape_inference",
+                             std::string("ONNX shape inference stopped early: ") + e.what(), "",
+                             ""});
+  }
+
+  auto take = [&](const onnx::ValueInfoProto& vi) -> Status {
+    const int id = graph.FindValue(vi.name());
+    if (id < 0 || !vi.type().has_tensor_type()) return Status::Ok();
+    const auto& tt = vi.type().tensor_type();
+    if (IsKnownDType(tt.elem_type())) b.dtypes[static_cast<size_t>(id)] = tt.elem_type();
+    if (!tt.has_shape()) return Status::Ok();
+    std::vector<int64_t> dims;
+    for (const auto& d : tt.shape().dim()) {
+      if (!d.has_dim_value() || d.dim_value() < 0) return Status::Ok();
+      dims.push_back(d.dim_value());
+    }
+    b.shapes[static_cast<size_t>(id)] = std::move(dims);
+    return Status::Ok();
+  };
+  for (const auto& vi : g->input()) MEMEST_RETURN_IF_ERROR(take(vi));
+  for (const auto& vi : g->value_info()) MEMEST_RETURN_IF_ERROR(take(vi));
+  for (const auto& vi : g->output()) MEMEST_RETURN_IF_ERROR(take(vi));
+
+  std::set<std::string> unknown_ops;
+  for (size_t id = 0; id < n; ++id) {
+    const Value& v = graph.values[id];
+    if (v.kind == ValueKind::kInitializer) {
+      b.dtypes[id] = v.dtype;
+      std::vector<int64_t> dims;
+      for (const Dim& d : v.dims) dims.push_back(d.value);
+      b.shapes[id] = std::move(dims);
+    } else if (!b.shapes[id] && v.has_shape) {
+      // Fall back on the file's declared shape, with bindings substituted.
+      std::vector<int64_t> dims;
+      bool ok = true;
+      for (const Dim& d : v.dims) {
+        if (d.known()) {
+          dims.push_back(d.value);
+        } else if (auto it = b.bindings.find(d.param); d.symbolic() && it != b.bindings.end()) {
+          dims.push_back(it->second);
+        } else {
+          ok = false;
+          break;
+        }
+      }
+      if (ok) b.shapes[id] = std::move(dims);
+    }
+    if (!b.dtypes[id] && v.dtype) b.dtypes[id] = v.dtype;
+    if (b.shapes[id] && DTypeSize(b.dtypes[id]) > 0) {
+      auto numel = CheckedNumel(*b.shapes[id]);
+      auto bytes = numel ? CheckedMul(*numel, DTypeSize(b.dtypes[id])) : std::nullopt;
+      if (!bytes) {
+        std::string dims;
+        for (int64_t d : *b.shapes[id]) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+        return Overflow("tensor '" + v.name + "' with dims [" + dims +
+                        "] has a byte size that overflows 64 bits");
+      }
+      b.bytes[id] = *bytes;
+    } else if (v.kind == ValueKind::kIntermediate && (!v.consumers.empty() || v.graph_output)) {
+      ++b.unknown_shapes;
+      if (v.producer >= 0) unknown_ops.insert(graph.nodes[static_cast<size_t>(v.producer)].op_type);
+    }
+  }
+  if (b.unknown_shapes > 0) {
+    std::string ops;
+    for (const auto& op : unknown_ops) ops += (ops.empty() ? "" : ", ") + op;
+    b.diagnostics.push_back({Severity::kWarning, "unknown_shapes",
+                             std::to_string(b.unknown_shapes) +
+                                 " tensor(s) have no inferred shape (produced by: " + ops +
+                                 "); they are counted conservatively",
+                             "", ""});
+  }
+  return b;
+}
+
+}  // namespace memest::core

@@ -1,0 +1,50 @@
+// core/bind.h -- binding symbolic dims to values and inferring every tensor's concrete shape.
+//
+// Bind() takes a loaded Graph and the options' batch/dims, substitutes them into the data inputs,
+// runs ONNX's own shape inference (with data propagation, so Reshape targets computed by Shape /
+// Gather / Concat sub-graphs resolve) on a copy, and returns concrete dims and byte sizes for
+// every value it could infer. Values whose shape stays unknown are left empty; backends count them
+// conservatively and report them in diagnostics.
+//
+// Policy:
+//  * The leading dim of a data input binds to options.batch when it is symbolic or has neither
+//    value nor name. Any named dim binds to options.dims[name]; dims wins over batch.
+//  * Every other symbolic or unnamed dim of a data input is an error that names it (UnboundDim).
+//  * Byte sizes are computed with checked 64-bit arithmetic; overflow is an error naming the tensor.
+#ifndef MEMEST_CORE_BIND_H_
+#define MEMEST_CORE_BIND_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+#include "memest/estimate.h"
+#include "memest/options.h"
+#include "memest/status.h"
+
+namespace memest::core {
+
+struct BoundGraph {
+  const Graph* graph = nullptr;
+  std::map<std::string, int64_t> bindings;  // every dim name -> the value it was bound to
+  // Per value id: dtype after inference (0 = unknown) and concrete dims (nullopt = unknown).
+  std::vector<int32_t> dtypes;
+  std::vector<std::optional<std::vector<int64_t>>> shapes;
+  // Per value id: bytes (numel * dtype size) when shape and dtype are known.
+  std::vector<std::optional<uint64_t>> bytes;
+  int unknown_shapes = 0;  // intermediate values left without a concrete shape
+  std::vector<Diagnostic> diagnostics;
+
+  bool known(int id) const { return id >= 0 && bytes[static_cast<size_t>(id)].has_value(); }
+  uint64_t Bytes(int id) const { return known(id) ? *bytes[static_cast<size_t>(id)] : 0; }
+  std::optional<uint64_t> Numel(int id) const;
+};
+
+Result<BoundGraph> Bind(const Graph& graph, const Options& options);
+
+}  // namespace memest::core
+
+#endif  // MEMEST_CORE_BIND_H_

@@ -1,0 +1,80 @@
+// core/graph.h -- memest's internal view of a loaded ONNX model (shared by every backend).
+//
+// Built once by core/loader.cc and immutable afterwards. Values (tensors) and nodes are indexed by
+// dense ids; nodes are in topological order (the loader rejects cycles). The ModelProto is kept
+// (weights stripped, small constants kept) so attributes can be read and ONNX shape inference can
+// run on a copy when dims are bound (core/bind.h).
+#ifndef MEMEST_CORE_GRAPH_H_
+#define MEMEST_CORE_GRAPH_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <onnx/onnx_pb.h>
+
+#include "memest/model.h"
+
+namespace memest::core {
+
+struct Dim {
+  int64_t value = -1;  // >= 0 when known
+  std::string param;   // dim_param when symbolic
+  bool known() const { return value >= 0; }
+  bool symbolic() const { return value < 0 && !param.empty(); }
+};
+
+enum class ValueKind {
+  kIntermediate,  // produced by a node
+  kDataInput,     // graph input that is not an initializer
+  kInitializer,   // graph initializer (weight, buffer or constant)
+  kMissing,       // consumed but never produced (the loader reports these as errors)
+};
+
+struct Value {
+  std::string name;
+  int32_t dtype = 0;             // TensorProto.DataType, 0 = unknown
+  bool has_shape = false;        // rank known
+  std::vector<Dim> dims;         // as declared in the file (inputs, initializers, value_info)
+  ValueKind kind = ValueKind::kIntermediate;
+  int producer = -1;             // node id
+  std::vector<int> consumers;    // node ids (a node consuming twice appears twice)
+  bool graph_output = false;
+  bool trainable = false;        // float initializer that is a parameter (not a BN running stat)
+  bool external = false;         // initializer stored in external data
+  // Values of small integer initializers / Constant outputs (shape computations need them).
+  std::optional<std::vector<int64_t>> int_data;
+};
+
+struct Node {
+  std::string name;   // as in the file, or "<op_type>_<index>" when unnamed
+  std::string op_type;
+  std::string domain;  // "" for ai.onnx
+  std::vector<int> inputs;   // value ids; -1 for an omitted optional input
+  std::vector<int> outputs;  // value ids; -1 for an omitted optional output
+  const onnx::NodeProto* proto = nullptr;  // into Graph::proto
+  int64_t opset = 0;         // opset version of the node's domain
+  int64_t subgraph_nodes = 0;  // nodes inside If/Loop/Scan bodies (recursive)
+};
+
+struct Graph {
+  onnx::ModelProto proto;  // nodes in topological order, large weights stripped
+  std::vector<Node> nodes;
+  std::vector<Value> values;
+  std::unordered_map<std::string, int> value_index;
+  std::vector<int> data_inputs;  // value ids, in graph-input order
+  std::vector<int> outputs;      // value ids, in graph-output order
+  ModelSummary summary;
+
+  const Value& value(int id) const { return values[static_cast<size_t>(id)]; }
+  int FindValue(const std::string& name) const {
+    auto it = value_index.find(name);
+    return it == value_index.end() ? -1 : it->second;
+  }
+};
+
+}  // namespace memest::core
+
+#endif  // MEMEST_CORE_GRAPH_H_

@@ -1,0 +1,673 @@
+// core/loader.cc -- ONNX file -> core::Graph, with validation.
+//
+// Policy (what the loader accepts and rejects; every rejection is an InvalidModel/NotFound/
+// Overflow Status naming the file and the tensor or node at fault -- never a crash):
+//  * The file is parsed with protobuf (onnx::ModelProto); never a hand-written parser. A file that
+//    does not parse completely (truncated, HTML, random bytes) is rejected. Files over 2 GiB cannot
+//    be one protobuf message: such models must keep weights in external data.
+//  * A model needs a graph and at least one opset_import. Ops from domains missing from
+//    opset_import are accepted with a diagnostic; non-default domains are reported.
+//  * Element types must be known ONNX codes (1..16) on initializers and data inputs.
+//  * Dims of initializers and data inputs must be >= 0; element and byte counts are computed with
+//    checked 64-bit arithmetic. Negative dims in value_info are ignored (diagnostic).
+//  * Weights are never read: initializer payloads above kKeepDataElements elements are stripped
+//    from the kept proto; external data is never opened. An external-data location must be a
+//    relative path that stays inside the model's folder ("../x", "/abs", "a/../../x" rejected).
+//  * Initializers also listed as graph inputs (old exporters) are initializers, not data inputs.
+//  * Nodes are sorted topologically; a cycle is an error naming a node on it. Every node input
+//    must be produced by a node, an initializer or a graph input (subgraph bodies may use names
+//    from the enclosing scope; they are parsed and counted, not validated further).
+//  * Trainable parameters = float initializers with more than one element that feed some node
+//    other than as BatchNormalization running statistics (inputs 3/4), which are buffers.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <queue>
+#include <set>
+#include <sstream>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include "core/checked.h"
+#include "core/dtype.h"
+#include "core/graph.h"
+#include "memest/model.h"
+
+namespace memest {
+
+Model::Model(std::unique_ptr<core::Graph> graph) : graph_(std::move(graph)) {}
+Model::~Model() = default;
+const ModelSummary& Model::summary() const { return graph_->summary; }
+const core::Graph& Model::graph() const { return *graph_; }
+
+namespace core {
+namespace {
+
+constexpr int64_t kKeepDataElements = 1024;  // small constants kept for shape computations
+constexpr int kMaxSubgraphDepth = 64;
+constexpr uint64_t kMaxFileBytes = uint64_t{2} << 30;  // protobuf's 2 GiB message limit
+
+std::string Quote(const std::string& s) { return "'" + s + "'"; }
+
+std::string NormalizeDomain(const std::string& d) { return d == "ai.onnx" ? std::string() : d; }
+
+// True when `location` is a relative path that stays within the model's folder.
+bool LocationStaysInside(const std::string& location) {
+  if (location.empty() || location.find('\0') != std::string::npos) return false;
+  if (location[0] == '/' || location[0] == '\\') return false;
+  if (location.size() > 1 && location[1] == ':') return false;  // "C:..."
+  int depth = 0;
+  std::string part;
+  std::istringstream in(location);
+  while (std::getline(in, part, '/')) {
+    // Backslashes are path separators on Windows exporters: treat them as such.
+    std::string sub;
+    std::istringstream in2(part);
+    while (std::getline(in2, sub, '\\')) {
+      if (sub.empty() || sub == ".") continue;
+      if (sub == "..") {
+        if (--depth < 0) return false;
+      } else {
+        ++depth;
+      }
+    }
+  }
+  return true;
+}
+
+Result<std::vector<Dim>> ReadShape(const onnx::TensorShapeProto& shape, const std::string& what,
+                                   bool negative_is_error) {
+  std::vector<Dim> dims;
+  dims.reserve(static_cast<size_t>(shape.dim_size()));
+  for (int i = 0; i < shape.dim_size(); ++i) {
+    const auto& d = shape.dim(i);
+    Dim dim;
+    if (d.has_dim_value()) {
+      if (d.dim_value() < 0) {
+        if (negative_is_error) {
+          return InvalidModel(what + " has a negative dim " + std::to_string(d.dim_value()) +
+                              " at axis " + std::to_string(i));
+        }
+      } else {
+        dim.value = d.dim_value();
+      }
+    } else if (d.has_dim_param()) {
+      dim.param = d.dim_param();
+    }
+    dims.push_back(std::move(dim));
+  }
+  return dims;
+}
+
+// Small integer payload of a tensor (int32/int64/bool/uint8... stored inline), or nullopt.
+std::optional<std::vector<int64_t>> SmallIntData(const onnx::TensorProto& t, uint64_t numel) {
+  if (numel > static_cast<uint64_t>(kKeepDataElements)) return std::nullopt;
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) return std::nullopt;
+  std::vector<int64_t> out;
+  switch (t.data_type()) {
+    case kInt64:
+      if (t.int64_data_size() > 0) {
+        out.assign(t.int64_data().begin(), t.int64_data().end());
+      } else if (t.raw_data().size() == numel * 8) {
+        out.resize(numel);
+        std::memcpy(out.data(), t.raw_data().data(), numel * 8);
+      }
+      break;
+    case kInt32:
+      if (t.int32_data_size() > 0) {
+        out.assign(t.int32_data().begin(), t.int32_data().end());
+      } else if (t.raw_data().size() == numel * 4) {
+        std::vector<int32_t> tmp(numel);
+        std::memcpy(tmp.data(), t.raw_data().data(), numel * 4);
+        out.assign(tmp.begin(), tmp.end());
+      }
+      break;
+    default:
+      return std::nullopt;
+  }
+  if (out.size() != numel) return std::nullopt;
+  return out;
+}
+
+int64_t CountSubgraphNodes(const onnx::NodeProto& node, int depth, bool* too_deep) {
+  if (depth > kMaxSubgraphDepth) {
+    *too_deep = true;
+    return 0;
+  }
+  int64_t n = 0;
+  auto count_graph = [&](const onnx::GraphProto& g) {
+    n += g.node_size();
+    for (const auto& sub : g.node()) n += CountSubgraphNodes(sub, depth + 1, too_deep);
+  };
+  for (const auto& attr : node.attribute()) {
+    if (attr.has_g()) count_graph(attr.g());
+    for (const auto& g : attr.graphs()) count_graph(g);
+  }
+  return n;
+}
+
+class Loader {
+ public:
+  Loader(std::string base_dir, std::string display)
+      : base_dir_(std::move(base_dir)), display_(std::move(display)) {}
+
+  Result<std::unique_ptr<Graph>> Load(std::string_view bytes);
+
+ private:
+  Status Parse(std::string_view bytes);
+  Status ReadInitializers();
+  Status ReadInputs();
+  Status ReadNodes();
+  Status SortNodes();
+  Status ReadValueInfo();
+  void MarkTrainable();
+  void StripWeights();
+  void Summarize();
+  int AddValue(const std::string& name, ValueKind kind);
+
+  std::string base_dir_;
+  std::string display_;
+  std::unique_ptr<Graph> g_ = std::make_unique<Graph>();
+  std::map<std::string, int64_t> opsets_;
+  std::vector<Diagnostic> diags_;
+};
+
+int Loader::AddValue(const std::string& name, ValueKind kind) {
+  auto [it, inserted] = g_->value_index.emplace(name, static_cast<int>(g_->values.size()));
+  if (inserted) {
+    Value v;
+    v.name = name;
+    v.kind = kind;
+    g_->values.push_back(std::move(v));
+  }
+  return it->second;
+}
+
+Status Loader::Parse(std::string_view bytes) {
+  if (bytes.empty()) return InvalidModel("file is empty, not an ONNX model");
+  if (bytes.size() >= kMaxFileBytes) {
+    return InvalidModel("file is 2 GiB or larger: a protobuf message cannot be; store weights as "
+                        "external data");
+  }
+  google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
+  google::protobuf::io::CodedInputStream in(&raw);
+  in.SetRecursionLimit(kMaxSubgraphDepth * 2);
+  const bool parsed = g_->proto.ParseFromCodedStream(&in) && in.ConsumedEntireMessage();
+  if (!parsed) {
+    std::string head(bytes.substr(0, std::min<size_t>(bytes.size(), 256)));
+    std::transform(head.begin(), head.end(), head.begin(), ::tolower);
+    if (head.find("<html") != std::string::npos || head.find("<!doctype") != std::string::npos ||
+        head[0] == '<') {
+      return InvalidModel("not an ONNX model: the file looks like an HTML/XML page");
+    }
+    return InvalidModel("not an ONNX model: the protobuf does not parse (truncated or corrupt)");
+  }
+  const auto& m = g_->proto;
+  if (!m.has_graph()) {
+    return InvalidModel("not an ONNX model: no graph (the bytes parsed as protobuf, but hold no "
+                        "ONNX ModelProto)");
+  }
+  if (m.opset_import_size() == 0) return InvalidModel("model has no opset_import");
+  for (const auto& op : m.opset_import()) {
+    if (op.version() <= 0) {
+      return InvalidModel("opset_import for domain '" + op.domain() + "' has version " +
+                          std::to_string(op.version()));
+    }
+    opsets_[NormalizeDomain(op.domain())] = op.version();
+  }
+  if (m.graph().node_size() == 0 && m.graph().output_size() == 0) {
+    return InvalidModel("graph has no nodes and no outputs");
+  }
+  return Status::Ok();
+}
+
+Status Loader::ReadInitializers() {
+  auto read_one = [&](const onnx::TensorProto& t, const std::string& kind) -> Status {
+    if (t.name().empty()) return InvalidModel("an initializer has no name");
+    const std::string what = kind + " " + Quote(t.name());
+    if (!IsKnownDType(t.data_type())) {
+      return InvalidModel(what + " has unknown element type " + std::to_string(t.data_type()));
+    }
+    if (g_->value_index.count(t.name())) return InvalidModel(what + " is defined twice");
+    std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (dims[i] < 0) {
+        return InvalidModel(what + " has a negative dim " + std::to_string(dims[i]) +
+                            " at axis " + std::to_string(i));
+      }
+    }
+    auto numel = CheckedNumel(dims);
+    if (!numel) return Overflow(what + ": element count overflows 64 bits");
+    if (!CheckedMul(*numel, std::max<uint64_t>(DTypeSize(t.data_type()), 1))) {
+      return Overflow(what + ": byte size overflows 64 bits");
+    }
+    bool external = t.data_location() == onnx::TensorProto::EXTERNAL;
+    for (const auto& kv : t.external_data()) {
+      if (kv.key() == "location") {
+        external = true;
+        if (!LocationStaysInside(kv.value())) {
+          return InvalidModel(what + ": external data location '" + kv.value() +
+                              "' leaves the model's folder; refusing it");
+        }
+      }
+    }
+    if (t.data_location() == onnx::TensorProto::EXTERNAL &&
+        std::none_of(t.external_data().begin(), t.external_data().end(),
+                     [](const auto& kv) { return kv.key() == "location"; })) {
+      return InvalidModel(what + ": external data without a location");
+    }
+    const int id = AddValue(t.name(), ValueKind::kInitializer);
+    Value& v = g_->values[static_cast<size_t>(id)];
+    v.dtype = t.data_type();
+    v.has_shape = true;
+    for (int64_t d : dims) v.dims.push_back(Dim{d, {}});
+    v.external = external;
+    v.int_data = SmallIntData(t, *numel);
+    return Status::Ok();
+  };
+  for (const auto& t : g_->proto.graph().initializer()) {
+    MEMEST_RETURN_IF_ERROR(read_one(t, "initializer"));
+  }
+  for (const auto& s : g_->proto.graph().sparse_initializer()) {
+    onnx::TensorProto dense_shape;  // dims and type of the dense tensor; payload not read
+    dense_shape.set_name(s.values().name());
+    dense_shape.set_data_type(s.values().data_type());
+    for (int64_t d : s.dims()) dense_shape.add_dims(d);
+    MEMEST_RETURN_IF_ERROR(read_one(dense_shape, "sparse initializer"));
+  }
+  return Status::Ok();
+}
+
+Status Loader::ReadInputs() {
+  for (const auto& in : g_->proto.graph().input()) {
+    if (in.name().empty()) return InvalidModel("a graph input has no name");
+    const std::string what = "input " + Quote(in.name());
+    const int existing = g_->FindValue(in.name());
+    if (existing >= 0 && g_->value(existing).kind == ValueKind::kInitializer) {
+      continue;  // old exporters list initializers as inputs too
+    }
+    if (existing >= 0) return InvalidModel(what + " is listed twice");
+    const int id = AddValue(in.name(), ValueKind::kDataInput);
+    Value& v = g_->values[static_cast<size_t>(id)];
+    if (in.type().has_tensor_type()) {
+      const auto& tt = in.type().tensor_type();
+      if (!IsKnownDType(tt.elem_type())) {
+        return InvalidModel(what + " has unknown element type " + std::to_string(tt.elem_type()));
+      }
+      v.dtype = tt.elem_type();
+      if (tt.has_shape()) {
+        MEMEST_ASSIGN_OR_RETURN(v.dims, ReadShape(tt.shape(), what, /*negative_is_error=*/true));
+        v.has_shape = true;
+        std::vector<int64_t> known;
+        for (const Dim& d : v.dims) {
+          if (d.known()) known.push_back(d.value);
+        }
+        if (!CheckedNumel(known)) return Overflow(what + ": element count overflows 64 bits");
+      }
+    }
+    g_->data_inputs.push_back(id);
+  }
+  return Status::Ok();
+}
+
+Status Loader::ReadNodes() {
+  const auto& graph = g_->proto.graph();
+  // First pass: every produced name, so inputs may refer to later nodes (unsorted files).
+  std::vector<std::string> names(static_cast<size_t>(graph.node_size()));
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const auto& n = graph.node(i);
+    names[static_cast<size_t>(i)] =
+        n.name().empty() ? n.op_type() + "_" + std::to_string(i) : n.name();
+    if (n.op_type().empty()) {
+      return InvalidModel("node " + Quote(names[static_cast<size_t>(i)]) + " has no op_type");
+    }
+    for (const auto& out : n.output()) {
+      if (out.empty()) continue;
+      const int existing = g_->FindValue(out);
+      if (existing >= 0) {
+        const Value& v = g_->value(existing);
+        std::string by = v.producer >= 0 ? " (also produced by node " +
+                                               Quote(names[static_cast<size_t>(v.producer)]) + ")"
+                         : v.kind == ValueKind::kInitializer ? " (also an initializer)"
+                                                             : " (also a graph input)";
+        return InvalidModel("node " + Quote(names[static_cast<size_t>(i)]) + " (" + n.op_type() +
+                            ") produces tensor " + Quote(out) + " that already exists" + by);
+      }
+      const int id = AddValue(out, ValueKind::kIntermediate);
+      g_->values[static_cast<size_t>(id)].producer = i;
+    }
+  }
+  std::set<std::string> undeclared_domains;
+  g_->nodes.resize(static_cast<size_t>(graph.node_size()));
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const auto& n = graph.node(i);
+    Node& node = g_->nodes[static_cast<size_t>(i)];
+    node.name = names[static_cast<size_t>(i)];
+    node.op_type = n.op_type();
+    node.domain = NormalizeDomain(n.domain());
+    auto op = opsets_.find(node.domain);
+    if (op == opsets_.end()) {
+      undeclared_domains.insert(node.domain.empty() ? "ai.onnx" : node.domain);
+    } else {
+      node.opset = op->second;
+    }
+    for (const auto& in : n.input()) {
+      if (in.empty()) {
+        node.inputs.push_back(-1);
+        continue;
+      }
+      const int id = g_->FindValue(in);
+      if (id < 0) {
+        return InvalidModel("node " + Quote(node.name) + " (" + node.op_type + ") reads tensor " +
+                            Quote(in) + " that no node, initializer or graph input provides");
+      }
+      node.inputs.push_back(id);
+      g_->values[static_cast<size_t>(id)].consumers.push_back(i);
+    }
+    for (const auto& out : n.output()) node.outputs.push_back(out.empty() ? -1 : g_->FindValue(out));
+    bool too_deep = false;
+    node.subgraph_nodes = CountSubgraphNodes(n, 0, &too_deep);
+    if (too_deep) {
+      return InvalidModel("node " + Quote(node.name) + " nests subgraphs deeper than " +
+                          std::to_string(kMaxSubgraphDepth) + " levels");
+    }
+    // Constant nodes: keep small integer values (shape computations need them).
+    if (node.op_type == "Constant" && node.domain.empty() && !node.outputs.empty() &&
+        node.outputs[0] >= 0) {
+      Value& v = g_->values[static_cast<size_t>(node.outputs[0])];
+      for (const auto& attr : n.attribute()) {
+        if (attr.name() == "value" && attr.has_t()) {
+          std::vector<int64_t> dims(attr.t().dims().begin(), attr.t().dims().end());
+          auto numel = CheckedNumel(dims);
+          if (!numel) {
+            return InvalidModel("Constant node " + Quote(node.name) + " has invalid dims");
+          }
+          v.int_data = SmallIntData(attr.t(), *numel);
+        } else if (attr.name() == "value_int") {
+          v.int_data = std::vector<int64_t>{attr.i()};
+        } else if (attr.name() == "value_ints") {
+          v.int_data = std::vector<int64_t>(attr.ints().begin(), attr.ints().end());
+        }
+      }
+    }
+  }
+  for (const auto& d : undeclared_domains) {
+    diags_.push_back({Severity::kWarning, "undeclared_domain",
+                      "ops from domain '" + d + "' are used but not listed in opset_import", "",
+                      ""});
+  }
+  for (const auto& out : graph.output()) {
+    const int id = g_->FindValue(out.name());
+    if (id < 0) {
+      return InvalidModel("graph output " + Quote(out.name()) + " is not produced by any node");
+    }
+    g_->values[static_cast<size_t>(id)].graph_output = true;
+    g_->outputs.push_back(id);
+  }
+  return Status::Ok();
+}
+
+Status Loader::SortNodes() {
+  const size_t n = g_->nodes.size();
+  std::vector<int> pending(n, 0);
+  std::vector<std::vector<int>> users(n);
+  for (size_t i = 0; i < n; ++i) {
+    std::set<int> producers;
+    for (int in : g_->nodes[i].inputs) {
+      if (in >= 0 && g_->value(in).producer >= 0) producers.insert(g_->value(in).producer);
+    }
+    for (int p : producers) {
+      users[static_cast<size_t>(p)].push_back(static_cast<int>(i));
+      ++pending[i];
+    }
+  }
+  // Kahn's algorithm; a min-heap keeps the file's order among ready nodes (stable output).
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (size_t i = 0; i < n; ++i) {
+    if (pending[i] == 0) ready.push(static_cast<int>(i));
+  }
+  std::vector<int> order;
+  order.reserve(n);
+  while (!ready.empty()) {
+    const int i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (int u : users[static_cast<size_t>(i)]) {
+      if (--pending[static_cast<size_t>(u)] == 0) ready.push(u);
+    }
+  }
+  if (order.size() != n) {
+    for (size_t i = 0; i < n; ++i) {
+      if (pending[i] > 0) {
+        return InvalidModel("graph has a cycle through node " + Quote(g_->nodes[i].name) + " (" +
+                            g_->nodes[i].op_type + ")");
+      }
+    }
+  }
+  bool sorted = true;
+  for (size_t i = 0; i < n; ++i) sorted = sorted && order[i] == static_cast<int>(i);
+  if (sorted) return Status::Ok();
+  // Renumber nodes, value producers/consumers, and reorder the kept proto to match.
+  std::vector<int> new_index(n);
+  for (size_t k = 0; k < n; ++k) new_index[static_cast<size_t>(order[k])] = static_cast<int>(k);
+  std::vector<Node> nodes(n);
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> protos;
+  auto* mutable_nodes = g_->proto.mutable_graph()->mutable_node();
+  for (size_t k = 0; k < n; ++k) {
+    nodes[k] = std::move(g_->nodes[static_cast<size_t>(order[k])]);
+    protos.Add()->Swap(mutable_nodes->Mutable(order[k]));
+  }
+  mutable_nodes->Swap(&protos);
+  g_->nodes = std::move(nodes);
+  for (Value& v : g_->values) {
+    if (v.producer >= 0) v.producer = new_index[static_cast<size_t>(v.producer)];
+    for (int& c : v.consumers) c = new_index[static_cast<size_t>(c)];
+  }
+  return Status::Ok();
+}
+
+Status Loader::ReadValueInfo() {
+  auto read = [&](const onnx::ValueInfoProto& vi) -> Status {
+    const int id = g_->FindValue(vi.name());
+    if (id < 0) return Status::Ok();  // info about a tensor the graph does not use
+    Value& v = g_->values[static_cast<size_t>(id)];
+    if (v.kind != ValueKind::kIntermediate || !vi.type().has_tensor_type()) return Status::Ok();
+    const auto& tt = vi.type().tensor_type();
+    if (IsKnownDType(tt.elem_type())) v.dtype = tt.elem_type();
+    if (tt.has_shape()) {
+      auto dims = ReadShape(tt.shape(), "value_info " + Quote(vi.name()), false);
+      if (dims.ok()) {
+        v.dims = std::move(dims).value();
+        v.has_shape = true;
+      }
+    }
+    return Status::Ok();
+  };
+  for (const auto& vi : g_->proto.graph().value_info()) MEMEST_RETURN_IF_ERROR(read(vi));
+  for (const auto& vi : g_->proto.graph().output()) MEMEST_RETURN_IF_ERROR(read(vi));
+  return Status::Ok();
+}
+
+void Loader::MarkTrainable() {
+  for (Value& v : g_->values) {
+    if (v.kind != ValueKind::kInitializer || !IsFloatDType(v.dtype) || v.consumers.empty()) {
+      continue;
+    }
+    uint64_t numel = 1;
+    for (const Dim& d : v.dims) numel = SatMul(numel, static_cast<uint64_t>(d.value));
+    if (numel <= 1) continue;  // scalar constants (eps, scale) are not parameters
+    const int id = g_->FindValue(v.name);
+    bool only_bn_stats = true;
+    for (int c : v.consumers) {
+      const Node& node = g_->nodes[static_cast<size_t>(c)];
+      bool is_stat = false;
+      if (node.op_type == "BatchNormalization" && node.domain.empty()) {
+        for (size_t k = 3; k < node.inputs.size() && k <= 4; ++k) {
+          is_stat = is_stat || node.inputs[k] == id;
+        }
+      }
+      only_bn_stats = only_bn_stats && is_stat;
+    }
+    v.trainable = !only_bn_stats;
+  }
+}
+
+void Loader::StripWeights() {
+  auto strip = [](onnx::TensorProto* t) {
+    uint64_t numel = 1;
+    for (int64_t d : t->dims()) numel = SatMul(numel, static_cast<uint64_t>(std::max<int64_t>(d, 0)));
+    if (numel <= static_cast<uint64_t>(kKeepDataElements)) return;
+    t->clear_raw_data();
+    t->clear_float_data();
+    t->clear_double_data();
+    t->clear_int32_data();
+    t->clear_int64_data();
+    t->clear_uint64_data();
+    t->clear_string_data();
+  };
+  for (auto& t : *g_->proto.mutable_graph()->mutable_initializer()) strip(&t);
+}
+
+void Loader::Summarize() {
+  ModelSummary& s = g_->summary;
+  const auto& m = g_->proto;
+  s.path = display_;
+  s.producer = m.producer_name() + (m.producer_version().empty() ? "" : " " + m.producer_version());
+  s.ir_version = m.ir_version();
+  s.opsets = opsets_;
+  s.node_count = static_cast<int64_t>(g_->nodes.size());
+  std::set<std::string> ops;
+  std::map<std::string, int> foreign;
+  for (const Node& n : g_->nodes) {
+    s.subgraph_node_count += n.subgraph_nodes;
+    ops.insert(n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type);
+    if (!n.domain.empty()) ++foreign[n.domain];
+  }
+  s.op_types.assign(ops.begin(), ops.end());
+  for (const Value& v : g_->values) {
+    if (!v.trainable) continue;
+    uint64_t numel = 1;
+    for (const Dim& d : v.dims) numel = SatMul(numel, static_cast<uint64_t>(d.value));
+    s.parameter_count = static_cast<int64_t>(
+        std::min<uint64_t>(SatAdd(static_cast<uint64_t>(s.parameter_count), numel),
+                           std::numeric_limits<int64_t>::max()));
+    s.parameter_bytes = SatAdd(s.parameter_bytes, SatMul(numel, DTypeSize(v.dtype)));
+  }
+  std::set<std::string> syms;
+  for (int id : g_->data_inputs) {
+    const Value& v = g_->value(id);
+    InputInfo in;
+    in.name = v.name;
+    in.dtype = v.dtype ? DTypeName(v.dtype) : "non-tensor";
+    for (const Dim& d : v.dims) {
+      in.dims.push_back(DimInfo{d.value, d.param});
+      if (d.symbolic()) syms.insert(d.param);
+    }
+    s.data_inputs.push_back(std::move(in));
+  }
+  s.symbolic_dims.assign(syms.begin(), syms.end());
+  for (const auto& [domain, count] : foreign) {
+    diags_.push_back({Severity::kInfo, "non_default_domain",
+                      std::to_string(count) + " node(s) from domain '" + domain + "'", "", ""});
+  }
+  // Eval-mode export signs (README: "Exporting a model for training").
+  int bn_inference = 0, conv = 0, bn = 0, dropout = 0;
+  for (const Node& n : g_->nodes) {
+    if (!n.domain.empty()) continue;
+    if (n.op_type == "Conv") ++conv;
+    if (n.op_type == "Dropout") ++dropout;
+    if (n.op_type == "BatchNormalization") {
+      ++bn;
+      int outputs = 0;
+      for (int o : n.outputs) outputs += o >= 0;
+      if (outputs <= 1) ++bn_inference;
+    }
+  }
+  if (bn_inference > 0) {
+    diags_.push_back({Severity::kWarning, "eval_mode_export",
+                      std::to_string(bn_inference) +
+                          " BatchNormalization node(s) are in inference form (one output): this "
+                          "looks like an eval-mode export; training memory of the real model is "
+                          "higher. Export with TrainingMode.TRAINING (see README)",
+                      "", ""});
+  } else if (conv >= 4 && bn == 0 && dropout == 0) {
+    diags_.push_back({Severity::kWarning, "eval_mode_export",
+                      "convolutions but no BatchNormalization or Dropout nodes: if the model has "
+                      "BatchNorm/Dropout layers, this is an eval-mode export (BatchNorm folded "
+                      "into Conv) and under-states training memory. Export with "
+                      "TrainingMode.TRAINING, do_constant_folding=False (see README)",
+                      "", ""});
+  }
+  s.diagnostics = diags_;
+}
+
+Result<std::unique_ptr<Graph>> Loader::Load(std::string_view bytes) {
+  MEMEST_RETURN_IF_ERROR(Parse(bytes));
+  MEMEST_RETURN_IF_ERROR(ReadInitializers());
+  MEMEST_RETURN_IF_ERROR(ReadInputs());
+  MEMEST_RETURN_IF_ERROR(ReadNodes());
+  MEMEST_RETURN_IF_ERROR(SortNodes());
+  // Node proto pointers are taken after sorting (the proto was reordered).
+  for (size_t i = 0; i < g_->nodes.size(); ++i) {
+    g_->nodes[i].proto = &g_->proto.graph().node(static_cast<int>(i));
+  }
+  MEMEST_RETURN_IF_ERROR(ReadValueInfo());
+  MarkTrainable();
+  StripWeights();
+  Summarize();
+  return std::move(g_);
+}
+
+}  // namespace
+}  // namespace core
+
+Result<std::shared_ptr<const Model>> LoadModelFromBytes(std::string_view bytes,
+                                                        const std::string& base_dir,
+                                                        const std::string& display_name) {
+  try {
+    core::Loader loader(base_dir, display_name);
+    auto graph = loader.Load(bytes);
+    if (!graph.ok()) return graph.status().WithContext(display_name);
+    return std::shared_ptr<const Model>(std::make_shared<Model>(std::move(graph).value()));
+  } catch (const std::bad_alloc&) {
+    return Internal(display_name + ": out of memory while loading the model");
+  } catch (const std::exception& e) {
+    return Internal(display_name + ": unexpected error while loading: " + e.what());
+  }
+}
+
+Result<std::shared_ptr<const Model>> LoadModel(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return NotFound("model file '" + path + "' not found");
+  }
+  if (S_ISDIR(st.st_mode)) {
+    return InvalidModel("'" + path + "' is a directory, not an ONNX file");
+  }
+  if (static_cast<uint64_t>(st.st_size) >= core::kMaxFileBytes) {
+    return InvalidModel(path + ": file is 2 GiB or larger: a protobuf message cannot be; store "
+                        "weights as external data");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("model file '" + path + "' cannot be opened");
+  std::string bytes;
+  try {
+    bytes.resize(static_cast<size_t>(st.st_size));
+    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    bytes.resize(static_cast<size_t>(in.gcount()));
+  } catch (const std::exception& e) {
+    return Internal(path + ": cannot read: " + e.what());
+  }
+  std::string dir = ".";
+  if (auto slash = path.find_last_of('/'); slash != std::string::npos) {
+    dir = slash == 0 ? "/" : path.substr(0, slash);
+  }
+  return LoadModelFromBytes(bytes, dir, path);
+}
+
+}  // namespace memest

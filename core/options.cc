@@ -1,0 +1,99 @@
+#include "memest/options.h"
+
+#include <cmath>
+#include <string>
+
+namespace memest {
+namespace {
+
+template <typename E, size_t N>
+Result<E> ParseEnum(std::string_view s, const char* what,
+                    const std::pair<const char*, E> (&table)[N]) {
+  std::string names;
+  for (const auto& [name, value] : table) {
+    if (s == name) return value;
+    if (!names.empty()) names += "|";
+    names += name;
+  }
+  return InvalidArgument(std::string("unknown ") + what + " '" + std::string(s) + "' (expected " +
+                         names + ")");
+}
+
+constexpr std::pair<const char*, Mode> kModes[] = {{"train", Mode::kTrain},
+                                                   {"infer", Mode::kInfer}};
+constexpr std::pair<const char*, Optimizer> kOptimizers[] = {{"sgd", Optimizer::kSgd},
+                                                             {"momentum", Optimizer::kMomentum},
+                                                             {"adam", Optimizer::kAdam},
+                                                             {"adamw", Optimizer::kAdamW}};
+constexpr std::pair<const char*, Precision> kPrecisions[] = {{"fp32", Precision::kFp32},
+                                                             {"amp-fp16", Precision::kAmpFp16},
+                                                             {"amp-bf16", Precision::kAmpBf16},
+                                                             {"bf16", Precision::kBf16}};
+constexpr std::pair<const char*, Loss> kLosses[] = {
+    {"auto", Loss::kAuto}, {"cross-entropy", Loss::kCrossEntropy}, {"mse", Loss::kMse}};
+
+template <typename E, size_t N>
+const char* NameOf(E e, const std::pair<const char*, E> (&table)[N]) {
+  for (const auto& [name, value] : table) {
+    if (value == e) return name;
+  }
+  return "?";
+}
+
+}  // namespace
+
+Result<Mode> ParseMode(std::string_view s) { return ParseEnum(s, "mode", kModes); }
+Result<Optimizer> ParseOptimizer(std::string_view s) {
+  return ParseEnum(s, "optimizer", kOptimizers);
+}
+Result<Precision> ParsePrecision(std::string_view s) {
+  return ParseEnum(s, "precision", kPrecisions);
+}
+Result<Loss> ParseLoss(std::string_view s) { return ParseEnum(s, "loss", kLosses); }
+const char* ToString(Mode m) { return NameOf(m, kModes); }
+const char* ToString(Optimizer o) { return NameOf(o, kOptimizers); }
+const char* ToString(Precision p) { return NameOf(p, kPrecisions); }
+const char* ToString(Loss l) { return NameOf(l, kLosses); }
+
+Status Validate(const Options& o) {
+  if (o.batch && *o.batch < 1) {
+    return InvalidArgument("batch must be >= 1, got " + std::to_string(*o.batch));
+  }
+  for (const auto& [name, value] : o.dims) {
+    if (name.empty()) return InvalidArgument("dim binding with an empty name");
+    if (value < 0) {
+      return InvalidArgument("dim '" + name + "' must be >= 0, got " + std::to_string(value));
+    }
+  }
+  if (!std::isfinite(o.weight_decay) || o.weight_decay < 0) {
+    return InvalidArgument("weight decay must be a finite value >= 0");
+  }
+  if (o.allocator.max_split_size && *o.allocator.max_split_size < (uint64_t{20} << 20)) {
+    // facts 1.2: parseMaxSplitSize requires >= kLargeBuffer (20 MiB).
+    return InvalidArgument("allocator max_split_size must be >= 20 MiB");
+  }
+  if (o.gpu.empty()) return InvalidArgument("GPU profile name is empty");
+  return Status::Ok();
+}
+
+std::vector<OptionDoc> DescribeOptions() {
+  const Options d;
+  auto opt_int = [](const std::optional<int64_t>& v) {
+    return v ? std::to_string(*v) : std::string("(unset: the model's batch dim must be bound)");
+  };
+  std::string wd = std::to_string(d.weight_decay);
+  return {
+      {"mode", ToString(d.mode), "train: one training step; infer: one forward pass, no grad"},
+      {"batch", opt_int(d.batch), "binds the leading symbolic dim of every data input"},
+      {"dims", d.dims.empty() ? "(none)" : "(set)", "name=value bindings for named dims"},
+      {"optimizer", ToString(d.optimizer), "sgd | momentum | adam | adamw"},
+      {"weight_decay", wd, "L2 for sgd/momentum/adam (adds a temporary), decoupled for adamw"},
+      {"precision", ToString(d.precision), "fp32 | amp-fp16 | amp-bf16 | bf16"},
+      {"loss", ToString(d.loss), "auto: cross-entropy for [N,C] logits, else mse"},
+      {"gpu", d.gpu, "GPU profile (context, workspaces, capacity)"},
+      {"expandable_segments", d.allocator.expandable_segments ? "true" : "false",
+       "PyTorch allocator expandable_segments"},
+  };
+}
+
+}  // namespace memest

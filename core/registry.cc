@@ -1,0 +1,136 @@
+// core/registry.cc -- the backend registry, fit check and max-batch search.
+//
+// The registry is a constant table (no global mutable state): each entry names a backend, says
+// whether it is available in this build, and creates it.
+#include <algorithm>
+#include <limits>
+
+#include "analytical/analytical.h"
+#include "memest/estimator.h"
+
+namespace memest {
+namespace {
+
+struct Entry {
+  const char* name;
+  const char* description;
+  const char* unavailable_reason;  // nullptr when available
+  std::unique_ptr<Estimator> (*make)();
+};
+
+const Entry kBackends[] = {
+    {"analytical",
+     "closed-form accounting over the ONNX graph: parameters, gradients, optimizer state, saved "
+     "activations, largest transient, GPU profile fixed costs",
+     nullptr, &analytical::MakeAnalyticalEstimator},
+    {"symbolic",
+     "symbolic shapes, simulated training timeline and PyTorch caching-allocator model",
+     "not implemented yet (planned: symbolic backend issue)", nullptr},
+    {"learned", "Eigen MLP trained on measured rows",
+     "not implemented yet: no trained weights are shipped (planned: learned backend issue)",
+     nullptr},
+    {"measurement", "runs the graph with LibTorch under a tracking allocator (ground truth)",
+     "not implemented yet (planned: measurement harness issue; needs LibTorch)", nullptr},
+};
+
+}  // namespace
+
+std::vector<BackendInfo> ListBackends() {
+  std::vector<BackendInfo> out;
+  for (const Entry& e : kBackends) {
+    out.push_back({e.name, e.description, e.unavailable_reason == nullptr,
+                   e.unavailable_reason ? e.unavailable_reason : ""});
+  }
+  return out;
+}
+
+Result<std::unique_ptr<Estimator>> MakeEstimator(std::string_view name) {
+  std::string names;
+  for (const Entry& e : kBackends) {
+    if (name == e.name) {
+      if (e.unavailable_reason) {
+        return Unavailable(std::string("backend '") + e.name + "' is unavailable: " +
+                           e.unavailable_reason);
+      }
+      return e.make();
+    }
+    names += (names.empty() ? "" : ", ") + std::string(e.name);
+  }
+  return NotFound("unknown backend '" + std::string(name) + "' (known: " + names + ")");
+}
+
+Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu) {
+  Fit f;
+  f.capacity = gpu.usable_memory.bytes;
+  f.fits = estimate.peak_device <= f.capacity;
+  const auto clamp = [](uint64_t v) {
+    return static_cast<int64_t>(std::min<uint64_t>(v, std::numeric_limits<int64_t>::max()));
+  };
+  f.headroom = f.fits ? clamp(f.capacity - estimate.peak_device)
+                      : -clamp(estimate.peak_device - f.capacity);
+  return f;
+}
+
+Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& model,
+                                    const Options& options, int64_t limit) {
+  auto gpu = FindGpuProfile(options.gpu);
+  if (!gpu.ok()) return gpu.status();
+  if (limit < 1) return InvalidArgument("max-batch search limit must be >= 1");
+  MaxBatchResult r;
+  Options o = options;
+  auto fits = [&](int64_t batch) -> Result<std::pair<bool, Estimate>> {
+    o.batch = batch;
+    ++r.evaluations;
+    auto e = estimator.Run(model, o);
+    if (!e.ok()) return e.status().WithContext("batch " + std::to_string(batch));
+    bool ok = CheckFit(*e, *gpu).fits;
+    return std::make_pair(ok, std::move(e).value());
+  };
+  MEMEST_ASSIGN_OR_RETURN(auto first, fits(1));
+  if (!first.first) {
+    r.batch = 0;
+    r.at_batch = std::move(first.second);
+    return r;
+  }
+  // The first estimate must depend on the batch: otherwise the search would never end.
+  MEMEST_ASSIGN_OR_RETURN(auto second, fits(2));
+  if (second.second.peak_device == first.second.peak_device) {
+    return InvalidArgument(
+        "the estimate does not grow with the batch: the model has no batch dim to bind "
+        "(fixed input shapes?)");
+  }
+  int64_t good = 1;
+  Estimate good_estimate = std::move(first.second);
+  int64_t bad = 0;  // 0 = no failing batch found yet
+  if (second.first) {
+    good = 2;
+    good_estimate = std::move(second.second);
+  } else {
+    bad = 2;
+  }
+  while (bad == 0 && good < limit) {
+    const int64_t next = good > limit / 2 ? limit : good * 2;
+    MEMEST_ASSIGN_OR_RETURN(auto t, fits(next));
+    if (t.first) {
+      good = next;
+      good_estimate = std::move(t.second);
+    } else {
+      bad = next;
+    }
+  }
+  while (bad != 0 && bad - good > 1) {
+    const int64_t mid = good + (bad - good) / 2;
+    MEMEST_ASSIGN_OR_RETURN(auto t, fits(mid));
+    if (t.first) {
+      good = mid;
+      good_estimate = std::move(t.second);
+    } else {
+      bad = mid;
+    }
+  }
+  r.batch = good;
+  r.at_batch = std::move(good_estimate);
+  return r;
+}
+
+}  // namespace memest

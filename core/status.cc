@@ -1,0 +1,30 @@
+#include "memest/status.h"
+
+namespace memest {
+
+const char* ErrorCodeName(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kOk: return "ok";
+    case ErrorCode::kInvalidArgument: return "invalid_argument";
+    case ErrorCode::kNotFound: return "not_found";
+    case ErrorCode::kInvalidModel: return "invalid_model";
+    case ErrorCode::kUnboundDim: return "unbound_dim";
+    case ErrorCode::kOverflow: return "overflow";
+    case ErrorCode::kUnsupported: return "unsupported";
+    case ErrorCode::kUnavailable: return "unavailable";
+    case ErrorCode::kInternal: return "internal";
+  }
+  return "unknown";
+}
+
+std::string Status::ToString() const {
+  if (ok()) return "ok";
+  return std::string(ErrorCodeName(code_)) + ": " + message_;
+}
+
+Status Status::WithContext(const std::string& context) const {
+  if (ok()) return *this;
+  return Status(code_, context + ": " + message_);
+}
+
+}  // namespace memest

@@ -1,0 +1,62 @@
+// memest/estimate.h -- the one result struct every backend returns.
+//
+// Three levels of truth (see docs and pytorch-memory-facts.md section 1.8 / 2.2):
+//   peak_allocated: torch.cuda.max_memory_allocated() -- tensor blocks, 512-byte rounded;
+//   peak_reserved:  torch.cuda.max_memory_reserved()  -- caching-allocator segments;
+//   peak_device:    what nvidia-smi shows for the process = CUDA context + reserved + library
+//                   memory outside the allocator.
+// The breakdown describes the moment of the device-level peak and always sums to peak_device.
+#ifndef MEMEST_ESTIMATE_H_
+#define MEMEST_ESTIMATE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace memest {
+
+struct Breakdown {
+  uint64_t weights = 0;            // parameters (+ buffers), in their storage dtype
+  uint64_t gradients = 0;          // .grad of parameters alive at the peak
+  uint64_t optimizer_state = 0;    // exp_avg / exp_avg_sq / momentum buffers
+  uint64_t saved_activations = 0;  // tensors autograd keeps for backward (+ the input batch)
+  uint64_t transient = 0;          // short-lived tensors, optimizer temporaries, cuBLAS/cuDNN workspaces
+  uint64_t allocator_overhead = 0; // reserved - requested bytes: rounding, segment slack, fragmentation
+  uint64_t cuda_context = 0;       // CUDA context + lazily loaded kernels (from the GPU profile)
+  uint64_t unaccounted = 0;        // measured but not explained (measurement backend); 0 for models
+
+  // Saturating sum of all fields.
+  uint64_t Total() const;
+};
+
+enum class Phase { kUnknown, kForward, kBackward, kOptimizerStep, kInference };
+const char* ToString(Phase p);
+
+enum class Severity { kInfo, kWarning };
+
+struct Diagnostic {
+  Severity severity = Severity::kInfo;
+  std::string code;     // stable short tag, e.g. "unknown_op", "eval_mode_export"
+  std::string message;  // human sentence
+  std::string node;     // node name, when about a node
+  std::string op_type;  // op type, when about a node
+};
+
+struct Estimate {
+  std::string backend;
+  uint64_t peak_allocated = 0;
+  uint64_t peak_reserved = 0;
+  uint64_t peak_device = 0;  // == breakdown.Total()
+  Breakdown breakdown;
+  Phase peak_phase = Phase::kUnknown;
+  std::string peak_node;     // node at (or just before) the peak; empty if not known
+  // Optional uncertainty interval on peak_device (learned backend).
+  std::optional<uint64_t> device_low;
+  std::optional<uint64_t> device_high;
+  std::vector<Diagnostic> diagnostics;
+};
+
+}  // namespace memest
+
+#endif  // MEMEST_ESTIMATE_H_

@@ -1,0 +1,67 @@
+// memest/estimator.h -- the one interface every backend implements, and the registry.
+//
+// Thread safety: an Estimator is immutable after creation; Estimate() is const and may be called
+// concurrently from many threads, on the same or different models.
+// Errors are values: Estimate() never throws.
+#ifndef MEMEST_ESTIMATOR_H_
+#define MEMEST_ESTIMATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memest/estimate.h"
+#include "memest/gpu_profile.h"
+#include "memest/model.h"
+#include "memest/options.h"
+#include "memest/status.h"
+
+namespace memest {
+
+class Estimator {
+ public:
+  virtual ~Estimator() = default;
+  virtual std::string_view name() const = 0;
+  // Predicts the peak memory of one step of `model` under `options`. Fails with UnboundDim when a
+  // symbolic dim has no value, NotFound for an unknown GPU profile, InvalidArgument for bad options.
+  virtual Result<Estimate> Run(const Model& model, const Options& options) const = 0;
+};
+
+struct BackendInfo {
+  std::string name;         // "analytical", "symbolic", "learned", "measurement"
+  std::string description;
+  bool available = false;
+  std::string reason;       // why not available (empty when available)
+};
+
+// Every backend memest knows of, available or not, in a stable order.
+std::vector<BackendInfo> ListBackends();
+
+// Creates the named backend. Unavailable (with the reason) when it was not built or is not
+// implemented yet; NotFound for an unknown name.
+Result<std::unique_ptr<Estimator>> MakeEstimator(std::string_view name);
+
+// Fit of an estimate on a GPU profile.
+struct Fit {
+  bool fits = false;
+  uint64_t capacity = 0;  // profile usable memory
+  int64_t headroom = 0;   // capacity - peak_device (negative: over by that much)
+};
+Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu);
+
+// The largest batch (>= 1) for which `estimator` predicts the model fits `options.gpu`
+// (options.batch is ignored). Returns 0 when even batch 1 does not fit. Searches exponentially
+// then by bisection, up to `limit`. Errors from the estimator are passed through.
+struct MaxBatchResult {
+  int64_t batch = 0;
+  Estimate at_batch;  // estimate at `batch` (at batch 1 when batch == 0)
+  int evaluations = 0;
+};
+Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& model,
+                                    const Options& options, int64_t limit = int64_t{1} << 24);
+
+}  // namespace memest
+
+#endif  // MEMEST_ESTIMATOR_H_

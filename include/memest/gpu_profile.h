@@ -1,0 +1,42 @@
+// memest/gpu_profile.h -- GPU profiles, kept as data (core/gpu_profiles.json, compiled in).
+//
+// Every value carries its provenance: a measurement (with its committed data file), a citation,
+// or "uncalibrated". Profiles are immutable; the table is built once, thread-safe to read.
+#ifndef MEMEST_GPU_PROFILE_H_
+#define MEMEST_GPU_PROFILE_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memest/status.h"
+
+namespace memest {
+
+struct ProfileValue {
+  uint64_t bytes = 0;
+  std::string source;       // where the number comes from (data file, citation)
+  bool calibrated = false;  // true only when measured on this GPU model by memest's harness
+};
+
+struct GpuProfile {
+  std::string name;          // "h100-80gb"
+  std::string display_name;  // "NVIDIA H100 80GB HBM3"
+  int sm_major = 0;
+  int sm_minor = 0;
+  ProfileValue total_memory;      // cudaMemGetInfo total (= torch.cuda.get_device_properties().total_memory)
+  ProfileValue usable_memory;     // the capacity a job may fill (device-level peak must stay <= this)
+  ProfileValue cuda_context;      // context + lazily loaded modules after one training step
+  ProfileValue cublas_workspace;  // one cuBLAS workspace (per thread/stream), from the caching allocator
+  std::string allocator = "native";  // "native" (CUDACachingAllocator) or "cudaMallocAsync"
+};
+
+// All profiles, in a stable order.
+const std::vector<GpuProfile>& GpuProfiles();
+// Case-insensitive lookup by name; NotFound lists the known names.
+Result<GpuProfile> FindGpuProfile(std::string_view name);
+
+}  // namespace memest
+
+#endif  // MEMEST_GPU_PROFILE_H_

@@ -1,0 +1,12 @@
+// memest/memest.h -- umbrella header for the memest library.
+#ifndef MEMEST_MEMEST_H_
+#define MEMEST_MEMEST_H_
+
+#include "memest/estimate.h"
+#include "memest/estimator.h"
+#include "memest/gpu_profile.h"
+#include "memest/model.h"
+#include "memest/options.h"
+#include "memest/status.h"
+
+#endif  // MEMEST_MEMEST_H_

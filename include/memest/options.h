@@ -1,0 +1,80 @@
+// memest/options.h -- the one options struct every backend takes.
+//
+// Every field has a documented default, and DescribeOptions() returns those defaults as text so
+// the CLI's --help prints them from this struct (never from a second copy).
+// Options is a plain value: copy it freely; it holds no resources.
+#ifndef MEMEST_OPTIONS_H_
+#define MEMEST_OPTIONS_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memest/status.h"
+
+namespace memest {
+
+enum class Mode { kTrain, kInfer };
+enum class Optimizer { kSgd, kMomentum, kAdam, kAdamW };
+// kFp32: everything fp32. kAmpFp16/kAmpBf16: torch.autocast with fp32 master weights.
+// kBf16: the whole model cast to bf16 (weights, grads and optimizer state in bf16).
+enum class Precision { kFp32, kAmpFp16, kAmpBf16, kBf16 };
+// Loss applied to the model's first output in training. kAuto: cross-entropy when that output
+// has rank 2 (logits [N, C]), mean-squared error otherwise.
+enum class Loss { kAuto, kCrossEntropy, kMse };
+
+// PyTorch CUDA caching allocator settings (PYTORCH_CUDA_ALLOC_CONF), see
+// pytorch-memory-facts.md section 1.2. Defaults are PyTorch's defaults.
+struct AllocatorSettings {
+  bool expandable_segments = false;                  // expandable_segments:True
+  std::optional<uint64_t> max_split_size;            // max_split_size_mb (unset = unlimited)
+  uint32_t roundup_power2_divisions = 0;             // roundup_power2_divisions (0 = off)
+};
+
+struct Options {
+  // train: one training step (forward, loss, backward, optimizer step), steady state.
+  // infer: one forward pass under no_grad.
+  Mode mode = Mode::kTrain;
+  // Binds the leading symbolic dim of every data input (graph input that is not an initializer).
+  // Unset: the model must have no symbolic batch dim, or bind it through `dims`.
+  std::optional<int64_t> batch;
+  // Binds any named symbolic dim (dim_param), e.g. {"seq", 512}. Wins over `batch` for that name.
+  std::map<std::string, int64_t> dims;
+  Optimizer optimizer = Optimizer::kAdam;
+  // Weight decay. With kAdam/kSgd/kMomentum it is L2 (adds a gradient-sized temporary in the
+  // foreach step); with kAdamW it is decoupled (in place).
+  double weight_decay = 0.0;
+  Precision precision = Precision::kFp32;
+  Loss loss = Loss::kAuto;
+  // GPU profile name (see ListGpuProfiles()); decides context size, workspaces and capacity.
+  std::string gpu = "h100-80gb";
+  AllocatorSettings allocator;
+};
+
+// Parsers/printers for the enum vocabulary, shared by the CLI and JSON output.
+Result<Mode> ParseMode(std::string_view s);
+Result<Optimizer> ParseOptimizer(std::string_view s);
+Result<Precision> ParsePrecision(std::string_view s);
+Result<Loss> ParseLoss(std::string_view s);
+const char* ToString(Mode m);
+const char* ToString(Optimizer o);
+const char* ToString(Precision p);
+const char* ToString(Loss l);
+
+// Checks values (batch >= 1, dims >= 0, weight_decay >= 0 and finite, ...).
+Status Validate(const Options& options);
+
+// One line per option: name, default value (taken from a default-constructed Options), meaning.
+struct OptionDoc {
+  std::string name;
+  std::string default_value;
+  std::string help;
+};
+std::vector<OptionDoc> DescribeOptions();
+
+}  // namespace memest
+
+#endif  // MEMEST_OPTIONS_H_

@@ -1,0 +1,84 @@
+// ops/rules.h -- the one per-op rule table shared by every backend.
+//
+// One OpRule per ONNX op (families make most ops one line). A rule states what PyTorch eager
+// training does with memory for the op, citing ../shared/reference/pytorch-memory-facts.md
+// (section numbers in `cite`):
+//   * which tensors autograd saves for backward (inputs, outputs, or extra tensors such as a
+//     dropout mask or max-pool indices),
+//   * whether the output is a view of input 0 (no new memory in PyTorch),
+//   * whether gradients flow through it (differentiable) -- integer/shape/comparison ops do not,
+//   * how autocast treats it (AMP policy),
+//   * temporary workspace in the forward pass (bytes, beyond its outputs).
+// Adding an op = one entry in ops/rules.cc + one test in tests/unit/rules_test.cc.
+// Shapes come from core::BoundGraph (ONNX shape inference with bound dims).
+#ifndef MEMEST_OPS_RULES_H_
+#define MEMEST_OPS_RULES_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/bind.h"
+#include "core/graph.h"
+
+namespace memest::ops {
+
+enum class AmpPolicy {
+  kPassThrough,     // runs in its input's dtype (relu, add, ...)         facts 5.2 "by omission"
+  kLowerPrecision,  // runs in fp16/bf16 under autocast (conv, matmul)     facts 5.2 LOWER_PRECISION_FP
+  kFp32,            // inputs cast to fp32, output fp32 (softmax, LN, ...) facts 5.2 FP32 lists
+  kPromote,         // widest input type                                   facts 5.2 PROMOTE
+};
+
+struct SavedTensor {
+  int value = -1;      // value id when an input/output of the node is saved; -1 for an extra tensor
+  uint64_t bytes = 0;  // for extra tensors (value == -1): their size; ignored otherwise
+  std::string what;    // short description, e.g. "x", "mask(bool)", "indices(int64)"
+};
+
+struct RuleContext {
+  const core::Node& node;
+  const core::BoundGraph& graph;
+  // Per value id: does it require grad (a trainable parameter, or computed from one through
+  // differentiable ops)? See RequiresGrad().
+  const std::vector<bool>& requires_grad;
+};
+
+using SavedFn = void (*)(const RuleContext&, std::vector<SavedTensor>*);
+using WorkspaceFn = uint64_t (*)(const RuleContext&);
+
+struct OpRule {
+  std::string_view domain;   // "" for ai.onnx
+  std::string_view op_type;
+  bool differentiable = true;
+  bool view = false;         // output 0 aliases input 0's storage in PyTorch
+  AmpPolicy amp = AmpPolicy::kPassThrough;
+  SavedFn saved = nullptr;   // nullptr: saves nothing
+  WorkspaceFn workspace = nullptr;  // nullptr: no forward workspace
+  std::string_view cite;     // e.g. "facts 3.2 relu"
+};
+
+// The rule for (domain, op_type), or nullptr. "ai.onnx" is treated as "".
+const OpRule* FindRule(std::string_view domain, std::string_view op_type);
+
+// Every rule, sorted by (domain, op_type).
+std::span<const OpRule> AllRules();
+
+// For ops without a rule: assume every input and output that requires grad is saved
+// (conservative: over-estimates rather than under-estimates).
+void ConservativeSaved(const RuleContext& ctx, std::vector<SavedTensor>* out);
+
+// The tensors autograd would save for `node`: the rule's answer when the node takes part in
+// autograd (some input requires grad), empty otherwise. Unknown ops use ConservativeSaved.
+std::vector<SavedTensor> SavedTensors(const core::Node& node, const core::BoundGraph& graph,
+                                      const std::vector<bool>& requires_grad);
+
+// Per value id: true for trainable parameters and for every output of a differentiable node
+// (rule->differentiable, or unknown op) that has an input requiring grad and a float dtype.
+std::vector<bool> RequiresGrad(const core::BoundGraph& graph);
+
+}  // namespace memest::ops
+
+#endif  // MEMEST_OPS_RULES_H_

@@ -1,0 +1,29 @@
+#include "memest/status.h"
+
+#include <gtest/gtest.h>
+
+namespace memest {
+namespace {
+
+TEST(StatusTest, OkAndErrorsCarryCodeAndContext) {
+  EXPECT_TRUE(Status::Ok().ok());
+  Status s = InvalidModel("truncated protobuf").WithContext("model.onnx");
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidModel);
+  EXPECT_EQ(s.message(), "model.onnx: truncated protobuf");
+  EXPECT_EQ(s.ToString(), "invalid_model: model.onnx: truncated protobuf");
+}
+
+TEST(StatusTest, ResultHoldsValueOrError) {
+  Result<int> good(3);
+  ASSERT_TRUE(good.ok());
+  EXPECT_EQ(*good, 3);
+  Result<int> bad(NotFound("x"));
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kNotFound);
+  Result<int> ok_status_without_value(Status::Ok());
+  EXPECT_EQ(ok_status_without_value.status().code(), ErrorCode::kInternal);
+}
+
+}  // namespace
+}  // namespace memest
