@@ -49,7 +49,7 @@ struct Options {
   double weight_decay = 0.0;
   Precision precision = Precision::kFp32;
   Loss loss = Loss::kAuto;
-  // GPU profile name (see ListGpuProfiles()); decides context size, workspaces and capacity.
+  // GPU profile name (see GpuProfiles() in memest/gpu_profile.h); decides context size, workspaces and capacity.
   std::string gpu = "h100-80gb";
   AllocatorSettings allocator;
 };

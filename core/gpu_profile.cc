@@ -1,0 +1,220 @@
+// GPU profiles: parsed once from the JSON compiled into the library (core/gpu_profiles.json,
+// embedded by core/embed_json.cmake as memest::core::kGpuProfilesJson).
+//
+// Policy:
+//  - The table is parsed on first use inside a function-local static (C++11 "magic statics":
+//    thread-safe initialisation), and is immutable afterwards. There is no other mutable state.
+//  - Nothing throws across the API. The JSON is parsed with exceptions disabled, and every field
+//    is type-checked before it is read. If the embedded data were malformed (a memest bug, never
+//    user input), GpuProfiles() returns an empty list and FindGpuProfile() returns kInternal with
+//    the reason.
+//  - The data is validated strictly so that a typo in gpu_profiles.json fails loudly in the unit
+//    tests: unknown keys, empty sources, calibrated values without a data file, usable > total,
+//    duplicate names and unknown allocators are all errors. docs/gpu-profiles.md describes the
+//    schema and the meaning of each value.
+
+#include "memest/gpu_profile.h"
+
+#include <cctype>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "memest/status.h"
+
+namespace memest::core {
+
+extern const char kGpuProfilesJson[];
+
+// Internal: parses and validates a profile table. It has external linkage but no public header,
+// so that tests/unit/gpu_profile_test.cc can feed it malformed text. Never throws (except
+// std::bad_alloc).
+Result<std::vector<GpuProfile>> ParseGpuProfilesJson(std::string_view text);
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kFormat = "memest-gpu-profiles/1";
+
+// Keys a profile object may carry; anything else is rejected (catches typos in the data).
+constexpr std::string_view kProfileKeys[] = {
+    "name",         "display_name",  "sm_major",     "sm_minor",         "sm_source",
+    "total_memory", "usable_memory", "cuda_context", "cublas_workspace", "allocator"};
+constexpr std::string_view kTopLevelKeys[] = {"format", "about", "profiles"};
+constexpr std::string_view kValueKeys[] = {"bytes", "source", "calibrated"};
+
+std::string ToLowerAscii(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+template <size_t N>
+bool IsOneOf(std::string_view key, const std::string_view (&allowed)[N]) {
+  for (std::string_view a : allowed) {
+    if (key == a) return true;
+  }
+  return false;
+}
+
+template <size_t N>
+Status CheckKeys(const json& obj, const std::string_view (&allowed)[N], const std::string& where) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    if (!IsOneOf(it.key(), allowed)) return Internal(where + ": unknown key '" + it.key() + "'");
+  }
+  return Status::Ok();
+}
+
+Result<std::string> GetString(const json& obj, const char* key, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_string()) {
+    return Internal(where + ": '" + key + "' must be a string");
+  }
+  return it->get_ref<const std::string&>();
+}
+
+Result<int> GetSmallInt(const json& obj, const char* key, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number_unsigned() || it->get<uint64_t>() > 1000) {
+    return Internal(where + ": '" + key + "' must be an integer in [0, 1000]");
+  }
+  return static_cast<int>(it->get<uint64_t>());
+}
+
+// Reads {"bytes": N, "source": "...", "calibrated": bool}. A value must have a non-empty source;
+// a value is calibrated exactly when its source names its data file ("measured: <path> ...").
+Result<ProfileValue> GetValue(const json& obj, const char* key, const std::string& where) {
+  const std::string here = where + "." + key;
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_object()) return Internal(here + ": missing or not an object");
+  MEMEST_RETURN_IF_ERROR(CheckKeys(*it, kValueKeys, here));
+  ProfileValue v;
+  auto bytes = it->find("bytes");
+  if (bytes == it->end() || !bytes->is_number_unsigned()) {
+    return Internal(here + ": 'bytes' must be a non-negative integer");
+  }
+  v.bytes = bytes->get<uint64_t>();
+  MEMEST_ASSIGN_OR_RETURN(v.source, GetString(*it, "source", here));
+  if (v.source.empty()) return Internal(here + ": empty source (no number without a source)");
+  auto calibrated = it->find("calibrated");
+  if (calibrated == it->end() || !calibrated->is_boolean()) {
+    return Internal(here + ": 'calibrated' must be a boolean");
+  }
+  v.calibrated = calibrated->get<bool>();
+  const bool says_measured = v.source.starts_with("measured: ");
+  if (v.calibrated != says_measured) {
+    return Internal(here + ": calibrated=true exactly when the source starts with 'measured: '");
+  }
+  return v;
+}
+
+Result<GpuProfile> ParseProfile(const json& p, size_t index) {
+  std::string where = "profiles[" + std::to_string(index) + "]";
+  if (!p.is_object()) return Internal(where + ": not an object");
+  MEMEST_RETURN_IF_ERROR(CheckKeys(p, kProfileKeys, where));
+  GpuProfile g;
+  MEMEST_ASSIGN_OR_RETURN(g.name, GetString(p, "name", where));
+  if (g.name.empty() || g.name != ToLowerAscii(g.name)) {
+    return Internal(where + ": name must be non-empty lower case");
+  }
+  where += " (" + g.name + ")";
+  MEMEST_ASSIGN_OR_RETURN(g.display_name, GetString(p, "display_name", where));
+  MEMEST_ASSIGN_OR_RETURN(g.sm_major, GetSmallInt(p, "sm_major", where));
+  MEMEST_ASSIGN_OR_RETURN(g.sm_minor, GetSmallInt(p, "sm_minor", where));
+  MEMEST_ASSIGN_OR_RETURN(std::string sm_source, GetString(p, "sm_source", where));
+  if (sm_source.empty()) return Internal(where + ": empty sm_source");
+  MEMEST_ASSIGN_OR_RETURN(g.total_memory, GetValue(p, "total_memory", where));
+  MEMEST_ASSIGN_OR_RETURN(g.usable_memory, GetValue(p, "usable_memory", where));
+  MEMEST_ASSIGN_OR_RETURN(g.cuda_context, GetValue(p, "cuda_context", where));
+  MEMEST_ASSIGN_OR_RETURN(g.cublas_workspace, GetValue(p, "cublas_workspace", where));
+  MEMEST_ASSIGN_OR_RETURN(g.allocator, GetString(p, "allocator", where));
+  if (g.allocator != "native" && g.allocator != "cudaMallocAsync") {
+    return Internal(where + ": allocator must be \"native\" or \"cudaMallocAsync\"");
+  }
+  if (g.total_memory.bytes == 0) return Internal(where + ": total_memory must be > 0");
+  if (g.usable_memory.bytes == 0 || g.usable_memory.bytes > g.total_memory.bytes) {
+    return Internal(where + ": usable_memory must be in (0, total_memory]");
+  }
+  return g;
+}
+
+// The parsed table, or why it could not be parsed. Built once; immutable afterwards.
+struct Table {
+  Status status;
+  std::vector<GpuProfile> profiles;  // empty when !status.ok()
+};
+
+const Table& GetTable() {
+  static const Table* const table = [] {
+    auto* t = new Table();  // never destroyed: safe to use during static destruction
+    Result<std::vector<GpuProfile>> parsed = ParseGpuProfilesJson(kGpuProfilesJson);
+    if (parsed.ok()) {
+      t->profiles = std::move(parsed).value();
+    } else {
+      t->status = parsed.status().WithContext("embedded gpu_profiles.json");
+    }
+    return t;
+  }();
+  return *table;
+}
+
+std::string KnownNames(const std::vector<GpuProfile>& profiles) {
+  std::string names;
+  for (const GpuProfile& p : profiles) {
+    if (!names.empty()) names += ", ";
+    names += p.name;
+  }
+  return names.empty() ? "(none)" : names;
+}
+
+}  // namespace
+
+Result<std::vector<GpuProfile>> ParseGpuProfilesJson(std::string_view text) {
+  // allow_exceptions=false: a syntax error yields a "discarded" value instead of throwing.
+  const json doc =
+      json::parse(text.begin(), text.end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return Internal("not valid JSON");
+  if (!doc.is_object()) return Internal("top level must be an object");
+  MEMEST_RETURN_IF_ERROR(CheckKeys(doc, kTopLevelKeys, "top level"));
+  MEMEST_ASSIGN_OR_RETURN(std::string format, GetString(doc, "format", "top level"));
+  if (format != kFormat) {
+    return Internal("format is '" + format + "', expected '" + std::string(kFormat) + "'");
+  }
+  auto list = doc.find("profiles");
+  if (list == doc.end() || !list->is_array() || list->empty()) {
+    return Internal("'profiles' must be a non-empty array");
+  }
+  std::vector<GpuProfile> profiles;
+  profiles.reserve(list->size());
+  for (size_t i = 0; i < list->size(); ++i) {
+    MEMEST_ASSIGN_OR_RETURN(GpuProfile p, ParseProfile((*list)[i], i));
+    for (const GpuProfile& earlier : profiles) {
+      if (earlier.name == p.name) return Internal("duplicate profile name '" + p.name + "'");
+    }
+    profiles.push_back(std::move(p));
+  }
+  return profiles;
+}
+
+}  // namespace memest::core
+
+namespace memest {
+
+const std::vector<GpuProfile>& GpuProfiles() { return core::GetTable().profiles; }
+
+Result<GpuProfile> FindGpuProfile(std::string_view name) {
+  const core::Table& table = core::GetTable();
+  if (!table.status.ok()) return table.status;
+  const std::string wanted = core::ToLowerAscii(name);
+  for (const GpuProfile& p : table.profiles) {
+    if (p.name == wanted) return p;
+  }
+  return NotFound("unknown GPU profile '" + std::string(name) +
+                  "'; known profiles: " + core::KnownNames(table.profiles));
+}
+
+}  // namespace memest

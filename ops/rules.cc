@@ -1,0 +1,838 @@
+// ops/rules.cc -- the per-op rule table (see ops/rules.h for the contract).
+//
+// Policy (the facts file is ../shared/reference/pytorch-memory-facts.md):
+//  * A rule describes PyTorch 2.x eager training on CUDA, not ONNX Runtime.
+//    Its `cite` names the facts section it rests on; a rule that no quoted
+//    source backs says "INF" and why, to be confirmed by measurement.
+//  * Saved tensors (facts 3): an input or output that autograd keeps is listed
+//    by value id, and the backend decides what it costs (initializers such as
+//    weights are resident anyway and skipped there; a saved output shares the
+//    output's storage, facts 3.1). Tensors PyTorch keeps that the ONNX graph
+//    does not hold (dropout mask, max-pool indices, norm statistics) are
+//    "extra" tensors with a byte size. When the ONNX node exposes such a
+//    tensor as an output of the dtype PyTorch uses, that output is listed
+//    instead, so it is not counted twice.
+//  * Conditional saving (facts 3.1, guard_for): an operand used only by the
+//    other operand's gradient (mul, mm, matmul, div's numerator) is saved only
+//    when that other operand requires grad. Multi-output formulas (conv,
+//    batch/layer norm) save everything, always.
+//  * Unknown shapes never crash a rule: an extra tensor whose size cannot be
+//    computed (unknown dims, overflow in checked arithmetic) is left out; the
+//    backend reports unknown shapes.
+//  * RequiresGrad assumes an unknown dtype is floating point (over-estimate
+//    rather than under-estimate).
+//  * No workspace constants: forward workspaces (cuDNN, facts 2.5) depend on
+//    the plan chosen at run time and must come from measurements, so every
+//    rule here has workspace == nullptr.
+//  * AMP policies follow the CUDA autocast op lists (facts 5.2); ops not
+//    listed pass through.
+//  * Ops without a rule are assumed differentiable and use ConservativeSaved.
+//  * Adding an op: one entry in kRules (a family helper when one fits) and
+//    one line in tests/unit/rules_test.cc (EveryRuleHasASignature).
+#include "ops/rules.h"
+
+#include <algorithm>
+#include <array>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "core/checked.h"
+#include "core/dtype.h"
+
+namespace memest::ops {
+namespace {
+
+using core::BoundGraph;
+using core::Node;
+
+// -----------------------------------------------------------------------------
+// Graph accessors that tolerate omitted values (-1), short vectors and unknown
+// shapes.
+
+int InputId(const RuleContext& c, size_t i) {
+  return i < c.node.inputs.size() ? c.node.inputs[i] : -1;
+}
+int OutputId(const RuleContext& c, size_t i) {
+  return i < c.node.outputs.size() ? c.node.outputs[i] : -1;
+}
+
+bool RequiresGradAt(const std::vector<bool>& rg, int id) {
+  return id >= 0 && static_cast<size_t>(id) < rg.size() &&
+         rg[static_cast<size_t>(id)];
+}
+bool Rg(const RuleContext& c, int id) {
+  return RequiresGradAt(c.requires_grad, id);
+}
+
+// Concrete dims of value `id`, or nullptr when unknown.
+const std::vector<int64_t>* ShapeOf(const BoundGraph& g, int id) {
+  if (id < 0 || static_cast<size_t>(id) >= g.shapes.size()) return nullptr;
+  const auto& s = g.shapes[static_cast<size_t>(id)];
+  return s ? &*s : nullptr;
+}
+
+std::optional<uint64_t> NumelOf(const BoundGraph& g, int id) {
+  const std::vector<int64_t>* s = ShapeOf(g, id);
+  if (s == nullptr) return std::nullopt;
+  return core::CheckedNumel(*s);
+}
+
+// Bound dtype, falling back to the declared one; 0 when unknown.
+int32_t DTypeOf(const BoundGraph& g, int id) {
+  if (id < 0) return 0;
+  const auto i = static_cast<size_t>(id);
+  if (i < g.dtypes.size() && g.dtypes[i] != 0) return g.dtypes[i];
+  if (g.graph != nullptr && i < g.graph->values.size())
+    return g.graph->values[i].dtype;
+  return 0;
+}
+
+// Elements times element size, checked; nullopt when either is unknown or on
+// overflow.
+std::optional<uint64_t> TimesSize(std::optional<uint64_t> numel,
+                                  uint64_t elem_size) {
+  if (!numel || elem_size == 0) return std::nullopt;
+  return core::CheckedMul(*numel, elem_size);
+}
+
+// Product of dims[begin, end); nullopt on a negative dim or overflow.
+std::optional<uint64_t> DimProduct(const std::vector<int64_t>& dims,
+                                   size_t begin, size_t end) {
+  uint64_t n = 1;
+  for (size_t i = begin; i < end && i < dims.size(); ++i) {
+    if (dims[i] < 0) return std::nullopt;
+    auto m = core::CheckedMul(n, static_cast<uint64_t>(dims[i]));
+    if (!m) return std::nullopt;
+    n = *m;
+  }
+  return n;
+}
+
+// Attributes (node.proto may be null for hand-built graphs: defaults apply).
+const onnx::AttributeProto* FindAttr(const Node& n, std::string_view name) {
+  if (n.proto == nullptr) return nullptr;
+  for (const auto& a : n.proto->attribute()) {
+    if (a.name() == name) return &a;
+  }
+  return nullptr;
+}
+int64_t IntAttr(const Node& n, std::string_view name, int64_t def) {
+  const onnx::AttributeProto* a = FindAttr(n, name);
+  return a != nullptr && a->type() == onnx::AttributeProto::INT ? a->i() : def;
+}
+std::string StringAttr(const Node& n, std::string_view name,
+                       std::string_view def) {
+  const onnx::AttributeProto* a = FindAttr(n, name);
+  return a != nullptr && a->type() == onnx::AttributeProto::STRING
+             ? a->s()
+             : std::string(def);
+}
+
+// Normalizes an ONNX axis attribute against `rank`; nullopt when out of range.
+std::optional<size_t> NormalizeAxis(int64_t axis, size_t rank) {
+  const auto r = static_cast<int64_t>(rank);
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis > r) return std::nullopt;
+  return static_cast<size_t>(axis);
+}
+
+// -----------------------------------------------------------------------------
+// Building blocks for saved-tensor functions.
+
+void SaveValue(std::vector<SavedTensor>* out, int id, std::string what) {
+  if (id >= 0) out->push_back(SavedTensor{id, 0, std::move(what)});
+}
+void SaveExtra(std::vector<SavedTensor>* out, std::optional<uint64_t> bytes,
+               std::string what) {
+  if (bytes) out->push_back(SavedTensor{-1, *bytes, std::move(what)});
+}
+
+// PyTorch keeps a tensor of `numel` elements of `dtype` that the ONNX node may
+// expose as output `index`: list that output when present with the same dtype,
+// else an extra tensor.
+void SaveOutputOrExtra(const RuleContext& c, std::vector<SavedTensor>* out,
+                       size_t index, int32_t dtype,
+                       std::optional<uint64_t> numel, std::string what) {
+  const int id = OutputId(c, index);
+  if (id >= 0 && DTypeOf(c.graph, id) == dtype) {
+    SaveValue(out, id, std::move(what));
+    return;
+  }
+  SaveExtra(out, TimesSize(numel, core::DTypeSize(dtype)), std::move(what));
+}
+
+template <int... I>
+void SaveInputs(const RuleContext& c, std::vector<SavedTensor>* out) {
+  (SaveValue(out, InputId(c, I), "in" + std::to_string(I)), ...);
+}
+
+template <int... I>
+void SaveOutputs(const RuleContext& c, std::vector<SavedTensor>* out) {
+  (SaveValue(out, OutputId(c, I), "out" + std::to_string(I)), ...);
+}
+
+template <int... I>
+void SaveInputsAndOutputs(const RuleContext& c, std::vector<SavedTensor>* out) {
+  SaveInputs<I...>(c, out);
+  SaveOutputs<0>(c, out);
+}
+
+void SaveAllInputs(const RuleContext& c, std::vector<SavedTensor>* out) {
+  for (size_t i = 0; i < c.node.inputs.size(); ++i) {
+    SaveValue(out, c.node.inputs[i], "in" + std::to_string(i));
+  }
+}
+
+// Operand `i` of those listed is saved when any other listed operand requires
+// grad (facts 3.1: mm(x, W) saves x only if W requires grad). Operands not
+// listed (Gemm's C) are not saved.
+template <int... I>
+void SaveOperandsForOthers(const RuleContext& c,
+                           std::vector<SavedTensor>* out) {
+  constexpr std::array<int, sizeof...(I)> kIdx{I...};
+  for (int i : kIdx) {
+    bool other = false;
+    for (int j : kIdx)
+      other = other || (j != i && Rg(c, InputId(c, static_cast<size_t>(j))));
+    if (other)
+      SaveValue(out, InputId(c, static_cast<size_t>(i)),
+                "in" + std::to_string(i));
+  }
+}
+
+// Variadic form for Einsum. INF: einsum folds to bmm (facts 3.2 matmul), so
+// each operand is kept for the other operands' gradients; a single operand
+// keeps nothing (sum/permute/diagonal).
+void SaveEinsumOperands(const RuleContext& c, std::vector<SavedTensor>* out) {
+  const size_t n = c.node.inputs.size();
+  for (size_t i = 0; i < n; ++i) {
+    bool other = false;
+    for (size_t j = 0; j < n; ++j)
+      other = other || (j != i && Rg(c, c.node.inputs[j]));
+    if (other) SaveValue(out, c.node.inputs[i], "in" + std::to_string(i));
+  }
+}
+
+// -----------------------------------------------------------------------------
+// Op-specific saved-tensor functions.
+
+// div(a, b): b is used by both gradients (always saved); a only by b's
+// (facts 3.2 div).
+void SaveDiv(const RuleContext& c, std::vector<SavedTensor>* out) {
+  const int a = InputId(c, 0), b = InputId(c, 1);
+  if (Rg(c, b)) SaveValue(out, a, "a");
+  SaveValue(out, b, "b");
+}
+
+// pow(x, e): x always (facts 3.2 pow); INF: when the exponent requires grad,
+// pow.Tensor_Tensor also keeps the result.
+void SavePow(const RuleContext& c, std::vector<SavedTensor>* out) {
+  SaveValue(out, InputId(c, 0), "x");
+  if (Rg(c, InputId(c, 1))) SaveValue(out, OutputId(c, 0), "y");
+}
+
+// Conv / ConvTranspose: input and weight, always (facts 3.2 conv2d). Bias:
+// sizes only.
+void SaveConv(const RuleContext& c, std::vector<SavedTensor>* out) {
+  SaveValue(out, InputId(c, 0), "x");
+  SaveValue(out, InputId(c, 1), "W");
+}
+
+// Max pooling keeps x and int64 indices of the output's shape (facts 3.2
+// max_pool2d).
+void SaveMaxPool(const RuleContext& c, std::vector<SavedTensor>* out) {
+  SaveValue(out, InputId(c, 0), "x");
+  SaveOutputOrExtra(c, out, 1, core::kInt64, NumelOf(c.graph, OutputId(c, 0)),
+                    "indices(int64)");
+}
+
+// Pad: constant_pad_nd's backward slices the gradient (nothing saved). INF:
+// reflection and replication pads keep self (their backward kernels take it).
+void SavePad(const RuleContext& c, std::vector<SavedTensor>* out) {
+  std::string mode = StringAttr(c.node, "mode", "constant");
+  if (mode != "constant") SaveValue(out, InputId(c, 0), "x");
+}
+
+bool BatchNormTraining(const Node& n) {
+  if (FindAttr(n, "training_mode") != nullptr)
+    return IntAttr(n, "training_mode", 0) != 0;
+  if (n.opset >= 14) return false;
+  // Opset < 14: a graph exported in training mode carries the running/saved
+  // statistics outputs.
+  int present = 0;
+  for (int id : n.outputs) present += id >= 0;
+  return present > 1;
+}
+
+// Channels of a BatchNormalization: dim 1 of x, else the length of scale.
+std::optional<uint64_t> BatchNormChannels(const RuleContext& c) {
+  if (const auto* x = ShapeOf(c.graph, InputId(c, 0));
+      x != nullptr && x->size() >= 2) {
+    return DimProduct(*x, 1, 2);
+  }
+  if (const auto* s = ShapeOf(c.graph, InputId(c, 1));
+      s != nullptr && s->size() == 1) {
+    return DimProduct(*s, 0, 1);
+  }
+  return std::nullopt;
+}
+
+// batch_norm: x and weight; in training also save_mean and save_invstd, fp32
+// [C] (facts 3.2 batch_norm, 5.2). Opset 9-13 training graphs expose them as
+// outputs 3 and 4. Inference-mode nodes keep x (the op is still
+// differentiable).
+void SaveBatchNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
+  SaveValue(out, InputId(c, 0), "x");
+  SaveValue(out, InputId(c, 1), "W");
+  if (!BatchNormTraining(c.node)) return;
+  const std::optional<uint64_t> ch = BatchNormChannels(c);
+  const bool legacy =
+      c.node.opset < 14 && FindAttr(c.node, "training_mode") == nullptr;
+  if (legacy) {
+    SaveOutputOrExtra(c, out, 3, core::kFloat, ch, "save_mean(fp32)");
+    SaveOutputOrExtra(c, out, 4, core::kFloat, ch, "save_invstd(fp32)");
+  } else {
+    SaveExtra(out, TimesSize(ch, 4), "save_mean(fp32)");
+    SaveExtra(out, TimesSize(ch, 4), "save_invstd(fp32)");
+  }
+}
+
+// INF: instance_norm runs batch_norm in training mode on x viewed as
+// [1, N*C, ...], so it keeps x plus save_mean/save_invstd of N*C fp32 each.
+void SaveInstanceNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
+  SaveValue(out, InputId(c, 0), "x");
+  SaveValue(out, InputId(c, 1), "W");
+  std::optional<uint64_t> nc;
+  if (const auto* x = ShapeOf(c.graph, InputId(c, 0));
+      x != nullptr && x->size() >= 2) {
+    nc = DimProduct(*x, 0, 2);
+  }
+  SaveExtra(out, TimesSize(nc, 4), "save_mean(fp32)");
+  SaveExtra(out, TimesSize(nc, 4), "save_invstd(fp32)");
+}
+
+// Rows of a normalization over the dims from `axis` on:
+// M = prod(dims[0, axis)).
+std::optional<uint64_t> LeadingRows(const RuleContext& c, int64_t axis_attr) {
+  const auto* x = ShapeOf(c.graph, InputId(c, 0));
+  if (x == nullptr) return std::nullopt;
+  const std::optional<size_t> axis = NormalizeAxis(axis_attr, x->size());
+  if (!axis) return std::nullopt;
+  return DimProduct(*x, 0, *axis);
+}
+
+// layer_norm: x, W, b, and mean/rstd of [M] in fp32 (facts 3.2 layer_norm).
+// ONNX outputs 1 and 2 (Mean, InvStdDev) are those tensors when present in
+// fp32.
+void SaveLayerNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
+  SaveValue(out, InputId(c, 0), "x");
+  SaveValue(out, InputId(c, 1), "W");
+  SaveValue(out, InputId(c, 2), "b");
+  const std::optional<uint64_t> m = LeadingRows(c, IntAttr(c.node, "axis", -1));
+  SaveOutputOrExtra(c, out, 1, core::kFloat, m, "mean(fp32)");
+  SaveOutputOrExtra(c, out, 2, core::kFloat, m, "rstd(fp32)");
+}
+
+// INF: rms_norm (fused or composite) keeps x, W and rstd of [M] in fp32, like
+// layer_norm.
+void SaveRmsNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
+  SaveValue(out, InputId(c, 0), "x");
+  SaveValue(out, InputId(c, 1), "W");
+  SaveExtra(out, TimesSize(LeadingRows(c, IntAttr(c.node, "axis", -1)), 4),
+            "rstd(fp32)");
+}
+
+// INF: native_group_norm keeps x, W, and mean/rstd of [N, G] in fp32.
+void SaveGroupNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
+  SaveValue(out, InputId(c, 0), "x");
+  SaveValue(out, InputId(c, 1), "W");
+  const int64_t groups = IntAttr(c.node, "num_groups", -1);
+  std::optional<uint64_t> ng;
+  if (const auto* x = ShapeOf(c.graph, InputId(c, 0));
+      x != nullptr && !x->empty() && groups > 0) {
+    if (auto n = DimProduct(*x, 0, 1))
+      ng = core::CheckedMul(*n, static_cast<uint64_t>(groups));
+  }
+  SaveExtra(out, TimesSize(ng, 4), "mean(fp32)");
+  SaveExtra(out, TimesSize(ng, 4), "rstd(fp32)");
+}
+
+// Dropout in training keeps a bool mask of x's shape (facts 3.2 dropout).
+// Training: the node has a mask output, or a training_mode input that is not a
+// known false constant (opset >= 12).
+void SaveDropout(const RuleContext& c, std::vector<SavedTensor>* out) {
+  bool training = OutputId(c, 1) >= 0;
+  const int mode = InputId(c, 2);
+  if (!training && mode >= 0) {
+    training = true;  // unknown at load time: assume training (over-estimate)
+    const core::Graph* g = c.graph.graph;
+    if (g != nullptr && static_cast<size_t>(mode) < g->values.size()) {
+      const auto& data = g->values[static_cast<size_t>(mode)].int_data;
+      if (data)
+        training = std::any_of(data->begin(), data->end(),
+                               [](int64_t v) { return v; });
+    }
+  }
+  if (!training) return;
+  SaveOutputOrExtra(c, out, 1, core::kBool, NumelOf(c.graph, InputId(c, 0)),
+                    "mask(bool)");
+}
+
+// LSTM/GRU/RNN (INF, conservative): every input and output, plus the cuDNN
+// reserve space that holds the gate activations of every step: seq * batch *
+// num_directions * gates * hidden elements of x's dtype, where W is
+// [num_directions, gates*hidden, input].
+void SaveRecurrent(const RuleContext& c, std::vector<SavedTensor>* out) {
+  SaveAllInputs(c, out);
+  for (size_t i = 0; i < c.node.outputs.size(); ++i) {
+    SaveValue(out, c.node.outputs[i], "out" + std::to_string(i));
+  }
+  const auto* x = ShapeOf(c.graph, InputId(c, 0));
+  const auto* w = ShapeOf(c.graph, InputId(c, 1));
+  if (x == nullptr || w == nullptr || x->size() != 3 || w->size() != 3) return;
+  auto steps = DimProduct(*x, 0, 2);  // seq * batch in either layout
+  auto gates = DimProduct(*w, 0, 2);  // num_directions * gates * hidden
+  if (!steps || !gates) return;
+  SaveExtra(out,
+            TimesSize(core::CheckedMul(*steps, *gates),
+                      core::DTypeSize(DTypeOf(c.graph, InputId(c, 0)))),
+            "gates(reserve)");
+}
+
+// INF: TopK keeps the int64 indices (output 1) for
+// value_selecting_reduction_backward.
+void SaveTopK(const RuleContext& c, std::vector<SavedTensor>* out) {
+  SaveValue(out, OutputId(c, 1), "indices");
+}
+
+// cross_entropy = log_softmax + nll_loss: keeps the log-probs (ONNX output 1
+// when present), target and class weights (facts 3.2 cross_entropy).
+void SaveSoftmaxCrossEntropy(const RuleContext& c,
+                             std::vector<SavedTensor>* out) {
+  const int scores = InputId(c, 0);
+  SaveOutputOrExtra(c, out, 1, DTypeOf(c.graph, scores),
+                    NumelOf(c.graph, scores), "log_prob");
+  SaveValue(out, InputId(c, 1), "target");
+  SaveValue(out, InputId(c, 2), "weight");
+}
+
+// ONNX Attention (opset 23) as SDPA flash (facts 3.2 SDPA flash): q, k, v,
+// mask, out and the fp32 logsumexp [B, H, Lq]. INF: the backend PyTorch picks
+// is not known statically (facts 8.4).
+void SaveAttention(const RuleContext& c, std::vector<SavedTensor>* out) {
+  SaveValue(out, InputId(c, 0), "q");
+  SaveValue(out, InputId(c, 1), "k");
+  SaveValue(out, InputId(c, 2), "v");
+  SaveValue(out, InputId(c, 3), "mask");
+  SaveValue(out, OutputId(c, 0), "out");
+  const auto* q = ShapeOf(c.graph, InputId(c, 0));
+  if (q == nullptr) return;
+  std::optional<uint64_t> rows;
+  if (q->size() == 4) {
+    rows = DimProduct(*q, 0, 3);  // [B, H, L, D]
+  } else if (q->size() == 3) {
+    const int64_t heads = IntAttr(c.node, "q_num_heads", -1);
+    auto bl = DimProduct(*q, 0, 2);  // [B, L, H*D]
+    if (bl && heads > 0)
+      rows = core::CheckedMul(*bl, static_cast<uint64_t>(heads));
+  }
+  SaveExtra(out, TimesSize(rows, 4), "logsumexp(fp32)");
+}
+
+// -----------------------------------------------------------------------------
+// Families: most ops are one line.
+
+constexpr AmpPolicy kPass = AmpPolicy::kPassThrough;
+constexpr AmpPolicy kLow = AmpPolicy::kLowerPrecision;
+constexpr AmpPolicy kFp32 = AmpPolicy::kFp32;
+constexpr AmpPolicy kPromote = AmpPolicy::kPromote;
+
+constexpr OpRule Saves(std::string_view op, SavedFn fn, std::string_view cite,
+                       AmpPolicy amp = kPass) {
+  return OpRule{
+      .domain = "", .op_type = op, .amp = amp, .saved = fn, .cite = cite};
+}
+// Backward needs the result (relu, sigmoid, tanh, exp, sqrt, softmax, ...).
+constexpr OpRule SavesOutput(std::string_view op, std::string_view cite,
+                             AmpPolicy amp = kPass) {
+  return Saves(op, SaveOutputs<0>, cite, amp);
+}
+// Backward needs the input (gelu, erf, log, pow, trig, most activations, avg
+// pool).
+constexpr OpRule SavesInput(std::string_view op, std::string_view cite,
+                            AmpPolicy amp = kPass) {
+  return Saves(op, SaveInputs<0>, cite, amp);
+}
+// Backward needs input and result (amax, prod, norms, logsumexp).
+constexpr OpRule SavesInputOutput(std::string_view op, std::string_view cite,
+                                  AmpPolicy amp = kPass) {
+  return Saves(op, SaveInputsAndOutputs<0>, cite, amp);
+}
+// Linear in its inputs: backward needs sizes only (add, sum, cat, cast, ...).
+constexpr OpRule SavesNothing(std::string_view op, std::string_view cite,
+                              AmpPolicy amp = kPass) {
+  return Saves(op, nullptr, cite, amp);
+}
+// Output 0 is a view of input 0; nothing saved (facts 3.1 views).
+constexpr OpRule View(std::string_view op, std::string_view cite) {
+  return OpRule{.domain = "", .op_type = op, .view = true, .cite = cite};
+}
+// No gradient flows: integer, bool, shape or piecewise-constant outputs.
+constexpr OpRule NoGrad(std::string_view op, std::string_view cite) {
+  return OpRule{
+      .domain = "", .op_type = op, .differentiable = false, .cite = cite};
+}
+
+constexpr std::string_view kIntOut = "INF: integer/bool output, no gradient";
+constexpr std::string_view kShapeOut =
+    "facts 3.1 sizes are not tensors; INF: no gradient";
+constexpr std::string_view kStepOut = "INF: piecewise constant, zero gradient";
+constexpr std::string_view kRandom = "INF: random generator, no gradient";
+constexpr std::string_view kQuant = "INF: quantized (integer) op, not trained";
+
+constexpr bool RuleLess(const OpRule& a, const OpRule& b) {
+  return std::tie(a.domain, a.op_type) < std::tie(b.domain, b.op_type);
+}
+
+constexpr auto kRules = [] {
+  std::array rules{
+      // -- Saves its output (facts 3.2: relu, sigmoid, tanh, softmax,
+      // log_softmax, exp, sqrt).
+      SavesOutput("Relu", "facts 3.2 relu"),
+      SavesOutput("Sigmoid", "facts 3.2 sigmoid"),
+      SavesOutput("Tanh", "facts 3.2 tanh"),
+      SavesOutput("Exp", "facts 3.2 exp; 5.2 FP32", kFp32),
+      SavesOutput("Sqrt", "facts 3.2 sqrt"),
+      SavesOutput("Reciprocal",
+                  "INF: grad * -result^2 (like facts 3.2 sqrt); 5.2 FP32",
+                  kFp32),
+      SavesOutput("Softmax", "facts 3.2 softmax; 5.2 FP32_SET_OPT_DTYPE",
+                  kFp32),
+      SavesOutput("LogSoftmax", "facts 3.2 log_softmax; 5.2 FP32_SET_OPT_DTYPE",
+                  kFp32),
+      SavesOutput("Tan", "INF: grad * (1 + result^2); 5.2 FP32", kFp32),
+      SavesOutput("ReduceLogSum",
+                  "INF: log(sum(x)) keeps the sum, sized like y; 5.2 FP32",
+                  kFp32),
+
+      // -- Saves its input (facts 3.2: gelu, silu, pow).
+      SavesInput("Gelu", "facts 3.2 gelu"),
+      SavesInput("Erf", "INF: grad * exp(-x^2) needs x (like facts 3.2 gelu)"),
+      SavesInput("Log", "INF: grad / x needs x; 5.2 FP32", kFp32),
+      SavesInput("Sin", "INF: grad * cos(x) needs x"),
+      SavesInput("Cos", "INF: grad * -sin(x) needs x"),
+      SavesInput("Asin", "INF: needs x; 5.2 FP32", kFp32),
+      SavesInput("Acos", "INF: needs x; 5.2 FP32", kFp32),
+      SavesInput("Atan", "INF: needs x"),
+      SavesInput("Sinh", "INF: needs x; 5.2 FP32", kFp32),
+      SavesInput("Cosh", "INF: needs x; 5.2 FP32", kFp32),
+      SavesInput("Asinh", "INF: needs x"),
+      SavesInput("Acosh", "INF: needs x"),
+      SavesInput("Atanh", "INF: needs x"),
+      SavesInput("Abs", "INF: grad * sgn(x) needs x"),
+      SavesInput("LeakyRelu",
+                 "INF: leaky_relu_backward(grad, self) like facts 3.2 gelu"),
+      SavesInput("Elu", "INF: elu_backward(..., self) (out of place)"),
+      SavesInput("Selu", "INF: selu is elu with scales, keeps x"),
+      SavesInput("Celu", "INF: celu is elu with scales, keeps x"),
+      SavesInput("Softplus", "INF: softplus_backward(grad, self); 5.2 FP32",
+                 kFp32),
+      SavesInput("Softsign", "INF: composite x/(1+|x|), keeps x"),
+      SavesInput("HardSigmoid", "INF: hardsigmoid_backward(grad, self)"),
+      SavesInput("HardSwish", "INF: hardswish_backward(grad, self)"),
+      SavesInput("Mish", "INF: mish_backward(grad, self) like facts 3.2 silu"),
+      SavesInput("ThresholdedRelu",
+                 "INF: threshold_backward(grad, self, alpha)"),
+      SavesInput("Shrink", "INF: hard/softshrink_backward(grad, self)"),
+      SavesInput("Clip", "INF: clamp_backward(grad, self, min, max)"),
+      SavesInput("AveragePool", "facts 3.2 avg_pool2d"),
+      SavesInput("MeanVarianceNormalization",
+                 "INF: composite, conservatively keeps x"),
+      SavesInput("ReduceL1", "INF: grad * sgn(x) needs x; 5.2 norms FP32",
+                 kFp32),
+      SavesInput("ReduceSumSquare",
+                 "INF: pow(x, 2) keeps x (facts 3.2 pow); 5.2 FP32", kFp32),
+
+      // -- Saves input and output.
+      SavesInputOutput("ReduceMax",
+                       "INF: amax backward compares x with result"),
+      SavesInputOutput("ReduceMin",
+                       "INF: amin backward compares x with result"),
+      SavesInputOutput("ReduceProd",
+                       "INF: prod_backward(grad, self, result); 5.2 FP32",
+                       kFp32),
+      SavesInputOutput("ReduceL2",
+                       "INF: norm_backward(grad, self, p, result); 5.2 FP32",
+                       kFp32),
+      SavesInputOutput("ReduceLogSumExp",
+                       "INF: logsumexp_backward(grad, self, result); 5.2 FP32",
+                       kFp32),
+      SavesInputOutput("LpNormalization",
+                       "INF: x / norm keeps x and the norm; 5.2 norms FP32",
+                       kFp32),
+      SavesInputOutput("LRN",
+                       "INF: composite (pow, avg_pool, div), keeps x and y"),
+      SavesInputOutput("LpPool",
+                       "INF: composite (pow, avg_pool, pow), keeps x and y"),
+      SavesInputOutput("GlobalLpPool",
+                       "INF: composite (pow, avg_pool, pow), keeps x and y"),
+
+      // -- Saves nothing (linear ops: facts 3.2 add/sub, sum/mean, cat,
+      // clone/_to_copy).
+      SavesNothing("Add", "facts 3.2 add"),
+      SavesNothing("Sub", "facts 3.2 sub"),
+      SavesNothing("Neg", "INF: -grad, nothing saved (like facts 3.2 sub)"),
+      SavesNothing("Sum", "facts 3.2 add (variadic)"),
+      SavesNothing("Mean", "facts 3.2 add, mean (variadic)"),
+      SavesNothing("ReduceSum", "facts 3.2 sum; 5.2 FP32_SET_OPT_DTYPE", kFp32),
+      SavesNothing("ReduceMean", "facts 3.2 mean"),
+      SavesNothing("Concat", "facts 3.2 cat"),
+      SavesNothing("Cast", "facts 3.2 _to_copy"),
+      SavesNothing("CastLike", "facts 3.2 _to_copy"),
+      SavesNothing("GlobalAveragePool", "facts 3.2 adaptive_avg_pool2d (1,1)"),
+      SavesNothing("Tile", "INF: repeat_backward needs sizes only"),
+      SavesNothing("Trilu", "INF: triu/tril backward masks grad, sizes only"),
+      SavesNothing("CumSum",
+                   "INF: reversed cumsum of grad; 5.2 FP32_SET_OPT_DTYPE",
+                   kFp32),
+      SavesNothing("DepthToSpace", "INF: reshape+permute copy, nothing saved"),
+      SavesNothing("SpaceToDepth", "INF: reshape+permute copy, nothing saved"),
+      SavesNothing("Mod", "INF: fmod/remainder grad is grad"),
+      SavesNothing(
+          "Resize",
+          "INF: upsample_* backward needs sizes only; 5.2 FP32 upsample_*",
+          kFp32),
+      SavesNothing(
+          "Upsample",
+          "INF: upsample_* backward needs sizes only; 5.2 FP32 upsample_*",
+          kFp32),
+
+      // -- Views of input 0 (facts 3.1 views; reshape copies only when not
+      // viewable).
+      View("Reshape", "facts 3.1 views reshape"),
+      View("Flatten", "facts 3.1 views flatten"),
+      View("Squeeze", "facts 3.1 views squeeze"),
+      View("Unsqueeze", "facts 3.1 views unsqueeze"),
+      View("Transpose", "facts 3.1 views permute"),
+      View("Expand", "facts 3.1 views expand"),
+      View("Identity", "facts 3.1 views alias"),
+      View("Slice", "facts 3.1 views slice"),
+      View("Split", "facts 3.1 views split"),
+
+      // -- Operand products: each operand kept for the other's gradient
+      // (facts 3.1 guard_for).
+      Saves("Mul", SaveOperandsForOthers<0, 1>, "facts 3.2 mul; 3.1 guard_for"),
+      Saves("MatMul", SaveOperandsForOthers<0, 1>,
+            "facts 3.2 matmul; 3.1; 5.2 LOWER_PRECISION", kLow),
+      Saves("Gemm", SaveOperandsForOthers<0, 1>,
+            "facts 3.2 linear (addmm); 5.2 LOWER_PRECISION", kLow),
+      Saves("Einsum", SaveEinsumOperands,
+            "INF: folds to bmm (facts 3.2); 5.2 LOWER_PRECISION", kLow),
+      Saves("Div", SaveDiv, "facts 3.2 div"),
+      Saves("Pow", SavePow, "facts 3.2 pow; 5.2 FP32", kFp32),
+
+      // -- Inputs kept by their backward.
+      Saves("Conv", SaveConv, "facts 3.2 conv2d; 5.2 LOWER_PRECISION", kLow),
+      Saves("ConvTranspose", SaveConv,
+            "facts 3.2 conv2d (convolution); 5.2 LOWER_PRECISION", kLow),
+      Saves("PRelu", SaveInputs<0, 1>,
+            "INF: prelu backward needs x and slope; 5.2 LOWER_PRECISION", kLow),
+      Saves("Where", SaveInputs<0>,
+            "INF: where(cond, grad, 0) keeps the bool condition"),
+      Saves("Gather", SaveInputs<1>, "facts 3.2 embedding (indices only)"),
+      Saves("GatherElements", SaveInputs<1>,
+            "facts 3.2 embedding; INF: gather keeps index"),
+      Saves("GatherND", SaveInputs<1>,
+            "facts 3.2 embedding; INF: index keeps indices"),
+      Saves("ScatterElements", SaveInputs<1>,
+            "INF: scatter backward gathers by index"),
+      Saves("Scatter", SaveInputs<1>, "INF: scatter backward gathers by index"),
+      Saves("ScatterND", SaveInputs<1>,
+            "INF: index_put backward indexes; 5.2 PROMOTE index_put", kPromote),
+      Saves("Compress", SaveInputs<1>,
+            "INF: index_select/masked_select keeps the selector"),
+      Saves("Max", SaveAllInputs, "INF: maximum backward compares the inputs"),
+      Saves("Min", SaveAllInputs, "INF: minimum backward compares the inputs"),
+      Saves("GridSample", SaveInputs<0, 1>,
+            "INF: grid_sampler_2d_backward(grad, input, grid); 5.2 PROMOTE",
+            kPromote),
+      Saves("NegativeLogLikelihoodLoss", SaveInputs<0, 1, 2>,
+            "facts 3.2 cross_entropy (nll_loss); 5.2 FP32 nll_loss", kFp32),
+      Saves("SoftmaxCrossEntropyLoss", SaveSoftmaxCrossEntropy,
+            "facts 3.2 cross_entropy; 5.2 FP32 nll_loss (INF)", kFp32),
+      Saves("TopK", SaveTopK,
+            "INF: value_selecting_reduction_backward keeps indices"),
+      Saves("Pad", SavePad,
+            "INF: constant pad keeps nothing; reflect/edge keep x"),
+
+      // -- Pooling with indices, normalizations, dropout (extra tensors).
+      Saves("MaxPool", SaveMaxPool, "facts 3.2 max_pool2d"),
+      Saves("GlobalMaxPool", SaveMaxPool,
+            "INF: adaptive_max_pool2d keeps x and indices (3.2)"),
+      Saves("BatchNormalization", SaveBatchNorm,
+            "facts 3.2 batch_norm; 5.2 not in FP32 list"),
+      Saves("InstanceNormalization", SaveInstanceNorm,
+            "INF: batch_norm on [1, N*C, ...] (facts 3.2 batch_norm)"),
+      Saves("LayerNormalization", SaveLayerNorm,
+            "facts 3.2 layer_norm; 5.2 FP32", kFp32),
+      Saves("GroupNormalization", SaveGroupNorm,
+            "INF: like facts 3.2 layer_norm, stats [N, G]; 5.2 FP32 group_norm",
+            kFp32),
+      Saves("RMSNormalization", SaveRmsNorm,
+            "INF: like facts 3.2 layer_norm, rstd only"),
+      Saves("Dropout", SaveDropout, "facts 3.2 dropout"),
+      Saves("Attention", SaveAttention,
+            "facts 3.2 SDPA flash; 5.2 LOWER_PRECISION; INF backend", kLow),
+
+      // -- Recurrent (conservative).
+      Saves("LSTM", SaveRecurrent,
+            "INF: all inputs/outputs + gates reserve; 5.2 RNN cells", kLow),
+      Saves("GRU", SaveRecurrent,
+            "INF: all inputs/outputs + gates reserve; 5.2 RNN cells", kLow),
+      Saves("RNN", SaveRecurrent,
+            "INF: all inputs/outputs + gates reserve; 5.2 RNN cells", kLow),
+
+      // -- No gradient.
+      NoGrad("Shape", kShapeOut),
+      NoGrad("Size", kShapeOut),
+      NoGrad("Equal", kIntOut),
+      NoGrad("Less", kIntOut),
+      NoGrad("LessOrEqual", kIntOut),
+      NoGrad("Greater", kIntOut),
+      NoGrad("GreaterOrEqual", kIntOut),
+      NoGrad("And", kIntOut),
+      NoGrad("Or", kIntOut),
+      NoGrad("Xor", kIntOut),
+      NoGrad("Not", kIntOut),
+      NoGrad("IsNaN", kIntOut),
+      NoGrad("IsInf", kIntOut),
+      NoGrad("NonZero", kIntOut),
+      NoGrad("ArgMax", kIntOut),
+      NoGrad("ArgMin", kIntOut),
+      NoGrad("Unique", kIntOut),
+      NoGrad("NonMaxSuppression", kIntOut),
+      NoGrad("BitShift", kIntOut),
+      NoGrad("BitwiseAnd", kIntOut),
+      NoGrad("BitwiseOr", kIntOut),
+      NoGrad("BitwiseXor", kIntOut),
+      NoGrad("BitwiseNot", kIntOut),
+      NoGrad("Hardmax", kStepOut),
+      NoGrad("Floor", kStepOut),
+      NoGrad("Ceil", kStepOut),
+      NoGrad("Round", kStepOut),
+      NoGrad("Sign", kStepOut),
+      NoGrad("Range", kShapeOut),
+      NoGrad("ConstantOfShape", kShapeOut),
+      NoGrad("Constant", "INF: constant, no gradient"),
+      NoGrad("OneHot", kIntOut),
+      NoGrad("EyeLike", kShapeOut),
+      NoGrad("RandomNormal", kRandom),
+      NoGrad("RandomNormalLike", kRandom),
+      NoGrad("RandomUniform", kRandom),
+      NoGrad("RandomUniformLike", kRandom),
+      NoGrad("Bernoulli", kRandom),
+      NoGrad("Multinomial", kRandom),
+      NoGrad("QuantizeLinear", kQuant),
+      NoGrad("DequantizeLinear", kQuant),
+      NoGrad("DynamicQuantizeLinear", kQuant),
+      NoGrad("MatMulInteger", kQuant),
+      NoGrad("ConvInteger", kQuant),
+      NoGrad("QLinearConv", kQuant),
+      NoGrad("QLinearMatMul", kQuant),
+  };
+  std::sort(rules.begin(), rules.end(), RuleLess);
+  return rules;
+}();
+
+constexpr bool StrictlySorted() {
+  for (size_t i = 1; i < kRules.size(); ++i) {
+    if (!RuleLess(kRules[i - 1], kRules[i])) return false;
+  }
+  return true;
+}
+static_assert(StrictlySorted(), "duplicate op in the rule table");
+
+}  // namespace
+
+const OpRule* FindRule(std::string_view domain, std::string_view op_type) {
+  if (domain == "ai.onnx") domain = "";
+  OpRule key;
+  key.domain = domain;
+  key.op_type = op_type;
+  auto it = std::lower_bound(kRules.begin(), kRules.end(), key, RuleLess);
+  if (it == kRules.end() || it->domain != domain || it->op_type != op_type)
+    return nullptr;
+  return &*it;
+}
+
+std::span<const OpRule> AllRules() { return kRules; }
+
+void ConservativeSaved(const RuleContext& ctx, std::vector<SavedTensor>* out) {
+  for (size_t i = 0; i < ctx.node.inputs.size(); ++i) {
+    const int id = ctx.node.inputs[i];
+    if (Rg(ctx, id)) SaveValue(out, id, "in" + std::to_string(i));
+  }
+  for (size_t i = 0; i < ctx.node.outputs.size(); ++i) {
+    const int id = ctx.node.outputs[i];
+    if (Rg(ctx, id)) SaveValue(out, id, "out" + std::to_string(i));
+  }
+}
+
+std::vector<SavedTensor> SavedTensors(const core::Node& node,
+                                      const core::BoundGraph& graph,
+                                      const std::vector<bool>& requires_grad) {
+  std::vector<SavedTensor> saved;
+  // facts 3.1: autograd records nothing when no input requires grad.
+  const bool active =
+      std::any_of(node.inputs.begin(), node.inputs.end(),
+                  [&](int id) { return RequiresGradAt(requires_grad, id); });
+  if (!active) return saved;
+  const OpRule* rule = FindRule(node.domain, node.op_type);
+  if (rule != nullptr && !rule->differentiable) return saved;
+  const RuleContext ctx{node, graph, requires_grad};
+  if (rule == nullptr) {
+    ConservativeSaved(ctx, &saved);
+  } else if (rule->saved != nullptr) {
+    rule->saved(ctx, &saved);
+  }
+  // A value listed twice (mul(x, x)) holds one storage: keep the first entry.
+  std::vector<SavedTensor> unique;
+  unique.reserve(saved.size());
+  for (auto& s : saved) {
+    if (s.value >= 0 &&
+        std::any_of(unique.begin(), unique.end(),
+                    [&](const SavedTensor& u) { return u.value == s.value; })) {
+      continue;
+    }
+    unique.push_back(std::move(s));
+  }
+  return unique;
+}
+
+std::vector<bool> RequiresGrad(const core::BoundGraph& graph) {
+  if (graph.graph == nullptr) return {};
+  const core::Graph& g = *graph.graph;
+  std::vector<bool> rg(g.values.size(), false);
+  for (size_t i = 0; i < g.values.size(); ++i) rg[i] = g.values[i].trainable;
+  for (const core::Node& node : g.nodes) {
+    const OpRule* rule = FindRule(node.domain, node.op_type);
+    if (rule != nullptr && !rule->differentiable) continue;
+    // If/Loop/Scan bodies may read outer values that node.inputs does not
+    // list: assume one of them requires grad (over-estimate).
+    const bool any =
+        node.subgraph_nodes > 0 ||
+        std::any_of(node.inputs.begin(), node.inputs.end(),
+                    [&](int id) { return RequiresGradAt(rg, id); });
+    if (!any) continue;
+    for (int id : node.outputs) {
+      if (id < 0 || static_cast<size_t>(id) >= rg.size()) continue;
+      const int32_t dtype = DTypeOf(graph, id);
+      // Unknown dtype: assume float (over-estimate rather than under-estimate).
+      rg[static_cast<size_t>(id)] = dtype == 0 || core::IsFloatDType(dtype);
+    }
+  }
+  return rg;
+}
+
+}  // namespace memest::ops

@@ -1,0 +1,186 @@
+#include "memest/gpu_profile.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memest/status.h"
+
+namespace memest::core {
+// Internal parser behind GpuProfiles(), defined in core/gpu_profile.cc (no public header).
+Result<std::vector<GpuProfile>> ParseGpuProfilesJson(std::string_view text);
+}  // namespace memest::core
+
+namespace memest {
+namespace {
+
+// pytorch-memory-facts.md section 2.3: default cuBLAS workspace sizes.
+constexpr uint64_t kHopperWorkspace = 33'554'432;  // 4096 KiB x 8
+constexpr uint64_t kOtherWorkspace = 8'519'680;    // :4096:2:16:8
+
+const std::vector<std::string> kRequired = {"h100-80gb", "h200-141gb", "a100-40gb",
+                                            "a100-80gb", "l4-24gb",    "rtx4090-24gb"};
+
+struct NamedValue {
+  const char* field;
+  const ProfileValue* value;
+};
+
+std::vector<NamedValue> Values(const GpuProfile& p) {
+  return {{"total_memory", &p.total_memory},
+          {"usable_memory", &p.usable_memory},
+          {"cuda_context", &p.cuda_context},
+          {"cublas_workspace", &p.cublas_workspace}};
+}
+
+TEST(GpuProfileTest, AllRequiredProfilesExist) {
+  for (const std::string& name : kRequired) {
+    Result<GpuProfile> p = FindGpuProfile(name);
+    ASSERT_TRUE(p.ok()) << name << ": " << p.status().ToString();
+    EXPECT_EQ(p->name, name);
+    EXPECT_FALSE(p->display_name.empty()) << name;
+  }
+  EXPECT_GE(GpuProfiles().size(), kRequired.size());
+}
+
+TEST(GpuProfileTest, TableIsStableAndNamesAreUnique) {
+  const std::vector<GpuProfile>& a = GpuProfiles();
+  const std::vector<GpuProfile>& b = GpuProfiles();
+  EXPECT_EQ(&a, &b);  // built once
+  ASSERT_FALSE(a.empty());
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (size_t j = i + 1; j < a.size(); ++j) EXPECT_NE(a[i].name, a[j].name);
+  }
+}
+
+TEST(GpuProfileTest, EveryValueHasASourceAndPositiveBytes) {
+  for (const GpuProfile& p : GpuProfiles()) {
+    for (const NamedValue& nv : Values(p)) {
+      EXPECT_FALSE(nv.value->source.empty()) << p.name << "." << nv.field;
+      EXPECT_GT(nv.value->bytes, 0u) << p.name << "." << nv.field;
+    }
+    EXPECT_EQ(p.allocator, "native") << p.name;
+  }
+}
+
+// Source vocabulary (docs/gpu-profiles.md): "measured: <repo-relative data file> ..." if and only
+// if calibrated; otherwise "cited: ", "definition: " or "uncalibrated guess: ".
+TEST(GpuProfileTest, SourcesFollowTheProvenanceRules) {
+  for (const GpuProfile& p : GpuProfiles()) {
+    for (const NamedValue& nv : Values(p)) {
+      const std::string& s = nv.value->source;
+      const std::string where = p.name + "." + nv.field + ": " + s;
+      if (nv.value->calibrated) {
+        ASSERT_TRUE(s.starts_with("measured: ")) << where;
+        std::string rest = s.substr(std::string_view("measured: ").size());
+        std::string path = rest.substr(0, rest.find(' '));
+        EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(MEMEST_SOURCE_DIR) / path))
+            << "calibrated value without its committed data file: " << where;
+      } else {
+        EXPECT_TRUE(s.starts_with("cited: ") || s.starts_with("definition: ") ||
+                    s.starts_with("uncalibrated guess: "))
+            << where;
+      }
+    }
+  }
+}
+
+// Target stack torch 2.11: 32 MiB "for Hopper and Blackwell" (sm major 9, 10, 12); older torch used
+// 32 MiB on sm 9.0 only. The two rules agree on every profile in the table today.
+TEST(GpuProfileTest, CublasWorkspaceMatchesArchitecture) {
+  for (const GpuProfile& p : GpuProfiles()) {
+    const bool big = p.sm_major == 9 || p.sm_major == 10 || p.sm_major == 12;
+    EXPECT_EQ(p.cublas_workspace.bytes, big ? kHopperWorkspace : kOtherWorkspace)
+        << p.name << " sm " << p.sm_major << "." << p.sm_minor;
+  }
+  EXPECT_EQ(FindGpuProfile("h100-80gb")->cublas_workspace.bytes, kHopperWorkspace);
+  EXPECT_EQ(FindGpuProfile("h200-141gb")->cublas_workspace.bytes, kHopperWorkspace);
+  EXPECT_EQ(FindGpuProfile("a100-40gb")->cublas_workspace.bytes, kOtherWorkspace);
+  EXPECT_EQ(FindGpuProfile("l4-24gb")->cublas_workspace.bytes, kOtherWorkspace);
+}
+
+TEST(GpuProfileTest, UsableNeverExceedsTotal) {
+  for (const GpuProfile& p : GpuProfiles()) {
+    EXPECT_LE(p.usable_memory.bytes, p.total_memory.bytes) << p.name;
+    // The context must leave room for a job.
+    EXPECT_LT(p.cuda_context.bytes + 2 * p.cublas_workspace.bytes, p.usable_memory.bytes) << p.name;
+  }
+}
+
+TEST(GpuProfileTest, LookupIsCaseInsensitive) {
+  Result<GpuProfile> p = FindGpuProfile("H100-80GB");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->name, "h100-80gb");
+  EXPECT_TRUE(FindGpuProfile("Rtx4090-24Gb").ok());
+}
+
+TEST(GpuProfileTest, UnknownNameIsNotFoundAndListsKnownNames) {
+  Result<GpuProfile> p = FindGpuProfile("v100-16gb");
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), ErrorCode::kNotFound);
+  EXPECT_NE(p.status().message().find("v100-16gb"), std::string::npos);
+  for (const std::string& name : kRequired) {
+    EXPECT_NE(p.status().message().find(name), std::string::npos) << p.status().message();
+  }
+  EXPECT_EQ(FindGpuProfile("").status().code(), ErrorCode::kNotFound);
+}
+
+// The parser behind the table never throws and reports malformed data as kInternal.
+TEST(GpuProfileTest, MalformedDataIsAnInternalErrorNotAnException) {
+  const char* bad[] = {
+      "",
+      "{",
+      "[]",
+      R"({"format": "memest-gpu-profiles/1", "profiles": []})",
+      R"({"format": "other/9", "profiles": [{}]})",
+      R"({"format": "memest-gpu-profiles/1", "profiles": [{"name": "x"}]})",
+      R"({"format": "memest-gpu-profiles/1", "profiles": [1]})",
+      R"({"format": "memest-gpu-profiles/1", "unknown": 1, "profiles": [{}]})",
+  };
+  for (const char* text : bad) {
+    Result<std::vector<GpuProfile>> r = core::ParseGpuProfilesJson(text);
+    EXPECT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), ErrorCode::kInternal) << text;
+  }
+}
+
+std::string OneProfile(std::string_view total, std::string_view usable, std::string_view source,
+                       std::string_view calibrated = "false") {
+  auto value = [&](std::string_view bytes) {
+    return std::string(R"({"bytes": )") + std::string(bytes) + R"(, "source": ")" +
+           std::string(source) + R"(", "calibrated": )" + std::string(calibrated) + "}";
+  };
+  return std::string(R"({"format": "memest-gpu-profiles/1", "profiles": [{)") +
+         R"("name": "test-gpu", "display_name": "Test", "sm_major": 8, "sm_minor": 0, )" +
+         R"("sm_source": "cited: test", "allocator": "native", )" + R"("total_memory": )" +
+         value(total) + R"(, "usable_memory": )" + value(usable) + R"(, "cuda_context": )" +
+         value("1") + R"(, "cublas_workspace": )" + value("1") + "}]}";
+}
+
+TEST(GpuProfileTest, ParserEnforcesTheDataRules) {
+  Result<std::vector<GpuProfile>> good =
+      core::ParseGpuProfilesJson(OneProfile("100", "90", "cited: x"));
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  ASSERT_EQ(good->size(), 1u);
+  EXPECT_EQ((*good)[0].usable_memory.bytes, 90u);
+  EXPECT_EQ((*good)[0].total_memory.source, "cited: x");
+
+  // usable > total, empty source, negative or fractional bytes, calibrated without "measured: ",
+  // "measured: " without calibrated.
+  for (const std::string& text :
+       {OneProfile("100", "101", "cited: x"), OneProfile("100", "90", ""),
+        OneProfile("-1", "90", "cited: x"), OneProfile("100.5", "90", "cited: x"),
+        OneProfile("100", "90", "cited: x", "true"),
+        OneProfile("100", "90", "measured: data/x.json", "false")}) {
+    Result<std::vector<GpuProfile>> r = core::ParseGpuProfilesJson(text);
+    EXPECT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), ErrorCode::kInternal) << text;
+  }
+}
+
+}  // namespace
+}  // namespace memest

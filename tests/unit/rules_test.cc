@@ -1,0 +1,763 @@
+// Tests for ops/rules.{h,cc}: the registry itself, one signature per registered
+// op (so a rule added without a test fails
+// RulesRegistry.EveryRuleHasASignature), and exact saved bytes for each family
+// on small hand-built graphs.
+#include "ops/rules.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace memest::ops {
+namespace {
+
+using core::ValueKind;
+using Shape = std::optional<std::vector<int64_t>>;
+
+uint64_t TestElemSize(int32_t dtype) {
+  switch (dtype) {
+    case core::kFloat:
+    case core::kInt32:
+      return 4;
+    case core::kInt64:
+    case core::kDouble:
+      return 8;
+    case core::kFloat16:
+    case core::kBFloat16:
+      return 2;
+    case core::kBool:
+    case core::kUInt8:
+    case core::kInt8:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+// Builds a core::Graph and its core::BoundGraph by hand. Not copyable: nodes
+// point into proto.
+class GraphBuilder {
+ public:
+  GraphBuilder() { bound_.graph = &graph_; }
+  GraphBuilder(const GraphBuilder&) = delete;
+  GraphBuilder& operator=(const GraphBuilder&) = delete;
+
+  int AddValue(const std::string& name, int32_t dtype, Shape shape,
+               ValueKind kind = ValueKind::kIntermediate,
+               bool trainable = false) {
+    core::Value v;
+    v.name = name;
+    v.dtype = dtype;
+    v.kind = kind;
+    v.trainable = trainable;
+    v.has_shape = shape.has_value();
+    const int id = static_cast<int>(graph_.values.size());
+    graph_.values.push_back(v);
+    graph_.value_index[name] = id;
+    bound_.dtypes.push_back(dtype);
+    std::optional<uint64_t> bytes;
+    if (shape) {
+      uint64_t n = 1;
+      for (int64_t d : *shape) n *= static_cast<uint64_t>(d);
+      bytes = n * TestElemSize(dtype);
+    }
+    bound_.shapes.push_back(std::move(shape));
+    bound_.bytes.push_back(bytes);
+    return id;
+  }
+  int Param(const std::string& name, std::vector<int64_t> dims) {
+    return AddValue(name, core::kFloat, dims, ValueKind::kInitializer,
+                    /*trainable=*/true);
+  }
+  int Data(const std::string& name, int32_t dtype, std::vector<int64_t> dims) {
+    const int id = AddValue(name, dtype, dims, ValueKind::kDataInput);
+    graph_.data_inputs.push_back(id);
+    return id;
+  }
+  int Const(const std::string& name, int32_t dtype, std::vector<int64_t> dims,
+            std::optional<std::vector<int64_t>> int_data = std::nullopt) {
+    const int id = AddValue(name, dtype, dims, ValueKind::kInitializer);
+    graph_.values[static_cast<size_t>(id)].int_data = std::move(int_data);
+    return id;
+  }
+  int Tensor(const std::string& name, int32_t dtype, Shape shape) {
+    return AddValue(name, dtype, std::move(shape));
+  }
+  // A float32 intermediate that requires grad: param + data, both of `dims`.
+  int Activation(const std::string& name, std::vector<int64_t> dims) {
+    const int p = Param(name + "_p", dims);
+    const int x = Data(name + "_x", core::kFloat, dims);
+    const int h = Tensor(name, core::kFloat, dims);
+    AddNode("Add", {x, p}, {h});
+    return h;
+  }
+
+  int AddNode(const std::string& op, std::vector<int> inputs,
+              std::vector<int> outputs, int64_t opset = 17,
+              const std::string& domain = "") {
+    onnx::NodeProto* proto = graph_.proto.mutable_graph()->add_node();
+    proto->set_op_type(op);
+    proto->set_domain(domain);
+    core::Node n;
+    n.op_type = op;
+    n.domain = domain;
+    n.name = op + "_" + std::to_string(graph_.nodes.size());
+    n.inputs = std::move(inputs);
+    n.outputs = std::move(outputs);
+    n.proto = proto;
+    n.opset = opset;
+    const int id = static_cast<int>(graph_.nodes.size());
+    for (int v : n.inputs) {
+      if (v >= 0) graph_.values[static_cast<size_t>(v)].consumers.push_back(id);
+    }
+    for (int v : n.outputs) {
+      if (v >= 0) graph_.values[static_cast<size_t>(v)].producer = id;
+    }
+    graph_.nodes.push_back(std::move(n));
+    return id;
+  }
+  void SetInt(int node, const std::string& name, int64_t value) {
+    onnx::AttributeProto* a = Proto(node)->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(value);
+  }
+  void SetString(int node, const std::string& name, const std::string& value) {
+    onnx::AttributeProto* a = Proto(node)->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(value);
+  }
+
+  std::vector<bool> Rg() const { return RequiresGrad(bound_); }
+  std::vector<SavedTensor> Saved(int node) const {
+    return SavedTensors(graph_.nodes[static_cast<size_t>(node)], bound_, Rg());
+  }
+  // What the saved list costs beyond resident weights: saved values that are
+  // not initializers plus extra tensors.
+  uint64_t ActivationBytes(const std::vector<SavedTensor>& saved) const {
+    uint64_t total = 0;
+    for (const SavedTensor& s : saved) {
+      if (s.value < 0) {
+        total += s.bytes;
+      } else if (graph_.value(s.value).kind != ValueKind::kInitializer) {
+        total += bound_.Bytes(s.value);
+      }
+    }
+    return total;
+  }
+  uint64_t Bytes(int id) const { return bound_.Bytes(id); }
+
+  core::Graph& graph() { return graph_; }
+  core::BoundGraph& bound() { return bound_; }
+
+ private:
+  onnx::NodeProto* Proto(int node) {
+    return const_cast<onnx::NodeProto*>(
+        graph_.nodes[static_cast<size_t>(node)].proto);
+  }
+  core::Graph graph_;
+  core::BoundGraph bound_;
+};
+
+std::vector<int> SavedIds(const std::vector<SavedTensor>& saved) {
+  std::vector<int> ids;
+  for (const SavedTensor& s : saved) ids.push_back(s.value);
+  return ids;
+}
+
+uint64_t ExtraBytes(const std::vector<SavedTensor>& saved) {
+  uint64_t total = 0;
+  for (const SavedTensor& s : saved) {
+    if (s.value < 0) total += s.bytes;
+  }
+  return total;
+}
+
+// -----------------------------------------------------------------------------
+// Registry.
+
+TEST(RulesRegistry, EveryRuleHasACite) {
+  for (const OpRule& r : AllRules()) {
+    EXPECT_FALSE(r.cite.empty()) << r.op_type;
+    EXPECT_FALSE(r.op_type.empty());
+  }
+}
+
+TEST(RulesRegistry, NoInventedWorkspaceConstants) {
+  for (const OpRule& r : AllRules())
+    EXPECT_EQ(r.workspace, nullptr) << r.op_type;
+}
+
+TEST(RulesRegistry, SortedUniqueAndLargeEnough) {
+  const auto rules = AllRules();
+  EXPECT_GE(rules.size(), 120u);
+  for (size_t i = 1; i < rules.size(); ++i) {
+    const auto& a = rules[i - 1];
+    const auto& b = rules[i];
+    EXPECT_TRUE(a.domain < b.domain ||
+                (a.domain == b.domain && a.op_type < b.op_type))
+        << a.op_type << " / " << b.op_type;
+  }
+}
+
+TEST(RulesRegistry, FindRuleTreatsAiOnnxAsDefaultDomain) {
+  const OpRule* relu = FindRule("", "Relu");
+  ASSERT_NE(relu, nullptr);
+  EXPECT_EQ(FindRule("ai.onnx", "Relu"), relu);
+  EXPECT_EQ(relu->op_type, "Relu");
+  EXPECT_EQ(FindRule("com.example", "Relu"), nullptr);
+  EXPECT_EQ(FindRule("", "NoSuchOp"), nullptr);
+  EXPECT_EQ(FindRule("", ""), nullptr);
+  for (const OpRule& r : AllRules())
+    EXPECT_EQ(FindRule(r.domain, r.op_type), &r);
+}
+
+TEST(RulesRegistry, AmpPolicies) {
+  EXPECT_EQ(FindRule("", "Conv")->amp, AmpPolicy::kLowerPrecision);
+  EXPECT_EQ(FindRule("", "MatMul")->amp, AmpPolicy::kLowerPrecision);
+  EXPECT_EQ(FindRule("", "Gemm")->amp, AmpPolicy::kLowerPrecision);
+  EXPECT_EQ(FindRule("", "LSTM")->amp, AmpPolicy::kLowerPrecision);
+  EXPECT_EQ(FindRule("", "Softmax")->amp, AmpPolicy::kFp32);
+  EXPECT_EQ(FindRule("", "LayerNormalization")->amp, AmpPolicy::kFp32);
+  EXPECT_EQ(FindRule("", "Exp")->amp, AmpPolicy::kFp32);
+  EXPECT_EQ(FindRule("", "Pow")->amp, AmpPolicy::kFp32);
+  EXPECT_EQ(FindRule("", "Sqrt")->amp,
+            AmpPolicy::kPassThrough);  // rsqrt is listed, sqrt not
+  EXPECT_EQ(FindRule("", "Relu")->amp, AmpPolicy::kPassThrough);
+  EXPECT_EQ(FindRule("", "BatchNormalization")->amp, AmpPolicy::kPassThrough);
+  EXPECT_EQ(FindRule("", "Dropout")->amp, AmpPolicy::kPassThrough);
+}
+
+// Runs a rule on a generic node: three float inputs and one float output of
+// [2,3,4,5], every input requiring grad, no attributes. Signature: "nograd" /
+// "view" flags, then one token per saved tensor: iN (input N), oN (output N), x
+// (extra tensor).
+std::string Signature(const OpRule& rule) {
+  GraphBuilder b;
+  const std::vector<int64_t> dims{2, 3, 4, 5};
+  std::vector<int> in;
+  for (int i = 0; i < 3; ++i)
+    in.push_back(b.Tensor("in" + std::to_string(i), core::kFloat, dims));
+  const int out = b.Tensor("out0", core::kFloat, dims);
+  const int node = b.AddNode(std::string(rule.op_type), in, {out});
+  std::vector<bool> rg(b.graph().values.size(), true);
+  std::vector<SavedTensor> saved;
+  if (rule.saved != nullptr) {
+    rule.saved(
+        RuleContext{b.graph().nodes[static_cast<size_t>(node)], b.bound(), rg},
+        &saved);
+  }
+  std::string sig;
+  auto add = [&](const std::string& t) { sig += (sig.empty() ? "" : " ") + t; };
+  if (!rule.differentiable) add("nograd");
+  if (rule.view) add("view");
+  for (const SavedTensor& s : saved) {
+    if (s.value < 0) {
+      EXPECT_GT(s.bytes, 0u) << rule.op_type << " " << s.what;
+      add("x");
+    } else if (s.value == out) {
+      add("o0");
+    } else {
+      for (int i = 0; i < 3; ++i) {
+        if (s.value == in[static_cast<size_t>(i)]) add("i" + std::to_string(i));
+      }
+    }
+  }
+  return sig;
+}
+
+TEST(RulesRegistry, EveryRuleHasASignature) {
+  // One line per op: adding a rule without adding it here fails this test.
+  // Signature -> ops with it, one word per op.
+  const std::vector<std::pair<std::string, std::string>> kExpected = {
+      {"o0",
+       "Relu Sigmoid Tanh Exp Sqrt Reciprocal Softmax LogSoftmax Tan "
+       "ReduceLogSum"},
+      {"i0",
+       "Gelu Erf Log Sin Cos Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Abs "
+       "LeakyRelu Elu Selu Celu Softplus Softsign HardSigmoid HardSwish Mish "
+       "ThresholdedRelu Shrink Clip AveragePool MeanVarianceNormalization "
+       "ReduceL1 ReduceSumSquare Where"},
+      {"i0 o0",
+       "ReduceMax ReduceMin ReduceProd ReduceL2 ReduceLogSumExp "
+       "LpNormalization LRN LpPool GlobalLpPool Pow"},
+      {"",
+       "Add Sub Neg Sum Mean ReduceSum ReduceMean Concat Cast CastLike "
+       "GlobalAveragePool Tile Trilu CumSum DepthToSpace SpaceToDepth Mod "
+       "Resize Upsample Pad TopK"},
+      {"view",
+       "Reshape Flatten Squeeze Unsqueeze Transpose Expand Identity Slice "
+       "Split"},
+      {"i0 i1",
+       "Mul MatMul Gemm Div Conv ConvTranspose PRelu GridSample "
+       "BatchNormalization GroupNormalization"},
+      {"i0 i1 i2", "Einsum Max Min NegativeLogLikelihoodLoss"},
+      {"i0 i1 i2 o0", "LSTM GRU RNN"},  // gates need a rank-3 W: none here
+      {"i1",
+       "Gather GatherElements GatherND ScatterElements Scatter ScatterND "
+       "Compress"},
+      {"x i1 i2", "SoftmaxCrossEntropyLoss"},
+      {"i0 x", "MaxPool GlobalMaxPool"},
+      {"i0 i1 x x", "InstanceNormalization"},
+      {"i0 i1 i2 x x", "LayerNormalization"},
+      {"i0 i1 x", "RMSNormalization"},
+      {"x", "Dropout"},  // training_mode input of unknown value: training
+      {"i0 i1 i2 o0 x", "Attention"},
+      {"nograd",
+       "Shape Size Equal Less LessOrEqual Greater GreaterOrEqual And Or Xor "
+       "Not IsNaN IsInf NonZero ArgMax ArgMin Unique NonMaxSuppression "
+       "BitShift BitwiseAnd BitwiseOr BitwiseXor BitwiseNot Hardmax Floor "
+       "Ceil Round Sign Range ConstantOfShape Constant OneHot EyeLike "
+       "RandomNormal RandomNormalLike RandomUniform RandomUniformLike "
+       "Bernoulli Multinomial QuantizeLinear DequantizeLinear "
+       "DynamicQuantizeLinear MatMulInteger ConvInteger QLinearConv "
+       "QLinearMatMul"},
+  };
+  std::map<std::string, std::string> expected;
+  for (const auto& [sig, ops] : kExpected) {
+    std::istringstream words(ops);
+    for (std::string op; words >> op;) {
+      EXPECT_TRUE(expected.emplace(op, sig).second) << "listed twice: " << op;
+    }
+  }
+  std::set<std::string> seen;
+  for (const OpRule& r : AllRules()) {
+    const std::string op(r.op_type);
+    seen.insert(op);
+    auto it = expected.find(op);
+    if (it == expected.end()) {
+      ADD_FAILURE() << "rule without a test: " << op
+                    << " (signature: " << Signature(r) << ")";
+      continue;
+    }
+    EXPECT_EQ(Signature(r), it->second) << op;
+  }
+  for (const auto& [op, sig] : expected)
+    EXPECT_TRUE(seen.count(op)) << "no rule for " << op;
+}
+
+// Unknown shapes, omitted inputs/outputs and out-of-range attributes never
+// crash a rule, and extra tensors that cannot be sized are left out.
+TEST(RulesRegistry, EveryRuleDegradesWithoutShapes) {
+  for (const OpRule& r : AllRules()) {
+    if (r.saved == nullptr) continue;
+    {
+      GraphBuilder b;
+      std::vector<int> in;
+      for (int i = 0; i < 3; ++i)
+        in.push_back(b.Tensor("in" + std::to_string(i), 0, std::nullopt));
+      const int out = b.Tensor("out", 0, std::nullopt);
+      const int node = b.AddNode(std::string(r.op_type), in, {out, -1});
+      b.SetInt(node, "axis", 99);
+      std::vector<bool> rg(b.graph().values.size(), true);
+      std::vector<SavedTensor> saved;
+      r.saved(RuleContext{b.graph().nodes[0], b.bound(), rg}, &saved);
+      for (const SavedTensor& s : saved)
+        EXPECT_GE(s.value, 0) << r.op_type << " " << s.what;
+    }
+    {
+      GraphBuilder b;
+      const int node =
+          b.AddNode(std::string(r.op_type), {-1, -1, -1}, {-1, -1});
+      std::vector<bool> rg;  // shorter than the value table on purpose
+      std::vector<SavedTensor> saved;
+      r.saved(RuleContext{b.graph().nodes[static_cast<size_t>(node)], b.bound(),
+                          rg},
+              &saved);
+      EXPECT_TRUE(saved.empty()) << r.op_type;
+    }
+  }
+}
+
+// -----------------------------------------------------------------------------
+// Families, exact bytes.
+
+TEST(RulesSaved, ReluSavesItsOutput) {
+  GraphBuilder b;
+  const int h = b.Activation("h", {8, 16});
+  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{8, 16});
+  const int relu = b.AddNode("Relu", {h}, {y});
+  const auto saved = b.Saved(relu);
+  EXPECT_EQ(SavedIds(saved), std::vector<int>{y});
+  EXPECT_EQ(b.ActivationBytes(saved), 8u * 16 * 4);
+  // The Add that produced h saves nothing.
+  EXPECT_TRUE(
+      b.Saved(b.graph().values[static_cast<size_t>(h)].producer).empty());
+}
+
+TEST(RulesSaved, GeluAndErfSaveTheirInput) {
+  GraphBuilder b;
+  const int h = b.Activation("h", {4, 10});
+  const int g = b.Tensor("g", core::kFloat, std::vector<int64_t>{4, 10});
+  const int e = b.Tensor("e", core::kFloat, std::vector<int64_t>{4, 10});
+  const int gelu = b.AddNode("Gelu", {h}, {g}, 20);
+  const int erf = b.AddNode("Erf", {g}, {e});
+  EXPECT_EQ(SavedIds(b.Saved(gelu)), std::vector<int>{h});
+  EXPECT_EQ(SavedIds(b.Saved(erf)), std::vector<int>{g});
+  EXPECT_EQ(b.ActivationBytes(b.Saved(erf)), 160u);
+}
+
+TEST(RulesSaved, NothingRecordedWhenNoInputRequiresGrad) {
+  GraphBuilder b;
+  const int x = b.Data("x", core::kFloat, {8, 16});
+  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{8, 16});
+  const int relu = b.AddNode("Relu", {x}, {y});
+  EXPECT_TRUE(b.Saved(relu).empty());
+  EXPECT_FALSE(b.Rg()[static_cast<size_t>(y)]);
+}
+
+TEST(RulesSaved, ViewsSaveNothing) {
+  GraphBuilder b;
+  const int h = b.Activation("h", {2, 3, 4});
+  const int shape =
+      b.Const("shape", core::kInt64, {2}, std::vector<int64_t>{6, 4});
+  const int r = b.Tensor("r", core::kFloat, std::vector<int64_t>{6, 4});
+  const int node = b.AddNode("Reshape", {h, shape}, {r});
+  EXPECT_TRUE(FindRule("", "Reshape")->view);
+  EXPECT_TRUE(b.Saved(node).empty());
+  EXPECT_TRUE(b.Rg()[static_cast<size_t>(r)]);
+}
+
+TEST(RulesSaved, DropoutTrainingSavesBoolMask) {
+  GraphBuilder b;
+  const std::vector<int64_t> dims{4, 32, 8};
+  const uint64_t numel = 4 * 32 * 8;
+  const int h = b.Activation("h", dims);
+  // Opset 12+: explicit training_mode = true, no mask output -> extra mask
+  // tensor.
+  const int ratio = b.Const("ratio", core::kFloat, {});
+  const int on = b.Const("on", core::kBool, {}, std::vector<int64_t>{1});
+  const int y1 = b.Tensor("y1", core::kFloat, dims);
+  const int d1 = b.AddNode("Dropout", {h, ratio, on}, {y1}, 13);
+  const auto s1 = b.Saved(d1);
+  ASSERT_EQ(s1.size(), 1u);
+  EXPECT_EQ(s1[0].value, -1);
+  EXPECT_EQ(s1[0].bytes, numel);  // 1 byte per element
+  // Mask output present -> the mask output itself is the saved tensor.
+  const int y2 = b.Tensor("y2", core::kFloat, dims);
+  const int mask = b.Tensor("mask", core::kBool, dims);
+  const int d2 = b.AddNode("Dropout", {h, ratio}, {y2, mask}, 13);
+  EXPECT_EQ(SavedIds(b.Saved(d2)), std::vector<int>{mask});
+  EXPECT_EQ(b.ActivationBytes(b.Saved(d2)), numel);
+  // training_mode known false, or no mask and no training_mode: inference,
+  // nothing saved.
+  const int off = b.Const("off", core::kBool, {}, std::vector<int64_t>{0});
+  const int y3 = b.Tensor("y3", core::kFloat, dims);
+  const int d3 = b.AddNode("Dropout", {h, ratio, off}, {y3}, 13);
+  EXPECT_TRUE(b.Saved(d3).empty());
+  const int y4 = b.Tensor("y4", core::kFloat, dims);
+  const int d4 = b.AddNode("Dropout", {h}, {y4}, 11);
+  EXPECT_TRUE(b.Saved(d4).empty());
+}
+
+TEST(RulesSaved, MaxPoolSavesInputAndInt64Indices) {
+  GraphBuilder b;
+  const int h = b.Activation("h", {2, 3, 8, 8});
+  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{2, 3, 4, 4});
+  const int pool = b.AddNode("MaxPool", {h}, {y});
+  const auto saved = b.Saved(pool);
+  ASSERT_EQ(saved.size(), 2u);
+  EXPECT_EQ(saved[0].value, h);
+  EXPECT_EQ(saved[1].value, -1);
+  EXPECT_EQ(saved[1].bytes, 8u * 2 * 3 * 4 * 4);
+  EXPECT_EQ(b.ActivationBytes(saved), 2u * 3 * 8 * 8 * 4 + 8u * 2 * 3 * 4 * 4);
+  // Indices exposed as output 1: saved by id.
+  const int y2 = b.Tensor("y2", core::kFloat, std::vector<int64_t>{2, 3, 4, 4});
+  const int idx =
+      b.Tensor("idx", core::kInt64, std::vector<int64_t>{2, 3, 4, 4});
+  const int pool2 = b.AddNode("MaxPool", {h}, {y2, idx});
+  EXPECT_EQ(SavedIds(b.Saved(pool2)), (std::vector<int>{h, idx}));
+  // Unknown output shape: the indices cannot be sized and are left out.
+  const int y3 = b.Tensor("y3", core::kFloat, std::nullopt);
+  const int pool3 = b.AddNode("MaxPool", {h}, {y3});
+  EXPECT_EQ(SavedIds(b.Saved(pool3)), std::vector<int>{h});
+}
+
+TEST(RulesSaved, AveragePoolsSaveInputOrNothing) {
+  GraphBuilder b;
+  const int h = b.Activation("h", {2, 3, 8, 8});
+  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{2, 3, 4, 4});
+  const int g = b.Tensor("g", core::kFloat, std::vector<int64_t>{2, 3, 1, 1});
+  EXPECT_EQ(SavedIds(b.Saved(b.AddNode("AveragePool", {h}, {y}))),
+            std::vector<int>{h});
+  EXPECT_TRUE(b.Saved(b.AddNode("GlobalAveragePool", {h}, {g})).empty());
+}
+
+TEST(RulesSaved, BatchNormTrainingSavesInputAndFp32Stats) {
+  GraphBuilder b;
+  const std::vector<int64_t> dims{4, 8, 5, 5};
+  const uint64_t x_bytes = 4 * 8 * 5 * 5 * 4;
+  const int h = b.Activation("h", dims);
+  const int scale = b.Param("scale", {8});
+  const int bias = b.Param("bias", {8});
+  const int mean = b.Const("mean", core::kFloat, {8});
+  const int var = b.Const("var", core::kFloat, {8});
+  // Opset 15, training_mode = 1.
+  const int y = b.Tensor("y", core::kFloat, dims);
+  const int rm = b.Tensor("rm", core::kFloat, std::vector<int64_t>{8});
+  const int rv = b.Tensor("rv", core::kFloat, std::vector<int64_t>{8});
+  const int bn = b.AddNode("BatchNormalization", {h, scale, bias, mean, var},
+                           {y, rm, rv}, 15);
+  b.SetInt(bn, "training_mode", 1);
+  const auto saved = b.Saved(bn);
+  EXPECT_EQ(ExtraBytes(saved), 2u * 8 * 4);
+  EXPECT_EQ(b.ActivationBytes(saved), x_bytes + 2u * 8 * 4);
+  // Opset 9 training export: 5 outputs, saved_mean / saved_var are outputs 3
+  // and 4.
+  const int y9 = b.Tensor("y9", core::kFloat, dims);
+  const int sm = b.Tensor("sm", core::kFloat, std::vector<int64_t>{8});
+  const int sv = b.Tensor("sv", core::kFloat, std::vector<int64_t>{8});
+  const int rm9 = b.Tensor("rm9", core::kFloat, std::vector<int64_t>{8});
+  const int rv9 = b.Tensor("rv9", core::kFloat, std::vector<int64_t>{8});
+  const int bn9 = b.AddNode("BatchNormalization", {h, scale, bias, mean, var},
+                            {y9, rm9, rv9, sm, sv}, 9);
+  EXPECT_EQ(SavedIds(b.Saved(bn9)), (std::vector<int>{h, scale, sm, sv}));
+  EXPECT_EQ(b.ActivationBytes(b.Saved(bn9)), x_bytes + 2u * 8 * 4);
+}
+
+TEST(RulesSaved, BatchNormInferenceSavesInputOnly) {
+  GraphBuilder b;
+  const std::vector<int64_t> dims{4, 8, 5, 5};
+  const int h = b.Activation("h", dims);
+  const int scale = b.Param("scale", {8});
+  const int bias = b.Param("bias", {8});
+  const int mean = b.Const("mean", core::kFloat, {8});
+  const int var = b.Const("var", core::kFloat, {8});
+  const int y = b.Tensor("y", core::kFloat, dims);
+  const int bn =
+      b.AddNode("BatchNormalization", {h, scale, bias, mean, var}, {y}, 15);
+  const auto saved = b.Saved(bn);
+  EXPECT_EQ(ExtraBytes(saved), 0u);
+  EXPECT_EQ(b.ActivationBytes(saved), 4u * 8 * 5 * 5 * 4);
+  EXPECT_TRUE(b.Rg()[static_cast<size_t>(y)]);
+}
+
+TEST(RulesSaved, LayerNormSavesInputAndFp32MeanRstd) {
+  GraphBuilder b;
+  const std::vector<int64_t> dims{2, 5, 16};
+  const int h = b.Activation("h", dims);
+  const int w = b.Param("w", {16});
+  const int bias = b.Param("bias", {16});
+  const int y = b.Tensor("y", core::kFloat, dims);
+  const int ln = b.AddNode("LayerNormalization", {h, w, bias}, {y});
+  const auto saved = b.Saved(ln);
+  EXPECT_EQ(ExtraBytes(saved), 2u * 10 * 4);  // M = 2 * 5
+  EXPECT_EQ(b.ActivationBytes(saved), 2u * 5 * 16 * 4 + 2u * 10 * 4);
+  // axis = 1: M = 2.
+  const int y1 = b.Tensor("y1", core::kFloat, dims);
+  const int ln1 = b.AddNode("LayerNormalization", {h, w, bias}, {y1});
+  b.SetInt(ln1, "axis", 1);
+  EXPECT_EQ(ExtraBytes(b.Saved(ln1)), 2u * 2 * 4);
+  // fp16 input: the statistics stay fp32.
+  const int h16 = b.Tensor("h16", core::kFloat16, dims);
+  b.AddNode("Cast", {h}, {h16});
+  const int y16 = b.Tensor("y16", core::kFloat16, dims);
+  const int ln16 = b.AddNode("LayerNormalization", {h16, w, bias}, {y16});
+  EXPECT_EQ(b.ActivationBytes(b.Saved(ln16)), 2u * 5 * 16 * 2 + 2u * 10 * 4);
+  // Overflowing dims: the statistics cannot be sized and are left out, no
+  // crash.
+  const std::vector<int64_t> huge{int64_t{1} << 40, int64_t{1} << 40, 8};
+  const int hh = b.Tensor("hh", core::kFloat, huge);
+  b.AddNode("Add", {h, w}, {hh});
+  const int yh = b.Tensor("yh", core::kFloat, huge);
+  const int lnh = b.AddNode("LayerNormalization", {hh, w, bias}, {yh});
+  EXPECT_EQ(ExtraBytes(b.Saved(lnh)), 0u);
+}
+
+TEST(RulesSaved, MatMulSavesEachOperandOnlyForTheOther) {
+  GraphBuilder b;
+  const int x = b.Data("x", core::kFloat, {4, 8});
+  const int w1 = b.Param("w1", {8, 16});
+  const int w2 = b.Param("w2", {16, 2});
+  const int h = b.Tensor("h", core::kFloat, std::vector<int64_t>{4, 16});
+  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{4, 2});
+  const int mm1 = b.AddNode("MatMul", {x, w1}, {h});
+  const int mm2 = b.AddNode("MatMul", {h, w2}, {y});
+  // x does not require grad: W1 is not saved; x is (W1 requires grad).
+  EXPECT_EQ(SavedIds(b.Saved(mm1)), std::vector<int>{x});
+  EXPECT_EQ(SavedIds(b.Saved(mm2)), (std::vector<int>{h, w2}));
+  EXPECT_EQ(b.ActivationBytes(b.Saved(mm2)), 4u * 16 * 4);
+  // Mul by a constant: only the constant (a resident initializer) is kept.
+  const int half = b.Const("half", core::kFloat, {});
+  const int m = b.Tensor("m", core::kFloat, std::vector<int64_t>{4, 2});
+  EXPECT_EQ(SavedIds(b.Saved(b.AddNode("Mul", {y, half}, {m}))),
+            std::vector<int>{half});
+  // x * x holds one storage.
+  const int sq = b.Tensor("sq", core::kFloat, std::vector<int64_t>{4, 2});
+  EXPECT_EQ(SavedIds(b.Saved(b.AddNode("Mul", {y, y}, {sq}))),
+            std::vector<int>{y});
+}
+
+TEST(RulesSaved, GemmDoesNotSaveBias) {
+  GraphBuilder b;
+  const int h = b.Activation("h", {4, 8});
+  const int w = b.Param("w", {16, 8});
+  const int c = b.Param("c", {16});
+  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{4, 16});
+  const int gemm = b.AddNode("Gemm", {h, w, c}, {y});
+  EXPECT_EQ(SavedIds(b.Saved(gemm)), (std::vector<int>{h, w}));
+}
+
+TEST(RulesSaved, DivSavesDenominatorAlways) {
+  GraphBuilder b;
+  const int h = b.Activation("h", {4, 8});
+  const int k = b.Const("k", core::kFloat, {});
+  const int q1 = b.Tensor("q1", core::kFloat, std::vector<int64_t>{4, 8});
+  const int q2 = b.Tensor("q2", core::kFloat, std::vector<int64_t>{4, 8});
+  EXPECT_EQ(SavedIds(b.Saved(b.AddNode("Div", {h, k}, {q1}))),
+            std::vector<int>{k});
+  EXPECT_EQ(SavedIds(b.Saved(b.AddNode("Div", {k, h}, {q2}))),
+            (std::vector<int>{k, h}));
+}
+
+TEST(RulesSaved, ConvSavesInputAndWeight) {
+  GraphBuilder b;
+  const int x = b.Data("x", core::kFloat, {2, 3, 8, 8});
+  const int w = b.Param("w", {4, 3, 3, 3});
+  const int bias = b.Param("bias", {4});
+  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{2, 4, 6, 6});
+  const int conv = b.AddNode("Conv", {x, w, bias}, {y});
+  const auto saved = b.Saved(conv);
+  EXPECT_EQ(SavedIds(saved), (std::vector<int>{x, w}));
+  EXPECT_EQ(b.ActivationBytes(saved), b.Bytes(x));
+}
+
+TEST(RulesSaved, GatherEmbeddingSavesIndices) {
+  GraphBuilder b;
+  const int table = b.Param("table", {100, 16});
+  const int ids = b.Data("ids", core::kInt64, {4, 7});
+  const int e = b.Tensor("e", core::kFloat, std::vector<int64_t>{4, 7, 16});
+  const int gather = b.AddNode("Gather", {table, ids}, {e});
+  EXPECT_EQ(SavedIds(b.Saved(gather)), std::vector<int>{ids});
+  EXPECT_EQ(b.ActivationBytes(b.Saved(gather)), 4u * 7 * 8);
+  EXPECT_TRUE(b.Rg()[static_cast<size_t>(e)]);
+}
+
+TEST(RulesSaved, WhereSavesCondition) {
+  GraphBuilder b;
+  const int h = b.Activation("h", {4, 8});
+  const int cond = b.Data("cond", core::kBool, {4, 8});
+  const int fill = b.Const("fill", core::kFloat, {});
+  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{4, 8});
+  const int where = b.AddNode("Where", {cond, h, fill}, {y});
+  EXPECT_EQ(SavedIds(b.Saved(where)), std::vector<int>{cond});
+  EXPECT_EQ(b.ActivationBytes(b.Saved(where)), 32u);
+}
+
+TEST(RulesSaved, PadSavesInputOnlyForNonConstantModes) {
+  GraphBuilder b;
+  const int h = b.Activation("h", {1, 2, 4, 4});
+  const int pads =
+      b.Const("pads", core::kInt64, {8}, std::vector<int64_t>(8, 1));
+  const int y1 = b.Tensor("y1", core::kFloat, std::vector<int64_t>{3, 4, 6, 6});
+  const int y2 = b.Tensor("y2", core::kFloat, std::vector<int64_t>{3, 4, 6, 6});
+  EXPECT_TRUE(b.Saved(b.AddNode("Pad", {h, pads}, {y1})).empty());
+  const int reflect = b.AddNode("Pad", {h, pads}, {y2});
+  b.SetString(reflect, "mode", "reflect");
+  EXPECT_EQ(SavedIds(b.Saved(reflect)), std::vector<int>{h});
+}
+
+TEST(RulesSaved, LstmSavesEverythingPlusGates) {
+  GraphBuilder b;
+  const int seq = 5, batch = 2, input = 3, hidden = 4;
+  const int x = b.Activation("x", {seq, batch, input});
+  const int w = b.Param("W", {1, 4 * hidden, input});
+  const int r = b.Param("R", {1, 4 * hidden, hidden});
+  const int y =
+      b.Tensor("Y", core::kFloat, std::vector<int64_t>{seq, 1, batch, hidden});
+  const int yh =
+      b.Tensor("Y_h", core::kFloat, std::vector<int64_t>{1, batch, hidden});
+  const int lstm = b.AddNode("LSTM", {x, w, r}, {y, yh, -1});
+  const auto saved = b.Saved(lstm);
+  EXPECT_EQ(SavedIds(saved), (std::vector<int>{x, w, r, y, yh, -1}));
+  EXPECT_EQ(ExtraBytes(saved), uint64_t{seq} * batch * 4 * hidden * 4);
+}
+
+TEST(RulesRequiresGrad, ShapeIsNotDifferentiableAndStopsGrad) {
+  GraphBuilder b;
+  const int h = b.Activation("h", {4, 8});
+  const int s = b.Tensor("s", core::kInt64, std::vector<int64_t>{2});
+  const int shape = b.AddNode("Shape", {h}, {s});
+  const int sf = b.Tensor("sf", core::kFloat, std::vector<int64_t>{2});
+  b.AddNode("Cast", {s}, {sf});
+  const int fl = b.Tensor("fl", core::kFloat, std::vector<int64_t>{4, 8});
+  const int floor = b.AddNode("Floor", {h}, {fl});
+  const int eq = b.Tensor("eq", core::kBool, std::vector<int64_t>{4, 8});
+  b.AddNode("Equal", {h, fl}, {eq});
+  EXPECT_FALSE(FindRule("", "Shape")->differentiable);
+  const auto rg = b.Rg();
+  EXPECT_TRUE(rg[static_cast<size_t>(h)]);
+  EXPECT_FALSE(rg[static_cast<size_t>(s)]);
+  EXPECT_FALSE(rg[static_cast<size_t>(sf)]);
+  EXPECT_FALSE(rg[static_cast<size_t>(fl)]);
+  EXPECT_FALSE(rg[static_cast<size_t>(eq)]);
+  EXPECT_TRUE(b.Saved(shape).empty());
+  EXPECT_TRUE(b.Saved(floor).empty());
+}
+
+TEST(RulesRequiresGrad, ParametersDataAndDtypes) {
+  GraphBuilder b;
+  const int w = b.Param("w", {4});
+  const int running = b.Const("running_mean", core::kFloat, {4});
+  const int x = b.Data("x", core::kFloat, {4});
+  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{4});
+  b.AddNode("Add", {x, running}, {y});
+  const int argmax = b.Tensor("am", core::kInt64, std::vector<int64_t>{1});
+  b.AddNode("ArgMax", {w}, {argmax});
+  const int i = b.Tensor("i", core::kInt64, std::vector<int64_t>{4});
+  b.AddNode("Cast", {w}, {i});  // cast to an integer type: no grad
+  const int u = b.Tensor("u", 0, std::nullopt);
+  b.AddNode("Relu", {w}, {u});  // unknown dtype: assumed float
+  const auto rg = b.Rg();
+  EXPECT_TRUE(rg[static_cast<size_t>(w)]);
+  EXPECT_FALSE(rg[static_cast<size_t>(running)]);
+  EXPECT_FALSE(rg[static_cast<size_t>(x)]);
+  EXPECT_FALSE(rg[static_cast<size_t>(y)]);
+  EXPECT_FALSE(rg[static_cast<size_t>(argmax)]);
+  EXPECT_FALSE(rg[static_cast<size_t>(i)]);
+  EXPECT_TRUE(rg[static_cast<size_t>(u)]);
+}
+
+TEST(RulesRequiresGrad, ControlFlowBodiesAreAssumedToCaptureGrad) {
+  GraphBuilder b;
+  b.Param("w", {4});  // read inside the body, not listed as an input
+  const int cond = b.Data("cond", core::kBool, {});
+  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{4});
+  const int node = b.AddNode("If", {cond}, {y});
+  b.graph().nodes[static_cast<size_t>(node)].subgraph_nodes = 3;
+  EXPECT_TRUE(b.Rg()[static_cast<size_t>(y)]);
+}
+
+TEST(RulesSaved, UnknownOpIsConservative) {
+  GraphBuilder b;
+  const int h = b.Activation("h", {4, 8});
+  const int ids = b.Data("ids", core::kInt64, {4});
+  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{4, 8});
+  const int z = b.Tensor("z", core::kInt64, std::vector<int64_t>{4});
+  const int node = b.AddNode("FancyOp", {h, ids}, {y, z}, 1, "com.example");
+  ASSERT_EQ(FindRule("com.example", "FancyOp"), nullptr);
+  const auto rg = b.Rg();
+  EXPECT_TRUE(rg[static_cast<size_t>(y)]);
+  EXPECT_FALSE(rg[static_cast<size_t>(z)]);
+  const auto saved = b.Saved(node);
+  EXPECT_EQ(SavedIds(saved), (std::vector<int>{h, y}));
+  std::vector<SavedTensor> direct;
+  ConservativeSaved(
+      RuleContext{b.graph().nodes[static_cast<size_t>(node)], b.bound(), rg},
+      &direct);
+  EXPECT_EQ(SavedIds(direct), SavedIds(saved));
+}
+
+}  // namespace
+}  // namespace memest::ops
