@@ -1,0 +1,116 @@
+// symbolic/allocator.h -- a model of PyTorch's CUDA caching allocator (one device, one stream).
+//
+// It replays a malloc/free stream and reports what torch.cuda.memory_stats() would: allocated,
+// reserved and requested bytes with their peaks, segment counts, and whether a request would run
+// out of memory against a capacity. The policy is stated at the top of allocator.cc with citations
+// of ../shared/reference/pytorch-memory-facts.md section 1.
+//
+// Not thread-safe (a simulation is single-threaded); each simulation owns its own instance.
+#ifndef MEMEST_SYMBOLIC_ALLOCATOR_H_
+#define MEMEST_SYMBOLIC_ALLOCATOR_H_
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <map>
+#include <utility>
+#include <vector>
+
+namespace memest::symbolic {
+
+inline constexpr uint64_t kMiB = uint64_t{1} << 20;
+inline constexpr uint64_t kMinBlockSize = 512;          // facts 1.1
+inline constexpr uint64_t kSmallSize = 1 * kMiB;        // facts 1.1: largest "small" allocation
+inline constexpr uint64_t kSmallBuffer = 2 * kMiB;      // facts 1.1: small-pool segment
+inline constexpr uint64_t kLargeBuffer = 20 * kMiB;     // facts 1.1: 1..10 MiB requests' segment
+inline constexpr uint64_t kMinLargeAlloc = 10 * kMiB;   // facts 1.1
+inline constexpr uint64_t kRoundLarge = 2 * kMiB;       // facts 1.1
+
+struct AllocatorConfig {
+  bool expandable_segments = false;        // facts 1.6
+  std::optional<uint64_t> max_split_size;  // facts 1.2 (unset = unlimited)
+  uint64_t max_non_split_rounding_size = kLargeBuffer;  // facts 1.2
+  uint32_t roundup_power2_divisions = 0;   // facts 1.2/1.3 (one value for every size interval)
+  // Device bytes the allocator may reserve before a request fails (cudaMalloc fails); unlimited
+  // by default.
+  uint64_t capacity = std::numeric_limits<uint64_t>::max();
+};
+
+struct AllocatorStats {
+  uint64_t allocated = 0, peak_allocated = 0;  // block sizes handed out (allocated_bytes.all)
+  uint64_t requested = 0, peak_requested = 0;  // caller sizes (requested_bytes.all)
+  uint64_t reserved = 0, peak_reserved = 0;    // segment bytes (reserved_bytes.all)
+  uint64_t segments = 0;                       // live segments
+  uint64_t num_device_alloc = 0, num_device_free = 0, num_alloc_retries = 0, num_ooms = 0;
+};
+
+class CachingAllocatorModel {
+ public:
+  using Handle = int64_t;  // -1 = null (zero-byte request or OOM)
+
+  explicit CachingAllocatorModel(AllocatorConfig config = {});
+
+  // Rounds a request like round_size (facts 1.3).
+  static uint64_t RoundSize(uint64_t bytes, const AllocatorConfig& config);
+  // The segment a request of `rounded` bytes asks cudaMalloc for (facts 1.4 get_allocation_size).
+  static uint64_t AllocationSize(uint64_t rounded);
+
+  // Allocates `bytes`. Returns -1 for a zero-byte request (nothing allocated) or when the request
+  // would exceed `capacity` even after releasing cached segments (then oom() is true).
+  Handle Malloc(uint64_t bytes);
+  void Free(Handle h);
+  // torch.cuda.empty_cache(): releases every free block that is a whole segment (facts 1.5).
+  void EmptyCache();
+
+  bool oom() const { return oom_; }
+  const AllocatorStats& stats() const { return stats_; }
+  // Size of the block behind a handle (what allocated_bytes counts for it).
+  uint64_t BlockSize(Handle h) const;
+  // Starts new peaks from the current values (reset_peak_memory_stats, facts 1.8).
+  void ResetPeaks();
+
+ private:
+  struct Block {
+    uint64_t addr = 0;
+    uint64_t size = 0;
+    uint64_t requested = 0;
+    int segment = -1;
+    int64_t prev = -1, next = -1;  // neighbours in the same segment
+    bool free = true;
+    bool small = false;            // pool
+    bool alive = true;             // false once merged away (id reusable)
+  };
+  struct Segment {
+    uint64_t addr = 0;
+    uint64_t size = 0;   // mapped bytes (expandable: grows by pages)
+    int64_t first = -1;  // first block
+    bool small = false;
+    bool alive = true;
+  };
+  using FreeKey = std::pair<uint64_t, uint64_t>;  // (size, addr): best fit, lowest address
+
+  Handle MallocExpandable(uint64_t rounded, uint64_t bytes, bool small);
+  int64_t FindFree(uint64_t rounded, bool small);
+  bool ShouldSplit(const Block& b, uint64_t rounded) const;
+  Handle Hand(int64_t id, uint64_t rounded, uint64_t bytes);
+  int64_t NewBlock(const Block& b);
+  bool ReserveSegment(uint64_t size, bool small, int64_t* block);
+  bool ReleaseCached();
+  void InsertFree(int64_t id);
+  void EraseFree(int64_t id);
+  void Bump(uint64_t* value, uint64_t* peak, uint64_t delta);
+
+  AllocatorConfig config_;
+  AllocatorStats stats_;
+  std::vector<Block> blocks_;
+  std::vector<int64_t> free_ids_;  // recycled block ids
+  std::vector<Segment> segments_;
+  std::map<FreeKey, int64_t> free_small_, free_large_;  // free blocks -> block id
+  uint64_t next_addr_ = kRoundLarge;  // virtual addresses of new segments
+  int expandable_segment_[2] = {-1, -1};  // [small?] segment id in expandable mode
+  bool oom_ = false;
+};
+
+}  // namespace memest::symbolic
+
+#endif  // MEMEST_SYMBOLIC_ALLOCATOR_H_

@@ -1,0 +1,165 @@
+// Worked examples for the caching-allocator model (pytorch-memory-facts.md section 1).
+#include "symbolic/allocator.h"
+
+#include <gtest/gtest.h>
+
+namespace memest::symbolic {
+namespace {
+
+constexpr uint64_t MiB = kMiB;
+
+TEST(AllocatorTest, RoundSizeFollowsRoundSize) {
+  AllocatorConfig c;
+  EXPECT_EQ(CachingAllocatorModel::RoundSize(1, c), 512u);
+  EXPECT_EQ(CachingAllocatorModel::RoundSize(512, c), 512u);
+  EXPECT_EQ(CachingAllocatorModel::RoundSize(513, c), 1024u);
+  EXPECT_EQ(CachingAllocatorModel::RoundSize(11'000'000, c), 11'000'320u);
+  c.roundup_power2_divisions = 4;
+  // floor_pow2 = 1 MiB, step = 256 KiB -> 1.25 MiB (facts 1.3 roundup_power2_next_division).
+  EXPECT_EQ(CachingAllocatorModel::RoundSize(1'200'000, c), 1'310'720u);
+  EXPECT_EQ(CachingAllocatorModel::RoundSize(2 * MiB, c), 2 * MiB);  // powers of two stay
+  EXPECT_EQ(CachingAllocatorModel::RoundSize(1200, c), 1536u);       // below 512 * divisions
+}
+
+TEST(AllocatorTest, SegmentSizes) {
+  EXPECT_EQ(CachingAllocatorModel::AllocationSize(512), 2 * MiB);
+  EXPECT_EQ(CachingAllocatorModel::AllocationSize(1 * MiB), 2 * MiB);
+  EXPECT_EQ(CachingAllocatorModel::AllocationSize(1 * MiB + 512), 20 * MiB);
+  EXPECT_EQ(CachingAllocatorModel::AllocationSize(10 * MiB - 512), 20 * MiB);
+  EXPECT_EQ(CachingAllocatorModel::AllocationSize(10 * MiB), 10 * MiB);
+  EXPECT_EQ(CachingAllocatorModel::AllocationSize(11'000'320), 12 * MiB);
+}
+
+TEST(AllocatorTest, ElevenMillionBytesGetATwelveMiBSegmentAndAreSplit) {
+  CachingAllocatorModel a;
+  auto h = a.Malloc(11'000'000);
+  ASSERT_GE(h, 0);
+  EXPECT_EQ(a.stats().reserved, 12 * MiB);
+  EXPECT_EQ(a.stats().allocated, 11'000'320u);  // split: the 1,582,592 B rest stays free
+  EXPECT_EQ(a.stats().requested, 11'000'000u);
+  EXPECT_EQ(a.BlockSize(h), 11'000'320u);
+  // The rest (> 1 MiB, large pool) serves a later large request without a new segment.
+  auto h2 = a.Malloc(1'500'000);
+  ASSERT_GE(h2, 0);
+  EXPECT_EQ(a.stats().reserved, 12 * MiB);
+  EXPECT_EQ(a.stats().segments, 1u);
+}
+
+TEST(AllocatorTest, ElevenAndAHalfMiBOnAFreeTwelveMiBBlockIsNotSplitAndCountsTwelve) {
+  CachingAllocatorModel a;
+  auto h = a.Malloc(12 * MiB);
+  EXPECT_EQ(a.stats().reserved, 12 * MiB);
+  a.Free(h);
+  EXPECT_EQ(a.stats().allocated, 0u);
+  auto h2 = a.Malloc(11 * MiB + MiB / 2);
+  ASSERT_GE(h2, 0);
+  EXPECT_EQ(a.stats().allocated, 12 * MiB);  // remainder 0.5 MiB <= 1 MiB: whole block
+  EXPECT_EQ(a.stats().reserved, 12 * MiB);
+  EXPECT_EQ(a.stats().num_device_alloc, 1u);
+}
+
+TEST(AllocatorTest, SmallRequestsShareATwoMiBSegment) {
+  CachingAllocatorModel a;
+  auto x = a.Malloc(1000);
+  auto y = a.Malloc(4);
+  EXPECT_EQ(a.stats().allocated, 1024u + 512u);
+  EXPECT_EQ(a.stats().reserved, 2 * MiB);
+  EXPECT_EQ(a.stats().segments, 1u);
+  a.Free(x);
+  a.Free(y);
+  EXPECT_EQ(a.stats().allocated, 0u);
+  EXPECT_EQ(a.stats().reserved, 2 * MiB);  // never returned on free
+  EXPECT_EQ(a.stats().peak_allocated, 1536u);
+}
+
+TEST(AllocatorTest, MidSizeRequestsShareATwentyMiBSegment) {
+  CachingAllocatorModel a;
+  a.Malloc(5 * MiB);
+  a.Malloc(5 * MiB);
+  a.Malloc(5 * MiB);
+  EXPECT_EQ(a.stats().reserved, 20 * MiB);
+  a.Malloc(5 * MiB);  // the last 5 MiB: remainder 0, still the same segment
+  EXPECT_EQ(a.stats().reserved, 20 * MiB);
+  a.Malloc(5 * MiB);
+  EXPECT_EQ(a.stats().reserved, 40 * MiB);
+}
+
+TEST(AllocatorTest, BestFitTakesTheSmallestBlockThatFits) {
+  CachingAllocatorModel a;
+  auto big = a.Malloc(30 * MiB);
+  auto small = a.Malloc(12 * MiB);
+  a.Free(big);
+  a.Free(small);
+  const uint64_t reserved = a.stats().reserved;
+  auto h = a.Malloc(12 * MiB);
+  EXPECT_EQ(a.BlockSize(h), 12 * MiB);  // the 12 MiB block, not a split of the 30 MiB one
+  EXPECT_EQ(a.stats().reserved, reserved);
+}
+
+TEST(AllocatorTest, FreeMergesNeighboursAndEmptyCacheReleasesWholeSegments) {
+  CachingAllocatorModel a;
+  auto x = a.Malloc(3 * MiB), y = a.Malloc(3 * MiB), z = a.Malloc(3 * MiB);
+  EXPECT_EQ(a.stats().reserved, 20 * MiB);
+  a.Free(y);
+  a.EmptyCache();  // partially used segment: stays
+  EXPECT_EQ(a.stats().reserved, 20 * MiB);
+  a.Free(x);
+  a.Free(z);
+  auto w = a.Malloc(19 * MiB);  // only fits if the three blocks and the rest merged back
+  EXPECT_EQ(a.stats().reserved, 20 * MiB);
+  a.Free(w);
+  a.EmptyCache();
+  EXPECT_EQ(a.stats().reserved, 0u);
+  EXPECT_EQ(a.stats().peak_reserved, 20 * MiB);
+}
+
+TEST(AllocatorTest, MemoryPressureReleasesCachedSegmentsThenRunsOutOfMemory) {
+  AllocatorConfig c;
+  c.capacity = 100 * MiB;
+  CachingAllocatorModel a(c);
+  a.Free(a.Malloc(60 * MiB));
+  auto h = a.Malloc(70 * MiB);  // 60 cached + 70 > 100: release the cached segment, retry
+  ASSERT_GE(h, 0);
+  EXPECT_FALSE(a.oom());
+  EXPECT_EQ(a.stats().reserved, 70 * MiB);
+  EXPECT_EQ(a.stats().num_alloc_retries, 1u);
+  EXPECT_EQ(a.Malloc(40 * MiB), -1);
+  EXPECT_TRUE(a.oom());
+  EXPECT_EQ(a.stats().num_ooms, 1u);
+}
+
+TEST(AllocatorTest, MaxSplitSizeKeepsSmallRequestsOffOversizeBlocks) {
+  AllocatorConfig c;
+  c.max_split_size = 40 * MiB;
+  CachingAllocatorModel a(c);
+  a.Free(a.Malloc(100 * MiB));
+  a.Malloc(10 * MiB);  // below max_split: may not take the 100 MiB block
+  EXPECT_EQ(a.stats().reserved, 110 * MiB);
+  a.Malloc(90 * MiB);  // >= max_split and within 20 MiB of the block: takes it, unsplit
+  EXPECT_EQ(a.stats().reserved, 110 * MiB);
+  EXPECT_EQ(a.stats().allocated, 110 * MiB);
+}
+
+TEST(AllocatorTest, ExpandableSegmentsMapWholePages) {
+  AllocatorConfig c;
+  c.expandable_segments = true;
+  CachingAllocatorModel a(c);
+  a.Malloc(5 * MiB);
+  EXPECT_EQ(a.stats().reserved, 20 * MiB);  // one 20 MiB large-pool page
+  EXPECT_EQ(a.stats().allocated, 5 * MiB);
+  a.Malloc(16 * MiB);  // 15 MiB free tail + one more page
+  EXPECT_EQ(a.stats().reserved, 40 * MiB);
+  EXPECT_EQ(a.stats().allocated, 21 * MiB);
+  a.Malloc(100);  // small pool: its own 2 MiB page
+  EXPECT_EQ(a.stats().reserved, 42 * MiB);
+}
+
+TEST(AllocatorTest, ZeroBytesAllocateNothing) {
+  CachingAllocatorModel a;
+  EXPECT_EQ(a.Malloc(0), -1);
+  EXPECT_FALSE(a.oom());
+  EXPECT_EQ(a.stats().reserved, 0u);
+}
+
+}  // namespace
+}  // namespace memest::symbolic
