@@ -41,6 +41,7 @@
 #include "core/checked.h"
 #include "core/dtype.h"
 #include "ops/rules.h"
+#include "ops/value_facts.h"
 
 namespace memest::analytical {
 namespace {
@@ -81,12 +82,6 @@ struct Blocks {
   uint64_t Reserved() const { return SatAdd(large, RoundUp(small, kSegmentRound)); }
 };
 
-bool IsGemm(const core::Node& n) {
-  static const std::set<std::string> kGemm = {"MatMul", "Gemm", "Einsum", "LSTM", "GRU", "RNN",
-                                              "Attention"};
-  return kGemm.count(n.op_type) > 0;
-}
-
 class Analytical final : public Estimator {
  public:
   std::string_view name() const override { return "analytical"; }
@@ -96,127 +91,38 @@ class Analytical final : public Estimator {
 // Per-run state; Run() builds one on the stack (the estimator itself stays immutable).
 class Accounting {
  public:
-  Accounting(const core::BoundGraph& b, const Options& o) : b_(b), g_(*b.graph), o_(o) {
-    rg_ = ops::RequiresGrad(b_);
-    PropagatePrecision();
-    ComputeRoots();
-  }
+  Accounting(const core::BoundGraph& b, const Options& o)
+      : b_(b), g_(*b.graph), o_(o), facts_(b, o.precision) {}
 
   Result<Estimate> Train(const GpuProfile& gpu);
   Result<Estimate> Infer(const GpuProfile& gpu);
 
  private:
-  void PropagatePrecision();
-  void ComputeRoots();
-  uint64_t Eff(int id) const;            // bytes in the dtype the value has at run time
-  uint64_t EffOrFallback(int id);        // Eff, or a conservative guess for unknown shapes
   void Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cache) const;
   uint64_t Workspace(const GpuProfile& gpu, int count) const;
   void Finish(const Blocks& all, const GpuProfile& gpu, Estimate* e) const;
+  uint64_t Eff(int id) const { return facts_.bytes(id); }
 
   const core::BoundGraph& b_;
   const core::Graph& g_;
   const Options& o_;
-  std::vector<bool> rg_;
-  std::vector<bool> low_;  // fp16/bf16 at run time under AMP / bf16
-  std::vector<int> root_;  // storage owner: a view's source (transitively), else itself
-  std::set<std::string> fallback_ops_;
-  std::vector<Diagnostic> diags_;
+  ops::ValueFacts facts_;
 };
 
-void Accounting::PropagatePrecision() {
-  low_.assign(g_.values.size(), false);
-  if (o_.precision == Precision::kFp32) return;
-  if (o_.precision == Precision::kBf16) {
-    for (size_t i = 0; i < g_.values.size(); ++i) low_[i] = b_.dtypes[i] == core::kFloat;
-    return;
-  }
-  for (const core::Node& n : g_.nodes) {
-    const ops::OpRule* rule = ops::FindRule(n.domain, n.op_type);
-    const ops::AmpPolicy policy = rule ? rule->amp : ops::AmpPolicy::kPassThrough;
-    bool any_low = false, all_low = true, any_float = false;
-    for (int in : n.inputs) {
-      if (in < 0 || !core::IsFloatDType(b_.dtypes[static_cast<size_t>(in)])) continue;
-      any_float = true;
-      any_low = any_low || low_[static_cast<size_t>(in)];
-      all_low = all_low && low_[static_cast<size_t>(in)];
-    }
-    bool out_low = false;
-    switch (policy) {
-      case ops::AmpPolicy::kLowerPrecision: out_low = true; break;
-      case ops::AmpPolicy::kPassThrough: out_low = any_low; break;
-      case ops::AmpPolicy::kPromote: out_low = any_float && all_low; break;
-      case ops::AmpPolicy::kFp32: out_low = false; break;
-    }
-    for (int out : n.outputs) {
-      if (out >= 0 && b_.dtypes[static_cast<size_t>(out)] == core::kFloat) {
-        low_[static_cast<size_t>(out)] = out_low;
-      }
-    }
-  }
-}
-
-void Accounting::ComputeRoots() {
-  root_.resize(g_.values.size());
-  for (size_t i = 0; i < root_.size(); ++i) root_[i] = static_cast<int>(i);
-  for (const core::Node& n : g_.nodes) {
-    const ops::OpRule* rule = ops::FindRule(n.domain, n.op_type);
-    if (!rule || !rule->view || n.inputs.empty() || n.inputs[0] < 0) continue;
-    for (int out : n.outputs) {
-      if (out >= 0) root_[static_cast<size_t>(out)] = root_[static_cast<size_t>(n.inputs[0])];
-    }
-  }
-}
-
-uint64_t Accounting::Eff(int id) const {
-  const uint64_t bytes = b_.Bytes(id);
-  return low_[static_cast<size_t>(id)] ? bytes / 2 : bytes;
-}
-
-uint64_t Accounting::EffOrFallback(int id) {
-  if (b_.known(id)) return Eff(id);
-  // Unknown shape: assume it is as large as the largest known tensor its producer touches.
-  const core::Value& v = g_.value(id);
-  uint64_t guess = 0;
-  if (v.producer >= 0) {
-    const core::Node& n = g_.nodes[static_cast<size_t>(v.producer)];
-    for (int x : n.inputs) {
-      if (x >= 0 && b_.known(x)) guess = std::max(guess, Eff(x));
-    }
-    for (int x : n.outputs) {
-      if (x >= 0 && b_.known(x)) guess = std::max(guess, Eff(x));
-    }
-    fallback_ops_.insert(n.op_type);
-  }
-  return guess;
-}
-
 void Accounting::Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cache) const {
-  const bool amp = o_.precision == Precision::kAmpFp16 || o_.precision == Precision::kAmpBf16;
   for (size_t i = 0; i < g_.values.size(); ++i) {
     const core::Value& v = g_.values[i];
     if (v.kind != core::ValueKind::kInitializer || v.consumers.empty()) continue;
-    const uint64_t bytes = Eff(static_cast<int>(i));
-    weights->Add(bytes);
+    const int id = static_cast<int>(i);
+    weights->Add(Eff(id));
     if (!v.trainable) continue;
-    params_only->Add(bytes);
-    if (!amp) continue;
-    for (int c : v.consumers) {  // facts 5.1: one cached low-precision copy per weight
-      const ops::OpRule* rule = ops::FindRule(g_.nodes[static_cast<size_t>(c)].domain,
-                                              g_.nodes[static_cast<size_t>(c)].op_type);
-      if (rule && rule->amp == ops::AmpPolicy::kLowerPrecision && v.dtype == core::kFloat) {
-        cast_cache->Add(bytes / 2);
-        break;
-      }
-    }
+    params_only->Add(Eff(id));
+    cast_cache->Add(facts_.amp_cast_bytes(id));  // facts 5.1
   }
 }
 
 uint64_t Accounting::Workspace(const GpuProfile& gpu, int count) const {
-  for (const core::Node& n : g_.nodes) {
-    if (IsGemm(n)) return SatMul(gpu.cublas_workspace.bytes, static_cast<uint64_t>(count));
-  }
-  return 0;
+  return facts_.has_gemm() ? SatMul(gpu.cublas_workspace.bytes, static_cast<uint64_t>(count)) : 0;
 }
 
 void Accounting::Finish(const Blocks& all, const GpuProfile& gpu, Estimate* e) const {
@@ -231,7 +137,6 @@ void Accounting::Finish(const Blocks& all, const GpuProfile& gpu, Estimate* e) c
   bd.allocator_overhead = e->peak_reserved > requested ? e->peak_reserved - requested : 0;
   e->peak_device = bd.Total();
   e->diagnostics.insert(e->diagnostics.end(), b_.diagnostics.begin(), b_.diagnostics.end());
-  e->diagnostics.insert(e->diagnostics.end(), diags_.begin(), diags_.end());
   std::map<std::string, int> unknown_ops;
   for (const core::Node& n : g_.nodes) {
     if (!ops::FindRule(n.domain, n.op_type)) ++unknown_ops[(n.domain.empty() ? "" : n.domain + "::") + n.op_type];
@@ -250,9 +155,9 @@ void Accounting::Finish(const Blocks& all, const GpuProfile& gpu, Estimate* e) c
                                 n.name, n.op_type});
     }
   }
-  if (!fallback_ops_.empty()) {
+  if (!facts_.fallback_ops().empty()) {
     std::string ops;
-    for (const auto& op : fallback_ops_) ops += (ops.empty() ? "" : ", ") + op;
+    for (const auto& op : facts_.fallback_ops()) ops += (ops.empty() ? "" : ", ") + op;
     e->diagnostics.push_back({Severity::kWarning, "size_fallback",
                               "tensors of unknown size (from " + ops +
                                   ") were sized like the largest tensor their node touches",
@@ -281,24 +186,24 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
   Blocks saved;
   std::vector<bool> counted(g_.values.size(), false);
   auto save_value = [&](int id) {
-    if (id >= 0) id = root_[static_cast<size_t>(id)];  // a view keeps its source alive
+    id = facts_.root(id);  // a view keeps its source alive
     if (id < 0 || counted[static_cast<size_t>(id)]) return;
     if (g_.value(id).kind == core::ValueKind::kInitializer) return;  // counted as weights
     counted[static_cast<size_t>(id)] = true;
-    saved.Add(EffOrFallback(id));
+    saved.Add(Eff(id));
   };
   for (int id : g_.data_inputs) save_value(id);
   uint64_t tf = 0, tb = 0;
   std::string tb_node;
   for (const core::Node& n : g_.nodes) {
-    const ops::OpRule* rule = ops::FindRule(n.domain, n.op_type);
+    const ops::OpRule* rule = facts_.rule(static_cast<size_t>(&n - g_.nodes.data()));
     std::set<int> saved_here;
-    for (const ops::SavedTensor& s : ops::SavedTensors(n, b_, rg_)) {
+    for (const ops::SavedTensor& s : ops::SavedTensors(n, b_, facts_.requires_grad())) {
       if (s.value >= 0) {
         save_value(s.value);
         saved_here.insert(s.value);
         // fp32-policy op on a low-precision input saves an fp32 copy (facts 5.3).
-        if (rule && rule->amp == ops::AmpPolicy::kFp32 && low_[static_cast<size_t>(s.value)] &&
+        if (rule && rule->amp == ops::AmpPolicy::kFp32 && facts_.low(s.value) &&
             o_.precision != Precision::kBf16) {
           saved.Add(b_.Bytes(s.value));
         }
@@ -308,22 +213,22 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
     }
     // Forward transient: outputs of this node that nobody keeps, plus its workspace.
     uint64_t out_bytes = rule && rule->workspace
-                             ? rule->workspace(ops::RuleContext{n, b_, rg_})
+                             ? rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()})
                              : 0;
     for (int out : n.outputs) {
       if (out < 0 || saved_here.count(out) || (rule && rule->view)) continue;
-      out_bytes = SatAdd(out_bytes, EffOrFallback(out));
+      out_bytes = SatAdd(out_bytes, Eff(out));
     }
     tf = std::max(tf, out_bytes);
     // Backward transient: incoming gradients of outputs + outgoing gradients of activations.
     uint64_t grad_bytes = 0;
     for (int out : n.outputs) {
-      if (out >= 0 && rg_[static_cast<size_t>(out)]) grad_bytes = SatAdd(grad_bytes, EffOrFallback(out));
+      if (facts_.requires_grad(out)) grad_bytes = SatAdd(grad_bytes, Eff(out));
     }
     for (int in : n.inputs) {
-      if (in >= 0 && rg_[static_cast<size_t>(in)] &&
+      if (facts_.requires_grad(in) &&
           g_.value(in).kind != core::ValueKind::kInitializer) {
-        grad_bytes = SatAdd(grad_bytes, EffOrFallback(in));
+        grad_bytes = SatAdd(grad_bytes, Eff(in));
       }
     }
     if (grad_bytes > tb) {
@@ -334,7 +239,7 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
   // Loss on the first graph output (options.h Loss).
   if (!g_.outputs.empty()) {
     const int out = g_.outputs.front();
-    const uint64_t logits = EffOrFallback(out);
+    const uint64_t logits = Eff(out);
     const auto& shape = b_.shapes[static_cast<size_t>(out)];
     const bool rank2 = shape && shape->size() >= 2 && shape->back() > 1;
     const bool ce = o_.loss == Loss::kCrossEntropy || (o_.loss == Loss::kAuto && rank2);
@@ -396,19 +301,19 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
   Weights(&weights, &params, &cast_cache);
   const size_t nv = g_.values.size();
   // Views share their source's storage: a source lives until the last use of any alias.
-  const std::vector<int>& root = root_;
+  auto root = [&](size_t id) { return facts_.root(static_cast<int>(id)); };
   std::vector<int> last_use(nv, -1);
   for (size_t k = 0; k < g_.nodes.size(); ++k) {
     for (int in : g_.nodes[k].inputs) {
-      if (in >= 0) last_use[static_cast<size_t>(root[static_cast<size_t>(in)])] = static_cast<int>(k);
+      if (in >= 0) last_use[static_cast<size_t>(root(static_cast<size_t>(in)))] = static_cast<int>(k);
     }
   }
-  for (int out : g_.outputs) last_use[static_cast<size_t>(root[static_cast<size_t>(out)])] = INT32_MAX;
+  for (int out : g_.outputs) last_use[static_cast<size_t>(root(static_cast<size_t>(out)))] = INT32_MAX;
   std::vector<uint64_t> size(nv, 0);
   uint64_t live = 0, live_alloc = 0, peak = 0, peak_alloc = 0;
   auto block = [](uint64_t bytes) { return bytes == 0 ? 0 : bytes < kBlock ? kBlock : RoundUp(bytes, kBlock); };
   for (int id : g_.data_inputs) {
-    size[static_cast<size_t>(id)] = EffOrFallback(id);
+    size[static_cast<size_t>(id)] = Eff(id);
     live = SatAdd(live, size[static_cast<size_t>(id)]);
     live_alloc = SatAdd(live_alloc, block(size[static_cast<size_t>(id)]));
   }
@@ -417,11 +322,11 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
   std::vector<int> live_ids(g_.data_inputs.begin(), g_.data_inputs.end());
   for (size_t k = 0; k < g_.nodes.size(); ++k) {
     const core::Node& n = g_.nodes[k];
-    const ops::OpRule* rule = ops::FindRule(n.domain, n.op_type);
-    const uint64_t ws = rule && rule->workspace ? rule->workspace(ops::RuleContext{n, b_, rg_}) : 0;
+    const ops::OpRule* rule = facts_.rule(k);
+    const uint64_t ws = rule && rule->workspace ? rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()}) : 0;
     for (int out : n.outputs) {
-      if (out < 0 || root[static_cast<size_t>(out)] != out) continue;  // views: no new memory
-      size[static_cast<size_t>(out)] = EffOrFallback(out);
+      if (out < 0 || root(static_cast<size_t>(out)) != out) continue;  // views: no new memory
+      size[static_cast<size_t>(out)] = Eff(out);
       live = SatAdd(live, size[static_cast<size_t>(out)]);
       live_alloc = SatAdd(live_alloc, block(size[static_cast<size_t>(out)]));
       live_ids.push_back(out);
