@@ -6,7 +6,11 @@
 #include <limits>
 
 #include "analytical/analytical.h"
+#include "symbolic/symbolic.h"
 #include "memest/estimator.h"
+#ifdef MEMEST_HAVE_MEASUREMENT
+#include "measurement/measurement.h"
+#endif
 
 namespace memest {
 namespace {
@@ -24,13 +28,19 @@ const Entry kBackends[] = {
      "activations, largest transient, GPU profile fixed costs",
      nullptr, &analytical::MakeAnalyticalEstimator},
     {"symbolic",
-     "symbolic shapes, simulated training timeline and PyTorch caching-allocator model",
-     "not implemented yet (planned: symbolic backend issue)", nullptr},
+     "simulated PyTorch eager training timeline replayed through a model of the CUDA caching "
+     "allocator",
+     nullptr, &symbolic::MakeSymbolicEstimator},
     {"learned", "Eigen MLP trained on measured rows",
      "not implemented yet: no trained weights are shipped (planned: learned backend issue)",
      nullptr},
     {"measurement", "runs the graph with LibTorch under a tracking allocator (ground truth)",
-     "not implemented yet (planned: measurement harness issue; needs LibTorch)", nullptr},
+#ifdef MEMEST_HAVE_MEASUREMENT
+     nullptr, &measurement::MakeMeasurementEstimator},
+#else
+     "built without LibTorch (install libtorch-dev and rebuild; see docs/measurement.md)",
+     nullptr},
+#endif
 };
 
 }  // namespace
@@ -86,28 +96,24 @@ Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& mod
     bool ok = CheckFit(*e, *gpu).fits;
     return std::make_pair(ok, std::move(e).value());
   };
+  // The search needs a batch dim to bind: some data input whose leading dim is not fixed.
+  bool has_batch_dim = false;
+  for (const InputInfo& in : model.summary().data_inputs) {
+    has_batch_dim = has_batch_dim || (!in.dims.empty() && in.dims[0].value < 0);
+  }
+  if (!has_batch_dim) {
+    return InvalidArgument("the model has no batch dim to search over: every data input has a "
+                           "fixed leading dim");
+  }
   MEMEST_ASSIGN_OR_RETURN(auto first, fits(1));
   if (!first.first) {
     r.batch = 0;
     r.at_batch = std::move(first.second);
     return r;
   }
-  // The first estimate must depend on the batch: otherwise the search would never end.
-  MEMEST_ASSIGN_OR_RETURN(auto second, fits(2));
-  if (second.second.peak_device == first.second.peak_device) {
-    return InvalidArgument(
-        "the estimate does not grow with the batch: the model has no batch dim to bind "
-        "(fixed input shapes?)");
-  }
   int64_t good = 1;
   Estimate good_estimate = std::move(first.second);
   int64_t bad = 0;  // 0 = no failing batch found yet
-  if (second.first) {
-    good = 2;
-    good_estimate = std::move(second.second);
-  } else {
-    bad = 2;
-  }
   while (bad == 0 && good < limit) {
     const int64_t next = good > limit / 2 ? limit : good * 2;
     MEMEST_ASSIGN_OR_RETURN(auto t, fits(next));

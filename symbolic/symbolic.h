@@ -1,0 +1,20 @@
+// symbolic/symbolic.h -- the symbolic backend: bound shapes, a simulated training timeline
+// (symbolic/timeline.h) and PyTorch's caching allocator (symbolic/allocator.h).
+#ifndef MEMEST_SYMBOLIC_SYMBOLIC_H_
+#define MEMEST_SYMBOLIC_SYMBOLIC_H_
+
+#include <memory>
+
+#include "memest/estimator.h"
+#include "symbolic/timeline.h"
+
+namespace memest::symbolic {
+
+std::unique_ptr<Estimator> MakeSymbolicEstimator();
+
+// The whole simulation (events included when `record_events`), for --timeline.
+Result<Simulation> SimulateModel(const Model& model, const Options& options, bool record_events);
+
+}  // namespace memest::symbolic
+
+#endif  // MEMEST_SYMBOLIC_SYMBOLIC_H_

@@ -1,0 +1,553 @@
+// symbolic/timeline.cc -- PyTorch eager training semantics over the bound graph.
+//
+// Policy ("facts" = ../shared/reference/pytorch-memory-facts.md):
+//  * Start: every parameter and buffer is allocated once, in graph order (weights).
+//  * Each iteration: zero_grad(set_to_none=True) frees every .grad (facts 4.4); the new input
+//    batch (and int64 targets) is allocated before the previous one is freed (loader semantics).
+//  * Forward, in topological order: a node allocates its outputs (views allocate nothing and keep
+//    their source alive, facts 3.1), its extra saved tensors (masks, indices, statistics) and its
+//    workspace (freed at once). A tensor dies after its last consumer unless some node saved it
+//    (ops/rules.h, facts 3.2) or it is a graph output. Under AMP the first lower-precision use of an
+//    fp32 parameter allocates its cached low-precision copy (facts 5.1); the copy lives until the
+//    last backward node that saved it, or the end of forward.
+//  * The first GEMM of the forward creates the main thread's cuBLAS workspace; the first GEMM of
+//    the backward creates the autograd thread's (facts 2.3, INF); both persist.
+//  * Loss on the first output: cross-entropy keeps fp32 log-probs (facts 3.2), mse the target.
+//  * Backward, in reverse order, for nodes with an input that requires grad and an output that has
+//    a gradient: allocate one gradient per such input (views pass the gradient buffer through);
+//    a parameter's first gradient becomes its .grad (stolen, facts 3.1), later ones are added in
+//    place (freed); fan-out gradients of activations accumulate in place (the new buffer is freed,
+//    facts 3.1); then the node's output gradients and saved tensors are freed (facts 3.1
+//    release_variables).
+//  * Optimizer step (foreach, the default; facts 4.1-4.3): iteration 1 creates the state (adam: 2
+//    per parameter, momentum: 1); L2 weight decay allocates a gradient-sized copy of all grads, then
+//    frees it; adam then allocates the sqrt copy of all exp_avg_sq (one per parameter) and frees it.
+//  * Inference: forward only, no saved tensors, no gradients, one cuBLAS workspace.
+//  * Every event goes through CachingAllocatorModel (symbolic/allocator.h); peaks over all
+//    simulated iterations; device peak = peak reserved + the GPU profile's CUDA context (facts 2.2).
+//    The breakdown is taken at the moment reserved memory reached its peak.
+#include "symbolic/timeline.h"
+
+#include <algorithm>
+#include <array>
+#include <set>
+
+#include "core/checked.h"
+#include "core/dtype.h"
+#include "ops/rules.h"
+#include "ops/value_facts.h"
+#include "symbolic/allocator.h"
+
+namespace memest::symbolic {
+
+const char* ToString(Category c) {
+  switch (c) {
+    case Category::kWeights: return "weights";
+    case Category::kGradients: return "gradients";
+    case Category::kOptimizerState: return "optimizer_state";
+    case Category::kActivations: return "activations";
+    case Category::kTransient: return "transient";
+  }
+  return "?";
+}
+
+namespace {
+
+using Tensor = int64_t;  // index into Sim::tensors_, -1 = none
+
+class Sim {
+ public:
+  Sim(const core::BoundGraph& b, const Options& o, const GpuProfile& gpu, bool record)
+      : b_(b), g_(*b.graph), o_(o), gpu_(gpu), facts_(b, o.precision), record_(record),
+        alloc_(AllocatorConfig{o.allocator.expandable_segments, o.allocator.max_split_size,
+                               kLargeBuffer, o.allocator.roundup_power2_divisions}) {}
+
+  Result<Simulation> Run();
+
+ private:
+  struct Live {
+    CachingAllocatorModel::Handle handle = -1;
+    uint64_t bytes = 0;
+    Category category = Category::kTransient;
+    bool alive = false;
+  };
+
+  Tensor Malloc(uint64_t bytes, Category c);
+  void Free(Tensor* t);
+  void Record(bool malloc, uint64_t bytes, Category c);
+
+  void Prepare();
+  void AllocateWeights();
+  void Iteration(int it);
+  void Forward(int it);
+  void Loss();
+  void Backward();
+  void Step(int it);
+  void Infer();
+  void FreeIfDead(int root);
+
+  const core::BoundGraph& b_;
+  const core::Graph& g_;
+  const Options& o_;
+  const GpuProfile& gpu_;
+  ops::ValueFacts facts_;
+  bool record_;
+  CachingAllocatorModel alloc_;
+  bool train_ = true;
+
+  std::vector<Live> tensors_;
+  std::array<uint64_t, kNumCategories> live_{};  // requested bytes per category
+  Phase phase_ = Phase::kUnknown;
+  int node_ = -1;
+  int iteration_ = 0;
+
+  // Static facts.
+  std::vector<std::vector<ops::SavedTensor>> saved_;  // per node
+  std::vector<int> uses_;        // per root: forward uses by nodes (all aliases)
+  std::vector<int> saved_by_;    // per root: nodes that save it
+  std::vector<int> cast_saves_;  // per parameter: lower-precision nodes that save its AMP copy
+  int loss_value_ = -1;
+  bool cross_entropy_ = false;
+  uint64_t log_probs_bytes_ = 0, targets_bytes_ = 0;
+
+  // Per-iteration state.
+  std::vector<Tensor> value_;    // per root: live storage
+  std::vector<int> uses_left_, saved_left_;
+  std::vector<Tensor> grad_;     // per value: gradient buffer
+  std::vector<Tensor> param_grad_;  // per value: .grad of parameters (persist until zero_grad)
+  std::vector<Tensor> cast_;     // per parameter: AMP copy
+  std::vector<int> cast_left_;
+  std::vector<std::vector<Tensor>> extras_;  // per node: extra saved tensors
+  std::vector<Tensor> inputs_, old_inputs_;
+  Tensor log_probs_ = -1, loss_ = -1;
+  std::vector<Tensor> state_;
+  Tensor ws_forward_ = -1, ws_backward_ = -1;
+
+  // Results.
+  uint64_t peak_reserved_seen_ = 0;
+  std::array<uint64_t, kNumCategories> at_peak_{};
+  Phase peak_phase_ = Phase::kUnknown;
+  int peak_node_ = -1;
+  uint64_t alloc_peak_seen_ = 0;
+  Phase alloc_peak_phase_ = Phase::kUnknown;
+  int alloc_peak_node_ = -1;
+  int alloc_peak_iteration_ = 0;
+  uint64_t iteration_alloc_peak_ = 0;
+  Simulation sim_;
+};
+
+Tensor Sim::Malloc(uint64_t bytes, Category c) {
+  if (bytes == 0) return -1;
+  const auto h = alloc_.Malloc(bytes);
+  Live t;
+  t.handle = h;
+  t.bytes = bytes;
+  t.category = c;
+  t.alive = true;
+  tensors_.push_back(t);
+  live_[static_cast<size_t>(c)] += bytes;
+  const AllocatorStats& s = alloc_.stats();
+  if (s.reserved > peak_reserved_seen_) {
+    peak_reserved_seen_ = s.reserved;
+    at_peak_ = live_;
+    peak_phase_ = phase_;
+    peak_node_ = node_;
+  }
+  if (s.allocated > alloc_peak_seen_) {
+    alloc_peak_seen_ = s.allocated;
+    alloc_peak_phase_ = phase_;
+    alloc_peak_node_ = node_;
+    alloc_peak_iteration_ = iteration_;
+  }
+  iteration_alloc_peak_ = std::max(iteration_alloc_peak_, s.allocated);
+  Record(true, bytes, c);
+  return static_cast<Tensor>(tensors_.size()) - 1;
+}
+
+void Sim::Free(Tensor* t) {
+  if (*t < 0) return;
+  Live& l = tensors_[static_cast<size_t>(*t)];
+  if (l.alive) {
+    alloc_.Free(l.handle);
+    l.alive = false;
+    live_[static_cast<size_t>(l.category)] -= l.bytes;
+    Record(false, l.bytes, l.category);
+  }
+  *t = -1;
+}
+
+void Sim::Record(bool malloc, uint64_t bytes, Category c) {
+  if (!record_) return;
+  TimelineEvent e;
+  e.malloc = malloc;
+  e.bytes = bytes;
+  e.category = c;
+  e.phase = phase_;
+  e.node = node_;
+  e.iteration = iteration_;
+  e.allocated = alloc_.stats().allocated;
+  e.reserved = alloc_.stats().reserved;
+  sim_.events.push_back(e);
+}
+
+void Sim::Prepare() {
+  const size_t nv = g_.values.size(), nn = g_.nodes.size();
+  uses_.assign(nv, 0);
+  saved_by_.assign(nv, 0);
+  cast_saves_.assign(nv, 0);
+  saved_.resize(nn);
+  for (size_t k = 0; k < nn; ++k) {
+    const core::Node& n = g_.nodes[k];
+    std::set<int> roots;
+    for (int in : n.inputs) {
+      if (in >= 0) roots.insert(facts_.root(in));
+    }
+    for (int r : roots) ++uses_[static_cast<size_t>(r)];
+    if (!train_) continue;
+    saved_[k] = ops::SavedTensors(n, b_, facts_.requires_grad());
+    std::set<int> saved_roots;
+    for (const auto& s : saved_[k]) {
+      if (s.value < 0) continue;
+      const core::Value& v = g_.value(s.value);
+      if (v.kind == core::ValueKind::kInitializer) {
+        const ops::OpRule* r = facts_.rule(k);
+        if (facts_.amp_cast_bytes(s.value) > 0 && r && r->amp == ops::AmpPolicy::kLowerPrecision) {
+          ++cast_saves_[static_cast<size_t>(s.value)];
+        }
+        continue;
+      }
+      saved_roots.insert(facts_.root(s.value));
+    }
+    for (int r : saved_roots) ++saved_by_[static_cast<size_t>(r)];
+  }
+  if (train_ && !g_.outputs.empty()) {
+    loss_value_ = g_.outputs.front();
+    const auto& shape = b_.shapes[static_cast<size_t>(loss_value_)];
+    const bool classes = shape && shape->size() >= 2 && shape->back() > 1;
+    cross_entropy_ = o_.loss == Loss::kCrossEntropy || (o_.loss == Loss::kAuto && classes);
+    if (cross_entropy_ && shape && !shape->empty() && shape->back() > 0) {
+      const uint64_t numel = b_.Numel(loss_value_).value_or(0);
+      log_probs_bytes_ = core::SatMul(numel, 4);  // fp32 log-probs (facts 3.2)
+      targets_bytes_ = core::SatMul(numel / static_cast<uint64_t>(shape->back()), 8);
+    } else {
+      cross_entropy_ = false;
+      targets_bytes_ = facts_.bytes(loss_value_);  // mse target
+    }
+  }
+  value_.assign(nv, -1);
+  grad_.assign(nv, -1);
+  param_grad_.assign(nv, -1);
+  cast_.assign(nv, -1);
+  extras_.assign(nn, {});
+  sim_.node_names.reserve(nn);
+  for (const auto& n : g_.nodes) sim_.node_names.push_back(n.name);
+}
+
+void Sim::AllocateWeights() {
+  phase_ = Phase::kUnknown;
+  for (size_t i = 0; i < g_.values.size(); ++i) {
+    const core::Value& v = g_.values[i];
+    if (v.kind != core::ValueKind::kInitializer || v.consumers.empty()) continue;
+    value_[i] = Malloc(facts_.bytes(static_cast<int>(i)), Category::kWeights);
+  }
+  if (train_) {
+    const uint64_t k = o_.optimizer == Optimizer::kSgd ? 0
+                       : o_.optimizer == Optimizer::kMomentum ? 1 : 2;
+    state_.reserve(k * g_.values.size());
+  }
+}
+
+void Sim::FreeIfDead(int root) {
+  if (root < 0) return;
+  const core::Value& v = g_.value(root);
+  if (v.kind == core::ValueKind::kInitializer || v.kind == core::ValueKind::kDataInput) return;
+  if (uses_left_[static_cast<size_t>(root)] > 0 || saved_left_[static_cast<size_t>(root)] > 0) {
+    return;
+  }
+  for (int out : g_.outputs) {
+    if (facts_.root(out) == root) return;  // graph outputs live until the iteration ends
+  }
+  Free(&value_[static_cast<size_t>(root)]);
+}
+
+void Sim::Forward(int it) {
+  phase_ = train_ ? Phase::kForward : Phase::kInference;
+  uses_left_ = uses_;
+  saved_left_ = saved_by_;
+  cast_left_ = cast_saves_;
+  for (size_t k = 0; k < g_.nodes.size(); ++k) {
+    const core::Node& n = g_.nodes[k];
+    node_ = static_cast<int>(k);
+    const ops::OpRule* rule = facts_.rule(k);
+    if (facts_.has_gemm() && ws_forward_ < 0 && rule &&
+        rule->amp == ops::AmpPolicy::kLowerPrecision && n.op_type != "Conv" &&
+        n.op_type != "ConvTranspose") {
+      ws_forward_ = Malloc(gpu_.cublas_workspace.bytes, Category::kTransient);
+    }
+    // Autocast weight copies (facts 5.1).
+    if (rule && rule->amp == ops::AmpPolicy::kLowerPrecision) {
+      for (int in : n.inputs) {
+        if (in >= 0 && cast_[static_cast<size_t>(in)] < 0 && facts_.amp_cast_bytes(in) > 0) {
+          cast_[static_cast<size_t>(in)] = Malloc(facts_.amp_cast_bytes(in), Category::kWeights);
+        }
+      }
+    }
+    for (int out : n.outputs) {
+      if (out < 0 || facts_.root(out) != out) continue;  // views allocate nothing
+      const bool kept = train_ && saved_by_[static_cast<size_t>(out)] > 0;
+      value_[static_cast<size_t>(out)] =
+          Malloc(facts_.bytes(out), kept ? Category::kActivations : Category::kTransient);
+    }
+    if (rule && rule->workspace) {
+      Tensor ws = Malloc(rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()}),
+                         Category::kTransient);
+      Free(&ws);
+    }
+    if (train_) {
+      for (const auto& s : saved_[k]) {
+        if (s.value < 0) extras_[k].push_back(Malloc(s.bytes, Category::kActivations));
+      }
+    }
+    std::set<int> roots;
+    for (int in : n.inputs) {
+      if (in >= 0) roots.insert(facts_.root(in));
+    }
+    for (int r : roots) {
+      --uses_left_[static_cast<size_t>(r)];
+      FreeIfDead(r);
+    }
+    for (int out : n.outputs) {
+      if (out >= 0 && facts_.root(out) == out) FreeIfDead(out);  // outputs nobody reads
+    }
+  }
+  node_ = -1;
+  // The autocast cache is cleared when forward ends; copies saved for backward stay (facts 5.1).
+  for (size_t i = 0; i < cast_.size(); ++i) {
+    if (cast_[i] >= 0 && cast_left_[i] == 0) Free(&cast_[i]);
+  }
+  (void)it;
+}
+
+void Sim::Loss() {
+  if (loss_value_ < 0) return;
+  phase_ = Phase::kForward;
+  if (cross_entropy_) log_probs_ = Malloc(log_probs_bytes_, Category::kActivations);
+  loss_ = Malloc(4, Category::kTransient);
+}
+
+void Sim::Backward() {
+  phase_ = Phase::kBackward;
+  if (loss_value_ >= 0) {
+    Tensor seed = Malloc(4, Category::kTransient);  // ones_like(loss)
+    grad_[static_cast<size_t>(loss_value_)] = Malloc(facts_.bytes(loss_value_), Category::kTransient);
+    Free(&seed);
+    Free(&log_probs_);
+  }
+  for (size_t kk = g_.nodes.size(); kk-- > 0;) {
+    const core::Node& n = g_.nodes[kk];
+    node_ = static_cast<int>(kk);
+    const ops::OpRule* rule = facts_.rule(kk);
+    bool needs = false, has_out_grad = false;
+    for (int in : n.inputs) needs = needs || facts_.requires_grad(in);
+    for (int out : n.outputs) has_out_grad = has_out_grad || (out >= 0 && grad_[static_cast<size_t>(out)] >= 0);
+    if (needs && has_out_grad) {
+      if (facts_.has_gemm() && ws_backward_ < 0 && rule &&
+          rule->amp == ops::AmpPolicy::kLowerPrecision && n.op_type != "Conv" &&
+          n.op_type != "ConvTranspose") {
+        ws_backward_ = Malloc(gpu_.cublas_workspace.bytes, Category::kTransient);
+      }
+      auto deliver = [&](int in, Tensor g) {  // accumulate into the input's gradient
+        const core::Value& v = g_.value(in);
+        Tensor& slot = v.trainable ? param_grad_[static_cast<size_t>(in)]
+                                   : grad_[static_cast<size_t>(in)];
+        if (slot < 0) {
+          if (v.trainable && g >= 0) {
+            // Stolen into .grad (facts 3.1): re-label it as a parameter gradient.
+            Live& l = tensors_[static_cast<size_t>(g)];
+            live_[static_cast<size_t>(l.category)] -= l.bytes;
+            l.category = Category::kGradients;
+            live_[static_cast<size_t>(l.category)] += l.bytes;
+          }
+          slot = g;
+        } else {
+          Free(&g);  // added in place into the existing buffer
+        }
+      };
+      if (rule && rule->view) {
+        // The gradient of a view is a view of the output gradient: pass the buffer through.
+        Tensor g = -1;
+        for (int out : n.outputs) {
+          if (out >= 0 && grad_[static_cast<size_t>(out)] >= 0 && g < 0) {
+            g = grad_[static_cast<size_t>(out)];
+            grad_[static_cast<size_t>(out)] = -1;
+          }
+        }
+        if (!n.inputs.empty() && facts_.requires_grad(n.inputs[0])) {
+          deliver(n.inputs[0], g);
+        } else {
+          Free(&g);
+        }
+      } else {
+        for (int in : n.inputs) {
+          if (!facts_.requires_grad(in)) continue;
+          deliver(in, Malloc(facts_.bytes(in), Category::kTransient));
+        }
+      }
+    }
+    for (int out : n.outputs) {
+      if (out >= 0) Free(&grad_[static_cast<size_t>(out)]);
+    }
+    // release_variables: saved tensors die with their node (facts 3.1).
+    std::set<int> released;
+    for (const auto& s : saved_[kk]) {
+      if (s.value < 0) continue;
+      const core::Value& v = g_.value(s.value);
+      if (v.kind == core::ValueKind::kInitializer) {
+        const size_t p = static_cast<size_t>(s.value);
+        if (cast_[p] >= 0 && rule && rule->amp == ops::AmpPolicy::kLowerPrecision &&
+            --cast_left_[p] == 0) {
+          Free(&cast_[p]);
+        }
+        continue;
+      }
+      const int r = facts_.root(s.value);
+      if (released.insert(r).second) {
+        --saved_left_[static_cast<size_t>(r)];
+        FreeIfDead(r);
+      }
+    }
+    for (Tensor& t : extras_[kk]) Free(&t);
+    extras_[kk].clear();
+  }
+  node_ = -1;
+  for (Tensor& t : grad_) Free(&t);
+  for (Tensor& t : cast_) Free(&t);
+  Free(&loss_);
+  for (int out : g_.outputs) Free(&value_[static_cast<size_t>(facts_.root(out))]);
+}
+
+void Sim::Step(int it) {
+  phase_ = Phase::kOptimizerStep;
+  std::vector<int> params;
+  for (size_t i = 0; i < g_.values.size(); ++i) {
+    if (g_.values[i].trainable && !g_.values[i].consumers.empty()) params.push_back(static_cast<int>(i));
+  }
+  const bool adam = o_.optimizer == Optimizer::kAdam || o_.optimizer == Optimizer::kAdamW;
+  if (it == 1) {  // lazily created state (facts 4.2)
+    const int k = o_.optimizer == Optimizer::kSgd ? 0 : o_.optimizer == Optimizer::kMomentum ? 1 : 2;
+    for (int p : params) {
+      for (int j = 0; j < k; ++j) state_.push_back(Malloc(facts_.bytes(p), Category::kOptimizerState));
+    }
+  }
+  std::vector<Tensor> temps;
+  if (o_.weight_decay > 0 && o_.optimizer != Optimizer::kAdamW) {  // L2: _foreach_add copy
+    for (int p : params) temps.push_back(Malloc(facts_.bytes(p), Category::kTransient));
+    for (Tensor& t : temps) Free(&t);
+    temps.clear();
+  }
+  if (adam) {  // _foreach_sqrt(exp_avg_sqs) (facts 4.3)
+    for (int p : params) temps.push_back(Malloc(facts_.bytes(p), Category::kTransient));
+    for (Tensor& t : temps) Free(&t);
+  }
+}
+
+void Sim::Iteration(int it) {
+  iteration_ = it;
+  iteration_alloc_peak_ = alloc_.stats().allocated;
+  phase_ = Phase::kUnknown;
+  if (train_) {
+    for (Tensor& g : param_grad_) Free(&g);  // zero_grad(set_to_none=True)
+  }
+  // New batch before the old one is released.
+  old_inputs_.swap(inputs_);
+  inputs_.clear();
+  for (int id : g_.data_inputs) {
+    Tensor t = Malloc(facts_.bytes(id), Category::kActivations);
+    inputs_.push_back(t);
+    value_[static_cast<size_t>(id)] = t;
+  }
+  if (train_) inputs_.push_back(Malloc(targets_bytes_, Category::kActivations));
+  for (Tensor& t : old_inputs_) Free(&t);
+  old_inputs_.clear();
+  Forward(it);
+  if (train_) {
+    Loss();
+    Backward();
+    Step(it);
+  } else {
+    for (int out : g_.outputs) Free(&value_[static_cast<size_t>(facts_.root(out))]);
+  }
+  sim_.iterations.push_back({it, iteration_alloc_peak_, alloc_.stats().reserved});
+}
+
+Result<Simulation> Sim::Run() {
+  train_ = o_.mode == Mode::kTrain;
+  Prepare();
+  AllocateWeights();
+  for (int it = 1; it <= kSimulatedIterations; ++it) Iteration(it);
+
+  Estimate& e = sim_.estimate;
+  e.backend = "symbolic";
+  const AllocatorStats& s = alloc_.stats();
+  e.peak_allocated = s.peak_allocated;
+  e.peak_reserved = s.peak_reserved;
+  Breakdown& bd = e.breakdown;
+  bd.weights = at_peak_[static_cast<size_t>(Category::kWeights)];
+  bd.gradients = at_peak_[static_cast<size_t>(Category::kGradients)];
+  bd.optimizer_state = at_peak_[static_cast<size_t>(Category::kOptimizerState)];
+  bd.saved_activations = at_peak_[static_cast<size_t>(Category::kActivations)];
+  bd.transient = at_peak_[static_cast<size_t>(Category::kTransient)];
+  uint64_t requested = 0;
+  for (uint64_t v : at_peak_) requested += v;
+  bd.allocator_overhead = s.peak_reserved > requested ? s.peak_reserved - requested : 0;
+  bd.cuda_context = gpu_.cuda_context.bytes;
+  e.peak_device = bd.Total();
+  e.peak_phase = peak_phase_;
+  e.peak_node = peak_node_ >= 0 ? g_.nodes[static_cast<size_t>(peak_node_)].name : "";
+  e.diagnostics = b_.diagnostics;
+  auto mib = [](uint64_t b) { return std::to_string(b >> 20) + " MiB"; };
+  std::string iters;
+  for (const auto& ip : sim_.iterations) {
+    iters += (iters.empty() ? "" : "; ") + std::string("iteration ") + std::to_string(ip.iteration) +
+             ": allocated peak " + mib(ip.allocated) + ", reserved " + mib(ip.reserved);
+  }
+  e.diagnostics.push_back({Severity::kInfo, "iterations", iters, "", ""});
+  e.diagnostics.push_back(
+      {Severity::kInfo, "allocated_peak",
+       std::string("allocated peak in ") + memest::ToString(alloc_peak_phase_) + " of iteration " +
+           std::to_string(alloc_peak_iteration_),
+       alloc_peak_node_ >= 0 ? g_.nodes[static_cast<size_t>(alloc_peak_node_)].name : "", ""});
+  if (!facts_.fallback_ops().empty()) {
+    std::string ops;
+    for (const auto& op : facts_.fallback_ops()) ops += (ops.empty() ? "" : ", ") + op;
+    e.diagnostics.push_back({Severity::kWarning, "size_fallback",
+                             "tensors of unknown size (from " + ops +
+                                 ") were sized like the largest tensor their node touches",
+                             "", ""});
+  }
+  std::map<std::string, int> unknown;
+  for (size_t k = 0; k < g_.nodes.size(); ++k) {
+    if (!facts_.rule(k)) ++unknown[g_.nodes[k].op_type];
+  }
+  for (const auto& [op, count] : unknown) {
+    e.diagnostics.push_back({Severity::kWarning, "unknown_op",
+                             "no memory rule for op " + op + " (" + std::to_string(count) +
+                                 " node(s)): every input and output is counted as saved",
+                             "", op});
+  }
+  return std::move(sim_);
+}
+
+}  // namespace
+
+Result<Simulation> Simulate(const core::BoundGraph& graph, const Options& options,
+                            const GpuProfile& gpu, bool record_events) {
+  try {
+    Sim sim(graph, options, gpu, record_events);
+    return sim.Run();
+  } catch (const std::bad_alloc&) {
+    return Internal("symbolic: out of memory while simulating");
+  }
+}
+
+}  // namespace memest::symbolic

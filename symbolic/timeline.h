@@ -1,0 +1,66 @@
+// symbolic/timeline.h -- a simulated PyTorch eager training step (or inference pass), replayed
+// through the caching-allocator model.
+//
+// Simulate() walks the bound graph the way PyTorch eager would run it (policy at the top of
+// timeline.cc) and produces every malloc/free with its size, category, phase and node, and the
+// allocator's allocated/reserved bytes after each event. The result carries the common Estimate
+// (peaks, breakdown at the device-level peak, phase and node) plus per-iteration peaks.
+#ifndef MEMEST_SYMBOLIC_TIMELINE_H_
+#define MEMEST_SYMBOLIC_TIMELINE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/bind.h"
+#include "memest/estimate.h"
+#include "memest/gpu_profile.h"
+#include "memest/options.h"
+#include "memest/status.h"
+
+namespace memest::symbolic {
+
+enum class Category : uint8_t {
+  kWeights,         // parameters, buffers, autocast weight copies
+  kGradients,       // .grad of parameters
+  kOptimizerState,  // exp_avg, exp_avg_sq, momentum buffers
+  kActivations,     // input batch and forward tensors kept for backward
+  kTransient,       // everything short-lived: unsaved outputs, activation gradients, loss,
+                    // optimizer temporaries, cuBLAS workspaces
+};
+inline constexpr int kNumCategories = 5;
+const char* ToString(Category c);
+
+struct TimelineEvent {
+  bool malloc = true;  // false: free
+  uint64_t bytes = 0;  // requested bytes
+  Category category = Category::kTransient;
+  Phase phase = Phase::kUnknown;
+  int node = -1;       // node index in the graph, -1 when not tied to a node
+  int iteration = 0;   // 1-based
+  uint64_t allocated = 0;  // allocator state after the event
+  uint64_t reserved = 0;
+};
+
+struct IterationPeak {
+  int iteration = 0;
+  uint64_t allocated = 0;  // peak allocated within the iteration
+  uint64_t reserved = 0;   // reserved at the end of the iteration
+};
+
+struct Simulation {
+  Estimate estimate;
+  std::vector<IterationPeak> iterations;
+  std::vector<TimelineEvent> events;     // filled only when asked for
+  std::vector<std::string> node_names;   // index -> name, for events
+};
+
+// Iterations simulated: 1 (first: optimizer state and workspaces created) and 2..3 (steady).
+inline constexpr int kSimulatedIterations = 3;
+
+Result<Simulation> Simulate(const core::BoundGraph& graph, const Options& options,
+                            const GpuProfile& gpu, bool record_events);
+
+}  // namespace memest::symbolic
+
+#endif  // MEMEST_SYMBOLIC_TIMELINE_H_

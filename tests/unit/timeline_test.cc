@@ -1,0 +1,133 @@
+// Timeline tests on tiny graphs with hand-computed, byte-exact peaks (symbolic/timeline.cc policy).
+#include "symbolic/timeline.h"
+
+#include <gtest/gtest.h>
+
+#include "core/bind.h"
+#include "memest/memest.h"
+#include "symbolic/symbolic.h"
+#include "testing/onnx_builder.h"
+
+namespace memest::symbolic {
+namespace {
+
+using memest::testing::GraphBuilder;
+using memest::testing::kFloat;
+
+constexpr uint64_t kWorkspace = 33'554'432;  // h100-80gb cuBLAS workspace (facts 2.3)
+
+// X[N,256] -Gemm(W1[512,256],B1[512])-> H -Relu-> R -Gemm(W2[10,512],B2[10])-> Y[N,10]
+std::shared_ptr<const Model> LinearReluLinear() {
+  GraphBuilder b(13);
+  b.AddInput("X", kFloat, {"N", 256});
+  b.AddInitializer("W1", {512, 256});
+  b.AddInitializer("B1", {512});
+  b.AddInitializer("W2", {10, 512});
+  b.AddInitializer("B2", {10});
+  memest::testing::SetIntAttr(b.AddNode("Gemm", {"X", "W1", "B1"}, {"H"}), "transB", 1);
+  b.AddNode("Relu", {"H"}, {"R"});
+  memest::testing::SetIntAttr(b.AddNode("Gemm", {"R", "W2", "B2"}, {"Y"}), "transB", 1);
+  b.AddOutput("Y", kFloat);
+  auto m = LoadModelFromBytes(b.Serialize(), "/tmp", "linear_relu_linear");
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : nullptr;
+}
+
+// Block sizes (512-byte rounded, facts 1.3), fp32:
+//   W1 524,288  B1 2,048  W2 20,480  B2 512 (40 B)  -> parameters P = 547,328
+//   X[4,256] 4,096  targets[4] int64 512  H,R[4,512] 8,192 each  Y, log-probs [4,10] 512 each
+constexpr uint64_t kParams = 524'288 + 2'048 + 20'480 + 512;
+constexpr uint64_t kBatch = 4'096 + 512;
+
+TEST(TimelineTest, LinearReluLinearAdamPeakIsTheFirstOptimizerStep) {
+  auto model = LinearReluLinear();
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 4;
+  o.optimizer = Optimizer::kAdam;
+  auto sim = SimulateModel(*model, o, /*record_events=*/true);
+  ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+  // Step of iteration 1: weights + grads + 2 Adam states + the foreach sqrt copy (facts 4.3)
+  // = 5 P, plus both cuBLAS workspaces (forward and autograd threads) and the input batch.
+  EXPECT_EQ(sim->estimate.peak_allocated, 5 * kParams + 2 * kWorkspace + kBatch);
+  // Backward peak of iteration 1, for comparison: weights + both workspaces + batch + R (saved)
+  // ... is lower: the step dominates for this tiny model.
+  EXPECT_EQ(sim->estimate.peak_phase, Phase::kOptimizerStep);
+  EXPECT_EQ(sim->iterations.size(), 3u);
+  EXPECT_EQ(sim->iterations[0].allocated, 5 * kParams + 2 * kWorkspace + kBatch);
+  EXPECT_EQ(sim->iterations[1].allocated, sim->iterations[2].allocated);  // steady state
+  // Large pool: the two 32 MiB workspaces are exact segments; the rest fits 2 MiB small segments.
+  EXPECT_EQ((sim->estimate.peak_reserved - 2 * kWorkspace) % (2u << 20), 0u);
+  EXPECT_GE(sim->estimate.peak_reserved, sim->estimate.peak_allocated);
+  EXPECT_EQ(sim->estimate.breakdown.Total(), sim->estimate.peak_device);
+  // Every malloc has a matching free or is still live at the end; allocated never goes negative.
+  uint64_t mallocs = 0, frees = 0;
+  for (const auto& e : sim->events) (e.malloc ? mallocs : frees) += e.bytes;
+  EXPECT_GE(mallocs, frees);
+}
+
+TEST(TimelineTest, LinearReluLinearSgdPeaksInBackward) {
+  auto model = LinearReluLinear();
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 4;
+  o.optimizer = Optimizer::kSgd;
+  auto sim = SimulateModel(*model, o, false);
+  ASSERT_TRUE(sim.ok());
+  // Iteration 1 backward, at the first Gemm (W1's gradients): weights, both workspaces, the
+  // batch, H's gradient (8,192) and the new W1/B1 gradients (526,336) next to the W2/B2 grads
+  // (20,992), with Y (512) and the loss (512) still alive: weights + grads = 2 P.
+  EXPECT_EQ(sim->estimate.peak_allocated, 2 * kParams + 2 * kWorkspace + kBatch + 8'192 + 512 + 512);
+  EXPECT_EQ(sim->estimate.peak_phase, Phase::kBackward);
+}
+
+TEST(TimelineTest, LinearReluLinearInferenceKeepsOnlyTheLiveTensors) {
+  auto model = LinearReluLinear();
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 4;
+  o.mode = Mode::kInfer;
+  auto sim = SimulateModel(*model, o, false);
+  ASSERT_TRUE(sim.ok());
+  // Relu: H and R alive together; one workspace; no targets in inference.
+  EXPECT_EQ(sim->estimate.peak_allocated, kParams + kWorkspace + 4'096 + 8'192 + 8'192);
+  EXPECT_EQ(sim->estimate.peak_phase, Phase::kInference);
+}
+
+TEST(TimelineTest, AdamWeightDecayAddsAGradientCopy) {
+  auto model = LinearReluLinear();
+  ASSERT_NE(model, nullptr);
+  Options adam, adam_l2, adamw;
+  adam.batch = adam_l2.batch = adamw.batch = 4;
+  adam_l2.weight_decay = adamw.weight_decay = 0.01;
+  adamw.optimizer = Optimizer::kAdamW;
+  const auto a = SimulateModel(*model, adam, false);
+  const auto l2 = SimulateModel(*model, adam_l2, false);
+  const auto w = SimulateModel(*model, adamw, false);
+  ASSERT_TRUE(a.ok() && l2.ok() && w.ok());
+  // The L2 copy is freed before the sqrt copy (facts 4.3): the peak does not grow...
+  EXPECT_EQ(l2->estimate.peak_allocated, a->estimate.peak_allocated);
+  EXPECT_EQ(w->estimate.peak_allocated, a->estimate.peak_allocated);
+}
+
+TEST(TimelineTest, AmpCachesHalfPrecisionWeightCopies) {
+  auto model = LinearReluLinear();
+  ASSERT_NE(model, nullptr);
+  Options fp32, amp;
+  fp32.batch = amp.batch = 4;
+  fp32.mode = amp.mode = Mode::kInfer;
+  amp.precision = Precision::kAmpFp16;
+  const auto a = SimulateModel(*model, fp32, false);
+  const auto b = SimulateModel(*model, amp, false);
+  ASSERT_TRUE(a.ok() && b.ok());
+  // Linear is addmm(bias, x, W^T) under autocast: weights AND biases are fp32 leaves used by a
+  // lower-precision op, so each gets a cached fp16 copy (facts 5.1): W1 262,144, B1 1,024,
+  // W2 10,240, B2 512 (20 B rounded). H and R become fp16 (4,096 each). The fp32 peak is at Relu
+  // (H and R alive); the AMP peak is at the second Gemm: every copy, R and Y (fp16, 512) alive.
+  EXPECT_EQ(a->estimate.peak_allocated, kParams + kWorkspace + 4'096 + 8'192 + 8'192);
+  EXPECT_EQ(b->estimate.peak_allocated,
+            kParams + kWorkspace + 4'096 + (262'144 + 1'024 + 10'240 + 512) + 4'096 + 512);
+}
+
+}  // namespace
+}  // namespace memest::symbolic
