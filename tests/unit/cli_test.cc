@@ -1,0 +1,534 @@
+// End-to-end tests of the `memest` command-line tool: exit codes, stdout/stderr
+// split, the JSON schema, and golden table outputs (tests/golden/).
+//
+// The binary is MEMEST_CLI_PATH; it runs with stdout and stderr redirected to
+// files in a test-owned temporary directory (never the working directory). Set
+// MEMEST_UPDATE_GOLDEN=1 to rewrite the golden files from the current output
+// instead of comparing.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "memest/memest.h"
+
+extern char** environ;
+
+namespace memest {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const fs::path& p, const std::string& content) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << content;
+}
+
+std::string Model(const std::string& name) {
+  return std::string(MEMEST_SOURCE_DIR) + "/datasets/models/" + name;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl =
+        (fs::path(::testing::TempDir()) / "memest_cli_XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr) << "mkdtemp " << tmpl;
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+
+  // Runs the CLI with `args`, capturing stdout, stderr and the exit code.
+  CliRun Run(const std::vector<std::string>& args) {
+    const fs::path out = dir_ / "stdout.txt";
+    const fs::path err = dir_ / "stderr.txt";
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::vector<std::string> argv_s = {MEMEST_CLI_PATH};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    CliRun r;
+    const int rc = posix_spawn(&pid, MEMEST_CLI_PATH, &actions, nullptr,
+                               argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) {
+      ADD_FAILURE() << "posix_spawn " << MEMEST_CLI_PATH << " failed: " << rc;
+      return r;
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) {
+      ADD_FAILURE() << "waitpid failed";
+      return r;
+    }
+    if (WIFEXITED(status)) {
+      r.exit_code = WEXITSTATUS(status);
+    } else {
+      ADD_FAILURE() << "memest did not exit normally (signal "
+                    << (WIFSIGNALED(status) ? WTERMSIG(status) : 0)
+                    << ") for args: " << ::testing::PrintToString(args);
+    }
+    r.out = ReadFile(out);
+    r.err = ReadFile(err);
+    return r;
+  }
+
+  // Compares `actual` with tests/golden/<name>, or rewrites it when
+  // MEMEST_UPDATE_GOLDEN=1.
+  void ExpectGolden(const std::string& name, std::string actual) {
+    // Paths in the output are made relative to the source tree so the file is
+    // portable.
+    const std::string root = std::string(MEMEST_SOURCE_DIR) + "/";
+    for (size_t pos; (pos = actual.find(root)) != std::string::npos;)
+      actual.erase(pos, root.size());
+    const fs::path golden =
+        fs::path(MEMEST_SOURCE_DIR) / "tests" / "golden" / name;
+    const char* update = std::getenv("MEMEST_UPDATE_GOLDEN");
+    if (update != nullptr && std::string(update) == "1") {
+      fs::create_directories(golden.parent_path());
+      WriteFile(golden, actual);
+      std::cerr << "rewrote " << golden << "\n";
+      return;
+    }
+    ASSERT_TRUE(fs::exists(golden))
+        << golden
+        << " is missing; run with MEMEST_UPDATE_GOLDEN=1 to create it";
+    EXPECT_EQ(ReadFile(golden), actual)
+        << "output differs from " << golden
+        << " (MEMEST_UPDATE_GOLDEN=1 rewrites it after a deliberate change)";
+  }
+
+  fs::path dir_;
+};
+
+bool IsByteCount(const json& v) {
+  return v.is_number_unsigned() ||
+         (v.is_number_integer() && v.get<int64_t>() >= 0);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Exit codes and error messages.
+
+TEST_F(CliTest, MissingFileExits3AndNamesPath) {
+  const std::string path = (dir_ / "no_such_model.onnx").string();
+  CliRun r = Run({path, "--batch", "4"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find(path), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST_F(CliTest, HtmlFileIsNotOnnxExits3) {
+  const fs::path path = dir_ / "model.onnx";
+  WriteFile(path,
+            "<!DOCTYPE html>\n<html><head><title>404 Not "
+            "Found</title></head><body>nope</body></html>\n");
+  CliRun r = Run({path.string(), "--batch", "4"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_FALSE(r.err.empty());
+  EXPECT_EQ(r.out, "");
+}
+
+TEST_F(CliTest, TruncatedModelExits3) {
+  const std::string bytes = ReadFile(Model("resnet18_train.onnx"));
+  ASSERT_GT(bytes.size(), 100u);
+  const fs::path path = dir_ / "truncated.onnx";
+  WriteFile(path, bytes.substr(0, bytes.size() / 2));
+  CliRun r = Run({path.string(), "--batch", "4"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+}
+
+TEST_F(CliTest, OverflowingDimExits3) {
+  CliRun r = Run(
+      {Model("gpt2_tiny_train.onnx"), "--dim", "batch=3000000000000000000"});
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("overflow"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, BadFlagExits2) {
+  CliRun r = Run({Model("mlp_small_train.onnx"), "--no-such-flag"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_FALSE(r.err.empty());
+  EXPECT_EQ(r.out, "");
+}
+
+TEST_F(CliTest, BadValuesExit2) {
+  const std::string m = Model("mlp_small_train.onnx");
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {m, "--batch", "abc"},
+           {m, "--batch", "0"},
+           {m, "--batch", "8", "--mode", "fly"},
+           {m, "--batch", "8", "--optimizer", "lion"},
+           {m, "--batch", "8", "--precision", "fp8"},
+           {m, "--batch", "8", "--loss", "hinge"},
+           {m, "--batch", "8", "--weight-decay", "-1"},
+           {m, "--batch", "8", "--dim", "nonsense"},
+           {m, "--batch", "8", "-o", "xml"},
+           {m, "--batch", "8", "-o", "csv", "--json"},
+           {m, "--batch", "8", "--backend", "no-such-backend"},
+           {}}) {
+    CliRun r = Run(args);
+    EXPECT_EQ(r.exit_code, 2) << ::testing::PrintToString(args) << "\n"
+                              << r.err;
+    EXPECT_FALSE(r.err.empty()) << ::testing::PrintToString(args);
+  }
+}
+
+TEST_F(CliTest, UnknownGpuExits2) {
+  CliRun r = Run({Model("mlp_small_train.onnx"), "--batch", "8", "--gpu",
+                  "not-a-gpu-9000"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("not-a-gpu-9000"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, UnboundBatchExits2AndNamesDim) {
+  CliRun r = Run({Model("mlp_small_train.onnx")});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("batch"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--batch"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--dim"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST_F(CliTest, DimBindsBatchByName) {
+  CliRun r = Run({Model("mlp_small_train.onnx"), "--dim", "batch=8", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST_F(CliTest, HelpPrintsLibraryDefaults) {
+  CliRun r = Run({"--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* flag :
+       {"--batch", "--dim", "--mode", "--optimizer", "--weight-decay",
+        "--precision", "--loss", "--gpu", "--expandable-segments", "--backend",
+        "--max-batch", "--output", "--json", "--list-backends", "--list-gpus",
+        "--version"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  }
+  const std::vector<OptionDoc> docs = DescribeOptions();
+  EXPECT_FALSE(docs.empty());
+  // Every documented default shows up (the CLI may drop one pair of outer
+  // parentheses when it writes "(default: ...)").
+  for (const auto& d : docs) {
+    std::string value = d.default_value;
+    if (value.size() >= 2 && value.front() == '(' && value.back() == ')') {
+      value = value.substr(1, value.size() - 2);
+    }
+    EXPECT_NE(r.out.find(value), std::string::npos) << d.name << " = " << value;
+  }
+  const Options defaults;
+  EXPECT_NE(r.out.find(std::string("(default: ") +
+                       ToString(defaults.optimizer) + ")"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("(default: " + defaults.gpu + ")"), std::string::npos)
+      << r.out;
+}
+
+TEST_F(CliTest, VersionExits0) {
+  CliRun r = Run({"--version"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out.rfind("memest ", 0), 0u) << r.out;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Listing.
+
+TEST_F(CliTest, ListGpusShowsH100) {
+  CliRun r = Run({"--list-gpus"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("h100-80gb"), std::string::npos) << r.out;
+  for (const auto& g : GpuProfiles())
+    EXPECT_NE(r.out.find(g.name), std::string::npos) << g.name;
+
+  CliRun j = Run({"--list-gpus", "--json"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const json doc = json::parse(j.out);
+  EXPECT_EQ(doc["schema"], "memest.gpus/1");
+  ASSERT_EQ(doc["gpus"].size(), GpuProfiles().size());
+  for (const auto& g : doc["gpus"]) {
+    for (const char* key : {"total_memory", "usable_memory", "cuda_context",
+                            "cublas_workspace"}) {
+      EXPECT_TRUE(IsByteCount(g[key]["bytes"])) << g["name"] << " " << key;
+      EXPECT_TRUE(g[key]["source"].is_string());
+      EXPECT_TRUE(g[key]["calibrated"].is_boolean());
+    }
+  }
+}
+
+TEST_F(CliTest, ListBackendsShowsAvailabilityAndReasons) {
+  CliRun r = Run({"--list-backends"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  bool saw_analytical = false;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("analytical ", 0) == 0) {
+      saw_analytical = true;
+      EXPECT_NE(line.find("yes"), std::string::npos) << line;
+    }
+  }
+  EXPECT_TRUE(saw_analytical) << r.out;
+  for (const auto& b : ListBackends()) {
+    EXPECT_NE(r.out.find(b.name), std::string::npos) << b.name;
+    if (!b.available) {
+      EXPECT_NE(r.out.find("unavailable: " + b.reason), std::string::npos)
+          << b.name;
+    }
+  }
+
+  CliRun j = Run({"--list-backends", "-o", "json"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const json doc = json::parse(j.out);
+  EXPECT_EQ(doc["schema"], "memest.backends/1");
+  bool analytical_available = false;
+  for (const auto& b : doc["backends"]) {
+    if (b["name"] == "analytical")
+      analytical_available = b["available"].get<bool>();
+    if (!b["available"].get<bool>()) {
+      EXPECT_FALSE(b["reason"].get<std::string>().empty()) << b["name"];
+    }
+  }
+  EXPECT_TRUE(analytical_available);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Estimates.
+
+// Checks one successful memest.estimate/1 result object.
+void CheckResult(const json& res) {
+  ASSERT_TRUE(res["ok"].get<bool>()) << res.dump(2);
+  uint64_t sum = 0;
+  for (const char* key :
+       {"weights", "gradients", "optimizer_state", "saved_activations",
+        "transient", "allocator_overhead", "cuda_context", "unaccounted"}) {
+    ASSERT_TRUE(res["breakdown"].contains(key)) << key;
+    ASSERT_TRUE(IsByteCount(res["breakdown"][key])) << key;
+    sum += res["breakdown"][key].get<uint64_t>();
+  }
+  for (const char* key : {"allocated", "reserved", "device"})
+    EXPECT_TRUE(IsByteCount(res["peak"][key])) << key;
+  EXPECT_EQ(sum, res["peak"]["device"].get<uint64_t>());
+  EXPECT_GT(res["breakdown"]["weights"].get<uint64_t>(), 0u);
+  EXPECT_LE(res["peak"]["allocated"].get<uint64_t>(),
+            res["peak"]["reserved"].get<uint64_t>());
+  EXPECT_LE(res["peak"]["reserved"].get<uint64_t>(),
+            res["peak"]["device"].get<uint64_t>());
+  EXPECT_TRUE(res["fit"]["fits"].is_boolean());
+  EXPECT_TRUE(IsByteCount(res["fit"]["capacity"]));
+  EXPECT_TRUE(res["fit"]["headroom"].is_number_integer());
+  EXPECT_TRUE(res["diagnostics"].is_array());
+  EXPECT_TRUE(res["peak_phase"].is_string());
+  EXPECT_TRUE(res["interval"].is_null() || res["interval"].is_object());
+}
+
+TEST_F(CliTest, JsonParsesAndBreakdownSumsToDevicePeak) {
+  CliRun r = Run({Model("mlp_small_train.onnx"), "--batch", "32", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(r.out);
+  EXPECT_EQ(doc["schema"], "memest.estimate/1");
+  EXPECT_TRUE(doc["memest_version"].is_string());
+  EXPECT_GT(doc["model"]["nodes"].get<int64_t>(), 0);
+  EXPECT_GT(doc["model"]["parameters"].get<int64_t>(), 0);
+  EXPECT_TRUE(IsByteCount(doc["model"]["parameter_bytes"]));
+  ASSERT_FALSE(doc["model"]["inputs"].empty());
+  EXPECT_EQ(doc["model"]["inputs"][0]["dims"][0], "batch");
+  EXPECT_EQ(doc["options"]["batch"], 32);
+  EXPECT_EQ(doc["options"]["mode"], "train");
+  EXPECT_EQ(doc["gpu"]["name"], Options().gpu);
+  EXPECT_FALSE(doc.contains("max_batch"));
+  ASSERT_EQ(doc["results"].size(), 1u);
+  EXPECT_EQ(doc["results"][0]["backend"], "analytical");
+  CheckResult(doc["results"][0]);
+  EXPECT_EQ(doc["verdict"], "fits");
+}
+
+TEST_F(CliTest, JsonForEveryBundledModelAndMode) {
+  for (const char* name : {"mlp_small_train.onnx", "resnet18_train.onnx",
+                           "gpt2_tiny_train.onnx"}) {
+    for (const char* mode : {"train", "infer"}) {
+      CliRun r =
+          Run({Model(name), "--batch", "4", "--mode", mode, "-o", "json"});
+      ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 1)
+          << name << " " << mode << "\n"
+          << r.err;
+      const json doc = json::parse(r.out);
+      CheckResult(doc["results"][0]);
+    }
+  }
+}
+
+TEST_F(CliTest, TableHasBreakdownTotalAndVerdictOnStdout) {
+  CliRun r = Run({Model("mlp_small_train.onnx"), "--batch", "32"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* s :
+       {"weights", "gradients", "optimizer state", "saved activations",
+        "transient/workspace", "allocator overhead", "CUDA context",
+        "unaccounted", "total (device peak)", "peak allocated", "peak reserved",
+        "gpu usable capacity", "result: fits", "peak:"}) {
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  }
+  EXPECT_EQ(r.out.find("warning"), std::string::npos)
+      << "diagnostics belong on stderr";
+}
+
+TEST_F(CliTest, DiagnosticsGoToStderr) {
+  // An eval-mode export (BatchNorm folded into Conv) draws a model warning.
+  const std::string m = Model("resnet18_eval.onnx");
+  CliRun r = Run({m, "--batch", "4"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("memest: warning: "), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("warning"), std::string::npos) << r.out;
+
+  CliRun j = Run({m, "--batch", "4", "--json"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const json doc = json::parse(j.out);  // stdout is pure JSON
+  EXPECT_FALSE(doc["model"]["diagnostics"].empty());
+  for (const auto& d : doc["model"]["diagnostics"]) {
+    EXPECT_TRUE(d["severity"] == "info" || d["severity"] == "warning");
+    EXPECT_FALSE(d["code"].get<std::string>().empty());
+  }
+}
+
+TEST_F(CliTest, CsvAndMarkdown) {
+  CliRun c = Run({Model("mlp_small_train.onnx"), "--batch", "32", "-o", "csv"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  std::istringstream lines(c.out);
+  std::string header, row, extra;
+  ASSERT_TRUE(std::getline(lines, header));
+  ASSERT_TRUE(std::getline(lines, row));
+  EXPECT_FALSE(std::getline(lines, extra));
+  EXPECT_EQ(header.rfind("backend,ok,", 0), 0u) << header;
+  EXPECT_EQ(row.rfind("analytical,true,", 0), 0u) << row;
+  EXPECT_NE(header.find("peak_device"), std::string::npos);
+
+  CliRun m = Run({Model("mlp_small_train.onnx"), "--batch", "32", "-o", "md"});
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  EXPECT_NE(m.out.find("| component |"), std::string::npos) << m.out;
+  EXPECT_NE(m.out.find("| ---: |"), std::string::npos) << m.out;
+}
+
+TEST_F(CliTest, MaxBatchOnH100) {
+  CliRun r = Run({Model("mlp_small_train.onnx"), "--max-batch", "--gpu",
+                  "h100-80gb", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(r.out);
+  ASSERT_TRUE(doc.contains("max_batch"));
+  EXPECT_GE(doc["max_batch"]["batch"].get<int64_t>(), 1);
+  EXPECT_EQ(doc["results"][0]["max_batch"]["batch"], doc["max_batch"]["batch"]);
+  CheckResult(doc["results"][0]);
+  EXPECT_TRUE(doc["results"][0]["fit"]["fits"].get<bool>());
+
+  CliRun t =
+      Run({Model("resnet18_train.onnx"), "--max-batch", "--gpu", "h100-80gb"});
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const size_t pos = t.out.find("max batch: ");
+  ASSERT_NE(pos, std::string::npos) << t.out;
+  EXPECT_GE(std::stoll(t.out.substr(pos + 11)), 1) << t.out;
+}
+
+TEST_F(CliTest, HugeBatchDoesNotFitExits1) {
+  CliRun r = Run(
+      {Model("resnet18_train.onnx"), "--batch", "65536", "--gpu", "l4-24gb"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.out.find("does not fit"), std::string::npos) << r.out;
+
+  CliRun j = Run({Model("resnet18_train.onnx"), "--batch", "65536", "--gpu",
+                  "l4-24gb", "--json"});
+  EXPECT_EQ(j.exit_code, 1) << j.err;
+  const json doc = json::parse(j.out);
+  EXPECT_FALSE(doc["results"][0]["fit"]["fits"].get<bool>());
+  EXPECT_LT(doc["results"][0]["fit"]["headroom"].get<int64_t>(), 0);
+  EXPECT_EQ(doc["verdict"], "does_not_fit");
+}
+
+TEST_F(CliTest, BackendAllOneResultPerBackendConservativeVerdict) {
+  const std::vector<BackendInfo> backends = ListBackends();
+  CliRun r = Run({Model("mlp_small_train.onnx"), "--batch", "32", "--backend",
+                  "all", "--json"});
+  ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 1 || r.exit_code == 4)
+      << r.err;
+  const json doc = json::parse(r.out);
+  ASSERT_EQ(doc["results"].size(), backends.size());
+  bool any_does_not_fit = false;
+  for (size_t i = 0; i < backends.size(); ++i) {
+    const json& res = doc["results"][i];
+    EXPECT_EQ(res["backend"], backends[i].name);
+    if (res["ok"].get<bool>()) {
+      CheckResult(res);
+      any_does_not_fit |= !res["fit"]["fits"].get<bool>();
+    } else {
+      EXPECT_TRUE(res["error"]["code"].is_string());
+      EXPECT_NE(r.err.find(backends[i].name), std::string::npos)
+          << "failure of " << backends[i].name << " not reported on stderr";
+    }
+    if (!backends[i].available) {
+      EXPECT_EQ(res["error"]["code"], "unavailable");
+    }
+  }
+  EXPECT_TRUE(doc["results"][0]["ok"].get<bool>()) << "analytical must work";
+  if (any_does_not_fit) {
+    EXPECT_EQ(r.exit_code, 1);
+  }
+
+  CliRun t =
+      Run({Model("mlp_small_train.onnx"), "--batch", "32", "--backend", "all"});
+  EXPECT_EQ(t.exit_code, r.exit_code) << t.err;
+  for (const auto& b : backends) {
+    EXPECT_NE(t.out.find(b.name), std::string::npos) << b.name;
+    if (!b.available) {
+      EXPECT_NE(t.out.find(b.name + ": unavailable: "), std::string::npos)
+          << t.out;
+    }
+  }
+  EXPECT_NE(t.out.find("result: "), std::string::npos) << t.out;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Golden outputs.
+
+TEST_F(CliTest, GoldenMlpTableBatch32) {
+  CliRun r = Run({Model("mlp_small_train.onnx"), "--batch", "32"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ExpectGolden("mlp_small_train_b32.txt", r.out);
+}
+
+TEST_F(CliTest, GoldenListGpus) {
+  CliRun r = Run({"--list-gpus"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ExpectGolden("list_gpus.txt", r.out);
+}
+
+}  // namespace
+}  // namespace memest

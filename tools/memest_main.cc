@@ -1,0 +1,607 @@
+// tools/memest_main.cc -- the `memest` command-line tool.
+//
+//   memest MODEL.onnx [--batch N] [--dim name=value]... [--mode train|infer]
+//   [--optimizer ...]
+//          [--weight-decay X] [--precision ...] [--loss ...] [--gpu NAME]
+//          [--expandable-segments]
+//          [--backend NAME|all] [--max-batch] [-o table|json|csv|md] [--json]
+//   memest --list-backends | --list-gpus
+//
+// Results go to stdout; diagnostics, warnings and errors go to stderr. Exit
+// codes (docs/cli.md):
+//   0  the estimate fits the GPU (or a --list-* / --help / --version request)
+//   1  it does not fit (with --backend all: any backend with a result says so)
+//   2  usage error: bad flag or value, unknown GPU or backend, unbound symbolic
+//   dim 3  bad model: missing file, not ONNX, truncated, invalid graph,
+//   overflow 4  backend unavailable, unsupported model for the backend, or
+//   internal error
+// Option defaults shown by --help come from memest::DescribeOptions(), i.e.
+// from a default-constructed memest::Options; this file never repeats them.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "memest/memest.h"
+#include "tools/report.h"
+
+#ifndef MEMEST_VERSION
+#define MEMEST_VERSION "unknown"
+#endif
+
+namespace memest::cli {
+namespace {
+
+constexpr int kExitFits = 0;
+constexpr int kExitDoesNotFit = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitBadModel = 3;
+constexpr int kExitInternal = 4;
+
+// The CLI's own defaults (not memest::Options fields).
+constexpr char kDefaultBackend[] = "analytical";
+constexpr char kAllBackends[] = "all";
+
+// Which library call produced a Status; the same code can mean different things
+// (NotFound from LoadModel is a missing file, from FindGpuProfile an unknown
+// name).
+enum class Stage { kSetup, kLoad, kEstimate };
+
+int ExitCodeFor(const Status& s, Stage stage) {
+  switch (s.code()) {
+    case ErrorCode::kOk:
+      return kExitFits;
+    case ErrorCode::kInvalidArgument:
+      return stage == Stage::kLoad ? kExitBadModel : kExitUsage;
+    case ErrorCode::kNotFound:
+      return stage == Stage::kLoad ? kExitBadModel : kExitUsage;
+    case ErrorCode::kUnboundDim:
+      return kExitUsage;
+    case ErrorCode::kInvalidModel:
+    case ErrorCode::kOverflow:
+      return kExitBadModel;
+    case ErrorCode::kUnsupported:
+      return stage == Stage::kLoad ? kExitBadModel : kExitInternal;
+    case ErrorCode::kUnavailable:
+    case ErrorCode::kInternal:
+      return kExitInternal;
+  }
+  return kExitInternal;
+}
+
+void PrintError(const std::string& message) {
+  std::cerr << "memest: error: " << message << '\n';
+}
+
+// ---------------------------------------------------------------------------------------------
+// --help text from memest::DescribeOptions().
+
+std::string Normalize(std::string_view s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '-' || ch == '.' || ch == ' ' || ch == '/') {
+      out += '_';
+    } else {
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    }
+  }
+  while (!out.empty() && out.front() == '_') out.erase(out.begin());
+  return out;
+}
+
+// The OptionDoc for an Options field: exact name match, else a doc whose name
+// ends in the key ("allocator.expandable_segments" for "expandable_segments").
+const OptionDoc* FindDoc(const std::vector<OptionDoc>& docs,
+                         std::initializer_list<const char*> keys) {
+  for (const char* key : keys) {
+    for (const auto& d : docs) {
+      if (Normalize(d.name) == key) return &d;
+    }
+  }
+  for (const char* key : keys) {
+    const std::string suffix = std::string("_") + key;
+    for (const auto& d : docs) {
+      const std::string n = Normalize(d.name);
+      if (n.size() > suffix.size() &&
+          n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        return &d;
+      }
+    }
+  }
+  return nullptr;
+}
+
+std::string DefaultText(const OptionDoc& d) {
+  std::string value = d.default_value.empty() ? "unset" : d.default_value;
+  if (value.size() >= 2 && value.front() == '(' && value.back() == ')') {
+    value = value.substr(1, value.size() - 2);
+  }
+  return value;
+}
+
+// Help texts with the defaults of memest::DescribeOptions() appended; the
+// footer lists the documented options no flag has claimed, so every default
+// the library documents shows up in --help exactly once.
+class HelpDefaults {
+ public:
+  explicit HelpDefaults(std::vector<OptionDoc> docs) : docs_(std::move(docs)) {}
+
+  std::string With(std::string text, std::initializer_list<const char*> keys) {
+    if (const OptionDoc* d = FindDoc(docs_, keys)) {
+      used_.insert(d);
+      text += " (default: " + DefaultText(*d) + ")";
+    }
+    return text;
+  }
+
+  std::string Footer() const {
+    std::string out;
+    for (const auto& d : docs_) {
+      if (used_.count(&d)) continue;
+      if (out.empty()) {
+        out = "Other estimation options (no flag; library defaults):\n";
+      }
+      out += fmt::format("  {} = {}  {}\n", d.name, DefaultText(d), d.help);
+    }
+    if (!out.empty()) out += '\n';
+    out +=
+        "Exit codes: 0 fits, 1 does not fit, 2 usage error, 3 bad model, "
+        "4 backend unavailable or internal error.\n"
+        "Results go to stdout; diagnostics and errors to stderr. Defaults come "
+        "from memest::DescribeOptions(). See docs/cli.md.";
+    return out;
+  }
+
+ private:
+  std::vector<OptionDoc> docs_;
+  std::set<const OptionDoc*> used_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Argument helpers.
+
+Result<std::pair<std::string, int64_t>> ParseDim(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
+    return InvalidArgument(fmt::format(
+        "--dim '{}': expected NAME=VALUE, e.g. --dim seq=128", text));
+  }
+  const std::string name = text.substr(0, eq);
+  const std::string value = text.substr(eq + 1);
+  int64_t v = 0;
+  const auto [ptr, ec] =
+      std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || ptr != value.data() + value.size()) {
+    return InvalidArgument(
+        fmt::format("--dim {}: '{}' is not an integer", name, value));
+  }
+  if (v < 0)
+    return InvalidArgument(fmt::format("--dim {}: {} is negative", name, v));
+  return std::make_pair(name, v);
+}
+
+// Symbolic dims of the data inputs that `options` leaves unbound (the binding
+// rule of memest::Options: `batch` binds the leading symbolic dim of every data
+// input, `dims` binds by name and wins). With `batch_bound_by_search` the
+// leading dim is bound by FindMaxBatch.
+std::vector<std::string> UnboundDims(const ModelSummary& m, const Options& o,
+                                     bool batch_bound_by_search) {
+  std::map<std::string, std::string>
+      unbound;  // dim name -> first place it appears
+  for (const auto& in : m.data_inputs) {
+    for (size_t i = 0; i < in.dims.size(); ++i) {
+      const std::string& p = in.dims[i].param;
+      if (p.empty() || o.dims.count(p)) continue;
+      if (i == 0 && (o.batch.has_value() || batch_bound_by_search)) continue;
+      unbound.emplace(p, fmt::format("input '{}' axis {}", in.name, i));
+    }
+  }
+  std::vector<std::string> out;
+  for (const auto& [name, where] : unbound)
+    out.push_back(fmt::format("'{}' ({})", name, where));
+  return out;
+}
+
+std::string BindHint(const ModelSummary& m) {
+  const std::string example =
+      m.symbolic_dims.empty() ? std::string("batch") : m.symbolic_dims.front();
+  return fmt::format(
+      "bind the leading (batch) dim of the inputs with --batch N, or any "
+      "named dim with --dim NAME=VALUE (e.g. --dim {}=32); the model's "
+      "symbolic dims: {}",
+      example,
+      m.symbolic_dims.empty()
+          ? std::string("none")
+          : fmt::format("{}", fmt::join(m.symbolic_dims, ", ")));
+}
+
+void PrintDiagnostics(const std::vector<Diagnostic>& ds,
+                      std::string_view backend) {
+  for (const auto& d : ds)
+    std::cerr << "memest: " << FormatDiagnostic(d, backend) << '\n';
+}
+
+// ---------------------------------------------------------------------------------------------
+
+int RunCli(int argc, char** argv) {
+  const Options defaults;
+  HelpDefaults help(DescribeOptions());
+
+  std::string model_path;
+  int64_t batch = 0;
+  std::vector<std::string> dim_args;
+  std::string mode = ToString(defaults.mode);
+  std::string optimizer = ToString(defaults.optimizer);
+  double weight_decay = defaults.weight_decay;
+  std::string precision = ToString(defaults.precision);
+  std::string loss = ToString(defaults.loss);
+  std::string gpu_name = defaults.gpu;
+  bool expandable = defaults.allocator.expandable_segments;
+  std::string backend = kDefaultBackend;
+  bool max_batch = false;
+  std::string output = ToString(Format::kTable);
+  bool json = false;
+  bool list_backends = false;
+  bool list_gpus = false;
+
+  CLI::App app{
+      "memest -- predicts the peak GPU memory of one training step (or "
+      "inference) of an ONNX "
+      "model, and whether it fits a GPU."};
+  app.name("memest");
+  app.add_option("model", model_path, "the ONNX model file")
+      ->type_name("MODEL.onnx");
+  CLI::Option* batch_opt =
+      app.add_option(
+             "-b,--batch", batch,
+             help.With(
+                 "binds the leading symbolic dim (batch) of every data input",
+                 {"batch"}))
+          ->type_name("N");
+  app.add_option("-d,--dim", dim_args,
+                 help.With("binds a named symbolic dim, e.g. --dim seq=128 "
+                           "(repeatable; wins over --batch)",
+                           {"dims", "dim"}))
+      ->type_name("NAME=VALUE");
+  app.add_option("--mode", mode,
+                 help.With("train: one training step; infer: one forward pass",
+                           {"mode"}))
+      ->type_name("train|infer");
+  app.add_option("--optimizer", optimizer,
+                 help.With("optimizer of the training step", {"optimizer"}))
+      ->type_name("sgd|momentum|adam|adamw");
+  app.add_option(
+         "--weight-decay", weight_decay,
+         help.With(
+             "weight decay (L2 for sgd/momentum/adam, decoupled for adamw)",
+             {"weight_decay"}))
+      ->type_name("X");
+  app.add_option("--precision", precision,
+                 help.With("numeric precision", {"precision"}))
+      ->type_name("fp32|amp-fp16|amp-bf16|bf16");
+  app.add_option("--loss", loss,
+                 help.With("loss on the first output in training", {"loss"}))
+      ->type_name("auto|cross-entropy|mse");
+  app.add_option("--gpu", gpu_name,
+                 help.With("GPU profile (see --list-gpus)", {"gpu"}))
+      ->type_name("NAME");
+  app.add_flag(
+      "--expandable-segments", expandable,
+      help.With("PyTorch caching allocator with expandable_segments:True",
+                {"expandable_segments", "allocator_expandable_segments"}));
+  app.add_option(
+         "--backend", backend,
+         fmt::format("estimator backend (see --list-backends), or 'all' for "
+                     "one column per backend; "
+                     "the verdict is then the conservative one (default: {})",
+                     kDefaultBackend))
+      ->type_name("NAME|all");
+  app.add_flag("--max-batch", max_batch,
+               "print the largest batch that fits the GPU (and the estimate at "
+               "that batch); "
+               "--batch is ignored");
+  CLI::Option* output_opt =
+      app.add_option("-o,--output", output,
+                     fmt::format("output format (default: {})",
+                                 ToString(Format::kTable)))
+          ->type_name("table|json|csv|md");
+  app.add_flag("--json", json, "same as -o json");
+  app.add_flag("--list-backends", list_backends,
+               "list the estimator backends and whether they are available");
+  app.add_flag("--list-gpus", list_gpus, "list the GPU profiles");
+  app.set_version_flag("-V,--version", std::string("memest ") + MEMEST_VERSION);
+  app.footer(help.Footer());
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    PrintError(std::string(e.what()) + " (run memest --help for usage)");
+    return kExitUsage;
+  }
+
+  // Output format.
+  Format format = Format::kTable;
+  {
+    Result<Format> f = ParseFormat(output);
+    if (!f.ok()) {
+      PrintError("-o: " + f.status().message());
+      return kExitUsage;
+    }
+    format = *f;
+    if (json) {
+      if (output_opt->count() > 0 && format != Format::kJson) {
+        PrintError(fmt::format("--json conflicts with -o {}", output));
+        return kExitUsage;
+      }
+      format = Format::kJson;
+    }
+  }
+
+  if (list_backends || list_gpus) {
+    if (list_backends)
+      std::cout << RenderBackends(ListBackends(), format, MEMEST_VERSION);
+    if (list_backends && list_gpus && format == Format::kTable)
+      std::cout << '\n';
+    if (list_gpus)
+      std::cout << RenderGpus(GpuProfiles(), format, MEMEST_VERSION);
+    return kExitFits;
+  }
+  if (model_path.empty()) {
+    PrintError("missing MODEL.onnx (run memest --help for usage)");
+    return kExitUsage;
+  }
+
+  // Options.
+  Options options;
+  {
+    struct {
+      const char* flag;
+      Status status;
+    } parsed[] = {{"--mode", Status::Ok()},
+                  {"--optimizer", Status::Ok()},
+                  {"--precision", Status::Ok()},
+                  {"--loss", Status::Ok()}};
+    auto m = ParseMode(mode);
+    auto o = ParseOptimizer(optimizer);
+    auto p = ParsePrecision(precision);
+    auto l = ParseLoss(loss);
+    parsed[0].status = m.status();
+    parsed[1].status = o.status();
+    parsed[2].status = p.status();
+    parsed[3].status = l.status();
+    for (const auto& x : parsed) {
+      if (!x.status.ok()) {
+        PrintError(fmt::format("{}: {}", x.flag, x.status.message()));
+        return kExitUsage;
+      }
+    }
+    options.mode = *m;
+    options.optimizer = *o;
+    options.precision = *p;
+    options.loss = *l;
+  }
+  if (batch_opt->count() > 0) {
+    if (max_batch) {
+      std::cerr << "memest: warning: --batch is ignored with --max-batch\n";
+    } else {
+      options.batch = batch;
+    }
+  }
+  for (const auto& arg : dim_args) {
+    auto d = ParseDim(arg);
+    if (!d.ok()) {
+      PrintError(d.status().message());
+      return kExitUsage;
+    }
+    if (options.dims.count(d->first)) {
+      PrintError(fmt::format("--dim {} given twice", d->first));
+      return kExitUsage;
+    }
+    options.dims[d->first] = d->second;
+  }
+  options.weight_decay = weight_decay;
+  options.gpu = gpu_name;
+  options.allocator.expandable_segments = expandable;
+  if (Status s = Validate(options); !s.ok()) {
+    PrintError(s.message());
+    return ExitCodeFor(s, Stage::kSetup);
+  }
+
+  // GPU profile.
+  Result<GpuProfile> gpu = FindGpuProfile(options.gpu);
+  if (!gpu.ok()) {
+    PrintError(fmt::format("--gpu {}: {} (see memest --list-gpus)", options.gpu,
+                           gpu.status().message()));
+    return ExitCodeFor(gpu.status(), Stage::kSetup);
+  }
+
+  // Backends.
+  const std::vector<BackendInfo> infos = ListBackends();
+  std::vector<std::string> names;
+  if (backend == kAllBackends) {
+    for (const auto& b : infos) names.push_back(b.name);
+  } else {
+    const bool known =
+        std::any_of(infos.begin(), infos.end(),
+                    [&](const BackendInfo& b) { return b.name == backend; });
+    if (!known) {
+      std::vector<std::string> all;
+      for (const auto& b : infos) all.push_back(b.name);
+      PrintError(
+          fmt::format("--backend {}: unknown backend (known: {}, or all)",
+                      backend, fmt::join(all, ", ")));
+      return kExitUsage;
+    }
+    names.push_back(backend);
+  }
+  std::vector<BackendResult> results;
+  std::vector<std::unique_ptr<Estimator>> estimators;
+  for (const auto& name : names) {
+    Result<std::unique_ptr<Estimator>> e = MakeEstimator(name);
+    BackendResult r;
+    r.backend = name;
+    if (!e.ok()) {
+      if (e.status().code() == ErrorCode::kNotFound) {
+        PrintError(fmt::format("--backend {}: {}", name, e.status().message()));
+        return kExitUsage;
+      }
+      r.status = e.status();
+      if (names.size() == 1) {
+        PrintError(e.status().message());
+        return ExitCodeFor(e.status(), Stage::kSetup);
+      }
+      // Report an unavailable backend by its registry reason, not the
+      // sentence MakeEstimator wraps around it.
+      for (const auto& info : infos) {
+        if (info.name == name && !info.available && !info.reason.empty() &&
+            r.status.code() == ErrorCode::kUnavailable) {
+          r.status = Unavailable(info.reason);
+        }
+      }
+      estimators.push_back(nullptr);
+    } else {
+      estimators.push_back(std::move(e).value());
+    }
+    results.push_back(std::move(r));
+  }
+
+  // Model.
+  Result<std::shared_ptr<const Model>> loaded = LoadModel(model_path);
+  if (!loaded.ok()) {
+    std::string message = loaded.status().message();
+    if (message.find(model_path) == std::string::npos)
+      message = model_path + ": " + message;
+    PrintError(fmt::format("cannot load model: {} ({})", message,
+                           ErrorCodeName(loaded.status().code())));
+    return ExitCodeFor(loaded.status(), Stage::kLoad);
+  }
+  const Model& model = **loaded;
+  const ModelSummary& summary = model.summary();
+  PrintDiagnostics(summary.diagnostics, "");
+
+  if (const auto unbound = UnboundDims(summary, options, max_batch);
+      !unbound.empty()) {
+    PrintError(
+        fmt::format("symbolic dim{} {} {} no value; {}",
+                    unbound.size() == 1 ? "" : "s", fmt::join(unbound, ", "),
+                    unbound.size() == 1 ? "has" : "have", BindHint(summary)));
+    return kExitUsage;
+  }
+
+  // Estimates.
+  const int64_t limit = int64_t{1} << 24;
+  for (size_t i = 0; i < results.size(); ++i) {
+    BackendResult& r = results[i];
+    if (!estimators[i]) continue;
+    if (max_batch) {
+      Result<MaxBatchResult> mb =
+          FindMaxBatch(*estimators[i], model, options, limit);
+      if (!mb.ok()) {
+        r.status = mb.status();
+        continue;
+      }
+      r.max_batch = mb->batch;
+      r.max_batch_evaluations = mb->evaluations;
+      r.estimate = mb->at_batch;
+    } else {
+      Result<Estimate> e = estimators[i]->Run(model, options);
+      if (!e.ok()) {
+        r.status = e.status();
+        continue;
+      }
+      r.estimate = std::move(e).value();
+    }
+    // Byte sums saturate instead of wrapping; a saturated peak is not a
+    // number to print.
+    if (r.estimate.peak_device == std::numeric_limits<uint64_t>::max()) {
+      r.status = Overflow(
+          "the estimate overflows 64 bits (saturated byte count); check the "
+          "--batch and --dim values");
+      continue;
+    }
+    r.fit = CheckFit(r.estimate, *gpu);
+  }
+
+  // Failures on stderr (unavailable backends of --backend all included).
+  bool any_ok = false;
+  for (const auto& r : results) {
+    any_ok |= r.status.ok();
+    if (r.status.ok()) continue;
+    if (r.status.code() == ErrorCode::kUnavailable) {
+      std::cerr << fmt::format("memest: {}: unavailable: {}\n", r.backend,
+                               r.status.message());
+    } else if (r.status.code() == ErrorCode::kUnboundDim) {
+      PrintError(fmt::format("{}: {}; {}", r.backend, r.status.message(),
+                             BindHint(summary)));
+    } else {
+      PrintError(fmt::format("{}: {}", r.backend, r.status.ToString()));
+    }
+  }
+
+  Report report;
+  report.memest_version = MEMEST_VERSION;
+  report.model_path = model_path;
+  report.model = summary;
+  report.options = options;
+  report.gpu = *gpu;
+  report.backend_request = backend;
+  report.results = results;
+  report.max_batch_mode = max_batch;
+  report.max_batch_limit = limit;
+  // A table of nothing but failures helps nobody; programs still get their
+  // document.
+  if (any_ok || format == Format::kJson || format == Format::kCsv) {
+    std::cout << RenderReport(report, format);
+    std::cout.flush();
+  }
+  for (const auto& r : results) {
+    if (r.status.ok())
+      PrintDiagnostics(r.estimate.diagnostics,
+                       results.size() > 1 ? r.backend : "");
+  }
+
+  switch (OverallVerdict(results)) {
+    case Verdict::kFits:
+      return kExitFits;
+    case Verdict::kDoesNotFit:
+      return kExitDoesNotFit;
+    case Verdict::kError:
+      break;
+  }
+  for (const auto& r : results) {
+    if (!r.status.ok() && r.status.code() != ErrorCode::kUnavailable) {
+      return ExitCodeFor(r.status, Stage::kEstimate);
+    }
+  }
+  return kExitInternal;  // every backend unavailable
+}
+
+}  // namespace
+}  // namespace memest::cli
+
+int main(int argc, char** argv) {
+  try {
+    return memest::cli::RunCli(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "memest: internal error: " << e.what() << '\n';
+  } catch (...) {
+    std::cerr << "memest: internal error: unknown exception\n";
+  }
+  return 4;
+}

@@ -1,0 +1,908 @@
+// tools/report.cc -- table / markdown / JSON / CSV rendering of memest results.
+//
+// Layout of the human table (one backend):
+//   model:  <path>  (<nodes> nodes, <parameters> parameters)
+//   setup:  <mode> | <batch/dims> | <optimizer> | <precision> | loss |
+//   allocator | backend gpu:    <name> (<display name>), usable <capacity> of
+//   <total> total <blank> component / bytes / size / share rows, a rule, total
+//   (device peak), peak allocated, peak reserved, [uncertainty], gpu usable
+//   capacity <blank> result: fits | does not fit, with headroom peak:   phase
+//   and node
+// With several backends the table has one "size" + "bytes" column pair per
+// backend and the fit/headroom/phase/node facts become rows; unavailable or
+// failed backends are footnotes. Only ASCII is used so that column widths are
+// byte counts.
+#include "tools/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace memest::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// The breakdown components, in display order. The JSON/CSV key is the Breakdown
+// field name.
+struct Component {
+  const char* label;
+  const char* key;
+  uint64_t Breakdown::*field;
+};
+constexpr Component kComponents[] = {
+    {"weights", "weights", &Breakdown::weights},
+    {"gradients", "gradients", &Breakdown::gradients},
+    {"optimizer state", "optimizer_state", &Breakdown::optimizer_state},
+    {"saved activations", "saved_activations", &Breakdown::saved_activations},
+    {"transient/workspace", "transient", &Breakdown::transient},
+    {"allocator overhead", "allocator_overhead",
+     &Breakdown::allocator_overhead},
+    {"CUDA context", "cuda_context", &Breakdown::cuda_context},
+    {"unaccounted", "unaccounted", &Breakdown::unaccounted},
+};
+
+// ---------------------------------------------------------------------------------------------
+// A plain grid of cells rendered either as aligned text or as a markdown table.
+
+enum class Align { kLeft, kRight };
+
+struct Grid {
+  std::vector<std::string> header;
+  std::vector<Align> align;  // one per column
+  std::vector<std::vector<std::string>>
+      rows;  // an empty row is a horizontal rule
+};
+
+std::string RenderText(const Grid& grid) {
+  const size_t ncol = grid.header.size();
+  std::vector<size_t> width(ncol, 0);
+  auto measure = [&](const std::vector<std::string>& row) {
+    for (size_t c = 0; c < row.size() && c < ncol; ++c)
+      width[c] = std::max(width[c], row[c].size());
+  };
+  measure(grid.header);
+  for (const auto& row : grid.rows) measure(row);
+  size_t total_width = 0;
+  for (size_t c = 0; c < ncol; ++c) total_width += width[c] + (c ? 2 : 0);
+
+  std::string out;
+  auto emit = [&](const std::vector<std::string>& row) {
+    std::string line;
+    for (size_t c = 0; c < ncol; ++c) {
+      const std::string cell = c < row.size() ? row[c] : std::string();
+      if (c) line += "  ";
+      const size_t pad = width[c] - cell.size();
+      if (grid.align[c] == Align::kRight) {
+        line.append(pad, ' ');
+        line += cell;
+      } else {
+        line += cell;
+        line.append(pad, ' ');
+      }
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line;
+    out += '\n';
+  };
+  emit(grid.header);
+  out.append(total_width, '-');
+  out += '\n';
+  for (const auto& row : grid.rows) {
+    if (row.empty()) {
+      out.append(total_width, '-');
+      out += '\n';
+    } else {
+      emit(row);
+    }
+  }
+  return out;
+}
+
+std::string MdEscape(std::string_view s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '|') out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
+std::string RenderMarkdown(const Grid& grid) {
+  std::string out = "|";
+  for (const auto& h : grid.header) out += " " + MdEscape(h) + " |";
+  out += "\n|";
+  for (Align a : grid.align) out += a == Align::kRight ? " ---: |" : " --- |";
+  out += '\n';
+  for (const auto& row : grid.rows) {
+    if (row.empty()) continue;  // markdown tables have no inner rules
+    out += "|";
+    for (size_t c = 0; c < grid.header.size(); ++c) {
+      out += " " + MdEscape(c < row.size() ? row[c] : std::string()) + " |";
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small formatting helpers.
+
+std::string Quote(std::string_view s) { return fmt::format("\"{}\"", s); }
+
+std::string BatchText(const Report& r) {
+  std::vector<std::string> parts;
+  if (r.max_batch_mode) {
+    parts.push_back("batch=max");
+  } else if (r.options.batch) {
+    parts.push_back(fmt::format("batch={}", *r.options.batch));
+  }
+  for (const auto& [name, value] : r.options.dims)
+    parts.push_back(fmt::format("{}={}", name, value));
+  if (parts.empty()) return "batch as in model";
+  return fmt::format("{}", fmt::join(parts, " "));
+}
+
+std::string AllocatorText(const Options& o, const GpuProfile& gpu) {
+  std::string s = "allocator " + gpu.allocator;
+  if (o.allocator.expandable_segments) s += "+expandable_segments";
+  if (o.allocator.max_split_size)
+    s += fmt::format("+max_split_size={}", *o.allocator.max_split_size);
+  if (o.allocator.roundup_power2_divisions) {
+    s += fmt::format("+roundup_power2_divisions={}",
+                     o.allocator.roundup_power2_divisions);
+  }
+  return s;
+}
+
+std::string SetupText(const Report& r) {
+  const Options& o = r.options;
+  std::vector<std::string> parts = {ToString(o.mode), BatchText(r)};
+  if (o.mode == Mode::kTrain) {
+    std::string opt = ToString(o.optimizer);
+    if (o.weight_decay != 0.0)
+      opt += fmt::format(" (weight decay {})", o.weight_decay);
+    parts.push_back(opt);
+  }
+  parts.push_back(ToString(o.precision));
+  if (o.mode == Mode::kTrain)
+    parts.push_back(std::string("loss ") + ToString(o.loss));
+  parts.push_back(AllocatorText(o, r.gpu));
+  parts.push_back((r.results.size() == 1 ? "backend " : "backends ") +
+                  r.backend_request);
+  return fmt::format("{}", fmt::join(parts, " | "));
+}
+
+std::string GpuText(const GpuProfile& gpu) {
+  return fmt::format("{} ({}), usable {} of {} total", gpu.name,
+                     gpu.display_name, FormatBytes(gpu.usable_memory.bytes),
+                     FormatBytes(gpu.total_memory.bytes));
+}
+
+// 1234567 -> "1,234,567" (counts only; byte counts stay plain digits so
+// they can be copied).
+std::string Grouped(int64_t v) {
+  const std::string digits = std::to_string(v < 0 ? 0 : v);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string HeaderText(const Report& r) {
+  const ModelSummary& m = r.model;
+  std::string out =
+      fmt::format("model:  {}  ({} nodes, {} parameters, {})\n", r.model_path,
+                  Grouped(m.node_count), Grouped(m.parameter_count),
+                  FormatBytes(m.parameter_bytes));
+  out += fmt::format("setup:  {}\n", SetupText(r));
+  out += fmt::format("gpu:    {}\n", GpuText(r.gpu));
+  return out;
+}
+
+std::string PhaseText(const Estimate& e) {
+  std::string s = e.peak_phase == Phase::kUnknown
+                      ? std::string("phase unknown")
+                      : std::string(ToString(e.peak_phase)) + " phase";
+  if (!e.peak_node.empty()) s += ", at node " + Quote(e.peak_node);
+  return s;
+}
+
+std::string HeadroomText(const Fit& fit) {
+  const uint64_t magnitude =
+      fit.headroom < 0 ? uint64_t{0} - static_cast<uint64_t>(fit.headroom)
+                       : static_cast<uint64_t>(fit.headroom);
+  return fmt::format("{} ({} bytes, {} of usable)", FormatBytes(magnitude),
+                     magnitude, FormatPercent(magnitude, fit.capacity));
+}
+
+std::string FitSentence(const Fit& fit, const GpuProfile& gpu) {
+  if (fit.fits)
+    return fmt::format("fits on {}, headroom {}", gpu.name, HeadroomText(fit));
+  return fmt::format("does not fit on {}, over by {}", gpu.name,
+                     HeadroomText(fit));
+}
+
+std::string IntervalText(const Estimate& e) {
+  auto side = [](const std::optional<uint64_t>& v) {
+    return v ? FormatBytes(*v) : std::string("?");
+  };
+  return side(e.device_low) + " .. " + side(e.device_high);
+}
+
+bool HasInterval(const Estimate& e) {
+  return e.device_low.has_value() || e.device_high.has_value();
+}
+
+std::string StatusLabel(const Status& s) {
+  return s.code() == ErrorCode::kUnavailable ? "unavailable" : "error";
+}
+
+// "<backend>: unavailable: <reason>" or "<backend>: error: <code>: <message>".
+std::string FailureNote(const BackendResult& r) {
+  if (r.status.code() == ErrorCode::kUnavailable) {
+    return fmt::format("{}: unavailable: {}", r.backend, r.status.message());
+  }
+  return fmt::format("{}: error: {}", r.backend, r.status.ToString());
+}
+
+std::string VerdictSentence(const Report& r) {
+  const Verdict v = OverallVerdict(r.results);
+  size_t ok = 0;
+  for (const auto& res : r.results) ok += res.status.ok();
+  if (r.results.size() == 1) {
+    const BackendResult& res = r.results.front();
+    if (!res.status.ok()) return "result: " + FailureNote(res);
+    if (r.max_batch_mode && res.max_batch.value_or(0) == 0) {
+      return fmt::format("result: even batch 1 {}",
+                         FitSentence(res.fit, r.gpu));
+    }
+    return "result: " + FitSentence(res.fit, r.gpu);
+  }
+  std::vector<std::string> names;
+  switch (v) {
+    case Verdict::kDoesNotFit:
+      for (const auto& res : r.results) {
+        const bool no =
+            r.max_batch_mode ? res.max_batch.value_or(1) == 0 : !res.fit.fits;
+        if (res.status.ok() && no) names.push_back(res.backend);
+      }
+      return fmt::format(
+          "result: does not fit on {} (conservative verdict: {} of {} "
+          "backend{} with a result say{} so: {})",
+          r.gpu.name, names.size(), ok, ok == 1 ? "" : "s",
+          names.size() == 1 ? "s" : "", fmt::join(names, ", "));
+    case Verdict::kFits:
+      for (const auto& res : r.results) {
+        if (res.status.ok()) names.push_back(res.backend);
+      }
+      return fmt::format(
+          "result: fits on {} (conservative verdict over {} backend{} with a "
+          "result: {})",
+          r.gpu.name, ok, ok == 1 ? "" : "s", fmt::join(names, ", "));
+    case Verdict::kError:
+      for (const auto& res : r.results) {
+        if (!res.status.ok() &&
+            (ok == 0 || res.status.code() != ErrorCode::kUnavailable)) {
+          names.push_back(res.backend);
+        }
+      }
+      return fmt::format("result: unknown, no conclusive estimate (failed: {})",
+                         fmt::join(names, ", "));
+  }
+  return "result: unknown";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tables.
+
+// The breakdown grid. Single backend: bytes | size | share. Several: size |
+// bytes per backend, plus fit facts as rows.
+Grid BuildGrid(const Report& r) {
+  Grid g;
+  const bool single = r.results.size() == 1;
+  g.header.push_back("component");
+  g.align.push_back(Align::kLeft);
+  if (single) {
+    g.header.insert(g.header.end(), {"bytes", "size", "share"});
+    g.align.insert(g.align.end(),
+                   {Align::kRight, Align::kRight, Align::kRight});
+  } else {
+    for (const auto& res : r.results) {
+      g.header.insert(g.header.end(), {res.backend, "bytes"});
+      g.align.insert(g.align.end(), {Align::kRight, Align::kRight});
+    }
+  }
+  bool any_interval = false;
+  for (const auto& res : r.results)
+    any_interval |= res.status.ok() && HasInterval(res.estimate);
+
+  // Adds one row; `cell(res)` returns {size text, bytes text, share text} for a
+  // successful result.
+  auto add = [&](std::string label, auto cell) {
+    std::vector<std::string> row = {std::move(label)};
+    const bool first_failure_cell = g.rows.empty();
+    for (const auto& res : r.results) {
+      if (!res.status.ok()) {
+        row.push_back(first_failure_cell ? StatusLabel(res.status) : "-");
+        row.push_back(single ? "-" : "");
+        if (single) row.push_back("");
+        continue;
+      }
+      auto [size, bytes, share] = cell(res);
+      if (single) {
+        row.insert(row.end(), {bytes, size, share});
+      } else {
+        row.insert(row.end(), {size, bytes});
+      }
+    }
+    g.rows.push_back(std::move(row));
+  };
+  using Cells = std::tuple<std::string, std::string, std::string>;
+  auto bytes_cells = [](uint64_t v, uint64_t total) {
+    return Cells{FormatBytes(v), std::to_string(v), FormatPercent(v, total)};
+  };
+
+  if (r.max_batch_mode && !single) {
+    add("max batch", [](const BackendResult& res) {
+      return Cells{std::to_string(res.max_batch.value_or(0)), "", ""};
+    });
+  }
+  for (const Component& c : kComponents) {
+    add(c.label, [&](const BackendResult& res) {
+      return bytes_cells(res.estimate.breakdown.*c.field,
+                         res.estimate.peak_device);
+    });
+  }
+  g.rows.push_back({});
+  add("total (device peak)", [&](const BackendResult& res) {
+    return bytes_cells(res.estimate.peak_device, res.estimate.peak_device);
+  });
+  add("peak allocated", [&](const BackendResult& res) {
+    return Cells{FormatBytes(res.estimate.peak_allocated),
+                 std::to_string(res.estimate.peak_allocated), ""};
+  });
+  add("peak reserved", [&](const BackendResult& res) {
+    return Cells{FormatBytes(res.estimate.peak_reserved),
+                 std::to_string(res.estimate.peak_reserved), ""};
+  });
+  if (any_interval) {
+    add("device interval", [&](const BackendResult& res) {
+      return Cells{HasInterval(res.estimate) ? IntervalText(res.estimate) : "-",
+                   "", ""};
+    });
+  }
+  if (single) {
+    std::vector<std::string> row = {
+        "gpu usable capacity", std::to_string(r.gpu.usable_memory.bytes),
+        FormatBytes(r.gpu.usable_memory.bytes),
+        FormatPercent(r.results.front().status.ok()
+                          ? r.results.front().estimate.peak_device
+                          : 0,
+                      r.gpu.usable_memory.bytes) +
+            " used"};
+    if (!r.results.front().status.ok()) row.back() = "";
+    g.rows.push_back(std::move(row));
+    return g;
+  }
+  g.rows.push_back({});
+  add("fits", [&](const BackendResult& res) {
+    return Cells{res.fit.fits ? "yes" : "NO", "", ""};
+  });
+  add("headroom", [&](const BackendResult& res) {
+    return Cells{FormatSignedBytes(res.fit.headroom),
+                 std::to_string(res.fit.headroom), ""};
+  });
+  add("peak phase", [&](const BackendResult& res) {
+    return Cells{res.estimate.peak_phase == Phase::kUnknown
+                     ? "unknown"
+                     : ToString(res.estimate.peak_phase),
+                 "", ""};
+  });
+  add("peak node", [&](const BackendResult& res) {
+    return Cells{res.estimate.peak_node.empty() ? "-" : res.estimate.peak_node,
+                 "", ""};
+  });
+  return g;
+}
+
+std::string MaxBatchSentence(const Report& r) {
+  if (r.results.size() == 1) {
+    const BackendResult& res = r.results.front();
+    if (!res.status.ok()) return "";
+    if (res.max_batch.value_or(0) == 0) {
+      return fmt::format(
+          "max batch: none -- even batch 1 does not fit on {} ({}, {} "
+          "evaluations)\n",
+          r.gpu.name, res.backend, res.max_batch_evaluations);
+    }
+    return fmt::format(
+        "max batch: {} fits on {} ({}, {} evaluations, search limit {})\n",
+        *res.max_batch, r.gpu.name, res.backend, res.max_batch_evaluations,
+        r.max_batch_limit);
+  }
+  const auto mb = ConservativeMaxBatch(r.results);
+  if (!mb) return "";
+  if (*mb == 0)
+    return fmt::format(
+        "max batch: none -- at least one backend says batch 1 does not fit on "
+        "{}\n",
+        r.gpu.name);
+  return fmt::format(
+      "max batch: {} fits on {} (conservative: the smallest over the "
+      "backends)\n",
+      *mb, r.gpu.name);
+}
+
+std::string RenderReportTable(const Report& r, bool markdown) {
+  std::string out;
+  if (markdown) {
+    out += fmt::format("**memest** `{}` ({} nodes, {} parameters)\n\n",
+                       r.model_path, Grouped(r.model.node_count),
+                       Grouped(r.model.parameter_count));
+    out +=
+        fmt::format("- setup: {}\n- gpu: {}\n\n", SetupText(r), GpuText(r.gpu));
+  } else {
+    out += HeaderText(r);
+    out += '\n';
+  }
+  const std::string mb = r.max_batch_mode ? MaxBatchSentence(r) : "";
+  if (!mb.empty()) out += mb + "\n";
+  const Grid grid = BuildGrid(r);
+  out += markdown ? RenderMarkdown(grid) : RenderText(grid);
+  out += '\n';
+  const std::string bullet = markdown ? "- " : "";
+  for (const auto& res : r.results) {
+    if (!res.status.ok()) out += bullet + FailureNote(res) + '\n';
+  }
+  out += bullet + VerdictSentence(r) + '\n';
+  if (r.results.size() == 1 && r.results.front().status.ok()) {
+    out += bullet + "peak: " + PhaseText(r.results.front().estimate) + '\n';
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON.
+
+Json DiagnosticJson(const Diagnostic& d) {
+  return Json{
+      {"severity", d.severity == Severity::kWarning ? "warning" : "info"},
+      {"code", d.code},
+      {"message", d.message},
+      {"node", d.node},
+      {"op_type", d.op_type}};
+}
+
+Json DiagnosticsJson(const std::vector<Diagnostic>& ds) {
+  Json arr = Json::array();
+  for (const auto& d : ds) arr.push_back(DiagnosticJson(d));
+  return arr;
+}
+
+Json ModelJson(const Report& r) {
+  const ModelSummary& m = r.model;
+  Json opsets = Json::object();
+  for (const auto& [domain, version] : m.opsets)
+    opsets[domain.empty() ? "ai.onnx" : domain] = version;
+  Json inputs = Json::array();
+  for (const auto& in : m.data_inputs) {
+    Json dims = Json::array();
+    for (const auto& d : in.dims) {
+      if (!d.param.empty()) {
+        dims.push_back(d.param);
+      } else if (d.value >= 0) {
+        dims.push_back(d.value);
+      } else {
+        dims.push_back(nullptr);
+      }
+    }
+    inputs.push_back(
+        Json{{"name", in.name}, {"dtype", in.dtype}, {"dims", dims}});
+  }
+  return Json{{"path", r.model_path},
+              {"producer", m.producer},
+              {"ir_version", m.ir_version},
+              {"opsets", opsets},
+              {"nodes", m.node_count},
+              {"subgraph_nodes", m.subgraph_node_count},
+              {"parameters", m.parameter_count},
+              {"parameter_bytes", m.parameter_bytes},
+              {"inputs", inputs},
+              {"symbolic_dims", m.symbolic_dims},
+              {"op_types", m.op_types},
+              {"diagnostics", DiagnosticsJson(m.diagnostics)}};
+}
+
+Json OptionsJson(const Options& o) {
+  Json dims = Json::object();
+  for (const auto& [name, value] : o.dims) dims[name] = value;
+  Json alloc = {
+      {"expandable_segments", o.allocator.expandable_segments},
+      {"max_split_size", nullptr},
+      {"roundup_power2_divisions", o.allocator.roundup_power2_divisions}};
+  if (o.allocator.max_split_size)
+    alloc["max_split_size"] = *o.allocator.max_split_size;
+  Json j = {{"mode", ToString(o.mode)},
+            {"batch", nullptr},
+            {"dims", dims},
+            {"optimizer", ToString(o.optimizer)},
+            {"weight_decay", o.weight_decay},
+            {"precision", ToString(o.precision)},
+            {"loss", ToString(o.loss)},
+            {"gpu", o.gpu},
+            {"allocator", alloc}};
+  if (o.batch) j["batch"] = *o.batch;
+  return j;
+}
+
+Json ValueJson(const ProfileValue& v) {
+  return Json{
+      {"bytes", v.bytes}, {"source", v.source}, {"calibrated", v.calibrated}};
+}
+
+Json GpuJson(const GpuProfile& g) {
+  return Json{
+      {"name", g.name},
+      {"display_name", g.display_name},
+      {"compute_capability", fmt::format("{}.{}", g.sm_major, g.sm_minor)},
+      {"allocator", g.allocator},
+      {"total_memory", ValueJson(g.total_memory)},
+      {"usable_memory", ValueJson(g.usable_memory)},
+      {"cuda_context", ValueJson(g.cuda_context)},
+      {"cublas_workspace", ValueJson(g.cublas_workspace)}};
+}
+
+Json ResultJson(const BackendResult& res, bool max_batch_mode) {
+  Json j = {{"backend", res.backend}, {"ok", res.status.ok()}};
+  if (!res.status.ok()) {
+    j["error"] = {{"code", ErrorCodeName(res.status.code())},
+                  {"message", res.status.message()}};
+    j["diagnostics"] = Json::array();
+    return j;
+  }
+  const Estimate& e = res.estimate;
+  j["peak"] = {{"allocated", e.peak_allocated},
+               {"reserved", e.peak_reserved},
+               {"device", e.peak_device}};
+  Json breakdown = Json::object();
+  for (const Component& c : kComponents)
+    breakdown[c.key] = e.breakdown.*c.field;
+  j["breakdown"] = breakdown;
+  j["peak_phase"] = ToString(e.peak_phase);
+  j["peak_node"] = e.peak_node;
+  if (HasInterval(e)) {
+    Json interval = {{"low", nullptr}, {"high", nullptr}};
+    if (e.device_low) interval["low"] = *e.device_low;
+    if (e.device_high) interval["high"] = *e.device_high;
+    j["interval"] = interval;
+  } else {
+    j["interval"] = nullptr;
+  }
+  j["fit"] = {{"fits", res.fit.fits},
+              {"capacity", res.fit.capacity},
+              {"headroom", res.fit.headroom}};
+  if (max_batch_mode) {
+    j["max_batch"] = {{"batch", res.max_batch.value_or(0)},
+                      {"evaluations", res.max_batch_evaluations}};
+  }
+  j["diagnostics"] = DiagnosticsJson(e.diagnostics);
+  return j;
+}
+
+const char* VerdictName(Verdict v) {
+  switch (v) {
+    case Verdict::kFits:
+      return "fits";
+    case Verdict::kDoesNotFit:
+      return "does_not_fit";
+    case Verdict::kError:
+      return "error";
+  }
+  return "error";
+}
+
+std::string RenderReportJson(const Report& r) {
+  Json j = {{"schema", kEstimateSchema}, {"memest_version", r.memest_version},
+            {"model", ModelJson(r)},     {"options", OptionsJson(r.options)},
+            {"gpu", GpuJson(r.gpu)},     {"backend", r.backend_request}};
+  Json results = Json::array();
+  for (const auto& res : r.results)
+    results.push_back(ResultJson(res, r.max_batch_mode));
+  j["results"] = results;
+  j["verdict"] = VerdictName(OverallVerdict(r.results));
+  if (r.max_batch_mode) {
+    Json mb = {{"batch", nullptr}, {"limit", r.max_batch_limit}};
+    if (auto b = ConservativeMaxBatch(r.results)) mb["batch"] = *b;
+    j["max_batch"] = mb;
+  }
+  return j.dump(2) + "\n";
+}
+
+// ---------------------------------------------------------------------------------------------
+// CSV (RFC 4180 quoting).
+
+std::string CsvField(std::string_view s) {
+  if (s.find_first_of(",\"\r\n") == std::string_view::npos)
+    return std::string(s);
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"') out += '"';
+    out += ch;
+  }
+  return out + "\"";
+}
+
+std::string CsvLine(const std::vector<std::string>& fields) {
+  std::string out;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (i) out += ',';
+    out += CsvField(fields[i]);
+  }
+  return out + "\n";
+}
+
+std::string RenderReportCsv(const Report& r) {
+  std::vector<std::string> header = {
+      "backend",    "ok",           "error_code",     "error_message",
+      "model",      "mode",         "batch",          "dims",
+      "optimizer",  "weight_decay", "precision",      "loss",
+      "gpu",        "capacity",     "peak_allocated", "peak_reserved",
+      "peak_device"};
+  for (const Component& c : kComponents) header.push_back(c.key);
+  header.insert(header.end(),
+                {"peak_phase", "peak_node", "device_low", "device_high", "fits",
+                 "headroom", "max_batch", "diagnostics"});
+  std::string out = CsvLine(header);
+  const Options& o = r.options;
+  std::vector<std::string> dims;
+  for (const auto& [name, value] : o.dims)
+    dims.push_back(fmt::format("{}={}", name, value));
+  for (const auto& res : r.results) {
+    const Estimate& e = res.estimate;
+    const bool ok = res.status.ok();
+    auto num = [ok](auto v) { return ok ? std::to_string(v) : std::string(); };
+    std::vector<std::string> row = {res.backend,
+                                    ok ? "true" : "false",
+                                    ok ? "" : ErrorCodeName(res.status.code()),
+                                    ok ? "" : res.status.message(),
+                                    r.model_path,
+                                    ToString(o.mode),
+                                    o.batch ? std::to_string(*o.batch) : "",
+                                    fmt::format("{}", fmt::join(dims, ";")),
+                                    ToString(o.optimizer),
+                                    fmt::format("{}", o.weight_decay),
+                                    ToString(o.precision),
+                                    ToString(o.loss),
+                                    r.gpu.name,
+                                    std::to_string(r.gpu.usable_memory.bytes),
+                                    num(e.peak_allocated),
+                                    num(e.peak_reserved),
+                                    num(e.peak_device)};
+    for (const Component& c : kComponents)
+      row.push_back(num(e.breakdown.*c.field));
+    row.push_back(ok ? ToString(e.peak_phase) : "");
+    row.push_back(ok ? e.peak_node : "");
+    row.push_back(ok && e.device_low ? std::to_string(*e.device_low) : "");
+    row.push_back(ok && e.device_high ? std::to_string(*e.device_high) : "");
+    row.push_back(ok ? (res.fit.fits ? "true" : "false") : "");
+    row.push_back(num(res.fit.headroom));
+    row.push_back(ok && r.max_batch_mode
+                      ? std::to_string(res.max_batch.value_or(0))
+                      : "");
+    row.push_back(num(e.diagnostics.size()));
+    out += CsvLine(row);
+  }
+  return out;
+}
+
+std::string YesNo(bool b) { return b ? "yes" : "no"; }
+
+std::string Calibration(const GpuProfile& g) {
+  const std::pair<const char*, const ProfileValue*> values[] = {
+      {"total", &g.total_memory},
+      {"usable", &g.usable_memory},
+      {"context", &g.cuda_context},
+      {"workspace", &g.cublas_workspace}};
+  std::vector<std::string> done;
+  for (const auto& [name, v] : values) {
+    if (v->calibrated) done.push_back(name);
+  }
+  if (done.empty()) return "no";
+  if (done.size() == std::size(values)) return "yes";
+  return fmt::format("partly ({})", fmt::join(done, ", "));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Public functions.
+
+Result<Format> ParseFormat(std::string_view s) {
+  if (s == "table") return Format::kTable;
+  if (s == "json") return Format::kJson;
+  if (s == "csv") return Format::kCsv;
+  if (s == "md") return Format::kMd;
+  return InvalidArgument(fmt::format(
+      "unknown output format '{}' (expected table, json, csv or md)", s));
+}
+
+const char* ToString(Format f) {
+  switch (f) {
+    case Format::kTable:
+      return "table";
+    case Format::kJson:
+      return "json";
+    case Format::kCsv:
+      return "csv";
+    case Format::kMd:
+      return "md";
+  }
+  return "table";
+}
+
+Verdict OverallVerdict(const std::vector<BackendResult>& results) {
+  bool any_ok = false;
+  bool any_error = false;
+  bool any_no = false;
+  for (const auto& res : results) {
+    if (res.status.ok()) {
+      any_ok = true;
+      const bool fits = res.max_batch ? *res.max_batch > 0 : res.fit.fits;
+      any_no |= !fits;
+    } else if (res.status.code() != ErrorCode::kUnavailable) {
+      any_error = true;
+    }
+  }
+  if (any_no) return Verdict::kDoesNotFit;
+  if (any_error || !any_ok) return Verdict::kError;
+  return Verdict::kFits;
+}
+
+std::optional<int64_t> ConservativeMaxBatch(
+    const std::vector<BackendResult>& results) {
+  std::optional<int64_t> best;
+  for (const auto& res : results) {
+    if (!res.status.ok() || !res.max_batch) continue;
+    best = best ? std::min(*best, *res.max_batch) : *res.max_batch;
+  }
+  return best;
+}
+
+std::string RenderReport(const Report& report, Format format) {
+  switch (format) {
+    case Format::kTable:
+      return RenderReportTable(report, /*markdown=*/false);
+    case Format::kMd:
+      return RenderReportTable(report, /*markdown=*/true);
+    case Format::kJson:
+      return RenderReportJson(report);
+    case Format::kCsv:
+      return RenderReportCsv(report);
+  }
+  return "";
+}
+
+std::string RenderBackends(const std::vector<BackendInfo>& backends,
+                           Format format, std::string_view memest_version) {
+  if (format == Format::kJson) {
+    Json arr = Json::array();
+    for (const auto& b : backends) {
+      arr.push_back(Json{{"name", b.name},
+                         {"available", b.available},
+                         {"description", b.description},
+                         {"reason", b.reason}});
+    }
+    Json j = {{"schema", kBackendsSchema},
+              {"memest_version", memest_version},
+              {"backends", arr}};
+    return j.dump(2) + "\n";
+  }
+  if (format == Format::kCsv) {
+    std::string out = CsvLine({"name", "available", "description", "reason"});
+    for (const auto& b : backends)
+      out += CsvLine(
+          {b.name, b.available ? "true" : "false", b.description, b.reason});
+    return out;
+  }
+  Grid g;
+  g.header = {"backend", "available", "description / reason"};
+  g.align = {Align::kLeft, Align::kLeft, Align::kLeft};
+  for (const auto& b : backends) {
+    g.rows.push_back(
+        {b.name, YesNo(b.available),
+         b.available ? b.description : "unavailable: " + b.reason});
+  }
+  return format == Format::kMd ? RenderMarkdown(g) : RenderText(g);
+}
+
+std::string RenderGpus(const std::vector<GpuProfile>& gpus, Format format,
+                       std::string_view memest_version) {
+  if (format == Format::kJson) {
+    Json arr = Json::array();
+    for (const auto& g : gpus) arr.push_back(GpuJson(g));
+    Json j = {{"schema", kGpusSchema},
+              {"memest_version", memest_version},
+              {"gpus", arr}};
+    return j.dump(2) + "\n";
+  }
+  if (format == Format::kCsv) {
+    std::string out =
+        CsvLine({"name", "display_name", "compute_capability", "allocator",
+                 "total_memory", "usable_memory", "cuda_context",
+                 "cublas_workspace", "calibrated"});
+    for (const auto& g : gpus) {
+      out += CsvLine(
+          {g.name, g.display_name, fmt::format("{}.{}", g.sm_major, g.sm_minor),
+           g.allocator, std::to_string(g.total_memory.bytes),
+           std::to_string(g.usable_memory.bytes),
+           std::to_string(g.cuda_context.bytes),
+           std::to_string(g.cublas_workspace.bytes), Calibration(g)});
+    }
+    return out;
+  }
+  Grid g;
+  g.header = {"gpu",     "display name", "total",     "usable",
+              "context", "workspace",    "calibrated"};
+  g.align = {Align::kLeft,  Align::kLeft,  Align::kRight, Align::kRight,
+             Align::kRight, Align::kRight, Align::kLeft};
+  for (const auto& p : gpus) {
+    g.rows.push_back({p.name, p.display_name, FormatBytes(p.total_memory.bytes),
+                      FormatBytes(p.usable_memory.bytes),
+                      FormatBytes(p.cuda_context.bytes),
+                      FormatBytes(p.cublas_workspace.bytes), Calibration(p)});
+  }
+  std::string out = format == Format::kMd ? RenderMarkdown(g) : RenderText(g);
+  if (format == Format::kTable)
+    out +=
+        "\nexact bytes and the source of every value: memest --list-gpus -o "
+        "json\n";
+  return out;
+}
+
+std::string FormatDiagnostic(const Diagnostic& d, std::string_view backend) {
+  std::string out = d.severity == Severity::kWarning ? "warning: " : "info: ";
+  if (!backend.empty()) out += fmt::format("[{}] ", backend);
+  if (!d.code.empty()) out += d.code + ": ";
+  out += d.message;
+  std::vector<std::string> where;
+  if (!d.node.empty()) where.push_back("node " + Quote(d.node));
+  if (!d.op_type.empty()) where.push_back("op " + d.op_type);
+  if (!where.empty()) out += fmt::format(" ({})", fmt::join(where, ", "));
+  return out;
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB",
+                                           "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(bytes) / 1024.0;
+  size_t unit = 0;
+  // Switch units before rounding would print "1024.00".
+  while (v >= 1023.995 && unit + 1 < std::size(kUnits)) {
+    v /= 1024.0;
+    ++unit;
+  }
+  return fmt::format("{:.2f} {}", v, kUnits[unit]);
+}
+
+std::string FormatSignedBytes(int64_t bytes) {
+  if (bytes >= 0) return FormatBytes(static_cast<uint64_t>(bytes));
+  return "-" + FormatBytes(uint64_t{0} - static_cast<uint64_t>(bytes));
+}
+
+std::string FormatPercent(uint64_t part, uint64_t whole) {
+  if (whole == 0) return "-";
+  return fmt::format("{:.1f}%", 100.0 * static_cast<double>(part) /
+                                    static_cast<double>(whole));
+}
+
+}  // namespace memest::cli
