@@ -4,7 +4,10 @@
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <memory>
+#include <mutex>
 #include <set>
+#include <unordered_map>
 
 #include "core/checked.h"
 #include "core/dtype.h"
@@ -80,6 +83,100 @@ std::string DescribeUnbound(const std::vector<Unbound>& unbound) {
   return msg;
 }
 
+// ONNX 1.12's inference functions (Reshape, Expand, Tile, ConstantOfShape, ...) read only constant
+// inputs (getInputData), never the values data propagation computed (getSymbolicInput): a Reshape
+// whose target comes from Shape -> Gather -> Concat stays unknown. This context hands them those
+// values as constants when every element is known.
+class PropagatedDataContext final : public onnx::InferenceContext {
+ public:
+  explicit PropagatedDataContext(onnx::InferenceContext& ctx)
+      : ctx_(ctx), data_(ctx.getNumInputs()) {
+    for (size_t i = 0; i < data_.size(); ++i) {
+      if (ctx.getInputData(i) != nullptr) continue;
+      const onnx::TypeProto* type = ctx.getInputType(i);
+      const onnx::TensorShapeProto* values = ctx.getSymbolicInput(i);
+      if (type == nullptr || values == nullptr || !type->has_tensor_type()) continue;
+      const int32_t elem = type->tensor_type().elem_type();
+      if (elem != onnx::TensorProto::INT64 && elem != onnx::TensorProto::INT32) continue;
+      const bool scalar =
+          type->tensor_type().has_shape() && type->tensor_type().shape().dim_size() == 0;
+      if (scalar && values->dim_size() != 1) continue;
+      onnx::TensorProto t;
+      t.set_data_type(elem);
+      if (!scalar) t.add_dims(values->dim_size());
+      bool complete = true;
+      for (const auto& d : values->dim()) {
+        if (!d.has_dim_value()) {
+          complete = false;
+          break;
+        }
+        if (elem == onnx::TensorProto::INT64) {
+          t.add_int64_data(d.dim_value());
+        } else {
+          t.add_int32_data(static_cast<int32_t>(d.dim_value()));
+        }
+      }
+      if (complete) data_[i] = std::move(t);
+    }
+  }
+  const onnx::AttributeProto* getAttribute(const std::string& name) const override {
+    return ctx_.getAttribute(name);
+  }
+  size_t getNumInputs() const override { return ctx_.getNumInputs(); }
+  const onnx::TypeProto* getInputType(size_t i) const override { return ctx_.getInputType(i); }
+  const onnx::TensorProto* getInputData(size_t i) const override {
+    if (i < data_.size() && data_[i]) return &*data_[i];
+    return ctx_.getInputData(i);
+  }
+  size_t getNumOutputs() const override { return ctx_.getNumOutputs(); }
+  onnx::TypeProto* getOutputType(size_t i) override { return ctx_.getOutputType(i); }
+  onnx::GraphInferencer* getGraphAttributeInferencer(const std::string& name) override {
+    return ctx_.getGraphAttributeInferencer(name);
+  }
+  const onnx::SparseTensorProto* getInputSparseData(size_t i) const override {
+    return ctx_.getInputSparseData(i);
+  }
+  const onnx::TensorShapeProto* getSymbolicInput(size_t i) const override {
+    return ctx_.getSymbolicInput(i);
+  }
+
+ private:
+  onnx::InferenceContext& ctx_;
+  std::vector<std::optional<onnx::TensorProto>> data_;
+};
+
+// ONNX's schema registry, with every inference function run through PropagatedDataContext.
+// Process-wide and thread-safe (schemas are wrapped once, on first use).
+class PropagatingSchemaRegistry final : public onnx::ISchemaRegistry {
+ public:
+  const onnx::OpSchema* GetSchema(const std::string& key, const int max_inclusive_version,
+                                  const std::string& domain) const override {
+    const onnx::OpSchema* base =
+        onnx::OpSchemaRegistry::Instance()->GetSchema(key, max_inclusive_version, domain);
+    if (base == nullptr || !base->has_type_and_shape_inference_function()) return base;
+    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_ptr<onnx::OpSchema>& wrapped = wrapped_[base];
+    if (!wrapped) {
+      wrapped = std::make_unique<onnx::OpSchema>(*base);
+      wrapped->TypeAndShapeInferenceFunction(
+          [infer = base->GetTypeAndShapeInferenceFunction()](onnx::InferenceContext& ctx) {
+            PropagatedDataContext with_data(ctx);
+            infer(with_data);
+          });
+    }
+    return wrapped.get();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::unordered_map<const onnx::OpSchema*, std::unique_ptr<onnx::OpSchema>> wrapped_;
+};
+
+const onnx::ISchemaRegistry* SchemaRegistry() {
+  static const auto* registry = new PropagatingSchemaRegistry();  // never destroyed
+  return registry;
+}
+
 }  // namespace
 
 Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
@@ -123,7 +220,7 @@ Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
 
   try {
     onnx::shape_inference::InferShapes(
-        m, onnx::OpSchemaRegistry::Instance(),
+        m, SchemaRegistry(),
         onnx::ShapeInferenceOptions(/*check_type=*/false, /*error_mode=*/0,
                                     /*enable_data_propagation=*/true));
   } catch (const std::exception& e) {
@@ -188,6 +285,14 @@ Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
     } else if (v.kind == ValueKind::kIntermediate && (!v.consumers.empty() || v.graph_output)) {
       ++b.unknown_shapes;
       if (v.producer >= 0) unknown_ops.insert(graph.nodes[static_cast<size_t>(v.producer)].op_type);
+    }
+  }
+  // Sums of many tensors must stay far from 64 bits too: no device holds 4 EiB.
+  uint64_t total = 0;
+  for (const auto& bytes : b.bytes) {
+    if (bytes && (!CheckedAdd(total, *bytes) || (total += *bytes) > (uint64_t{1} << 62))) {
+      return Overflow("the model's tensors at these dims add up to more than 4 EiB: check the "
+                      "batch and dim values");
     }
   }
   if (b.unknown_shapes > 0) {

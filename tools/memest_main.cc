@@ -190,41 +190,6 @@ Result<std::pair<std::string, int64_t>> ParseDim(const std::string& text) {
   return std::make_pair(name, v);
 }
 
-// Symbolic dims of the data inputs that `options` leaves unbound (the binding
-// rule of memest::Options: `batch` binds the leading symbolic dim of every data
-// input, `dims` binds by name and wins). With `batch_bound_by_search` the
-// leading dim is bound by FindMaxBatch.
-std::vector<std::string> UnboundDims(const ModelSummary& m, const Options& o,
-                                     bool batch_bound_by_search) {
-  std::map<std::string, std::string>
-      unbound;  // dim name -> first place it appears
-  for (const auto& in : m.data_inputs) {
-    for (size_t i = 0; i < in.dims.size(); ++i) {
-      const std::string& p = in.dims[i].param;
-      if (p.empty() || o.dims.count(p)) continue;
-      if (i == 0 && (o.batch.has_value() || batch_bound_by_search)) continue;
-      unbound.emplace(p, fmt::format("input '{}' axis {}", in.name, i));
-    }
-  }
-  std::vector<std::string> out;
-  for (const auto& [name, where] : unbound)
-    out.push_back(fmt::format("'{}' ({})", name, where));
-  return out;
-}
-
-std::string BindHint(const ModelSummary& m) {
-  const std::string example =
-      m.symbolic_dims.empty() ? std::string("batch") : m.symbolic_dims.front();
-  return fmt::format(
-      "bind the leading (batch) dim of the inputs with --batch N, or any "
-      "named dim with --dim NAME=VALUE (e.g. --dim {}=32); the model's "
-      "symbolic dims: {}",
-      example,
-      m.symbolic_dims.empty()
-          ? std::string("none")
-          : fmt::format("{}", fmt::join(m.symbolic_dims, ", ")));
-}
-
 void PrintDiagnostics(const std::vector<Diagnostic>& ds,
                       std::string_view backend) {
   for (const auto& d : ds)
@@ -495,15 +460,6 @@ int RunCli(int argc, char** argv) {
   const ModelSummary& summary = model.summary();
   PrintDiagnostics(summary.diagnostics, "");
 
-  if (const auto unbound = UnboundDims(summary, options, max_batch);
-      !unbound.empty()) {
-    PrintError(
-        fmt::format("symbolic dim{} {} {} no value; {}",
-                    unbound.size() == 1 ? "" : "s", fmt::join(unbound, ", "),
-                    unbound.size() == 1 ? "has" : "have", BindHint(summary)));
-    return kExitUsage;
-  }
-
   // Estimates.
   const int64_t limit = int64_t{1} << 24;
   for (size_t i = 0; i < results.size(); ++i) {
@@ -527,14 +483,6 @@ int RunCli(int argc, char** argv) {
       }
       r.estimate = std::move(e).value();
     }
-    // Byte sums saturate instead of wrapping; a saturated peak is not a
-    // number to print.
-    if (r.estimate.peak_device == std::numeric_limits<uint64_t>::max()) {
-      r.status = Overflow(
-          "the estimate overflows 64 bits (saturated byte count); check the "
-          "--batch and --dim values");
-      continue;
-    }
     r.fit = CheckFit(r.estimate, *gpu);
   }
 
@@ -546,9 +494,6 @@ int RunCli(int argc, char** argv) {
     if (r.status.code() == ErrorCode::kUnavailable) {
       std::cerr << fmt::format("memest: {}: unavailable: {}\n", r.backend,
                                r.status.message());
-    } else if (r.status.code() == ErrorCode::kUnboundDim) {
-      PrintError(fmt::format("{}: {}; {}", r.backend, r.status.message(),
-                             BindHint(summary)));
     } else {
       PrintError(fmt::format("{}: {}", r.backend, r.status.ToString()));
     }
