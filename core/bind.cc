@@ -47,7 +47,8 @@ Status BindInput(const Value& v, const Options& options, onnx::ValueInfoProto* i
     if (d.symbolic()) {
       if (auto it = options.dims.find(d.param); it != options.dims.end()) value = it->second;
     }
-    if (!value && i == 0 && options.batch) value = *options.batch;
+    // With gradient accumulation the graph runs on micro-batches (Options::micro_batches).
+    if (!value && i == 0 && options.batch) value = *options.batch / options.micro_batches;
     const std::string where = "input '" + v.name + "' axis " + std::to_string(i);
     if (!value) {
       unbound->push_back({d.param, where});

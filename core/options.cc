@@ -73,6 +73,11 @@ Status Validate(const Options& o) {
     return InvalidArgument("allocator max_split_size must be >= 20 MiB");
   }
   if (o.gpu.empty()) return InvalidArgument("GPU profile name is empty");
+  if (o.micro_batches < 1) return InvalidArgument("micro_batches must be >= 1");
+  if (o.micro_batches > 1 && o.batch && *o.batch % o.micro_batches != 0) {
+    return InvalidArgument("batch " + std::to_string(*o.batch) + " is not divisible into " +
+                           std::to_string(o.micro_batches) + " micro-batches");
+  }
   return Status::Ok();
 }
 
@@ -93,6 +98,8 @@ std::vector<OptionDoc> DescribeOptions() {
       {"gpu", d.gpu, "GPU profile (context, workspaces, capacity)"},
       {"expandable_segments", d.allocator.expandable_segments ? "true" : "false",
        "PyTorch allocator expandable_segments"},
+      {"micro_batches", std::to_string(d.micro_batches),
+       "gradient accumulation: micro-batches per optimizer step (batch must divide)"},
   };
 }
 

@@ -83,12 +83,16 @@ Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu) {
 
 Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& model,
                                     const Options& options, int64_t limit) {
+  if (options.micro_batches > 1) limit = std::max<int64_t>(limit / options.micro_batches, 1);
   auto gpu = FindGpuProfile(options.gpu);
   if (!gpu.ok()) return gpu.status();
   if (limit < 1) return InvalidArgument("max-batch search limit must be >= 1");
   MaxBatchResult r;
   Options o = options;
-  auto fits = [&](int64_t batch) -> Result<std::pair<bool, Estimate>> {
+  // With gradient accumulation the search runs over the micro-batch size; batches are multiples.
+  const int64_t k = std::max<int64_t>(options.micro_batches, 1);
+  auto fits = [&](int64_t micro) -> Result<std::pair<bool, Estimate>> {
+    const int64_t batch = micro * k;
     o.batch = batch;
     ++r.evaluations;
     auto e = estimator.Run(model, o);
@@ -134,7 +138,7 @@ Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& mod
       bad = mid;
     }
   }
-  r.batch = good;
+  r.batch = good * k;
   r.at_batch = std::move(good_estimate);
   return r;
 }

@@ -19,6 +19,8 @@
 //    place (freed); fan-out gradients of activations accumulate in place (the new buffer is freed,
 //    facts 3.1); then the node's output gradients and saved tensors are freed (facts 3.1
 //    release_variables).
+//  * Gradient accumulation (Options::micro_batches): k forward/backward passes on batch/k, the
+//    later gradients added into .grad in place, then one step.
 //  * Optimizer step (foreach, the default; facts 4.1-4.3): iteration 1 creates the state (adam: 2
 //    per parameter, momentum: 1); L2 weight decay allocates a gradient-sized copy of all grads, then
 //    frees it; adam then allocates the sqrt copy of all exp_avg_sq (one per parameter) and frees it.
@@ -458,25 +460,30 @@ void Sim::Iteration(int it) {
   if (train_) {
     for (Tensor& g : param_grad_) Free(&g);  // zero_grad(set_to_none=True)
   }
-  // New batch before the old one is released.
-  old_inputs_.swap(inputs_);
-  inputs_.clear();
-  for (int id : g_.data_inputs) {
-    Tensor t = Malloc(facts_.bytes(id), Category::kActivations);
-    inputs_.push_back(t);
-    value_[static_cast<size_t>(id)] = t;
+  // Gradient accumulation: micro-batches run forward and backward, .grad accumulates in place
+  // (facts 3.1 AccumulateGrad), then one optimizer step.
+  const int64_t micro = train_ ? o_.micro_batches : 1;
+  for (int64_t m = 0; m < micro; ++m) {
+    // New batch before the old one is released.
+    old_inputs_.swap(inputs_);
+    inputs_.clear();
+    for (int id : g_.data_inputs) {
+      Tensor t = Malloc(facts_.bytes(id), Category::kActivations);
+      inputs_.push_back(t);
+      value_[static_cast<size_t>(id)] = t;
+    }
+    if (train_) inputs_.push_back(Malloc(targets_bytes_, Category::kActivations));
+    for (Tensor& t : old_inputs_) Free(&t);
+    old_inputs_.clear();
+    Forward(it);
+    if (train_) {
+      Loss();
+      Backward();
+    } else {
+      for (int out : g_.outputs) Free(&value_[static_cast<size_t>(facts_.root(out))]);
+    }
   }
-  if (train_) inputs_.push_back(Malloc(targets_bytes_, Category::kActivations));
-  for (Tensor& t : old_inputs_) Free(&t);
-  old_inputs_.clear();
-  Forward(it);
-  if (train_) {
-    Loss();
-    Backward();
-    Step(it);
-  } else {
-    for (int out : g_.outputs) Free(&value_[static_cast<size_t>(facts_.root(out))]);
-  }
+  if (train_) Step(it);
   sim_.iterations.push_back({it, iteration_alloc_peak_, alloc_.stats().reserved});
 }
 

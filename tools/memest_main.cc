@@ -33,6 +33,8 @@
 #include <vector>
 
 #include "memest/memest.h"
+#include "symbolic/symbolic.h"
+#include "symbolic/timeline_writer.h"
 #include "tools/report.h"
 
 #ifndef MEMEST_VERSION
@@ -212,12 +214,14 @@ int RunCli(int argc, char** argv) {
   std::string loss = ToString(defaults.loss);
   std::string gpu_name = defaults.gpu;
   bool expandable = defaults.allocator.expandable_segments;
+  int64_t micro_batches = defaults.micro_batches;
   std::string backend = kDefaultBackend;
   bool max_batch = false;
   std::string output = ToString(Format::kTable);
   bool json = false;
   bool list_backends = false;
   bool list_gpus = false;
+  std::string timeline_path;
 
   CLI::App app{
       "memest -- predicts the peak GPU memory of one training step (or "
@@ -264,6 +268,11 @@ int RunCli(int argc, char** argv) {
       "--expandable-segments", expandable,
       help.With("PyTorch caching allocator with expandable_segments:True",
                 {"expandable_segments", "allocator_expandable_segments"}));
+  app.add_option("--micro-batches", micro_batches,
+                 help.With("gradient accumulation: micro-batches per optimizer step "
+                           "(--batch must divide)",
+                           {"micro_batches"}))
+      ->type_name("K");
   app.add_option(
          "--backend", backend,
          fmt::format("estimator backend (see --list-backends), or 'all' for "
@@ -284,6 +293,10 @@ int RunCli(int argc, char** argv) {
   app.add_flag("--list-backends", list_backends,
                "list the estimator backends and whether they are available");
   app.add_flag("--list-gpus", list_gpus, "list the GPU profiles");
+  app.add_option("--timeline", timeline_path,
+                 "write the symbolic backend's simulated step (bytes over allocation "
+                 "events, phases, peak) to FILE: .json, .csv, .svg or .html")
+      ->type_name("FILE");
   app.set_version_flag("-V,--version", std::string("memest ") + MEMEST_VERSION);
   app.footer(help.Footer());
 
@@ -383,6 +396,7 @@ int RunCli(int argc, char** argv) {
   options.weight_decay = weight_decay;
   options.gpu = gpu_name;
   options.allocator.expandable_segments = expandable;
+  options.micro_batches = micro_batches;
   if (Status s = Validate(options); !s.ok()) {
     PrintError(s.message());
     return ExitCodeFor(s, Stage::kSetup);
@@ -446,6 +460,13 @@ int RunCli(int argc, char** argv) {
     results.push_back(std::move(r));
   }
 
+  if (!timeline_path.empty()) {
+    if (auto f = symbolic::TimelineFormatFor(timeline_path); !f.ok()) {
+      PrintError(f.status().message());
+      return kExitUsage;
+    }
+  }
+
   // Model.
   Result<std::shared_ptr<const Model>> loaded = LoadModel(model_path);
   if (!loaded.ok()) {
@@ -497,6 +518,25 @@ int RunCli(int argc, char** argv) {
     } else {
       PrintError(fmt::format("{}: {}", r.backend, r.status.ToString()));
     }
+  }
+
+  if (!timeline_path.empty()) {
+    Options timeline_options = options;
+    for (const auto& r : results) {
+      if (max_batch && r.status.ok() && r.max_batch > 0) timeline_options.batch = r.max_batch;
+    }
+    auto sim = symbolic::SimulateModel(model, timeline_options, /*record_events=*/true);
+    Status written = sim.ok() ? symbolic::WriteTimeline(
+                                    *sim, timeline_path,
+                                    fmt::format("{} -- {} batch {}", model_path,
+                                                ToString(timeline_options.mode),
+                                                timeline_options.batch.value_or(0)))
+                              : sim.status();
+    if (!written.ok()) {
+      PrintError("timeline: " + written.ToString());
+      return ExitCodeFor(written, Stage::kEstimate);
+    }
+    std::cerr << "memest: timeline written to " << timeline_path << '\n';
   }
 
   Report report;

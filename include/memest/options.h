@@ -52,6 +52,10 @@ struct Options {
   // GPU profile name (see GpuProfiles() in memest/gpu_profile.h); decides context size, workspaces and capacity.
   std::string gpu = "h100-80gb";
   AllocatorSettings allocator;
+  // Gradient accumulation: `batch` is split into this many equal micro-batches, each run forward
+  // and backward before one optimizer step (gradients add into .grad in place). batch must be
+  // divisible by it. 1 = no accumulation.
+  int64_t micro_batches = 1;
 };
 
 // Parsers/printers for the enum vocabulary, shared by the CLI and JSON output.

@@ -6,6 +6,9 @@
 #include "core/bind.h"
 #include "memest/memest.h"
 #include "symbolic/symbolic.h"
+#include "symbolic/timeline_writer.h"
+
+#include <nlohmann/json.hpp>
 #include "testing/onnx_builder.h"
 
 namespace memest::symbolic {
@@ -127,6 +130,42 @@ TEST(TimelineTest, AmpCachesHalfPrecisionWeightCopies) {
   EXPECT_EQ(a->estimate.peak_allocated, kParams + kWorkspace + 4'096 + 8'192 + 8'192);
   EXPECT_EQ(b->estimate.peak_allocated,
             kParams + kWorkspace + 4'096 + (262'144 + 1'024 + 10'240 + 512) + 4'096 + 512);
+}
+
+}  // namespace
+}  // namespace memest::symbolic
+
+namespace memest::symbolic {
+namespace {
+
+TEST(TimelineWriterTest, FormatsFollowTheExtension) {
+  EXPECT_EQ(*TimelineFormatFor("a.json"), TimelineFormat::kJson);
+  EXPECT_EQ(*TimelineFormatFor("a.csv"), TimelineFormat::kCsv);
+  EXPECT_EQ(*TimelineFormatFor("dir/a.svg"), TimelineFormat::kSvg);
+  EXPECT_EQ(*TimelineFormatFor("a.htm"), TimelineFormat::kHtml);
+  EXPECT_EQ(TimelineFormatFor("a.txt").status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(TimelineWriterTest, EveryEventIsWrittenAndThePictureMarksThePeak) {
+  auto model = LinearReluLinear();
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 4;
+  auto sim = SimulateModel(*model, o, true);
+  ASSERT_TRUE(sim.ok());
+  const auto json = nlohmann::json::parse(RenderTimeline(*sim, TimelineFormat::kJson, "t"));
+  EXPECT_EQ(json["schema"], "memest.timeline/1");
+  ASSERT_EQ(json["events"].size(), sim->events.size());
+  uint64_t max_allocated = 0;
+  for (const auto& e : json["events"]) max_allocated = std::max<uint64_t>(max_allocated, e["allocated"]);
+  EXPECT_EQ(max_allocated, sim->estimate.peak_allocated);
+  const std::string csv = RenderTimeline(*sim, TimelineFormat::kCsv, "t");
+  EXPECT_EQ(static_cast<size_t>(std::count(csv.begin(), csv.end(), '\n')), sim->events.size() + 1);
+  const std::string svg = RenderTimeline(*sim, TimelineFormat::kSvg, "a <title>");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("a &lt;title&gt;"), std::string::npos);  // escaped
+  EXPECT_NE(svg.find("peak allocated"), std::string::npos);
+  EXPECT_NE(RenderTimeline(*sim, TimelineFormat::kHtml, "t").find("<svg"), std::string::npos);
 }
 
 }  // namespace
