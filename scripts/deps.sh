@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs memest's build and test dependencies from Debian 12 packages (run as root).
+# Skips apt entirely when everything is already installed.
+set -euo pipefail
+PACKAGES=(
+  cmake ninja-build g++ pkg-config
+  libonnx-dev libprotobuf-dev protobuf-compiler
+  libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev nlohmann-json3-dev libfmt-dev
+  libonnx-testdata
+  libtorch-dev libopenblas0-pthread  # measurement harness (docs/measurement.md); OpenBLAS: 10x faster CPU matmuls
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "memest: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

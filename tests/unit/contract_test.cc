@@ -1,0 +1,163 @@
+// One contract battery over every available backend (style.md item 4): the same properties must
+// hold whatever the method. A backend that becomes available joins automatically.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "memest/memest.h"
+
+namespace memest {
+namespace {
+
+std::vector<std::string> AvailableBackends() {
+  std::vector<std::string> out;
+  for (const BackendInfo& b : ListBackends()) {
+    if (b.available) out.push_back(b.name);
+  }
+  return out;
+}
+
+const char* const kModels[] = {"mlp_small_train", "resnet18_train", "gpt2_tiny_train",
+                               "resnet18_eval"};
+
+class ContractTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+ protected:
+  void SetUp() override {
+    auto est = MakeEstimator(std::get<0>(GetParam()));
+    ASSERT_TRUE(est.ok()) << est.status().ToString();
+    estimator_ = std::move(est).value();
+    auto model = LoadModel(std::string(MEMEST_SOURCE_DIR) + "/datasets/models/" +
+                           std::get<1>(GetParam()) + ".onnx");
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    model_ = std::move(model).value();
+  }
+
+  Estimate Run(Options o) {
+    auto e = estimator_->Run(*model_, o);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() ? std::move(e).value() : Estimate{};
+  }
+
+  static Options Base(int64_t batch) {
+    Options o;
+    o.batch = batch;
+    return o;
+  }
+
+  std::unique_ptr<Estimator> estimator_;
+  std::shared_ptr<const Model> model_;
+};
+
+TEST_P(ContractTest, BreakdownSumsToDevicePeakAndLevelsAreOrdered) {
+  for (Mode mode : {Mode::kTrain, Mode::kInfer}) {
+    Options o = Base(8);
+    o.mode = mode;
+    Estimate e = Run(o);
+    EXPECT_EQ(e.breakdown.Total(), e.peak_device) << ToString(mode);
+    EXPECT_LE(e.peak_allocated, e.peak_reserved) << ToString(mode);
+    EXPECT_LE(e.peak_reserved, e.peak_device) << ToString(mode);
+    EXPECT_GT(e.peak_allocated, 0u);
+    EXPECT_EQ(e.backend, std::get<0>(GetParam()));
+  }
+}
+
+TEST_P(ContractTest, NonDecreasingInBatch) {
+  for (Mode mode : {Mode::kTrain, Mode::kInfer}) {
+    uint64_t previous = 0;
+    for (int64_t batch : {1, 2, 4, 8, 16, 32, 64, 128}) {
+      Options o = Base(batch);
+      o.mode = mode;
+      const Estimate e = Run(o);
+      EXPECT_GE(e.peak_allocated, previous) << "batch " << batch << " " << ToString(mode);
+      previous = e.peak_allocated;
+    }
+  }
+}
+
+TEST_P(ContractTest, TrainingNeedsAtLeastInference) {
+  for (int64_t batch : {1, 32}) {
+    Options train = Base(batch), infer = Base(batch);
+    infer.mode = Mode::kInfer;
+    EXPECT_GE(Run(train).peak_device, Run(infer).peak_device) << "batch " << batch;
+  }
+}
+
+TEST_P(ContractTest, OptimizerStateOrdersSgdMomentumAdam) {
+  Options sgd = Base(16), momentum = Base(16), adam = Base(16), adamw = Base(16);
+  sgd.optimizer = Optimizer::kSgd;
+  momentum.optimizer = Optimizer::kMomentum;
+  adamw.optimizer = Optimizer::kAdamW;
+  const uint64_t s = Run(sgd).peak_device, m = Run(momentum).peak_device,
+                 a = Run(adam).peak_device, aw = Run(adamw).peak_device;
+  EXPECT_LE(s, m);
+  EXPECT_LE(m, a);
+  EXPECT_EQ(a, aw);  // same state; decoupled weight decay is in place
+}
+
+TEST_P(ContractTest, Deterministic) {
+  Options o = Base(32);
+  const Estimate a = Run(o), b = Run(o);
+  EXPECT_EQ(a.peak_allocated, b.peak_allocated);
+  EXPECT_EQ(a.peak_reserved, b.peak_reserved);
+  EXPECT_EQ(a.peak_device, b.peak_device);
+  EXPECT_EQ(a.peak_node, b.peak_node);
+}
+
+TEST_P(ContractTest, LowerPrecisionDoesNotNeedMoreActivationMemory) {
+  Options fp32 = Base(32), bf16 = Base(32);
+  bf16.precision = Precision::kBf16;
+  EXPECT_LE(Run(bf16).peak_allocated, Run(fp32).peak_allocated);
+}
+
+TEST_P(ContractTest, GpuProfileOnlyChangesFixedCosts) {
+  Options h100 = Base(8), a100 = Base(8);
+  a100.gpu = "a100-40gb";
+  const Estimate a = Run(h100), b = Run(a100);
+  EXPECT_EQ(a.breakdown.saved_activations, b.breakdown.saved_activations);
+  EXPECT_EQ(a.breakdown.weights, b.breakdown.weights);
+}
+
+TEST_P(ContractTest, ErrorsAreValues) {
+  Options no_batch;  // the bundled models have a symbolic batch dim
+  auto e = estimator_->Run(*model_, no_batch);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), ErrorCode::kUnboundDim);
+  EXPECT_NE(e.status().message().find("batch"), std::string::npos) << e.status().message();
+  Options bad_gpu = Base(1);
+  bad_gpu.gpu = "no-such-gpu";
+  EXPECT_EQ(estimator_->Run(*model_, bad_gpu).status().code(), ErrorCode::kNotFound);
+  Options bad_batch = Base(0);
+  EXPECT_EQ(estimator_->Run(*model_, bad_batch).status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_P(ContractTest, MaxBatchIsTheLargestThatFits) {
+  Options o;
+  o.gpu = "l4-24gb";
+  auto r = FindMaxBatch(*estimator_, *model_, o, int64_t{1} << 20);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_GE(r->batch, 1);
+  auto gpu = FindGpuProfile("l4-24gb");
+  ASSERT_TRUE(gpu.ok());
+  EXPECT_TRUE(CheckFit(r->at_batch, *gpu).fits);
+  if (r->batch < (int64_t{1} << 20)) {
+    EXPECT_FALSE(CheckFit(Run(Base(r->batch + 1)), *gpu).fits) << "batch " << r->batch + 1;
+  }
+}
+
+std::vector<std::tuple<std::string, std::string>> Params() {
+  std::vector<std::tuple<std::string, std::string>> out;
+  for (const auto& b : AvailableBackends()) {
+    for (const char* m : kModels) out.emplace_back(b, m);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, ContractTest, ::testing::ValuesIn(Params()),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
+
+}  // namespace
+}  // namespace memest
