@@ -115,7 +115,7 @@ std::optional<std::vector<int64_t>> SmallIntData(const onnx::TensorProto& t, uin
         out.assign(t.int64_data().begin(), t.int64_data().end());
       } else if (t.raw_data().size() == numel * 8) {
         out.resize(numel);
-        std::memcpy(out.data(), t.raw_data().data(), numel * 8);
+        if (numel > 0) std::memcpy(out.data(), t.raw_data().data(), numel * 8);
       }
       break;
     case kInt32:
@@ -123,7 +123,7 @@ std::optional<std::vector<int64_t>> SmallIntData(const onnx::TensorProto& t, uin
         out.assign(t.int32_data().begin(), t.int32_data().end());
       } else if (t.raw_data().size() == numel * 4) {
         std::vector<int32_t> tmp(numel);
-        std::memcpy(tmp.data(), t.raw_data().data(), numel * 4);
+        if (numel > 0) std::memcpy(tmp.data(), t.raw_data().data(), numel * 4);
         out.assign(tmp.begin(), tmp.end());
       }
       break;
@@ -648,6 +648,9 @@ Result<std::shared_ptr<const Model>> LoadModel(const std::string& path) {
   }
   if (S_ISDIR(st.st_mode)) {
     return InvalidModel("'" + path + "' is a directory, not an ONNX file");
+  }
+  if (!S_ISREG(st.st_mode)) {  // a FIFO or device would block the open/read below, or never end
+    return InvalidModel("'" + path + "' is not a regular file (pipe, device or socket)");
   }
   if (static_cast<uint64_t>(st.st_size) >= core::kMaxFileBytes) {
     return InvalidModel(path + ": file is 2 GiB or larger: a protobuf message cannot be; store "
