@@ -1,2 +1,203 @@
+// Google Benchmark: loading and estimating models, each reported next to the protobuf parse time
+// of the same bytes (the floor any ONNX tool pays), so ratios from one run can be quoted.
+//
+// Models: the bundled weightless exports (datasets/models/: ResNet-18, ResNet-50, GPT-2 tiny, all
+// training mode) and a generated 100,000-node chain (MatMul, Add, Relu, LayerNormalization blocks
+// over a symbolic batch) built here in memory. Load includes the symbolic shape inference, which
+// runs once per model; Estimate is one backend run at batch 64 (binding dims only evaluates the
+// inferred shapes); MaxBatch is FindMaxBatch on h100-80gb.
+//
+//   ./build/bench/memest_bench --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
+#include <onnx/onnx_pb.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "memest/memest.h"
+
+namespace {
+
+std::string ModelPath(const std::string& name) {
+  return std::string(MEMEST_SOURCE_DIR) + "/datasets/models/" + name + ".onnx";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A chain of `blocks` x (MatMul, Add, Relu, LayerNormalization): 4 nodes per block, X[batch, 64],
+// opset 17. Weights are declared without data, as in the bundled weightless exports.
+std::string GeneratedChain(int blocks) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.set_producer_name("memest_bench");
+  auto* opset = m.add_opset_import();
+  opset->set_domain("");
+  opset->set_version(17);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("chain");
+  auto tensor_type = [](onnx::ValueInfoProto* vi, const char* batch) {
+    auto* t = vi->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(onnx::TensorProto::FLOAT);
+    t->mutable_shape()->add_dim()->set_dim_param(batch);
+    t->mutable_shape()->add_dim()->set_dim_value(64);
+  };
+  onnx::ValueInfoProto* in = g->add_input();
+  in->set_name("X");
+  tensor_type(in, "batch");
+  auto weight = [&](const std::string& name, std::initializer_list<int64_t> dims) {
+    onnx::TensorProto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+  };
+  auto node = [&](const char* op, std::initializer_list<std::string> ins, const std::string& out) {
+    onnx::NodeProto* n = g->add_node();
+    n->set_op_type(op);
+    for (const std::string& i : ins) n->add_input(i);
+    n->add_output(out);
+  };
+  std::string cur = "X";
+  for (int i = 0; i < blocks; ++i) {
+    const std::string k = std::to_string(i);
+    weight("W" + k, {64, 64});
+    weight("b" + k, {64});
+    weight("g" + k, {64});
+    weight("beta" + k, {64});
+    node("MatMul", {cur, "W" + k}, "mm" + k);
+    node("Add", {"mm" + k, "b" + k}, "add" + k);
+    node("Relu", {"add" + k}, "relu" + k);
+    node("LayerNormalization", {"relu" + k, "g" + k, "beta" + k}, "ln" + k);
+    cur = "ln" + k;
+  }
+  onnx::ValueInfoProto* out = g->add_output();
+  out->set_name(cur);
+  tensor_type(out, "batch");
+  return m.SerializeAsString();
+}
+
+// The bytes of a model: a bundled file, or "chain100k" (generated once per process).
+const std::string& ModelBytes(const std::string& name) {
+  static std::map<std::string, std::string>* cache = new std::map<std::string, std::string>();
+  auto it = cache->find(name);
+  if (it == cache->end()) {
+    it =
+        cache
+            ->emplace(name, name == "chain100k" ? GeneratedChain(25000) : ReadFile(ModelPath(name)))
+            .first;
+  }
+  return it->second;
+}
+
+std::shared_ptr<const memest::Model> LoadForBench(const std::string& name) {
+  auto m = memest::LoadModelFromBytes(ModelBytes(name), ".", name);
+  return m.ok() ? *m : nullptr;
+}
+
+void BM_ProtobufParse(benchmark::State& state, const std::string& name) {
+  const std::string& bytes = ModelBytes(name);
+  for (auto _ : state) {
+    onnx::ModelProto m;
+    benchmark::DoNotOptimize(m.ParseFromString(bytes));
+  }
+  state.counters["bytes"] = static_cast<double>(bytes.size());
+}
+
+void BM_Load(benchmark::State& state, const std::string& name) {
+  const std::string& bytes = ModelBytes(name);
+  int64_t nodes = 0;
+  for (auto _ : state) {
+    auto m = memest::LoadModelFromBytes(bytes, ".", name);
+    if (!m.ok()) {
+      state.SkipWithError(m.status().ToString().c_str());
+      break;
+    }
+    nodes = (*m)->summary().node_count;
+    benchmark::DoNotOptimize(m);
+  }
+  state.counters["nodes"] = static_cast<double>(nodes);
+}
+
+void BM_Estimate(benchmark::State& state, const std::string& name, memest::Mode mode,
+                 const std::string& backend) {
+  auto model = LoadForBench(name);
+  auto est = memest::MakeEstimator(backend);
+  if (model == nullptr || !est.ok()) {
+    state.SkipWithError(est.ok() ? "model did not load" : est.status().ToString().c_str());
+    return;
+  }
+  memest::Options o;
+  o.batch = 64;
+  o.mode = mode;
+  for (auto _ : state) {
+    auto e = (*est)->Run(*model, o);
+    if (!e.ok()) {
+      state.SkipWithError(e.status().ToString().c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(e);
+  }
+}
+
+void BM_MaxBatch(benchmark::State& state, const std::string& name) {
+  auto model = LoadForBench(name);
+  auto est = memest::MakeEstimator("analytical");
+  if (model == nullptr || !est.ok()) {
+    state.SkipWithError("setup failed");
+    return;
+  }
+  memest::Options o;
+  o.gpu = "h100-80gb";
+  int evaluations = 0;
+  int64_t batch = 0;
+  for (auto _ : state) {
+    auto r = memest::FindMaxBatch(**est, *model, o);
+    if (!r.ok()) {
+      state.SkipWithError(r.status().ToString().c_str());
+      break;
+    }
+    evaluations = r->evaluations;
+    batch = r->batch;
+    benchmark::DoNotOptimize(r);
+  }
+  state.counters["evaluations"] = evaluations;
+  state.counters["max_batch"] = static_cast<double>(batch);
+}
+
+using memest::Mode;
+const std::string kAnalytical = "analytical";
+const std::string kSymbolic = "symbolic";
+
+}  // namespace
+
+// clang-format off
+BENCHMARK_CAPTURE(BM_ProtobufParse, resnet18, std::string("resnet18_train"))->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Load, resnet18, std::string("resnet18_train"))->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Estimate, resnet18_train, std::string("resnet18_train"), Mode::kTrain, kAnalytical)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Estimate, resnet18_infer, std::string("resnet18_train"), Mode::kInfer, kAnalytical)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_MaxBatch, resnet18, std::string("resnet18_train"))->Unit(benchmark::kMillisecond);
+
+BENCHMARK_CAPTURE(BM_ProtobufParse, resnet50, std::string("resnet50_train"))->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Load, resnet50, std::string("resnet50_train"))->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Estimate, resnet50_train_analytical, std::string("resnet50_train"), Mode::kTrain, kAnalytical)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Estimate, resnet50_train_symbolic, std::string("resnet50_train"), Mode::kTrain, kSymbolic)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_MaxBatch, resnet50, std::string("resnet50_train"))->Unit(benchmark::kMillisecond);
+
+BENCHMARK_CAPTURE(BM_ProtobufParse, gpt2_tiny, std::string("gpt2_tiny_train"))->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Load, gpt2_tiny, std::string("gpt2_tiny_train"))->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Estimate, gpt2_tiny_train, std::string("gpt2_tiny_train"), Mode::kTrain, kAnalytical)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_MaxBatch, gpt2_tiny, std::string("gpt2_tiny_train"))->Unit(benchmark::kMillisecond);
+
+BENCHMARK_CAPTURE(BM_ProtobufParse, chain100k, std::string("chain100k"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Load, chain100k, std::string("chain100k"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Estimate, chain100k_train_analytical, std::string("chain100k"), Mode::kTrain, kAnalytical)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Estimate, chain100k_train_symbolic, std::string("chain100k"), Mode::kTrain, kSymbolic)->Unit(benchmark::kMillisecond);
+// clang-format on
+
 BENCHMARK_MAIN();
