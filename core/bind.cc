@@ -4,6 +4,7 @@
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -11,6 +12,7 @@
 
 #include "core/checked.h"
 #include "core/dtype.h"
+#include "core/symbolic_shapes.h"
 
 namespace memest::core {
 
@@ -26,10 +28,12 @@ struct Unbound {
   std::string where;  // "input 'x' axis 0"
 };
 
-// Binds the data inputs' dims in `input` (a copy of the graph input's ValueInfoProto).
-Status BindInput(const Value& v, const Options& options, onnx::ValueInfoProto* input,
-                 std::map<std::string, int64_t>* bindings, std::vector<Unbound>* unbound) {
-  if (!input->type().has_tensor_type()) {
+// Binds the dims of data input `v` (same policy as ever: see core/bind.h). `dims` receives the
+// bound dims; unbound ones are listed in `unbound` and left -1.
+Status BindInput(const Value& v, const onnx::ValueInfoProto& input, const Options& options,
+                 std::vector<int64_t>* dims, std::map<std::string, int64_t>* bindings,
+                 std::vector<Unbound>* unbound) {
+  if (!input.type().has_tensor_type()) {
     return Unsupported("input '" + v.name +
                        "' is not a tensor (sequence, map or optional): memest estimates graphs "
                        "with tensor inputs only");
@@ -39,10 +43,13 @@ Status BindInput(const Value& v, const Options& options, onnx::ValueInfoProto* i
                         "' has no shape: re-export the model with input shapes (a dynamic batch "
                         "axis is fine)");
   }
-  auto* shape = input->mutable_type()->mutable_tensor_type()->mutable_shape();
-  for (int i = 0; i < shape->dim_size(); ++i) {
-    const Dim& d = v.dims[static_cast<size_t>(i)];
-    if (d.known()) continue;
+  dims->assign(v.dims.size(), -1);
+  for (size_t i = 0; i < v.dims.size(); ++i) {
+    const Dim& d = v.dims[i];
+    if (d.known()) {
+      (*dims)[i] = d.value;
+      continue;
+    }
     std::optional<int64_t> value;
     if (d.symbolic()) {
       if (auto it = options.dims.find(d.param); it != options.dims.end()) value = it->second;
@@ -61,8 +68,7 @@ Status BindInput(const Value& v, const Options& options, onnx::ValueInfoProto* i
                                std::to_string(it->second) + " and " + std::to_string(*value));
       }
     }
-    shape->mutable_dim(i)->clear_dim_param();
-    shape->mutable_dim(i)->set_dim_value(*value);
+    (*dims)[i] = *value;
   }
   return Status::Ok();
 }
@@ -178,6 +184,58 @@ const onnx::ISchemaRegistry* SchemaRegistry() {
   return registry;
 }
 
+// ONNX's shape inference with data propagation on a copy of the model whose data inputs carry
+// the bound dims; fills dtypes and shapes of the values flagged in `wanted` only.
+void OnnxFallback(const Graph& graph, const std::vector<std::vector<int64_t>>& input_dims,
+                  const std::vector<bool>& wanted, BoundGraph* b) {
+  onnx::ModelProto m = graph.proto;  // weights were stripped at load: this copy is small
+  auto* g = m.mutable_graph();
+  g->clear_value_info();
+  for (auto& out : *g->mutable_output()) {
+    if (out.type().has_tensor_type()) out.mutable_type()->mutable_tensor_type()->clear_shape();
+  }
+  for (auto& in : *g->mutable_input()) {
+    const int id = graph.FindValue(in.name());
+    if (id < 0 || graph.value(id).kind != ValueKind::kDataInput) continue;
+    const auto k = static_cast<size_t>(
+        std::find(graph.data_inputs.begin(), graph.data_inputs.end(), id) -
+        graph.data_inputs.begin());
+    if (k >= input_dims.size() || !in.type().has_tensor_type()) continue;
+    auto* shape = in.mutable_type()->mutable_tensor_type()->mutable_shape();
+    for (int i = 0; i < shape->dim_size() && static_cast<size_t>(i) < input_dims[k].size(); ++i) {
+      shape->mutable_dim(i)->clear_dim_param();
+      shape->mutable_dim(i)->set_dim_value(input_dims[k][static_cast<size_t>(i)]);
+    }
+  }
+  try {
+    onnx::shape_inference::InferShapes(
+        m, SchemaRegistry(),
+        onnx::ShapeInferenceOptions(/*check_type=*/false, /*error_mode=*/0,
+                                    /*enable_data_propagation=*/true));
+  } catch (const std::exception& e) {
+    b->diagnostics.push_back({Severity::kWarning, "shape_inference",
+                              std::string("ONNX shape inference stopped early: ") + e.what(), "",
+                              ""});
+  }
+  auto take = [&](const onnx::ValueInfoProto& vi) {
+    const int id = graph.FindValue(vi.name());
+    if (id < 0 || !wanted[static_cast<size_t>(id)] || !vi.type().has_tensor_type()) return;
+    const auto& tt = vi.type().tensor_type();
+    if (IsKnownDType(tt.elem_type()) && b->dtypes[static_cast<size_t>(id)] == 0) {
+      b->dtypes[static_cast<size_t>(id)] = tt.elem_type();
+    }
+    if (!tt.has_shape() || b->shapes[static_cast<size_t>(id)]) return;
+    std::vector<int64_t> dims;
+    for (const auto& d : tt.shape().dim()) {
+      if (!d.has_dim_value() || d.dim_value() < 0) return;
+      dims.push_back(d.dim_value());
+    }
+    b->shapes[static_cast<size_t>(id)] = std::move(dims);
+  };
+  for (const auto& vi : g->value_info()) take(vi);
+  for (const auto& vi : g->output()) take(vi);
+}
+
 }  // namespace
 
 Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
@@ -189,21 +247,36 @@ Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
   b.shapes.assign(n, std::nullopt);
   b.bytes.assign(n, std::nullopt);
 
-  onnx::ModelProto m = graph.proto;  // weights were stripped at load: this copy is small
-  auto* g = m.mutable_graph();
-  g->clear_value_info();
-  for (auto& out : *g->mutable_output()) {
-    if (out.type().has_tensor_type()) out.mutable_type()->mutable_tensor_type()->clear_shape();
+  std::shared_ptr<const SymbolicShapes> computed;
+  const SymbolicShapes* sym = graph.symbolic.get();
+  if (sym == nullptr || sym->types.size() != n) {  // a graph not built by the loader
+    computed = InferSymbolicShapes(graph);
+    sym = computed.get();
   }
 
+  // Data inputs: their dims, and the symbols they bind.
   std::vector<Unbound> unbound;
   bool batch_used = false;
-  for (auto& in : *g->mutable_input()) {
+  std::vector<std::vector<int64_t>> input_dims(graph.data_inputs.size());
+  std::vector<std::optional<int64_t>> by_atom(sym->table.size());
+  for (const auto& in : graph.proto.graph().input()) {
     const int id = graph.FindValue(in.name());
     if (id < 0 || graph.value(id).kind != ValueKind::kDataInput) continue;
+    const auto k = static_cast<size_t>(
+        std::find(graph.data_inputs.begin(), graph.data_inputs.end(), id) -
+        graph.data_inputs.begin());
+    if (k >= input_dims.size()) continue;
     const Value& v = graph.value(id);
     if (!v.dims.empty() && !v.dims[0].known() && options.batch) batch_used = true;
-    MEMEST_RETURN_IF_ERROR(BindInput(v, options, &in, &b.bindings, &unbound));
+    MEMEST_RETURN_IF_ERROR(
+        BindInput(v, in, options, &input_dims[k], &b.bindings, &unbound));
+    const std::vector<AtomId>& atoms =
+        k < sym->input_atoms.size() ? sym->input_atoms[k] : std::vector<AtomId>();
+    for (size_t i = 0; i < atoms.size() && i < input_dims[k].size(); ++i) {
+      if (atoms[i] >= 0 && input_dims[k][i] >= 0) {
+        by_atom[static_cast<size_t>(atoms[i])] = input_dims[k][i];
+      }
+    }
   }
   if (!unbound.empty()) return UnboundDim(DescribeUnbound(unbound));
   if (options.batch && !batch_used && !graph.data_inputs.empty()) {
@@ -219,34 +292,51 @@ Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
     }
   }
 
-  try {
-    onnx::shape_inference::InferShapes(
-        m, SchemaRegistry(),
-        onnx::ShapeInferenceOptions(/*check_type=*/false, /*error_mode=*/0,
-                                    /*enable_data_propagation=*/true));
-  } catch (const std::exception& e) {
-    b.diagnostics.push_back({Severity::kWarning, "shape_inference",
-                             std::string("ONNX shape inference stopped early: ") + e.what(), "",
-                             ""});
+  // Evaluate the symbolic shapes at these dims.
+  const AtomValues atoms = sym->table.Evaluate(by_atom);
+  for (size_t id = 0; id < n; ++id) {
+    const Value& v = graph.values[id];
+    const SymTensor& t = sym->types[id];
+    b.dtypes[id] = t.dtype;
+    if (v.kind == ValueKind::kInitializer || !t.shape) continue;
+    auto dims = EvaluateDims(*t.shape, atoms);
+    if (dims.ok()) {
+      b.shapes[id] = std::move(dims).value();
+    } else if (dims.status().code() == ErrorCode::kOverflow) {
+      return Overflow("tensor '" + v.name + "' has a dim that overflows 64 bits at these dims (" +
+                      dims.status().message() + "): check the batch and dim values");
+    }
   }
 
-  auto take = [&](const onnx::ValueInfoProto& vi) -> Status {
-    const int id = graph.FindValue(vi.name());
-    if (id < 0 || !vi.type().has_tensor_type()) return Status::Ok();
-    const auto& tt = vi.type().tensor_type();
-    if (IsKnownDType(tt.elem_type())) b.dtypes[static_cast<size_t>(id)] = tt.elem_type();
-    if (!tt.has_shape()) return Status::Ok();
-    std::vector<int64_t> dims;
-    for (const auto& d : tt.shape().dim()) {
-      if (!d.has_dim_value() || d.dim_value() < 0) return Status::Ok();
-      dims.push_back(d.dim_value());
+  // What the shape rules left unknown: ONNX's shape inference, only when it may help.
+  if (sym->any_fallback) {
+    std::vector<bool> wanted(n, false);
+    int count = 0;
+    for (size_t id = 0; id < n; ++id) {
+      wanted[id] = sym->needs_fallback[id] && (!b.shapes[id] || b.dtypes[id] == 0);
+      count += wanted[id] ? 1 : 0;
     }
-    b.shapes[static_cast<size_t>(id)] = std::move(dims);
-    return Status::Ok();
-  };
-  for (const auto& vi : g->input()) MEMEST_RETURN_IF_ERROR(take(vi));
-  for (const auto& vi : g->value_info()) MEMEST_RETURN_IF_ERROR(take(vi));
-  for (const auto& vi : g->output()) MEMEST_RETURN_IF_ERROR(take(vi));
+    if (count > 0) {
+      OnnxFallback(graph, input_dims, wanted, &b);
+      std::string ops;
+      for (const auto& op : sym->ops_without_rule) ops += (ops.empty() ? "" : ", ") + op;
+      b.diagnostics.push_back(
+          {Severity::kInfo, "shape_fallback",
+           std::to_string(count) + " tensor(s) were sized by ONNX shape inference, not memest's "
+                                   "shape rules" +
+               (ops.empty() ? std::string() : " (ops without a shape rule: " + ops + ")"),
+           "", ""});
+    }
+  }
+  if (sym->rule_failures > 0) {
+    std::string examples;
+    for (const auto& e : sym->failure_examples) examples += (examples.empty() ? "" : "; ") + e;
+    b.diagnostics.push_back({Severity::kWarning, "shape_rule_failed",
+                             std::to_string(sym->rule_failures) +
+                                 " node(s) whose shape rule rejected them (malformed?): " +
+                                 examples,
+                             "", ""});
+  }
 
   std::set<std::string> unknown_ops;
   for (size_t id = 0; id < n; ++id) {

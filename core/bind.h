@@ -1,16 +1,22 @@
 // core/bind.h -- binding symbolic dims to values and inferring every tensor's concrete shape.
 //
-// Bind() takes a loaded Graph and the options' batch/dims, substitutes them into the data inputs,
-// runs ONNX's own shape inference (with data propagation, so Reshape targets computed by Shape /
-// Gather / Concat sub-graphs resolve) on a copy, and returns concrete dims and byte sizes for
-// every value it could infer. Values whose shape stays unknown are left empty; backends count them
-// conservatively and report them in diagnostics.
+// Bind() takes a loaded Graph and the options' batch/dims, binds the data inputs' symbolic dims,
+// and evaluates the shapes the loader inferred once per model (core/symbolic_shapes.h: the
+// per-op shape rules over symbolic dims, with Shape / Gather / Concat sub-graphs folded so
+// Reshape targets resolve). It returns concrete dims and byte sizes for every value. Only values
+// the shape rules left unknown (an op without a rule, a rule that gave up) are handed to ONNX's
+// own shape inference (with data propagation) on a copy of the model with the dims substituted;
+// that fallback runs only when such values exist. Values whose shape stays unknown are left
+// empty; backends count them conservatively and report them in diagnostics.
 //
 // Policy:
 //  * The leading dim of a data input binds to options.batch when it is symbolic or has neither
 //    value nor name. Any named dim binds to options.dims[name]; dims wins over batch.
 //  * Every other symbolic or unnamed dim of a data input is an error that names it (UnboundDim).
-//  * Byte sizes are computed with checked 64-bit arithmetic; overflow is an error naming the tensor.
+//  * Byte sizes are computed with checked 64-bit arithmetic; overflow is an error naming the tensor
+//    (so is a dim expression that overflows when evaluated).
+//  * Cost: evaluating expressions, linear in the number of values; no proto copy, no ONNX call,
+//    unless the fallback is needed.
 #ifndef MEMEST_CORE_BIND_H_
 #define MEMEST_CORE_BIND_H_
 

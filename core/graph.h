@@ -2,12 +2,13 @@
 //
 // Built once by core/loader.cc and immutable afterwards. Values (tensors) and nodes are indexed by
 // dense ids; nodes are in topological order (the loader rejects cycles). The ModelProto is kept
-// (weights stripped, small constants kept) so attributes can be read and ONNX shape inference can
-// run on a copy when dims are bound (core/bind.h).
+// (weights stripped, small constants kept) so attributes can be read, and ONNX shape inference can
+// run on a copy when dims are bound for what the shape rules left unknown (core/bind.h).
 #ifndef MEMEST_CORE_GRAPH_H_
 #define MEMEST_CORE_GRAPH_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -59,6 +60,8 @@ struct Node {
   int64_t subgraph_nodes = 0;  // nodes inside If/Loop/Scan bodies (recursive)
 };
 
+struct SymbolicShapes;  // core/symbolic_shapes.h
+
 struct Graph {
   onnx::ModelProto proto;  // nodes in topological order, large weights stripped
   std::vector<Node> nodes;
@@ -67,6 +70,9 @@ struct Graph {
   std::vector<int> data_inputs;  // value ids, in graph-input order
   std::vector<int> outputs;      // value ids, in graph-output order
   ModelSummary summary;
+  // Every value's shape and dtype over symbolic dims, inferred once at load time
+  // (core/symbolic_shapes.h). Null for graphs not built by the loader: Bind() infers then.
+  std::shared_ptr<const SymbolicShapes> symbolic;
 
   const Value& value(int id) const { return values[static_cast<size_t>(id)]; }
   int FindValue(const std::string& name) const {

@@ -17,8 +17,15 @@
 //  * Nodes are sorted topologically; a cycle is an error naming a node on it. Every node input
 //    must be produced by a node, an initializer or a graph input (subgraph bodies may use names
 //    from the enclosing scope; they are parsed and counted, not validated further).
+//  * Shapes and dtypes of every value are inferred once here, over symbolic dims
+//    (core/symbolic_shapes.h); a node whose shape rule fails leaves its outputs unknown, never
+//    an error.
 //  * Trainable parameters = float initializers with more than one element that feed some node
-//    other than as BatchNormalization running statistics (inputs 3/4), which are buffers.
+//    other than as BatchNormalization running statistics (inputs 3/4), which are buffers. A
+//    1-element initializer of rank >= 1 is a parameter only where a module keeps one: the bias
+//    of a Linear/Conv with one output (Gemm/Conv/ConvTranspose input 2), a PReLU slope (PRelu
+//    input 1), a 1-channel norm's scale/bias (inputs 1/2). Other 1-element and rank-0
+//    initializers are constants (eps, scales) that exporters write as initializers.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -36,6 +43,7 @@
 #include "core/checked.h"
 #include "core/dtype.h"
 #include "core/graph.h"
+#include "core/symbolic_shapes.h"
 #include "memest/model.h"
 
 namespace memest {
@@ -233,7 +241,9 @@ Status Loader::ReadInitializers() {
     if (!IsKnownDType(t.data_type())) {
       return InvalidModel(what + " has unknown element type " + std::to_string(t.data_type()));
     }
-    if (g_->value_index.count(t.name())) return InvalidModel(what + " is defined twice");
+    const size_t before = g_->values.size();
+    const int id = AddValue(t.name(), ValueKind::kInitializer);
+    if (g_->values.size() == before) return InvalidModel(what + " is defined twice");
     std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
     for (size_t i = 0; i < dims.size(); ++i) {
       if (dims[i] < 0) {
@@ -261,7 +271,6 @@ Status Loader::ReadInitializers() {
                      [](const auto& kv) { return kv.key() == "location"; })) {
       return InvalidModel(what + ": external data without a location");
     }
-    const int id = AddValue(t.name(), ValueKind::kInitializer);
     Value& v = g_->values[static_cast<size_t>(id)];
     v.dtype = t.data_type();
     v.has_shape = true;
@@ -270,7 +279,16 @@ Status Loader::ReadInitializers() {
     v.int_data = SmallIntData(t, *numel);
     return Status::Ok();
   };
-  for (const auto& t : g_->proto.graph().initializer()) {
+  const auto& graph = g_->proto.graph();
+  size_t outputs = 0;
+  for (const auto& n : graph.node()) outputs += static_cast<size_t>(n.output_size());
+  const size_t expected = static_cast<size_t>(graph.initializer_size() +
+                                              graph.sparse_initializer_size() +
+                                              graph.input_size()) +
+                          outputs;
+  g_->value_index.reserve(expected);
+  g_->values.reserve(expected);
+  for (const auto& t : graph.initializer()) {
     MEMEST_RETURN_IF_ERROR(read_one(t, "initializer"));
   }
   for (const auto& s : g_->proto.graph().sparse_initializer()) {
@@ -328,9 +346,10 @@ Status Loader::ReadNodes() {
     }
     for (const auto& out : n.output()) {
       if (out.empty()) continue;
-      const int existing = g_->FindValue(out);
-      if (existing >= 0) {
-        const Value& v = g_->value(existing);
+      const size_t before = g_->values.size();
+      const int id = AddValue(out, ValueKind::kIntermediate);
+      if (g_->values.size() == before) {
+        const Value& v = g_->value(id);
         std::string by = v.producer >= 0 ? " (also produced by node " +
                                                Quote(names[static_cast<size_t>(v.producer)]) + ")"
                          : v.kind == ValueKind::kInitializer ? " (also an initializer)"
@@ -338,7 +357,6 @@ Status Loader::ReadNodes() {
         return InvalidModel("node " + Quote(names[static_cast<size_t>(i)]) + " (" + n.op_type() +
                             ") produces tensor " + Quote(out) + " that already exists" + by);
       }
-      const int id = AddValue(out, ValueKind::kIntermediate);
       g_->values[static_cast<size_t>(id)].producer = i;
     }
   }
@@ -493,15 +511,44 @@ Status Loader::ReadValueInfo() {
   return Status::Ok();
 }
 
+namespace {
+
+// Is input slot `slot` of `node` one where a PyTorch module keeps a learnable tensor even when it
+// has one element (see the policy at the top)?
+bool IsOneElementParameterSlot(const Node& node, size_t slot) {
+  if (!node.domain.empty() && node.domain != "ai.onnx") return false;
+  const std::string& op = node.op_type;
+  if (op == "Gemm" || op == "Conv" || op == "ConvTranspose") return slot == 1 || slot == 2;
+  if (op == "PRelu") return slot == 1;
+  if (op == "BatchNormalization" || op == "InstanceNormalization" ||
+      op == "LayerNormalization" || op == "GroupNormalization") {
+    return slot == 1 || slot == 2;
+  }
+  return false;
+}
+
+}  // namespace
+
 void Loader::MarkTrainable() {
-  for (Value& v : g_->values) {
+  for (size_t i = 0; i < g_->values.size(); ++i) {
+    Value& v = g_->values[i];
     if (v.kind != ValueKind::kInitializer || !IsFloatDType(v.dtype) || v.consumers.empty()) {
       continue;
     }
     uint64_t numel = 1;
     for (const Dim& d : v.dims) numel = SatMul(numel, static_cast<uint64_t>(d.value));
-    if (numel <= 1) continue;  // scalar constants (eps, scale) are not parameters
-    const int id = g_->FindValue(v.name);
+    const int id = static_cast<int>(i);
+    if (numel == 0) continue;
+    if (numel == 1) {  // a constant (eps, scale) unless a module slot holds it (policy above)
+      bool slot = false;
+      for (int c : v.consumers) {
+        const Node& node = g_->nodes[static_cast<size_t>(c)];
+        for (size_t k = 0; k < node.inputs.size(); ++k) {
+          slot = slot || (node.inputs[k] == id && IsOneElementParameterSlot(node, k));
+        }
+      }
+      if (v.dims.empty() || !slot) continue;
+    }
     bool only_bn_stats = true;
     for (int c : v.consumers) {
       const Node& node = g_->nodes[static_cast<size_t>(c)];
@@ -620,6 +667,8 @@ Result<std::unique_ptr<Graph>> Loader::Load(std::string_view bytes) {
   MarkTrainable();
   StripWeights();
   Summarize();
+  // Shapes over symbolic dims, once per model: binding dims later only evaluates them.
+  g_->symbolic = InferSymbolicShapes(*g_);
   return std::move(g_);
 }
 

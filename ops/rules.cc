@@ -28,14 +28,19 @@
 //    listed pass through.
 //  * Ops without a rule are assumed differentiable and use ConservativeSaved.
 //  * Adding an op: one entry in kRules (a family helper when one fits) and
-//    one line in tests/unit/rules_test.cc (EveryRuleHasASignature).
+//    one line in tests/unit/rules_test.cc (EveryRuleHasASignature); its
+//    shape rule is `.Infers(shape::X)` on the entry (ops/shape_rules.h) and
+//    one case in tests/unit/shape_rules_test.cc.
 #include "ops/rules.h"
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <optional>
 #include <string>
 #include <tuple>
+
+#include <onnx/defs/schema.h>
 
 #include "core/checked.h"
 #include "core/dtype.h"
@@ -499,247 +504,256 @@ constexpr auto kRules = [] {
   std::array rules{
       // -- Saves its output (facts 3.2: relu, sigmoid, tanh, softmax,
       // log_softmax, exp, sqrt).
-      SavesOutput("Relu", "facts 3.2 relu"),
-      SavesOutput("Sigmoid", "facts 3.2 sigmoid"),
-      SavesOutput("Tanh", "facts 3.2 tanh"),
-      SavesOutput("Exp", "facts 3.2 exp; 5.2 FP32", kFp32),
-      SavesOutput("Sqrt", "facts 3.2 sqrt"),
-      SavesOutput("Reciprocal",
-                  "INF: grad * -result^2 (like facts 3.2 sqrt); 5.2 FP32",
-                  kFp32),
-      SavesOutput("Softmax", "facts 3.2 softmax; 5.2 FP32_SET_OPT_DTYPE",
-                  kFp32),
-      SavesOutput("LogSoftmax", "facts 3.2 log_softmax; 5.2 FP32_SET_OPT_DTYPE",
-                  kFp32),
-      SavesOutput("Tan", "INF: grad * (1 + result^2); 5.2 FP32", kFp32),
-      SavesOutput("ReduceLogSum",
-                  "INF: log(sum(x)) keeps the sum, sized like y; 5.2 FP32",
-                  kFp32),
+      SavesOutput("Relu", "facts 3.2 relu").Infers(shape::Unary),
+      SavesOutput("Sigmoid", "facts 3.2 sigmoid").Infers(shape::Unary),
+      SavesOutput("Tanh", "facts 3.2 tanh").Infers(shape::Unary),
+      SavesOutput("Exp", "facts 3.2 exp; 5.2 FP32", kFp32).Infers(shape::Unary),
+      SavesOutput("Sqrt", "facts 3.2 sqrt").Infers(shape::Unary),
+      SavesOutput("Reciprocal", "INF: grad * -result^2 (like facts 3.2 sqrt); 5.2 FP32", kFp32)
+          .Infers(shape::Unary),
+      SavesOutput("Softmax", "facts 3.2 softmax; 5.2 FP32_SET_OPT_DTYPE", kFp32)
+          .Infers(shape::Unary),
+      SavesOutput("LogSoftmax", "facts 3.2 log_softmax; 5.2 FP32_SET_OPT_DTYPE", kFp32)
+          .Infers(shape::Unary),
+      SavesOutput("Tan", "INF: grad * (1 + result^2); 5.2 FP32", kFp32).Infers(shape::Unary),
+      SavesOutput("ReduceLogSum", "INF: log(sum(x)) keeps the sum, sized like y; 5.2 FP32", kFp32)
+          .Infers(shape::Reduce),
 
       // -- Saves its input (facts 3.2: gelu, silu, pow).
-      SavesInput("Gelu", "facts 3.2 gelu"),
-      SavesInput("Erf", "INF: grad * exp(-x^2) needs x (like facts 3.2 gelu)"),
-      SavesInput("Log", "INF: grad / x needs x; 5.2 FP32", kFp32),
-      SavesInput("Sin", "INF: grad * cos(x) needs x"),
-      SavesInput("Cos", "INF: grad * -sin(x) needs x"),
-      SavesInput("Asin", "INF: needs x; 5.2 FP32", kFp32),
-      SavesInput("Acos", "INF: needs x; 5.2 FP32", kFp32),
-      SavesInput("Atan", "INF: needs x"),
-      SavesInput("Sinh", "INF: needs x; 5.2 FP32", kFp32),
-      SavesInput("Cosh", "INF: needs x; 5.2 FP32", kFp32),
-      SavesInput("Asinh", "INF: needs x"),
-      SavesInput("Acosh", "INF: needs x"),
-      SavesInput("Atanh", "INF: needs x"),
-      SavesInput("Abs", "INF: grad * sgn(x) needs x"),
-      SavesInput("LeakyRelu",
-                 "INF: leaky_relu_backward(grad, self) like facts 3.2 gelu"),
-      SavesInput("Elu", "INF: elu_backward(..., self) (out of place)"),
-      SavesInput("Selu", "INF: selu is elu with scales, keeps x"),
-      SavesInput("Celu", "INF: celu is elu with scales, keeps x"),
-      SavesInput("Softplus", "INF: softplus_backward(grad, self); 5.2 FP32",
-                 kFp32),
-      SavesInput("Softsign", "INF: composite x/(1+|x|), keeps x"),
-      SavesInput("HardSigmoid", "INF: hardsigmoid_backward(grad, self)"),
-      SavesInput("HardSwish", "INF: hardswish_backward(grad, self)"),
-      SavesInput("Mish", "INF: mish_backward(grad, self) like facts 3.2 silu"),
-      SavesInput("ThresholdedRelu",
-                 "INF: threshold_backward(grad, self, alpha)"),
-      SavesInput("Shrink", "INF: hard/softshrink_backward(grad, self)"),
-      SavesInput("Clip", "INF: clamp_backward(grad, self, min, max)"),
-      SavesInput("AveragePool", "facts 3.2 avg_pool2d"),
-      SavesInput("MeanVarianceNormalization",
-                 "INF: composite, conservatively keeps x"),
-      SavesInput("ReduceL1", "INF: grad * sgn(x) needs x; 5.2 norms FP32",
-                 kFp32),
-      SavesInput("ReduceSumSquare",
-                 "INF: pow(x, 2) keeps x (facts 3.2 pow); 5.2 FP32", kFp32),
+      SavesInput("Gelu", "facts 3.2 gelu").Infers(shape::Unary),
+      SavesInput("Erf", "INF: grad * exp(-x^2) needs x (like facts 3.2 gelu)").Infers(shape::Unary),
+      SavesInput("Log", "INF: grad / x needs x; 5.2 FP32", kFp32).Infers(shape::Unary),
+      SavesInput("Sin", "INF: grad * cos(x) needs x").Infers(shape::Unary),
+      SavesInput("Cos", "INF: grad * -sin(x) needs x").Infers(shape::Unary),
+      SavesInput("Asin", "INF: needs x; 5.2 FP32", kFp32).Infers(shape::Unary),
+      SavesInput("Acos", "INF: needs x; 5.2 FP32", kFp32).Infers(shape::Unary),
+      SavesInput("Atan", "INF: needs x").Infers(shape::Unary),
+      SavesInput("Sinh", "INF: needs x; 5.2 FP32", kFp32).Infers(shape::Unary),
+      SavesInput("Cosh", "INF: needs x; 5.2 FP32", kFp32).Infers(shape::Unary),
+      SavesInput("Asinh", "INF: needs x").Infers(shape::Unary),
+      SavesInput("Acosh", "INF: needs x").Infers(shape::Unary),
+      SavesInput("Atanh", "INF: needs x").Infers(shape::Unary),
+      SavesInput("Abs", "INF: grad * sgn(x) needs x").Infers(shape::Abs),
+      SavesInput("LeakyRelu", "INF: leaky_relu_backward(grad, self) like facts 3.2 gelu")
+          .Infers(shape::Unary),
+      SavesInput("Elu", "INF: elu_backward(..., self) (out of place)").Infers(shape::Unary),
+      SavesInput("Selu", "INF: selu is elu with scales, keeps x").Infers(shape::Unary),
+      SavesInput("Celu", "INF: celu is elu with scales, keeps x").Infers(shape::Unary),
+      SavesInput("Softplus", "INF: softplus_backward(grad, self); 5.2 FP32", kFp32)
+          .Infers(shape::Unary),
+      SavesInput("Softsign", "INF: composite x/(1+|x|), keeps x").Infers(shape::Unary),
+      SavesInput("HardSigmoid", "INF: hardsigmoid_backward(grad, self)").Infers(shape::Unary),
+      SavesInput("HardSwish", "INF: hardswish_backward(grad, self)").Infers(shape::Unary),
+      SavesInput("Mish", "INF: mish_backward(grad, self) like facts 3.2 silu").Infers(shape::Unary),
+      SavesInput("ThresholdedRelu", "INF: threshold_backward(grad, self, alpha)")
+          .Infers(shape::Unary),
+      SavesInput("Shrink", "INF: hard/softshrink_backward(grad, self)").Infers(shape::Unary),
+      SavesInput("Clip", "INF: clamp_backward(grad, self, min, max)").Infers(shape::Unary),
+      SavesInput("AveragePool", "facts 3.2 avg_pool2d").Infers(shape::Pool),
+      SavesInput("MeanVarianceNormalization", "INF: composite, conservatively keeps x")
+          .Infers(shape::Unary),
+      SavesInput("ReduceL1", "INF: grad * sgn(x) needs x; 5.2 norms FP32", kFp32)
+          .Infers(shape::Reduce),
+      SavesInput("ReduceSumSquare", "INF: pow(x, 2) keeps x (facts 3.2 pow); 5.2 FP32", kFp32)
+          .Infers(shape::Reduce),
 
       // -- Saves input and output.
-      SavesInputOutput("ReduceMax",
-                       "INF: amax backward compares x with result"),
-      SavesInputOutput("ReduceMin",
-                       "INF: amin backward compares x with result"),
-      SavesInputOutput("ReduceProd",
-                       "INF: prod_backward(grad, self, result); 5.2 FP32",
-                       kFp32),
-      SavesInputOutput("ReduceL2",
-                       "INF: norm_backward(grad, self, p, result); 5.2 FP32",
-                       kFp32),
-      SavesInputOutput("ReduceLogSumExp",
-                       "INF: logsumexp_backward(grad, self, result); 5.2 FP32",
-                       kFp32),
-      SavesInputOutput("LpNormalization",
-                       "INF: x / norm keeps x and the norm; 5.2 norms FP32",
-                       kFp32),
-      SavesInputOutput("LRN",
-                       "INF: composite (pow, avg_pool, div), keeps x and y"),
-      SavesInputOutput("LpPool",
-                       "INF: composite (pow, avg_pool, pow), keeps x and y"),
-      SavesInputOutput("GlobalLpPool",
-                       "INF: composite (pow, avg_pool, pow), keeps x and y"),
+      SavesInputOutput("ReduceMax", "INF: amax backward compares x with result")
+          .Infers(shape::Reduce),
+      SavesInputOutput("ReduceMin", "INF: amin backward compares x with result")
+          .Infers(shape::Reduce),
+      SavesInputOutput("ReduceProd", "INF: prod_backward(grad, self, result); 5.2 FP32", kFp32)
+          .Infers(shape::Reduce),
+      SavesInputOutput("ReduceL2", "INF: norm_backward(grad, self, p, result); 5.2 FP32", kFp32)
+          .Infers(shape::Reduce),
+      SavesInputOutput("ReduceLogSumExp", "INF: logsumexp_backward(grad, self, result); 5.2 FP32",
+                       kFp32)
+          .Infers(shape::Reduce),
+      SavesInputOutput("LpNormalization", "INF: x / norm keeps x and the norm; 5.2 norms FP32",
+                       kFp32)
+          .Infers(shape::Unary),
+      SavesInputOutput("LRN", "INF: composite (pow, avg_pool, div), keeps x and y")
+          .Infers(shape::Unary),
+      SavesInputOutput("LpPool", "INF: composite (pow, avg_pool, pow), keeps x and y")
+          .Infers(shape::Pool),
+      SavesInputOutput("GlobalLpPool", "INF: composite (pow, avg_pool, pow), keeps x and y")
+          .Infers(shape::GlobalPool),
 
       // -- Saves nothing (linear ops: facts 3.2 add/sub, sum/mean, cat,
       // clone/_to_copy).
-      SavesNothing("Add", "facts 3.2 add"),
-      SavesNothing("Sub", "facts 3.2 sub"),
-      SavesNothing("Neg", "INF: -grad, nothing saved (like facts 3.2 sub)"),
-      SavesNothing("Sum", "facts 3.2 add (variadic)"),
-      SavesNothing("Mean", "facts 3.2 add, mean (variadic)"),
-      SavesNothing("ReduceSum", "facts 3.2 sum; 5.2 FP32_SET_OPT_DTYPE", kFp32),
-      SavesNothing("ReduceMean", "facts 3.2 mean"),
-      SavesNothing("Concat", "facts 3.2 cat"),
-      SavesNothing("Cast", "facts 3.2 _to_copy"),
-      SavesNothing("CastLike", "facts 3.2 _to_copy"),
-      SavesNothing("GlobalAveragePool", "facts 3.2 adaptive_avg_pool2d (1,1)"),
-      SavesNothing("Tile", "INF: repeat_backward needs sizes only"),
-      SavesNothing("Trilu", "INF: triu/tril backward masks grad, sizes only"),
-      SavesNothing("CumSum",
-                   "INF: reversed cumsum of grad; 5.2 FP32_SET_OPT_DTYPE",
-                   kFp32),
-      SavesNothing("DepthToSpace", "INF: reshape+permute copy, nothing saved"),
-      SavesNothing("SpaceToDepth", "INF: reshape+permute copy, nothing saved"),
-      SavesNothing("Mod", "INF: fmod/remainder grad is grad"),
-      SavesNothing(
-          "Resize",
-          "INF: upsample_* backward needs sizes only; 5.2 FP32 upsample_*",
-          kFp32),
-      SavesNothing(
-          "Upsample",
-          "INF: upsample_* backward needs sizes only; 5.2 FP32 upsample_*",
-          kFp32),
+      SavesNothing("Add", "facts 3.2 add").Infers(shape::Add),
+      SavesNothing("Sub", "facts 3.2 sub").Infers(shape::Sub),
+      SavesNothing("Neg", "INF: -grad, nothing saved (like facts 3.2 sub)").Infers(shape::Neg),
+      SavesNothing("Sum", "facts 3.2 add (variadic)").Infers(shape::Variadic),
+      SavesNothing("Mean", "facts 3.2 add, mean (variadic)").Infers(shape::Variadic),
+      SavesNothing("ReduceSum", "facts 3.2 sum; 5.2 FP32_SET_OPT_DTYPE", kFp32)
+          .Infers(shape::Reduce),
+      SavesNothing("ReduceMean", "facts 3.2 mean").Infers(shape::Reduce),
+      SavesNothing("Concat", "facts 3.2 cat").Infers(shape::Concat),
+      SavesNothing("Cast", "facts 3.2 _to_copy").Infers(shape::Cast),
+      SavesNothing("CastLike", "facts 3.2 _to_copy").Infers(shape::CastLike),
+      SavesNothing("GlobalAveragePool", "facts 3.2 adaptive_avg_pool2d (1,1)")
+          .Infers(shape::GlobalPool),
+      SavesNothing("Tile", "INF: repeat_backward needs sizes only").Infers(shape::Tile),
+      SavesNothing("Trilu", "INF: triu/tril backward masks grad, sizes only").Infers(shape::Unary),
+      SavesNothing("CumSum", "INF: reversed cumsum of grad; 5.2 FP32_SET_OPT_DTYPE", kFp32)
+          .Infers(shape::Unary),
+      SavesNothing("DepthToSpace", "INF: reshape+permute copy, nothing saved")
+          .Infers(shape::DepthToSpace),
+      SavesNothing("SpaceToDepth", "INF: reshape+permute copy, nothing saved")
+          .Infers(shape::SpaceToDepth),
+      SavesNothing("Mod", "INF: fmod/remainder grad is grad").Infers(shape::Mod),
+      SavesNothing("Resize", "INF: upsample_* backward needs sizes only; 5.2 FP32 upsample_*",
+                   kFp32)
+          .Infers(shape::Resize),
+      SavesNothing("Upsample", "INF: upsample_* backward needs sizes only; 5.2 FP32 upsample_*",
+                   kFp32)
+          .Infers(shape::Resize),
 
       // -- Views of input 0 (facts 3.1 views; reshape copies only when not
       // viewable).
-      View("Reshape", "facts 3.1 views reshape"),
-      View("Flatten", "facts 3.1 views flatten"),
-      View("Squeeze", "facts 3.1 views squeeze"),
-      View("Unsqueeze", "facts 3.1 views unsqueeze"),
-      View("Transpose", "facts 3.1 views permute"),
-      View("Expand", "facts 3.1 views expand"),
-      View("Identity", "facts 3.1 views alias"),
-      View("Slice", "facts 3.1 views slice"),
-      View("Split", "facts 3.1 views split"),
+      View("Reshape", "facts 3.1 views reshape").Infers(shape::Reshape),
+      View("Flatten", "facts 3.1 views flatten").Infers(shape::Flatten),
+      View("Squeeze", "facts 3.1 views squeeze").Infers(shape::Squeeze),
+      View("Unsqueeze", "facts 3.1 views unsqueeze").Infers(shape::Unsqueeze),
+      View("Transpose", "facts 3.1 views permute").Infers(shape::Transpose),
+      View("Expand", "facts 3.1 views expand").Infers(shape::Expand),
+      View("Identity", "facts 3.1 views alias").Infers(shape::Identity),
+      View("Slice", "facts 3.1 views slice").Infers(shape::Slice),
+      View("Split", "facts 3.1 views split").Infers(shape::Split),
 
       // -- Operand products: each operand kept for the other's gradient
       // (facts 3.1 guard_for).
-      Saves("Mul", SaveOperandsForOthers<0, 1>, "facts 3.2 mul; 3.1 guard_for"),
-      Saves("MatMul", SaveOperandsForOthers<0, 1>,
-            "facts 3.2 matmul; 3.1; 5.2 LOWER_PRECISION", kLow),
-      Saves("Gemm", SaveOperandsForOthers<0, 1>,
-            "facts 3.2 linear (addmm); 5.2 LOWER_PRECISION", kLow),
-      Saves("Einsum", SaveEinsumOperands,
-            "INF: folds to bmm (facts 3.2); 5.2 LOWER_PRECISION", kLow),
-      Saves("Div", SaveDiv, "facts 3.2 div"),
-      Saves("Pow", SavePow, "facts 3.2 pow; 5.2 FP32", kFp32),
+      Saves("Mul", SaveOperandsForOthers<0, 1>, "facts 3.2 mul; 3.1 guard_for").Infers(shape::Mul),
+      Saves("MatMul", SaveOperandsForOthers<0, 1>, "facts 3.2 matmul; 3.1; 5.2 LOWER_PRECISION",
+            kLow)
+          .Infers(shape::MatMul),
+      Saves("Gemm", SaveOperandsForOthers<0, 1>, "facts 3.2 linear (addmm); 5.2 LOWER_PRECISION",
+            kLow)
+          .Infers(shape::Gemm),
+      Saves("Einsum", SaveEinsumOperands, "INF: folds to bmm (facts 3.2); 5.2 LOWER_PRECISION",
+            kLow)
+          .Infers(shape::Einsum),
+      Saves("Div", SaveDiv, "facts 3.2 div").Infers(shape::Div),
+      Saves("Pow", SavePow, "facts 3.2 pow; 5.2 FP32", kFp32).Infers(shape::Arith),
 
       // -- Inputs kept by their backward.
-      Saves("Conv", SaveConv, "facts 3.2 conv2d; 5.2 LOWER_PRECISION", kLow),
-      Saves("ConvTranspose", SaveConv,
-            "facts 3.2 conv2d (convolution); 5.2 LOWER_PRECISION", kLow),
-      Saves("PRelu", SaveInputs<0, 1>,
-            "INF: prelu backward needs x and slope; 5.2 LOWER_PRECISION", kLow),
-      Saves("Where", SaveInputs<0>,
-            "INF: where(cond, grad, 0) keeps the bool condition"),
-      Saves("Gather", SaveInputs<1>, "facts 3.2 embedding (indices only)"),
-      Saves("GatherElements", SaveInputs<1>,
-            "facts 3.2 embedding; INF: gather keeps index"),
-      Saves("GatherND", SaveInputs<1>,
-            "facts 3.2 embedding; INF: index keeps indices"),
-      Saves("ScatterElements", SaveInputs<1>,
-            "INF: scatter backward gathers by index"),
-      Saves("Scatter", SaveInputs<1>, "INF: scatter backward gathers by index"),
-      Saves("ScatterND", SaveInputs<1>,
-            "INF: index_put backward indexes; 5.2 PROMOTE index_put", kPromote),
-      Saves("Compress", SaveInputs<1>,
-            "INF: index_select/masked_select keeps the selector"),
-      Saves("Max", SaveAllInputs, "INF: maximum backward compares the inputs"),
-      Saves("Min", SaveAllInputs, "INF: minimum backward compares the inputs"),
+      Saves("Conv", SaveConv, "facts 3.2 conv2d; 5.2 LOWER_PRECISION", kLow).Infers(shape::Conv),
+      Saves("ConvTranspose", SaveConv, "facts 3.2 conv2d (convolution); 5.2 LOWER_PRECISION", kLow)
+          .Infers(shape::ConvTranspose),
+      Saves("PRelu", SaveInputs<0, 1>, "INF: prelu backward needs x and slope; 5.2 LOWER_PRECISION",
+            kLow)
+          .Infers(shape::Unary),
+      Saves("Where", SaveInputs<0>, "INF: where(cond, grad, 0) keeps the bool condition")
+          .Infers(shape::Where),
+      Saves("Gather", SaveInputs<1>, "facts 3.2 embedding (indices only)").Infers(shape::Gather),
+      Saves("GatherElements", SaveInputs<1>, "facts 3.2 embedding; INF: gather keeps index")
+          .Infers(shape::GatherElements),
+      Saves("GatherND", SaveInputs<1>, "facts 3.2 embedding; INF: index keeps indices")
+          .Infers(shape::GatherND),
+      Saves("ScatterElements", SaveInputs<1>, "INF: scatter backward gathers by index")
+          .Infers(shape::Scatter),
+      Saves("Scatter", SaveInputs<1>, "INF: scatter backward gathers by index")
+          .Infers(shape::Scatter),
+      Saves("ScatterND", SaveInputs<1>, "INF: index_put backward indexes; 5.2 PROMOTE index_put",
+            kPromote)
+          .Infers(shape::Scatter),
+      Saves("Compress", SaveInputs<1>, "INF: index_select/masked_select keeps the selector")
+          .Infers(shape::Compress),
+      Saves("Max", SaveAllInputs, "INF: maximum backward compares the inputs")
+          .Infers(shape::Variadic),
+      Saves("Min", SaveAllInputs, "INF: minimum backward compares the inputs")
+          .Infers(shape::Variadic),
       Saves("GridSample", SaveInputs<0, 1>,
-            "INF: grid_sampler_2d_backward(grad, input, grid); 5.2 PROMOTE",
-            kPromote),
+            "INF: grid_sampler_2d_backward(grad, input, grid); 5.2 PROMOTE", kPromote)
+          .Infers(shape::GridSample),
       Saves("NegativeLogLikelihoodLoss", SaveInputs<0, 1, 2>,
-            "facts 3.2 cross_entropy (nll_loss); 5.2 FP32 nll_loss", kFp32),
+            "facts 3.2 cross_entropy (nll_loss); 5.2 FP32 nll_loss", kFp32)
+          .Infers(shape::NegativeLogLikelihoodLoss),
       Saves("SoftmaxCrossEntropyLoss", SaveSoftmaxCrossEntropy,
-            "facts 3.2 cross_entropy; 5.2 FP32 nll_loss (INF)", kFp32),
-      Saves("TopK", SaveTopK,
-            "INF: value_selecting_reduction_backward keeps indices"),
-      Saves("Pad", SavePad,
-            "INF: constant pad keeps nothing; reflect/edge keep x"),
+            "facts 3.2 cross_entropy; 5.2 FP32 nll_loss (INF)", kFp32)
+          .Infers(shape::SoftmaxCrossEntropyLoss),
+      Saves("TopK", SaveTopK, "INF: value_selecting_reduction_backward keeps indices")
+          .Infers(shape::TopK),
+      Saves("Pad", SavePad, "INF: constant pad keeps nothing; reflect/edge keep x")
+          .Infers(shape::Pad),
 
       // -- Pooling with indices, normalizations, dropout (extra tensors).
-      Saves("MaxPool", SaveMaxPool, "facts 3.2 max_pool2d"),
-      Saves("GlobalMaxPool", SaveMaxPool,
-            "INF: adaptive_max_pool2d keeps x and indices (3.2)"),
-      Saves("BatchNormalization", SaveBatchNorm,
-            "facts 3.2 batch_norm; 5.2 not in FP32 list"),
+      Saves("MaxPool", SaveMaxPool, "facts 3.2 max_pool2d").Infers(shape::Pool),
+      Saves("GlobalMaxPool", SaveMaxPool, "INF: adaptive_max_pool2d keeps x and indices (3.2)")
+          .Infers(shape::GlobalPool),
+      Saves("BatchNormalization", SaveBatchNorm, "facts 3.2 batch_norm; 5.2 not in FP32 list")
+          .Infers(shape::BatchNorm),
       Saves("InstanceNormalization", SaveInstanceNorm,
-            "INF: batch_norm on [1, N*C, ...] (facts 3.2 batch_norm)"),
-      Saves("LayerNormalization", SaveLayerNorm,
-            "facts 3.2 layer_norm; 5.2 FP32", kFp32),
+            "INF: batch_norm on [1, N*C, ...] (facts 3.2 batch_norm)")
+          .Infers(shape::Unary),
+      Saves("LayerNormalization", SaveLayerNorm, "facts 3.2 layer_norm; 5.2 FP32", kFp32)
+          .Infers(shape::LayerNorm),
       Saves("GroupNormalization", SaveGroupNorm,
-            "INF: like facts 3.2 layer_norm, stats [N, G]; 5.2 FP32 group_norm",
-            kFp32),
-      Saves("RMSNormalization", SaveRmsNorm,
-            "INF: like facts 3.2 layer_norm, rstd only"),
-      Saves("Dropout", SaveDropout, "facts 3.2 dropout"),
-      Saves("Attention", SaveAttention,
-            "facts 3.2 SDPA flash; 5.2 LOWER_PRECISION; INF backend", kLow),
+            "INF: like facts 3.2 layer_norm, stats [N, G]; 5.2 FP32 group_norm", kFp32)
+          .Infers(shape::Unary),
+      Saves("RMSNormalization", SaveRmsNorm, "INF: like facts 3.2 layer_norm, rstd only")
+          .Infers(shape::Unary),
+      Saves("Dropout", SaveDropout, "facts 3.2 dropout").Infers(shape::Dropout),
+      Saves("Attention", SaveAttention, "facts 3.2 SDPA flash; 5.2 LOWER_PRECISION; INF backend",
+            kLow)
+          .Infers(shape::Attention),
 
       // -- Recurrent (conservative).
-      Saves("LSTM", SaveRecurrent,
-            "INF: all inputs/outputs + gates reserve; 5.2 RNN cells", kLow),
-      Saves("GRU", SaveRecurrent,
-            "INF: all inputs/outputs + gates reserve; 5.2 RNN cells", kLow),
-      Saves("RNN", SaveRecurrent,
-            "INF: all inputs/outputs + gates reserve; 5.2 RNN cells", kLow),
+      Saves("LSTM", SaveRecurrent, "INF: all inputs/outputs + gates reserve; 5.2 RNN cells", kLow)
+          .Infers(shape::Recurrent),
+      Saves("GRU", SaveRecurrent, "INF: all inputs/outputs + gates reserve; 5.2 RNN cells", kLow)
+          .Infers(shape::Recurrent),
+      Saves("RNN", SaveRecurrent, "INF: all inputs/outputs + gates reserve; 5.2 RNN cells", kLow)
+          .Infers(shape::Recurrent),
 
       // -- No gradient.
-      NoGrad("Shape", kShapeOut),
-      NoGrad("Size", kShapeOut),
-      NoGrad("Equal", kIntOut),
-      NoGrad("Less", kIntOut),
-      NoGrad("LessOrEqual", kIntOut),
-      NoGrad("Greater", kIntOut),
-      NoGrad("GreaterOrEqual", kIntOut),
-      NoGrad("And", kIntOut),
-      NoGrad("Or", kIntOut),
-      NoGrad("Xor", kIntOut),
-      NoGrad("Not", kIntOut),
-      NoGrad("IsNaN", kIntOut),
-      NoGrad("IsInf", kIntOut),
-      NoGrad("NonZero", kIntOut),
-      NoGrad("ArgMax", kIntOut),
-      NoGrad("ArgMin", kIntOut),
-      NoGrad("Unique", kIntOut),
-      NoGrad("NonMaxSuppression", kIntOut),
-      NoGrad("BitShift", kIntOut),
-      NoGrad("BitwiseAnd", kIntOut),
-      NoGrad("BitwiseOr", kIntOut),
-      NoGrad("BitwiseXor", kIntOut),
-      NoGrad("BitwiseNot", kIntOut),
-      NoGrad("Hardmax", kStepOut),
-      NoGrad("Floor", kStepOut),
-      NoGrad("Ceil", kStepOut),
-      NoGrad("Round", kStepOut),
-      NoGrad("Sign", kStepOut),
-      NoGrad("Range", kShapeOut),
-      NoGrad("ConstantOfShape", kShapeOut),
-      NoGrad("Constant", "INF: constant, no gradient"),
-      NoGrad("OneHot", kIntOut),
-      NoGrad("EyeLike", kShapeOut),
-      NoGrad("RandomNormal", kRandom),
-      NoGrad("RandomNormalLike", kRandom),
-      NoGrad("RandomUniform", kRandom),
-      NoGrad("RandomUniformLike", kRandom),
-      NoGrad("Bernoulli", kRandom),
-      NoGrad("Multinomial", kRandom),
-      NoGrad("QuantizeLinear", kQuant),
-      NoGrad("DequantizeLinear", kQuant),
-      NoGrad("DynamicQuantizeLinear", kQuant),
-      NoGrad("MatMulInteger", kQuant),
-      NoGrad("ConvInteger", kQuant),
-      NoGrad("QLinearConv", kQuant),
-      NoGrad("QLinearMatMul", kQuant),
+      NoGrad("Shape", kShapeOut).Infers(shape::Shape),
+      NoGrad("Size", kShapeOut).Infers(shape::Size),
+      NoGrad("Equal", kIntOut).Infers(shape::Compare),
+      NoGrad("Less", kIntOut).Infers(shape::Compare),
+      NoGrad("LessOrEqual", kIntOut).Infers(shape::Compare),
+      NoGrad("Greater", kIntOut).Infers(shape::Compare),
+      NoGrad("GreaterOrEqual", kIntOut).Infers(shape::Compare),
+      NoGrad("And", kIntOut).Infers(shape::Logical),
+      NoGrad("Or", kIntOut).Infers(shape::Logical),
+      NoGrad("Xor", kIntOut).Infers(shape::Logical),
+      NoGrad("Not", kIntOut).Infers(shape::Not),
+      NoGrad("IsNaN", kIntOut).Infers(shape::BoolUnary),
+      NoGrad("IsInf", kIntOut).Infers(shape::BoolUnary),
+      NoGrad("NonZero", kIntOut).Infers(shape::NonZero),
+      NoGrad("ArgMax", kIntOut).Infers(shape::ArgReduce),
+      NoGrad("ArgMin", kIntOut).Infers(shape::ArgReduce),
+      NoGrad("Unique", kIntOut).Infers(shape::Unique),
+      NoGrad("NonMaxSuppression", kIntOut).Infers(shape::NonMaxSuppression),
+      NoGrad("BitShift", kIntOut).Infers(shape::Arith),
+      NoGrad("BitwiseAnd", kIntOut).Infers(shape::Arith),
+      NoGrad("BitwiseOr", kIntOut).Infers(shape::Arith),
+      NoGrad("BitwiseXor", kIntOut).Infers(shape::Arith),
+      NoGrad("BitwiseNot", kIntOut).Infers(shape::Unary),
+      NoGrad("Hardmax", kStepOut).Infers(shape::Unary),
+      NoGrad("Floor", kStepOut).Infers(shape::Rounding),
+      NoGrad("Ceil", kStepOut).Infers(shape::Rounding),
+      NoGrad("Round", kStepOut).Infers(shape::Rounding),
+      NoGrad("Sign", kStepOut).Infers(shape::Unary),
+      NoGrad("Range", kShapeOut).Infers(shape::Range),
+      NoGrad("ConstantOfShape", kShapeOut).Infers(shape::ConstantOfShape),
+      NoGrad("Constant", "INF: constant, no gradient").Infers(shape::Constant),
+      NoGrad("OneHot", kIntOut).Infers(shape::OneHot),
+      NoGrad("EyeLike", kShapeOut).Infers(shape::LikeWithDtype),
+      NoGrad("RandomNormal", kRandom).Infers(shape::RandomShape),
+      NoGrad("RandomNormalLike", kRandom).Infers(shape::LikeWithDtype),
+      NoGrad("RandomUniform", kRandom).Infers(shape::RandomShape),
+      NoGrad("RandomUniformLike", kRandom).Infers(shape::LikeWithDtype),
+      NoGrad("Bernoulli", kRandom).Infers(shape::LikeWithDtype),
+      NoGrad("Multinomial", kRandom).Infers(shape::Multinomial),
+      NoGrad("QuantizeLinear", kQuant).Infers(shape::QuantizeLinear),
+      NoGrad("DequantizeLinear", kQuant).Infers(shape::DequantizeLinear),
+      NoGrad("DynamicQuantizeLinear", kQuant).Infers(shape::DynamicQuantizeLinear),
+      NoGrad("MatMulInteger", kQuant).Infers(shape::MatMulInteger),
+      NoGrad("ConvInteger", kQuant).Infers(shape::ConvInteger),
+      NoGrad("QLinearConv", kQuant).Infers(shape::QLinearConv),
+      NoGrad("QLinearMatMul", kQuant).Infers(shape::QLinearMatMul),
   };
   std::sort(rules.begin(), rules.end(), RuleLess);
   return rules;
@@ -767,6 +781,27 @@ const OpRule* FindRule(std::string_view domain, std::string_view op_type) {
 }
 
 std::span<const OpRule> AllRules() { return kRules; }
+
+OpCoverage OpsWithoutRules() {
+  // get_all_schemas() holds the newest version of each (name, domain).
+  const std::vector<onnx::OpSchema> schemas = onnx::OpSchemaRegistry::get_all_schemas();
+  std::map<std::string, const onnx::OpSchema*> newest;
+  for (const onnx::OpSchema& s : schemas) {
+    if (!s.domain().empty() && s.domain() != "ai.onnx") continue;
+    if (s.Deprecated() || s.support_level() == onnx::OpSchema::SupportType::EXPERIMENTAL) {
+      continue;
+    }
+    newest.emplace(s.Name(), &s);
+  }
+  OpCoverage c;
+  for (const auto& [name, schema] : newest) {
+    c.onnx_ops.push_back(name);
+    const OpRule* rule = FindRule("", name);
+    if (rule == nullptr) c.without_rule.push_back(name);
+    if (rule == nullptr || rule->infer == nullptr) c.without_infer.push_back(name);
+  }
+  return c;
+}
 
 void ConservativeSaved(const RuleContext& ctx, std::vector<SavedTensor>* out) {
   for (size_t i = 0; i < ctx.node.inputs.size(); ++i) {

@@ -8,9 +8,13 @@
 //   * whether the output is a view of input 0 (no new memory in PyTorch),
 //   * whether gradients flow through it (differentiable) -- integer/shape/comparison ops do not,
 //   * how autocast treats it (AMP policy),
-//   * temporary workspace in the forward pass (bytes, beyond its outputs).
-// Adding an op = one entry in ops/rules.cc + one test in tests/unit/rules_test.cc.
-// Shapes come from core::BoundGraph (ONNX shape inference with bound dims).
+//   * temporary workspace in the forward pass (bytes, beyond its outputs),
+//   * its shape and dtype rule over symbolic dims (`infer`, ops/shape_rules.h), run once per
+//     model at load time (core/symbolic_shapes.h).
+// Adding an op = one entry in ops/rules.cc + one test in tests/unit/rules_test.cc (and, for its
+// shape rule, one case in tests/unit/shape_rules_test.cc).
+// Shapes come from core::BoundGraph: the symbolic shapes evaluated at the bound dims, with ONNX
+// shape inference as the fallback for what the shape rules leave unknown.
 #ifndef MEMEST_OPS_RULES_H_
 #define MEMEST_OPS_RULES_H_
 
@@ -22,6 +26,7 @@
 
 #include "core/bind.h"
 #include "core/graph.h"
+#include "ops/shape_rules.h"
 
 namespace memest::ops {
 
@@ -58,6 +63,14 @@ struct OpRule {
   SavedFn saved = nullptr;   // nullptr: saves nothing
   WorkspaceFn workspace = nullptr;  // nullptr: no forward workspace
   std::string_view cite;     // e.g. "facts 3.2 relu"
+  InferFn infer = nullptr;   // shape/dtype rule; nullptr: outputs unknown (ONNX inference)
+
+  // The same rule with shape rule `fn`: `SavesOutput("Relu", ...).Infers(shape::Unary)`.
+  constexpr OpRule Infers(InferFn fn) const {
+    OpRule r = *this;
+    r.infer = fn;
+    return r;
+  }
 };
 
 // The rule for (domain, op_type), or nullptr. "ai.onnx" is treated as "".
@@ -74,6 +87,16 @@ void ConservativeSaved(const RuleContext& ctx, std::vector<SavedTensor>* out);
 // autograd (some input requires grad), empty otherwise. Unknown ops use ConservativeSaved.
 std::vector<SavedTensor> SavedTensors(const core::Node& node, const core::BoundGraph& graph,
                                       const std::vector<bool>& requires_grad);
+
+// ONNX default-domain operators (newest version of each, deprecated and experimental ones
+// left out) that the table lacks: `without_rule` have no entry at all, `without_infer` have no
+// shape rule (with or without an entry). Sorted. For `memest --show-coverage`.
+struct OpCoverage {
+  std::vector<std::string> onnx_ops;  // every operator considered
+  std::vector<std::string> without_rule;
+  std::vector<std::string> without_infer;
+};
+OpCoverage OpsWithoutRules();
 
 // Per value id: true for trainable parameters and for every output of a differentiable node
 // (rule->differentiable, or unknown op) that has an input requiring grad and a float dtype.

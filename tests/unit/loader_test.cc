@@ -849,6 +849,19 @@ TEST(BindTest, BatchBindsTheLeadingSymbolicDim) {
   EXPECT_EQ(bound->unknown_shapes, 0);
 }
 
+TEST(BindTest, MicroBatchesBindTheLeadingDimToTheMicroBatch) {
+  auto model = MustLoad(testing::SmallMlp());
+  ASSERT_NE(model, nullptr);
+  Options options;
+  options.batch = 64;
+  options.micro_batches = 4;  // gradient accumulation: the graph runs on batch 16
+  auto bound = core::Bind(model->graph(), options);
+  ASSERT_TRUE(bound.ok()) << Describe(bound.status());
+  EXPECT_EQ(bound->bindings.at("N"), 16);
+  EXPECT_THAT(ShapeOf(*bound, "X"), ElementsAre(16, 16));
+  EXPECT_THAT(ShapeOf(*bound, "Y"), ElementsAre(16, 4));
+}
+
 TEST(BindTest, BatchBindsALeadingDimWithNeitherValueNorName) {
   GraphBuilder b(13);
   b.AddInput("X", kFloat, {TestDim::Unknown(), 5});
