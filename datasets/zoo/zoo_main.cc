@@ -1,0 +1,208 @@
+// datasets/zoo/zoo_main.cc -- the memest-zoo tool.
+//
+//   memest-zoo --family mlp|cnn|transformer|rnn|all --count N --seed S [--scale full|tiny]
+//              [--start I] [--check] --out DIR
+//       writes N models per family (indices I..I+N-1) and DIR/index.jsonl (one line per model:
+//       file, family, arch, scale, config, params, sha256, bytes, input).
+//   memest-zoo gpumemnet [--data DIR] --out FILE.jsonl [--write-models DIR] [--check]
+//       GPUMemNet's 6,000 MLP measurements as measured rows (docs/measured-row-schema.md).
+//   memest-zoo manifest --preset cpu-ci|gpu-h100 [--root DIR] [--data DIR] --out FILE.jsonl
+//       a sweep manifest for the measurement harness (datasets/README.md).
+// Exit codes: 0 ok, 1 a model failed --check, 2 usage error, 3 I/O or data error.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "datasets/gpumemnet/gpumemnet.h"
+#include "datasets/zoo/manifest.h"
+#include "datasets/zoo/zoo.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using memest::Status;
+
+int Fail(const Status& st, int code) {
+  std::cerr << "memest-zoo: " << st.ToString() << "\n";
+  return code;
+}
+
+memest::Status MakeDir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return memest::NotFound("cannot create folder '" + dir + "': " + ec.message());
+  return Status::Ok();
+}
+
+std::string ParentDir(const std::string& file) {
+  const fs::path p(file);
+  return p.has_parent_path() ? p.parent_path().string() : ".";
+}
+
+int Generate(const std::string& family, int64_t count, uint64_t seed, const std::string& scale_name,
+             int64_t start, bool check, const std::string& out) {
+  using namespace memest::zoo;
+  std::vector<Family> families;
+  if (family == "all") {
+    families = AllFamilies();
+  } else {
+    auto f = ParseFamily(family);
+    if (!f.ok()) return Fail(f.status(), 2);
+    families = {*f};
+  }
+  auto scale = ParseScale(scale_name);
+  if (!scale.ok()) return Fail(scale.status(), 2);
+  if (Status st = MakeDir(out); !st.ok()) return Fail(st, 3);
+  std::ofstream index(out + "/index.jsonl", std::ios::binary | std::ios::trunc);
+  if (!index) return Fail(memest::NotFound("cannot write " + out + "/index.jsonl"), 3);
+  int failed = 0;
+  for (Family f : families) {
+    for (int64_t i = start; i < start + count; ++i) {
+      GeneratedModel g = Generate(f, i, seed, *scale);
+      if (check) {
+        if (Status st = Validate(g.model); !st.ok()) {
+          std::cerr << "memest-zoo: " << st.ToString() << "\n";
+          ++failed;
+        }
+      }
+      if (Status st = WriteFile(out + "/" + g.name + ".onnx", g.bytes); !st.ok()) {
+        return Fail(st, 3);
+      }
+      index << IndexEntry(g).dump() << "\n";
+    }
+  }
+  std::cerr << "memest-zoo: wrote " << families.size() * count << " model(s) to " << out
+            << (check
+                    ? failed ? " (" + std::to_string(failed) + " failed --check)" : " (all checked)"
+                    : "")
+            << "\n";
+  return failed ? 1 : 0;
+}
+
+int Gpumemnet(const std::string& data, const std::string& out, const std::string& models,
+              bool check) {
+  using namespace memest;
+  std::vector<std::string> candidates;
+  if (!data.empty()) {
+    candidates = {data};
+  } else {
+    candidates = {"datasets/gpumemnet", "../shared/data/gpumemnet"};
+  }
+  auto dir = gpumemnet::FindDataDir(candidates);
+  if (!dir.ok()) return Fail(dir.status(), 3);
+  auto rows = gpumemnet::ReadAll(*dir);
+  if (!rows.ok()) return Fail(rows.status(), 3);
+  if (Status st = MakeDir(ParentDir(out)); !st.ok()) return Fail(st, 3);
+  if (!models.empty()) {
+    if (Status st = MakeDir(models); !st.ok()) return Fail(st, 3);
+  }
+  std::ofstream jsonl(out, std::ios::binary | std::ios::trunc);
+  if (!jsonl) return Fail(NotFound("cannot write '" + out + "'"), 3);
+  int failed = 0;
+  for (const auto& row : *rows) {
+    auto rebuilt = gpumemnet::Rebuild(row);
+    if (!rebuilt.ok()) return Fail(rebuilt.status(), 3);
+    if (check) {
+      if (Status st = zoo::Validate(rebuilt->model); !st.ok()) {
+        std::cerr << "memest-zoo: " << st.ToString() << "\n";
+        ++failed;
+      }
+    }
+    if (!models.empty()) {
+      char name[48];
+      std::snprintf(name, sizeof(name), "/gpumemnet_%04d.onnx", row.index);
+      if (Status st = zoo::WriteFile(models + name, rebuilt->bytes); !st.ok()) return Fail(st, 3);
+    }
+    jsonl << gpumemnet::MeasuredRow(row, *rebuilt).dump() << "\n";
+  }
+  std::cerr << "memest-zoo: wrote " << rows->size() << " GPUMemNet rows to " << out << " (from "
+            << *dir << ")\n";
+  return failed ? 1 : 0;
+}
+
+int Manifest(const std::string& preset, const std::string& root, const std::string& data,
+             const std::string& out) {
+  using namespace memest;
+  zoo::ManifestRequest req;
+  req.preset = preset;
+  req.root = root;
+  if (preset == "gpu-h100") {
+    auto dir = gpumemnet::FindDataDir(
+        data.empty() ? std::vector<std::string>{root + "/datasets/gpumemnet",
+                                                root + "/../shared/data/gpumemnet"}
+                     : std::vector<std::string>{data});
+    if (!dir.ok()) return Fail(dir.status(), 3);
+    req.gpumemnet_dir = *dir;
+  }
+  auto lines = zoo::BuildManifest(req);
+  if (!lines.ok())
+    return Fail(lines.status(), lines.status().code() == ErrorCode::kInvalidArgument ? 2 : 3);
+  if (Status st = MakeDir(ParentDir(out)); !st.ok()) return Fail(st, 3);
+  std::ofstream f(out, std::ios::binary | std::ios::trunc);
+  if (!f) return Fail(NotFound("cannot write '" + out + "'"), 3);
+  for (const auto& l : *lines) f << l.dump() << "\n";
+  std::cerr << "memest-zoo: wrote " << lines->size() << " configuration(s) to " << out
+            << "; models come from:\n";
+  for (const auto& cmd : zoo::ManifestModelCommands(preset)) std::cerr << "  " << cmd << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"memest-zoo " MEMEST_VERSION
+               ": weightless training-form ONNX model families, GPUMemNet's MLPs as ONNX, and "
+               "sweep manifests (see datasets/README.md)"};
+  std::string family = "all", scale = "full", out;
+  int64_t count = 10, start = 0;
+  uint64_t seed = 1;
+  bool check = false;
+  app.add_option("--family", family, "mlp, cnn, transformer, rnn or all")->capture_default_str();
+  app.add_option("--count", count, "models per family")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
+  app.add_option("--start", start, "index of the first model")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000000}));
+  app.add_option("--seed", seed, "sampling seed")->capture_default_str();
+  app.add_option("--scale", scale, "full or tiny (CPU-test sized)")->capture_default_str();
+  app.add_option("--out", out, "output folder (models + index.jsonl)");
+  app.add_flag("--check", check,
+               "run the ONNX checker, strict shape inference and the full-shape "
+               "check on every model");
+
+  auto* gmn = app.add_subcommand("gpumemnet", "GPUMemNet's 6,000 MLP rows as measured rows");
+  std::string gmn_data, gmn_out, gmn_models;
+  bool gmn_check = false;
+  gmn->add_option("--data", gmn_data,
+                  "folder with mlp_data_step1.csv and mlp_data_step2.csv (default: "
+                  "datasets/gpumemnet, then ../shared/data/gpumemnet)");
+  gmn->add_option("--out", gmn_out, "output JSONL file")->required();
+  gmn->add_option("--write-models", gmn_models, "also write gpumemnet_<row>.onnx here");
+  gmn->add_flag("--check", gmn_check, "validate every rebuilt model (slow: 6,000 models)");
+
+  auto* man = app.add_subcommand("manifest", "a sweep manifest for the measurement harness");
+  std::string preset, root = ".", man_data, man_out;
+  man->add_option("--preset", preset, "cpu-ci or gpu-h100")->required();
+  man->add_option("--root", root, "repository root")->capture_default_str();
+  man->add_option("--data", man_data, "GPUMemNet CSV folder (gpu-h100)");
+  man->add_option("--out", man_out, "output JSONL file")->required();
+  app.require_subcommand(0, 1);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  if (gmn->parsed()) return Gpumemnet(gmn_data, gmn_out, gmn_models, gmn_check);
+  if (man->parsed()) return Manifest(preset, root, man_data, man_out);
+  if (out.empty()) {
+    std::cerr << "memest-zoo: --out is required (see --help)\n";
+    return 2;
+  }
+  return Generate(family, count, seed, scale, start, check, out);
+}
