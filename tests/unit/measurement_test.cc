@@ -1,0 +1,488 @@
+// Tests of the LibTorch measurement harness (measurement/): exact byte counts where they can be
+// computed, linear growth with the batch, clean failures, the measured-row schema and the
+// memest-measure sweep. Built only with LibTorch (MEMEST_HAVE_MEASUREMENT); the contract battery
+// (contract_test.cc) covers the `measurement` backend like every other one.
+#ifdef MEMEST_HAVE_MEASUREMENT
+
+#include "measurement/measurement.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "measurement/executor.h"
+#include "measurement/plan.h"
+#include "measurement/row.h"
+#include "core/sha256.h"
+#include "memest/memest.h"
+#include "testing/onnx_builder.h"
+
+namespace memest::measurement {
+namespace {
+
+namespace fs = std::filesystem;
+using memest::testing::GraphBuilder;
+using memest::testing::kFloat;
+using memest::testing::kInt64;
+using memest::testing::TempDir;
+using Json = nlohmann::json;
+
+std::shared_ptr<const Model> Load(const GraphBuilder& b, const std::string& name) {
+  auto m = LoadModelFromBytes(b.Serialize(), "/tmp", name);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+std::shared_ptr<const Model> Bundled(const std::string& name) {
+  auto m = LoadModel(std::string(MEMEST_SOURCE_DIR) + "/datasets/models/" + name + ".onnx");
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+Result<Measurement> Measure(const Model& model, Options o, int iterations = 2, bool trace = false,
+                            uint64_t host_limit = 0) {
+  MEMEST_ASSIGN_OR_RETURN(Plan plan, BuildPlan(model, o));
+  ExecuteOptions xo;
+  xo.options = o;
+  xo.iterations = iterations;
+  xo.device = DeviceKind::kCpu;
+  xo.keep_trace = trace;
+  xo.host_limit_bytes = host_limit;
+  return Execute(plan, xo);
+}
+
+// X[N,16] -> Gemm(W[8,16], B[8], transB=1) -> Y[N,8]: one nn.Linear(16, 8).
+GraphBuilder Linear() {
+  GraphBuilder b(17);
+  b.AddInput("X", kFloat, {"N", 16});
+  b.AddInitializer("W", {8, 16});
+  b.AddInitializer("B", {8});
+  auto& gemm = b.AddNode("Gemm", {"X", "W", "B"}, {"Y"}, "fc");
+  memest::testing::SetIntAttr(gemm, "transB", 1);
+  b.AddOutput("Y", kFloat, {"N", 8});
+  return b;
+}
+
+// X[N,3,16,16] -> Conv(8,3x3,pad 1) -> BatchNormalization -> Relu -> MaxPool(2) -> Flatten
+// -> Gemm(10).
+GraphBuilder SmallConvNet() {
+  GraphBuilder b(17);
+  b.AddInput("X", kFloat, {"N", 3, 16, 16});
+  b.AddInitializer("Wc", {8, 3, 3, 3});
+  b.AddInitializer("Bc", {8});
+  b.AddInitializer("gamma", {8});
+  b.AddInitializer("beta", {8});
+  b.AddInitializer("mean", {8});
+  b.AddInitializer("var", {8});
+  b.AddInitializer("Wf", {10, 512});
+  b.AddInitializer("Bf", {10});
+  auto& conv = b.AddNode("Conv", {"X", "Wc", "Bc"}, {"c"}, "conv");
+  memest::testing::SetIntsAttr(conv, "pads", {1, 1, 1, 1});
+  memest::testing::SetIntsAttr(conv, "kernel_shape", {3, 3});
+  auto& bn = b.AddNode("BatchNormalization", {"c", "gamma", "beta", "mean", "var"},
+                       {"bn", "mean_out", "var_out"}, "bn");
+  memest::testing::SetIntAttr(bn, "training_mode", 1);
+  b.AddNode("Relu", {"bn"}, {"r"}, "relu");
+  auto& pool = b.AddNode("MaxPool", {"r"}, {"p"}, "pool");
+  memest::testing::SetIntsAttr(pool, "kernel_shape", {2, 2});
+  memest::testing::SetIntsAttr(pool, "strides", {2, 2});
+  b.AddNode("Flatten", {"p"}, {"f"}, "flatten");
+  auto& fc = b.AddNode("Gemm", {"f", "Wf", "Bf"}, {"Y"}, "fc");
+  memest::testing::SetIntAttr(fc, "transB", 1);
+  b.AddOutput("Y", kFloat, {"N", 10});
+  return b;
+}
+
+// The sizes of allocations made in (iteration, phase) that are still alive when the run tears
+// down, i.e. freed only in the teardown phase.
+std::multiset<uint64_t> SurvivingAllocations(const std::vector<TraceEvent>& trace, int iteration,
+                                             TracePhase phase) {
+  std::map<uint64_t, TracePhase> free_phase;
+  for (const TraceEvent& e : trace) {
+    if (!e.alloc) free_phase[e.alloc_seq] = e.phase;
+  }
+  std::multiset<uint64_t> out;
+  for (const TraceEvent& e : trace) {
+    if (!e.alloc || e.iteration != iteration || e.phase != phase) continue;
+    auto it = free_phase.find(e.seq);
+    if (it == free_phase.end() || it->second == TracePhase::kTeardown) out.insert(e.bytes);
+  }
+  return out;
+}
+
+TEST(MeasurementTest, LinearAdamTraceHasExactParamGradAndStateBytes) {
+  auto model = Load(Linear(), "linear");
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 4;
+  o.optimizer = Optimizer::kAdam;
+  auto m = Measure(*model, o, /*iterations=*/2, /*trace=*/true);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->status, "ok");
+  constexpr uint64_t kW = 8 * 16 * 4, kB = 8 * 4;
+  EXPECT_EQ(m->parameter_bytes, kW + kB);
+  EXPECT_EQ(m->gradient_bytes, kW + kB);
+  EXPECT_EQ(m->optimizer_state_bytes, 2 * (kW + kB));
+  EXPECT_EQ(m->input_bytes, 4u * 16 * 4 + 4 * 8);  // X and the int64 class targets
+  // Setup creates exactly the two parameters and the input; nothing of it is freed before the
+  // teardown.
+  EXPECT_EQ(SurvivingAllocations(m->trace, 0, TracePhase::kSetup),
+            (std::multiset<uint64_t>{kW, kB, 4 * 16 * 4}));
+  // Iteration 1: backward leaves the two gradients (freed by zero_grad in iteration 2), the step
+  // creates exp_avg and exp_avg_sq for each parameter, alive until the end.
+  EXPECT_EQ(SurvivingAllocations(m->trace, 1, TracePhase::kStep),
+            (std::multiset<uint64_t>{kW, kW, kB, kB}));
+  // Iteration 2: the gradients of the last backward survive; the step adds no state.
+  EXPECT_EQ(SurvivingAllocations(m->trace, 2, TracePhase::kBackward),
+            (std::multiset<uint64_t>{kW, kB}));
+  EXPECT_TRUE(SurvivingAllocations(m->trace, 2, TracePhase::kStep).empty());
+  // The attribution sums to the peak and names the state and gradients it saw.
+  const PeakAttribution& a = m->at_peak;
+  EXPECT_EQ(a.weights + a.gradients + a.optimizer_state + a.saved_activations + a.transient +
+                a.unaccounted,
+            *m->peaks.tensor);
+  EXPECT_EQ(a.weights, kW + kB);
+  EXPECT_EQ(a.unaccounted, 0u);
+  ASSERT_EQ(m->iterations.size(), 2u);
+  EXPECT_TRUE(m->iterations[1].step.ran);
+  // Iteration 2's forward starts with parameters, state and the input alive.
+  EXPECT_GE(*m->iterations[1].forward.peaks.tensor, 3 * (kW + kB) + 4 * 16 * 4);
+}
+
+TEST(MeasurementTest, OptimizerStateMatchesTheOptimizer) {
+  auto model = Load(Linear(), "linear");
+  ASSERT_NE(model, nullptr);
+  constexpr uint64_t kParams = 8 * 16 * 4 + 8 * 4;
+  const std::pair<Optimizer, uint64_t> cases[] = {{Optimizer::kSgd, 0},
+                                                  {Optimizer::kMomentum, kParams},
+                                                  {Optimizer::kAdam, 2 * kParams},
+                                                  {Optimizer::kAdamW, 2 * kParams}};
+  for (const auto& [opt, state] : cases) {
+    Options o;
+    o.batch = 4;
+    o.optimizer = opt;
+    o.weight_decay = 0.01;
+    auto m = Measure(*model, o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(m->optimizer_state_bytes, state) << ToString(opt);
+  }
+}
+
+TEST(MeasurementTest, InferenceKeepsNoGradientsOrState) {
+  auto model = Load(Linear(), "linear");
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 4;
+  o.mode = Mode::kInfer;
+  auto m = Measure(*model, o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->gradient_bytes, 0u);
+  EXPECT_EQ(m->optimizer_state_bytes, 0u);
+  EXPECT_FALSE(m->iterations[0].backward.ran);
+  EXPECT_EQ(m->peak_phase, Phase::kInference);
+  // Parameters + input + output, nothing else.
+  EXPECT_EQ(*m->peaks.tensor, 8u * 16 * 4 + 8 * 4 + 4 * 16 * 4 + 4 * 8 * 4);
+}
+
+TEST(MeasurementTest, Bf16HalvesParameterBytes) {
+  auto model = Load(Linear(), "linear");
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 4;
+  o.precision = Precision::kBf16;
+  auto m = Measure(*model, o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->parameter_bytes, (8u * 16 + 8) * 2);
+  EXPECT_EQ(m->optimizer_state_bytes, 2 * (8u * 16 + 8) * 2);
+  o.precision = Precision::kAmpFp16;  // autocast needs CUDA
+  auto amp = Measure(*model, o);
+  ASSERT_FALSE(amp.ok());
+  EXPECT_EQ(amp.status().code(), ErrorCode::kUnsupported);
+  EXPECT_NE(amp.status().message().find("amp-fp16"), std::string::npos) << amp.status().message();
+}
+
+TEST(MeasurementTest, PeakGrowsLinearlyWithBatch) {
+  auto model = Load(SmallConvNet(), "convnet");
+  ASSERT_NE(model, nullptr);
+  std::map<int64_t, uint64_t> peak;
+  for (int64_t batch : {2, 4, 8}) {
+    Options o;
+    o.batch = batch;
+    auto m = Measure(*model, o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    peak[batch] = *m->peaks.tensor;
+  }
+  ASSERT_GT(peak[4], peak[2]);
+  const int64_t per_sample_small = static_cast<int64_t>(peak[4] - peak[2]) / 2;
+  const int64_t per_sample_large = static_cast<int64_t>(peak[8] - peak[4]) / 4;
+  EXPECT_NEAR(per_sample_small, per_sample_large, 4096)
+      << "peaks " << peak[2] << " " << peak[4] << " " << peak[8];
+  // One sample keeps at least the conv output and the BN output (8x16x16 fp32 each).
+  EXPECT_GE(per_sample_large, 2 * 8 * 16 * 16 * 4);
+}
+
+TEST(MeasurementTest, UnsupportedOpFailsCleanlyNamingOpAndNode) {
+  GraphBuilder b(17);
+  b.AddInput("X", kFloat, {"N", 4, 4});
+  b.AddInitializer("W", {4, 4});
+  b.AddNode("MatMul", {"X", "W"}, {"h"}, "mm");
+  b.AddNode("Det", {"h"}, {"Y"}, "the_det");
+  b.AddOutput("Y", kFloat, {"N"});
+  auto model = Load(b, "det");
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 2;
+  auto m = Measure(*model, o);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), ErrorCode::kUnsupported);
+  EXPECT_NE(m.status().message().find("Det"), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find("the_det"), std::string::npos) << m.status().message();
+  auto estimator = MakeEstimator("measurement");
+  ASSERT_TRUE(estimator.ok()) << estimator.status().ToString();
+  auto e = (*estimator)->Run(*model, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), ErrorCode::kUnsupported);
+}
+
+TEST(MeasurementTest, ShapeSubgraphsReshapeWithZeroAndMinusOne) {
+  // Y = Reshape(X, [0, -1]) after Shape/Gather/Concat, then Split + Concat + Transpose.
+  GraphBuilder b(17);
+  b.AddInput("X", kFloat, {"N", 4, 6});
+  b.AddInitializer("W", {4, 6});
+  b.AddNode("Mul", {"X", "W"}, {"xw"}, "scale");
+  auto& target = b.AddNode("Constant", {}, {"target"}, "target_const");
+  memest::testing::SetTensorAttr(target, "value", memest::testing::Int64Tensor({0, -1}));
+  b.AddNode("Reshape", {"xw", "target"}, {"flat"}, "reshape");
+  b.AddInt64Initializer("sizes", {10, 14});
+  auto& split = b.AddNode("Split", {"flat", "sizes"}, {"a", "c"}, "split");
+  memest::testing::SetIntAttr(split, "axis", 1);
+  auto& cat = b.AddNode("Concat", {"c", "a"}, {"joined"}, "concat");
+  memest::testing::SetIntAttr(cat, "axis", 1);
+  b.AddNode("Transpose", {"joined"}, {"t"}, "transpose");
+  b.AddNode("Transpose", {"t"}, {"Y"}, "transpose_back");
+  b.AddOutput("Y", kFloat, {"N", 24});
+  auto model = Load(b, "shapes");
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 3;
+  auto m = Measure(*model, o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->status, "ok");
+}
+
+TEST(MeasurementTest, HostLimitTurnsIntoOutOfMemory) {
+  auto model = Bundled("mlp_small_train");
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 8;
+  auto m = Measure(*model, o, 1, false, /*host_limit=*/1 << 20);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->status, "oom");
+  EXPECT_NE(m->error.find("out of memory"), std::string::npos) << m->error;
+}
+
+TEST(MeasurementTest, EveryBundledModelIsCovered) {
+  for (const char* name :
+       {"mlp_small_train", "resnet18_train", "gpt2_tiny_train", "resnet18_eval"}) {
+    auto model = Bundled(name);
+    ASSERT_NE(model, nullptr);
+    Options o;
+    o.batch = 1;
+    auto plan = BuildPlan(*model, o);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    EXPECT_TRUE(CheckSupported(*plan).ok()) << name << ": " << CheckSupported(*plan).ToString();
+  }
+  const std::vector<std::string> ops = MeasuredOpTypes();
+  for (const char* op : {"Conv", "BatchNormalization", "Gemm", "MatMul", "LayerNormalization",
+                         "Softmax", "Dropout", "Reshape", "LSTM", "GRU", "Einsum"}) {
+    EXPECT_TRUE(std::find(ops.begin(), ops.end(), op) != ops.end()) << op;
+  }
+}
+
+TEST(MeasurementTest, GptPlanDrawsTokenIdsBelowTheVocabulary) {
+  auto model = Bundled("gpt2_tiny_train");
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 2;
+  auto plan = BuildPlan(*model, o);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->data_inputs.size(), 1u);
+  EXPECT_EQ(plan->values[static_cast<size_t>(plan->data_inputs[0])].index_bound, 8192);
+  EXPECT_EQ(plan->parameter_bytes, model->summary().parameter_bytes);
+}
+
+TEST(MeasurementTest, RowsFollowTheSchema) {
+  auto model = Bundled("mlp_small_train");
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 8;
+  auto m = Measure(*model, o, 3);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  RowRequest r;
+  r.model_path = "datasets/models/mlp_small_train.onnx";
+  auto sha = core::Sha256File(std::string(MEMEST_SOURCE_DIR) + "/" + r.model_path);
+  ASSERT_TRUE(sha.ok());
+  r.model_sha256 = *sha;
+  r.model_name = "mlp_small_train";
+  r.family = "mlp";
+  r.options = o;
+  r.iterations = 3;
+  r.tool = "memest-measure test";
+  const std::string line = MakeRow(r, &*m, "", m->device);
+  ASSERT_TRUE(ValidateRow(line).ok()) << ValidateRow(line).ToString() << "\n" << line;
+  Json j = Json::parse(line);
+  EXPECT_EQ(j["schema"], "memest.measurement/1");
+  EXPECT_EQ(j["status"], "ok");
+  EXPECT_TRUE(j["error"].is_null());
+  EXPECT_EQ(j["model"]["family"], "mlp");
+  EXPECT_EQ(j["config"]["batch"], 8);
+  EXPECT_EQ(j["config"]["optimizer"], "adam");
+  EXPECT_EQ(j["config"]["iterations"], 3);
+  EXPECT_EQ(j["device"]["kind"], "cpu");
+  EXPECT_TRUE(j["device"]["total_memory"].is_null());
+  EXPECT_TRUE(j["peaks"]["allocated"].is_null());  // not measured on the CPU
+  EXPECT_EQ(j["peaks"]["tensor"], *m->peaks.tensor);
+  EXPECT_TRUE(j["context_bytes"].is_null());
+  ASSERT_EQ(j["iterations"].size(), 2u);  // first and steady state
+  EXPECT_EQ(j["iterations"][0]["iteration"], 1);
+  EXPECT_EQ(j["iterations"][1]["iteration"], 3);
+  for (const char* phase : {"forward", "backward", "step"}) {
+    EXPECT_TRUE(j["phases"][phase]["tensor"].is_number_unsigned()) << phase;
+  }
+  EXPECT_TRUE(j["used_for"].is_array());
+  EXPECT_EQ(j["id"], RowId(r));
+  // The id is the resume key: it changes with the configuration, not with the run.
+  RowRequest other = r;
+  other.options.batch = 16;
+  EXPECT_NE(RowId(other), RowId(r));
+  other = r;
+  other.seed = 7;
+  EXPECT_EQ(RowId(other), RowId(r));
+  // An error row validates too, with null peaks.
+  const std::string error = MakeRow(r, nullptr, "unsupported: op Det", m->device);
+  ASSERT_TRUE(ValidateRow(error).ok()) << ValidateRow(error).ToString();
+  EXPECT_TRUE(Json::parse(error)["peaks"]["tensor"].is_null());
+  // And a broken one does not.
+  Json broken = j;
+  broken.erase("peaks");
+  EXPECT_FALSE(ValidateRow(broken.dump()).ok());
+  broken = j;
+  broken["status"] = "fine";
+  EXPECT_FALSE(ValidateRow(broken.dump()).ok());
+}
+
+TEST(MeasurementTest, BackendIsAvailableAndReportsTheMeasuredPeak) {
+  bool listed = false;
+  for (const BackendInfo& b : ListBackends()) {
+    if (b.name == "measurement") listed = b.available;
+  }
+  EXPECT_TRUE(listed);
+  auto estimator = MakeEstimator("measurement");
+  ASSERT_TRUE(estimator.ok()) << estimator.status().ToString();
+  auto model = Bundled("mlp_small_train");
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 8;
+  auto e = (*estimator)->Run(*model, o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->backend, "measurement");
+  EXPECT_EQ(e->breakdown.Total(), e->peak_device);
+  EXPECT_EQ(e->breakdown.weights, 535818u * 4);
+  EXPECT_EQ(e->breakdown.optimizer_state, 2 * 535818u * 4);  // Adam, peak in the step
+  EXPECT_EQ(e->peak_phase, Phase::kOptimizerStep);
+  bool cpu_note = false;
+  for (const Diagnostic& d : e->diagnostics) cpu_note = cpu_note || d.code == "cpu_measurement";
+  EXPECT_TRUE(cpu_note);
+}
+
+// --- memest-measure (next to the memest CLI in the build tree; skipped when not built) ----------
+
+std::string MeasureTool() {
+  return (fs::path(MEMEST_CLI_PATH).parent_path() / "memest-measure").string();
+}
+
+int RunTool(const std::string& args, const TempDir& dir, std::string* out) {
+  const std::string out_file = dir.path() + "/stdout.txt";
+  const std::string cmd =
+      MeasureTool() + " " + args + " > " + out_file + " 2> " + dir.path() + "/stderr.txt";
+  const int status = std::system(cmd.c_str());
+  *out = memest::testing::ReadFileBytes(out_file);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) {
+    if (!l.empty()) lines.push_back(l);
+  }
+  return lines;
+}
+
+TEST(MeasureToolTest, SingleRunPrintsOneValidRow) {
+  if (!fs::exists(MeasureTool())) GTEST_SKIP() << "memest-measure not built";
+  TempDir dir;
+  std::string out;
+  const int rc = RunTool(std::string(MEMEST_SOURCE_DIR) +
+                             "/datasets/models/mlp_small_train.onnx --batch 8 --device cpu",
+                         dir, &out);
+  EXPECT_EQ(rc, 0) << memest::testing::ReadFileBytes(dir.path() + "/stderr.txt");
+  const auto lines = Lines(out);
+  ASSERT_EQ(lines.size(), 1u) << out;
+  EXPECT_TRUE(ValidateRow(lines[0]).ok()) << ValidateRow(lines[0]).ToString();
+  EXPECT_EQ(Json::parse(lines[0])["model"]["path"], "datasets/models/mlp_small_train.onnx");
+}
+
+TEST(MeasureToolTest, SweepWritesOneRowPerConfigurationAndResumes) {
+  if (!fs::exists(MeasureTool())) GTEST_SKIP() << "memest-measure not built";
+  TempDir dir;
+  GraphBuilder det(17);
+  det.AddInput("X", kFloat, {"N", 4, 4});
+  det.AddNode("Det", {"X"}, {"Y"}, "det");
+  det.AddOutput("Y", kFloat, {"N"});
+  dir.WriteModel("models/det.onnx", det.model());
+  const std::string mlp = std::string(MEMEST_SOURCE_DIR) + "/datasets/models/mlp_small_train.onnx";
+  dir.WriteFile("manifest.jsonl",
+                "{\"model\": \"" + mlp +
+                    "\", \"family\": \"mlp\", \"batch\": 2, \"iterations\": 1}\n"
+                    "{\"model\": \"" +
+                    mlp +
+                    "\", \"family\": \"mlp\", \"batch\": 4, \"mode\": \"infer\"}\n"
+                    "\n"
+                    "{\"model\": \"models/det.onnx\", \"batch\": 2, \"optimizer\": \"sgd\"}\n");
+  const std::string args =
+      "--sweep " + dir.path() + "/manifest.jsonl --out " + dir.path() + "/rows.jsonl --device cpu";
+  std::string out;
+  ASSERT_EQ(RunTool(args, dir, &out), 0)
+      << memest::testing::ReadFileBytes(dir.path() + "/stderr.txt");
+  auto rows = Lines(memest::testing::ReadFileBytes(dir.path() + "/rows.jsonl"));
+  ASSERT_EQ(rows.size(), 3u);
+  std::vector<std::string> statuses;
+  for (const std::string& row : rows) {
+    EXPECT_TRUE(ValidateRow(row).ok()) << ValidateRow(row).ToString() << "\n" << row;
+    statuses.push_back(Json::parse(row)["status"]);
+  }
+  EXPECT_EQ(statuses, (std::vector<std::string>{"ok", "ok", "error"}));
+  EXPECT_NE(Json::parse(rows[2])["error"].get<std::string>().find("Det"), std::string::npos);
+  EXPECT_NE(memest::testing::ReadFileBytes(dir.path() + "/stderr.txt").find("[3/3]"),
+            std::string::npos);
+  // Resuming runs nothing new; --retry-errors runs the failed row again.
+  ASSERT_EQ(RunTool(args, dir, &out), 0);
+  EXPECT_EQ(Lines(memest::testing::ReadFileBytes(dir.path() + "/rows.jsonl")).size(), 3u);
+  ASSERT_EQ(RunTool(args + " --retry-errors", dir, &out), 0);
+  EXPECT_EQ(Lines(memest::testing::ReadFileBytes(dir.path() + "/rows.jsonl")).size(), 4u);
+}
+
+}  // namespace
+}  // namespace memest::measurement
+
+#endif  // MEMEST_HAVE_MEASUREMENT

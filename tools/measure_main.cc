@@ -1,0 +1,692 @@
+// tools/measure_main.cc -- `memest-measure`, the measurement harness (docs/measurement.md).
+//
+//   memest-measure MODEL.onnx [--batch N] [--dim name=value]... [--mode train|infer]
+//                  [--optimizer sgd|momentum|adam|adamw] [--weight-decay X]
+//                  [--precision fp32|bf16|amp-fp16|amp-bf16] [--loss auto|ce|mse]
+//                  [--iterations N] [--device auto|cpu|cuda] [--family NAME] [--seed N]
+//                  [--host-limit-mb N] [--optimizer-impl auto|single|foreach]
+//     runs the model and prints one measured row (docs/measured-row-schema.md) on stdout.
+//
+//   memest-measure --sweep MANIFEST.jsonl --out ROWS.jsonl [--device ...] [--no-isolate]
+//                  [--row-timeout S] [--retry-errors] [--limit N] [--time-budget S]
+//     runs every configuration of the manifest (one JSON object per line: model, family, batch,
+//     dims, mode, optimizer, weight_decay, precision, loss, iterations) and appends one row per
+//     configuration to ROWS.jsonl. Resumable: configurations whose row id is already in ROWS.jsonl
+//     are skipped (with --retry-errors, rows with status "error" are run again). Progress (done /
+//     total, rate, ETA) goes to stderr. By default every configuration runs in a fresh child
+//     process (clean CUDA context and allocator; a crash or a timeout becomes an error row).
+//
+// Exit codes (single run): 0 ok, 1 out of memory, 2 usage error or unbound dim, 3 bad model,
+// 4 the run failed (unsupported op, LibTorch error). Sweep: 0 when every row was written, 2 for
+// usage errors, 4 when the manifest or the output could not be read or written.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "measurement/executor.h"
+#include "measurement/plan.h"
+#include "measurement/row.h"
+#include "core/sha256.h"
+#include "memest/memest.h"
+
+#ifndef MEMEST_VERSION
+#define MEMEST_VERSION "unknown"
+#endif
+
+namespace memest::measure {
+namespace {
+
+namespace fs = std::filesystem;
+using measurement::DeviceInfo;
+using measurement::DeviceKind;
+using measurement::RowRequest;
+using Json = nlohmann::json;
+
+constexpr int kExitOk = 0;
+constexpr int kExitOom = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitBadModel = 3;
+constexpr int kExitFailed = 4;
+
+constexpr char kTool[] = "memest-measure " MEMEST_VERSION;
+
+void PrintError(const std::string& message) {
+  std::cerr << "memest-measure: error: " << message << '\n';
+}
+
+// A configuration to run: what a manifest line or the command line says.
+struct Config {
+  std::string model;       // path as given
+  std::string model_file;  // resolved path to open
+  std::string family;
+  Options options;
+  int iterations = 3;
+};
+
+struct RunSettings {
+  DeviceKind device = DeviceKind::kAuto;
+  uint64_t seed = 0;
+  uint64_t host_limit_bytes = 0;
+  measurement::OptimizerImpl optimizer_impl = measurement::OptimizerImpl::kAuto;
+};
+
+// The repository root above `file` (a folder with .git, or with CMakeLists.txt and
+// include/memest), or empty.
+fs::path RepoRootOf(const fs::path& file) {
+  std::error_code ec;
+  fs::path dir = fs::weakly_canonical(fs::absolute(file, ec), ec).parent_path();
+  for (; !dir.empty(); dir = dir.parent_path()) {
+    if (fs::exists(dir / ".git", ec) ||
+        (fs::exists(dir / "CMakeLists.txt", ec) && fs::exists(dir / "include" / "memest", ec))) {
+      return dir;
+    }
+    if (dir == dir.root_path()) break;
+  }
+  return {};
+}
+
+// The model path as recorded in a row: relative to the repository root when inside it.
+std::string RecordedPath(const std::string& file) {
+  std::error_code ec;
+  const fs::path abs = fs::weakly_canonical(fs::absolute(file, ec), ec);
+  const fs::path root = RepoRootOf(abs);
+  if (!root.empty()) {
+    const fs::path rel = abs.lexically_relative(root);
+    if (!rel.empty() && *rel.begin() != "..") return rel.generic_string();
+  }
+  return file;
+}
+
+std::string OptimizerImplName(const RunSettings& s, DeviceKind resolved) {
+  switch (s.optimizer_impl) {
+    case measurement::OptimizerImpl::kSingleTensor:
+      return "single-tensor";
+    case measurement::OptimizerImpl::kForeach:
+      return "foreach";
+    case measurement::OptimizerImpl::kAuto:
+      break;
+  }
+  return resolved == DeviceKind::kCuda ? "foreach" : "single-tensor";
+}
+
+DeviceKind ResolvedDevice(DeviceKind requested) {
+  if (requested == DeviceKind::kAuto) {
+    return measurement::CudaUsable() ? DeviceKind::kCuda : DeviceKind::kCpu;
+  }
+  return requested;
+}
+
+Result<RowRequest> MakeRequest(const Config& c, const RunSettings& s) {
+  RowRequest r;
+  r.model_path = RecordedPath(c.model_file);
+  MEMEST_ASSIGN_OR_RETURN(r.model_sha256, core::Sha256File(c.model_file));
+  r.model_name = fs::path(c.model_file).stem().string();
+  r.family = c.family;
+  r.options = c.options;
+  r.dims = c.options.dims;
+  r.iterations = c.iterations;
+  r.tool = kTool;
+  r.seed = s.seed;
+  r.optimizer_impl = OptimizerImplName(s, ResolvedDevice(s.device));
+  return r;
+}
+
+DeviceInfo AttemptedDevice(DeviceKind requested) {
+  DeviceInfo d;
+  d.kind = requested == DeviceKind::kCuda ? "cuda" : "cpu";
+  d.name = "";
+  d.torch = measurement::TorchVersion();
+  return d;
+}
+
+int ExitCodeFor(const Status& s) {
+  switch (s.code()) {
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kUnboundDim:
+      return kExitUsage;
+    case ErrorCode::kNotFound:
+    case ErrorCode::kInvalidModel:
+    case ErrorCode::kOverflow:
+      return kExitBadModel;
+    default:
+      return kExitFailed;
+  }
+}
+
+// Runs one configuration in this process and prints its row on stdout (when there is one).
+int RunOne(const Config& c, const RunSettings& s) {
+  auto request = MakeRequest(c, s);
+  if (!request.ok()) {
+    PrintError(request.status().ToString());
+    return kExitBadModel;
+  }
+  auto model = LoadModel(c.model_file);
+  if (!model.ok()) {
+    PrintError(model.status().ToString());
+    return ExitCodeFor(model.status());
+  }
+  auto plan = measurement::BuildPlan(**model, c.options);
+  if (!plan.ok()) {
+    PrintError(plan.status().ToString());
+    return ExitCodeFor(plan.status());
+  }
+  measurement::ExecuteOptions xo;
+  xo.options = c.options;
+  xo.iterations = c.iterations;
+  xo.device = s.device;
+  xo.seed = s.seed;
+  xo.host_limit_bytes = s.host_limit_bytes;
+  xo.optimizer_impl = s.optimizer_impl;
+  auto m = measurement::Execute(*plan, xo);
+  if (!m.ok()) {
+    if (m.status().code() == ErrorCode::kInvalidArgument) {
+      PrintError(m.status().ToString());
+      return kExitUsage;
+    }
+    std::cout << measurement::MakeRow(*request, nullptr, m.status().ToString(),
+                                      AttemptedDevice(ResolvedDevice(s.device)))
+              << std::endl;
+    PrintError(m.status().ToString());
+    return kExitFailed;
+  }
+  std::cout << measurement::MakeRow(*request, &*m, "", m->device) << std::endl;
+  if (m->status != "ok") {
+    PrintError(m->error);
+    return kExitOom;
+  }
+  return kExitOk;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sweeps.
+
+// Parses one manifest line. `dir` is the manifest's folder.
+Result<Config> ParseManifestLine(const std::string& line, const fs::path& dir) {
+  Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument("not a JSON object");
+  if (!j.contains("model") || !j["model"].is_string()) return InvalidArgument("no \"model\" path");
+  Config c;
+  c.model = j["model"].get<std::string>();
+  // Relative to the manifest's folder, then to each folder above it (the repository root),
+  // then to the working directory.
+  fs::path resolved;
+  std::error_code ec;
+  if (fs::path(c.model).is_absolute()) {
+    resolved = c.model;
+  } else {
+    for (fs::path d = fs::absolute(dir, ec); !d.empty(); d = d.parent_path()) {
+      if (fs::exists(d / c.model, ec)) {
+        resolved = d / c.model;
+        break;
+      }
+      if (d == d.root_path()) break;
+    }
+    if (resolved.empty()) resolved = c.model;
+  }
+  c.model_file = resolved.lexically_normal().string();
+  auto str = [&](const char* key) -> std::optional<std::string> {
+    if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+    if (!j[key].is_string()) return std::nullopt;
+    return j[key].get<std::string>();
+  };
+  try {
+    if (auto f = str("family")) c.family = *f;
+    if (j.contains("batch") && !j["batch"].is_null()) c.options.batch = j["batch"].get<int64_t>();
+    if (j.contains("dims") && j["dims"].is_object()) {
+      for (auto& [k, v] : j["dims"].items()) c.options.dims[k] = v.get<int64_t>();
+    }
+    if (auto v = str("mode")) {
+      MEMEST_ASSIGN_OR_RETURN(c.options.mode, ParseMode(*v));
+    }
+    if (auto v = str("optimizer")) {
+      MEMEST_ASSIGN_OR_RETURN(c.options.optimizer, ParseOptimizer(*v));
+    }
+    if (j.contains("weight_decay") && j["weight_decay"].is_number()) {
+      c.options.weight_decay = j["weight_decay"].get<double>();
+    }
+    if (auto v = str("precision")) {
+      MEMEST_ASSIGN_OR_RETURN(c.options.precision, ParsePrecision(*v));
+    }
+    if (auto v = str("loss")) {
+      MEMEST_ASSIGN_OR_RETURN(c.options.loss, ParseLoss(*v));
+    }
+    if (j.contains("iterations") && !j["iterations"].is_null()) {
+      c.iterations = j["iterations"].get<int>();
+    }
+  } catch (const Json::exception& e) {
+    return InvalidArgument(std::string("bad field type: ") + e.what());
+  }
+  if (c.iterations < 1) return InvalidArgument("iterations must be >= 1");
+  MEMEST_RETURN_IF_ERROR(Validate(c.options));
+  return c;
+}
+
+// Command-line arguments that make a child run `c` (single-run mode).
+std::vector<std::string> ChildArgs(const Config& c, const RunSettings& s) {
+  const Options& o = c.options;
+  std::vector<std::string> a = {c.model_file};
+  if (o.batch) a.insert(a.end(), {"--batch", std::to_string(*o.batch)});
+  for (const auto& [k, v] : o.dims) a.insert(a.end(), {"--dim", k + "=" + std::to_string(v)});
+  a.insert(a.end(),
+           {"--mode", ToString(o.mode), "--optimizer", ToString(o.optimizer), "--weight-decay",
+            fmt::format("{}", o.weight_decay), "--precision", ToString(o.precision), "--loss",
+            ToString(o.loss), "--iterations", std::to_string(c.iterations), "--device",
+            ToString(s.device), "--seed", std::to_string(s.seed)});
+  if (!c.family.empty()) a.insert(a.end(), {"--family", c.family});
+  if (s.host_limit_bytes > 0) {
+    a.insert(a.end(), {"--host-limit-mb", std::to_string(s.host_limit_bytes >> 20)});
+  }
+  switch (s.optimizer_impl) {
+    case measurement::OptimizerImpl::kSingleTensor:
+      a.insert(a.end(), {"--optimizer-impl", "single"});
+      break;
+    case measurement::OptimizerImpl::kForeach:
+      a.insert(a.end(), {"--optimizer-impl", "foreach"});
+      break;
+    default:
+      break;
+  }
+  return a;
+}
+
+struct ChildResult {
+  std::string out;  // stdout
+  std::string err;  // stderr
+  int exit_code = -1;
+  int signal = 0;
+  bool timed_out = false;
+};
+
+// Runs this executable with `args`, capturing stdout and stderr, killing it after `timeout_s`.
+Result<ChildResult> RunChild(const std::vector<std::string>& args, int timeout_s) {
+  int out_pipe[2], err_pipe[2];
+  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) return Internal("pipe() failed");
+  std::vector<std::string> argv_s = {"memest-measure"};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return Internal("fork() failed");
+  if (pid == 0) {
+    dup2(out_pipe[1], STDOUT_FILENO);
+    dup2(err_pipe[1], STDERR_FILENO);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    execv("/proc/self/exe", argv.data());
+    _exit(127);
+  }
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  ChildResult r;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  int open_fds = 2;
+  char buf[4096];
+  while (open_fds > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (timeout_s > 0 && left <= 0) {
+      r.timed_out = true;
+      kill(pid, SIGKILL);
+      break;
+    }
+    const int n =
+        poll(fds, 2, timeout_s > 0 ? static_cast<int>(std::min<int64_t>(left, 1000)) : 1000);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t got = read(fds[i].fd, buf, sizeof(buf));
+      if (got <= 0) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      } else {
+        (i == 0 ? r.out : r.err).append(buf, static_cast<size_t>(got));
+      }
+    }
+  }
+  for (pollfd& f : fds) {
+    if (f.fd >= 0) close(f.fd);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  return r;
+}
+
+std::string Duration(double seconds) {
+  if (!(seconds >= 0) || seconds > 1e7) return "?";
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s / 60) % 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+struct SweepSettings {
+  std::string manifest;
+  std::string out;
+  bool isolate = true;
+  int row_timeout_s = 1800;
+  bool retry_errors = false;
+  int64_t limit = 0;      // 0 = all
+  int time_budget_s = 0;  // 0 = none: stop starting rows after this many seconds
+};
+
+int Sweep(const SweepSettings& sw, const RunSettings& s) {
+  std::ifstream in(sw.manifest);
+  if (!in) {
+    PrintError("cannot open manifest '" + sw.manifest + "'");
+    return kExitFailed;
+  }
+  const fs::path dir = fs::path(sw.manifest).parent_path();
+  std::vector<Config> configs;
+  std::string line;
+  for (int line_no = 1; std::getline(in, line); ++line_no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto c = ParseManifestLine(line, dir);
+    if (!c.ok()) {
+      PrintError(fmt::format("{}:{}: {}", sw.manifest, line_no, c.status().ToString()));
+      return kExitUsage;
+    }
+    configs.push_back(std::move(c).value());
+  }
+  // Rows already written (resume).
+  std::map<std::string, std::string> done;  // id -> status
+  {
+    std::ifstream prev(sw.out);
+    while (std::getline(prev, line)) {
+      Json j = Json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("id") && j["id"].is_string()) {
+        done[j["id"].get<std::string>()] = j.value("status", "");
+      }
+    }
+  }
+  std::ofstream out(sw.out, std::ios::app);
+  if (!out) {
+    PrintError("cannot write '" + sw.out + "'");
+    return kExitFailed;
+  }
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  const size_t total = sw.limit > 0
+                           ? std::min<size_t>(configs.size(), static_cast<size_t>(sw.limit))
+                           : configs.size();
+  size_t finished = 0, skipped = 0, ran = 0, n_ok = 0, n_oom = 0, n_err = 0;
+  double run_seconds = 0;
+  const auto sweep_start = std::chrono::steady_clock::now();
+  size_t left_for_later = 0;
+  for (size_t i = 0; i < total; ++i) {
+    const Config& c = configs[i];
+    if (sw.time_budget_s > 0 &&
+        std::chrono::steady_clock::now() - sweep_start > std::chrono::seconds(sw.time_budget_s)) {
+      left_for_later = total - i;
+      break;
+    }
+    auto request = MakeRequest(c, s);
+    std::string id;
+    if (request.ok()) {
+      id = measurement::RowId(*request);
+      auto it = done.find(id);
+      if (it != done.end() && !(sw.retry_errors && it->second == "error")) {
+        ++finished;
+        ++skipped;
+        continue;
+      }
+    }
+    const std::string what = fmt::format("{} b={} {} {} {}", fs::path(c.model).stem().string(),
+                                         c.options.batch ? std::to_string(*c.options.batch) : "-",
+                                         ToString(c.options.mode), ToString(c.options.optimizer),
+                                         ToString(c.options.precision));
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string row;
+    std::string failure;
+    if (!request.ok()) {
+      failure = request.status().ToString();
+    } else if (!sw.isolate) {
+      std::stringstream captured;
+      auto* old = std::cout.rdbuf(captured.rdbuf());
+      const int rc = RunOne(c, s);
+      std::cout.rdbuf(old);
+      row = captured.str();
+      if (row.empty()) failure = fmt::format("run failed with exit code {}", rc);
+    } else {
+      auto child = RunChild(ChildArgs(c, s), sw.row_timeout_s);
+      if (!child.ok()) {
+        failure = child.status().ToString();
+      } else {
+        row = child->out;
+        if (child->timed_out) {
+          failure = fmt::format("timed out after {} s", sw.row_timeout_s);
+          row.clear();
+        } else if (child->signal != 0) {
+          failure = fmt::format("the run was killed by signal {} ({})", child->signal,
+                                strsignal(child->signal));
+          row.clear();
+        } else if (row.empty()) {
+          std::string err = child->err;
+          while (!err.empty() && (err.back() == '\n' || err.back() == '\r')) err.pop_back();
+          failure = fmt::format("exit code {}: {}", child->exit_code, err);
+        }
+      }
+    }
+    while (!row.empty() && (row.back() == '\n' || row.back() == '\r')) row.pop_back();
+    if (row.find('\n') != std::string::npos) row = row.substr(row.rfind('\n') + 1);
+    if (row.empty()) {
+      if (!request.ok()) {
+        PrintError(what + ": " + failure + " (no row written)");
+      } else {
+        row = measurement::MakeRow(*request, nullptr, failure,
+                                   AttemptedDevice(ResolvedDevice(s.device)));
+      }
+    }
+    if (!row.empty()) {
+      if (!measurement::ValidateRow(row).ok()) {
+        PrintError(what +
+                   ": the row does not validate: " + measurement::ValidateRow(row).ToString());
+      }
+      out << row << '\n';
+      out.flush();
+      Json j = Json::parse(row, nullptr, false);
+      const std::string status = j.is_object() ? j.value("status", "") : "";
+      if (status == "ok")
+        ++n_ok;
+      else if (status == "oom")
+        ++n_oom;
+      else
+        ++n_err;
+      if (status == "error" && !tty) PrintError(what + ": " + j.value("error", failure));
+    } else {
+      ++n_err;
+    }
+    ++finished;
+    ++ran;
+    run_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double per_row = run_seconds / static_cast<double>(ran);
+    const size_t left = total - finished;
+    const std::string progress = fmt::format(
+        "[{}/{}] {:3.0f}% | {:.1f} rows/min | ETA {} | ok {} oom {} error {} skipped {} | {}",
+        finished, total,
+        100.0 * static_cast<double>(finished) / static_cast<double>(std::max<size_t>(total, 1)),
+        per_row > 0 ? 60.0 / per_row : 0.0, Duration(per_row * static_cast<double>(left)), n_ok,
+        n_oom, n_err, skipped, what);
+    if (tty) {
+      std::cerr << '\r' << progress << "\x1b[K" << std::flush;
+    } else {
+      std::cerr << progress << '\n';
+    }
+  }
+  if (tty) std::cerr << '\n';
+  std::cerr << fmt::format(
+      "memest-measure: {} configurations: {} run ({} ok, {} oom, {} error), "
+      "{} already in {}",
+      total, ran, n_ok, n_oom, n_err, skipped, sw.out);
+  if (left_for_later > 0) {
+    std::cerr << fmt::format("; time budget spent, {} left for the next call (same command)",
+                             left_for_later);
+  }
+  std::cerr << '\n';
+  return kExitOk;
+}
+
+Result<std::pair<std::string, int64_t>> ParseDim(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
+    return InvalidArgument("--dim '" + text + "': expected NAME=VALUE");
+  }
+  int64_t v = 0;
+  const std::string value = text.substr(eq + 1);
+  const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || ptr != value.data() + value.size() || v < 0) {
+    return InvalidArgument("--dim '" + text + "': the value must be a non-negative integer");
+  }
+  return std::make_pair(text.substr(0, eq), v);
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{
+      "memest-measure: runs ONNX training graphs with LibTorch and records the memory "
+      "they take, as measured rows (docs/measured-row-schema.md)"};
+  std::string model;
+  std::optional<int64_t> batch;
+  std::vector<std::string> dims;
+  std::string mode = "train", optimizer, precision, loss, device = "auto", family;
+  std::string optimizer_impl = "auto";
+  double weight_decay = 0.0;
+  int iterations = 3;
+  uint64_t seed = 0;
+  uint64_t host_limit_mb = 0;
+  SweepSettings sw;
+  bool no_isolate = false;
+  const Options defaults;
+  optimizer = ToString(defaults.optimizer);
+  precision = ToString(defaults.precision);
+  loss = ToString(defaults.loss);
+  app.add_option("model", model, "ONNX model to run");
+  app.add_option("--batch,-b", batch, "binds the leading symbolic dim of every data input");
+  app.add_option("--dim", dims, "binds a named symbolic dim, NAME=VALUE (repeatable)");
+  app.add_option("--mode", mode, "train | infer")->capture_default_str();
+  app.add_option("--optimizer", optimizer, "sgd | momentum | adam | adamw")->capture_default_str();
+  app.add_option("--weight-decay", weight_decay, "weight decay")->capture_default_str();
+  app.add_option("--precision", precision, "fp32 | bf16 | amp-fp16 | amp-bf16 (amp: CUDA only)")
+      ->capture_default_str();
+  app.add_option("--loss", loss, "loss on the first output")->capture_default_str();
+  app.add_option("--iterations", iterations, "training iterations (or inference passes)")
+      ->capture_default_str();
+  app.add_option("--device", device, "auto | cpu | cuda")->capture_default_str();
+  app.add_option("--family", family, "model family recorded in the row");
+  app.add_option("--seed", seed, "random seed")->capture_default_str();
+  app.add_option("--host-limit-mb", host_limit_mb,
+                 "CPU: live tensor MiB that count as out of memory (default: 80% of available)");
+  app.add_option("--optimizer-impl", optimizer_impl,
+                 "auto | single | foreach (auto: foreach on CUDA, single-tensor on CPU)")
+      ->capture_default_str();
+  app.add_option("--sweep", sw.manifest, "run every configuration of a JSONL manifest");
+  app.add_option("--out", sw.out, "sweep: JSONL file the rows are appended to");
+  app.add_flag("--no-isolate", no_isolate, "sweep: run configurations in this process");
+  app.add_option("--row-timeout", sw.row_timeout_s, "sweep: seconds before a run is killed")
+      ->capture_default_str();
+  app.add_flag("--retry-errors", sw.retry_errors, "sweep: run rows with status error again");
+  app.add_option("--limit", sw.limit, "sweep: only the first N configurations");
+  app.add_option("--time-budget", sw.time_budget_s,
+                 "sweep: start no new configuration after this many seconds (resume later)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+  RunSettings s;
+  auto d = measurement::ParseDeviceKind(device);
+  if (!d.ok()) {
+    PrintError(d.status().message());
+    return kExitUsage;
+  }
+  s.device = *d;
+  s.seed = seed;
+  s.host_limit_bytes = host_limit_mb << 20;
+  if (optimizer_impl == "single") {
+    s.optimizer_impl = measurement::OptimizerImpl::kSingleTensor;
+  } else if (optimizer_impl == "foreach") {
+    s.optimizer_impl = measurement::OptimizerImpl::kForeach;
+  } else if (optimizer_impl != "auto") {
+    PrintError("--optimizer-impl must be auto, single or foreach");
+    return kExitUsage;
+  }
+  if (!sw.manifest.empty()) {
+    if (sw.out.empty()) {
+      PrintError("--sweep needs --out FILE.jsonl");
+      return kExitUsage;
+    }
+    sw.isolate = !no_isolate;
+    return Sweep(sw, s);
+  }
+  if (model.empty()) {
+    PrintError("give a model (or --sweep MANIFEST.jsonl --out ROWS.jsonl); see --help");
+    return kExitUsage;
+  }
+  Config c;
+  c.model = c.model_file = model;
+  c.family = family;
+  c.iterations = iterations;
+  c.options.batch = batch;
+  for (const std::string& text : dims) {
+    auto dim = ParseDim(text);
+    if (!dim.ok()) {
+      PrintError(dim.status().message());
+      return kExitUsage;
+    }
+    c.options.dims[dim->first] = dim->second;
+  }
+  auto m = ParseMode(mode);
+  auto o = ParseOptimizer(optimizer);
+  auto p = ParsePrecision(precision);
+  auto l = ParseLoss(loss);
+  for (const Status* st : {&m.status(), &o.status(), &p.status(), &l.status()}) {
+    if (!st->ok()) {
+      PrintError(st->message());
+      return kExitUsage;
+    }
+  }
+  c.options.mode = *m;
+  c.options.optimizer = *o;
+  c.options.precision = *p;
+  c.options.loss = *l;
+  c.options.weight_decay = weight_decay;
+  if (iterations < 1) {
+    PrintError("--iterations must be >= 1");
+    return kExitUsage;
+  }
+  if (Status v = Validate(c.options); !v.ok()) {
+    PrintError(v.message());
+    return kExitUsage;
+  }
+  return RunOne(c, s);
+}
+
+}  // namespace
+}  // namespace memest::measure
+
+int main(int argc, char** argv) { return memest::measure::Main(argc, argv); }
