@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "analytical/analytical.h"
+#include "learned/learned.h"
 #include "symbolic/symbolic.h"
 #include "memest/estimator.h"
 #ifdef MEMEST_HAVE_MEASUREMENT
@@ -31,9 +32,10 @@ const Entry kBackends[] = {
      "simulated PyTorch eager training timeline replayed through a model of the CUDA caching "
      "allocator",
      nullptr, &symbolic::MakeSymbolicEstimator},
-    {"learned", "Eigen MLP trained on measured rows",
-     "not implemented yet: no trained weights are shipped (planned: learned backend issue)",
-     nullptr},
+    {"learned",
+     "Eigen MLP ensemble (trained on GPUMemNet's MLP rows) correcting the symbolic estimate at "
+     "device level, with an interval",
+     nullptr, &learned::MakeLearnedEstimator},
     {"measurement", "runs the graph with LibTorch under a tracking allocator (ground truth)",
 #ifdef MEMEST_HAVE_MEASUREMENT
      nullptr, &measurement::MakeMeasurementEstimator},
