@@ -252,6 +252,12 @@ void SaveMaxPool(const RuleContext& c, std::vector<SavedTensor>* out) {
                     "indices(int64)");
 }
 
+// torchvision roi_pool: keeps rois and the int64 argmax of every output element (INF).
+void SaveMaxRoiPool(const RuleContext& c, std::vector<SavedTensor>* out) {
+  SaveValue(out, InputId(c, 1), "rois");
+  SaveExtra(out, TimesSize(NumelOf(c.graph, OutputId(c, 0)), 8), "argmax(int64)");
+}
+
 // Pad: constant_pad_nd's backward slices the gradient (nothing saved). INF:
 // reflection and replication pads keep self (their backward kernels take it).
 void SavePad(const RuleContext& c, std::vector<SavedTensor>* out) {
@@ -673,6 +679,17 @@ constexpr auto kRules = [] {
       Saves("SoftmaxCrossEntropyLoss", SaveSoftmaxCrossEntropy,
             "facts 3.2 cross_entropy; 5.2 FP32 nll_loss (INF)", kFp32)
           .Infers(shape::SoftmaxCrossEntropyLoss),
+      Saves("RoiAlign", SaveInputs<1, 2>,
+            "INF: torchvision roi_align backward keeps rois and batch indices (shape of x only); "
+            "5.2 PROMOTE",
+            kPromote)
+          .Infers(shape::RoiAlign),
+      Saves("MaxRoiPool", SaveMaxRoiPool,
+            "INF: torchvision roi_pool keeps rois and int64 argmax of the output's size")
+          .Infers(shape::RoiAlign),
+      Saves("ReverseSequence", SaveInputs<1>,
+            "INF: backward reverses grad by the saved sequence lengths")
+          .Infers(shape::Unary),
       Saves("TopK", SaveTopK, "INF: value_selecting_reduction_backward keeps indices")
           .Infers(shape::TopK),
       Saves("Pad", SavePad, "INF: constant pad keeps nothing; reflect/edge keep x")

@@ -1017,6 +1017,34 @@ Status GlobalPool(InferContext& c) {
   return Status::Ok();
 }
 
+// RoiAlign (opset 10+): X [N, C, H, W], rois [R, 4], batch_indices [R] ->
+// [R, C, output_height, output_width]. MaxRoiPool: X, rois [R, 5] -> [R, C, pooled_shape].
+Status RoiAlign(InferContext& c) {
+  SymTensor& y = c.out(0);
+  y.dtype = c.dtype(0);
+  const Dims* x = c.shape(0);
+  const Dims* rois = c.shape(1);
+  if (x == nullptr || rois == nullptr) return Status::Ok();
+  if (x->size() != 4 || rois->size() != 2) return Bad(c, "expects X of rank 4 and rois of rank 2");
+  const bool max_roi = c.node().op_type == "MaxRoiPool";
+  DimExpr h(1), w(1);
+  if (max_roi) {
+    const auto pooled = c.attr_ints("pooled_shape");
+    if (!pooled || pooled->size() != 2 || (*pooled)[0] < 1 || (*pooled)[1] < 1) {
+      return Bad(c, "pooled_shape must hold two positive sizes");
+    }
+    h = DimExpr((*pooled)[0]);
+    w = DimExpr((*pooled)[1]);
+  } else {
+    const int64_t oh = c.attr_int("output_height", 1), ow = c.attr_int("output_width", 1);
+    if (oh < 1 || ow < 1) return Bad(c, "output_height/output_width must be positive");
+    h = DimExpr(oh);
+    w = DimExpr(ow);
+  }
+  y.shape = Dims{(*rois)[0], (*x)[1], h, w};
+  return Status::Ok();
+}
+
 // -------------------------------------------------------------------------------------------
 // Products.
 

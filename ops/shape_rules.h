@@ -137,6 +137,7 @@ Status QLinearConv(InferContext& c);
 Status ConvTranspose(InferContext& c);
 Status Pool(InferContext& c);  // Average/Lp/MaxPool (MaxPool's int64 indices)
 Status GlobalPool(InferContext& c);
+Status RoiAlign(InferContext& c);  // RoiAlign, MaxRoiPool
 // Products.
 Status MatMul(InferContext& c);
 Status MatMulInteger(InferContext& c);

@@ -221,6 +221,7 @@ int RunCli(int argc, char** argv) {
   bool json = false;
   bool list_backends = false;
   bool list_gpus = false;
+  bool show_coverage = false;
   std::string timeline_path;
 
   CLI::App app{
@@ -293,6 +294,9 @@ int RunCli(int argc, char** argv) {
   app.add_flag("--list-backends", list_backends,
                "list the estimator backends and whether they are available");
   app.add_flag("--list-gpus", list_gpus, "list the GPU profiles");
+  app.add_flag("--show-coverage", show_coverage,
+               "list the ONNX operators the per-op rule table lacks (and, with MODEL, the "
+               "model's op types without a rule)");
   app.add_option("--timeline", timeline_path,
                  "write the symbolic backend's simulated step (bytes over allocation "
                  "events, phases, peak) to FILE: .json, .csv, .svg or .html")
@@ -338,6 +342,22 @@ int RunCli(int argc, char** argv) {
       std::cout << '\n';
     if (list_gpus)
       std::cout << RenderGpus(GpuProfiles(), format, MEMEST_VERSION);
+    return kExitFits;
+  }
+  if (show_coverage) {
+    const OpCoverage all = RuleCoverage();
+    if (model_path.empty()) {
+      std::cout << RenderCoverage(all, nullptr, "", format, MEMEST_VERSION);
+      return kExitFits;
+    }
+    Result<std::shared_ptr<const Model>> m = LoadModel(model_path);
+    if (!m.ok()) {
+      PrintError(fmt::format("cannot load model: {} ({})", m.status().message(),
+                             ErrorCodeName(m.status().code())));
+      return ExitCodeFor(m.status(), Stage::kLoad);
+    }
+    const ModelCoverage mc = RuleCoverage(**m);
+    std::cout << RenderCoverage(all, &mc, model_path, format, MEMEST_VERSION);
     return kExitFits;
   }
   if (model_path.empty()) {

@@ -905,4 +905,64 @@ std::string FormatPercent(uint64_t part, uint64_t whole) {
                                     static_cast<double>(whole));
 }
 
+namespace {
+
+std::string JoinWrapped(const std::vector<std::string>& names, size_t width) {
+  std::string out, line = " ";
+  for (const auto& n : names) {
+    if (line.size() + n.size() + 1 > width && line.size() > 1) {
+      out += line + "\n";
+      line = " ";
+    }
+    line += " " + n;
+  }
+  if (line.size() > 1) out += line + "\n";
+  return out;
+}
+}  // namespace
+
+std::string RenderCoverage(const OpCoverage& all, const ModelCoverage* model,
+                           std::string_view model_path, Format format,
+                           std::string_view memest_version) {
+  const size_t covered = all.onnx_ops.size() - all.without_rule.size();
+  if (format == Format::kJson) {
+    Json j = {{"schema", "memest.coverage/1"},
+              {"memest_version", memest_version},
+              {"rules", all.rules},
+              {"onnx_ops", all.onnx_ops.size()},
+              {"onnx_ops_with_rule", covered},
+              {"onnx_ops_without_rule", all.without_rule},
+              {"onnx_ops_without_shape_rule", all.without_shape_rule}};
+    if (model != nullptr) {
+      j["model"] = {{"path", model_path},
+                    {"op_types", model->op_types},
+                    {"without_rule", model->without_rule},
+                    {"without_shape_rule", model->without_shape_rule}};
+    }
+    return j.dump(2) + "\n";
+  }
+  std::string out = fmt::format(
+      "rule table: {} rules; {} of {} ONNX operators have one, {} have a shape rule\n", all.rules,
+      covered, all.onnx_ops.size(), all.onnx_ops.size() - all.without_shape_rule.size());
+  out += fmt::format("ONNX operators without a rule ({}):\n", all.without_rule.size());
+  out += JoinWrapped(all.without_rule, 100);
+  std::vector<std::string> shape_only;
+  std::set_difference(all.without_shape_rule.begin(), all.without_shape_rule.end(),
+                      all.without_rule.begin(), all.without_rule.end(),
+                      std::back_inserter(shape_only));
+  out += fmt::format("with a rule but no shape rule (ONNX shape inference is used) ({}):\n",
+                     shape_only.size());
+  out += JoinWrapped(shape_only, 100);
+  if (model != nullptr) {
+    out += fmt::format("\n{}: {} op types; without a rule: {}; without a shape rule: {}\n",
+                       model_path, model->op_types.size(),
+                       model->without_rule.empty() ? "none"
+                                                   : fmt::format("{}", fmt::join(model->without_rule, ", ")),
+                       model->without_shape_rule.empty()
+                           ? "none"
+                           : fmt::format("{}", fmt::join(model->without_shape_rule, ", ")));
+  }
+  return out;
+}
+
 }  // namespace memest::cli

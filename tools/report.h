@@ -94,6 +94,13 @@ std::string RenderBackends(const std::vector<BackendInfo>& backends,
 std::string RenderGpus(const std::vector<GpuProfile>& gpus, Format format,
                        std::string_view memest_version);
 
+// --show-coverage: the rule table against every ONNX operator and, when `model` is given, the
+// model's op types without a rule or shape rule. JSON uses memest.coverage/1; every other format
+// prints the text form.
+std::string RenderCoverage(const OpCoverage& all, const ModelCoverage* model,
+                           std::string_view model_path, Format format,
+                           std::string_view memest_version);
+
 // One diagnostic as one stderr line (no trailing newline), e.g.
 //   warning: [analytical] unknown_op: no rule for Foo (node "/x/Foo", op Foo)
 // `backend` may be empty (model-level diagnostics).

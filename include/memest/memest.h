@@ -2,6 +2,7 @@
 #ifndef MEMEST_MEMEST_H_
 #define MEMEST_MEMEST_H_
 
+#include "memest/coverage.h"
 #include "memest/estimate.h"
 #include "memest/estimator.h"
 #include "memest/gpu_profile.h"

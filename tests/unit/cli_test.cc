@@ -266,6 +266,35 @@ TEST_F(CliTest, VersionExits0) {
 // ----------------------------------------------------------------------------------------------
 // Listing.
 
+TEST_F(CliTest, ShowCoverageListsOpsWithoutRules) {
+  const OpCoverage c = RuleCoverage();
+  ASSERT_GE(c.onnx_ops.size() - c.without_rule.size(), 150u) << "issue 3: >= 150 ONNX ops";
+  CliRun j = Run({"--show-coverage", "--json"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const json doc = json::parse(j.out);
+  EXPECT_EQ(doc["schema"], "memest.coverage/1");
+  EXPECT_EQ(doc["onnx_ops"], c.onnx_ops.size());
+  EXPECT_EQ(doc["onnx_ops_without_rule"].size(), c.without_rule.size());
+  for (const char* op : {"Conv", "Gemm", "MatMul", "LSTM", "Softmax", "Einsum", "Trilu"}) {
+    EXPECT_EQ(std::count(c.without_rule.begin(), c.without_rule.end(), op), 0) << op;
+  }
+  std::cout << "[ coverage ] " << c.onnx_ops.size() - c.without_rule.size() << " of "
+            << c.onnx_ops.size() << " ONNX operators have a rule ("
+            << c.onnx_ops.size() - c.without_shape_rule.size() << " a shape rule); "
+            << c.rules << " rules in the table\n";
+
+  // With a model: its op types; every bundled model is fully covered.
+  CliRun m = Run({"--show-coverage", Model("resnet18_train.onnx"), "--json"});
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  const json md = json::parse(m.out);
+  EXPECT_GT(md["model"]["op_types"].size(), 3u);
+  EXPECT_TRUE(md["model"]["without_rule"].empty()) << md.dump();
+  CliRun t = Run({"--show-coverage", Model("gpt2_tiny_train.onnx")});
+  EXPECT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("without a rule: none"), std::string::npos) << t.out;
+  EXPECT_EQ(Run({"--show-coverage", "/nonexistent.onnx"}).exit_code, 3);
+}
+
 TEST_F(CliTest, ListGpusShowsH100) {
   CliRun r = Run({"--list-gpus"});
   EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -553,6 +553,35 @@ std::vector<Case> ConvPool() {
                      SetIntAttr(n, "ceil_mode", 1);
                    },
                    {"float32[N,64,4,4]", "int64[N,64,4,4]"}});
+  cases.push_back({"RoiAlign",
+                   16,
+                   [](GraphBuilder& b) {
+                     X(b, {"N", 256, 14, 14});
+                     b.AddInput("R", kFloat, {"rois", 4});
+                     b.AddInput("I", kInt64, {"rois"});
+                     auto& n = Node(b, "RoiAlign", {"X", "R", "I"});
+                     SetIntAttr(n, "output_height", 7);
+                     SetIntAttr(n, "output_width", 5);
+                   },
+                   {"float32[rois,256,7,5]"}});
+  cases.push_back({"MaxRoiPool",
+                   1,
+                   [](GraphBuilder& b) {
+                     X(b, {"N", 64, 14, 14});
+                     b.AddInput("R", kFloat, {"rois", 5});
+                     SetIntsAttr(Node(b, "MaxRoiPool", {"X", "R"}), "pooled_shape", {3, 2});
+                   },
+                   {"float32[rois,64,3,2]"}});
+  cases.push_back({"ReverseSequence",
+                   10,
+                   [](GraphBuilder& b) {
+                     X(b, {"T", "N", 8});
+                     b.AddInput("L", kInt64, {"N"});
+                     auto& n = Node(b, "ReverseSequence", {"X", "L"});
+                     SetIntAttr(n, "batch_axis", 1);
+                     SetIntAttr(n, "time_axis", 0);
+                   },
+                   {"float32[T,N,8]"}});
   for (const char* op : {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}) {
     cases.push_back({op,
                      13,
