@@ -122,7 +122,8 @@ void Accounting::Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cach
 }
 
 uint64_t Accounting::Workspace(const GpuProfile& gpu, int count) const {
-  return facts_.has_gemm() ? SatMul(gpu.cublas_workspace.bytes, static_cast<uint64_t>(count)) : 0;
+  if (!facts_.has_gemm() || !o_.library_workspaces) return 0;
+  return SatMul(gpu.cublas_workspace.bytes, static_cast<uint64_t>(count));
 }
 
 void Accounting::Finish(const Blocks& all, const GpuProfile& gpu, Estimate* e) const {
@@ -198,7 +199,8 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
   for (const core::Node& n : g_.nodes) {
     const ops::OpRule* rule = facts_.rule(static_cast<size_t>(&n - g_.nodes.data()));
     std::set<int> saved_here;
-    for (const ops::SavedTensor& s : ops::SavedTensors(n, b_, facts_.requires_grad())) {
+    const size_t k = static_cast<size_t>(&n - g_.nodes.data());
+    for (const ops::SavedTensor& s : facts_.Saved(k)) {
       if (s.value >= 0) {
         save_value(s.value);
         saved_here.insert(s.value);
@@ -216,7 +218,7 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
                              ? rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()})
                              : 0;
     for (int out : n.outputs) {
-      if (out < 0 || saved_here.count(out) || (rule && rule->view)) continue;
+      if (out < 0 || saved_here.count(out) || facts_.is_view(k)) continue;
       out_bytes = SatAdd(out_bytes, Eff(out));
     }
     tf = std::max(tf, out_bytes);

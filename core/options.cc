@@ -100,6 +100,8 @@ std::vector<OptionDoc> DescribeOptions() {
        "PyTorch allocator expandable_segments"},
       {"micro_batches", std::to_string(d.micro_batches),
        "gradient accumulation: micro-batches per optimizer step (batch must divide)"},
+      {"library_workspaces", d.library_workspaces ? "true" : "false",
+       "count cuBLAS workspaces (false: compare with the CPU harness)"},
   };
 }
 

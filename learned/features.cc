@@ -122,8 +122,8 @@ uint64_t SavedBytes(const core::BoundGraph& bound, const ops::ValueFacts& facts,
   };
   for (int id : g.data_inputs) add_value(id);
   if (mode != Mode::kTrain) return total;
-  for (const core::Node& n : g.nodes) {
-    for (const ops::SavedTensor& s : ops::SavedTensors(n, bound, facts.requires_grad())) {
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    for (const ops::SavedTensor& s : facts.Saved(k)) {
       if (s.value >= 0) {
         add_value(s.value);
       } else {

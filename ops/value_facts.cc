@@ -1,6 +1,7 @@
 #include "ops/value_facts.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/dtype.h"
 
@@ -11,6 +12,66 @@ bool IsGemm(const core::Node& n) {
   return n.domain.empty() && (n.op_type == "MatMul" || n.op_type == "Gemm" ||
                               n.op_type == "Einsum" || n.op_type == "LSTM" ||
                               n.op_type == "GRU" || n.op_type == "RNN");
+}
+
+const std::vector<int64_t>* ShapeOf(const core::BoundGraph& g, int id) {
+  if (id < 0 || !g.shapes[static_cast<size_t>(id)]) return nullptr;
+  return &*g.shapes[static_cast<size_t>(id)];
+}
+
+std::vector<int64_t> WithoutOnes(const std::vector<int64_t>& d) {
+  std::vector<int64_t> out;
+  for (int64_t x : d) {
+    if (x != 1) out.push_back(x);
+  }
+  return out;
+}
+
+using Strides = std::vector<int64_t>;
+
+Strides ContiguousStrides(const std::vector<int64_t>& shape) {
+  Strides st(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) st[i - 1] = st[i] * std::max<int64_t>(shape[i], 1);
+  return st;
+}
+
+bool IsContiguous(const std::vector<int64_t>& shape, const Strides& st) {
+  const Strides want = ContiguousStrides(shape);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] != 1 && st[i] != want[i]) return false;
+  }
+  return true;
+}
+
+// The strides of `to` as a view of a tensor of shape `from` with strides `st`, or nullopt when
+// no view exists and reshape copies. The rule PyTorch's view/reshape applies (facts 3.1):
+// walking from the innermost dim, each maximal run of input dims that are contiguous with one
+// another must be covered exactly by whole output dims.
+std::optional<Strides> ViewStrides(const std::vector<int64_t>& from, const Strides& st,
+                                   const std::vector<int64_t>& to) {
+  Strides out(to.size(), 1);
+  if (from.empty()) return ContiguousStrides(to);
+  int64_t view_d = static_cast<int64_t>(to.size()) - 1;
+  int64_t base = st.back(), tensor_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(from.size()) - 1; d >= 0; --d) {
+    tensor_numel *= from[static_cast<size_t>(d)];
+    const bool chunk_ends =
+        d == 0 || (from[static_cast<size_t>(d - 1)] != 1 &&
+                   st[static_cast<size_t>(d - 1)] != tensor_numel * base);
+    if (!chunk_ends) continue;
+    while (view_d >= 0 && (view_numel < tensor_numel || to[static_cast<size_t>(view_d)] == 1)) {
+      out[static_cast<size_t>(view_d)] = view_numel * base;
+      view_numel *= to[static_cast<size_t>(view_d)];
+      --view_d;
+    }
+    if (view_numel != tensor_numel) return std::nullopt;
+    if (d > 0) {
+      base = st[static_cast<size_t>(d - 1)];
+      tensor_numel = view_numel = 1;
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
 }
 
 }  // namespace
@@ -56,12 +117,77 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision)
     }
   }
 
+  // Layout: strides of views, and which view ops copy (policy in the header). A value without
+  // strides here is contiguous (or of unknown shape: treated as contiguous).
+  contiguous_.assign(nv, true);
+  is_view_.assign(g.nodes.size(), false);
+  std::vector<std::optional<Strides>> strides(nv);
+  auto strides_of = [&](int id) -> std::optional<Strides> {
+    if (strides[static_cast<size_t>(id)]) return strides[static_cast<size_t>(id)];
+    const std::vector<int64_t>* shape = ShapeOf(graph, id);
+    if (shape == nullptr) return std::nullopt;
+    return ContiguousStrides(*shape);
+  };
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const core::Node& n = g.nodes[k];
+    if (!rules_[k] || !rules_[k]->view || n.inputs.empty() || n.inputs[0] < 0) continue;
+    is_view_[k] = true;
+    const int x = n.inputs[0];
+    const std::vector<int64_t>* xs = ShapeOf(graph, x);
+    const std::optional<Strides> xst = strides_of(x);
+    if (xs == nullptr || !xst) continue;  // unknown: a view of unknown layout, contiguous
+    const std::string& op = n.op_type;
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      const int out = n.outputs[o];
+      const std::vector<int64_t>* ys = ShapeOf(graph, out);
+      if (out < 0 || ys == nullptr) continue;
+      std::optional<Strides> yst;
+      if (op == "Transpose") {
+        std::vector<int64_t> perm;
+        if (n.proto != nullptr) {
+          for (const auto& a : n.proto->attribute()) {
+            if (a.name() == "perm") perm.assign(a.ints().begin(), a.ints().end());
+          }
+        }
+        if (perm.empty()) {
+          for (size_t i = xs->size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+        }
+        if (perm.size() == xs->size()) {
+          Strides st;
+          for (int64_t p : perm) {
+            if (p < 0 || p >= static_cast<int64_t>(xs->size())) break;
+            st.push_back((*xst)[static_cast<size_t>(p)]);
+          }
+          if (st.size() == perm.size()) yst = st;
+        }
+      } else if ((op == "Slice" || op == "Split") && ys->size() == xs->size()) {
+        yst = xst;  // same strides, smaller extent (steps of 1)
+      } else if (op == "Expand" && ys->size() >= xs->size()) {
+        Strides st(ys->size(), 0);
+        const size_t lead = ys->size() - xs->size();
+        for (size_t i = 0; i < xs->size(); ++i) {
+          st[lead + i] = (*xs)[i] == (*ys)[lead + i] ? (*xst)[i] : 0;
+        }
+        yst = st;
+      } else {  // Reshape, Flatten, Squeeze, Unsqueeze, Identity
+        yst = ViewStrides(*xs, *xst, *ys);
+        if (!yst) {
+          is_view_[k] = false;  // reshape of a layout no view can express: a contiguous copy
+          break;
+        }
+      }
+      if (!yst) continue;
+      strides[static_cast<size_t>(out)] = yst;
+      contiguous_[static_cast<size_t>(out)] = IsContiguous(*ys, *yst);
+    }
+  }
+
   // Storage owners (views share their source's storage).
   root_.resize(nv);
   for (size_t i = 0; i < nv; ++i) root_[i] = static_cast<int>(i);
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     const core::Node& n = g.nodes[k];
-    if (!rules_[k] || !rules_[k]->view || n.inputs.empty() || n.inputs[0] < 0) continue;
+    if (!is_view_[k] || n.inputs.empty() || n.inputs[0] < 0) continue;
     for (int out : n.outputs) {
       if (out >= 0) root_[static_cast<size_t>(out)] = root_[static_cast<size_t>(n.inputs[0])];
     }
@@ -92,6 +218,22 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision)
     bytes_[i] = guess;
     fallback_ops_.insert(n.op_type);
   }
+}
+
+std::vector<SavedTensor> ValueFacts::Saved(size_t k) const {
+  const core::Node& n = graph_.graph->nodes[k];
+  std::vector<SavedTensor> saved = SavedTensors(n, graph_, requires_grad_);
+  if (n.op_type != "MatMul" || !n.domain.empty()) return saved;
+  for (SavedTensor& s : saved) {
+    if (s.value < 0 || contiguous(s.value)) continue;
+    const std::vector<int64_t>* shape = ShapeOf(graph_, s.value);
+    if (shape == nullptr || shape->size() < 3) continue;
+    // matmul folds the operand with reshape: a contiguous copy, which bmm/mm saves.
+    s.bytes = bytes(s.value);
+    s.what += " (contiguous copy)";
+    s.value = -1;
+  }
+  return saved;
 }
 
 uint64_t ValueFacts::amp_cast_bytes(int id) const {

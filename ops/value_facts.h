@@ -7,6 +7,16 @@
 //   * root: the value that owns the storage (a view's source, transitively; facts 3.1 views);
 //   * bytes: run-time bytes (halved when low); for a value whose shape is unknown, the largest
 //     known tensor its producer touches (a conservative guess, listed in fallback_ops).
+//   * layout: whether a value is contiguous at run time, and so whether a view op really is a
+//     view (facts 3.1 views; 3.2 table, mm/bmm/matmul row: "reshape/expand ... may copy (new
+//     allocation, then saved)"). Policy:
+//       - outputs of non-view ops are contiguous; views carry strides: Transpose permutes
+//         them, Slice/Split keep them, Expand broadcasts with stride 0;
+//       - Reshape/Flatten/Squeeze/Unsqueeze are views when PyTorch's view rule finds strides
+//         for the new shape (each run of mutually contiguous input dims covered by whole output
+//         dims), else reshape copies: a new, contiguous tensor;
+//       - MatMul with a non-contiguous operand of rank >= 3 folds it with reshape (a copy), and
+//         the copy is what bmm/mm saves: Saved() reports it as an extra tensor of its bytes.
 #ifndef MEMEST_OPS_VALUE_FACTS_H_
 #define MEMEST_OPS_VALUE_FACTS_H_
 
@@ -34,6 +44,13 @@ class ValueFacts {
   const std::set<std::string>& fallback_ops() const { return fallback_ops_; }
   // The rule of node `n` (cached lookup), or nullptr.
   const OpRule* rule(size_t n) const { return rules_[n]; }
+  // Whether node `n`'s outputs alias input 0's storage at run time (the rule's `view`, unless
+  // the layout policy above makes it a copy).
+  bool is_view(size_t n) const { return is_view_[n]; }
+  bool contiguous(int id) const { return id < 0 || contiguous_[static_cast<size_t>(id)]; }
+  // The tensors autograd saves for node `n` (ops::SavedTensors), with MatMul's copies of
+  // non-contiguous operands as extra tensors (layout policy above).
+  std::vector<SavedTensor> Saved(size_t n) const;
   // Whether the graph runs GEMMs (cuBLAS workspace, facts 2.3).
   bool has_gemm() const { return has_gemm_; }
   // Bytes of the low-precision autocast copy of a trainable fp32 weight used by a
@@ -47,6 +64,8 @@ class ValueFacts {
   std::vector<bool> requires_grad_;
   std::vector<bool> low_;
   std::vector<int> root_;
+  std::vector<bool> contiguous_;
+  std::vector<bool> is_view_;
   std::vector<uint64_t> bytes_;
   std::set<std::string> fallback_ops_;
   bool has_gemm_ = false;

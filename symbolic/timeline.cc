@@ -206,7 +206,7 @@ void Sim::Prepare() {
     }
     for (int r : roots) ++uses_[static_cast<size_t>(r)];
     if (!train_) continue;
-    saved_[k] = ops::SavedTensors(n, b_, facts_.requires_grad());
+    saved_[k] = facts_.Saved(k);
     std::set<int> saved_roots;
     for (const auto& s : saved_[k]) {
       if (s.value < 0) continue;
@@ -281,7 +281,7 @@ void Sim::Forward(int it) {
     const core::Node& n = g_.nodes[k];
     node_ = static_cast<int>(k);
     const ops::OpRule* rule = facts_.rule(k);
-    if (facts_.has_gemm() && ws_forward_ < 0 && rule &&
+    if (facts_.has_gemm() && o_.library_workspaces && ws_forward_ < 0 && rule &&
         rule->amp == ops::AmpPolicy::kLowerPrecision && n.op_type != "Conv" &&
         n.op_type != "ConvTranspose") {
       ws_forward_ = Malloc(gpu_.cublas_workspace.bytes, Category::kTransient);
@@ -353,7 +353,7 @@ void Sim::Backward() {
     for (int in : n.inputs) needs = needs || facts_.requires_grad(in);
     for (int out : n.outputs) has_out_grad = has_out_grad || (out >= 0 && grad_[static_cast<size_t>(out)] >= 0);
     if (needs && has_out_grad) {
-      if (facts_.has_gemm() && ws_backward_ < 0 && rule &&
+      if (facts_.has_gemm() && o_.library_workspaces && ws_backward_ < 0 && rule &&
           rule->amp == ops::AmpPolicy::kLowerPrecision && n.op_type != "Conv" &&
           n.op_type != "ConvTranspose") {
         ws_backward_ = Malloc(gpu_.cublas_workspace.bytes, Category::kTransient);

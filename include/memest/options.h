@@ -56,6 +56,9 @@ struct Options {
   // and backward before one optimizer step (gradients add into .grad in place). batch must be
   // divisible by it. 1 = no accumulation.
   int64_t micro_batches = 1;
+  // Count the GPU libraries' workspaces (cuBLAS, facts 2.3) in the estimate. false models a run
+  // without them: the CPU measurement harness (tensor level), which memest-eval compares with.
+  bool library_workspaces = true;
 };
 
 // Parsers/printers for the enum vocabulary, shared by the CLI and JSON output.

@@ -3,6 +3,7 @@
 // RulesRegistry.EveryRuleHasASignature), and exact saved bytes for each family
 // on small hand-built graphs.
 #include "ops/rules.h"
+#include "ops/value_facts.h"
 
 #include <gtest/gtest.h>
 
@@ -131,6 +132,12 @@ class GraphBuilder {
     a->set_name(name);
     a->set_type(onnx::AttributeProto::INT);
     a->set_i(value);
+  }
+  void SetInts(int node, const std::string& name, const std::vector<int64_t>& values) {
+    onnx::AttributeProto* a = Proto(node)->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t v : values) a->add_ints(v);
   }
   void SetString(int node, const std::string& name, const std::string& value) {
     onnx::AttributeProto* a = Proto(node)->add_attribute();
@@ -306,7 +313,9 @@ TEST(RulesRegistry, EveryRuleHasASignature) {
       {"i0 i1 i2 o0", "LSTM GRU RNN"},  // gates need a rank-3 W: none here
       {"i1",
        "Gather GatherElements GatherND ScatterElements Scatter ScatterND "
-       "Compress"},
+       "Compress ReverseSequence"},
+      {"i1 i2", "RoiAlign"},
+      {"i1 x", "MaxRoiPool"},
       {"x i1 i2", "SoftmaxCrossEntropyLoss"},
       {"i0 x", "MaxPool GlobalMaxPool"},
       {"i0 i1 x x", "InstanceNormalization"},
@@ -757,6 +766,73 @@ TEST(RulesSaved, UnknownOpIsConservative) {
       RuleContext{b.graph().nodes[static_cast<size_t>(node)], b.bound(), rg},
       &direct);
   EXPECT_EQ(SavedIds(direct), SavedIds(saved));
+}
+
+// Layout (ops/value_facts.h): attention as exporters write it. The head split is a view, the
+// transposes are views, the batched MatMuls save contiguous copies of their non-contiguous
+// operands, and merging the heads back (Transpose -> Reshape) copies.
+TEST(RulesLayout, TransposedOperandsOfBatchedMatMulAreSavedAsCopies) {
+  GraphBuilder b;
+  const int64_t B = 2, S = 8, H = 4, D = 16;
+  const int qkv = b.Activation("qkv", {B, S, 3 * H * D});
+  const int q = b.Tensor("q", core::kFloat, std::vector<int64_t>{B, S, H * D});
+  const int k = b.Tensor("k", core::kFloat, std::vector<int64_t>{B, S, H * D});
+  const int v = b.Tensor("v", core::kFloat, std::vector<int64_t>{B, S, H * D});
+  const int split = b.AddNode("Split", {qkv}, {q, k, v});
+  b.SetInt(split, "axis", 2);
+  auto heads = [&](int x, const std::string& name, std::vector<int64_t> perm,
+                   std::vector<int64_t> out) {
+    const int r = b.Tensor(name + "_r", core::kFloat, std::vector<int64_t>{B, S, H, D});
+    b.AddNode("Reshape", {x, b.Const(name + "_shape", core::kInt64, {4})}, {r});
+    const int t = b.Tensor(name + "_t", core::kFloat, out);
+    b.SetInts(b.AddNode("Transpose", {r}, {t}), "perm", perm);
+    return t;
+  };
+  const int qh = heads(q, "q", {0, 2, 1, 3}, {B, H, S, D});
+  const int kh = heads(k, "k", {0, 2, 3, 1}, {B, H, D, S});
+  const int vh = heads(v, "v", {0, 2, 1, 3}, {B, H, S, D});
+  const int scores = b.Tensor("scores", core::kFloat, std::vector<int64_t>{B, H, S, S});
+  const int mm1 = b.AddNode("MatMul", {qh, kh}, {scores});
+  const int probs = b.Tensor("probs", core::kFloat, std::vector<int64_t>{B, H, S, S});
+  b.AddNode("Softmax", {scores}, {probs});
+  const int ctx = b.Tensor("ctx", core::kFloat, std::vector<int64_t>{B, H, S, D});
+  const int mm2 = b.AddNode("MatMul", {probs, vh}, {ctx});
+  const int ctx_t = b.Tensor("ctx_t", core::kFloat, std::vector<int64_t>{B, S, H, D});
+  b.SetInts(b.AddNode("Transpose", {ctx}, {ctx_t}), "perm", {0, 2, 1, 3});
+  const int merged = b.Tensor("merged", core::kFloat, std::vector<int64_t>{B, S, H * D});
+  const int merge = b.AddNode("Reshape", {ctx_t, b.Const("m_shape", core::kInt64, {3})}, {merged});
+
+  const ValueFacts facts(b.bound(), Precision::kFp32);
+  // Splitting the last dim into heads is a view of the Split output; so are the transposes.
+  EXPECT_EQ(facts.root(qh), qkv);
+  EXPECT_EQ(facts.root(kh), qkv);
+  EXPECT_FALSE(facts.contiguous(q));
+  EXPECT_FALSE(facts.contiguous(qh));
+  EXPECT_TRUE(facts.contiguous(scores));
+  // Each non-contiguous rank-4 operand is saved as a copy of its bytes, not as the view.
+  const uint64_t head_bytes = 4u * B * H * S * D;
+  const auto s1 = facts.Saved(static_cast<size_t>(mm1));
+  EXPECT_EQ(SavedIds(s1), (std::vector<int>{-1, -1}));
+  EXPECT_EQ(ExtraBytes(s1), 2 * head_bytes);
+  const auto s2 = facts.Saved(static_cast<size_t>(mm2));
+  EXPECT_EQ(SavedIds(s2), (std::vector<int>{probs, -1}));  // probs is contiguous: saved as is
+  EXPECT_EQ(ExtraBytes(s2), head_bytes);
+  // Merging the heads: Transpose is a view, the Reshape of it copies (a new tensor).
+  EXPECT_EQ(facts.root(ctx_t), ctx);
+  EXPECT_FALSE(facts.is_view(static_cast<size_t>(merge)));
+  EXPECT_EQ(facts.root(merged), merged);
+  EXPECT_TRUE(facts.contiguous(merged));
+}
+
+TEST(RulesLayout, ReshapesOfContiguousTensorsStayViews) {
+  GraphBuilder b;
+  const int x = b.Activation("x", {2, 3, 4});
+  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{6, 4});
+  const int r = b.AddNode("Reshape", {x, b.Const("shape", core::kInt64, {2})}, {y});
+  const ValueFacts facts(b.bound(), Precision::kFp32);
+  EXPECT_TRUE(facts.is_view(static_cast<size_t>(r)));
+  EXPECT_EQ(facts.root(y), x);
+  EXPECT_TRUE(facts.contiguous(y));
 }
 
 }  // namespace

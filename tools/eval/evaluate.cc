@@ -269,6 +269,8 @@ RowOutcome Evaluator::EvaluateRow(const MeasuredRow& row) {
   }
   Options options = row.options;
   options.gpu = out.profile;
+  // CPU rows: tensor bytes without GPU library workspaces (the harness runs none).
+  options.library_workspaces = row.device_kind == "cuda";
   for (const auto& est : estimators_) {
     Prediction p;
     const auto start = std::chrono::steady_clock::now();
