@@ -43,6 +43,21 @@ struct CpuTracker::State {
   std::atomic<int32_t> node{kNodeNone};
   c10::Allocator* base = nullptr;
   c10::DeleterFnPtr base_deleter = nullptr;
+
+  // Appends one trace event at the current iteration/phase/node (mu held).
+  void Record(void* ptr, uint64_t bytes, bool alloc, uint64_t alloc_seq) {
+    TraceEvent e;
+    e.seq = events.size();
+    e.ptr = reinterpret_cast<uintptr_t>(ptr);
+    e.bytes = bytes;
+    e.alloc = alloc;
+    e.iteration = iteration;
+    e.phase = static_cast<TracePhase>(phase.load());
+    e.node = node;
+    e.live_after = live;
+    e.alloc_seq = alloc_seq;
+    events.push_back(e);
+  }
 };
 
 namespace {
@@ -174,17 +189,7 @@ void CpuTracker::OnAlloc(void* ptr, uint64_t bytes) {
     block.seq = s.events.size();
     s.live += bytes;
     if (s.live > s.peak) s.peak = s.live;
-    TraceEvent e;
-    e.seq = block.seq;
-    e.ptr = reinterpret_cast<uintptr_t>(ptr);
-    e.bytes = bytes;
-    e.alloc = true;
-    e.iteration = s.iteration;
-    e.phase = static_cast<TracePhase>(s.phase.load());
-    e.node = s.node;
-    e.live_after = s.live;
-    e.alloc_seq = block.seq;
-    s.events.push_back(e);
+    s.Record(ptr, bytes, /*alloc=*/true, block.seq);
   }
   s.blocks[ptr] = block;
 }
@@ -198,17 +203,7 @@ void CpuTracker::OnFree(void* ptr) {
   s.blocks.erase(it);
   if (!s.recording || block.recording != s.recording_id) return;
   s.live -= block.bytes;
-  TraceEvent e;
-  e.seq = s.events.size();
-  e.ptr = reinterpret_cast<uintptr_t>(ptr);
-  e.bytes = block.bytes;
-  e.alloc = false;
-  e.iteration = s.iteration;
-  e.phase = static_cast<TracePhase>(s.phase.load());
-  e.node = s.node;
-  e.live_after = s.live;
-  e.alloc_seq = block.seq;
-  s.events.push_back(e);
+  s.Record(ptr, block.bytes, /*alloc=*/false, block.seq);
 }
 
 }  // namespace memest::measurement
