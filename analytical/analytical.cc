@@ -9,10 +9,14 @@
 //   G  = P                                             gradients (facts 4.4)
 //   S  = k * P, k = 0 sgd, 1 momentum, 2 adam/adamw    optimizer state (facts 4.2)
 //   A  = input batch + every tensor autograd saves (ops/rules.h, facts 3; deduplicated)
+//        with activation checkpointing (core/checkpoint.h): outside the checkpointed segments as
+//        above, + the segments' inputs + the largest segment's saves and outputs (recomputed in
+//        backward one segment at a time)
 //        + the loss's saved tensors (cross-entropy: fp32 log-probs + int64 targets; mse: target)
 //   Tf = max over nodes of the node's outputs that are not saved (+ rule workspace)
 //   Tb = max over nodes of (gradients flowing into its outputs + out of its activation inputs)
-//   To = foreach optimizer temporaries: adam/adamw P, +P for L2 weight decay (adam/sgd) (facts 4.3)
+//   To = optimizer temporaries (facts 4.3): foreach: adam/adamw P, +P for L2 weight decay
+//        (adam/sgd); single-tensor: 2 x (largest parameter) for adam/adamw, +1 x for L2; fused: 0
 //   WS = cuBLAS workspace x 2 in training (forward + autograd threads), x 1 in inference, when the
 //        graph has GEMMs (facts 2.3)
 //
@@ -38,6 +42,7 @@
 #include <vector>
 
 #include "core/bind.h"
+#include "core/checkpoint.h"
 #include "core/checked.h"
 #include "core/dtype.h"
 #include "ops/rules.h"
@@ -100,6 +105,7 @@ class Accounting {
  private:
   void Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cache) const;
   uint64_t Workspace(const GpuProfile& gpu, int count) const;
+  uint64_t LargestParameter() const;
   void Finish(const Blocks& all, const GpuProfile& gpu, Estimate* e) const;
   uint64_t Eff(int id) const { return facts_.bytes(id); }
 
@@ -119,6 +125,15 @@ void Accounting::Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cach
     params_only->Add(Eff(id));
     cast_cache->Add(facts_.amp_cast_bytes(id));  // facts 5.1
   }
+}
+
+uint64_t Accounting::LargestParameter() const {
+  uint64_t largest = 0;
+  for (size_t i = 0; i < g_.values.size(); ++i) {
+    const core::Value& v = g_.values[i];
+    if (v.trainable && !v.consumers.empty()) largest = std::max(largest, Eff(static_cast<int>(i)));
+  }
+  return largest;
 }
 
 uint64_t Accounting::Workspace(const GpuProfile& gpu, int count) const {
@@ -194,23 +209,51 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
     saved.Add(Eff(id));
   };
   for (int id : g_.data_inputs) save_value(id);
+  // Activation checkpointing: a checkpointed segment keeps only its inputs; what its nodes save
+  // exists for one segment at a time, when backward recomputes it (with its outputs).
+  const std::vector<core::CheckpointSegment> segs =
+      core::CheckpointSegments(g_, o_.checkpoint_segments);
+  const std::vector<int> seg_of = core::SegmentOfNode(g_, segs);
+  std::vector<Blocks> seg_saved(segs.size());
+  std::vector<std::set<int>> seg_counted(segs.size());
+  auto save_in_segment = [&](int id, int seg) {
+    id = facts_.root(id);
+    const core::Value& v = g_.value(id);
+    if (v.kind == core::ValueKind::kInitializer) return;
+    const core::CheckpointSegment& c = segs[static_cast<size_t>(seg)];
+    if (v.kind != core::ValueKind::kIntermediate || v.producer < c.begin || v.producer >= c.end) {
+      save_value(id);  // made outside: a segment input, kept by the checkpoint
+    } else if (seg_counted[static_cast<size_t>(seg)].insert(id).second) {
+      seg_saved[static_cast<size_t>(seg)].Add(Eff(id));
+    }
+  };
+  for (size_t sg = 0; sg < segs.size(); ++sg) {
+    for (int in : segs[sg].inputs) save_value(in);
+    for (int out : segs[sg].outputs) save_in_segment(out, static_cast<int>(sg));
+  }
   uint64_t tf = 0, tb = 0;
   std::string tb_node;
   for (const core::Node& n : g_.nodes) {
     const ops::OpRule* rule = facts_.rule(static_cast<size_t>(&n - g_.nodes.data()));
     std::set<int> saved_here;
     const size_t k = static_cast<size_t>(&n - g_.nodes.data());
+    const int seg = seg_of[k];
+    Blocks& into = seg >= 0 ? seg_saved[static_cast<size_t>(seg)] : saved;
     for (const ops::SavedTensor& s : facts_.Saved(k)) {
       if (s.value >= 0) {
-        save_value(s.value);
+        if (seg >= 0) {
+          save_in_segment(s.value, seg);
+        } else {
+          save_value(s.value);
+        }
         saved_here.insert(s.value);
         // fp32-policy op on a low-precision input saves an fp32 copy (facts 5.3).
         if (rule && rule->amp == ops::AmpPolicy::kFp32 && facts_.low(s.value) &&
             o_.precision != Precision::kBf16) {
-          saved.Add(b_.Bytes(s.value));
+          into.Add(b_.Bytes(s.value));
         }
       } else {
-        saved.Add(s.bytes);
+        into.Add(s.bytes);
       }
     }
     // Forward transient: outputs of this node that nobody keeps, plus its workspace.
@@ -238,6 +281,10 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
       tb_node = n.name;
     }
   }
+  if (!seg_saved.empty()) {
+    saved.Add(*std::max_element(seg_saved.begin(), seg_saved.end(),
+                                [](const Blocks& a, const Blocks& b) { return a.allocated < b.allocated; }));
+  }
   // Loss on the first graph output (options.h Loss).
   if (!g_.outputs.empty()) {
     const int out = g_.outputs.front();
@@ -257,10 +304,22 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
       tb_node = "loss";
     }
   }
-  uint64_t to = 0;  // facts 4.3 foreach temporaries
+  uint64_t to = 0;  // facts 4.3 optimizer temporaries
   const bool l2 = o_.weight_decay > 0 && o_.optimizer != Optimizer::kAdamW;
-  if (o_.optimizer == Optimizer::kAdam || o_.optimizer == Optimizer::kAdamW) to = params.requested;
-  if (l2) to = SatAdd(to, params.requested);
+  const bool adam = o_.optimizer == Optimizer::kAdam || o_.optimizer == Optimizer::kAdamW;
+  switch (o_.optimizer_impl) {
+    case OptimizerImpl::kForeach:  // a parameter-sized list per temporary
+      if (adam) to = params.requested;
+      if (l2) to = SatAdd(to, params.requested);
+      break;
+    case OptimizerImpl::kSingleTensor: {  // per parameter: sqrt and division (+ the L2 copy)
+      const uint64_t largest = LargestParameter();
+      to = SatMul(largest, static_cast<uint64_t>((adam ? 2 : 0) + (l2 ? 1 : 0)));
+      break;
+    }
+    case OptimizerImpl::kFused:  // one kernel, weight decay included
+      break;
+  }
   const uint64_t ws = Workspace(gpu, 2);
 
   Blocks fwdbwd = weights;

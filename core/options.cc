@@ -25,6 +25,10 @@ constexpr std::pair<const char*, Optimizer> kOptimizers[] = {{"sgd", Optimizer::
                                                              {"momentum", Optimizer::kMomentum},
                                                              {"adam", Optimizer::kAdam},
                                                              {"adamw", Optimizer::kAdamW}};
+constexpr std::pair<const char*, OptimizerImpl> kOptimizerImpls[] = {
+    {"foreach", OptimizerImpl::kForeach},
+    {"single-tensor", OptimizerImpl::kSingleTensor},
+    {"fused", OptimizerImpl::kFused}};
 constexpr std::pair<const char*, Precision> kPrecisions[] = {{"fp32", Precision::kFp32},
                                                              {"amp-fp16", Precision::kAmpFp16},
                                                              {"amp-bf16", Precision::kAmpBf16},
@@ -46,12 +50,17 @@ Result<Mode> ParseMode(std::string_view s) { return ParseEnum(s, "mode", kModes)
 Result<Optimizer> ParseOptimizer(std::string_view s) {
   return ParseEnum(s, "optimizer", kOptimizers);
 }
+Result<OptimizerImpl> ParseOptimizerImpl(std::string_view s) {
+  if (s == "single") return OptimizerImpl::kSingleTensor;  // memest-measure's spelling
+  return ParseEnum(s, "optimizer implementation", kOptimizerImpls);
+}
 Result<Precision> ParsePrecision(std::string_view s) {
   return ParseEnum(s, "precision", kPrecisions);
 }
 Result<Loss> ParseLoss(std::string_view s) { return ParseEnum(s, "loss", kLosses); }
 const char* ToString(Mode m) { return NameOf(m, kModes); }
 const char* ToString(Optimizer o) { return NameOf(o, kOptimizers); }
+const char* ToString(OptimizerImpl i) { return NameOf(i, kOptimizerImpls); }
 const char* ToString(Precision p) { return NameOf(p, kPrecisions); }
 const char* ToString(Loss l) { return NameOf(l, kLosses); }
 
@@ -78,6 +87,13 @@ Status Validate(const Options& o) {
     return InvalidArgument("batch " + std::to_string(*o.batch) + " is not divisible into " +
                            std::to_string(o.micro_batches) + " micro-batches");
   }
+  if (o.checkpoint_segments < 0) return InvalidArgument("checkpoint_segments must be >= 0");
+  if (o.optimizer_impl == OptimizerImpl::kFused && o.optimizer != Optimizer::kAdam &&
+      o.optimizer != Optimizer::kAdamW) {
+    // torch.optim has fused kernels for Adam and AdamW only (facts 4.3).
+    return InvalidArgument(std::string("the fused implementation exists for adam and adamw, not ") +
+                           ToString(o.optimizer));
+  }
   return Status::Ok();
 }
 
@@ -92,6 +108,8 @@ std::vector<OptionDoc> DescribeOptions() {
       {"batch", opt_int(d.batch), "binds the leading symbolic dim of every data input"},
       {"dims", d.dims.empty() ? "(none)" : "(set)", "name=value bindings for named dims"},
       {"optimizer", ToString(d.optimizer), "sgd | momentum | adam | adamw"},
+      {"optimizer_impl", ToString(d.optimizer_impl),
+       "foreach | single-tensor | fused: how torch.optim runs the step (its temporaries)"},
       {"weight_decay", wd, "L2 for sgd/momentum/adam (adds a temporary), decoupled for adamw"},
       {"precision", ToString(d.precision), "fp32 | amp-fp16 | amp-bf16 | bf16"},
       {"loss", ToString(d.loss), "auto: cross-entropy for [N,C] logits, else mse"},
@@ -100,6 +118,8 @@ std::vector<OptionDoc> DescribeOptions() {
        "PyTorch allocator expandable_segments"},
       {"micro_batches", std::to_string(d.micro_batches),
        "gradient accumulation: micro-batches per optimizer step (batch must divide)"},
+      {"checkpoint_segments", std::to_string(d.checkpoint_segments),
+       "activation checkpointing as checkpoint_sequential with this many segments (0: off)"},
       {"library_workspaces", d.library_workspaces ? "true" : "false",
        "count cuBLAS workspaces (false: compare with the CPU harness)"},
   };

@@ -38,6 +38,8 @@
 #include "measurement/executor.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/version.h>
 
 #include <algorithm>
@@ -191,6 +193,11 @@ class AutocastScope {
 #endif
 
 // One measured run: the state of a training loop plus its bookkeeping.
+// A node of a checkpointed segment failed inside the custom function's forward.
+struct SegmentError {
+  Status status;
+};
+
 class Runner {
  public:
   Runner(const Plan& plan, const ExecuteOptions& xo) : plan_(plan), xo_(xo) {}
@@ -211,6 +218,17 @@ class Runner {
 
   Status Setup();
   Status Forward(int iteration);
+  Status RunNode(size_t i);
+  Status RunCheckpointed(size_t seg);
+
+ public:
+  // For CheckpointFunction (activation checkpointing): the segment's forward under no_grad, and
+  // its recomputation with grad enabled followed by the backward through it.
+  torch::autograd::variable_list SegmentForward(size_t seg, at::TensorList inputs);
+  torch::autograd::variable_list SegmentBackward(size_t seg, const torch::autograd::variable_list& saved,
+                                                 const torch::autograd::variable_list& grads);
+
+ private:
   Status Loss();
   void Backward();
   void Step();
@@ -387,7 +405,21 @@ Status Runner::Setup() {
 }
 
 Status Runner::Forward(int iteration) {
-  for (size_t i = 0; i < plan_.nodes.size(); ++i) {
+  size_t i = 0;
+  for (size_t seg = 0; seg < plan_.checkpoint.size(); ++seg) {
+    for (; i < static_cast<size_t>(plan_.checkpoint[seg].begin); ++i) {
+      MEMEST_RETURN_IF_ERROR(RunNode(i));
+    }
+    MEMEST_RETURN_IF_ERROR(RunCheckpointed(seg));
+    i = static_cast<size_t>(plan_.checkpoint[seg].end);
+  }
+  for (; i < plan_.nodes.size(); ++i) MEMEST_RETURN_IF_ERROR(RunNode(i));
+  (void)iteration;
+  return Status::Ok();
+}
+
+Status Runner::RunNode(size_t i) {
+  {
     const PlanNode& node = plan_.nodes[i];
     const OpDef* op = ops_[i];
     if (tracker_ != nullptr) tracker_->SetNode(static_cast<int32_t>(i));
@@ -457,8 +489,121 @@ Status Runner::Forward(int iteration) {
     }
 #endif
   }
-  (void)iteration;
   return Status::Ok();
+}
+
+// torch.utils.checkpoint with use_reentrant=True, as a LibTorch custom function: forward runs
+// the segment without grad and keeps its inputs; backward runs the segment again with grad
+// enabled from detached inputs and calls backward through it (reentrant), which accumulates the
+// parameters' .grad directly and leaves the inputs' gradients in the detached inputs' .grad.
+// The segment's parameters are passed as inputs too, so that the outputs require grad even
+// when no activation input does (the first segment), as with use_reentrant=False.
+struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                Runner* runner, int64_t seg,
+                                                at::TensorList inputs) {
+    ctx->set_materialize_grads(false);
+    ctx->saved_data["seg"] = seg;
+    ctx->saved_data["runner"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(runner));
+    ctx->save_for_backward(inputs.vec());
+    return runner->SegmentForward(static_cast<size_t>(seg), inputs);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* runner = reinterpret_cast<Runner*>(static_cast<intptr_t>(ctx->saved_data["runner"].toInt()));
+    const auto seg = static_cast<size_t>(ctx->saved_data["seg"].toInt());
+    torch::autograd::variable_list in_grads =
+        runner->SegmentBackward(seg, ctx->get_saved_variables(), grads);
+    in_grads.insert(in_grads.begin(), 2, at::Tensor());  // runner and seg have no gradient
+    return in_grads;
+  }
+};
+
+Status Runner::RunCheckpointed(size_t seg) {
+  const PlanSegment& s = plan_.checkpoint[seg];
+  std::vector<at::Tensor> inputs;
+  for (int id : s.inputs) inputs.push_back(env_[static_cast<size_t>(id)]);
+  for (int id : s.parameters) inputs.push_back(env_[static_cast<size_t>(id)]);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (!inputs[k].defined()) {
+      return Internal("checkpointed segment at node '" + plan_.nodes[static_cast<size_t>(s.begin)].name +
+                      "': an input was not computed");
+    }
+  }
+  torch::autograd::variable_list outputs;
+  try {
+    outputs = CheckpointFunction::apply(this, static_cast<int64_t>(seg), at::TensorList(inputs));
+  } catch (const SegmentError& e) {
+    return e.status;
+  }
+  inputs.clear();
+  for (size_t k = 0; k < s.outputs.size() && k < outputs.size(); ++k) {
+    env_[static_cast<size_t>(s.outputs[k])] = std::move(outputs[k]);
+  }
+  // Inputs whose last reader was in the segment are dropped (the checkpoint keeps its own).
+  for (int id : s.inputs) {
+    const PlanValue& v = plan_.values[static_cast<size_t>(id)];
+    if (v.last_consumer < s.end && !persistent_[static_cast<size_t>(id)] && !v.graph_output) {
+      env_[static_cast<size_t>(id)] = at::Tensor();
+    }
+  }
+  return Status::Ok();
+}
+
+torch::autograd::variable_list Runner::SegmentForward(size_t seg, at::TensorList inputs) {
+  const PlanSegment& s = plan_.checkpoint[seg];
+  for (size_t k = 0; k < s.inputs.size(); ++k) env_[static_cast<size_t>(s.inputs[k])] = inputs[k];
+  for (size_t i = static_cast<size_t>(s.begin); i < static_cast<size_t>(s.end); ++i) {
+    if (Status st = RunNode(i); !st.ok()) throw SegmentError{st};
+  }
+  torch::autograd::variable_list outputs;
+  for (int id : s.outputs) {
+    outputs.push_back(env_[static_cast<size_t>(id)]);
+    env_[static_cast<size_t>(id)] = at::Tensor();  // the caller stores the wrapped output
+  }
+  return outputs;
+}
+
+torch::autograd::variable_list Runner::SegmentBackward(size_t seg,
+                                                       const torch::autograd::variable_list& saved,
+                                                       const torch::autograd::variable_list& grads) {
+  const PlanSegment& s = plan_.checkpoint[seg];
+  // Detached inputs (same storage), requiring grad where the originals did.
+  std::vector<at::Tensor> detached;
+  std::vector<std::pair<int, at::Tensor>> previous;  // env_ entries to put back
+  for (size_t k = 0; k < s.inputs.size(); ++k) {
+    at::Tensor d = saved[k].detach();
+    if (saved[k].requires_grad()) d.requires_grad_(true);
+    const auto id = static_cast<size_t>(s.inputs[k]);
+    previous.emplace_back(s.inputs[k], env_[id]);
+    env_[id] = d;
+    detached.push_back(std::move(d));
+  }
+  torch::autograd::variable_list outputs, out_grads;
+  {
+    at::AutoGradMode enable(true);
+    for (size_t i = static_cast<size_t>(s.begin); i < static_cast<size_t>(s.end); ++i) {
+      if (Status st = RunNode(i); !st.ok()) throw std::runtime_error(st.ToString());
+    }
+    for (size_t k = 0; k < s.outputs.size(); ++k) {
+      const auto id = static_cast<size_t>(s.outputs[k]);
+      at::Tensor out = env_[id];
+      env_[id] = at::Tensor();
+      if (k < grads.size() && grads[k].defined() && out.defined() && out.requires_grad()) {
+        outputs.push_back(std::move(out));
+        out_grads.push_back(grads[k]);
+      }
+    }
+  }
+  for (auto& [id, t] : previous) env_[static_cast<size_t>(id)] = std::move(t);
+  previous.clear();
+  if (!outputs.empty()) torch::autograd::backward(outputs, out_grads);
+  outputs.clear();
+  out_grads.clear();
+  torch::autograd::variable_list in_grads;
+  for (at::Tensor& d : detached) in_grads.push_back(d.requires_grad() ? d.grad() : at::Tensor());
+  in_grads.resize(saved.size());  // parameters: accumulated in place by the inner backward
+  return in_grads;
 }
 
 Status Runner::Loss() {

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/bind.h"
+#include "core/checkpoint.h"
 #include "core/dtype.h"
 #include "core/graph.h"
 
@@ -308,6 +309,11 @@ Result<Plan> BuildPlan(const Model& model, const Options& options) {
   plan.model_path = g.summary.path;
   plan.bindings = bound.bindings;
   plan.diagnostics = bound.diagnostics;
+  if (options.mode == Mode::kTrain) {
+    for (const core::CheckpointSegment& c : core::CheckpointSegments(g, options.checkpoint_segments)) {
+      plan.checkpoint.push_back({c.begin, c.end, c.inputs, c.outputs, c.parameters});
+    }
+  }
 
   // Initializer payloads (the loader kept those of at most 1024 elements).
   std::map<std::string, const onnx::TensorProto*, std::less<>> init_protos;

@@ -94,6 +94,15 @@ struct PlanValue {
   int last_consumer = -1;  // index of the last node that reads it (-1: none)
 };
 
+// A checkpointed segment (Options::checkpoint_segments, cut by core/checkpoint.h): nodes
+// [begin, end) run forward without grad and again in backward.
+struct PlanSegment {
+  int begin = 0, end = 0;
+  std::vector<int> inputs;      // non-initializer values read by the segment, made outside it
+  std::vector<int> outputs;     // values made in the segment and read after it (or outputs)
+  std::vector<int> parameters;  // trainable initializers the segment reads
+};
+
 struct Plan {
   std::string model_path;
   std::vector<PlanNode> nodes;  // topological order
@@ -106,6 +115,7 @@ struct Plan {
   std::map<std::string, int64_t> bindings;  // every symbolic dim -> bound value
   uint64_t parameter_bytes = 0;             // sum of parameter sizes in their file dtype
   std::vector<Diagnostic> diagnostics;      // from binding (unknown shapes, ...)
+  std::vector<PlanSegment> checkpoint;      // training with checkpoint_segments > 1
 };
 
 // Builds the plan. Errors: those of Validate(options) and core::Bind (UnboundDim, Overflow,

@@ -35,14 +35,17 @@ Json ConfigObject(const RowRequest& r) {
   const bool train = o.mode == Mode::kTrain;
   Json dims = Json::object();
   for (const auto& [name, value] : r.dims) dims[name] = value;
-  return Json{{"mode", ToString(o.mode)},
-              {"batch", o.batch ? Json(*o.batch) : Json(nullptr)},
-              {"dims", dims},
-              {"optimizer", train ? Json(ToString(o.optimizer)) : Json(nullptr)},
-              {"weight_decay", train ? Json(o.weight_decay) : Json(nullptr)},
-              {"precision", ToString(o.precision)},
-              {"loss", ToString(o.loss)},
-              {"iterations", r.iterations}};
+  Json c{{"mode", ToString(o.mode)},
+         {"batch", o.batch ? Json(*o.batch) : Json(nullptr)},
+         {"dims", dims},
+         {"optimizer", train ? Json(ToString(o.optimizer)) : Json(nullptr)},
+         {"weight_decay", train ? Json(o.weight_decay) : Json(nullptr)},
+         {"precision", ToString(o.precision)},
+         {"loss", ToString(o.loss)},
+         {"iterations", r.iterations}};
+  // Written only when used, so that the ids of rows without checkpointing stay as they were.
+  if (train && o.checkpoint_segments > 1) c["checkpoint_segments"] = o.checkpoint_segments;
+  return c;
 }
 
 std::string NowUtc() {

@@ -13,17 +13,25 @@
 //  * The first GEMM of the forward creates the main thread's cuBLAS workspace; the first GEMM of
 //    the backward creates the autograd thread's (facts 2.3, INF); both persist.
 //  * Loss on the first output: cross-entropy keeps fp32 log-probs (facts 3.2), mse the target.
+//    Its backward: cross-entropy holds the log-probs' gradient and the logits' gradient at once.
 //  * Backward, in reverse order, for nodes with an input that requires grad and an output that has
 //    a gradient: allocate one gradient per such input (views pass the gradient buffer through);
 //    a parameter's first gradient becomes its .grad (stolen, facts 3.1), later ones are added in
 //    place (freed); fan-out gradients of activations accumulate in place (the new buffer is freed,
 //    facts 3.1); then the node's output gradients and saved tensors are freed (facts 3.1
 //    release_variables).
+//  * Activation checkpointing (Options::checkpoint_segments; cuts in core/checkpoint.h): nodes of a
+//    checkpointed segment save nothing in the forward; the segment's inputs are kept until its
+//    backward. When backward reaches the segment, its forward runs again (saving as usual, with
+//    its own autocast cache), then backward goes through it and the recomputed outputs and the
+//    kept inputs are released (torch.utils.checkpoint, reentrant).
 //  * Gradient accumulation (Options::micro_batches): k forward/backward passes on batch/k, the
 //    later gradients added into .grad in place, then one step.
-//  * Optimizer step (foreach, the default; facts 4.1-4.3): iteration 1 creates the state (adam: 2
-//    per parameter, momentum: 1); L2 weight decay allocates a gradient-sized copy of all grads, then
-//    frees it; adam then allocates the sqrt copy of all exp_avg_sq (one per parameter) and frees it.
+//  * Optimizer step (facts 4.1-4.3): iteration 1 creates the state (adam: 2 per parameter,
+//    momentum: 1). Foreach (the default): L2 weight decay allocates a gradient-sized copy of all
+//    grads, then frees it; adam then allocates the sqrt copy of all exp_avg_sq (one per parameter)
+//    and frees it. Single-tensor: per parameter, the L2 copy and adam's sqrt and quotient (facts
+//    4.3: about 2 x the largest parameter). Fused: no parameter-sized temporaries.
 //  * Inference: forward only, no saved tensors, no gradients, one cuBLAS workspace.
 //  * Every event goes through CachingAllocatorModel (symbolic/allocator.h); peaks over all
 //    simulated iterations; device peak = peak reserved + the GPU profile's CUDA context (facts 2.2).
@@ -35,6 +43,7 @@
 #include <set>
 
 #include "core/checked.h"
+#include "core/checkpoint.h"
 #include "core/dtype.h"
 #include "ops/rules.h"
 #include "ops/value_facts.h"
@@ -87,6 +96,11 @@ class Sim {
   void Step(int it);
   void Infer();
   void FreeIfDead(int root);
+  // Activation checkpointing (Options::checkpoint_segments).
+  bool Checkpointed(size_t node) const { return !seg_of_.empty() && seg_of_[node] >= 0; }
+  bool MadeIn(int root, int seg) const;
+  void Recompute(int seg);
+  void ReleaseSegment(int seg);
 
   const core::BoundGraph& b_;
   const core::Graph& g_;
@@ -108,6 +122,8 @@ class Sim {
   std::vector<int> uses_;        // per root: forward uses by nodes (all aliases)
   std::vector<int> saved_by_;    // per root: nodes that save it
   std::vector<int> cast_saves_;  // per parameter: lower-precision nodes that save its AMP copy
+  std::vector<core::CheckpointSegment> ckpt_;
+  std::vector<int> seg_of_;  // per node: index into ckpt_, -1 when not checkpointed
   int loss_value_ = -1;
   bool cross_entropy_ = false;
   uint64_t log_probs_bytes_ = 0, targets_bytes_ = 0;
@@ -198,6 +214,10 @@ void Sim::Prepare() {
   saved_by_.assign(nv, 0);
   cast_saves_.assign(nv, 0);
   saved_.resize(nn);
+  if (train_) {
+    ckpt_ = core::CheckpointSegments(g_, o_.checkpoint_segments);
+    if (!ckpt_.empty()) seg_of_ = core::SegmentOfNode(g_, ckpt_);
+  }
   for (size_t k = 0; k < nn; ++k) {
     const core::Node& n = g_.nodes[k];
     std::set<int> roots;
@@ -207,6 +227,9 @@ void Sim::Prepare() {
     for (int r : roots) ++uses_[static_cast<size_t>(r)];
     if (!train_) continue;
     saved_[k] = facts_.Saved(k);
+    // A checkpointed node saves nothing in the forward (it runs under no_grad); its saves are
+    // counted when the segment is recomputed in backward.
+    if (Checkpointed(k)) continue;
     std::set<int> saved_roots;
     for (const auto& s : saved_[k]) {
       if (s.value < 0) continue;
@@ -221,6 +244,11 @@ void Sim::Prepare() {
       saved_roots.insert(facts_.root(s.value));
     }
     for (int r : saved_roots) ++saved_by_[static_cast<size_t>(r)];
+  }
+  for (const core::CheckpointSegment& seg : ckpt_) {  // the checkpoint keeps its inputs
+    std::set<int> roots;
+    for (int in : seg.inputs) roots.insert(facts_.root(in));
+    for (int r : roots) ++saved_by_[static_cast<size_t>(r)];
   }
   if (train_ && !g_.outputs.empty()) {
     loss_value_ = g_.outputs.front();
@@ -272,6 +300,116 @@ void Sim::FreeIfDead(int root) {
   Free(&value_[static_cast<size_t>(root)]);
 }
 
+bool Sim::MadeIn(int root, int seg) const {
+  const core::Value& v = g_.value(root);
+  if (v.kind != core::ValueKind::kIntermediate || v.producer < 0) return false;
+  const core::CheckpointSegment& s = ckpt_[static_cast<size_t>(seg)];
+  return v.producer >= s.begin && v.producer < s.end;
+}
+
+// Backward reached a checkpointed segment: its forward runs again with grad enabled from the
+// kept inputs (reentrant torch.utils.checkpoint): outputs, saved tensors and extras as in a
+// normal forward; unsaved intermediates die after their last reader in the segment; the
+// recomputed segment outputs stay alive until the segment's backward is done (they are the
+// roots of the inner backward). Under AMP the recomputation has its own autocast cache.
+void Sim::Recompute(int seg) {
+  const core::CheckpointSegment& s = ckpt_[static_cast<size_t>(seg)];
+  bool needed = false;
+  for (int out : s.outputs) needed = needed || grad_[static_cast<size_t>(out)] >= 0;
+  if (!needed) return;
+  // Per-segment counts for the roots the segment makes.
+  for (int k = s.begin; k < s.end; ++k) {
+    const core::Node& n = g_.nodes[static_cast<size_t>(k)];
+    for (int out : n.outputs) {
+      if (out >= 0 && facts_.root(out) == out) {
+        uses_left_[static_cast<size_t>(out)] = 0;
+        saved_left_[static_cast<size_t>(out)] = 0;
+      }
+    }
+  }
+  for (int k = s.begin; k < s.end; ++k) {
+    const core::Node& n = g_.nodes[static_cast<size_t>(k)];
+    std::set<int> roots, saved_roots;
+    for (int in : n.inputs) {
+      if (in >= 0 && MadeIn(facts_.root(in), seg)) roots.insert(facts_.root(in));
+    }
+    for (int r : roots) ++uses_left_[static_cast<size_t>(r)];
+    for (const auto& sv : saved_[static_cast<size_t>(k)]) {
+      if (sv.value >= 0 && MadeIn(facts_.root(sv.value), seg)) saved_roots.insert(facts_.root(sv.value));
+    }
+    for (int r : saved_roots) ++saved_left_[static_cast<size_t>(r)];
+  }
+  std::set<int> held;
+  for (int out : s.outputs) held.insert(facts_.root(out));
+  for (int r : held) {
+    if (MadeIn(r, seg)) ++saved_left_[static_cast<size_t>(r)];
+  }
+  for (int k = s.begin; k < s.end; ++k) {
+    const core::Node& n = g_.nodes[static_cast<size_t>(k)];
+    node_ = k;
+    const ops::OpRule* rule = facts_.rule(static_cast<size_t>(k));
+    const bool lower = rule && rule->amp == ops::AmpPolicy::kLowerPrecision;
+    if (lower) {
+      for (int in : n.inputs) {
+        if (in >= 0 && cast_[static_cast<size_t>(in)] < 0 && facts_.amp_cast_bytes(in) > 0) {
+          cast_[static_cast<size_t>(in)] = Malloc(facts_.amp_cast_bytes(in), Category::kWeights);
+        }
+      }
+    }
+    for (int out : n.outputs) {
+      if (out < 0 || facts_.root(out) != out || value_[static_cast<size_t>(out)] >= 0) continue;
+      value_[static_cast<size_t>(out)] = Malloc(
+          facts_.bytes(out),
+          saved_left_[static_cast<size_t>(out)] > 0 ? Category::kActivations : Category::kTransient);
+    }
+    if (rule && rule->workspace) {
+      Tensor ws = Malloc(rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()}),
+                         Category::kTransient);
+      Free(&ws);
+    }
+    for (const auto& sv : saved_[static_cast<size_t>(k)]) {
+      if (sv.value < 0) {
+        extras_[static_cast<size_t>(k)].push_back(Malloc(sv.bytes, Category::kActivations));
+      } else if (lower && g_.value(sv.value).kind == core::ValueKind::kInitializer &&
+                 facts_.amp_cast_bytes(sv.value) > 0) {
+        ++cast_left_[static_cast<size_t>(sv.value)];
+      }
+    }
+    std::set<int> roots;
+    for (int in : n.inputs) {
+      if (in >= 0 && MadeIn(facts_.root(in), seg)) roots.insert(facts_.root(in));
+    }
+    for (int r : roots) {
+      --uses_left_[static_cast<size_t>(r)];
+      FreeIfDead(r);
+    }
+    for (int out : n.outputs) {
+      if (out >= 0 && facts_.root(out) == out) FreeIfDead(out);
+    }
+  }
+  for (size_t i = 0; i < cast_.size(); ++i) {  // the recomputation's autocast cache is cleared
+    if (cast_[i] >= 0 && cast_left_[i] == 0) Free(&cast_[i]);
+  }
+}
+
+// The segment's backward is done: the recomputed outputs and the kept inputs are released.
+void Sim::ReleaseSegment(int seg) {
+  const core::CheckpointSegment& s = ckpt_[static_cast<size_t>(seg)];
+  std::set<int> roots;
+  for (int out : s.outputs) roots.insert(facts_.root(out));
+  for (int r : roots) {
+    if (!MadeIn(r, seg) || saved_left_[static_cast<size_t>(r)] == 0) continue;
+    --saved_left_[static_cast<size_t>(r)];
+    FreeIfDead(r);
+  }
+  roots.clear();
+  for (int in : s.inputs) roots.insert(facts_.root(in));
+  for (int r : roots) {
+    if (saved_left_[static_cast<size_t>(r)] > 0) --saved_left_[static_cast<size_t>(r)];
+    FreeIfDead(r);
+  }
+}
+
 void Sim::Forward(int it) {
   phase_ = train_ ? Phase::kForward : Phase::kInference;
   uses_left_ = uses_;
@@ -305,7 +443,7 @@ void Sim::Forward(int it) {
                          Category::kTransient);
       Free(&ws);
     }
-    if (train_) {
+    if (train_ && !Checkpointed(k)) {
       for (const auto& s : saved_[k]) {
         if (s.value < 0) extras_[k].push_back(Malloc(s.bytes, Category::kActivations));
       }
@@ -341,13 +479,30 @@ void Sim::Backward() {
   phase_ = Phase::kBackward;
   if (loss_value_ >= 0) {
     Tensor seed = Malloc(4, Category::kTransient);  // ones_like(loss)
-    grad_[static_cast<size_t>(loss_value_)] = Malloc(facts_.bytes(loss_value_), Category::kTransient);
-    Free(&seed);
+    if (cross_entropy_) {
+      // NllLossBackward: a dense fp32 gradient of the log-probs; then LogSoftmaxBackward: the
+      // gradient of the logits, while both are alive; then both of the former die (facts 3.1
+      // release_variables; measured on the CPU harness, datasets/measured/cpu/bundled.jsonl).
+      Tensor grad_log_probs = Malloc(log_probs_bytes_, Category::kTransient);
+      Free(&seed);
+      grad_[static_cast<size_t>(loss_value_)] =
+          Malloc(facts_.bytes(loss_value_), Category::kTransient);
+      Free(&grad_log_probs);
+    } else {  // MseLossBackward: one gradient the size of the output
+      grad_[static_cast<size_t>(loss_value_)] =
+          Malloc(facts_.bytes(loss_value_), Category::kTransient);
+      Free(&seed);
+    }
     Free(&log_probs_);
   }
   for (size_t kk = g_.nodes.size(); kk-- > 0;) {
     const core::Node& n = g_.nodes[kk];
     node_ = static_cast<int>(kk);
+    const int seg = Checkpointed(kk) ? seg_of_[kk] : -1;
+    if (seg >= 0 && static_cast<int>(kk) == ckpt_[static_cast<size_t>(seg)].end - 1) {
+      Recompute(seg);
+      node_ = static_cast<int>(kk);
+    }
     const ops::OpRule* rule = facts_.rule(kk);
     bool needs = false, has_out_grad = false;
     for (int in : n.inputs) needs = needs || facts_.requires_grad(in);
@@ -413,6 +568,9 @@ void Sim::Backward() {
         continue;
       }
       const int r = facts_.root(s.value);
+      // In a recomputed segment, only what the recomputation made is counted per node; the
+      // segment's inputs are held by the checkpoint until ReleaseSegment.
+      if (seg >= 0 && !MadeIn(r, seg)) continue;
       if (released.insert(r).second) {
         --saved_left_[static_cast<size_t>(r)];
         FreeIfDead(r);
@@ -420,6 +578,9 @@ void Sim::Backward() {
     }
     for (Tensor& t : extras_[kk]) Free(&t);
     extras_[kk].clear();
+    if (seg >= 0 && static_cast<int>(kk) == ckpt_[static_cast<size_t>(seg)].begin) {
+      ReleaseSegment(seg);
+    }
   }
   node_ = -1;
   for (Tensor& t : grad_) Free(&t);
@@ -441,15 +602,38 @@ void Sim::Step(int it) {
       for (int j = 0; j < k; ++j) state_.push_back(Malloc(facts_.bytes(p), Category::kOptimizerState));
     }
   }
-  std::vector<Tensor> temps;
-  if (o_.weight_decay > 0 && o_.optimizer != Optimizer::kAdamW) {  // L2: _foreach_add copy
-    for (int p : params) temps.push_back(Malloc(facts_.bytes(p), Category::kTransient));
-    for (Tensor& t : temps) Free(&t);
-    temps.clear();
-  }
-  if (adam) {  // _foreach_sqrt(exp_avg_sqs) (facts 4.3)
-    for (int p : params) temps.push_back(Malloc(facts_.bytes(p), Category::kTransient));
-    for (Tensor& t : temps) Free(&t);
+  const bool l2 = o_.weight_decay > 0 && o_.optimizer != Optimizer::kAdamW;
+  switch (o_.optimizer_impl) {
+    case OptimizerImpl::kForeach: {
+      std::vector<Tensor> temps;
+      if (l2) {  // _foreach_add(grads, params): a copy of all grads, freed by `del device_grads`
+        for (int p : params) temps.push_back(Malloc(facts_.bytes(p), Category::kTransient));
+        for (Tensor& t : temps) Free(&t);
+        temps.clear();
+      }
+      if (adam) {  // _foreach_sqrt(exp_avg_sqs), then modified in place
+        for (int p : params) temps.push_back(Malloc(facts_.bytes(p), Category::kTransient));
+        for (Tensor& t : temps) Free(&t);
+      }
+      break;
+    }
+    case OptimizerImpl::kSingleTensor:
+      // _single_tensor_adam / _single_tensor_sgd, one parameter at a time: grad.add(param) for
+      // L2 lives through the iteration; denom = (exp_avg_sq.sqrt() / bc).add_(eps) holds the
+      // sqrt and the quotient together, then the quotient until the end of the iteration.
+      for (int p : params) {
+        Tensor wd = l2 ? Malloc(facts_.bytes(p), Category::kTransient) : -1;
+        if (adam) {
+          Tensor root = Malloc(facts_.bytes(p), Category::kTransient);
+          Tensor denom = Malloc(facts_.bytes(p), Category::kTransient);
+          Free(&root);
+          Free(&denom);
+        }
+        Free(&wd);
+      }
+      break;
+    case OptimizerImpl::kFused:  // _fused_adam_: one kernel, no parameter-sized temporaries
+      break;
   }
 }
 

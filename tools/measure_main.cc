@@ -85,6 +85,7 @@ struct RunSettings {
   uint64_t seed = 0;
   uint64_t host_limit_bytes = 0;
   measurement::OptimizerImpl optimizer_impl = measurement::OptimizerImpl::kAuto;
+  std::string trace_file;  // CPU: every allocation event as CSV (single runs only)
 };
 
 // The repository root above `file` (a folder with .git, or with CMakeLists.txt and
@@ -171,6 +172,31 @@ int ExitCodeFor(const Status& s) {
 }
 
 // Runs one configuration in this process and prints its row on stdout (when there is one).
+// The CPU tracker's events as CSV, one line per allocation or free, in the columns of the symbolic
+// backend's --timeline CSV where they mean the same thing (kind, bytes, iteration, phase, node)
+// plus the live bytes after the event, so the two streams can be put side by side.
+Status WriteTrace(const std::string& file, const measurement::Plan& plan,
+                  const std::vector<measurement::TraceEvent>& trace) {
+  std::ofstream out(file);
+  if (!out) return InvalidArgument("cannot write the trace to '" + file + "'");
+  out << "seq,kind,bytes,iteration,phase,node,live_after\n";
+  for (const measurement::TraceEvent& e : trace) {
+    std::string node;
+    if (e.node >= 0 && static_cast<size_t>(e.node) < plan.nodes.size()) {
+      node = plan.nodes[static_cast<size_t>(e.node)].name;
+    } else if (e.node == measurement::kNodeLoss) {
+      node = "<loss>";
+    } else if (e.node == measurement::kNodeOptimizer) {
+      node = "<optimizer>";
+    } else if (e.node == measurement::kNodeInputs) {
+      node = "<inputs>";
+    }
+    out << e.seq << ',' << (e.alloc ? "malloc" : "free") << ',' << e.bytes << ',' << e.iteration
+        << ',' << measurement::ToString(e.phase) << ",\"" << node << "\"," << e.live_after << '\n';
+  }
+  return out ? Status::Ok() : Internal("writing the trace to '" + file + "' failed");
+}
+
 int RunOne(const Config& c, const RunSettings& s) {
   auto request = MakeRequest(c, s);
   if (!request.ok()) {
@@ -194,7 +220,14 @@ int RunOne(const Config& c, const RunSettings& s) {
   xo.seed = s.seed;
   xo.host_limit_bytes = s.host_limit_bytes;
   xo.optimizer_impl = s.optimizer_impl;
+  xo.keep_trace = !s.trace_file.empty();
   auto m = measurement::Execute(*plan, xo);
+  if (m.ok() && xo.keep_trace) {
+    if (Status w = WriteTrace(s.trace_file, *plan, m->trace); !w.ok()) {
+      PrintError(w.ToString());
+      return kExitFailed;
+    }
+  }
   if (!m.ok()) {
     if (m.status().code() == ErrorCode::kInvalidArgument) {
       PrintError(m.status().ToString());
@@ -267,6 +300,9 @@ Result<Config> ParseManifestLine(const std::string& line, const fs::path& dir) {
     if (auto v = str("loss")) {
       MEMEST_ASSIGN_OR_RETURN(c.options.loss, ParseLoss(*v));
     }
+    if (j.contains("checkpoint_segments") && !j["checkpoint_segments"].is_null()) {
+      c.options.checkpoint_segments = j["checkpoint_segments"].get<int64_t>();
+    }
     if (j.contains("iterations") && !j["iterations"].is_null()) {
       c.iterations = j["iterations"].get<int>();
     }
@@ -290,6 +326,9 @@ std::vector<std::string> ChildArgs(const Config& c, const RunSettings& s) {
             ToString(o.loss), "--iterations", std::to_string(c.iterations), "--device",
             ToString(s.device), "--seed", std::to_string(s.seed)});
   if (!c.family.empty()) a.insert(a.end(), {"--family", c.family});
+  if (o.checkpoint_segments > 1) {
+    a.insert(a.end(), {"--checkpoint", std::to_string(o.checkpoint_segments)});
+  }
   if (s.host_limit_bytes > 0) {
     a.insert(a.end(), {"--host-limit-mb", std::to_string(s.host_limit_bytes >> 20)});
   }
@@ -575,7 +614,9 @@ int Main(int argc, char** argv) {
   std::vector<std::string> dims;
   std::string mode = "train", optimizer, precision, loss, device = "auto", family;
   std::string optimizer_impl = "auto";
+  std::string s_trace;
   double weight_decay = 0.0;
+  int64_t checkpoint_segments = 0;
   int iterations = 3;
   uint64_t seed = 0;
   uint64_t host_limit_mb = 0;
@@ -591,6 +632,9 @@ int Main(int argc, char** argv) {
   app.add_option("--mode", mode, "train | infer")->capture_default_str();
   app.add_option("--optimizer", optimizer, "sgd | momentum | adam | adamw")->capture_default_str();
   app.add_option("--weight-decay", weight_decay, "weight decay")->capture_default_str();
+  app.add_option("--checkpoint", checkpoint_segments,
+                 "activation checkpointing: checkpoint_sequential segments (0: off)")
+      ->capture_default_str();
   app.add_option("--precision", precision, "fp32 | bf16 | amp-fp16 | amp-bf16 (amp: CUDA only)")
       ->capture_default_str();
   app.add_option("--loss", loss, "loss on the first output")->capture_default_str();
@@ -604,6 +648,8 @@ int Main(int argc, char** argv) {
   app.add_option("--optimizer-impl", optimizer_impl,
                  "auto | single | foreach (auto: foreach on CUDA, single-tensor on CPU)")
       ->capture_default_str();
+  app.add_option("--trace", s_trace,
+                 "CPU, single runs: write every allocation and free as CSV to this file");
   app.add_option("--sweep", sw.manifest, "run every configuration of a JSONL manifest");
   app.add_option("--out", sw.out, "sweep: JSONL file the rows are appended to");
   app.add_flag("--no-isolate", no_isolate, "sweep: run configurations in this process");
@@ -619,6 +665,7 @@ int Main(int argc, char** argv) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
   RunSettings s;
+  s.trace_file = s_trace;
   auto d = measurement::ParseDeviceKind(device);
   if (!d.ok()) {
     PrintError(d.status().message());
@@ -675,6 +722,7 @@ int Main(int argc, char** argv) {
   c.options.precision = *p;
   c.options.loss = *l;
   c.options.weight_decay = weight_decay;
+  c.options.checkpoint_segments = checkpoint_segments;
   if (iterations < 1) {
     PrintError("--iterations must be >= 1");
     return kExitUsage;

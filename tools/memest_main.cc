@@ -209,6 +209,8 @@ int RunCli(int argc, char** argv) {
   std::vector<std::string> dim_args;
   std::string mode = ToString(defaults.mode);
   std::string optimizer = ToString(defaults.optimizer);
+  std::string optimizer_impl = ToString(defaults.optimizer_impl);
+  int64_t checkpoint_segments = defaults.checkpoint_segments;
   double weight_decay = defaults.weight_decay;
   std::string precision = ToString(defaults.precision);
   std::string loss = ToString(defaults.loss);
@@ -250,6 +252,11 @@ int RunCli(int argc, char** argv) {
   app.add_option("--optimizer", optimizer,
                  help.With("optimizer of the training step", {"optimizer"}))
       ->type_name("sgd|momentum|adam|adamw");
+  app.add_option("--optimizer-impl", optimizer_impl,
+                 help.With("how torch.optim runs the step (foreach=False is single-tensor, "
+                           "fused=True is fused)",
+                           {"optimizer_impl"}))
+      ->type_name("foreach|single-tensor|fused");
   app.add_option(
          "--weight-decay", weight_decay,
          help.With(
@@ -274,6 +281,11 @@ int RunCli(int argc, char** argv) {
                            "(--batch must divide)",
                            {"micro_batches"}))
       ->type_name("K");
+  app.add_option("--checkpoint", checkpoint_segments,
+                 help.With("activation checkpointing: checkpoint_sequential with this many "
+                           "segments (0: off)",
+                           {"checkpoint_segments"}))
+      ->type_name("SEGMENTS");
   app.add_option(
          "--backend", backend,
          fmt::format("estimator backend (see --list-backends), or 'all' for "
@@ -374,11 +386,14 @@ int RunCli(int argc, char** argv) {
     } parsed[] = {{"--mode", Status::Ok()},
                   {"--optimizer", Status::Ok()},
                   {"--precision", Status::Ok()},
-                  {"--loss", Status::Ok()}};
+                  {"--loss", Status::Ok()},
+                  {"--optimizer-impl", Status::Ok()}};
     auto m = ParseMode(mode);
     auto o = ParseOptimizer(optimizer);
     auto p = ParsePrecision(precision);
     auto l = ParseLoss(loss);
+    auto oi = ParseOptimizerImpl(optimizer_impl);
+    parsed[4].status = oi.status();
     parsed[0].status = m.status();
     parsed[1].status = o.status();
     parsed[2].status = p.status();
@@ -393,6 +408,7 @@ int RunCli(int argc, char** argv) {
     options.optimizer = *o;
     options.precision = *p;
     options.loss = *l;
+    options.optimizer_impl = *oi;
   }
   if (batch_opt->count() > 0) {
     if (max_batch) {
@@ -417,6 +433,7 @@ int RunCli(int argc, char** argv) {
   options.gpu = gpu_name;
   options.allocator.expandable_segments = expandable;
   options.micro_batches = micro_batches;
+  options.checkpoint_segments = checkpoint_segments;
   if (Status s = Validate(options); !s.ok()) {
     PrintError(s.message());
     return ExitCodeFor(s, Stage::kSetup);

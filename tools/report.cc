@@ -166,9 +166,15 @@ std::string SetupText(const Report& r) {
   std::vector<std::string> parts = {ToString(o.mode), BatchText(r)};
   if (o.mode == Mode::kTrain) {
     std::string opt = ToString(o.optimizer);
+    if (o.optimizer_impl != OptimizerImpl::kForeach)
+      opt += fmt::format(" {}", ToString(o.optimizer_impl));
     if (o.weight_decay != 0.0)
       opt += fmt::format(" (weight decay {})", o.weight_decay);
     parts.push_back(opt);
+    if (o.micro_batches > 1)
+      parts.push_back(fmt::format("{} micro-batches", o.micro_batches));
+    if (o.checkpoint_segments > 1)
+      parts.push_back(fmt::format("checkpoint {} segments", o.checkpoint_segments));
   }
   parts.push_back(ToString(o.precision));
   if (o.mode == Mode::kTrain)
@@ -535,7 +541,10 @@ Json OptionsJson(const Options& o) {
             {"batch", nullptr},
             {"dims", dims},
             {"optimizer", ToString(o.optimizer)},
+            {"optimizer_impl", ToString(o.optimizer_impl)},
             {"weight_decay", o.weight_decay},
+            {"micro_batches", o.micro_batches},
+            {"checkpoint_segments", o.checkpoint_segments},
             {"precision", ToString(o.precision)},
             {"loss", ToString(o.loss)},
             {"gpu", o.gpu},

@@ -19,6 +19,11 @@ namespace memest {
 
 enum class Mode { kTrain, kInfer };
 enum class Optimizer { kSgd, kMomentum, kAdam, kAdamW };
+// How torch.optim runs the step (pytorch-memory-facts.md section 4.3). kForeach: the default for
+// CUDA parameters (a parameter-sized temporary list). kSingleTensor: foreach=False, the per-
+// parameter loop (temporaries the size of one parameter; the default for CPU parameters).
+// kFused: fused=True, one kernel (no parameter-sized temporaries; Adam/AdamW on CUDA).
+enum class OptimizerImpl { kForeach, kSingleTensor, kFused };
 // kFp32: everything fp32. kAmpFp16/kAmpBf16: torch.autocast with fp32 master weights.
 // kBf16: the whole model cast to bf16 (weights, grads and optimizer state in bf16).
 enum class Precision { kFp32, kAmpFp16, kAmpBf16, kBf16 };
@@ -44,6 +49,7 @@ struct Options {
   // Binds any named symbolic dim (dim_param), e.g. {"seq", 512}. Wins over `batch` for that name.
   std::map<std::string, int64_t> dims;
   Optimizer optimizer = Optimizer::kAdam;
+  OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;
   // Weight decay. With kAdam/kSgd/kMomentum it is L2 (adds a gradient-sized temporary in the
   // foreach step); with kAdamW it is decoupled (in place).
   double weight_decay = 0.0;
@@ -56,6 +62,12 @@ struct Options {
   // and backward before one optimizer step (gradients add into .grad in place). batch must be
   // divisible by it. 1 = no accumulation.
   int64_t micro_batches = 1;
+  // Activation checkpointing as torch.utils.checkpoint.checkpoint_sequential(..., segments) with
+  // the reentrant implementation: the forward node order is cut into this many segments (see
+  // core/checkpoint.h for where the cuts go); every segment but the last runs forward without
+  // saving anything except its inputs, and is run again with grad enabled when backward reaches
+  // it. 0 or 1 = no checkpointing.
+  int64_t checkpoint_segments = 0;
   // Count the GPU libraries' workspaces (cuBLAS, facts 2.3) in the estimate. false models a run
   // without them: the CPU measurement harness (tensor level), which memest-eval compares with.
   bool library_workspaces = true;
@@ -64,10 +76,12 @@ struct Options {
 // Parsers/printers for the enum vocabulary, shared by the CLI and JSON output.
 Result<Mode> ParseMode(std::string_view s);
 Result<Optimizer> ParseOptimizer(std::string_view s);
+Result<OptimizerImpl> ParseOptimizerImpl(std::string_view s);  // foreach | single-tensor | fused
 Result<Precision> ParsePrecision(std::string_view s);
 Result<Loss> ParseLoss(std::string_view s);
 const char* ToString(Mode m);
 const char* ToString(Optimizer o);
+const char* ToString(OptimizerImpl i);
 const char* ToString(Precision p);
 const char* ToString(Loss l);
 

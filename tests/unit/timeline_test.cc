@@ -113,6 +113,55 @@ TEST(TimelineTest, AdamWeightDecayAddsAGradientCopy) {
   EXPECT_EQ(w->estimate.peak_allocated, a->estimate.peak_allocated);
 }
 
+TEST(TimelineTest, OptimizerImplementationsHaveTheirOwnTemporaries) {
+  auto model = LinearReluLinear();
+  ASSERT_NE(model, nullptr);
+  Options single, fused, single_l2;
+  single.batch = fused.batch = single_l2.batch = 4;
+  single.optimizer_impl = single_l2.optimizer_impl = OptimizerImpl::kSingleTensor;
+  fused.optimizer_impl = OptimizerImpl::kFused;
+  single_l2.weight_decay = 0.01;
+  const auto s = SimulateModel(*model, single, false);
+  const auto f = SimulateModel(*model, fused, false);
+  const auto l2 = SimulateModel(*model, single_l2, false);
+  ASSERT_TRUE(s.ok() && f.ok() && l2.ok());
+  // Facts 4.3. Single-tensor: weights + grads + 2 states, and for the largest parameter (W1,
+  // 524,288) its sqrt and quotient together; with L2, W1's grad.add(param) copy as well.
+  // Fused: no parameter-sized temporary at all, so the peak moves to the backward of iteration
+  // 2 (the states exist by then): as in the SGD test below, H's gradient and Y and the loss are
+  // alive next to the new W1/B1 gradients (8,192 + 512 + 512).
+  constexpr uint64_t kW1 = 524'288;
+  EXPECT_EQ(s->estimate.peak_allocated, 4 * kParams + 2 * kW1 + 2 * kWorkspace + kBatch);
+  EXPECT_EQ(l2->estimate.peak_allocated, 4 * kParams + 3 * kW1 + 2 * kWorkspace + kBatch);
+  EXPECT_EQ(f->estimate.peak_allocated, 4 * kParams + 2 * kWorkspace + kBatch + 8'192 + 512 + 512);
+  EXPECT_EQ(s->estimate.peak_phase, Phase::kOptimizerStep);
+}
+
+// X[N,8] -Gemm(W[4096,8],B[4096])-> Y[N,4096]: logits large next to everything else.
+TEST(TimelineTest, CrossEntropyBackwardHoldsBothGradientsAtOnce) {
+  GraphBuilder b(13);
+  b.AddInput("X", kFloat, {"N", 8});
+  b.AddInitializer("W", {4096, 8});
+  b.AddInitializer("B", {4096});
+  memest::testing::SetIntAttr(b.AddNode("Gemm", {"X", "W", "B"}, {"Y"}), "transB", 1);
+  b.AddOutput("Y", kFloat);
+  auto model = LoadModelFromBytes(b.Serialize(), "/tmp", "wide_linear");
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Options o;
+  o.batch = 64;
+  o.optimizer = Optimizer::kSgd;
+  auto sim = SimulateModel(**model, o, false);
+  ASSERT_TRUE(sim.ok());
+  // Iteration 2, loss backward: weights (131,072 + 16,384), X (2,048), targets (512), both
+  // workspaces, the loss (512), and four [64,4096] fp32 tensors of 1 MiB: the logits Y (a graph
+  // output), the saved log-probs, NllLossBackward's gradient of the log-probs and
+  // LogSoftmaxBackward's gradient of Y (measured on the CPU harness, facts 3.1).
+  constexpr uint64_t kLogits = 64 * 4096 * 4;
+  EXPECT_EQ(sim->estimate.peak_allocated,
+            131'072 + 16'384 + 2'048 + 512 + 2 * kWorkspace + 512 + 4 * kLogits);
+  EXPECT_EQ(sim->estimate.peak_phase, Phase::kBackward);
+}
+
 TEST(TimelineTest, AmpCachesHalfPrecisionWeightCopies) {
   auto model = LinearReluLinear();
   ASSERT_NE(model, nullptr);

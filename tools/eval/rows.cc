@@ -108,6 +108,12 @@ Status ParseConfig(const Json& config, const RowContext& ctx, Options* o) {
   MEMEST_RETURN_IF_ERROR(GetEnum<Precision>(config, "precision", "config.precision", ctx,
                                             &ParsePrecision, &o->precision));
   MEMEST_RETURN_IF_ERROR(GetEnum<Loss>(config, "loss", "config.loss", ctx, &ParseLoss, &o->loss));
+  if (const Json* c = Find(config, "checkpoint_segments"); c != nullptr && !c->is_null()) {
+    if (!c->is_number_integer() || c->get<int64_t>() < 0) {
+      return ctx.Bad("config.checkpoint_segments", "expected an integer >= 0, got " + c->dump());
+    }
+    o->checkpoint_segments = c->get<int64_t>();
+  }
   return Status::Ok();
 }
 
@@ -185,6 +191,13 @@ Result<MeasuredRow> ParseRow(std::string_view text, const std::string& source, i
 
   MEMEST_ASSIGN_OR_RETURN(const Json* config, RequireObject(j, "config", "config", ctx));
   MEMEST_RETURN_IF_ERROR(ParseConfig(*config, ctx, &row.options));
+  // The optimizer implementation the harness ran (run.optimizer_impl, "foreach" or
+  // "single-tensor"): estimates are made with the same one. Absent: the default (foreach).
+  if (const Json* run = Find(j, "run"); run != nullptr && run->is_object()) {
+    MEMEST_RETURN_IF_ERROR(GetEnum<OptimizerImpl>(*run, "optimizer_impl", "run.optimizer_impl",
+                                                  ctx, &ParseOptimizerImpl,
+                                                  &row.options.optimizer_impl));
+  }
 
   MEMEST_ASSIGN_OR_RETURN(const Json* device, RequireObject(j, "device", "device", ctx));
   MEMEST_ASSIGN_OR_RETURN(row.device_kind, GetString(*device, "kind", "device.kind", ctx, true));

@@ -45,7 +45,8 @@ struct MeasuredRow {
   std::string model_sha256;  // "" when absent
   std::string model_name;
   std::string family;  // "unknown" when absent or null
-  // From `config`: mode, batch, dims, optimizer, weight_decay, precision, loss. `gpu` is left at
+  // From `config`: mode, batch, dims, optimizer, weight_decay, precision, loss; from `run`:
+  // optimizer_impl (when present). `gpu` is left at
   // its default; the evaluator picks the profile from the device.
   Options options;
   std::string device_kind;  // "cpu" | "cuda"

@@ -1,0 +1,115 @@
+// Where activation checkpointing cuts the graph (core/checkpoint.h), and what the symbolic
+// backend and the measurement harness make of it.
+#include "core/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include "memest/memest.h"
+#include "symbolic/symbolic.h"
+#include "testing/onnx_builder.h"
+
+namespace memest {
+namespace {
+
+using memest::testing::GraphBuilder;
+using memest::testing::kFloat;
+
+// X[N,64] -> 8 x (Mul by a parameter[64], Sigmoid): 16 nodes, one activation between
+// nodes. Each Sigmoid saves its output and each Mul saves its input (facts 3.2).
+std::shared_ptr<const Model> Chain(bool skip = false) {
+  GraphBuilder b(17);
+  b.AddInput("X", kFloat, {"N", 64});
+  std::string cur = "X";
+  for (int i = 0; i < 8; ++i) {
+    const std::string k = std::to_string(i);
+    b.AddInitializer("w" + k, {64});
+    b.AddNode("Mul", {cur, "w" + k}, {"m" + k}, "mul" + k);
+    b.AddNode("Sigmoid", {"m" + k}, {"s" + k}, "sig" + k);
+    cur = "s" + k;
+    if (skip && i == 4) {  // node 10 reads s2 (made by node 5) again
+      b.AddNode("Add", {cur, "s2"}, {"a4"}, "skip");
+      cur = "a4";
+    }
+  }
+  b.AddOutput(cur, kFloat);
+  auto m = LoadModelFromBytes(b.Serialize(), "/tmp", "chain");
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : nullptr;
+}
+
+TEST(CheckpointSegmentsTest, EqualSegmentsOfTheNodeOrderAllButTheLast) {
+  auto model = Chain();
+  ASSERT_NE(model, nullptr);
+  const core::Graph& g = model->graph();
+  EXPECT_TRUE(core::CheckpointSegments(g, 0).empty());
+  EXPECT_TRUE(core::CheckpointSegments(g, 1).empty());
+  EXPECT_TRUE(core::CheckpointSegments(g, 17).empty());  // more segments than nodes
+  const auto segs = core::CheckpointSegments(g, 4);
+  ASSERT_EQ(segs.size(), 3u);  // the 4th segment runs normally (checkpoint_sequential)
+  // Every cut between nodes of a chain has one activation crossing: the ideal cuts stand.
+  EXPECT_EQ(segs[0].begin, 0);
+  EXPECT_EQ(segs[0].end, 4);
+  EXPECT_EQ(segs[1].begin, 4);
+  EXPECT_EQ(segs[1].end, 8);
+  EXPECT_EQ(segs[2].end, 12);
+  // Segment 1 reads s1 (made by segment 0) and w2, w3; it hands s3 on.
+  ASSERT_EQ(segs[1].inputs.size(), 1u);
+  EXPECT_EQ(g.value(segs[1].inputs[0]).name, "s1");
+  ASSERT_EQ(segs[1].outputs.size(), 1u);
+  EXPECT_EQ(g.value(segs[1].outputs[0]).name, "s3");
+  EXPECT_EQ(segs[1].parameters.size(), 2u);
+  ASSERT_EQ(segs[0].inputs.size(), 1u);
+  EXPECT_EQ(g.value(segs[0].inputs[0]).name, "X");
+  const auto of = core::SegmentOfNode(g, segs);
+  EXPECT_EQ(of[3], 0);
+  EXPECT_EQ(of[4], 1);
+  EXPECT_EQ(of[12], -1);
+}
+
+TEST(CheckpointSegmentsTest, CutsMoveToWhereFewerActivationsCross) {
+  auto model = Chain(/*skip=*/true);  // 17 nodes; s2 (node 5) is read again by node 10
+  ASSERT_NE(model, nullptr);
+  const auto segs = core::CheckpointSegments(model->graph(), 2);
+  ASSERT_EQ(segs.size(), 1u);
+  // The ideal cut is before node 9 (17/2 rounded), the window a quarter segment (2 nodes) either
+  // side: cuts 7..10 have s2 crossing next to the chain's activation, cut 11 only a4.
+  EXPECT_EQ(segs[0].end, 11);
+  // s2 is read inside the segment only, so it is not among the segment's outputs.
+  ASSERT_EQ(segs[0].outputs.size(), 1u);
+  EXPECT_EQ(model->graph().value(segs[0].outputs[0]).name, "a4");
+}
+
+Result<Estimate> Symbolic(const Model& m, int64_t batch, int64_t segments) {
+  Options o;
+  o.batch = batch;
+  o.optimizer = Optimizer::kSgd;
+  o.checkpoint_segments = segments;
+  MEMEST_ASSIGN_OR_RETURN(auto est, MakeEstimator("symbolic"));
+  return est->Run(m, o);
+}
+
+TEST(CheckpointTimelineTest, OneSegmentIsNoCheckpointing) {
+  auto model = Chain();
+  ASSERT_NE(model, nullptr);
+  auto off = Symbolic(*model, 256, 0), one = Symbolic(*model, 256, 1);
+  ASSERT_TRUE(off.ok() && one.ok());
+  EXPECT_EQ(off->peak_allocated, one->peak_allocated);
+  EXPECT_EQ(off->peak_reserved, one->peak_reserved);
+}
+
+TEST(CheckpointTimelineTest, CheckpointingTradesSavedActivationsForRecomputation) {
+  auto model = Chain();
+  ASSERT_NE(model, nullptr);
+  // [256, 64] fp32 = 65,536 B per activation. Mul saves its activation input and Sigmoid its
+  // output, so without checkpointing X and s0..s7 (9 activations) are kept at the end of the
+  // forward. With 4 segments of 4 nodes the forward keeps X, s1, s3 (inputs of the checkpointed
+  // segments) and s5, s6, s7 (saved by the last, normal segment): 3 activations fewer; the
+  // recomputation in backward holds one segment's own (s_k of its two Sigmoids) at a time.
+  auto off = Symbolic(*model, 256, 0), four = Symbolic(*model, 256, 4);
+  ASSERT_TRUE(off.ok() && four.ok());
+  constexpr uint64_t kAct = 256 * 64 * 4;
+  EXPECT_EQ(off->peak_allocated - four->peak_allocated, 3 * kAct);
+}
+
+}  // namespace
+}  // namespace memest
