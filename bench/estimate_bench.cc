@@ -5,8 +5,9 @@
 // training mode) and a generated 100,000-node chain (MatMul, Add, Relu, LayerNormalization blocks
 // over a symbolic batch) built here in memory. Load includes the symbolic shape inference, which
 // runs once per model; Estimate is one backend run at batch 64 (binding dims only evaluates the
-// inferred shapes); MaxBatch is FindMaxBatch on h100-80gb.
+// inferred shapes); MaxBatch is FindMaxBatch on h100-80gb (analytical unless named).
 //
+//   cmake -S . -B build -DMEMEST_BUILD_BENCH=ON && ninja -C build memest_bench
 //   ./build/bench/memest_bench --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
 #include <onnx/onnx_pb.h>
@@ -125,7 +126,7 @@ void BM_Load(benchmark::State& state, const std::string& name) {
 }
 
 void BM_Estimate(benchmark::State& state, const std::string& name, memest::Mode mode,
-                 const std::string& backend) {
+                 const std::string& backend, int64_t checkpoint_segments = 0) {
   auto model = LoadForBench(name);
   auto est = memest::MakeEstimator(backend);
   if (model == nullptr || !est.ok()) {
@@ -135,6 +136,7 @@ void BM_Estimate(benchmark::State& state, const std::string& name, memest::Mode 
   memest::Options o;
   o.batch = 64;
   o.mode = mode;
+  o.checkpoint_segments = checkpoint_segments;
   for (auto _ : state) {
     auto e = (*est)->Run(*model, o);
     if (!e.ok()) {
@@ -145,9 +147,10 @@ void BM_Estimate(benchmark::State& state, const std::string& name, memest::Mode 
   }
 }
 
-void BM_MaxBatch(benchmark::State& state, const std::string& name) {
+void BM_MaxBatch(benchmark::State& state, const std::string& name,
+                 const std::string& backend = "analytical") {
   auto model = LoadForBench(name);
-  auto est = memest::MakeEstimator("analytical");
+  auto est = memest::MakeEstimator(backend);
   if (model == nullptr || !est.ok()) {
     state.SkipWithError("setup failed");
     return;
@@ -187,7 +190,9 @@ BENCHMARK_CAPTURE(BM_ProtobufParse, resnet50, std::string("resnet50_train"))->Un
 BENCHMARK_CAPTURE(BM_Load, resnet50, std::string("resnet50_train"))->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Estimate, resnet50_train_analytical, std::string("resnet50_train"), Mode::kTrain, kAnalytical)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Estimate, resnet50_train_symbolic, std::string("resnet50_train"), Mode::kTrain, kSymbolic)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Estimate, resnet50_train_symbolic_checkpoint4, std::string("resnet50_train"), Mode::kTrain, kSymbolic, 4)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MaxBatch, resnet50, std::string("resnet50_train"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxBatch, resnet50_symbolic, std::string("resnet50_train"), kSymbolic)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_CAPTURE(BM_ProtobufParse, gpt2_tiny, std::string("gpt2_tiny_train"))->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Load, gpt2_tiny, std::string("gpt2_tiny_train"))->Unit(benchmark::kMicrosecond);

@@ -117,28 +117,56 @@ Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& mod
     r.at_batch = std::move(first.second);
     return r;
   }
+  // Safeguarded interpolation search. The device peak is close to affine in the batch, so the
+  // next candidate is where the line through the last two estimates meets the capacity; each
+  // candidate is checked with a real estimate, so the answer is exact for any peak that grows
+  // with the batch. Without a failing batch yet, a candidate is at least one more than the best
+  // fitting one (twice it when the line does not rise); inside a bracket it is clamped into the
+  // open bracket, and a step that did not halve the bracket is followed by a bisection.
+  const double cap = static_cast<double>(gpu->usable_memory.bytes);
   int64_t good = 1;
+  double good_peak = static_cast<double>(first.second.peak_device);
   Estimate good_estimate = std::move(first.second);
   int64_t bad = 0;  // 0 = no failing batch found yet
-  while (bad == 0 && good < limit) {
-    const int64_t next = good > limit / 2 ? limit : good * 2;
+  double bad_peak = 0;
+  int64_t prev = 0;  // the evaluation before the last, for the line while unbracketed
+  double prev_peak = 0;
+  int64_t last = 1;
+  double last_peak = good_peak;
+  bool bisect = false;
+  while (bad == 0 ? good < limit : bad - good > 1) {
+    int64_t next;
+    if (bad == 0) {
+      const double slope = prev > 0 ? (last_peak - prev_peak) / static_cast<double>(last - prev) : 0;
+      double predicted = slope > 0 ? static_cast<double>(last) + (cap - last_peak) / slope : 0;
+      if (slope <= 0 || !(predicted > static_cast<double>(good))) {
+        next = good > limit / 2 ? limit : good * 2;
+      } else {
+        predicted = std::min(predicted, static_cast<double>(limit));
+        next = std::max<int64_t>(static_cast<int64_t>(predicted), good + 1);
+      }
+    } else if (bisect || !(bad_peak > good_peak)) {
+      next = good + (bad - good) / 2;
+    } else {
+      const double t = (cap - good_peak) / (bad_peak - good_peak);
+      next = good + static_cast<int64_t>(t * static_cast<double>(bad - good));
+      next = std::clamp<int64_t>(next, good + 1, bad - 1);
+    }
+    const int64_t width = bad == 0 ? 0 : bad - good;
     MEMEST_ASSIGN_OR_RETURN(auto t, fits(next));
+    prev = last;
+    prev_peak = last_peak;
+    last = next;
+    last_peak = static_cast<double>(t.second.peak_device);
     if (t.first) {
       good = next;
+      good_peak = last_peak;
       good_estimate = std::move(t.second);
     } else {
       bad = next;
+      bad_peak = last_peak;
     }
-  }
-  while (bad != 0 && bad - good > 1) {
-    const int64_t mid = good + (bad - good) / 2;
-    MEMEST_ASSIGN_OR_RETURN(auto t, fits(mid));
-    if (t.first) {
-      good = mid;
-      good_estimate = std::move(t.second);
-    } else {
-      bad = mid;
-    }
+    bisect = width > 0 && !bisect && 2 * (bad - good) > width;
   }
   r.batch = good * k;
   r.at_batch = std::move(good_estimate);

@@ -29,40 +29,69 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST(HarnessAgreement, SymbolicAllocatedPeakMatchesTheCpuHarnessOnBundledModels) {
-  const fs::path file = fs::path(MEMEST_SOURCE_DIR) / "datasets/measured/cpu/bundled.jsonl";
+// Prints each row; returns |error| per row.
+std::vector<double> Compare(const std::string& name) {
+  const fs::path file = fs::path(MEMEST_SOURCE_DIR) / "datasets/measured/cpu" / name;
   auto rows = eval::ReadRowsFile(file.string());
-  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
-  ASSERT_GE(rows->size(), 8u);
+  EXPECT_TRUE(rows.ok()) << rows.status().ToString();
+  if (!rows.ok()) return {};
   auto symbolic = MakeEstimator("symbolic");
-  ASSERT_TRUE(symbolic.ok());
+  EXPECT_TRUE(symbolic.ok());
+  if (!symbolic.ok()) return {};
   std::vector<double> errors;
   for (const eval::MeasuredRow& row : *rows) {
     SCOPED_TRACE(row.model_path + " batch " + std::to_string(row.options.batch.value_or(0)));
-    ASSERT_EQ(row.status, eval::RowStatus::kOk);
-    ASSERT_EQ(row.device_kind, "cpu");
-    ASSERT_TRUE(row.peaks.tensor.has_value());
+    EXPECT_EQ(row.status, eval::RowStatus::kOk);
+    EXPECT_EQ(row.device_kind, "cpu");
+    if (!row.peaks.tensor.has_value()) {
+      ADD_FAILURE() << "no tensor peak";
+      continue;
+    }
     auto model = LoadModel((fs::path(MEMEST_SOURCE_DIR) / row.model_path).string());
-    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_TRUE(model.ok()) << model.status().ToString();
+    if (!model.ok()) continue;
     Options o = row.options;
     o.library_workspaces = false;
     auto e = (*symbolic)->Run(**model, o);
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    if (!e.ok()) continue;
     const double measured = static_cast<double>(*row.peaks.tensor);
     const double error = (static_cast<double>(e->peak_allocated) - measured) / measured;
-    std::printf("[ harness ] %-40s batch %4lld %-5s measured %10.1f MiB  symbolic %10.1f MiB  %+6.1f %%\n",
+    std::printf("[ harness ] %-36s batch %3lld %-13s ckpt %lld  measured %8.1f MiB  symbolic %8.1f MiB  %+6.1f %%\n",
                 row.model_path.c_str(), static_cast<long long>(row.options.batch.value_or(0)),
-                ToString(row.options.mode), measured / 1048576.0,
-                static_cast<double>(e->peak_allocated) / 1048576.0, 100.0 * error);
-    EXPECT_LE(std::abs(error), 0.05);
+                ToString(o.optimizer_impl), static_cast<long long>(o.checkpoint_segments),
+                measured / 1048576.0, static_cast<double>(e->peak_allocated) / 1048576.0,
+                100.0 * error);
     errors.push_back(std::abs(error));
   }
-  std::sort(errors.begin(), errors.end());
-  const double median = errors.size() % 2 ? errors[errors.size() / 2]
-                                          : (errors[errors.size() / 2 - 1] + errors[errors.size() / 2]) / 2;
+  return errors;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+TEST(HarnessAgreement, SymbolicAllocatedPeakMatchesTheCpuHarnessOnBundledModels) {
+  const std::vector<double> errors = Compare("bundled.jsonl");
+  ASSERT_GE(errors.size(), 8u);
+  for (double e : errors) EXPECT_LE(e, 0.05);
   std::printf("[ harness ] median |error| over %zu bundled rows: %.1f %%\n", errors.size(),
-              100.0 * median);
-  EXPECT_LE(median, 0.01);
+              100.0 * Median(errors));
+  EXPECT_LE(Median(errors), 0.01);
+}
+
+// The same models with activation checkpointing (2 and 4 segments) and with the foreach
+// optimizer. With checkpointing the peak moves into the recomputed early layers, where the CPU
+// convolution's im2col scratch (absent on CUDA) weighs most: ResNet-18 rows are lower by that.
+TEST(HarnessAgreement, SymbolicMatchesTheHarnessWithCheckpointingAndForeach) {
+  const std::vector<double> errors = Compare("bundled-options.jsonl");
+  ASSERT_GE(errors.size(), 24u);
+  for (double e : errors) EXPECT_LE(e, 0.10);
+  std::printf("[ harness ] median |error| over %zu rows with options: %.1f %%\n", errors.size(),
+              100.0 * Median(errors));
+  EXPECT_LE(Median(errors), 0.01);
 }
 
 }  // namespace
