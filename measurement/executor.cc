@@ -192,12 +192,12 @@ class AutocastScope {
 };
 #endif
 
-// One measured run: the state of a training loop plus its bookkeeping.
 // A node of a checkpointed segment failed inside the custom function's forward.
 struct SegmentError {
   Status status;
 };
 
+// One measured run: the state of a training loop plus its bookkeeping.
 class Runner {
  public:
   Runner(const Plan& plan, const ExecuteOptions& xo) : plan_(plan), xo_(xo) {}
@@ -220,6 +220,9 @@ class Runner {
   Status Forward(int iteration);
   Status RunNode(size_t i);
   Status RunCheckpointed(size_t seg);
+  // Drops env_[id] when no node at or after `end` reads it (parameters, buffers, inputs and
+  // graph outputs stay for the iteration).
+  void DropIfReadBefore(int id, int end);
 
  public:
   // For CheckpointFunction (activation checkpointing): the segment's forward under no_grad, and
@@ -418,77 +421,76 @@ Status Runner::Forward(int iteration) {
   return Status::Ok();
 }
 
-Status Runner::RunNode(size_t i) {
-  {
-    const PlanNode& node = plan_.nodes[i];
-    const OpDef* op = ops_[i];
-    if (tracker_ != nullptr) tracker_->SetNode(static_cast<int32_t>(i));
-    std::vector<at::Tensor> inputs(node.inputs.size());
-    bool any_device = false;
-    for (size_t k = 0; k < node.inputs.size(); ++k) {
-      const int id = node.inputs[k];
-      if (id < 0) continue;
-      inputs[k] = env_[static_cast<size_t>(id)];
-      if (!inputs[k].defined()) {
-        return Internal("node '" + node.name + "' (" + node.op_type + "): input '" +
-                        plan_.values[static_cast<size_t>(id)].name + "' was not computed");
-      }
-      const bool host = k < 32 && ((op->host_inputs >> k) & 1u);
-      any_device = any_device || (!host && inputs[k].is_cuda());
-    }
-    if (any_device) {
-      for (size_t k = 0; k < inputs.size(); ++k) {
-        const bool host = k < 32 && ((op->host_inputs >> k) & 1u);
-        if (!host && inputs[k].defined() && !inputs[k].is_cuda() && inputs[k].dim() > 0) {
-          inputs[k] = inputs[k].to(device_);
-        }
-      }
-    }
-    OpContext ctx{node, inputs, training_, float_type_, device_, needed_[i]};
-    std::vector<at::Tensor> outputs = op->fn(ctx);
-    for (size_t k = 0; k < node.outputs.size(); ++k) {
-      const int id = node.outputs[k];
-      if (id < 0) continue;
-      at::Tensor out = k < outputs.size() ? outputs[k] : at::Tensor();
-      if (!((needed_[i] >> std::min<size_t>(k, 31)) & 1u)) out = at::Tensor();
-      if (out.defined() && training_ && out.requires_grad()) {
-        bool alias = false;
-        for (const at::Tensor& t : inputs) {
-          alias = alias || (t.defined() && t.unsafeGetTensorImpl() == out.unsafeGetTensorImpl());
-        }
-        if (!alias) {
-          const int32_t node_id = static_cast<int32_t>(i);
-          out.register_hook([this, node_id](const at::Tensor&) {
-            if (tracker_ != nullptr) tracker_->SetNode(node_id);
-            cuda_node_ = node_id;
-            NoteDeviceUsed();
-          });
-        }
-      }
-      env_[static_cast<size_t>(id)] = std::move(out);
-    }
-    outputs.clear();
-    inputs.clear();
-    // Drop every value whose last reader was this node.
-    for (int id : node.inputs) {
-      if (id < 0) continue;
-      const PlanValue& v = plan_.values[static_cast<size_t>(id)];
-      if (v.last_consumer == static_cast<int>(i) && !persistent_[static_cast<size_t>(id)] &&
-          !v.graph_output) {
-        env_[static_cast<size_t>(id)] = at::Tensor();
-      }
-    }
-#if defined(MEMEST_WITH_CUDA)
-    if (cuda()) {
-      NoteDeviceUsed();
-      const CudaStats s = ReadCudaStats(device_.index());
-      if (s.allocated_peak > phase_allocated_best_) {
-        phase_allocated_best_ = s.allocated_peak;
-        phase_peak_node_ = node.name;
-      }
-    }
-#endif
+void Runner::DropIfReadBefore(int id, int end) {
+  if (id < 0) return;
+  const PlanValue& v = plan_.values[static_cast<size_t>(id)];
+  if (v.last_consumer < end && !persistent_[static_cast<size_t>(id)] && !v.graph_output) {
+    env_[static_cast<size_t>(id)] = at::Tensor();
   }
+}
+
+Status Runner::RunNode(size_t i) {
+  const PlanNode& node = plan_.nodes[i];
+  const OpDef* op = ops_[i];
+  if (tracker_ != nullptr) tracker_->SetNode(static_cast<int32_t>(i));
+  std::vector<at::Tensor> inputs(node.inputs.size());
+  bool any_device = false;
+  for (size_t k = 0; k < node.inputs.size(); ++k) {
+    const int id = node.inputs[k];
+    if (id < 0) continue;
+    inputs[k] = env_[static_cast<size_t>(id)];
+    if (!inputs[k].defined()) {
+      return Internal("node '" + node.name + "' (" + node.op_type + "): input '" +
+                      plan_.values[static_cast<size_t>(id)].name + "' was not computed");
+    }
+    const bool host = k < 32 && ((op->host_inputs >> k) & 1u);
+    any_device = any_device || (!host && inputs[k].is_cuda());
+  }
+  if (any_device) {
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const bool host = k < 32 && ((op->host_inputs >> k) & 1u);
+      if (!host && inputs[k].defined() && !inputs[k].is_cuda() && inputs[k].dim() > 0) {
+        inputs[k] = inputs[k].to(device_);
+      }
+    }
+  }
+  OpContext ctx{node, inputs, training_, float_type_, device_, needed_[i]};
+  std::vector<at::Tensor> outputs = op->fn(ctx);
+  for (size_t k = 0; k < node.outputs.size(); ++k) {
+    const int id = node.outputs[k];
+    if (id < 0) continue;
+    at::Tensor out = k < outputs.size() ? outputs[k] : at::Tensor();
+    if (!((needed_[i] >> std::min<size_t>(k, 31)) & 1u)) out = at::Tensor();
+    if (out.defined() && training_ && out.requires_grad()) {
+      bool alias = false;
+      for (const at::Tensor& t : inputs) {
+        alias = alias || (t.defined() && t.unsafeGetTensorImpl() == out.unsafeGetTensorImpl());
+      }
+      if (!alias) {
+        const int32_t node_id = static_cast<int32_t>(i);
+        out.register_hook([this, node_id](const at::Tensor&) {
+          if (tracker_ != nullptr) tracker_->SetNode(node_id);
+          cuda_node_ = node_id;
+          NoteDeviceUsed();
+        });
+      }
+    }
+    env_[static_cast<size_t>(id)] = std::move(out);
+  }
+  outputs.clear();
+  inputs.clear();
+  // Drop every value whose last reader was this node.
+  for (int id : node.inputs) DropIfReadBefore(id, static_cast<int>(i) + 1);
+#if defined(MEMEST_WITH_CUDA)
+  if (cuda()) {
+    NoteDeviceUsed();
+    const CudaStats s = ReadCudaStats(device_.index());
+    if (s.allocated_peak > phase_allocated_best_) {
+      phase_allocated_best_ = s.allocated_peak;
+      phase_peak_node_ = node.name;
+    }
+  }
+#endif
   return Status::Ok();
 }
 
@@ -541,12 +543,7 @@ Status Runner::RunCheckpointed(size_t seg) {
     env_[static_cast<size_t>(s.outputs[k])] = std::move(outputs[k]);
   }
   // Inputs whose last reader was in the segment are dropped (the checkpoint keeps its own).
-  for (int id : s.inputs) {
-    const PlanValue& v = plan_.values[static_cast<size_t>(id)];
-    if (v.last_consumer < s.end && !persistent_[static_cast<size_t>(id)] && !v.graph_output) {
-      env_[static_cast<size_t>(id)] = at::Tensor();
-    }
-  }
+  for (int id : s.inputs) DropIfReadBefore(id, s.end);
   return Status::Ok();
 }
 

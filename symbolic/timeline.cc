@@ -91,6 +91,11 @@ class Sim {
   void AllocateWeights();
   void Iteration(int it);
   void Forward(int it);
+  // One node of the forward (seg = -1) or of segment seg's recomputation in backward.
+  void ForwardNode(size_t k, int seg);
+  void ClearAutocastCache();
+  // Roots of the node's inputs; in a recomputation (seg >= 0) only those the segment makes.
+  std::set<int> InputRoots(const core::Node& n, int seg) const;
   void Loss();
   void Backward();
   void Step(int it);
@@ -219,12 +224,7 @@ void Sim::Prepare() {
     if (!ckpt_.empty()) seg_of_ = core::SegmentOfNode(g_, ckpt_);
   }
   for (size_t k = 0; k < nn; ++k) {
-    const core::Node& n = g_.nodes[k];
-    std::set<int> roots;
-    for (int in : n.inputs) {
-      if (in >= 0) roots.insert(facts_.root(in));
-    }
-    for (int r : roots) ++uses_[static_cast<size_t>(r)];
+    for (int r : InputRoots(g_.nodes[k], -1)) ++uses_[static_cast<size_t>(r)];
     if (!train_) continue;
     saved_[k] = facts_.Saved(k);
     // A checkpointed node saves nothing in the forward (it runs under no_grad); its saves are
@@ -328,12 +328,8 @@ void Sim::Recompute(int seg) {
     }
   }
   for (int k = s.begin; k < s.end; ++k) {
-    const core::Node& n = g_.nodes[static_cast<size_t>(k)];
-    std::set<int> roots, saved_roots;
-    for (int in : n.inputs) {
-      if (in >= 0 && MadeIn(facts_.root(in), seg)) roots.insert(facts_.root(in));
-    }
-    for (int r : roots) ++uses_left_[static_cast<size_t>(r)];
+    for (int r : InputRoots(g_.nodes[static_cast<size_t>(k)], seg)) ++uses_left_[static_cast<size_t>(r)];
+    std::set<int> saved_roots;
     for (const auto& sv : saved_[static_cast<size_t>(k)]) {
       if (sv.value >= 0 && MadeIn(facts_.root(sv.value), seg)) saved_roots.insert(facts_.root(sv.value));
     }
@@ -344,52 +340,8 @@ void Sim::Recompute(int seg) {
   for (int r : held) {
     if (MadeIn(r, seg)) ++saved_left_[static_cast<size_t>(r)];
   }
-  for (int k = s.begin; k < s.end; ++k) {
-    const core::Node& n = g_.nodes[static_cast<size_t>(k)];
-    node_ = k;
-    const ops::OpRule* rule = facts_.rule(static_cast<size_t>(k));
-    const bool lower = rule && rule->amp == ops::AmpPolicy::kLowerPrecision;
-    if (lower) {
-      for (int in : n.inputs) {
-        if (in >= 0 && cast_[static_cast<size_t>(in)] < 0 && facts_.amp_cast_bytes(in) > 0) {
-          cast_[static_cast<size_t>(in)] = Malloc(facts_.amp_cast_bytes(in), Category::kWeights);
-        }
-      }
-    }
-    for (int out : n.outputs) {
-      if (out < 0 || facts_.root(out) != out || value_[static_cast<size_t>(out)] >= 0) continue;
-      value_[static_cast<size_t>(out)] = Malloc(
-          facts_.bytes(out),
-          saved_left_[static_cast<size_t>(out)] > 0 ? Category::kActivations : Category::kTransient);
-    }
-    if (rule && rule->workspace) {
-      Tensor ws = Malloc(rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()}),
-                         Category::kTransient);
-      Free(&ws);
-    }
-    for (const auto& sv : saved_[static_cast<size_t>(k)]) {
-      if (sv.value < 0) {
-        extras_[static_cast<size_t>(k)].push_back(Malloc(sv.bytes, Category::kActivations));
-      } else if (lower && g_.value(sv.value).kind == core::ValueKind::kInitializer &&
-                 facts_.amp_cast_bytes(sv.value) > 0) {
-        ++cast_left_[static_cast<size_t>(sv.value)];
-      }
-    }
-    std::set<int> roots;
-    for (int in : n.inputs) {
-      if (in >= 0 && MadeIn(facts_.root(in), seg)) roots.insert(facts_.root(in));
-    }
-    for (int r : roots) {
-      --uses_left_[static_cast<size_t>(r)];
-      FreeIfDead(r);
-    }
-    for (int out : n.outputs) {
-      if (out >= 0 && facts_.root(out) == out) FreeIfDead(out);
-    }
-  }
-  for (size_t i = 0; i < cast_.size(); ++i) {  // the recomputation's autocast cache is cleared
-    if (cast_[i] >= 0 && cast_left_[i] == 0) Free(&cast_[i]);
-  }
+  for (int k = s.begin; k < s.end; ++k) ForwardNode(static_cast<size_t>(k), seg);
+  ClearAutocastCache();  // the recomputation's own cache
 }
 
 // The segment's backward is done: the recomputed outputs and the kept inputs are released.
@@ -410,6 +362,69 @@ void Sim::ReleaseSegment(int seg) {
   }
 }
 
+std::set<int> Sim::InputRoots(const core::Node& n, int seg) const {
+  std::set<int> roots;
+  for (int in : n.inputs) {
+    if (in >= 0 && (seg < 0 || MadeIn(facts_.root(in), seg))) roots.insert(facts_.root(in));
+  }
+  return roots;
+}
+
+// Allocates the node's outputs (views allocate nothing and keep their source alive, facts 3.1),
+// its autocast weight copies (facts 5.1), its workspace (freed at once) and the extra tensors it
+// saves, then frees what died. In a recomputation the segment's own counts decide, outputs that
+// are still alive are not made again, and the saved autocast copies are counted here.
+void Sim::ForwardNode(size_t k, int seg) {
+  const core::Node& n = g_.nodes[k];
+  node_ = static_cast<int>(k);
+  const ops::OpRule* rule = facts_.rule(k);
+  const bool lower = rule && rule->amp == ops::AmpPolicy::kLowerPrecision;
+  if (lower) {
+    for (int in : n.inputs) {
+      if (in >= 0 && cast_[static_cast<size_t>(in)] < 0 && facts_.amp_cast_bytes(in) > 0) {
+        cast_[static_cast<size_t>(in)] = Malloc(facts_.amp_cast_bytes(in), Category::kWeights);
+      }
+    }
+  }
+  for (int out : n.outputs) {
+    if (out < 0 || facts_.root(out) != out) continue;  // views allocate nothing
+    if (seg >= 0 && value_[static_cast<size_t>(out)] >= 0) continue;
+    value_[static_cast<size_t>(out)] = Malloc(
+        facts_.bytes(out),
+        saved_left_[static_cast<size_t>(out)] > 0 ? Category::kActivations : Category::kTransient);
+  }
+  if (rule && rule->workspace) {
+    Tensor ws = Malloc(rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()}),
+                       Category::kTransient);
+    Free(&ws);
+  }
+  if (train_ && (seg >= 0 || !Checkpointed(k))) {
+    for (const auto& sv : saved_[k]) {
+      if (sv.value < 0) {
+        extras_[k].push_back(Malloc(sv.bytes, Category::kActivations));
+      } else if (seg >= 0 && lower && g_.value(sv.value).kind == core::ValueKind::kInitializer &&
+                 facts_.amp_cast_bytes(sv.value) > 0) {
+        ++cast_left_[static_cast<size_t>(sv.value)];
+      }
+    }
+  }
+  for (int r : InputRoots(n, seg)) {
+    --uses_left_[static_cast<size_t>(r)];
+    FreeIfDead(r);
+  }
+  for (int out : n.outputs) {
+    if (out >= 0 && facts_.root(out) == out) FreeIfDead(out);  // outputs nobody reads
+  }
+}
+
+// The autocast cache is cleared when its autocast region ends; copies saved for backward stay
+// (facts 5.1).
+void Sim::ClearAutocastCache() {
+  for (size_t i = 0; i < cast_.size(); ++i) {
+    if (cast_[i] >= 0 && cast_left_[i] == 0) Free(&cast_[i]);
+  }
+}
+
 void Sim::Forward(int it) {
   phase_ = train_ ? Phase::kForward : Phase::kInference;
   uses_left_ = uses_;
@@ -424,47 +439,10 @@ void Sim::Forward(int it) {
         n.op_type != "ConvTranspose") {
       ws_forward_ = Malloc(gpu_.cublas_workspace.bytes, Category::kTransient);
     }
-    // Autocast weight copies (facts 5.1).
-    if (rule && rule->amp == ops::AmpPolicy::kLowerPrecision) {
-      for (int in : n.inputs) {
-        if (in >= 0 && cast_[static_cast<size_t>(in)] < 0 && facts_.amp_cast_bytes(in) > 0) {
-          cast_[static_cast<size_t>(in)] = Malloc(facts_.amp_cast_bytes(in), Category::kWeights);
-        }
-      }
-    }
-    for (int out : n.outputs) {
-      if (out < 0 || facts_.root(out) != out) continue;  // views allocate nothing
-      const bool kept = train_ && saved_by_[static_cast<size_t>(out)] > 0;
-      value_[static_cast<size_t>(out)] =
-          Malloc(facts_.bytes(out), kept ? Category::kActivations : Category::kTransient);
-    }
-    if (rule && rule->workspace) {
-      Tensor ws = Malloc(rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()}),
-                         Category::kTransient);
-      Free(&ws);
-    }
-    if (train_ && !Checkpointed(k)) {
-      for (const auto& s : saved_[k]) {
-        if (s.value < 0) extras_[k].push_back(Malloc(s.bytes, Category::kActivations));
-      }
-    }
-    std::set<int> roots;
-    for (int in : n.inputs) {
-      if (in >= 0) roots.insert(facts_.root(in));
-    }
-    for (int r : roots) {
-      --uses_left_[static_cast<size_t>(r)];
-      FreeIfDead(r);
-    }
-    for (int out : n.outputs) {
-      if (out >= 0 && facts_.root(out) == out) FreeIfDead(out);  // outputs nobody reads
-    }
+    ForwardNode(k, -1);
   }
   node_ = -1;
-  // The autocast cache is cleared when forward ends; copies saved for backward stay (facts 5.1).
-  for (size_t i = 0; i < cast_.size(); ++i) {
-    if (cast_[i] >= 0 && cast_left_[i] == 0) Free(&cast_[i]);
-  }
+  ClearAutocastCache();
   (void)it;
 }
 
@@ -605,16 +583,14 @@ void Sim::Step(int it) {
   const bool l2 = o_.weight_decay > 0 && o_.optimizer != Optimizer::kAdamW;
   switch (o_.optimizer_impl) {
     case OptimizerImpl::kForeach: {
-      std::vector<Tensor> temps;
-      if (l2) {  // _foreach_add(grads, params): a copy of all grads, freed by `del device_grads`
+      auto parameter_sized_list = [&] {  // one temporary per parameter, all alive, then freed
+        std::vector<Tensor> temps;
         for (int p : params) temps.push_back(Malloc(facts_.bytes(p), Category::kTransient));
         for (Tensor& t : temps) Free(&t);
-        temps.clear();
-      }
-      if (adam) {  // _foreach_sqrt(exp_avg_sqs), then modified in place
-        for (int p : params) temps.push_back(Malloc(facts_.bytes(p), Category::kTransient));
-        for (Tensor& t : temps) Free(&t);
-      }
+      };
+      // _foreach_add(grads, params): a copy of all grads, freed by `del device_grads`.
+      if (l2) parameter_sized_list();
+      if (adam) parameter_sized_list();  // _foreach_sqrt(exp_avg_sqs), then modified in place
       break;
     }
     case OptimizerImpl::kSingleTensor:

@@ -171,7 +171,6 @@ int ExitCodeFor(const Status& s) {
   }
 }
 
-// Runs one configuration in this process and prints its row on stdout (when there is one).
 // The CPU tracker's events as CSV, one line per allocation or free, in the columns of the symbolic
 // backend's --timeline CSV where they mean the same thing (kind, bytes, iteration, phase, node)
 // plus the live bytes after the event, so the two streams can be put side by side.
@@ -197,6 +196,7 @@ Status WriteTrace(const std::string& file, const measurement::Plan& plan,
   return out ? Status::Ok() : Internal("writing the trace to '" + file + "' failed");
 }
 
+// Runs one configuration in this process and prints its row on stdout (when there is one).
 int RunOne(const Config& c, const RunSettings& s) {
   auto request = MakeRequest(c, s);
   if (!request.ok()) {

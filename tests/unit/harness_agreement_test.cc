@@ -73,25 +73,26 @@ double Median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
+// Every row of `name` (at least `min_rows`) within `row_bound`, the median within `median_bound`.
+void ExpectAgreement(const std::string& name, size_t min_rows, double row_bound,
+                     double median_bound) {
+  const std::vector<double> errors = Compare(name);
+  ASSERT_GE(errors.size(), min_rows);
+  for (double e : errors) EXPECT_LE(e, row_bound);
+  std::printf("[ harness ] median |error| over %zu rows of %s: %.1f %%\n", errors.size(),
+              name.c_str(), 100.0 * Median(errors));
+  EXPECT_LE(Median(errors), median_bound);
+}
+
 TEST(HarnessAgreement, SymbolicAllocatedPeakMatchesTheCpuHarnessOnBundledModels) {
-  const std::vector<double> errors = Compare("bundled.jsonl");
-  ASSERT_GE(errors.size(), 8u);
-  for (double e : errors) EXPECT_LE(e, 0.05);
-  std::printf("[ harness ] median |error| over %zu bundled rows: %.1f %%\n", errors.size(),
-              100.0 * Median(errors));
-  EXPECT_LE(Median(errors), 0.01);
+  ExpectAgreement("bundled.jsonl", 8, 0.05, 0.01);
 }
 
 // The same models with activation checkpointing (2 and 4 segments) and with the foreach
 // optimizer. With checkpointing the peak moves into the recomputed early layers, where the CPU
 // convolution's im2col scratch (absent on CUDA) weighs most: ResNet-18 rows are lower by that.
 TEST(HarnessAgreement, SymbolicMatchesTheHarnessWithCheckpointingAndForeach) {
-  const std::vector<double> errors = Compare("bundled-options.jsonl");
-  ASSERT_GE(errors.size(), 24u);
-  for (double e : errors) EXPECT_LE(e, 0.10);
-  std::printf("[ harness ] median |error| over %zu rows with options: %.1f %%\n", errors.size(),
-              100.0 * Median(errors));
-  EXPECT_LE(Median(errors), 0.01);
+  ExpectAgreement("bundled-options.jsonl", 24, 0.10, 0.01);
 }
 
 }  // namespace

@@ -488,31 +488,22 @@ TEST(MeasureToolTest, SweepWritesOneRowPerConfigurationAndResumes) {
 // every parameter still gets its gradient, the measured peak drops, and the symbolic backend's
 // simulation of the same cuts (core/checkpoint.h) matches the measured tensor peak.
 TEST(MeasurementTest, CheckpointingKeepsGradientsAndLowersThePeak) {
-  auto model = LoadModel(std::string(MEMEST_SOURCE_DIR) + "/datasets/models/gpt2_tiny_train.onnx");
-  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto model = Bundled("gpt2_tiny_train");
+  ASSERT_NE(model, nullptr);
   Options o;
   o.batch = 4;
   o.optimizer_impl = memest::OptimizerImpl::kSingleTensor;  // what the harness runs on the CPU
   o.library_workspaces = false;
-  auto plain = [&] {
-    auto plan = BuildPlan(**model, o);
-    EXPECT_TRUE(plan.ok());
-    ExecuteOptions xo;
-    xo.options = o;
-    xo.iterations = 2;
-    xo.device = DeviceKind::kCpu;
-    return Execute(*plan, xo);
-  };
-  auto off = plain();
+  auto off = Measure(*model, o);
   o.checkpoint_segments = 4;
-  auto on = plain();
+  auto on = Measure(*model, o);
   ASSERT_TRUE(off.ok() && on.ok()) << off.status().ToString() << on.status().ToString();
   EXPECT_EQ(on->gradient_bytes, on->parameter_bytes);
   EXPECT_EQ(on->gradient_bytes, off->gradient_bytes);
   EXPECT_LT(*on->peaks.tensor, *off->peaks.tensor);
   auto symbolic = MakeEstimator("symbolic");
   ASSERT_TRUE(symbolic.ok());
-  auto e = (*symbolic)->Run(**model, o);
+  auto e = (*symbolic)->Run(*model, o);
   ASSERT_TRUE(e.ok());
   const double error = (static_cast<double>(e->peak_allocated) - static_cast<double>(*on->peaks.tensor)) /
                        static_cast<double>(*on->peaks.tensor);
