@@ -3,11 +3,13 @@
 // Bind() takes a loaded Graph and the options' batch/dims, binds the data inputs' symbolic dims,
 // and evaluates the shapes the loader inferred once per model (core/symbolic_shapes.h: the
 // per-op shape rules over symbolic dims, with Shape / Gather / Concat sub-graphs folded so
-// Reshape targets resolve). It returns concrete dims and byte sizes for every value. Only values
-// the shape rules left unknown (an op without a rule, a rule that gave up) are handed to ONNX's
-// own shape inference (with data propagation) on a copy of the model with the dims substituted;
-// that fallback runs only when such values exist. Values whose shape stays unknown are left
-// empty; backends count them conservatively and report them in diagnostics.
+// Reshape targets resolve). It returns concrete dims and byte sizes for every value. A node
+// whose shape rule rejected it (shapes that do not broadcast, an axis out of range) is an
+// InvalidModel error naming it: a malformed model is never estimated. Values left unknown
+// because an op has no memest rule (If, Loop, Scan, ...) are handed, with the nodes that make
+// them and nothing else, to ONNX's own shape inference (core/onnx_fallback.h); that fallback runs
+// only when such values exist. Values whose shape stays unknown are left empty; backends count
+// them conservatively and report them in diagnostics.
 //
 // Policy:
 //  * The leading dim of a data input binds to options.batch when it is symbolic or has neither

@@ -5,6 +5,8 @@
 //  * The file is parsed with protobuf (onnx::ModelProto); never a hand-written parser. A file that
 //    does not parse completely (truncated, HTML, random bytes) is rejected. Files over 2 GiB cannot
 //    be one protobuf message: such models must keep weights in external data.
+//  * The parsed proto is validated whole before anything reads it (core/validate.h: versions,
+//    tensor payload lengths, attribute types, control-flow bodies, subgraph dataflow, bounds).
 //  * A model needs a graph and at least one opset_import. Ops from domains missing from
 //    opset_import are accepted with a diagnostic; non-default domains are reported.
 //  * Element types must be known ONNX codes (1..16) on initializers and data inputs.
@@ -44,6 +46,7 @@
 #include "core/dtype.h"
 #include "core/graph.h"
 #include "core/symbolic_shapes.h"
+#include "core/validate.h"
 #include "memest/model.h"
 
 namespace memest {
@@ -57,7 +60,6 @@ namespace core {
 namespace {
 
 constexpr int64_t kKeepDataElements = 1024;  // small constants kept for shape computations
-constexpr int kMaxSubgraphDepth = 64;
 constexpr uint64_t kMaxFileBytes = uint64_t{2} << 30;  // protobuf's 2 GiB message limit
 
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
@@ -221,38 +223,24 @@ Status Loader::Parse(std::string_view bytes) {
                         "ONNX ModelProto)");
   }
   if (m.opset_import_size() == 0) return InvalidModel("model has no opset_import");
-  for (const auto& op : m.opset_import()) {
-    if (op.version() <= 0) {
-      return InvalidModel("opset_import for domain '" + op.domain() + "' has version " +
-                          std::to_string(op.version()));
-    }
-    opsets_[NormalizeDomain(op.domain())] = op.version();
-  }
+  for (const auto& op : m.opset_import()) opsets_[NormalizeDomain(op.domain())] = op.version();
   if (m.graph().node_size() == 0 && m.graph().output_size() == 0) {
     return InvalidModel("graph has no nodes and no outputs");
   }
-  return Status::Ok();
+  // Everything later stages (and ONNX's inference functions) trust: core/validate.h.
+  return ValidateModelProto(m);
 }
 
 Status Loader::ReadInitializers() {
   auto read_one = [&](const onnx::TensorProto& t, const std::string& kind) -> Status {
     if (t.name().empty()) return InvalidModel("an initializer has no name");
     const std::string what = kind + " " + Quote(t.name());
-    if (!IsKnownDType(t.data_type())) {
-      return InvalidModel(what + " has unknown element type " + std::to_string(t.data_type()));
-    }
+    MEMEST_RETURN_IF_ERROR(ValidateTensor(t, what));  // dtype, dims, payload length
     const size_t before = g_->values.size();
     const int id = AddValue(t.name(), ValueKind::kInitializer);
     if (g_->values.size() == before) return InvalidModel(what + " is defined twice");
     std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
-    for (size_t i = 0; i < dims.size(); ++i) {
-      if (dims[i] < 0) {
-        return InvalidModel(what + " has a negative dim " + std::to_string(dims[i]) +
-                            " at axis " + std::to_string(i));
-      }
-    }
     auto numel = CheckedNumel(dims);
-    if (!numel) return Overflow(what + ": element count overflows 64 bits");
     if (!CheckedMul(*numel, std::max<uint64_t>(DTypeSize(t.data_type()), 1))) {
       return Overflow(what + ": byte size overflows 64 bits");
     }

@@ -209,35 +209,43 @@ class Pass {
     std::vector<const SymTensor*>& inputs = inputs_;
     inputs.assign(node.inputs.size(), nullptr);
     bool inputs_hopeless = false;  // an input unknown that no fallback can know either
+    bool inputs_pending = false;   // an input the fallback may still know
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const int id = node.inputs[i];
       if (id < 0 || static_cast<size_t>(id) >= out_->types.size()) continue;
       inputs[i] = &out_->types[static_cast<size_t>(id)];
-      if (!inputs[i]->shape && !out_->needs_fallback[static_cast<size_t>(id)]) {
-        inputs_hopeless = true;
-      }
+      const bool pending = out_->needs_fallback[static_cast<size_t>(id)];
+      inputs_pending = inputs_pending || pending;
+      if (!inputs[i]->shape && !pending) inputs_hopeless = true;
     }
     std::vector<SymTensor>& outputs = outputs_;
     outputs.clear();
     outputs.resize(node.outputs.size());
     const ops::OpRule* rule = ops::FindRule(node.domain, node.op_type);
     const bool has_infer = rule != nullptr && rule->infer != nullptr;
+    // A node memest has a rule for goes to ONNX only when an input of it waits for ONNX: never
+    // when its rule rejected it or gave up on known inputs (core/onnx_fallback.h).
+    bool rejected = false;
     if (has_infer) {
       ops::InferContext ctx(node, inputs, outputs, &out_->table);
       Status s = rule->infer(ctx);
       if (!s.ok()) {
         ++out_->rule_failures;
         if (out_->failure_examples.size() < kMaxFailureExamples) {
-          out_->failure_examples.push_back(node.name + " (" + node.op_type + "): " + s.message());
+          out_->failure_examples.push_back("node '" + node.name + "' (" + node.op_type +
+                                           "): " + s.message());
         }
         std::fill(outputs.begin(), outputs.end(), SymTensor());
+        rejected = true;
       }
     } else {
       without_rule->insert(node.domain.empty() ? node.op_type : node.domain + "::" + node.op_type);
     }
     std::optional<bool> onnx_can;  // asked only when an output is incomplete
     auto can = [&] {
-      if (!onnx_can) onnx_can = onnx_.CanInfer(node);
+      if (!onnx_can) {
+        onnx_can = !rejected && (!has_infer || inputs_pending) && onnx_.CanInfer(node);
+      }
       return *onnx_can;
     };
     for (size_t k = 0; k < node.outputs.size(); ++k) {

@@ -14,10 +14,12 @@
 //  * Initializers are concrete, and their small integer payloads (and Constant nodes' values)
 //    seed the folding. Float constants are kept too (Resize scales); a float tensor whose
 //    elements are integers is tracked like an integer one (Cast(Shape(x)) * 2 stays exact).
-//  * A node without a shape rule, or whose rule fails (a malformed attribute, ranks that do not
-//    match), leaves its outputs unknown: never a crash. If ONNX has an inference function for
-//    it, binding falls back on ONNX's shape inference for the values left unknown
-//    (needs_fallback); otherwise the shapes declared in the file (value_info) seed the outputs.
+//  * A node whose rule fails (a malformed attribute, ranks that do not match) leaves its outputs
+//    unknown and is counted (rule_failures): binding then refuses the model, naming the node.
+//  * A node without a shape rule leaves its outputs unknown. If ONNX has an inference function
+//    for it, binding falls back on ONNX's shape inference for them (needs_fallback); so does a
+//    node with a rule when one of its inputs waits for that fallback. Otherwise the shapes
+//    declared in the file (value_info) seed the outputs.
 //  * Data-dependent sizes (NonZero, Unique, Compress, NonMaxSuppression) are fresh unknowns:
 //    no shape pass can know them, so they do not trigger the fallback.
 //  * Bounds on untrusted input: ranks above kMaxRank and tracked element lists above

@@ -924,10 +924,11 @@ Status ConvLike(InferContext& c, size_t xi, size_t wi, int32_t dtype) {
   const Dims* w = c.shape(wi);
   if (x == nullptr) return Status::Ok();
   if (x->size() < 3) return Bad(c, "input rank below 3");
+  if (w != nullptr && w->size() != x->size()) return Bad(c, "weight rank differs from input rank");
   const size_t n = x->size() - 2;
   MEMEST_ASSIGN_OR_RETURN(Window win, ReadWindow(c, n, w, /*kernel_from_w=*/true));
   Dims d{(*x)[0]};
-  d.push_back(w != nullptr && !w->empty() ? (*w)[0] : c.Unknown());
+  d.push_back(w != nullptr ? (*w)[0] : c.Unknown());
   const Dims spatial(x->begin() + 2, x->end());
   for (DimExpr& e : WindowOutput(c, spatial, win, false)) d.push_back(std::move(e));
   c.out(0).shape = std::move(d);
@@ -949,6 +950,7 @@ Status ConvTranspose(InferContext& c) {
   const Dims* w = c.shape(1);
   if (x == nullptr) return Status::Ok();
   if (x->size() < 3) return Bad(c, "input rank below 3");
+  if (w != nullptr && w->size() != x->size()) return Bad(c, "weight rank differs from input rank");
   const size_t n = x->size() - 2;
   MEMEST_ASSIGN_OR_RETURN(Window win, ReadWindow(c, n, w, /*kernel_from_w=*/true));
   const int64_t group = c.attr_int("group", 1);

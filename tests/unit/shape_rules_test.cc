@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bind.h"
 #include "core/dtype.h"
 #include "core/graph.h"
 #include "core/symbolic_shapes.h"
@@ -164,7 +165,6 @@ std::vector<Case> Unaries() {
                          "Clip",
                          "MeanVarianceNormalization",
                          "LpNormalization",
-                         "LRN",
                          "Trilu",
                          "Hardmax",
                          "Sign",
@@ -182,6 +182,13 @@ std::vector<Case> Unaries() {
                      },
                      {"float32[N,3,4]"}});
   }
+  cases.push_back({"LRN",
+                   17,
+                   [](GraphBuilder& b) {
+                     X(b);
+                     SetIntAttr(Node(b, "LRN", {"X"}), "size", 3);  // required by the schema
+                   },
+                   {"float32[N,3,4]"}});
   cases.push_back({"CumSum",
                    14,
                    [](GraphBuilder& b) {
@@ -1285,7 +1292,7 @@ TEST(SymbolicShapes, EvaluateShapesBindsSymbolsByName) {
   EXPECT_EQ(huge.status().code(), ErrorCode::kOverflow);
 }
 
-TEST(SymbolicShapes, MalformedNodesLeaveOutputsUnknownAndAreCounted) {
+TEST(SymbolicShapes, MalformedNodesAreCountedNeverReachOnnxAndFailBinding) {
   GraphBuilder b(13);
   X(b);
   b.AddInput("Y", kFloat, {"N", 3});
@@ -1297,7 +1304,14 @@ TEST(SymbolicShapes, MalformedNodesLeaveOutputsUnknownAndAreCounted) {
   ASSERT_EQ(m.sym().failure_examples.size(), 1u);
   EXPECT_NE(m.sym().failure_examples[0].find("Concat"), std::string::npos);
   EXPECT_EQ(m.Type("y0"), "float32?");
-  EXPECT_TRUE(m.Fallback("y0"));
+  EXPECT_FALSE(m.Fallback("y0"));  // a node memest's rule rejects is never handed to ONNX
+  Options o;
+  o.batch = 2;
+  auto bound = core::Bind(m.graph(), o);
+  ASSERT_FALSE(bound.ok());
+  EXPECT_EQ(bound.status().code(), ErrorCode::kInvalidModel);
+  EXPECT_NE(bound.status().message().find("(Concat)"), std::string::npos)
+      << bound.status().ToString();
 }
 
 // Hostile attributes and inputs: every rule returns (ok or an error), never crashes.

@@ -1,0 +1,340 @@
+// core/validate.cc -- see core/validate.h for the policy.
+#include "core/validate.h"
+
+#include <onnx/defs/schema.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <queue>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/checked.h"
+#include "core/dtype.h"
+#include "core/symbolic_shapes.h"
+
+namespace memest::core {
+namespace {
+
+std::string Quote(const std::string& s) { return "'" + s + "'"; }
+
+// How many entries of the typed field a tensor of `numel` elements of `dtype` needs, and
+// that field's current size; {0, 0} for dtypes with no typed field.
+struct TypedField {
+  uint64_t expected = 0;
+  uint64_t actual = 0;
+  const char* name = "";
+};
+
+TypedField TypedFieldOf(const onnx::TensorProto& t, uint64_t numel) {
+  auto size = [](int n) { return static_cast<uint64_t>(n); };
+  switch (t.data_type()) {
+    case kFloat:
+      return {numel, size(t.float_data_size()), "float_data"};
+    case kComplex64:
+      return {SatMul(numel, 2), size(t.float_data_size()), "float_data"};
+    case kInt32:
+    case kInt16:
+    case kInt8:
+    case kUInt16:
+    case kUInt8:
+    case kBool:
+    case kFloat16:
+    case kBFloat16:
+      return {numel, size(t.int32_data_size()), "int32_data"};
+    case kString:
+      return {numel, size(t.string_data_size()), "string_data"};
+    case kInt64:
+      return {numel, size(t.int64_data_size()), "int64_data"};
+    case kDouble:
+      return {numel, size(t.double_data_size()), "double_data"};
+    case kComplex128:
+      return {SatMul(numel, 2), size(t.double_data_size()), "double_data"};
+    case kUInt32:
+    case kUInt64:
+      return {numel, size(t.uint64_data_size()), "uint64_data"};
+    default:
+      return {};
+  }
+}
+
+bool IsExternal(const onnx::TensorProto& t) {
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) return true;
+  return std::any_of(t.external_data().begin(), t.external_data().end(),
+                     [](const auto& kv) { return kv.key() == "location"; });
+}
+
+// Names visible in one graph scope, chained to the enclosing scope.
+struct Scope {
+  const Scope* outer = nullptr;
+  std::unordered_set<std::string_view> names;
+  bool Has(std::string_view name) const {
+    for (const Scope* s = this; s != nullptr; s = s->outer) {
+      if (s->names.count(name)) return true;
+    }
+    return false;
+  }
+};
+
+class Validator {
+ public:
+  explicit Validator(const onnx::ModelProto& model) : model_(model) {}
+
+  Status Run() {
+    MEMEST_RETURN_IF_ERROR(CheckVersions());
+    return CheckGraph(model_.graph(), /*outer=*/nullptr, /*depth=*/0, "graph");
+  }
+
+ private:
+  Status CheckVersions() {
+    if (model_.ir_version() < 1 || model_.ir_version() > kMaxIrVersion) {
+      return InvalidModel("ir_version " + std::to_string(model_.ir_version()) +
+                          " is outside the accepted range [1, " + std::to_string(kMaxIrVersion) +
+                          "]");
+    }
+    for (const auto& op : model_.opset_import()) {
+      const std::string domain = op.domain() == "ai.onnx" ? "" : op.domain();
+      if (op.version() < 1 || op.version() > kMaxOpsetVersion) {
+        return InvalidModel("opset_import for domain '" + op.domain() + "' has version " +
+                            std::to_string(op.version()) + ", outside [1, " +
+                            std::to_string(kMaxOpsetVersion) + "]");
+      }
+      opsets_[domain] = static_cast<int>(op.version());
+    }
+    return Status::Ok();
+  }
+
+  Status CheckShape(const onnx::ValueInfoProto& vi, const std::string& where) {
+    if (!vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape()) return Status::Ok();
+    const int rank = vi.type().tensor_type().shape().dim_size();
+    if (static_cast<size_t>(rank) > kMaxRank) {
+      return InvalidModel(where + " " + Quote(vi.name()) + " has rank " + std::to_string(rank) +
+                          ", above the supported " + std::to_string(kMaxRank));
+    }
+    return Status::Ok();
+  }
+
+  Status CheckGraph(const onnx::GraphProto& g, const Scope* outer, int depth,
+                    const std::string& where) {
+    if (depth > kMaxSubgraphDepth) {
+      return InvalidModel(where + " nests subgraphs deeper than " +
+                          std::to_string(kMaxSubgraphDepth) + " levels");
+    }
+    total_nodes_ += g.node_size();
+    if (total_nodes_ > kMaxTotalNodes) {
+      return InvalidModel("the model has more than " + std::to_string(kMaxTotalNodes) +
+                          " nodes (all graphs and subgraphs together): above memest's bound");
+    }
+    for (const auto& t : g.initializer()) {
+      MEMEST_RETURN_IF_ERROR(ValidateTensor(t, "initializer " + Quote(t.name())));
+    }
+    for (const auto& s : g.sparse_initializer()) {
+      MEMEST_RETURN_IF_ERROR(
+          ValidateTensor(s.values(), "sparse initializer " + Quote(s.values().name())));
+      MEMEST_RETURN_IF_ERROR(
+          ValidateTensor(s.indices(), "indices of sparse initializer " + Quote(s.values().name())));
+    }
+    for (const auto& vi : g.input()) MEMEST_RETURN_IF_ERROR(CheckShape(vi, "input"));
+    for (const auto& vi : g.output()) MEMEST_RETURN_IF_ERROR(CheckShape(vi, "output"));
+    for (const auto& vi : g.value_info()) MEMEST_RETURN_IF_ERROR(CheckShape(vi, "value_info"));
+    // The enclosing scope of this graph's bodies: every name this graph defines.
+    Scope scope;
+    scope.outer = outer;
+    for (const auto& vi : g.input()) scope.names.insert(vi.name());
+    for (const auto& t : g.initializer()) scope.names.insert(t.name());
+    for (const auto& s : g.sparse_initializer()) scope.names.insert(s.values().name());
+    for (const auto& n : g.node()) {
+      for (const auto& o : n.output()) scope.names.insert(o);
+    }
+    if (depth > 0) MEMEST_RETURN_IF_ERROR(CheckBodyDataflow(g, outer, where));
+    for (int i = 0; i < g.node_size(); ++i) {
+      MEMEST_RETURN_IF_ERROR(CheckNode(g.node(i), i, scope, depth, where));
+    }
+    return Status::Ok();
+  }
+
+  // A body's node inputs resolve and its nodes are acyclic (the top-level graph's are checked by
+  // the loader, with better messages for its own purposes).
+  Status CheckBodyDataflow(const onnx::GraphProto& g, const Scope* outer,
+                           const std::string& where) {
+    std::unordered_set<std::string_view> defined;
+    for (const auto& vi : g.input()) defined.insert(vi.name());
+    for (const auto& t : g.initializer()) defined.insert(t.name());
+    for (const auto& s : g.sparse_initializer()) defined.insert(s.values().name());
+    std::unordered_map<std::string_view, int> producer;
+    for (int i = 0; i < g.node_size(); ++i) {
+      for (const auto& o : g.node(i).output()) {
+        if (o.empty()) continue;
+        if (defined.count(o) || !producer.emplace(o, i).second) {
+          return InvalidModel(where + ": node " + NodeName(g.node(i), i) + " produces tensor " +
+                              Quote(o) + " that already exists");
+        }
+      }
+    }
+    const size_t n = static_cast<size_t>(g.node_size());
+    std::vector<int> pending(n, 0);
+    std::vector<std::vector<int>> users(n);
+    for (int i = 0; i < g.node_size(); ++i) {
+      for (const auto& in : g.node(i).input()) {
+        if (in.empty() || defined.count(in)) continue;
+        auto it = producer.find(in);
+        if (it == producer.end()) {
+          if (outer != nullptr && outer->Has(in)) continue;
+          return InvalidModel(where + ": node " + NodeName(g.node(i), i) + " reads tensor " +
+                              Quote(in) + " that nothing in scope provides");
+        }
+        users[static_cast<size_t>(it->second)].push_back(i);
+        ++pending[static_cast<size_t>(i)];
+      }
+    }
+    std::queue<int> ready;
+    for (size_t i = 0; i < n; ++i) {
+      if (pending[i] == 0) ready.push(static_cast<int>(i));
+    }
+    size_t done = 0;
+    while (!ready.empty()) {
+      const int i = ready.front();
+      ready.pop();
+      ++done;
+      for (int u : users[static_cast<size_t>(i)]) {
+        if (--pending[static_cast<size_t>(u)] == 0) ready.push(u);
+      }
+    }
+    if (done == n) return Status::Ok();
+    for (size_t i = 0; i < n; ++i) {
+      if (pending[i] > 0) {
+        return InvalidModel(where + " has a cycle through node " +
+                            NodeName(g.node(static_cast<int>(i)), static_cast<int>(i)));
+      }
+    }
+    return Status::Ok();
+  }
+
+  static std::string NodeName(const onnx::NodeProto& n, int index) {
+    return Quote(n.name().empty() ? n.op_type() + "_" + std::to_string(index) : n.name()) + " (" +
+           n.op_type() + ")";
+  }
+
+  const onnx::OpSchema* SchemaOf(const onnx::NodeProto& n) const {
+    const std::string domain = n.domain() == "ai.onnx" ? "" : n.domain();
+    auto it = opsets_.find(domain);
+    if (it == opsets_.end()) return nullptr;
+    return onnx::OpSchemaRegistry::Schema(n.op_type(), it->second, domain);
+  }
+
+  Status CheckNode(const onnx::NodeProto& n, int index, const Scope& scope, int depth,
+                   const std::string& where) {
+    const std::string node = "node " + NodeName(n, index) + (depth > 0 ? " in " + where : "");
+    const onnx::OpSchema* schema = SchemaOf(n);
+    std::unordered_set<std::string_view> seen;
+    for (const auto& attr : n.attribute()) {
+      if (attr.name().empty()) return InvalidModel(node + " has an attribute without a name");
+      if (!seen.insert(attr.name()).second) {
+        return InvalidModel(node + " has attribute " + Quote(attr.name()) + " twice");
+      }
+      MEMEST_RETURN_IF_ERROR(CheckAttribute(attr, node, schema, scope, depth));
+    }
+    if (schema != nullptr) {
+      for (const auto& [name, declared] : schema->attributes()) {
+        if (declared.required && !seen.count(name)) {
+          return InvalidModel(node + " lacks its required attribute " + Quote(name));
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status CheckAttribute(const onnx::AttributeProto& attr, const std::string& node,
+                        const onnx::OpSchema* schema, const Scope& scope, int depth) {
+    using A = onnx::AttributeProto;
+    const std::string what = node + " attribute " + Quote(attr.name());
+    const bool missing_field = (attr.type() == A::GRAPH && !attr.has_g()) ||
+                               (attr.type() == A::TENSOR && !attr.has_t()) ||
+                               (attr.type() == A::SPARSE_TENSOR && !attr.has_sparse_tensor()) ||
+                               (attr.type() == A::TYPE_PROTO && !attr.has_tp());
+    if (missing_field) return InvalidModel(what + " declares a type but carries no value");
+    if (schema != nullptr && attr.type() != A::UNDEFINED) {
+      const auto& declared = schema->attributes();
+      auto it = declared.find(attr.name());
+      if (it != declared.end() && static_cast<int>(it->second.type) != attr.type()) {
+        return InvalidModel(what + " has type " + std::to_string(attr.type()) + " where " +
+                            schema->Name() + " expects type " +
+                            std::to_string(static_cast<int>(it->second.type)));
+      }
+    }
+    const int64_t elements = int64_t{attr.ints_size()} + attr.floats_size() + attr.strings_size() +
+                             attr.tensors_size() + attr.graphs_size();
+    if (elements > kMaxAttributeElements) {
+      return InvalidModel(what + " holds " + std::to_string(elements) +
+                          " elements, above memest's bound of " +
+                          std::to_string(kMaxAttributeElements));
+    }
+    if (attr.has_t()) MEMEST_RETURN_IF_ERROR(ValidateTensor(attr.t(), what));
+    for (const auto& t : attr.tensors()) MEMEST_RETURN_IF_ERROR(ValidateTensor(t, what));
+    if (attr.has_sparse_tensor()) {
+      MEMEST_RETURN_IF_ERROR(ValidateTensor(attr.sparse_tensor().values(), what));
+      MEMEST_RETURN_IF_ERROR(ValidateTensor(attr.sparse_tensor().indices(), what));
+    }
+    if (attr.has_g()) MEMEST_RETURN_IF_ERROR(CheckGraph(attr.g(), &scope, depth + 1, what));
+    for (const auto& g : attr.graphs()) {
+      MEMEST_RETURN_IF_ERROR(CheckGraph(g, &scope, depth + 1, what));
+    }
+    return Status::Ok();
+  }
+
+  const onnx::ModelProto& model_;
+  std::map<std::string, int> opsets_;
+  int64_t total_nodes_ = 0;
+};
+
+}  // namespace
+
+Status ValidateTensor(const onnx::TensorProto& t, const std::string& what) {
+  if (!IsKnownDType(t.data_type())) {
+    return InvalidModel(what + " has unknown element type " + std::to_string(t.data_type()));
+  }
+  if (static_cast<size_t>(t.dims_size()) > kMaxRank) {
+    return InvalidModel(what + " has rank " + std::to_string(t.dims_size()) +
+                        ", above the supported " + std::to_string(kMaxRank));
+  }
+  for (int i = 0; i < t.dims_size(); ++i) {
+    if (t.dims(i) < 0) {
+      return InvalidModel(what + " has a negative dim " + std::to_string(t.dims(i)) + " at axis " +
+                          std::to_string(i));
+    }
+  }
+  const std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+  const auto numel = CheckedNumel(dims);
+  if (!numel) return Overflow(what + ": element count overflows 64 bits");
+  if (IsExternal(t)) return Status::Ok();
+  if (!t.raw_data().empty()) {
+    const uint64_t elem = DTypeSize(t.data_type());
+    const auto expected = CheckedMul(*numel, elem);
+    if (elem == 0 || !expected || *expected != t.raw_data().size()) {
+      return InvalidModel(what + " holds " + std::to_string(t.raw_data().size()) +
+                          " bytes of raw_data where its dims and " + DTypeName(t.data_type()) +
+                          " need " + (expected ? std::to_string(*expected) : "more"));
+    }
+  }
+  const TypedField field = TypedFieldOf(t, *numel);
+  if (field.actual != 0 && field.actual != field.expected) {
+    return InvalidModel(what + " holds " + std::to_string(field.actual) + " " + field.name +
+                        " entries where its dims and " + DTypeName(t.data_type()) + " need " +
+                        std::to_string(field.expected));
+  }
+  return Status::Ok();
+}
+
+Status ValidateModelProto(const onnx::ModelProto& model) {
+  try {
+    return Validator(model).Run();
+  } catch (const std::exception& e) {
+    return InvalidModel(std::string("model failed validation: ") + e.what());
+  }
+}
+
+}  // namespace memest::core
