@@ -36,7 +36,7 @@ namespace memest::core {
 inline constexpr int64_t kMaxIrVersion = 64;
 inline constexpr int64_t kMaxOpsetVersion = 1000;
 inline constexpr int kMaxSubgraphDepth = 64;
-inline constexpr int64_t kMaxTotalNodes = 4'000'000;
+inline constexpr int64_t kMaxTotalNodes = 1'000'000;
 inline constexpr int64_t kMaxAttributeElements = 1 << 24;
 
 // Checks `model` as described above. Never throws.

@@ -10,13 +10,16 @@
 //       a sweep manifest for the measurement harness (datasets/README.md).
 // Exit codes: 0 ok, 1 a model failed --check, 2 usage error, 3 I/O or data error.
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
 
 #include "datasets/gpumemnet/gpumemnet.h"
+#include "datasets/zoo/chain.h"
 #include "datasets/zoo/manifest.h"
 #include "datasets/zoo/zoo.h"
 
@@ -150,6 +153,18 @@ int Manifest(const std::string& preset, const std::string& root, const std::stri
   return 0;
 }
 
+int WriteChain(int blocks, const std::string& out) {
+  std::ofstream f(out, std::ios::binary | std::ios::trunc);
+  f << memest::zoo::ChainModel(blocks);
+  f.close();
+  if (!f) {
+    std::cerr << "memest-zoo: cannot write " << out << ": " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  std::cout << out << ": " << 4 * int64_t{blocks} << " nodes\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -190,6 +205,14 @@ int main(int argc, char** argv) {
   man->add_option("--root", root, "repository root")->capture_default_str();
   man->add_option("--data", man_data, "GPUMemNet CSV folder (gpu-h100)");
   man->add_option("--out", man_out, "output JSONL file")->required();
+  auto* chain = app.add_subcommand(
+      "chain", "a synthetic chain of BLOCKS x (MatMul, Add, Relu, LayerNorm): 4 nodes per block");
+  int chain_blocks = 0;
+  std::string chain_out;
+  chain->add_option("--blocks", chain_blocks, "blocks")
+      ->required()
+      ->check(CLI::Range(1, 10'000'000));
+  chain->add_option("--out", chain_out, "output .onnx file")->required();
   app.require_subcommand(0, 1);
 
   try {
@@ -200,6 +223,7 @@ int main(int argc, char** argv) {
   }
   if (gmn->parsed()) return Gpumemnet(gmn_data, gmn_out, gmn_models, gmn_check);
   if (man->parsed()) return Manifest(preset, root, man_data, man_out);
+  if (chain->parsed()) return WriteChain(chain_blocks, chain_out);
   if (out.empty()) {
     std::cerr << "memest-zoo: --out is required (see --help)\n";
     return 2;

@@ -221,3 +221,29 @@ TEST(Validate, ScanCountsAreCheckedBeforeOnnxRunsIt) {
 
 }  // namespace
 }  // namespace memest
+
+namespace memest {
+namespace {
+
+// The documented bounds (docs/robustness.md, Bounds): just over each one is a clear error, not
+// an allocation that grows with the input.
+TEST(ValidateBounds, NodeCountAboveTheBoundIsRefused) {
+  GraphBuilder b = Relu();
+  for (int64_t i = 0; i < core::kMaxTotalNodes; ++i) b.graph().add_node()->set_op_type("Relu");
+  ExpectRejected(b, "more than 1000000 nodes");
+}
+
+TEST(ValidateBounds, AttributeListAboveTheBoundIsRefused) {
+  GraphBuilder b(17);
+  b.AddInput("x", kFloat, {"N", 4});
+  auto& n = b.AddNode("Transpose", {"x"}, {"y"});
+  auto* a = n.add_attribute();
+  a->set_name("perm");
+  a->set_type(onnx::AttributeProto::INTS);
+  a->mutable_ints()->Resize(static_cast<int>(core::kMaxAttributeElements + 1), 0);
+  b.AddOutput("y", kFloat);
+  ExpectRejected(b, "above memest's bound");
+}
+
+}  // namespace
+}  // namespace memest
