@@ -11,19 +11,27 @@
 // codes (docs/cli.md):
 //   0  the estimate fits the GPU (or a --list-* / --help / --version request)
 //   1  it does not fit (with --backend all: any backend with a result says so)
-//   2  usage error: bad flag or value, unknown GPU or backend, unbound symbolic
-//   dim 3  bad model: missing file, not ONNX, truncated, invalid graph,
-//   overflow 4  backend unavailable, unsupported model for the backend, or
-//   internal error
+//   2  usage error: bad flag or value (an integer out of range is never
+//      clamped), a training-only flag with --mode infer, unknown GPU or
+//      backend, an unwritable --timeline file, unbound symbolic dim
+//   3  bad model: missing or unreadable file, not ONNX, truncated, invalid
+//      graph, overflow
+//   4  backend unavailable, unsupported model for the backend, a failed write
+//      to stdout, or internal error
 // Option defaults shown by --help come from memest::DescribeOptions(), i.e.
 // from a default-constructed memest::Options; this file never repeats them.
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <limits>
@@ -172,24 +180,145 @@ class HelpDefaults {
 // ---------------------------------------------------------------------------------------------
 // Argument helpers.
 
+// Parses a decimal integer in [min, 2^63-1]. `what` names the flag in the
+// error, which always states the accepted range: the value is never clamped.
+Result<int64_t> ParseInteger(std::string_view what, const std::string& text, int64_t min) {
+  const std::string range =
+      fmt::format("an integer from {} to {}", min, std::numeric_limits<int64_t>::max());
+  if (text.empty()) {
+    return InvalidArgument(fmt::format("{}: the value is empty; expected {}", what, range));
+  }
+  int64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (ec == std::errc::result_out_of_range || (ec == std::errc() && v < min)) {
+    return InvalidArgument(fmt::format("{}: {} is out of range; expected {}", what, text, range));
+  }
+  if (ec != std::errc() || ptr != end) {
+    return InvalidArgument(
+        fmt::format("{}: '{}' is not an integer; expected {}", what, text, range));
+  }
+  return v;
+}
+
+// Parses an integer flag into `*out` when the user gave it; prints the error
+// and returns false on a bad value.
+bool ParseIntegerFlag(const CLI::Option* opt, const std::string& text, int64_t min, int64_t* out) {
+  if (opt->count() == 0) return true;
+  Result<int64_t> v = ParseInteger(opt->get_name(), text, min);
+  if (!v.ok()) {
+    PrintError(v.status().message());
+    return false;
+  }
+  *out = *v;
+  return true;
+}
+
 Result<std::pair<std::string, int64_t>> ParseDim(const std::string& text) {
   const size_t eq = text.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
+  if (eq == std::string::npos || eq == 0) {
     return InvalidArgument(fmt::format(
         "--dim '{}': expected NAME=VALUE, e.g. --dim seq=128", text));
   }
   const std::string name = text.substr(0, eq);
-  const std::string value = text.substr(eq + 1);
-  int64_t v = 0;
-  const auto [ptr, ec] =
-      std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || ptr != value.data() + value.size()) {
-    return InvalidArgument(
-        fmt::format("--dim {}: '{}' is not an integer", name, value));
+  Result<int64_t> v = ParseInteger("--dim " + name, text.substr(eq + 1), 0);
+  if (!v.ok()) return v.status();
+  return std::make_pair(name, *v);
+}
+
+// Flags that only describe a training step. With --mode infer they would be
+// ignored, so giving one is a mistake the user should hear about.
+Status CheckInferenceFlags(Mode mode, const std::vector<const CLI::Option*>& training) {
+  if (mode != Mode::kInfer) return Status::Ok();
+  std::vector<std::string> given;
+  for (const CLI::Option* o : training) {
+    if (o->count() > 0) given.push_back(o->get_name());
   }
-  if (v < 0)
-    return InvalidArgument(fmt::format("--dim {}: {} is negative", name, v));
-  return std::make_pair(name, v);
+  if (given.empty()) return Status::Ok();
+  return InvalidArgument(fmt::format(
+      "{} conflict{} with --mode infer: {} only to training (drop {} or use "
+      "--mode train)",
+      fmt::join(given, ", "), given.size() == 1 ? "s" : "",
+      given.size() == 1 ? "it applies" : "they apply", given.size() == 1 ? "it" : "them"));
+}
+
+// The errno of opening `path` for reading (0 when it opens). O_NONBLOCK: a
+// FIFO must not hang the error path.
+int OpenErrno(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return errno;
+  ::close(fd);
+  return 0;
+}
+
+// Prints why the model did not load and returns the exit code. LoadModel says
+// not_found for a file that exists but cannot be opened too; errno tells them
+// apart, so an unreadable file is reported as such, with the reason.
+int ReportLoadFailure(const Status& s, const std::string& path) {
+  std::string message = s.message();
+  std::string code = ErrorCodeName(s.code());
+  if (s.code() == ErrorCode::kNotFound) {
+    if (const int err = OpenErrno(path); err != 0 && err != ENOENT) {
+      message = fmt::format("cannot be read: {}", std::strerror(err));
+      code = "unreadable";
+    }
+  }
+  if (message.find(path) == std::string::npos) message = path + ": " + message;
+  PrintError(fmt::format("cannot load model: {} ({})", message, code));
+  return ExitCodeFor(s, Stage::kLoad);
+}
+
+// Checks that `path` can be opened for writing before any estimate runs (a
+// missing folder, a read-only one, a directory); a file the check creates is
+// removed again.
+Status CheckWritable(const std::string& path) {
+  struct stat st {};
+  const bool existed = ::stat(path.c_str(), &st) == 0;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    return InvalidArgument(fmt::format("{}: cannot be written: {}", path, std::strerror(err)));
+  }
+  ::close(fd);
+  if (!existed) ::unlink(path.c_str());
+  return Status::Ok();
+}
+
+// Simulates the step with the symbolic backend and writes its timeline to
+// `path`. A failed write carries errno's reason; `title` may hold any bytes.
+Status WriteTimelineFile(const Model& model, const Options& options, const std::string& title,
+                         const std::string& path) {
+  MEMEST_ASSIGN_OR_RETURN(symbolic::Simulation sim,
+                          symbolic::SimulateModel(model, options, /*record_events=*/true));
+  errno = 0;
+  Status written = symbolic::WriteTimeline(sim, path, ReplaceInvalidUtf8(title));
+  const int err = errno;
+  if (written.ok() || err == 0) return written;
+  return Status(written.code(), written.message() + ": " + std::strerror(err));
+}
+
+// The errno of the first failed write of results to stdout (0: none seen).
+int stdout_errno = 0;
+
+// Writes results to stdout and flushes them at once, so that a failed write is
+// seen while errno still holds its reason.
+void PrintResult(const std::string& text) {
+  errno = 0;
+  std::cout << text << std::flush;
+  if (!std::cout.good() && stdout_errno == 0) stdout_errno = errno;
+}
+
+// Flushes stdout. A failed write (a full disk, /dev/full) must not pass for
+// success: it is reported and turns exit codes 0 and 1 into 4.
+int FinishStdout(int code) {
+  errno = 0;
+  std::cout.flush();
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = stdout_errno != 0 ? stdout_errno : errno;
+  if (flushed && std::cout.good() && !std::ferror(stdout)) return code;
+  std::cerr << "memest: error: cannot write the results to stdout"
+            << (err != 0 ? std::string(": ") + std::strerror(err) : "") << '\n';
+  return code >= kExitUsage ? code : kExitInternal;
 }
 
 void PrintDiagnostics(const std::vector<Diagnostic>& ds,
@@ -205,18 +334,18 @@ int RunCli(int argc, char** argv) {
   HelpDefaults help(DescribeOptions());
 
   std::string model_path;
-  int64_t batch = 0;
+  std::string batch_text;
   std::vector<std::string> dim_args;
   std::string mode = ToString(defaults.mode);
   std::string optimizer = ToString(defaults.optimizer);
   std::string optimizer_impl = ToString(defaults.optimizer_impl);
-  int64_t checkpoint_segments = defaults.checkpoint_segments;
+  std::string checkpoint_text;
   double weight_decay = defaults.weight_decay;
   std::string precision = ToString(defaults.precision);
   std::string loss = ToString(defaults.loss);
   std::string gpu_name = defaults.gpu;
   bool expandable = defaults.allocator.expandable_segments;
-  int64_t micro_batches = defaults.micro_batches;
+  std::string micro_batches_text;
   std::string backend = kDefaultBackend;
   bool max_batch = false;
   std::string output = ToString(Format::kTable);
@@ -235,10 +364,8 @@ int RunCli(int argc, char** argv) {
       ->type_name("MODEL.onnx");
   CLI::Option* batch_opt =
       app.add_option(
-             "-b,--batch", batch,
-             help.With(
-                 "binds the leading symbolic dim (batch) of every data input",
-                 {"batch"}))
+             "-b,--batch", batch_text,
+             help.With("binds the leading symbolic dim (batch) of every data input", {"batch"}))
           ->type_name("N");
   app.add_option("-d,--dim", dim_args,
                  help.With("binds a named symbolic dim, e.g. --dim seq=128 "
@@ -249,26 +376,27 @@ int RunCli(int argc, char** argv) {
                  help.With("train: one training step; infer: one forward pass",
                            {"mode"}))
       ->type_name("train|infer");
-  app.add_option("--optimizer", optimizer,
-                 help.With("optimizer of the training step", {"optimizer"}))
-      ->type_name("sgd|momentum|adam|adamw");
-  app.add_option("--optimizer-impl", optimizer_impl,
-                 help.With("how torch.optim runs the step (foreach=False is single-tensor, "
-                           "fused=True is fused)",
-                           {"optimizer_impl"}))
-      ->type_name("foreach|single-tensor|fused");
-  app.add_option(
-         "--weight-decay", weight_decay,
-         help.With(
-             "weight decay (L2 for sgd/momentum/adam, decoupled for adamw)",
-             {"weight_decay"}))
-      ->type_name("X");
+  std::vector<const CLI::Option*> training_only;
+  training_only.push_back(app.add_option("--optimizer", optimizer,
+                                         help.With("optimizer of the training step", {"optimizer"}))
+                              ->type_name("sgd|momentum|adam|adamw"));
+  training_only.push_back(
+      app.add_option("--optimizer-impl", optimizer_impl,
+                     help.With("how torch.optim runs the step (foreach=False is single-tensor, "
+                               "fused=True is fused)",
+                               {"optimizer_impl"}))
+          ->type_name("foreach|single-tensor|fused"));
+  training_only.push_back(
+      app.add_option("--weight-decay", weight_decay,
+                     help.With("weight decay (L2 for sgd/momentum/adam, decoupled for adamw)",
+                               {"weight_decay"}))
+          ->type_name("X"));
   app.add_option("--precision", precision,
                  help.With("numeric precision", {"precision"}))
       ->type_name("fp32|amp-fp16|amp-bf16|bf16");
-  app.add_option("--loss", loss,
-                 help.With("loss on the first output in training", {"loss"}))
-      ->type_name("auto|cross-entropy|mse");
+  training_only.push_back(
+      app.add_option("--loss", loss, help.With("loss on the first output in training", {"loss"}))
+          ->type_name("auto|cross-entropy|mse"));
   app.add_option("--gpu", gpu_name,
                  help.With("GPU profile (see --list-gpus)", {"gpu"}))
       ->type_name("NAME");
@@ -276,16 +404,20 @@ int RunCli(int argc, char** argv) {
       "--expandable-segments", expandable,
       help.With("PyTorch caching allocator with expandable_segments:True",
                 {"expandable_segments", "allocator_expandable_segments"}));
-  app.add_option("--micro-batches", micro_batches,
-                 help.With("gradient accumulation: micro-batches per optimizer step "
-                           "(--batch must divide)",
-                           {"micro_batches"}))
-      ->type_name("K");
-  app.add_option("--checkpoint", checkpoint_segments,
-                 help.With("activation checkpointing: checkpoint_sequential with this many "
-                           "segments (0: off)",
-                           {"checkpoint_segments"}))
-      ->type_name("SEGMENTS");
+  CLI::Option* micro_batches_opt =
+      app.add_option("--micro-batches", micro_batches_text,
+                     help.With("gradient accumulation: micro-batches per optimizer step "
+                               "(--batch must divide)",
+                               {"micro_batches"}))
+          ->type_name("K");
+  training_only.push_back(micro_batches_opt);
+  CLI::Option* checkpoint_opt =
+      app.add_option("--checkpoint", checkpoint_text,
+                     help.With("activation checkpointing: checkpoint_sequential with this many "
+                               "segments (0: off)",
+                               {"checkpoint_segments"}))
+          ->type_name("SEGMENTS");
+  training_only.push_back(checkpoint_opt);
   app.add_option(
          "--backend", backend,
          fmt::format("estimator backend (see --list-backends), or 'all' for "
@@ -348,28 +480,21 @@ int RunCli(int argc, char** argv) {
   }
 
   if (list_backends || list_gpus) {
-    if (list_backends)
-      std::cout << RenderBackends(ListBackends(), format, MEMEST_VERSION);
-    if (list_backends && list_gpus && format == Format::kTable)
-      std::cout << '\n';
-    if (list_gpus)
-      std::cout << RenderGpus(GpuProfiles(), format, MEMEST_VERSION);
+    if (list_backends) PrintResult(RenderBackends(ListBackends(), format, MEMEST_VERSION));
+    if (list_backends && list_gpus && format == Format::kTable) PrintResult("\n");
+    if (list_gpus) PrintResult(RenderGpus(GpuProfiles(), format, MEMEST_VERSION));
     return kExitFits;
   }
   if (show_coverage) {
     const OpCoverage all = RuleCoverage();
     if (model_path.empty()) {
-      std::cout << RenderCoverage(all, nullptr, "", format, MEMEST_VERSION);
+      PrintResult(RenderCoverage(all, nullptr, "", format, MEMEST_VERSION));
       return kExitFits;
     }
     Result<std::shared_ptr<const Model>> m = LoadModel(model_path);
-    if (!m.ok()) {
-      PrintError(fmt::format("cannot load model: {} ({})", m.status().message(),
-                             ErrorCodeName(m.status().code())));
-      return ExitCodeFor(m.status(), Stage::kLoad);
-    }
+    if (!m.ok()) return ReportLoadFailure(m.status(), model_path);
     const ModelCoverage mc = RuleCoverage(**m);
-    std::cout << RenderCoverage(all, &mc, model_path, format, MEMEST_VERSION);
+    PrintResult(RenderCoverage(all, &mc, model_path, format, MEMEST_VERSION));
     return kExitFits;
   }
   if (model_path.empty()) {
@@ -410,6 +535,16 @@ int RunCli(int argc, char** argv) {
     options.loss = *l;
     options.optimizer_impl = *oi;
   }
+  if (Status s = CheckInferenceFlags(options.mode, training_only); !s.ok()) {
+    PrintError(s.message());
+    return kExitUsage;
+  }
+  int64_t batch = 0;
+  if (!ParseIntegerFlag(batch_opt, batch_text, 1, &batch) ||
+      !ParseIntegerFlag(micro_batches_opt, micro_batches_text, 1, &options.micro_batches) ||
+      !ParseIntegerFlag(checkpoint_opt, checkpoint_text, 0, &options.checkpoint_segments)) {
+    return kExitUsage;
+  }
   if (batch_opt->count() > 0) {
     if (max_batch) {
       std::cerr << "memest: warning: --batch is ignored with --max-batch\n";
@@ -432,8 +567,6 @@ int RunCli(int argc, char** argv) {
   options.weight_decay = weight_decay;
   options.gpu = gpu_name;
   options.allocator.expandable_segments = expandable;
-  options.micro_batches = micro_batches;
-  options.checkpoint_segments = checkpoint_segments;
   if (Status s = Validate(options); !s.ok()) {
     PrintError(s.message());
     return ExitCodeFor(s, Stage::kSetup);
@@ -502,18 +635,15 @@ int RunCli(int argc, char** argv) {
       PrintError(f.status().message());
       return kExitUsage;
     }
+    if (Status s = CheckWritable(timeline_path); !s.ok()) {
+      PrintError("--timeline " + s.message());
+      return kExitUsage;
+    }
   }
 
   // Model.
   Result<std::shared_ptr<const Model>> loaded = LoadModel(model_path);
-  if (!loaded.ok()) {
-    std::string message = loaded.status().message();
-    if (message.find(model_path) == std::string::npos)
-      message = model_path + ": " + message;
-    PrintError(fmt::format("cannot load model: {} ({})", message,
-                           ErrorCodeName(loaded.status().code())));
-    return ExitCodeFor(loaded.status(), Stage::kLoad);
-  }
+  if (!loaded.ok()) return ReportLoadFailure(loaded.status(), model_path);
   const Model& model = **loaded;
   const ModelSummary& summary = model.summary();
   PrintDiagnostics(summary.diagnostics, "");
@@ -562,16 +692,12 @@ int RunCli(int argc, char** argv) {
     for (const auto& r : results) {
       if (max_batch && r.status.ok() && r.max_batch > 0) timeline_options.batch = r.max_batch;
     }
-    auto sim = symbolic::SimulateModel(model, timeline_options, /*record_events=*/true);
-    Status written = sim.ok() ? symbolic::WriteTimeline(
-                                    *sim, timeline_path,
-                                    fmt::format("{} -- {} batch {}", model_path,
-                                                ToString(timeline_options.mode),
-                                                timeline_options.batch.value_or(0)))
-                              : sim.status();
-    if (!written.ok()) {
-      PrintError("timeline: " + written.ToString());
-      return ExitCodeFor(written, Stage::kEstimate);
+    const std::string title =
+        fmt::format("{} -- {} batch {}", model_path, ToString(timeline_options.mode),
+                    timeline_options.batch.value_or(0));
+    if (Status s = WriteTimelineFile(model, timeline_options, title, timeline_path); !s.ok()) {
+      PrintError("timeline: " + s.ToString());
+      return ExitCodeFor(s, Stage::kEstimate);
     }
     std::cerr << "memest: timeline written to " << timeline_path << '\n';
   }
@@ -589,8 +715,7 @@ int RunCli(int argc, char** argv) {
   // A table of nothing but failures helps nobody; programs still get their
   // document.
   if (any_ok || format == Format::kJson || format == Format::kCsv) {
-    std::cout << RenderReport(report, format);
-    std::cout.flush();
+    PrintResult(RenderReport(report, format));
   }
   for (const auto& r : results) {
     if (r.status.ok())
@@ -618,12 +743,13 @@ int RunCli(int argc, char** argv) {
 }  // namespace memest::cli
 
 int main(int argc, char** argv) {
+  int code = 4;
   try {
-    return memest::cli::RunCli(argc, argv);
+    code = memest::cli::RunCli(argc, argv);
   } catch (const std::exception& e) {
     std::cerr << "memest: internal error: " << e.what() << '\n';
   } catch (...) {
     std::cerr << "memest: internal error: unknown exception\n";
   }
-  return 4;
+  return memest::cli::FinishStdout(code);
 }

@@ -48,6 +48,13 @@ constexpr Component kComponents[] = {
     {"unaccounted", "unaccounted", &Breakdown::unaccounted},
 };
 
+// A JSON document as text, ending with a newline. Strings from the model or the
+// command line (producer, node names, paths) may hold bytes that are not UTF-8;
+// they become U+FFFD instead of making dump() throw.
+std::string DumpJson(const Json& j) {
+  return j.dump(2, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace) + "\n";
+}
+
 // ---------------------------------------------------------------------------------------------
 // A plain grid of cells rendered either as aligned text or as a markdown table.
 
@@ -633,7 +640,7 @@ std::string RenderReportJson(const Report& r) {
     if (auto b = ConservativeMaxBatch(r.results)) mb["batch"] = *b;
     j["max_batch"] = mb;
   }
-  return j.dump(2) + "\n";
+  return DumpJson(j);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -786,6 +793,12 @@ std::optional<int64_t> ConservativeMaxBatch(
   return best;
 }
 
+std::string ReplaceInvalidUtf8(std::string_view s) {
+  const std::string quoted =
+      Json(std::string(s)).dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+  return Json::parse(quoted).get<std::string>();
+}
+
 std::string RenderReport(const Report& report, Format format) {
   switch (format) {
     case Format::kTable:
@@ -813,7 +826,7 @@ std::string RenderBackends(const std::vector<BackendInfo>& backends,
     Json j = {{"schema", kBackendsSchema},
               {"memest_version", memest_version},
               {"backends", arr}};
-    return j.dump(2) + "\n";
+    return DumpJson(j);
   }
   if (format == Format::kCsv) {
     std::string out = CsvLine({"name", "available", "description", "reason"});
@@ -841,7 +854,7 @@ std::string RenderGpus(const std::vector<GpuProfile>& gpus, Format format,
     Json j = {{"schema", kGpusSchema},
               {"memest_version", memest_version},
               {"gpus", arr}};
-    return j.dump(2) + "\n";
+    return DumpJson(j);
   }
   if (format == Format::kCsv) {
     std::string out =
@@ -948,7 +961,7 @@ std::string RenderCoverage(const OpCoverage& all, const ModelCoverage* model,
                     {"without_rule", model->without_rule},
                     {"without_shape_rule", model->without_shape_rule}};
     }
-    return j.dump(2) + "\n";
+    return DumpJson(j);
   }
   std::string out = fmt::format(
       "rule table: {} rules; {} of {} ONNX operators have one, {} have a shape rule\n", all.rules,

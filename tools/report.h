@@ -107,6 +107,10 @@ std::string RenderCoverage(const OpCoverage& all, const ModelCoverage* model,
 std::string FormatDiagnostic(const Diagnostic& diagnostic,
                              std::string_view backend);
 
+// `s` with every byte sequence that is not valid UTF-8 replaced by U+FFFD (the
+// JSON renderers here do the same; for text handed to other JSON writers).
+std::string ReplaceInvalidUtf8(std::string_view s);
+
 // "512 B", "1.50 KiB", "1.23 GiB" (binary units, two decimals above 1 KiB).
 std::string FormatBytes(uint64_t bytes);
 

@@ -11,7 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "memest/memest.h"
+#include "testing/onnx_builder.h"
 
 extern char** environ;
 
@@ -66,7 +69,12 @@ class CliTest : public ::testing::Test {
 
   // Runs the CLI with `args`, capturing stdout, stderr and the exit code.
   CliRun Run(const std::vector<std::string>& args) {
-    const fs::path out = dir_ / "stdout.txt";
+    return RunWithStdout(args, dir_ / "stdout.txt");
+  }
+
+  // Runs the CLI with stdout going to `out` (e.g. /dev/full); CliRun::out holds
+  // `out`'s contents when it is a regular file, else "".
+  CliRun RunWithStdout(const std::vector<std::string>& args, const fs::path& out) {
     const fs::path err = dir_ / "stderr.txt";
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
@@ -100,7 +108,7 @@ class CliTest : public ::testing::Test {
                     << (WIFSIGNALED(status) ? WTERMSIG(status) : 0)
                     << ") for args: " << ::testing::PrintToString(args);
     }
-    r.out = ReadFile(out);
+    r.out = fs::is_regular_file(out) ? ReadFile(out) : "";  // not /dev/full
     r.err = ReadFile(err);
     return r;
   }
@@ -130,8 +138,23 @@ class CliTest : public ::testing::Test {
         << " (MEMEST_UPDATE_GOLDEN=1 rewrites it after a deliberate change)";
   }
 
+  // Writes the small MLP test model (batch dim "N") with `producer` to
+  // dir_/name.
+  std::string WriteMlp(const std::string& name, const std::string& producer) {
+    testing::GraphBuilder b = testing::SmallMlp();
+    b.model().set_producer_name(producer);
+    const fs::path path = dir_ / name;
+    WriteFile(path, b.Serialize());
+    return path.string();
+  }
+
   fs::path dir_;
 };
+
+// True when permission bits do not stop this process (root, CAP_DAC_OVERRIDE).
+bool PermissionsIgnored(const fs::path& unreadable) {
+  return access(unreadable.c_str(), R_OK) == 0;
+}
 
 bool IsByteCount(const json& v) {
   return v.is_number_unsigned() ||
@@ -542,6 +565,191 @@ TEST_F(CliTest, BackendAllOneResultPerBackendConservativeVerdict) {
     }
   }
   EXPECT_NE(t.out.find("result: "), std::string::npos) << t.out;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Hostile input (findings of the fuzzing review).
+
+TEST_F(CliTest, JsonReplacesInvalidUtf8) {
+  // A producer_name and a file name holding byte 0xFF: U+FFFD in the JSON.
+  const std::string path = WriteMlp("model\xff.onnx", "\xff");
+  CliRun r = Run({path, "--batch", "4", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(r.out);
+  // The builder sets producer_version "0"; the summary appends it.
+  EXPECT_EQ(doc["model"]["producer"].get<std::string>(), "\xEF\xBF\xBD 0");
+  EXPECT_NE(doc["model"]["path"].get<std::string>().find("model\xEF\xBF\xBD.onnx"),
+            std::string::npos);
+  EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+
+  CliRun c = Run({"--show-coverage", path, "--json"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NO_THROW(json::parse(c.out));
+
+  // The timeline's title names the model path.
+  const fs::path timeline = dir_ / "t.json";
+  CliRun t = Run({path, "--batch", "4", "--timeline", timeline.string()});
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const json tl = json::parse(ReadFile(timeline));
+  EXPECT_NE(tl["title"].get<std::string>().find("model\xEF\xBF\xBD.onnx"), std::string::npos);
+}
+
+TEST_F(CliTest, OutOfRangeIntegersAreUsageErrorsNamingTheRange) {
+  const std::string m = Model("mlp_small_train.onnx");
+  const std::string max = "9223372036854775807";
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {m, "--batch", "9223372036854775808"},
+           {m, "--batch", "99999999999999999999999"},
+           {m, "--batch", "-1"},
+           {m, "--batch", "0"},
+           {m, "--batch", "8x"},
+           {m, "--dim", "batch=9223372036854775808"},
+           {m, "--dim", "batch=-3"},
+           {m, "--batch", "8", "--micro-batches", "9223372036854775808"},
+           {m, "--batch", "8", "--checkpoint", "9223372036854775808"},
+           {m, "--batch", "8", "--checkpoint", "-1"}}) {
+    CliRun r = Run(args);
+    EXPECT_EQ(r.exit_code, 2) << ::testing::PrintToString(args) << "\n" << r.err;
+    EXPECT_NE(r.err.find("to " + max), std::string::npos) << ::testing::PrintToString(args) << "\n"
+                                                          << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+  CliRun b = Run({m, "--batch", "9223372036854775808"});
+  EXPECT_NE(b.err.find("--batch: 9223372036854775808 is out of range"), std::string::npos) << b.err;
+  EXPECT_NE(b.err.find("from 1 to " + max), std::string::npos) << b.err;
+  CliRun d = Run({m, "--dim", "batch=9223372036854775808"});
+  EXPECT_NE(d.err.find("--dim batch: 9223372036854775808 is out of range"), std::string::npos)
+      << d.err;
+  EXPECT_NE(d.err.find("from 0 to " + max), std::string::npos) << d.err;
+}
+
+TEST_F(CliTest, EmptyIntegerValueSaysEmpty) {
+  const std::string m = Model("mlp_small_train.onnx");
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{m, "--batch", ""},
+                                             {m, "--dim", "batch="},
+                                             {m, "--batch", "8", "--checkpoint", ""},
+                                             {m, "--batch", "8", "--micro-batches", ""}}) {
+    CliRun r = Run(args);
+    EXPECT_EQ(r.exit_code, 2) << ::testing::PrintToString(args) << "\n" << r.err;
+    EXPECT_NE(r.err.find("the value is empty"), std::string::npos)
+        << ::testing::PrintToString(args) << "\n"
+        << r.err;
+    EXPECT_EQ(r.err.find("got 0"), std::string::npos) << r.err;
+  }
+  // "--batch=" is rejected by the flag parser itself ("1 required N missing").
+  EXPECT_EQ(Run({m, "--batch="}).exit_code, 2);
+}
+
+TEST_F(CliTest, UnreadableModelSaysCannotBeRead) {
+  const std::string path = WriteMlp("locked.onnx", "test");
+  fs::permissions(path, fs::perms::none);
+  if (PermissionsIgnored(path)) {
+    GTEST_SKIP() << "running as root (or with CAP_DAC_OVERRIDE): chmod 000 "
+                    "does not stop reading; ModelUnderAFileSaysCannotBeRead "
+                    "covers the message";
+  }
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{path, "--batch", "4"}, {"--show-coverage", path}}) {
+    CliRun r = Run(args);
+    EXPECT_EQ(r.exit_code, 3) << r.err;
+    EXPECT_NE(r.err.find(path + ": cannot be read: " + std::strerror(EACCES)), std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("(unreadable)"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("not_found"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST_F(CliTest, ModelUnderAFileSaysCannotBeRead) {
+  // The parent is a regular file: open() fails with ENOTDIR, even for root.
+  WriteFile(dir_ / "plain", "x");
+  const std::string path = (dir_ / "plain" / "model.onnx").string();
+  CliRun r = Run({path, "--batch", "4"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find(path + ": cannot be read: " + std::strerror(ENOTDIR)), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("not_found"), std::string::npos) << r.err;
+  // A file that does not exist is still not_found.
+  CliRun missing = Run({(dir_ / "absent.onnx").string(), "--batch", "4"});
+  EXPECT_EQ(missing.exit_code, 3) << missing.err;
+  EXPECT_NE(missing.err.find("not_found"), std::string::npos) << missing.err;
+}
+
+TEST_F(CliTest, TimelineUnwritableNamesPathAndReason) {
+  const std::string m = Model("mlp_small_train.onnx");
+  const std::string missing = (dir_ / "no_such_dir" / "t.json").string();
+  CliRun r = Run({m, "--batch", "4", "--timeline", missing});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(missing + ": cannot be written: " + std::strerror(ENOENT)),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("not_found"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "") << "the check runs before any estimate";
+
+  const fs::path locked = dir_ / "locked";
+  fs::create_directory(locked);
+  fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec);
+  const std::string in_locked = (locked / "t.json").string();
+  if (access(locked.c_str(), W_OK) != 0) {
+    CliRun l = Run({m, "--batch", "4", "--timeline", in_locked});
+    EXPECT_EQ(l.exit_code, 2) << l.err;
+    EXPECT_NE(l.err.find(in_locked + ": cannot be written: " + std::strerror(EACCES)),
+              std::string::npos)
+        << l.err;
+  }
+  fs::permissions(locked, fs::perms::owner_all);
+
+  // A writable path still gets its timeline, and the check leaves no stray file.
+  const fs::path ok = dir_ / "t.csv";
+  CliRun w = Run({m, "--batch", "4", "--timeline", ok.string()});
+  EXPECT_EQ(w.exit_code, 0) << w.err;
+  EXPECT_GT(fs::file_size(ok), 0u);
+  CliRun bad = Run({m, "--batch", "0", "--timeline", (dir_ / "never.json").string()});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_FALSE(fs::exists(dir_ / "never.json"));
+}
+
+TEST_F(CliTest, StdoutWriteErrorIsNotSuccess) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this system";
+  const std::string m = Model("mlp_small_train.onnx");
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {m, "--batch", "4"}, {m, "--batch", "4", "--json"}, {"--list-gpus"}, {"--help"}}) {
+    CliRun r = RunWithStdout(args, "/dev/full");
+    EXPECT_EQ(r.exit_code, 4) << ::testing::PrintToString(args) << "\n" << r.err;
+    EXPECT_NE(
+        r.err.find(std::string("cannot write the results to stdout: ") + std::strerror(ENOSPC)),
+        std::string::npos)
+        << r.err;
+  }
+}
+
+TEST_F(CliTest, TrainingOnlyFlagsConflictWithInferMode) {
+  const std::string m = Model("mlp_small_train.onnx");
+  for (const std::vector<std::string>& flag :
+       std::vector<std::vector<std::string>>{{"--optimizer", "sgd"},
+                                             {"--optimizer-impl", "single-tensor"},
+                                             {"--checkpoint", "2"},
+                                             {"--weight-decay", "0.1"},
+                                             {"--loss", "mse"},
+                                             {"--micro-batches", "2"}}) {
+    std::vector<std::string> args = {m, "--batch", "8", "--mode", "infer"};
+    args.insert(args.end(), flag.begin(), flag.end());
+    CliRun r = Run(args);
+    EXPECT_EQ(r.exit_code, 2) << ::testing::PrintToString(args) << "\n" << r.err;
+    EXPECT_NE(r.err.find(flag[0] + " conflicts with --mode infer"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+    // The same flag in training is fine.
+    args[4] = "train";
+    EXPECT_EQ(Run(args).exit_code, 0) << ::testing::PrintToString(args);
+  }
+  CliRun both =
+      Run({m, "--batch", "8", "--mode", "infer", "--optimizer", "sgd", "--checkpoint", "2"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("--optimizer, --checkpoint conflict with --mode infer"),
+            std::string::npos)
+      << both.err;
+  EXPECT_EQ(Run({m, "--batch", "8", "--mode", "infer"}).exit_code, 0);
 }
 
 // ----------------------------------------------------------------------------------------------
