@@ -554,7 +554,7 @@ constexpr auto kRules = [] {
       SavesInput("ThresholdedRelu", "INF: threshold_backward(grad, self, alpha)")
           .Infers(shape::Unary),
       SavesInput("Shrink", "INF: hard/softshrink_backward(grad, self)").Infers(shape::Unary),
-      SavesInput("Clip", "INF: clamp_backward(grad, self, min, max)").Infers(shape::Unary),
+      SavesInput("Clip", "INF: clamp_backward(grad, self, min, max)").Infers(shape::Clip),
       SavesInput("AveragePool", "facts 3.2 avg_pool2d").Infers(shape::Pool),
       SavesInput("MeanVarianceNormalization", "INF: composite, conservatively keeps x")
           .Infers(shape::Unary),

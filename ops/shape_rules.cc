@@ -398,48 +398,102 @@ std::vector<size_t> Strides(const std::vector<int64_t>& dims) {
   return s;
 }
 
-// Elementwise fold of inputs [0, n) into output 0 (whose shape is set): `fn` gets one element
-// per input and returns the result or nullopt (then no elements are kept).
-template <typename Fn>
-void FoldElementwise(InferContext& c, size_t n, Fn fn) {
+// Index into an input of dims `in` (strides `in_strides`) of output element `flat`, under
+// numpy broadcasting to `out` (strides `out_strides`).
+size_t BroadcastIndex(size_t flat, const std::vector<int64_t>& out,
+                      const std::vector<size_t>& out_strides, const std::vector<int64_t>& in,
+                      const std::vector<size_t>& in_strides) {
+  const size_t off = out.size() - in.size();
+  size_t idx = 0;
+  for (size_t a = 0; a < in.size(); ++a) {
+    const size_t coord = (flat / out_strides[a + off]) % static_cast<size_t>(out[a + off]);
+    if (in[a] != 1) idx += coord * in_strides[a];
+  }
+  return idx;
+}
+
+// Elementwise fold of inputs [0, n) into output 0 (whose shape is set): `get(k)` gives input k's
+// elements (nullptr: unknown), `fn` one element per input and returns the result or nullopt
+// (then nothing is kept); `put` receives the results.
+template <typename T, typename Get, typename Fn, typename Put>
+void FoldBroadcast(InferContext& c, size_t n, Get get, Fn fn, Put put) {
   SymTensor& o = c.out(0);
   if (!o.shape) return;
   auto out_dims = ConstDims(*o.shape);
   auto numel = ConstNumel(*o.shape);
   if (!out_dims || !numel) return;
-  std::vector<const Dims*> vals(n);
+  std::vector<const std::vector<T>*> vals(n);
   std::vector<std::vector<int64_t>> in_dims(n);
+  std::vector<std::vector<size_t>> in_strides(n);
   for (size_t k = 0; k < n; ++k) {
-    vals[k] = c.values(k);
+    vals[k] = get(k);
     const Dims* s = c.shape(k);
     if (vals[k] == nullptr || s == nullptr) return;
     auto d = ConstDims(*s);
     if (!d || d->size() > out_dims->size()) return;
     in_dims[k] = *d;
+    in_strides[k] = Strides(in_dims[k]);
   }
   const std::vector<size_t> out_strides = Strides(*out_dims);
-  std::vector<std::vector<size_t>> in_strides(n);
-  for (size_t k = 0; k < n; ++k) in_strides[k] = Strides(in_dims[k]);
-  Dims result;
+  std::vector<T> result;
   result.reserve(*numel);
-  std::vector<DimExpr> args(n);
+  std::vector<T> args(n);
   for (size_t flat = 0; flat < *numel; ++flat) {
     for (size_t k = 0; k < n; ++k) {
-      const size_t off = out_dims->size() - in_dims[k].size();
-      size_t idx = 0;
-      for (size_t a = 0; a < in_dims[k].size(); ++a) {
-        const size_t coord =
-            (flat / out_strides[a + off]) % static_cast<size_t>((*out_dims)[a + off]);
-        if (in_dims[k][a] != 1) idx += coord * in_strides[k][a];
-      }
+      const size_t idx = BroadcastIndex(flat, *out_dims, out_strides, in_dims[k], in_strides[k]);
       if (idx >= vals[k]->size()) return;
       args[k] = (*vals[k])[idx];
     }
-    auto r = fn(args);
+    auto r = fn(std::span<const T>(args));
     if (!r) return;
     result.push_back(std::move(*r));
   }
-  o.values = std::move(result);
+  put(std::move(result));
+}
+
+template <typename Fn>
+void FoldElementwise(InferContext& c, size_t n, Fn fn) {
+  FoldBroadcast<DimExpr>(
+      c, n, [&](size_t k) { return c.values(k); }, fn,
+      [&](Dims result) { c.out(0).values = std::move(result); });
+}
+
+// Float elementwise fold (shape arithmetic done in floating point: Div, Ceil, Clip of sizes)
+// when every input's elements are known numbers; integral results are kept as integers too.
+template <typename Fn>
+void FoldFloat(InferContext& c, size_t n, Fn fn) {
+  if (!core::IsFloatDType(c.out(0).dtype)) return;
+  std::vector<std::vector<double>> numbers(n);
+  for (size_t k = 0; k < n; ++k) {
+    if (const auto* f = c.float_values(k)) {
+      numbers[k] = *f;
+    } else if (const Dims* v = c.values(k)) {
+      for (const DimExpr& e : *v) {
+        auto x = e.AsConstant();
+        if (!x) return;
+        numbers[k].push_back(static_cast<double>(*x));
+      }
+    } else {
+      return;
+    }
+  }
+  FoldBroadcast<double>(
+      c, n, [&](size_t k) { return &numbers[k]; },
+      [&](std::span<const double> a) -> std::optional<double> {
+        const double r = fn(a);
+        if (!std::isfinite(r)) return std::nullopt;
+        return r;
+      },
+      [&](std::vector<double> result) {
+        SymTensor& o = c.out(0);
+        Dims ints;
+        for (double x : result) {
+          if (std::floor(x) != x || std::fabs(x) > kMaxExactDouble) break;
+          ints.emplace_back(static_cast<int64_t>(x));
+        }
+        if (!o.values && ints.size() == result.size()) o.values = std::move(ints);
+        o.float_values = std::move(result);
+      });
 }
 
 // Reads an "axes"-like list from attribute `name` when present, else from input `input`.
@@ -480,6 +534,52 @@ Result<std::vector<size_t>> NormAxes(const InferContext& c, const std::vector<in
   std::sort(out.begin(), out.end());
   if (std::adjacent_find(out.begin(), out.end()) != out.end()) return Bad(c, "repeated axis");
   return out;
+}
+
+// One output axis of a strided view: it walks input axis `in_axis` from `start` by `step`.
+struct StridedAxis {
+  size_t in_axis = 0;
+  int64_t start = 0;
+  int64_t step = 1;
+};
+
+// Folds the known elements of input 0 into output 0 when the output is a strided view of it
+// (Transpose, Slice): output element [i0, i1, ...] is input element with coordinate
+// start + i_k * step on each axis's input axis. Both shapes must be constant and small.
+void FoldStrided(InferContext& c, const std::vector<StridedAxis>& axes) {
+  SymTensor& o = c.out(0);
+  const SymTensor* in = c.input(0);
+  if (in == nullptr || !in->shape || !o.shape || (!in->values && !in->float_values)) return;
+  const auto in_dims = ConstDims(*in->shape);
+  const auto out_dims = ConstDims(*o.shape);
+  const auto in_n = ConstNumel(*in->shape), out_n = ConstNumel(*o.shape);
+  if (!in_dims || !out_dims || !in_n || !out_n || axes.size() != out_dims->size()) return;
+  if ((in->values && in->values->size() != *in_n) ||
+      (in->float_values && in->float_values->size() != *in_n)) {
+    return;
+  }
+  std::vector<int64_t> stride(in_dims->size(), 1);
+  for (size_t k = in_dims->size(); k-- > 1;) stride[k - 1] = stride[k] * (*in_dims)[k];
+  Dims vals;
+  std::vector<double> floats;
+  std::vector<int64_t> idx(out_dims->size(), 0);
+  for (size_t e = 0; e < *out_n; ++e) {
+    int64_t src = 0;
+    for (size_t k = 0; k < idx.size(); ++k) {
+      const StridedAxis& a = axes[k];
+      const int64_t coord = a.start + idx[k] * a.step;
+      if (a.in_axis >= in_dims->size() || coord < 0 || coord >= (*in_dims)[a.in_axis]) return;
+      src += coord * stride[a.in_axis];
+    }
+    if (in->values) vals.push_back((*in->values)[static_cast<size_t>(src)]);
+    if (in->float_values) floats.push_back((*in->float_values)[static_cast<size_t>(src)]);
+    for (size_t k = idx.size(); k-- > 0;) {  // next output index, row-major
+      if (++idx[k] < (*out_dims)[k]) break;
+      idx[k] = 0;
+    }
+  }
+  if (in->values) o.values = std::move(vals);
+  if (in->float_values) o.float_values = std::move(floats);
 }
 
 void KeepValues(InferContext& c, size_t from) {
@@ -529,6 +629,27 @@ Status Neg(InferContext& c) {
 Status Rounding(InferContext& c) {
   MEMEST_RETURN_IF_ERROR(Unary(c));
   if (const Dims* v = c.values(0)) c.out(0).values = *v;  // integers round to themselves
+  const std::string& op = c.node().op_type;
+  FoldFloat(c, 1, [&](std::span<const double> a) {
+    return op == "Ceil" ? std::ceil(a[0]) : op == "Floor" ? std::floor(a[0]) : std::nearbyint(a[0]);
+  });
+  return Status::Ok();
+}
+
+Status Clip(InferContext& c) {
+  MEMEST_RETURN_IF_ERROR(Unary(c));
+  double lo = -std::numeric_limits<double>::infinity(), hi = -lo;
+  if (c.attr("min") != nullptr) lo = c.attr_float("min", 0.0F);  // opset < 11
+  if (c.attr("max") != nullptr) hi = c.attr_float("max", 0.0F);
+  for (size_t i : {size_t{1}, size_t{2}}) {
+    if (!c.has_input(i)) continue;
+    const auto* f = c.float_values(i);
+    auto v = c.ints(i);
+    if ((f == nullptr || f->size() != 1) && (!v || v->size() != 1)) return Status::Ok();
+    const double bound = f != nullptr && f->size() == 1 ? (*f)[0] : static_cast<double>((*v)[0]);
+    (i == 1 ? lo : hi) = bound;
+  }
+  FoldFloat(c, 1, [&](std::span<const double> a) { return std::min(std::max(a[0], lo), hi); });
   return Status::Ok();
 }
 
@@ -659,18 +780,21 @@ Status Arith(InferContext& c) { return BroadcastAll(c, 0); }
 Status Add(InferContext& c) {
   MEMEST_RETURN_IF_ERROR(Arith(c));
   FoldElementwise(c, 2, [&](std::span<const DimExpr> a) { return core::Add(a[0], a[1]); });
+  FoldFloat(c, 2, [](std::span<const double> a) { return a[0] + a[1]; });
   return Status::Ok();
 }
 
 Status Sub(InferContext& c) {
   MEMEST_RETURN_IF_ERROR(Arith(c));
   FoldElementwise(c, 2, [&](std::span<const DimExpr> a) { return core::Sub(a[0], a[1]); });
+  FoldFloat(c, 2, [](std::span<const double> a) { return a[0] - a[1]; });
   return Status::Ok();
 }
 
 Status Mul(InferContext& c) {
   MEMEST_RETURN_IF_ERROR(Arith(c));
   FoldElementwise(c, 2, [&](std::span<const DimExpr> a) { return core::Mul(a[0], a[1]); });
+  FoldFloat(c, 2, [](std::span<const double> a) { return a[0] * a[1]; });
   return Status::Ok();
 }
 
@@ -685,6 +809,7 @@ Status Div(InferContext& c) {
     }
     return std::nullopt;
   });
+  FoldFloat(c, 2, [](std::span<const double> a) { return a[0] / a[1]; });
   return Status::Ok();
 }
 
@@ -752,6 +877,13 @@ Status Variadic(InferContext& c) {
       } else {
         r = c.table().Min(r, a[i]);
       }
+    }
+    return r;
+  });
+  FoldFloat(c, c.num_inputs(), [&](std::span<const double> a) {
+    double r = a[0];
+    for (size_t i = 1; i < a.size(); ++i) {
+      r = op == "Sum" ? r + a[i] : op == "Max" ? std::max(r, a[i]) : std::min(r, a[i]);
     }
     return r;
   });
@@ -1322,7 +1454,9 @@ Status Transpose(InferContext& c) {
     d.push_back((*x)[*a]);
   }
   y.shape = std::move(d);
-  if (x->size() <= 1) KeepValues(c, 0);
+  std::vector<StridedAxis> view;
+  for (int64_t p : perm) view.push_back({*NormAxis(p, x->size()), 0, 1});
+  FoldStrided(c, view);
   return Status::Ok();
 }
 
@@ -1704,8 +1838,10 @@ Status Slice(InferContext& c) {
   if (axes->size() != n || steps->size() != n) return Bad(c, "axes/steps length mismatch");
   Dims d = *x;
   std::vector<bool> seen(r, false);
-  // Per sliced axis: constant start and step, for folding elements.
-  std::optional<int64_t> fold_start, fold_len, fold_step;
+  // Per axis: constant start and step, for folding elements (FoldStrided).
+  std::vector<StridedAxis> view(r);
+  for (size_t a = 0; a < r; ++a) view[a].in_axis = a;
+  bool foldable = true;
   for (size_t k = 0; k < n; ++k) {
     auto axis = NormAxis((*axes)[k], r);
     if (!axis || seen[*axis]) return Bad(c, "axis out of range or repeated");
@@ -1717,48 +1853,29 @@ Status Slice(InferContext& c) {
     auto e = FromEnd(c, (*ends)[k], dim);
     if (!s || !e) {
       d[*axis] = c.Unknown();
+      foldable = false;
       continue;
     }
-    DimExpr len;
+    DimExpr len, first;
     if (step > 0) {
-      const DimExpr s2 = Clamp(c, *s, 0, dim), e2 = Clamp(c, *e, 0, dim);
-      len = c.Max(0, c.CeilDiv(c.Sub(e2, s2), step));
-      if (r == 1) fold_start = s2.AsConstant();
+      first = Clamp(c, *s, 0, dim);
+      len = c.Max(0, c.CeilDiv(c.Sub(Clamp(c, *e, 0, dim), first), step));
     } else {
       const DimExpr last = c.Sub(dim, 1);
-      const DimExpr s2 = Clamp(c, *s, 0, last), e2 = Clamp(c, *e, -1, last);
-      len = c.Max(0, c.CeilDiv(c.Sub(s2, e2), step == std::numeric_limits<int64_t>::min()
-                                                  ? std::numeric_limits<int64_t>::max()
-                                                  : -step));
-      if (r == 1) fold_start = s2.AsConstant();
+      first = Clamp(c, *s, 0, last);
+      len = c.Max(0, c.CeilDiv(c.Sub(first, Clamp(c, *e, -1, last)),
+                               step == std::numeric_limits<int64_t>::min()
+                                   ? std::numeric_limits<int64_t>::max()
+                                   : -step));
     }
     d[*axis] = len;
-    if (r == 1) {
-      fold_len = len.AsConstant();
-      fold_step = step;
-    }
+    const auto start = first.AsConstant();
+    foldable = foldable && start.has_value();
+    view[*axis].start = start.value_or(0);
+    view[*axis].step = step;
   }
   y.shape = std::move(d);
-  // Elements of a sliced 1-D tensor.
-  const Dims* v = c.values(0);
-  const auto* f = c.float_values(0);
-  if (r == 1 && (v != nullptr || f != nullptr)) {
-    if (n == 0) {
-      KeepValues(c, 0);
-    } else if (fold_start && fold_len && fold_step) {
-      Dims vals;
-      std::vector<double> floats;
-      for (int64_t i = 0; i < *fold_len; ++i) {
-        const int64_t idx = *fold_start + i * *fold_step;
-        if (v != nullptr && (idx < 0 || static_cast<size_t>(idx) >= v->size())) return Status::Ok();
-        if (f != nullptr && (idx < 0 || static_cast<size_t>(idx) >= f->size())) return Status::Ok();
-        if (v != nullptr) vals.push_back((*v)[static_cast<size_t>(idx)]);
-        if (f != nullptr) floats.push_back((*f)[static_cast<size_t>(idx)]);
-      }
-      if (v != nullptr) y.values = std::move(vals);
-      if (f != nullptr) y.float_values = std::move(floats);
-    }
-  }
+  if (foldable) FoldStrided(c, view);  // elements of a sliced constant tensor
   return Status::Ok();
 }
 

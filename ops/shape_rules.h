@@ -109,6 +109,7 @@ Status Unary(InferContext& c);          // output 0 = input 0's dtype and shape
 Status Identity(InferContext& c);       // Unary, elements too
 Status Neg(InferContext& c);            // Unary, elements negated
 Status Rounding(InferContext& c);       // Floor/Ceil/Round: Unary, integer elements kept
+Status Clip(InferContext& c);           // Unary, elements folded with known bounds
 Status Abs(InferContext& c);            // Unary, non-negative elements kept
 Status BoolUnary(InferContext& c);      // IsNaN/IsInf: bool, input 0's shape
 Status Not(InferContext& c);            // bool, elements negated

@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <iostream>
 #include <functional>
+#include <iostream>
 #include <limits>
 #include <map>
 #include <set>
@@ -1362,6 +1362,79 @@ TEST(ShapeRules, EveryRuleSurvivesHostileNodes) {
       (void)s;  // an error is fine; a crash is not
     }
   }
+}
+
+}  // namespace
+}  // namespace memest
+
+namespace memest {
+namespace {
+
+// PyTorch exports F.pad and TF-style "same" padding as shape arithmetic in floating point
+// (Cast, Div, Ceil, Clip) feeding Concat -> Reshape[-1,2] -> Slice(step -1) -> Transpose ->
+// Reshape[-1]. Every step folds, so Pad's output is known (timm's tf_* and efficientvit models).
+TEST(ShapeFolding, TorchPadExportChainFoldsToConstantPads) {
+  GraphBuilder b(15);
+  b.AddInput("X", kFloat, {"N", 3, 7, 7});
+  auto constant = [&](const std::string& name, onnx::TensorProto t) {
+    testing::SetTensorAttr(b.AddNode("Constant", {}, {name}), "value", t);
+  };
+  auto scalar_float = [](float v) {
+    onnx::TensorProto t;
+    t.set_data_type(kFloat);
+    t.add_float_data(v);
+    return t;
+  };
+  constant("two", scalar_float(2.0F));
+  constant("one", scalar_float(1.0F));
+  constant("three", scalar_float(3.0F));
+  constant("zero", scalar_float(0.0F));
+  constant("axis2", Int64Tensor({2}, std::vector<int64_t>{}));
+  b.AddNode("Shape", {"X"}, {"s"});
+  b.AddNode("Gather", {"s", "axis2"}, {"h"});
+  SetIntAttr(b.AddNode("Cast", {"h"}, {"hf"}), "to", kFloat);
+  b.AddNode("Div", {"hf", "two"}, {"q"});  // 3.5
+  b.AddNode("Ceil", {"q"}, {"ce"});        // 4
+  b.AddNode("Sub", {"ce", "one"}, {"c1"});
+  b.AddNode("Mul", {"c1", "two"}, {"c2"});
+  b.AddNode("Add", {"c2", "three"}, {"c3"});
+  b.AddNode("Sub", {"c3", "hf"}, {"total"});    // (4 - 1) * 2 + 3 - 7 = 2
+  b.AddNode("Add", {"total", "one"}, {"odd"});  // 3: halves are 1.5 and 1.5
+  b.AddNode("Clip", {"odd", "zero"}, {"cl"});
+  b.AddNode("Div", {"cl", "two"}, {"half"});
+  SetIntAttr(b.AddNode("Cast", {"half"}, {"lo"}), "to", kInt64);  // trunc(1.5) = 1
+  SetIntAttr(b.AddNode("Cast", {"cl"}, {"cl_i"}), "to", kInt64);
+  b.AddNode("Sub", {"cl_i", "lo"}, {"hi"});  // 2
+  constant("ax0", Int64Tensor({0}));
+  b.AddNode("Unsqueeze", {"lo", "ax0"}, {"lo1"});
+  b.AddNode("Unsqueeze", {"hi", "ax0"}, {"hi1"});
+  constant("six", Int64Tensor({6}));
+  b.AddNode("ConstantOfShape", {"six"}, {"zeros"});
+  auto& zeros = *b.graph().mutable_node(b.graph().node_size() - 1);
+  testing::SetTensorAttr(zeros, "value", Int64Tensor({0}));
+  SetIntAttr(b.AddNode("Concat", {"lo1", "hi1", "zeros"}, {"flat"}), "axis", 0);
+  constant("pairs", Int64Tensor({-1, 2}));
+  b.AddNode("Reshape", {"flat", "pairs"}, {"rows"});  // [[1,2],[0,0],[0,0],[0,0]]
+  constant("start", Int64Tensor({-1}));
+  constant("end", Int64Tensor({std::numeric_limits<int64_t>::min()}));
+  constant("step", Int64Tensor({-1}));
+  b.AddNode("Slice", {"rows", "start", "end", "ax0", "step"}, {"reversed"});
+  SetIntsAttr(b.AddNode("Transpose", {"reversed"}, {"cols"}), "perm", {1, 0});
+  constant("minus1", Int64Tensor({-1}));
+  b.AddNode("Reshape", {"cols", "minus1"}, {"pads"});  // [0,0,0,1,0,0,0,2]
+  b.AddNode("Pad", {"X", "pads"}, {"y"});
+  b.AddOutput("y", kFloat);
+  Loaded m = Load(b);
+  ASSERT_NE(m.model, nullptr);
+  const auto& q = m.sym().types[static_cast<size_t>(m.graph().FindValue("q"))];
+  ASSERT_TRUE(q.float_values.has_value());
+  EXPECT_EQ(*q.float_values, std::vector<double>{3.5});
+  EXPECT_FALSE(q.values.has_value());  // 3.5 is no integer
+  EXPECT_EQ(m.Type("ce"), "float32[]={4}");
+  EXPECT_EQ(m.Type("rows"), "int64[4,2]={1,2,0,0,0,0,0,0}");
+  EXPECT_EQ(m.Type("reversed"), "int64[4,2]={0,0,0,0,0,0,1,2}");
+  EXPECT_EQ(m.Type("pads"), "int64[8]={0,0,0,1,0,0,0,2}");
+  EXPECT_EQ(m.Type("y"), "float32[N,3,7,10]");
 }
 
 }  // namespace
