@@ -70,6 +70,39 @@ Status BindInput(const Value& v, const onnx::ValueInfoProto& input, const Option
   return Status::Ok();
 }
 
+// " (its symbolic dims: a, b)" or " (it has no symbolic dims)".
+std::string DescribeSymbols(const Graph& graph) {
+  std::set<std::string> names;
+  for (int id : graph.data_inputs) {
+    for (const Dim& d : graph.value(id).dims) {
+      if (d.symbolic()) names.insert(d.param);
+    }
+  }
+  if (names.empty()) return " (it has no symbolic dims)";
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return " (its symbolic dims: " + out + ")";
+}
+
+// A batch the model cannot take is an error, never silently ignored: with every data input's
+// leading dim fixed, only the model's own batch is accepted.
+Status CheckBatchApplies(const Graph& graph, const Options& options, bool batch_used) {
+  if (!options.batch || batch_used || graph.data_inputs.empty()) return Status::Ok();
+  const int64_t wanted = *options.batch / options.micro_batches;
+  for (int id : graph.data_inputs) {  // the first input with an axis 0 holds the model's batch
+    const Value& v = graph.value(id);
+    if (v.dims.empty()) continue;
+    if (v.dims[0].value == wanted) return Status::Ok();
+    return InvalidArgument(
+        "the model was exported with a fixed batch: input '" + v.name + "' axis 0 is " +
+        std::to_string(v.dims[0].value) + ", so batch " + std::to_string(wanted) +
+        " cannot apply. Re-export with a dynamic batch axis (torch.onnx.export(..., "
+        "dynamic_axes={'" +
+        v.name + "': {0: 'batch'}})), or ask for the model's own batch");
+  }
+  return Status::Ok();
+}
+
 std::string DescribeUnbound(const std::vector<Unbound>& unbound) {
   std::string named, unnamed;
   std::set<std::string> seen;
@@ -131,16 +164,12 @@ Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
     }
   }
   if (!unbound.empty()) return UnboundDim(DescribeUnbound(unbound));
-  if (options.batch && !batch_used && !graph.data_inputs.empty()) {
-    b.diagnostics.push_back({Severity::kWarning, "batch_ignored",
-                             "the model's data inputs have a fixed leading dim: --batch " +
-                                 std::to_string(*options.batch) + " was ignored",
-                             "", ""});
-  }
+  MEMEST_RETURN_IF_ERROR(CheckBatchApplies(graph, options, batch_used));
   for (const auto& [name, value] : options.dims) {
     if (!b.bindings.count(name)) {
-      b.diagnostics.push_back({Severity::kWarning, "unused_dim",
-                               "dim '" + name + "' does not appear in the model's inputs", "", ""});
+      return InvalidArgument("dim '" + name + "' does not appear in the model's inputs" +
+                             DescribeSymbols(graph) + ": --dim " + name + "=" +
+                             std::to_string(value) + " would be ignored");
     }
   }
 

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -23,18 +25,28 @@ std::string Human(double bytes) {
     bytes /= 1024;
     ++u;
   }
-  return u == 0 ? fmt::format("{:.0f} {}", bytes, units[u]) : fmt::format("{:.4g} {}", bytes, units[u]);
+  return u == 0 ? fmt::format("{:.0f} {}", bytes, units[u])
+                : fmt::format("{:.4g} {}", bytes, units[u]);
 }
 
 std::string Escape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -65,7 +77,8 @@ std::string Json(const Simulation& sim, std::string_view title) {
                       {"allocated", e.allocated},
                       {"reserved", e.reserved}});
   }
-  return j.dump(1) + "\n";
+  // Node and model names come from the file: invalid UTF-8 is replaced, never an error.
+  return j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 std::string Csv(const Simulation& sim) {
@@ -87,11 +100,16 @@ std::string Csv(const Simulation& sim) {
 
 const char* PhaseColor(Phase p) {
   switch (p) {
-    case Phase::kForward: return "#dbeafe";
-    case Phase::kBackward: return "#fde2e2";
-    case Phase::kOptimizerStep: return "#dcfce7";
-    case Phase::kInference: return "#e0e7ff";
-    case Phase::kUnknown: return "#f3f4f6";
+    case Phase::kForward:
+      return "#dbeafe";
+    case Phase::kBackward:
+      return "#fde2e2";
+    case Phase::kOptimizerStep:
+      return "#dcfce7";
+    case Phase::kInference:
+      return "#e0e7ff";
+    case Phase::kUnknown:
+      return "#f3f4f6";
   }
   return "#ffffff";
 }
@@ -105,7 +123,9 @@ std::string Svg(const Simulation& sim, std::string_view title) {
   for (const auto& e : ev) ymax_bytes = std::max(ymax_bytes, e.reserved);
   // Nice y ticks.
   const double raw_step = static_cast<double>(ymax_bytes) / 5;
-  const double unit = raw_step >= (1ull << 30) ? double(1ull << 30) : raw_step >= (1 << 20) ? double(1 << 20) : 1024.0;
+  const double unit = raw_step >= (1ull << 30) ? double(1ull << 30)
+                      : raw_step >= (1 << 20)  ? double(1 << 20)
+                                               : 1024.0;
   const double mag = std::pow(10, std::floor(std::log10(std::max(raw_step / unit, 1e-9))));
   double step = mag;
   for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
@@ -127,7 +147,8 @@ std::string Svg(const Simulation& sim, std::string_view title) {
   // Phase bands and iteration separators.
   size_t start = 0;
   for (size_t i = 1; i <= ev.size(); ++i) {
-    if (i == ev.size() || ev[i].phase != ev[start].phase || ev[i].iteration != ev[start].iteration) {
+    if (i == ev.size() || ev[i].phase != ev[start].phase ||
+        ev[i].iteration != ev[start].iteration) {
       s += fmt::format("<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"/>\n",
                        X(start), kTop, std::max(X(i) - X(start), 0.5), ph,
                        PhaseColor(ev[start].phase));
@@ -136,21 +157,24 @@ std::string Svg(const Simulation& sim, std::string_view title) {
   }
   for (size_t i = 1; i < ev.size(); ++i) {
     if (ev[i].iteration != ev[i - 1].iteration) {
-      s += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#6b7280\" "
-                       "stroke-dasharray=\"4 3\"/>\n<text x=\"{3:.1f}\" y=\"{4}\" fill=\"#374151\">"
-                       "iteration {5}</text>\n",
-                       X(i), kTop, kTop + ph, X(i) + 4, kTop + 14, ev[i].iteration);
+      s += fmt::format(
+          "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#6b7280\" "
+          "stroke-dasharray=\"4 3\"/>\n<text x=\"{3:.1f}\" y=\"{4}\" fill=\"#374151\">"
+          "iteration {5}</text>\n",
+          X(i), kTop, kTop + ph, X(i) + 4, kTop + 14, ev[i].iteration);
     }
   }
   // Axes and ticks.
   for (double t = 0; t <= ymax + 1; t += step) {
-    s += fmt::format("<line x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e5e7eb\"/>\n"
-                     "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n",
-                     kLeft, kLeft + pw, Y(t), Y(t), kLeft - 6, Y(t) + 4, Human(t));
+    s += fmt::format(
+        "<line x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e5e7eb\"/>\n"
+        "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n",
+        kLeft, kLeft + pw, Y(t), Y(t), kLeft - 6, Y(t) + 4, Human(t));
   }
-  s += fmt::format("<line x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" y2=\"{2}\" stroke=\"black\"/>\n"
-                   "<line x1=\"{0}\" x2=\"{3}\" y1=\"{2}\" y2=\"{2}\" stroke=\"black\"/>\n",
-                   kLeft, kTop, kTop + ph, kLeft + pw);
+  s += fmt::format(
+      "<line x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" y2=\"{2}\" stroke=\"black\"/>\n"
+      "<line x1=\"{0}\" x2=\"{3}\" y1=\"{2}\" y2=\"{2}\" stroke=\"black\"/>\n",
+      kLeft, kTop, kTop + ph, kLeft + pw);
   for (int k = 0; k <= 5; ++k) {
     const double i = static_cast<double>(n) * k / 5;
     s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{:.0f}</text>\n", X(i),
@@ -171,11 +195,13 @@ std::string Svg(const Simulation& sim, std::string_view title) {
     alloc_pts += fmt::format("{:.1f},{:.1f} ", X(lo + 0.5), Y(static_cast<double>(a)));
     res_pts += fmt::format("{:.1f},{:.1f} ", X(lo + 0.5), Y(static_cast<double>(r)));
   }
-  s += fmt::format("<polyline fill=\"none\" stroke=\"#dc2626\" stroke-width=\"1.5\" "
-                   "stroke-dasharray=\"6 3\" points=\"{}\"/>\n",
-                   res_pts);
-  s += fmt::format("<polyline fill=\"none\" stroke=\"#1d4ed8\" stroke-width=\"1.5\" points=\"{}\"/>\n",
-                   alloc_pts);
+  s += fmt::format(
+      "<polyline fill=\"none\" stroke=\"#dc2626\" stroke-width=\"1.5\" "
+      "stroke-dasharray=\"6 3\" points=\"{}\"/>\n",
+      res_pts);
+  s += fmt::format(
+      "<polyline fill=\"none\" stroke=\"#1d4ed8\" stroke-width=\"1.5\" points=\"{}\"/>\n",
+      alloc_pts);
   // Peak marker.
   size_t peak = 0;
   for (size_t i = 0; i < ev.size(); ++i) {
@@ -185,18 +211,20 @@ std::string Svg(const Simulation& sim, std::string_view title) {
     const auto& p = ev[peak];
     const std::string node = NodeName(sim, p.node);
     const double px = X(peak + 0.5), py = Y(static_cast<double>(p.allocated));
-    s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"#1d4ed8\"/>\n"
-                     "<text x=\"{}\" y=\"42\" fill=\"#1e3a8a\">&#9679; peak allocated {} in {} "
-                     "of iteration {}{}{}; peak reserved {}</text>\n",
-                     px, py, kLeft, Human(static_cast<double>(p.allocated)), ToString(p.phase),
-                     p.iteration, node.empty() ? "" : ", at ", Escape(node),
-                     Human(static_cast<double>(sim.estimate.peak_reserved)));
+    s += fmt::format(
+        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"#1d4ed8\"/>\n"
+        "<text x=\"{}\" y=\"42\" fill=\"#1e3a8a\">&#9679; peak allocated {} in {} "
+        "of iteration {}{}{}; peak reserved {}</text>\n",
+        px, py, kLeft, Human(static_cast<double>(p.allocated)), ToString(p.phase), p.iteration,
+        node.empty() ? "" : ", at ", Escape(node),
+        Human(static_cast<double>(sim.estimate.peak_reserved)));
   }
   // Legend.
   double lx = kLeft;
   const double ly = kH - 12;
   auto legend = [&](const std::string& swatch, const std::string& label) {
-    s += swatch + fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\">{}</text>\n", lx + 24, ly + 4, label);
+    s +=
+        swatch + fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\">{}</text>\n", lx + 24, ly + 4, label);
     lx += 30 + 7.0 * static_cast<double>(label.size());
   };
   legend(fmt::format("<line x1=\"{0:.0f}\" x2=\"{1:.0f}\" y1=\"{2:.0f}\" y2=\"{2:.0f}\" "
@@ -254,10 +282,14 @@ Result<TimelineFormat> TimelineFormatFor(std::string_view path) {
 
 std::string RenderTimeline(const Simulation& sim, TimelineFormat format, std::string_view title) {
   switch (format) {
-    case TimelineFormat::kJson: return Json(sim, title);
-    case TimelineFormat::kCsv: return Csv(sim);
-    case TimelineFormat::kSvg: return Svg(sim, title);
-    case TimelineFormat::kHtml: return Html(sim, title);
+    case TimelineFormat::kJson:
+      return Json(sim, title);
+    case TimelineFormat::kCsv:
+      return Csv(sim);
+    case TimelineFormat::kSvg:
+      return Svg(sim, title);
+    case TimelineFormat::kHtml:
+      return Html(sim, title);
   }
   return {};
 }
@@ -265,7 +297,9 @@ std::string RenderTimeline(const Simulation& sim, TimelineFormat format, std::st
 Status WriteTimeline(const Simulation& sim, const std::string& path, std::string_view title) {
   MEMEST_ASSIGN_OR_RETURN(TimelineFormat format, TimelineFormatFor(path));
   std::ofstream out(path, std::ios::binary);
-  if (!out) return NotFound("cannot write timeline file '" + path + "'");
+  if (!out) {
+    return InvalidArgument("cannot write timeline file '" + path + "': " + std::strerror(errno));
+  }
   out << RenderTimeline(sim, format, title);
   if (!out) return Internal("error writing timeline file '" + path + "'");
   return Status::Ok();
