@@ -1,17 +1,16 @@
 // core/registry.cc -- the backend registry, fit check and max-batch search.
 //
-// The registry is a constant table (no global mutable state): each entry names a backend, says
-// whether it is available in this build, and creates it.
+// The registry is a constant table: each entry names a backend, says whether it is available, and
+// creates it. The one mutable slot is the measurement backend's factory, set once by programs
+// that link memest_measurement (RegisterMeasurementFactory); it is atomic.
 #include <algorithm>
+#include <atomic>
 #include <limits>
 
 #include "analytical/analytical.h"
 #include "learned/learned.h"
-#include "symbolic/symbolic.h"
 #include "memest/estimator.h"
-#ifdef MEMEST_HAVE_MEASUREMENT
-#include "measurement/measurement.h"
-#endif
+#include "symbolic/symbolic.h"
 
 namespace memest {
 namespace {
@@ -19,8 +18,8 @@ namespace {
 struct Entry {
   const char* name;
   const char* description;
-  const char* unavailable_reason;  // nullptr when available
-  std::unique_ptr<Estimator> (*make)();
+  const char* unavailable_reason;        // nullptr when available
+  std::unique_ptr<Estimator> (*make)();  // nullptr: registered at run time, or unavailable
 };
 
 const Entry kBackends[] = {
@@ -37,21 +36,35 @@ const Entry kBackends[] = {
      "device level, with an interval",
      nullptr, &learned::MakeLearnedEstimator},
     {"measurement", "runs the graph with LibTorch under a tracking allocator (ground truth)",
-#ifdef MEMEST_HAVE_MEASUREMENT
-     nullptr, &measurement::MakeMeasurementEstimator},
+#ifdef MEMEST_TORCH_FOUND
+     "not linked into this program: the LibTorch harness runs in memest-measure (see "
+     "docs/measurement.md)",
 #else
      "built without LibTorch (install libtorch-dev and rebuild; see docs/measurement.md)",
-     nullptr},
 #endif
+     nullptr},
 };
 
+std::atomic<EstimatorFactory> measurement_factory{nullptr};
+
+// The entry's factory, and why it is unavailable (nullptr when it is available).
+std::pair<EstimatorFactory, const char*> Resolve(const Entry& e) {
+  if (e.make != nullptr) return {e.make, nullptr};
+  if (std::string_view(e.name) == "measurement") {
+    if (EstimatorFactory f = measurement_factory.load()) return {f, nullptr};
+  }
+  return {nullptr, e.unavailable_reason};
+}
+
 }  // namespace
+
+void RegisterMeasurementFactory(EstimatorFactory make) { measurement_factory.store(make); }
 
 std::vector<BackendInfo> ListBackends() {
   std::vector<BackendInfo> out;
   for (const Entry& e : kBackends) {
-    out.push_back({e.name, e.description, e.unavailable_reason == nullptr,
-                   e.unavailable_reason ? e.unavailable_reason : ""});
+    const auto [make, reason] = Resolve(e);
+    out.push_back({e.name, e.description, make != nullptr, reason ? reason : ""});
   }
   return out;
 }
@@ -60,11 +73,11 @@ Result<std::unique_ptr<Estimator>> MakeEstimator(std::string_view name) {
   std::string names;
   for (const Entry& e : kBackends) {
     if (name == e.name) {
-      if (e.unavailable_reason) {
-        return Unavailable(std::string("backend '") + e.name + "' is unavailable: " +
-                           e.unavailable_reason);
+      const auto [make, reason] = Resolve(e);
+      if (make == nullptr) {
+        return Unavailable(std::string("backend '") + e.name + "' is unavailable: " + reason);
       }
-      return e.make();
+      return make();
     }
     names += (names.empty() ? "" : ", ") + std::string(e.name);
   }
@@ -78,8 +91,8 @@ Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu) {
   const auto clamp = [](uint64_t v) {
     return static_cast<int64_t>(std::min<uint64_t>(v, std::numeric_limits<int64_t>::max()));
   };
-  f.headroom = f.fits ? clamp(f.capacity - estimate.peak_device)
-                      : -clamp(estimate.peak_device - f.capacity);
+  f.headroom =
+      f.fits ? clamp(f.capacity - estimate.peak_device) : -clamp(estimate.peak_device - f.capacity);
   return f;
 }
 
@@ -108,8 +121,9 @@ Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& mod
     has_batch_dim = has_batch_dim || (!in.dims.empty() && in.dims[0].value < 0);
   }
   if (!has_batch_dim) {
-    return InvalidArgument("the model has no batch dim to search over: every data input has a "
-                           "fixed leading dim");
+    return InvalidArgument(
+        "the model has no batch dim to search over: every data input has a "
+        "fixed leading dim");
   }
   MEMEST_ASSIGN_OR_RETURN(auto first, fits(1));
   if (!first.first) {
@@ -137,7 +151,8 @@ Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& mod
   while (bad == 0 ? good < limit : bad - good > 1) {
     int64_t next;
     if (bad == 0) {
-      const double slope = prev > 0 ? (last_peak - prev_peak) / static_cast<double>(last - prev) : 0;
+      const double slope =
+          prev > 0 ? (last_peak - prev_peak) / static_cast<double>(last - prev) : 0;
       double predicted = slope > 0 ? static_cast<double>(last) + (cap - last_peak) / slope : 0;
       if (slope <= 0 || !(predicted > static_cast<double>(good))) {
         next = good > limit / 2 ? limit : good * 2;

@@ -229,6 +229,9 @@ class Pass {
     if (has_infer) {
       ops::InferContext ctx(node, inputs, outputs, &out_->table);
       Status s = rule->infer(ctx);
+      if (s.ok() && !ctx.mistyped_attribute().empty()) {
+        s = InvalidModel(node.op_type + ": " + ctx.mistyped_attribute());
+      }
       if (!s.ok()) {
         ++out_->rule_failures;
         if (out_->failure_examples.size() < kMaxFailureExamples) {

@@ -10,10 +10,12 @@
 //    and a payload whose length matches dims x dtype (raw_data bytes, or the count of the typed
 //    field the dtype is stored in). A tensor with no payload (weightless export, external data)
 //    is accepted.
-//  * Attributes: every attribute has a name; a typed attribute carries the field its type names
-//    (GRAPH -> g, TENSOR -> t, ...); where the node's schema is known, an attribute the schema
-//    declares has the schema's type, and every required attribute is present. If, Loop and Scan
-//    carry their bodies.
+//  * Attributes: every attribute has a name, once per node; a typed attribute carries the field
+//    its type names (GRAPH -> g, TENSOR -> t, ...); If, Loop and Scan carry their bodies.
+//    Attribute types are checked where they are read: by memest's shape rules (a mistyped
+//    attribute rejects the node, ops/shape_rules.h) and, for nodes handed to ONNX's inference,
+//    against the ONNX schema (core/onnx_fallback.h). ONNX's schema registry is not loaded here:
+//    building it costs tens of milliseconds, more than loading a ResNet.
 //  * Subgraphs (If/Loop/Scan bodies, at any depth up to kMaxSubgraphDepth): every node input is
 //    produced inside the body or visible from an enclosing scope, no name is produced twice, and
 //    the body's nodes are acyclic (a node reading its own output is a cycle).

@@ -86,4 +86,6 @@ std::unique_ptr<Estimator> MakeMeasurementEstimator() {
   return std::make_unique<MeasurementEstimator>();
 }
 
+void RegisterMeasurementBackend() { RegisterMeasurementFactory(&MakeMeasurementEstimator); }
+
 }  // namespace memest::measurement

@@ -26,6 +26,10 @@ namespace memest::measurement {
 
 std::unique_ptr<Estimator> MakeMeasurementEstimator();
 
+// Makes "measurement" available through ListBackends()/MakeEstimator() in this process
+// (memest/estimator.h, RegisterMeasurementFactory). Idempotent.
+void RegisterMeasurementBackend();
+
 }  // namespace memest::measurement
 
 #endif  // MEMEST_MEASUREMENT_MEASUREMENT_H_

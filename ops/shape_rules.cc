@@ -95,31 +95,43 @@ const onnx::AttributeProto* InferContext::attr(std::string_view name) const {
   return nullptr;
 }
 
-int64_t InferContext::attr_int(std::string_view name, int64_t def) const {
+const onnx::AttributeProto* InferContext::typed_attr(
+    std::string_view name, onnx::AttributeProto::AttributeType type) const {
   const auto* a = attr(name);
-  return a != nullptr && a->type() == onnx::AttributeProto::INT ? a->i() : def;
+  if (a == nullptr || a->type() == type) return a;
+  if (a->type() != onnx::AttributeProto::UNDEFINED && mistyped_.empty()) {
+    mistyped_ = "attribute '" + std::string(name) + "' has type " +
+                onnx::AttributeProto::AttributeType_Name(a->type()) + " where " +
+                onnx::AttributeProto::AttributeType_Name(type) + " is expected";
+  }
+  return nullptr;
+}
+
+int64_t InferContext::attr_int(std::string_view name, int64_t def) const {
+  const auto* a = typed_attr(name, onnx::AttributeProto::INT);
+  return a != nullptr ? a->i() : def;
 }
 
 std::optional<std::vector<int64_t>> InferContext::attr_ints(std::string_view name) const {
-  const auto* a = attr(name);
-  if (a == nullptr || a->type() != onnx::AttributeProto::INTS) return std::nullopt;
+  const auto* a = typed_attr(name, onnx::AttributeProto::INTS);
+  if (a == nullptr) return std::nullopt;
   return std::vector<int64_t>(a->ints().begin(), a->ints().end());
 }
 
 float InferContext::attr_float(std::string_view name, float def) const {
-  const auto* a = attr(name);
-  return a != nullptr && a->type() == onnx::AttributeProto::FLOAT ? a->f() : def;
+  const auto* a = typed_attr(name, onnx::AttributeProto::FLOAT);
+  return a != nullptr ? a->f() : def;
 }
 
 std::optional<std::vector<float>> InferContext::attr_floats(std::string_view name) const {
-  const auto* a = attr(name);
-  if (a == nullptr || a->type() != onnx::AttributeProto::FLOATS) return std::nullopt;
+  const auto* a = typed_attr(name, onnx::AttributeProto::FLOATS);
+  if (a == nullptr) return std::nullopt;
   return std::vector<float>(a->floats().begin(), a->floats().end());
 }
 
 std::string InferContext::attr_string(std::string_view name, std::string_view def) const {
-  const auto* a = attr(name);
-  return a != nullptr && a->type() == onnx::AttributeProto::STRING ? a->s() : std::string(def);
+  const auto* a = typed_attr(name, onnx::AttributeProto::STRING);
+  return a != nullptr ? a->s() : std::string(def);
 }
 
 DimExpr InferContext::Add(const DimExpr& a, const DimExpr& b) {

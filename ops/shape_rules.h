@@ -63,9 +63,11 @@ class InferContext {
   // Sets output i's dtype and shape (and forgets any elements).
   void Set(size_t i, int32_t dtype, std::vector<DimExpr> shape);
 
-  // Attributes: the default when the node has no proto, or the attribute is absent or of
-  // another type.
+  // Attributes: the default when the node has no proto or the attribute is absent. One of
+  // another type than the accessor reads is malformed: the accessor returns the default and
+  // mistyped_attribute() names it (the shape pass then rejects the node).
   const onnx::AttributeProto* attr(std::string_view name) const;
+  const std::string& mistyped_attribute() const { return mistyped_; }
   int64_t attr_int(std::string_view name, int64_t def) const;
   std::optional<std::vector<int64_t>> attr_ints(std::string_view name) const;
   float attr_float(std::string_view name, float def) const;
@@ -94,6 +96,11 @@ class InferContext {
   std::span<SymTensor> outputs_;
   core::DimTable* table_;
   SymTensor scratch_;
+  mutable std::string mistyped_;  // "'axis' is FLOATS, read as INT"
+
+  // The attribute `name` when present with `type`; records a mismatch.
+  const onnx::AttributeProto* typed_attr(std::string_view name,
+                                         onnx::AttributeProto::AttributeType type) const;
 };
 
 using InferFn = Status (*)(InferContext&);

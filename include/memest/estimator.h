@@ -25,15 +25,16 @@ class Estimator {
   virtual ~Estimator() = default;
   virtual std::string_view name() const = 0;
   // Predicts the peak memory of one step of `model` under `options`. Fails with UnboundDim when a
-  // symbolic dim has no value, NotFound for an unknown GPU profile, InvalidArgument for bad options.
+  // symbolic dim has no value, NotFound for an unknown GPU profile, InvalidArgument for bad
+  // options.
   virtual Result<Estimate> Run(const Model& model, const Options& options) const = 0;
 };
 
 struct BackendInfo {
-  std::string name;         // "analytical", "symbolic", "learned", "measurement"
+  std::string name;  // "analytical", "symbolic", "learned", "measurement"
   std::string description;
   bool available = false;
-  std::string reason;       // why not available (empty when available)
+  std::string reason;  // why not available (empty when available)
 };
 
 // Every backend memest knows of, available or not, in a stable order.
@@ -42,6 +43,15 @@ std::vector<BackendInfo> ListBackends();
 // Creates the named backend. Unavailable (with the reason) when it was not built or is not
 // implemented yet; NotFound for an unknown name.
 Result<std::unique_ptr<Estimator>> MakeEstimator(std::string_view name);
+
+// Backends outside the core library. The LibTorch measurement backend lives in its own library,
+// memest_measurement, so that programs which only estimate (the memest CLI, schedulers linking
+// memest) never load LibTorch; a program linking it calls
+// memest::measurement::RegisterMeasurementBackend() once at start-up. Until then ListBackends()
+// lists "measurement" as unavailable, saying where it is. Registering is idempotent and
+// thread-safe; `make` must stay valid for the life of the process.
+using EstimatorFactory = std::unique_ptr<Estimator> (*)();
+void RegisterMeasurementFactory(EstimatorFactory make);
 
 // Fit of an estimate on a GPU profile.
 struct Fit {
