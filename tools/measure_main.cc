@@ -2,9 +2,10 @@
 //
 //   memest-measure MODEL.onnx [--batch N] [--dim name=value]... [--mode train|infer]
 //                  [--optimizer sgd|momentum|adam|adamw] [--weight-decay X]
-//                  [--precision fp32|bf16|amp-fp16|amp-bf16] [--loss auto|ce|mse]
+//                  [--precision fp32|bf16|amp-fp16|amp-bf16] [--loss auto|cross-entropy|mse]
 //                  [--iterations N] [--device auto|cpu|cuda] [--family NAME] [--seed N]
-//                  [--host-limit-mb N] [--optimizer-impl auto|single|foreach]
+//                  [--host-limit-mb N] [--optimizer-impl auto|foreach|single-tensor]
+//     (--loss ce and --optimizer-impl single are accepted too: the same spellings as memest.)
 //     runs the model and prints one measured row (docs/measured-row-schema.md) on stdout.
 //
 //   memest-measure --sweep MANIFEST.jsonl --out ROWS.jsonl [--device ...] [--no-isolate]
@@ -69,6 +70,30 @@ constexpr char kTool[] = "memest-measure " MEMEST_VERSION;
 
 void PrintError(const std::string& message) {
   std::cerr << "memest-measure: error: " << message << '\n';
+}
+
+// --loss as memest spells it, plus "ce" for cross-entropy (both tools accept it).
+Result<Loss> ParseLossFlag(const std::string& text) {
+  return ParseLoss(text == "ce" ? "cross-entropy" : text);
+}
+
+// --optimizer-impl: memest's spellings (foreach, single-tensor; "single" too) plus auto, which
+// follows torch.optim's default for the device (foreach for CUDA parameters, the single-tensor
+// loop for CPU ones). The harness mirrors no fused kernels.
+Result<measurement::OptimizerImpl> ParseHarnessOptimizerImpl(const std::string& text) {
+  if (text == "auto") return measurement::OptimizerImpl::kAuto;
+  if (text == "fused") {
+    return InvalidArgument(
+        "--optimizer-impl fused: the harness does not mirror torch.optim's fused kernels (use "
+        "auto, foreach or single-tensor)");
+  }
+  Result<OptimizerImpl> impl = ParseOptimizerImpl(text);
+  if (!impl.ok()) {
+    return InvalidArgument("--optimizer-impl must be auto, foreach or single-tensor, not '" + text +
+                           "'");
+  }
+  return *impl == OptimizerImpl::kForeach ? measurement::OptimizerImpl::kForeach
+                                          : measurement::OptimizerImpl::kSingleTensor;
 }
 
 // A configuration to run: what a manifest line or the command line says.
@@ -298,7 +323,7 @@ Result<Config> ParseManifestLine(const std::string& line, const fs::path& dir) {
       MEMEST_ASSIGN_OR_RETURN(c.options.precision, ParsePrecision(*v));
     }
     if (auto v = str("loss")) {
-      MEMEST_ASSIGN_OR_RETURN(c.options.loss, ParseLoss(*v));
+      MEMEST_ASSIGN_OR_RETURN(c.options.loss, ParseLossFlag(*v));
     }
     if (j.contains("checkpoint_segments") && !j["checkpoint_segments"].is_null()) {
       c.options.checkpoint_segments = j["checkpoint_segments"].get<int64_t>();
@@ -334,7 +359,7 @@ std::vector<std::string> ChildArgs(const Config& c, const RunSettings& s) {
   }
   switch (s.optimizer_impl) {
     case measurement::OptimizerImpl::kSingleTensor:
-      a.insert(a.end(), {"--optimizer-impl", "single"});
+      a.insert(a.end(), {"--optimizer-impl", "single-tensor"});
       break;
     case measurement::OptimizerImpl::kForeach:
       a.insert(a.end(), {"--optimizer-impl", "foreach"});
@@ -637,7 +662,8 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--precision", precision, "fp32 | bf16 | amp-fp16 | amp-bf16 (amp: CUDA only)")
       ->capture_default_str();
-  app.add_option("--loss", loss, "loss on the first output")->capture_default_str();
+  app.add_option("--loss", loss, "auto | cross-entropy (or ce) | mse: loss on the first output")
+      ->capture_default_str();
   app.add_option("--iterations", iterations, "training iterations (or inference passes)")
       ->capture_default_str();
   app.add_option("--device", device, "auto | cpu | cuda")->capture_default_str();
@@ -646,7 +672,8 @@ int Main(int argc, char** argv) {
   app.add_option("--host-limit-mb", host_limit_mb,
                  "CPU: live tensor MiB that count as out of memory (default: 80% of available)");
   app.add_option("--optimizer-impl", optimizer_impl,
-                 "auto | single | foreach (auto: foreach on CUDA, single-tensor on CPU)")
+                 "auto | foreach | single-tensor (auto: torch.optim's default for the device, "
+                 "foreach on CUDA and single-tensor on the CPU; memest's default is foreach)")
       ->capture_default_str();
   app.add_option("--trace", s_trace,
                  "CPU, single runs: write every allocation and free as CSV to this file");
@@ -674,14 +701,12 @@ int Main(int argc, char** argv) {
   s.device = *d;
   s.seed = seed;
   s.host_limit_bytes = host_limit_mb << 20;
-  if (optimizer_impl == "single") {
-    s.optimizer_impl = measurement::OptimizerImpl::kSingleTensor;
-  } else if (optimizer_impl == "foreach") {
-    s.optimizer_impl = measurement::OptimizerImpl::kForeach;
-  } else if (optimizer_impl != "auto") {
-    PrintError("--optimizer-impl must be auto, single or foreach");
+  auto impl = ParseHarnessOptimizerImpl(optimizer_impl);
+  if (!impl.ok()) {
+    PrintError(impl.status().message());
     return kExitUsage;
   }
+  s.optimizer_impl = *impl;
   if (!sw.manifest.empty()) {
     if (sw.out.empty()) {
       PrintError("--sweep needs --out FILE.jsonl");
@@ -710,7 +735,7 @@ int Main(int argc, char** argv) {
   auto m = ParseMode(mode);
   auto o = ParseOptimizer(optimizer);
   auto p = ParsePrecision(precision);
-  auto l = ParseLoss(loss);
+  auto l = ParseLossFlag(loss);
   for (const Status* st : {&m.status(), &o.status(), &p.status(), &l.status()}) {
     if (!st->ok()) {
       PrintError(st->message());

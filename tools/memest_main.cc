@@ -1,25 +1,25 @@
 // tools/memest_main.cc -- the `memest` command-line tool.
 //
 //   memest MODEL.onnx [--batch N] [--dim name=value]... [--mode train|infer]
-//   [--optimizer ...]
-//          [--weight-decay X] [--precision ...] [--loss ...] [--gpu NAME]
-//          [--expandable-segments]
-//          [--backend NAME|all] [--max-batch] [-o table|json|csv|md] [--json]
-//   memest --list-backends | --list-gpus
+//          [--optimizer ...] [--optimizer-impl ...] [--weight-decay X] [--micro-batches K]
+//          [--checkpoint SEGMENTS] [--precision ...] [--loss ...] [--gpu NAME]
+//          [--expandable-segments] [--backend NAME[,NAME...]|all] [--max-batch]
+//          [--timeline FILE] [-o table|json|csv|md] [--json] [-q|-v]
+//   memest --list-backends | --list-gpus | --show-coverage [MODEL.onnx]
 //
-// Results go to stdout; diagnostics, warnings and errors go to stderr. Exit
-// codes (docs/cli.md):
-//   0  the estimate fits the GPU (or a --list-* / --help / --version request)
-//   1  it does not fit (with --backend all: any backend with a result says so)
-//   2  usage error: bad flag or value (an integer out of range is never
-//      clamped), a training-only flag with --mode infer, unknown GPU or
-//      backend, an unwritable --timeline file, unbound symbolic dim
-//   3  bad model: missing or unreadable file, not ONNX, truncated, invalid
-//      graph, overflow
-//   4  backend unavailable, unsupported model for the backend, a failed write
-//      to stdout, or internal error
-// Option defaults shown by --help come from memest::DescribeOptions(), i.e.
-// from a default-constructed memest::Options; this file never repeats them.
+// Results go to stdout; diagnostics, warnings and errors go to stderr (-q: errors only; -v: info
+// diagnostics too). Exit codes (docs/cli.md):
+//   0  the estimate fits the GPU (or a --list-* / --show-coverage / --help / --version request)
+//   1  it does not fit (with several backends: any backend with a result says so)
+//   2  usage error: bad or mistyped flag or value (an integer out of range is never clamped), a
+//      training-only flag with --mode infer, unknown GPU or backend, a named backend this build
+//      lacks (measurement: use memest-measure), --checkpoint above the graph's node count, an
+//      unwritable --timeline file, unbound symbolic dim
+//   3  bad model: missing or unreadable file, not ONNX, truncated, invalid graph, overflow
+//   4  the backend cannot run this model (unsupported), a failed write to stdout, or internal
+//      error
+// Option defaults shown by --help come from memest::DescribeOptions(), i.e. from a
+// default-constructed memest::Options; this file never repeats them.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -30,13 +30,17 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <iostream>
 #include <limits>
 #include <map>
+#include <numeric>
+#include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -60,7 +64,13 @@ constexpr int kExitInternal = 4;
 
 // The CLI's own defaults (not memest::Options fields).
 constexpr char kDefaultBackend[] = "analytical";
+// `--backend all`: every available estimator. The measurement backend executes the model (it can
+// take minutes and needs LibTorch), so it runs only when named.
 constexpr char kAllBackends[] = "all";
+constexpr char kMeasurementBackend[] = "measurement";
+// The only backend that records a timeline (--timeline); also the table's backend when
+// --timeline is given without --backend, so that both agree.
+constexpr char kTimelineBackend[] = "symbolic";
 
 // Which library call produced a Status; the same code can mean different things
 // (NotFound from LoadModel is a missing file, from FindGpuProfile an unknown
@@ -89,8 +99,93 @@ int ExitCodeFor(const Status& s, Stage stage) {
   return kExitInternal;
 }
 
-void PrintError(const std::string& message) {
-  std::cerr << "memest: error: " << message << '\n';
+// ---------------------------------------------------------------------------------------------
+// stderr. Errors always; warnings and notes unless -q; info diagnostics only with -v.
+
+enum class Verbosity { kQuiet, kNormal, kVerbose };
+Verbosity verbosity = Verbosity::kNormal;
+
+void PrintError(const std::string& message) { std::cerr << "memest: error: " << message << '\n'; }
+
+void PrintWarning(const std::string& message) {
+  if (verbosity != Verbosity::kQuiet) std::cerr << "memest: warning: " << message << '\n';
+}
+
+void PrintNote(const std::string& message) {
+  if (verbosity != Verbosity::kQuiet) std::cerr << "memest: " << message << '\n';
+}
+
+void PrintInfo(const std::string& message) {
+  if (verbosity == Verbosity::kVerbose) std::cerr << "memest: info: " << message << '\n';
+}
+
+void PrintDiagnostics(const std::vector<Diagnostic>& ds, std::string_view backend) {
+  for (const auto& d : ds) {
+    const bool show = d.severity == Severity::kWarning ? verbosity != Verbosity::kQuiet
+                                                       : verbosity == Verbosity::kVerbose;
+    if (show) std::cerr << "memest: " << FormatDiagnostic(d, backend) << '\n';
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// "Did you mean": the closest known name to a mistyped one.
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  std::iota(row.begin(), row.end(), size_t{0});
+  for (size_t i = 0; i < a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i + 1;
+    for (size_t j = 0; j < b.size(); ++j) {
+      const size_t above = row[j + 1];
+      row[j + 1] = std::min({above + 1, row[j] + 1, diagonal + (a[i] == b[j] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The candidate nearest to `word`, when it is a plausible typo: at most two edits, and at least
+// three characters of `word` per edit (so "-x" suggests nothing).
+std::optional<std::string> Closest(std::string_view word,
+                                   const std::vector<std::string>& candidates) {
+  const std::string* best = nullptr;
+  size_t best_distance = std::numeric_limits<size_t>::max();
+  for (const std::string& c : candidates) {
+    const size_t d = EditDistance(word, c);
+    if (d < best_distance) {
+      best = &c;
+      best_distance = d;
+    }
+  }
+  if (best == nullptr || best_distance == 0 || best_distance > 2 ||
+      best_distance * 3 > word.size()) {
+    return std::nullopt;
+  }
+  return *best;
+}
+
+// Every spelling of every flag of `app` ("--batch", "-b", ...).
+std::vector<std::string> FlagNames(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const std::string& l : o->get_lnames()) names.push_back("--" + l);
+    for (const std::string& s : o->get_snames()) names.push_back("-" + s);
+  }
+  return names;
+}
+
+// The error for arguments no flag took, with a suggestion for each mistyped flag.
+std::string UnexpectedArguments(const std::vector<std::string>& extras,
+                                const std::vector<std::string>& flags) {
+  std::string message = fmt::format("unexpected argument{}: {}", extras.size() == 1 ? "" : "s",
+                                    fmt::join(extras, " "));
+  for (const std::string& e : extras) {
+    if (e.size() < 2 || e[0] != '-') continue;
+    const std::string flag = e.substr(0, e.find('='));
+    if (auto s = Closest(flag, flags)) message += fmt::format("; did you mean {}?", *s);
+  }
+  return message;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -131,12 +226,23 @@ const OptionDoc* FindDoc(const std::vector<OptionDoc>& docs,
   return nullptr;
 }
 
+// A decimal written with a fixed six places (std::to_string of a double: "0.000000",
+// "0.010000") in its shortest form ("0", "0.01"); any other text unchanged.
+std::string ReadableNumber(const std::string& text) {
+  if (text.find('.') == std::string::npos) return text;
+  double v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (ec != std::errc() || ptr != end) return text;
+  return fmt::format("{}", v);
+}
+
 std::string DefaultText(const OptionDoc& d) {
   std::string value = d.default_value.empty() ? "unset" : d.default_value;
   if (value.size() >= 2 && value.front() == '(' && value.back() == ')') {
     value = value.substr(1, value.size() - 2);
   }
-  return value;
+  return ReadableNumber(value);
 }
 
 // Help texts with the defaults of memest::DescribeOptions() appended; the
@@ -166,7 +272,7 @@ class HelpDefaults {
     if (!out.empty()) out += '\n';
     out +=
         "Exit codes: 0 fits, 1 does not fit, 2 usage error, 3 bad model, "
-        "4 backend unavailable or internal error.\n"
+        "4 backend failed on the model or internal error.\n"
         "Results go to stdout; diagnostics and errors to stderr. Defaults come "
         "from memest::DescribeOptions(). See docs/cli.md.";
     return out;
@@ -176,6 +282,177 @@ class HelpDefaults {
   std::vector<OptionDoc> docs_;
   std::set<const OptionDoc*> used_;
 };
+
+// ---------------------------------------------------------------------------------------------
+// Flags.
+
+// The command line as given: raw texts (parsed and range-checked later) and the options whose
+// presence matters.
+struct Flags {
+  explicit Flags(const Options& d)
+      : mode(ToString(d.mode)),
+        optimizer(ToString(d.optimizer)),
+        optimizer_impl(ToString(d.optimizer_impl)),
+        weight_decay(d.weight_decay),
+        precision(ToString(d.precision)),
+        loss(ToString(d.loss)),
+        gpu_name(d.gpu),
+        expandable(d.allocator.expandable_segments) {}
+
+  std::string model_path;
+  std::string batch_text;
+  std::vector<std::string> dim_args;
+  std::string mode;
+  std::string optimizer;
+  std::string optimizer_impl;
+  std::string checkpoint_text;
+  double weight_decay;
+  std::string precision;
+  std::string loss;
+  std::string gpu_name;
+  bool expandable;
+  std::string micro_batches_text;
+  std::string backend = kDefaultBackend;
+  bool max_batch = false;
+  std::string output = ToString(Format::kTable);
+  bool json = false;
+  bool list_backends = false;
+  bool list_gpus = false;
+  bool show_coverage = false;
+  std::string timeline_path;
+  bool quiet = false;
+  bool verbose = false;
+
+  CLI::Option* batch_opt = nullptr;
+  CLI::Option* micro_batches_opt = nullptr;
+  CLI::Option* checkpoint_opt = nullptr;
+  CLI::Option* output_opt = nullptr;
+  CLI::Option* backend_opt = nullptr;
+  std::vector<const CLI::Option*> training_only;  // flags that only describe a training step
+};
+
+void AddEstimationFlags(CLI::App& app, Flags& f, HelpDefaults& help) {
+  app.add_option("model", f.model_path, "the ONNX model file")->type_name("MODEL.onnx");
+  f.batch_opt = app.add_option("-b,--batch", f.batch_text,
+                               help.With("binds the leading symbolic dim (batch) of every data "
+                                         "input",
+                                         {"batch"}))
+                    ->type_name("N");
+  app.add_option("-d,--dim", f.dim_args,
+                 help.With("binds a named symbolic dim, e.g. --dim seq=128 (repeatable; wins over "
+                           "--batch)",
+                           {"dims", "dim"}))
+      ->type_name("NAME=VALUE");
+  app.add_option("--mode", f.mode,
+                 help.With("train: one training step; infer: one forward pass", {"mode"}))
+      ->type_name("train|infer");
+  auto training = [&](CLI::Option* o) {
+    f.training_only.push_back(o);
+    return o;
+  };
+  training(app.add_option("--optimizer", f.optimizer,
+                          help.With("optimizer of the training step", {"optimizer"}))
+               ->type_name("sgd|momentum|adam|adamw"));
+  training(app.add_option("--optimizer-impl", f.optimizer_impl,
+                          help.With("how torch.optim runs the step (foreach=False is "
+                                    "single-tensor, fused=True is fused)",
+                                    {"optimizer_impl"}))
+               ->type_name("foreach|single-tensor|fused"));
+  training(app.add_option("--weight-decay", f.weight_decay,
+                          help.With("weight decay (L2 for sgd/momentum/adam, decoupled for adamw)",
+                                    {"weight_decay"}))
+               ->type_name("X"));
+  app.add_option("--precision", f.precision, help.With("numeric precision", {"precision"}))
+      ->type_name("fp32|amp-fp16|amp-bf16|bf16");
+  training(app.add_option(
+                  "--loss", f.loss,
+                  help.With("loss on the first output in training (ce: cross-entropy)", {"loss"}))
+               ->type_name("auto|cross-entropy|mse"));
+  app.add_option("--gpu", f.gpu_name, help.With("GPU profile (see --list-gpus)", {"gpu"}))
+      ->type_name("NAME");
+  app.add_flag("--expandable-segments", f.expandable,
+               help.With("PyTorch caching allocator with expandable_segments:True",
+                         {"expandable_segments", "allocator_expandable_segments"}));
+  f.micro_batches_opt =
+      training(app.add_option("--micro-batches", f.micro_batches_text,
+                              help.With("gradient accumulation: micro-batches per optimizer step "
+                                        "(--batch must divide)",
+                                        {"micro_batches"}))
+                   ->type_name("K"));
+  f.checkpoint_opt = training(
+      app.add_option("--checkpoint", f.checkpoint_text,
+                     help.With("activation checkpointing: checkpoint_sequential with this many "
+                               "segments, at most the graph's node count (0: off)",
+                               {"checkpoint_segments"}))
+          ->type_name("SEGMENTS"));
+}
+
+void AddOutputFlags(CLI::App& app, Flags& f) {
+  f.backend_opt =
+      app.add_option("--backend", f.backend,
+                     fmt::format("estimator backend (see --list-backends), a comma list "
+                                 "(analytical,symbolic), or 'all' for every estimator; the "
+                                 "measurement backend executes the model and runs only when "
+                                 "named; several backends give one column each and the "
+                                 "conservative verdict (default: {}; {} with --timeline)",
+                                 kDefaultBackend, kTimelineBackend))
+          ->type_name("NAME[,NAME...]|all");
+  app.add_flag("--max-batch", f.max_batch,
+               "print the largest batch that fits the GPU (and the estimate at that batch); "
+               "--batch is ignored");
+  f.output_opt =
+      app.add_option("-o,--output", f.output,
+                     fmt::format("output format (default: {})", ToString(Format::kTable)))
+          ->type_name("table|json|csv|md");
+  app.add_flag("--json", f.json, "same as -o json");
+  app.add_flag("--list-backends", f.list_backends,
+               "list the estimator backends and whether they are available");
+  app.add_flag("--list-gpus", f.list_gpus, "list the GPU profiles");
+  app.add_flag("--show-coverage", f.show_coverage,
+               "list the ONNX operators the per-op rule table lacks (and, with MODEL, the "
+               "model's op types without a rule)");
+  app.add_option("--timeline", f.timeline_path,
+                 "write the symbolic backend's simulated step (bytes over allocation events, "
+                 "phases, peak) to FILE: .json, .csv, .svg or .html; the table then uses the "
+                 "symbolic backend too unless --backend names another (stderr says so)")
+      ->type_name("FILE");
+  app.add_flag("-q,--quiet", f.quiet, "no warnings or notes on stderr (errors still are)");
+  app.add_flag("-v,--verbose", f.verbose, "info diagnostics on stderr too");
+  app.set_version_flag("-V,--version", std::string("memest ") + MEMEST_VERSION);
+}
+
+// Parses the command line. Returns the exit code when the run ends here (help, version, a usage
+// error), nullopt to go on.
+std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
+  app.allow_extras();  // reported below, with a "did you mean"
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    PrintError(std::string(e.what()) + " (run memest --help for usage)");
+    return kExitUsage;
+  }
+  if (const std::vector<std::string> extras = app.remaining(); !extras.empty()) {
+    PrintError(UnexpectedArguments(extras, FlagNames(app)) + " (run memest --help for usage)");
+    return kExitUsage;
+  }
+  return std::nullopt;
+}
+
+Result<Format> OutputFormat(const Flags& f) {
+  Result<Format> format = ParseFormat(f.output);
+  if (!format.ok()) return InvalidArgument("-o: " + format.status().message());
+  if (!f.json) return format;
+  if (f.output_opt->count() > 0 && *format != Format::kJson) {
+    return InvalidArgument(fmt::format("--json conflicts with -o {}", f.output));
+  }
+  return Format::kJson;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Argument helpers.
@@ -201,24 +478,19 @@ Result<int64_t> ParseInteger(std::string_view what, const std::string& text, int
   return v;
 }
 
-// Parses an integer flag into `*out` when the user gave it; prints the error
-// and returns false on a bad value.
-bool ParseIntegerFlag(const CLI::Option* opt, const std::string& text, int64_t min, int64_t* out) {
-  if (opt->count() == 0) return true;
-  Result<int64_t> v = ParseInteger(opt->get_name(), text, min);
-  if (!v.ok()) {
-    PrintError(v.status().message());
-    return false;
-  }
-  *out = *v;
-  return true;
+// Parses an integer flag into `*out` when the user gave it.
+Status ParseIntegerFlag(const CLI::Option* opt, const std::string& text, int64_t min,
+                        int64_t* out) {
+  if (opt->count() == 0) return Status::Ok();
+  MEMEST_ASSIGN_OR_RETURN(*out, ParseInteger(opt->get_name(), text, min));
+  return Status::Ok();
 }
 
 Result<std::pair<std::string, int64_t>> ParseDim(const std::string& text) {
   const size_t eq = text.find('=');
   if (eq == std::string::npos || eq == 0) {
-    return InvalidArgument(fmt::format(
-        "--dim '{}': expected NAME=VALUE, e.g. --dim seq=128", text));
+    return InvalidArgument(
+        fmt::format("--dim '{}': expected NAME=VALUE, e.g. --dim seq=128", text));
   }
   const std::string name = text.substr(0, eq);
   Result<int64_t> v = ParseInteger("--dim " + name, text.substr(eq + 1), 0);
@@ -241,6 +513,219 @@ Status CheckInferenceFlags(Mode mode, const std::vector<const CLI::Option*>& tra
       fmt::join(given, ", "), given.size() == 1 ? "s" : "",
       given.size() == 1 ? "it applies" : "they apply", given.size() == 1 ? "it" : "them"));
 }
+
+// Prefixes a failed parse with its flag.
+template <typename T>
+Result<T> ForFlag(const char* flag, Result<T> parsed) {
+  if (parsed.ok()) return parsed;
+  return InvalidArgument(fmt::format("{}: {}", flag, parsed.status().message()));
+}
+
+// The enum-valued flags. "ce" is accepted for cross-entropy, as memest-measure does.
+Status ParseEnumFlags(const Flags& f, Options* o) {
+  const std::string loss = f.loss == "ce" ? "cross-entropy" : f.loss;
+  MEMEST_ASSIGN_OR_RETURN(o->mode, ForFlag("--mode", ParseMode(f.mode)));
+  MEMEST_ASSIGN_OR_RETURN(o->optimizer, ForFlag("--optimizer", ParseOptimizer(f.optimizer)));
+  MEMEST_ASSIGN_OR_RETURN(o->precision, ForFlag("--precision", ParsePrecision(f.precision)));
+  MEMEST_ASSIGN_OR_RETURN(o->loss, ForFlag("--loss", ParseLoss(loss)));
+  MEMEST_ASSIGN_OR_RETURN(o->optimizer_impl,
+                          ForFlag("--optimizer-impl", ParseOptimizerImpl(f.optimizer_impl)));
+  return Status::Ok();
+}
+
+Status ParseDims(const std::vector<std::string>& args, Options* o) {
+  for (const auto& arg : args) {
+    MEMEST_ASSIGN_OR_RETURN(auto dim, ParseDim(arg));
+    if (o->dims.count(dim.first)) {
+      return InvalidArgument(fmt::format("--dim {} given twice", dim.first));
+    }
+    o->dims[dim.first] = dim.second;
+  }
+  return Status::Ok();
+}
+
+// memest::Options from the flags, validated.
+Result<Options> BuildOptions(const Flags& f) {
+  Options options;
+  MEMEST_RETURN_IF_ERROR(ParseEnumFlags(f, &options));
+  MEMEST_RETURN_IF_ERROR(CheckInferenceFlags(options.mode, f.training_only));
+  int64_t batch = 0;
+  MEMEST_RETURN_IF_ERROR(ParseIntegerFlag(f.batch_opt, f.batch_text, 1, &batch));
+  MEMEST_RETURN_IF_ERROR(
+      ParseIntegerFlag(f.micro_batches_opt, f.micro_batches_text, 1, &options.micro_batches));
+  MEMEST_RETURN_IF_ERROR(
+      ParseIntegerFlag(f.checkpoint_opt, f.checkpoint_text, 0, &options.checkpoint_segments));
+  if (f.batch_opt->count() > 0) {
+    if (f.max_batch) {
+      PrintWarning("--batch is ignored with --max-batch");
+    } else {
+      options.batch = batch;
+    }
+  }
+  MEMEST_RETURN_IF_ERROR(ParseDims(f.dim_args, &options));
+  options.weight_decay = f.weight_decay;
+  options.gpu = f.gpu_name;
+  options.allocator.expandable_segments = f.expandable;
+  MEMEST_RETURN_IF_ERROR(Validate(options));
+  return options;
+}
+
+// --checkpoint cuts the node order into segments; with more segments than nodes
+// checkpoint_sequential has nothing to cut and core/checkpoint.h turns it off. That would be a
+// silent no-op, so it is a usage error.
+Status CheckCheckpointSegments(const Options& o, const ModelSummary& summary) {
+  if (o.checkpoint_segments <= summary.node_count) return Status::Ok();
+  return InvalidArgument(
+      fmt::format("--checkpoint {}: the graph has {} node{}, so at most {} segments (0 or 1: no "
+                  "checkpointing)",
+                  o.checkpoint_segments, summary.node_count, summary.node_count == 1 ? "" : "s",
+                  summary.node_count));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backends.
+
+std::vector<std::string> BackendNames(const std::vector<BackendInfo>& infos, bool available) {
+  std::vector<std::string> names;
+  for (const auto& b : infos) {
+    if (b.available == available) names.push_back(b.name);
+  }
+  return names;
+}
+
+// The error for a name that is no backend: the valid names and, for a typo, the closest one.
+Status UnknownBackend(const std::string& name, const std::vector<BackendInfo>& infos) {
+  std::vector<std::string> known;
+  for (const auto& b : infos) known.push_back(b.name);
+  known.push_back(kAllBackends);
+  std::string message = fmt::format("--backend {}: unknown backend '{}'", name, name);
+  if (auto s = Closest(name, known)) message += fmt::format("; did you mean '{}'?", *s);
+  message += fmt::format(" (valid: {}, {}, or a comma list of them",
+                         fmt::join(BackendNames(infos, true), ", "), kAllBackends);
+  const std::vector<std::string> missing = BackendNames(infos, false);
+  if (!missing.empty()) {
+    message += fmt::format("; not in this build: {}", fmt::join(missing, ", "));
+  }
+  return InvalidArgument(message + ")");
+}
+
+// The error for a backend named on the command line that this build does not have.
+Status NamedBackendUnavailable(const BackendInfo& b) {
+  std::string message = fmt::format("--backend {}: not available in this memest: {}", b.name,
+                                    b.reason.empty() ? "no reason given" : b.reason);
+  if (b.name == kMeasurementBackend && b.reason.find("memest-measure") == std::string::npos) {
+    message += " (to measure a model, run memest-measure; see docs/measurement.md)";
+  }
+  return InvalidArgument(message);
+}
+
+// The backends a --backend request names, in ListBackends() order. `all` is every available
+// backend but measurement (which executes the model); other names must exist and be available.
+// Estimators `all` skips as unavailable are named in `*skipped`.
+Result<std::vector<std::string>> ResolveBackends(const std::string& request,
+                                                 const std::vector<BackendInfo>& infos,
+                                                 std::vector<std::string>* skipped) {
+  if (request.empty() || request.back() == ',') {
+    return InvalidArgument(fmt::format("--backend '{}': empty backend name", request));
+  }
+  std::set<std::string> chosen;
+  std::stringstream items(request);
+  for (std::string name; std::getline(items, name, ',');) {
+    if (name.empty()) {
+      return InvalidArgument(fmt::format("--backend '{}': empty backend name", request));
+    }
+    if (name == kAllBackends) {
+      for (const auto& b : infos) {
+        if (b.name == kMeasurementBackend) continue;
+        if (b.available) {
+          chosen.insert(b.name);
+        } else if (std::find(skipped->begin(), skipped->end(), b.name) == skipped->end()) {
+          skipped->push_back(b.name);
+        }
+      }
+      continue;
+    }
+    auto it = std::find_if(infos.begin(), infos.end(),
+                           [&](const BackendInfo& b) { return b.name == name; });
+    if (it == infos.end()) return UnknownBackend(name, infos);
+    if (!it->available) return NamedBackendUnavailable(*it);
+    chosen.insert(name);
+  }
+  std::vector<std::string> names;
+  for (const auto& b : infos) {
+    if (chosen.count(b.name)) names.push_back(b.name);
+  }
+  return names;
+}
+
+// "batch 8", or the --dim bindings when no batch is set.
+std::string BatchWords(const Options& o) {
+  if (o.batch) return fmt::format("batch {}", *o.batch);
+  std::vector<std::string> dims;
+  for (const auto& [name, value] : o.dims) dims.push_back(fmt::format("{}={}", name, value));
+  return dims.empty() ? "the model's own shapes" : fmt::format("{}", fmt::join(dims, " "));
+}
+
+// Wraps the measurement backend so that each run it makes (one, or one per batch --max-batch
+// probes) is announced on stderr before it starts and completed with its time and peak: the
+// backend executes the model, which can take minutes, and must never look hung.
+class ProgressEstimator final : public Estimator {
+ public:
+  explicit ProgressEstimator(std::unique_ptr<Estimator> inner) : inner_(std::move(inner)) {}
+
+  std::string_view name() const override { return inner_->name(); }
+
+  Result<Estimate> Run(const Model& model, const Options& options) const override {
+    const bool show = verbosity != Verbosity::kQuiet;
+    if (show) {
+      std::cerr << fmt::format(
+                       "memest: measuring with LibTorch, {} (this executes the model, on CUDA "
+                       "when usable, else on the CPU) ...",
+                       BatchWords(options))
+                << std::flush;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    Result<Estimate> e = inner_->Run(model, options);
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    if (show) {
+      std::cerr << fmt::format(" {:.1f} s, {}\n", took.count(),
+                               e.ok() ? "device peak " + FormatBytes(e->peak_device) + Where(*e)
+                                      : std::string("failed"));
+    }
+    return e;
+  }
+
+ private:
+  // Where the measurement ran, from the backend's info diagnostic.
+  static std::string Where(const Estimate& e) {
+    for (const auto& d : e.diagnostics) {
+      if (d.code == "cpu_measurement") return " (measured on the CPU: tensor bytes only)";
+      if (d.code == "cuda_measurement") return " (measured on CUDA)";
+    }
+    return "";
+  }
+
+  std::unique_ptr<Estimator> inner_;
+};
+
+// One estimator per name; the measurement backend announces its runs.
+Result<std::vector<std::unique_ptr<Estimator>>> MakeEstimators(
+    const std::vector<std::string>& names) {
+  std::vector<std::unique_ptr<Estimator>> estimators;
+  for (const auto& name : names) {
+    Result<std::unique_ptr<Estimator>> e = MakeEstimator(name);
+    if (!e.ok()) return e.status().WithContext("--backend " + name);
+    std::unique_ptr<Estimator> estimator = std::move(e).value();
+    if (name == kMeasurementBackend) {
+      estimator = std::make_unique<ProgressEstimator>(std::move(estimator));
+    }
+    estimators.push_back(std::move(estimator));
+  }
+  return estimators;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files.
 
 // The errno of opening `path` for reading (0 when it opens). O_NONBLOCK: a
 // FIFO must not hang the error path.
@@ -284,18 +769,70 @@ Status CheckWritable(const std::string& path) {
   return Status::Ok();
 }
 
+// A --timeline path must have a known extension and be writable.
+Status CheckTimelinePath(const std::string& path) {
+  if (path.empty()) return Status::Ok();
+  MEMEST_RETURN_IF_ERROR(symbolic::TimelineFormatFor(path).status());
+  if (Status s = CheckWritable(path); !s.ok()) return InvalidArgument("--timeline " + s.message());
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The timeline (--timeline): always the symbolic backend's simulation.
+
+// The options the timeline simulates: the table's, and with --max-batch the symbolic result's
+// maximum (the conservative maximum of the table when symbolic is not in it; batch 1 when not
+// even that fits, as the table then shows batch 1).
+Options TimelineOptions(const Options& options, const std::vector<BackendResult>& results,
+                        bool max_batch) {
+  Options o = options;
+  if (!max_batch) return o;
+  std::optional<int64_t> batch = ConservativeMaxBatch(results);
+  for (const auto& r : results) {
+    if (r.backend == kTimelineBackend && r.status.ok() && r.max_batch) batch = r.max_batch;
+  }
+  o.batch = std::max<int64_t>(batch.value_or(1), 1);
+  return o;
+}
+
 // Simulates the step with the symbolic backend and writes its timeline to
-// `path`. A failed write carries errno's reason; `title` may hold any bytes.
-Status WriteTimelineFile(const Model& model, const Options& options, const std::string& title,
-                         const std::string& path) {
+// `path`. A failed write carries errno's reason; the title names the backend.
+Result<TimelineInfo> WriteTimelineFile(const Model& model, const Options& options,
+                                       const std::string& model_path, const std::string& path) {
   MEMEST_ASSIGN_OR_RETURN(symbolic::Simulation sim,
                           symbolic::SimulateModel(model, options, /*record_events=*/true));
+  const std::string title =
+      fmt::format("{} -- {} {} -- drawn by the {} backend", model_path, ToString(options.mode),
+                  BatchWords(options), kTimelineBackend);
   errno = 0;
   Status written = symbolic::WriteTimeline(sim, path, ReplaceInvalidUtf8(title));
   const int err = errno;
-  if (written.ok() || err == 0) return written;
-  return Status(written.code(), written.message() + ": " + std::strerror(err));
+  if (!written.ok()) {
+    const std::string reason = err == 0 ? "" : std::strerror(err);
+    if (reason.empty() || written.message().find(reason) != std::string::npos) return written;
+    return Status(written.code(), written.message() + ": " + reason);
+  }
+  TimelineInfo info;
+  info.path = path;
+  info.backend = kTimelineBackend;
+  info.batch = options.batch;
+  return info;
 }
+
+// Says on stderr where the timeline went and, when the table is not (only) the symbolic
+// backend's, that the two come from different backends.
+void NoteTimeline(const TimelineInfo& t, const std::vector<BackendResult>& results) {
+  PrintNote(fmt::format("timeline written to {} (drawn by the {} backend)", t.path, t.backend));
+  std::vector<std::string> table;
+  for (const auto& r : results) table.push_back(r.backend);
+  if (table.size() == 1 && table.front() == t.backend) return;
+  PrintNote(fmt::format(
+      "note: timeline drawn by the {} backend (the only one with a timeline); the table is {}",
+      t.backend, fmt::join(table, ", ")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Estimates and the report.
 
 // The errno of the first failed write of results to stdout (0: none seen).
 int stdout_errno = 0;
@@ -321,341 +858,73 @@ int FinishStdout(int code) {
   return code >= kExitUsage ? code : kExitInternal;
 }
 
-void PrintDiagnostics(const std::vector<Diagnostic>& ds,
-                      std::string_view backend) {
-  for (const auto& d : ds)
-    std::cerr << "memest: " << FormatDiagnostic(d, backend) << '\n';
+// --list-backends, --list-gpus, --show-coverage: the exit code when one was asked for.
+std::optional<int> RunListings(const Flags& f, Format format) {
+  if (f.list_backends || f.list_gpus) {
+    if (f.list_backends) PrintResult(RenderBackends(ListBackends(), format, MEMEST_VERSION));
+    if (f.list_backends && f.list_gpus && format == Format::kTable) PrintResult("\n");
+    if (f.list_gpus) PrintResult(RenderGpus(GpuProfiles(), format, MEMEST_VERSION));
+    return kExitFits;
+  }
+  if (!f.show_coverage) return std::nullopt;
+  const OpCoverage all = RuleCoverage();
+  if (f.model_path.empty()) {
+    PrintResult(RenderCoverage(all, nullptr, "", format, MEMEST_VERSION));
+    return kExitFits;
+  }
+  Result<std::shared_ptr<const Model>> m = LoadModel(f.model_path);
+  if (!m.ok()) return ReportLoadFailure(m.status(), f.model_path);
+  const ModelCoverage mc = RuleCoverage(**m);
+  PrintResult(RenderCoverage(all, &mc, f.model_path, format, MEMEST_VERSION));
+  return kExitFits;
 }
 
-// ---------------------------------------------------------------------------------------------
-
-int RunCli(int argc, char** argv) {
-  const Options defaults;
-  HelpDefaults help(DescribeOptions());
-
-  std::string model_path;
-  std::string batch_text;
-  std::vector<std::string> dim_args;
-  std::string mode = ToString(defaults.mode);
-  std::string optimizer = ToString(defaults.optimizer);
-  std::string optimizer_impl = ToString(defaults.optimizer_impl);
-  std::string checkpoint_text;
-  double weight_decay = defaults.weight_decay;
-  std::string precision = ToString(defaults.precision);
-  std::string loss = ToString(defaults.loss);
-  std::string gpu_name = defaults.gpu;
-  bool expandable = defaults.allocator.expandable_segments;
-  std::string micro_batches_text;
-  std::string backend = kDefaultBackend;
-  bool max_batch = false;
-  std::string output = ToString(Format::kTable);
-  bool json = false;
-  bool list_backends = false;
-  bool list_gpus = false;
-  bool show_coverage = false;
-  std::string timeline_path;
-
-  CLI::App app{
-      "memest -- predicts the peak GPU memory of one training step (or "
-      "inference) of an ONNX "
-      "model, and whether it fits a GPU."};
-  app.name("memest");
-  app.add_option("model", model_path, "the ONNX model file")
-      ->type_name("MODEL.onnx");
-  CLI::Option* batch_opt =
-      app.add_option(
-             "-b,--batch", batch_text,
-             help.With("binds the leading symbolic dim (batch) of every data input", {"batch"}))
-          ->type_name("N");
-  app.add_option("-d,--dim", dim_args,
-                 help.With("binds a named symbolic dim, e.g. --dim seq=128 "
-                           "(repeatable; wins over --batch)",
-                           {"dims", "dim"}))
-      ->type_name("NAME=VALUE");
-  app.add_option("--mode", mode,
-                 help.With("train: one training step; infer: one forward pass",
-                           {"mode"}))
-      ->type_name("train|infer");
-  std::vector<const CLI::Option*> training_only;
-  training_only.push_back(app.add_option("--optimizer", optimizer,
-                                         help.With("optimizer of the training step", {"optimizer"}))
-                              ->type_name("sgd|momentum|adam|adamw"));
-  training_only.push_back(
-      app.add_option("--optimizer-impl", optimizer_impl,
-                     help.With("how torch.optim runs the step (foreach=False is single-tensor, "
-                               "fused=True is fused)",
-                               {"optimizer_impl"}))
-          ->type_name("foreach|single-tensor|fused"));
-  training_only.push_back(
-      app.add_option("--weight-decay", weight_decay,
-                     help.With("weight decay (L2 for sgd/momentum/adam, decoupled for adamw)",
-                               {"weight_decay"}))
-          ->type_name("X"));
-  app.add_option("--precision", precision,
-                 help.With("numeric precision", {"precision"}))
-      ->type_name("fp32|amp-fp16|amp-bf16|bf16");
-  training_only.push_back(
-      app.add_option("--loss", loss, help.With("loss on the first output in training", {"loss"}))
-          ->type_name("auto|cross-entropy|mse"));
-  app.add_option("--gpu", gpu_name,
-                 help.With("GPU profile (see --list-gpus)", {"gpu"}))
-      ->type_name("NAME");
-  app.add_flag(
-      "--expandable-segments", expandable,
-      help.With("PyTorch caching allocator with expandable_segments:True",
-                {"expandable_segments", "allocator_expandable_segments"}));
-  CLI::Option* micro_batches_opt =
-      app.add_option("--micro-batches", micro_batches_text,
-                     help.With("gradient accumulation: micro-batches per optimizer step "
-                               "(--batch must divide)",
-                               {"micro_batches"}))
-          ->type_name("K");
-  training_only.push_back(micro_batches_opt);
-  CLI::Option* checkpoint_opt =
-      app.add_option("--checkpoint", checkpoint_text,
-                     help.With("activation checkpointing: checkpoint_sequential with this many "
-                               "segments (0: off)",
-                               {"checkpoint_segments"}))
-          ->type_name("SEGMENTS");
-  training_only.push_back(checkpoint_opt);
-  app.add_option(
-         "--backend", backend,
-         fmt::format("estimator backend (see --list-backends), or 'all' for "
-                     "one column per backend; "
-                     "the verdict is then the conservative one (default: {})",
-                     kDefaultBackend))
-      ->type_name("NAME|all");
-  app.add_flag("--max-batch", max_batch,
-               "print the largest batch that fits the GPU (and the estimate at "
-               "that batch); "
-               "--batch is ignored");
-  CLI::Option* output_opt =
-      app.add_option("-o,--output", output,
-                     fmt::format("output format (default: {})",
-                                 ToString(Format::kTable)))
-          ->type_name("table|json|csv|md");
-  app.add_flag("--json", json, "same as -o json");
-  app.add_flag("--list-backends", list_backends,
-               "list the estimator backends and whether they are available");
-  app.add_flag("--list-gpus", list_gpus, "list the GPU profiles");
-  app.add_flag("--show-coverage", show_coverage,
-               "list the ONNX operators the per-op rule table lacks (and, with MODEL, the "
-               "model's op types without a rule)");
-  app.add_option("--timeline", timeline_path,
-                 "write the symbolic backend's simulated step (bytes over allocation "
-                 "events, phases, peak) to FILE: .json, .csv, .svg or .html")
-      ->type_name("FILE");
-  app.set_version_flag("-V,--version", std::string("memest ") + MEMEST_VERSION);
-  app.footer(help.Footer());
-
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    PrintError(std::string(e.what()) + " (run memest --help for usage)");
-    return kExitUsage;
-  }
-
-  // Output format.
-  Format format = Format::kTable;
-  {
-    Result<Format> f = ParseFormat(output);
-    if (!f.ok()) {
-      PrintError("-o: " + f.status().message());
-      return kExitUsage;
-    }
-    format = *f;
-    if (json) {
-      if (output_opt->count() > 0 && format != Format::kJson) {
-        PrintError(fmt::format("--json conflicts with -o {}", output));
-        return kExitUsage;
-      }
-      format = Format::kJson;
-    }
-  }
-
-  if (list_backends || list_gpus) {
-    if (list_backends) PrintResult(RenderBackends(ListBackends(), format, MEMEST_VERSION));
-    if (list_backends && list_gpus && format == Format::kTable) PrintResult("\n");
-    if (list_gpus) PrintResult(RenderGpus(GpuProfiles(), format, MEMEST_VERSION));
-    return kExitFits;
-  }
-  if (show_coverage) {
-    const OpCoverage all = RuleCoverage();
-    if (model_path.empty()) {
-      PrintResult(RenderCoverage(all, nullptr, "", format, MEMEST_VERSION));
-      return kExitFits;
-    }
-    Result<std::shared_ptr<const Model>> m = LoadModel(model_path);
-    if (!m.ok()) return ReportLoadFailure(m.status(), model_path);
-    const ModelCoverage mc = RuleCoverage(**m);
-    PrintResult(RenderCoverage(all, &mc, model_path, format, MEMEST_VERSION));
-    return kExitFits;
-  }
-  if (model_path.empty()) {
-    PrintError("missing MODEL.onnx (run memest --help for usage)");
-    return kExitUsage;
-  }
-
-  // Options.
+// Everything an estimate run needs before the model is loaded.
+struct Plan {
   Options options;
-  {
-    struct {
-      const char* flag;
-      Status status;
-    } parsed[] = {{"--mode", Status::Ok()},
-                  {"--optimizer", Status::Ok()},
-                  {"--precision", Status::Ok()},
-                  {"--loss", Status::Ok()},
-                  {"--optimizer-impl", Status::Ok()}};
-    auto m = ParseMode(mode);
-    auto o = ParseOptimizer(optimizer);
-    auto p = ParsePrecision(precision);
-    auto l = ParseLoss(loss);
-    auto oi = ParseOptimizerImpl(optimizer_impl);
-    parsed[4].status = oi.status();
-    parsed[0].status = m.status();
-    parsed[1].status = o.status();
-    parsed[2].status = p.status();
-    parsed[3].status = l.status();
-    for (const auto& x : parsed) {
-      if (!x.status.ok()) {
-        PrintError(fmt::format("{}: {}", x.flag, x.status.message()));
-        return kExitUsage;
-      }
-    }
-    options.mode = *m;
-    options.optimizer = *o;
-    options.precision = *p;
-    options.loss = *l;
-    options.optimizer_impl = *oi;
-  }
-  if (Status s = CheckInferenceFlags(options.mode, training_only); !s.ok()) {
-    PrintError(s.message());
-    return kExitUsage;
-  }
-  int64_t batch = 0;
-  if (!ParseIntegerFlag(batch_opt, batch_text, 1, &batch) ||
-      !ParseIntegerFlag(micro_batches_opt, micro_batches_text, 1, &options.micro_batches) ||
-      !ParseIntegerFlag(checkpoint_opt, checkpoint_text, 0, &options.checkpoint_segments)) {
-    return kExitUsage;
-  }
-  if (batch_opt->count() > 0) {
-    if (max_batch) {
-      std::cerr << "memest: warning: --batch is ignored with --max-batch\n";
-    } else {
-      options.batch = batch;
-    }
-  }
-  for (const auto& arg : dim_args) {
-    auto d = ParseDim(arg);
-    if (!d.ok()) {
-      PrintError(d.status().message());
-      return kExitUsage;
-    }
-    if (options.dims.count(d->first)) {
-      PrintError(fmt::format("--dim {} given twice", d->first));
-      return kExitUsage;
-    }
-    options.dims[d->first] = d->second;
-  }
-  options.weight_decay = weight_decay;
-  options.gpu = gpu_name;
-  options.allocator.expandable_segments = expandable;
-  if (Status s = Validate(options); !s.ok()) {
-    PrintError(s.message());
-    return ExitCodeFor(s, Stage::kSetup);
-  }
-
-  // GPU profile.
-  Result<GpuProfile> gpu = FindGpuProfile(options.gpu);
-  if (!gpu.ok()) {
-    PrintError(fmt::format("--gpu {}: {} (see memest --list-gpus)", options.gpu,
-                           gpu.status().message()));
-    return ExitCodeFor(gpu.status(), Stage::kSetup);
-  }
-
-  // Backends.
-  const std::vector<BackendInfo> infos = ListBackends();
-  std::vector<std::string> names;
-  if (backend == kAllBackends) {
-    for (const auto& b : infos) names.push_back(b.name);
-  } else {
-    const bool known =
-        std::any_of(infos.begin(), infos.end(),
-                    [&](const BackendInfo& b) { return b.name == backend; });
-    if (!known) {
-      std::vector<std::string> all;
-      for (const auto& b : infos) all.push_back(b.name);
-      PrintError(
-          fmt::format("--backend {}: unknown backend (known: {}, or all)",
-                      backend, fmt::join(all, ", ")));
-      return kExitUsage;
-    }
-    names.push_back(backend);
-  }
-  std::vector<BackendResult> results;
+  GpuProfile gpu;
+  std::string backend_request;  // after defaults: what Report::backend_request records
+  std::vector<std::string> backends;
   std::vector<std::unique_ptr<Estimator>> estimators;
-  for (const auto& name : names) {
-    Result<std::unique_ptr<Estimator>> e = MakeEstimator(name);
-    BackendResult r;
-    r.backend = name;
-    if (!e.ok()) {
-      if (e.status().code() == ErrorCode::kNotFound) {
-        PrintError(fmt::format("--backend {}: {}", name, e.status().message()));
-        return kExitUsage;
-      }
-      r.status = e.status();
-      if (names.size() == 1) {
-        PrintError(e.status().message());
-        return ExitCodeFor(e.status(), Stage::kSetup);
-      }
-      // Report an unavailable backend by its registry reason, not the
-      // sentence MakeEstimator wraps around it.
-      for (const auto& info : infos) {
-        if (info.name == name && !info.available && !info.reason.empty() &&
-            r.status.code() == ErrorCode::kUnavailable) {
-          r.status = Unavailable(info.reason);
-        }
-      }
-      estimators.push_back(nullptr);
-    } else {
-      estimators.push_back(std::move(e).value());
-    }
-    results.push_back(std::move(r));
+};
+
+Status PreparePlan(const Flags& f, Plan* plan) {
+  MEMEST_ASSIGN_OR_RETURN(plan->options, BuildOptions(f));
+  Result<GpuProfile> gpu = FindGpuProfile(plan->options.gpu);
+  if (!gpu.ok()) {
+    return Status(gpu.status().code(), fmt::format("--gpu {}: {} (see memest --list-gpus)",
+                                                   plan->options.gpu, gpu.status().message()));
   }
-
-  if (!timeline_path.empty()) {
-    if (auto f = symbolic::TimelineFormatFor(timeline_path); !f.ok()) {
-      PrintError(f.status().message());
-      return kExitUsage;
-    }
-    if (Status s = CheckWritable(timeline_path); !s.ok()) {
-      PrintError("--timeline " + s.message());
-      return kExitUsage;
-    }
+  plan->gpu = *gpu;
+  plan->backend_request = f.backend;
+  if (!f.timeline_path.empty() && f.backend_opt->count() == 0) {
+    plan->backend_request = kTimelineBackend;
+    PrintInfo(fmt::format("--timeline without --backend: the table is the {} backend's too",
+                          kTimelineBackend));
   }
+  std::vector<std::string> skipped;
+  MEMEST_ASSIGN_OR_RETURN(plan->backends,
+                          ResolveBackends(plan->backend_request, ListBackends(), &skipped));
+  for (const auto& name : skipped) {
+    PrintWarning(
+        fmt::format("--backend {}: {} is not available in this build (see memest "
+                    "--list-backends)",
+                    kAllBackends, name));
+  }
+  MEMEST_ASSIGN_OR_RETURN(plan->estimators, MakeEstimators(plan->backends));
+  return CheckTimelinePath(f.timeline_path);
+}
 
-  // Model.
-  Result<std::shared_ptr<const Model>> loaded = LoadModel(model_path);
-  if (!loaded.ok()) return ReportLoadFailure(loaded.status(), model_path);
-  const Model& model = **loaded;
-  const ModelSummary& summary = model.summary();
-  PrintDiagnostics(summary.diagnostics, "");
-
-  // Estimates.
-  const int64_t limit = int64_t{1} << 24;
-  for (size_t i = 0; i < results.size(); ++i) {
-    BackendResult& r = results[i];
-    if (!estimators[i]) continue;
+// Runs every estimator (or its max-batch search) on the model.
+std::vector<BackendResult> RunBackends(const Plan& plan, const Model& model, bool max_batch,
+                                       int64_t limit) {
+  std::vector<BackendResult> results;
+  for (size_t i = 0; i < plan.backends.size(); ++i) {
+    BackendResult& r = results.emplace_back();
+    r.backend = plan.backends[i];
+    const Estimator& estimator = *plan.estimators[i];
     if (max_batch) {
-      Result<MaxBatchResult> mb =
-          FindMaxBatch(*estimators[i], model, options, limit);
+      Result<MaxBatchResult> mb = FindMaxBatch(estimator, model, plan.options, limit);
       if (!mb.ok()) {
         r.status = mb.status();
         continue;
@@ -664,65 +933,30 @@ int RunCli(int argc, char** argv) {
       r.max_batch_evaluations = mb->evaluations;
       r.estimate = mb->at_batch;
     } else {
-      Result<Estimate> e = estimators[i]->Run(model, options);
+      Result<Estimate> e = estimator.Run(model, plan.options);
       if (!e.ok()) {
         r.status = e.status();
         continue;
       }
       r.estimate = std::move(e).value();
     }
-    r.fit = CheckFit(r.estimate, *gpu);
+    r.fit = CheckFit(r.estimate, plan.gpu);
   }
+  return results;
+}
 
-  // Failures on stderr (unavailable backends of --backend all included).
-  bool any_ok = false;
+void PrintFailures(const std::vector<BackendResult>& results) {
   for (const auto& r : results) {
-    any_ok |= r.status.ok();
     if (r.status.ok()) continue;
     if (r.status.code() == ErrorCode::kUnavailable) {
-      std::cerr << fmt::format("memest: {}: unavailable: {}\n", r.backend,
-                               r.status.message());
+      PrintError(fmt::format("{}: unavailable: {}", r.backend, r.status.message()));
     } else {
       PrintError(fmt::format("{}: {}", r.backend, r.status.ToString()));
     }
   }
+}
 
-  if (!timeline_path.empty()) {
-    Options timeline_options = options;
-    for (const auto& r : results) {
-      if (max_batch && r.status.ok() && r.max_batch > 0) timeline_options.batch = r.max_batch;
-    }
-    const std::string title =
-        fmt::format("{} -- {} batch {}", model_path, ToString(timeline_options.mode),
-                    timeline_options.batch.value_or(0));
-    if (Status s = WriteTimelineFile(model, timeline_options, title, timeline_path); !s.ok()) {
-      PrintError("timeline: " + s.ToString());
-      return ExitCodeFor(s, Stage::kEstimate);
-    }
-    std::cerr << "memest: timeline written to " << timeline_path << '\n';
-  }
-
-  Report report;
-  report.memest_version = MEMEST_VERSION;
-  report.model_path = model_path;
-  report.model = summary;
-  report.options = options;
-  report.gpu = *gpu;
-  report.backend_request = backend;
-  report.results = results;
-  report.max_batch_mode = max_batch;
-  report.max_batch_limit = limit;
-  // A table of nothing but failures helps nobody; programs still get their
-  // document.
-  if (any_ok || format == Format::kJson || format == Format::kCsv) {
-    PrintResult(RenderReport(report, format));
-  }
-  for (const auto& r : results) {
-    if (r.status.ok())
-      PrintDiagnostics(r.estimate.diagnostics,
-                       results.size() > 1 ? r.backend : "");
-  }
-
+int VerdictExitCode(const std::vector<BackendResult>& results) {
   switch (OverallVerdict(results)) {
     case Verdict::kFits:
       return kExitFits;
@@ -737,6 +971,93 @@ int RunCli(int argc, char** argv) {
     }
   }
   return kExitInternal;  // every backend unavailable
+}
+
+// Estimates, the timeline, the report; returns the exit code.
+int EstimateAndReport(const Flags& f, const Plan& plan, const Model& model, Format format) {
+  const int64_t limit = int64_t{1} << 24;
+  const std::vector<BackendResult> results = RunBackends(plan, model, f.max_batch, limit);
+  PrintFailures(results);
+
+  Report report;
+  if (!f.timeline_path.empty()) {
+    Result<TimelineInfo> t = WriteTimelineFile(
+        model, TimelineOptions(plan.options, results, f.max_batch), f.model_path, f.timeline_path);
+    if (!t.ok()) {
+      PrintError("timeline: " + t.status().ToString());
+      return ExitCodeFor(t.status(), Stage::kEstimate);
+    }
+    NoteTimeline(*t, results);
+    report.timeline = *t;
+  }
+
+  report.memest_version = MEMEST_VERSION;
+  report.model_path = f.model_path;
+  report.model = model.summary();
+  report.options = plan.options;
+  report.gpu = plan.gpu;
+  report.backend_request = plan.backend_request;
+  report.results = results;
+  report.max_batch_mode = f.max_batch;
+  report.max_batch_limit = limit;
+  // A table of nothing but failures helps nobody; programs still get their document.
+  const bool any_ok = std::any_of(results.begin(), results.end(),
+                                  [](const BackendResult& r) { return r.status.ok(); });
+  if (any_ok || format == Format::kJson || format == Format::kCsv) {
+    PrintResult(RenderReport(report, format));
+  }
+  for (const auto& r : results) {
+    if (r.status.ok())
+      PrintDiagnostics(r.estimate.diagnostics, results.size() > 1 ? r.backend : "");
+  }
+  return VerdictExitCode(results);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+int RunCli(int argc, char** argv) {
+  const Options defaults;
+  HelpDefaults help(DescribeOptions());
+  Flags f(defaults);
+  CLI::App app{
+      "memest -- predicts the peak GPU memory of one training step (or inference) of an ONNX "
+      "model, and whether it fits a GPU."};
+  app.name("memest");
+  AddEstimationFlags(app, f, help);
+  AddOutputFlags(app, f);
+  app.footer(help.Footer());
+  if (std::optional<int> code = ParseCommandLine(app, argc, argv)) return *code;
+  if (f.quiet && f.verbose) {
+    PrintError("--quiet conflicts with --verbose");
+    return kExitUsage;
+  }
+  verbosity = f.quiet ? Verbosity::kQuiet : f.verbose ? Verbosity::kVerbose : Verbosity::kNormal;
+
+  const Result<Format> format = OutputFormat(f);
+  if (!format.ok()) {
+    PrintError(format.status().message());
+    return kExitUsage;
+  }
+  if (std::optional<int> code = RunListings(f, *format)) return *code;
+  if (f.model_path.empty()) {
+    PrintError("missing MODEL.onnx (run memest --help for usage)");
+    return kExitUsage;
+  }
+  Plan plan;
+  if (Status s = PreparePlan(f, &plan); !s.ok()) {
+    PrintError(s.message());
+    return ExitCodeFor(s, Stage::kSetup);
+  }
+
+  Result<std::shared_ptr<const Model>> loaded = LoadModel(f.model_path);
+  if (!loaded.ok()) return ReportLoadFailure(loaded.status(), f.model_path);
+  const Model& model = **loaded;
+  PrintDiagnostics(model.summary().diagnostics, "");
+  if (Status s = CheckCheckpointSegments(plan.options, model.summary()); !s.ok()) {
+    PrintError(s.message());
+    return kExitUsage;
+  }
+  return EstimateAndReport(f, plan, model, *format);
 }
 
 }  // namespace

@@ -42,8 +42,7 @@ constexpr Component kComponents[] = {
     {"optimizer state", "optimizer_state", &Breakdown::optimizer_state},
     {"saved activations", "saved_activations", &Breakdown::saved_activations},
     {"transient/workspace", "transient", &Breakdown::transient},
-    {"allocator overhead", "allocator_overhead",
-     &Breakdown::allocator_overhead},
+    {"allocator overhead", "allocator_overhead", &Breakdown::allocator_overhead},
     {"CUDA context", "cuda_context", &Breakdown::cuda_context},
     {"unaccounted", "unaccounted", &Breakdown::unaccounted},
 };
@@ -62,9 +61,8 @@ enum class Align { kLeft, kRight };
 
 struct Grid {
   std::vector<std::string> header;
-  std::vector<Align> align;  // one per column
-  std::vector<std::vector<std::string>>
-      rows;  // an empty row is a horizontal rule
+  std::vector<Align> align;                    // one per column
+  std::vector<std::vector<std::string>> rows;  // an empty row is a horizontal rule
 };
 
 std::string RenderText(const Grid& grid) {
@@ -162,8 +160,7 @@ std::string AllocatorText(const Options& o, const GpuProfile& gpu) {
   if (o.allocator.max_split_size)
     s += fmt::format("+max_split_size={}", *o.allocator.max_split_size);
   if (o.allocator.roundup_power2_divisions) {
-    s += fmt::format("+roundup_power2_divisions={}",
-                     o.allocator.roundup_power2_divisions);
+    s += fmt::format("+roundup_power2_divisions={}", o.allocator.roundup_power2_divisions);
   }
   return s;
 }
@@ -175,27 +172,22 @@ std::string SetupText(const Report& r) {
     std::string opt = ToString(o.optimizer);
     if (o.optimizer_impl != OptimizerImpl::kForeach)
       opt += fmt::format(" {}", ToString(o.optimizer_impl));
-    if (o.weight_decay != 0.0)
-      opt += fmt::format(" (weight decay {})", o.weight_decay);
+    if (o.weight_decay != 0.0) opt += fmt::format(" (weight decay {})", o.weight_decay);
     parts.push_back(opt);
-    if (o.micro_batches > 1)
-      parts.push_back(fmt::format("{} micro-batches", o.micro_batches));
+    if (o.micro_batches > 1) parts.push_back(fmt::format("{} micro-batches", o.micro_batches));
     if (o.checkpoint_segments > 1)
       parts.push_back(fmt::format("checkpoint {} segments", o.checkpoint_segments));
   }
   parts.push_back(ToString(o.precision));
-  if (o.mode == Mode::kTrain)
-    parts.push_back(std::string("loss ") + ToString(o.loss));
+  if (o.mode == Mode::kTrain) parts.push_back(std::string("loss ") + ToString(o.loss));
   parts.push_back(AllocatorText(o, r.gpu));
-  parts.push_back((r.results.size() == 1 ? "backend " : "backends ") +
-                  r.backend_request);
+  parts.push_back((r.results.size() == 1 ? "backend " : "backends ") + r.backend_request);
   return fmt::format("{}", fmt::join(parts, " | "));
 }
 
 std::string GpuText(const GpuProfile& gpu) {
-  return fmt::format("{} ({}), usable {} of {} total", gpu.name,
-                     gpu.display_name, FormatBytes(gpu.usable_memory.bytes),
-                     FormatBytes(gpu.total_memory.bytes));
+  return fmt::format("{} ({}), usable {} of {} total", gpu.name, gpu.display_name,
+                     FormatBytes(gpu.usable_memory.bytes), FormatBytes(gpu.total_memory.bytes));
 }
 
 // 1234567 -> "1,234,567" (counts only; byte counts stay plain digits so
@@ -212,36 +204,31 @@ std::string Grouped(int64_t v) {
 
 std::string HeaderText(const Report& r) {
   const ModelSummary& m = r.model;
-  std::string out =
-      fmt::format("model:  {}  ({} nodes, {} parameters, {})\n", r.model_path,
-                  Grouped(m.node_count), Grouped(m.parameter_count),
-                  FormatBytes(m.parameter_bytes));
+  std::string out = fmt::format("model:  {}  ({} nodes, {} parameters, {})\n", r.model_path,
+                                Grouped(m.node_count), Grouped(m.parameter_count),
+                                FormatBytes(m.parameter_bytes));
   out += fmt::format("setup:  {}\n", SetupText(r));
   out += fmt::format("gpu:    {}\n", GpuText(r.gpu));
   return out;
 }
 
 std::string PhaseText(const Estimate& e) {
-  std::string s = e.peak_phase == Phase::kUnknown
-                      ? std::string("phase unknown")
-                      : std::string(ToString(e.peak_phase)) + " phase";
+  std::string s = e.peak_phase == Phase::kUnknown ? std::string("phase unknown")
+                                                  : std::string(ToString(e.peak_phase)) + " phase";
   if (!e.peak_node.empty()) s += ", at node " + Quote(e.peak_node);
   return s;
 }
 
 std::string HeadroomText(const Fit& fit) {
-  const uint64_t magnitude =
-      fit.headroom < 0 ? uint64_t{0} - static_cast<uint64_t>(fit.headroom)
-                       : static_cast<uint64_t>(fit.headroom);
-  return fmt::format("{} ({} bytes, {} of usable)", FormatBytes(magnitude),
-                     magnitude, FormatPercent(magnitude, fit.capacity));
+  const uint64_t magnitude = fit.headroom < 0 ? uint64_t{0} - static_cast<uint64_t>(fit.headroom)
+                                              : static_cast<uint64_t>(fit.headroom);
+  return fmt::format("{} ({} bytes, {} of usable)", FormatBytes(magnitude), magnitude,
+                     FormatPercent(magnitude, fit.capacity));
 }
 
 std::string FitSentence(const Fit& fit, const GpuProfile& gpu) {
-  if (fit.fits)
-    return fmt::format("fits on {}, headroom {}", gpu.name, HeadroomText(fit));
-  return fmt::format("does not fit on {}, over by {}", gpu.name,
-                     HeadroomText(fit));
+  if (fit.fits) return fmt::format("fits on {}, headroom {}", gpu.name, HeadroomText(fit));
+  return fmt::format("does not fit on {}, over by {}", gpu.name, HeadroomText(fit));
 }
 
 std::string IntervalText(const Estimate& e) {
@@ -275,8 +262,7 @@ std::string VerdictSentence(const Report& r) {
     const BackendResult& res = r.results.front();
     if (!res.status.ok()) return "result: " + FailureNote(res);
     if (r.max_batch_mode && res.max_batch.value_or(0) == 0) {
-      return fmt::format("result: even batch 1 {}",
-                         FitSentence(res.fit, r.gpu));
+      return fmt::format("result: even batch 1 {}", FitSentence(res.fit, r.gpu));
     }
     return "result: " + FitSentence(res.fit, r.gpu);
   }
@@ -284,15 +270,14 @@ std::string VerdictSentence(const Report& r) {
   switch (v) {
     case Verdict::kDoesNotFit:
       for (const auto& res : r.results) {
-        const bool no =
-            r.max_batch_mode ? res.max_batch.value_or(1) == 0 : !res.fit.fits;
+        const bool no = r.max_batch_mode ? res.max_batch.value_or(1) == 0 : !res.fit.fits;
         if (res.status.ok() && no) names.push_back(res.backend);
       }
       return fmt::format(
           "result: does not fit on {} (conservative verdict: {} of {} "
           "backend{} with a result say{} so: {})",
-          r.gpu.name, names.size(), ok, ok == 1 ? "" : "s",
-          names.size() == 1 ? "s" : "", fmt::join(names, ", "));
+          r.gpu.name, names.size(), ok, ok == 1 ? "" : "s", names.size() == 1 ? "s" : "",
+          fmt::join(names, ", "));
     case Verdict::kFits:
       for (const auto& res : r.results) {
         if (res.status.ok()) names.push_back(res.backend);
@@ -303,8 +288,7 @@ std::string VerdictSentence(const Report& r) {
           r.gpu.name, ok, ok == 1 ? "" : "s", fmt::join(names, ", "));
     case Verdict::kError:
       for (const auto& res : r.results) {
-        if (!res.status.ok() &&
-            (ok == 0 || res.status.code() != ErrorCode::kUnavailable)) {
+        if (!res.status.ok() && (ok == 0 || res.status.code() != ErrorCode::kUnavailable)) {
           names.push_back(res.backend);
         }
       }
@@ -326,8 +310,7 @@ Grid BuildGrid(const Report& r) {
   g.align.push_back(Align::kLeft);
   if (single) {
     g.header.insert(g.header.end(), {"bytes", "size", "share"});
-    g.align.insert(g.align.end(),
-                   {Align::kRight, Align::kRight, Align::kRight});
+    g.align.insert(g.align.end(), {Align::kRight, Align::kRight, Align::kRight});
   } else {
     for (const auto& res : r.results) {
       g.header.insert(g.header.end(), {res.backend, "bytes"});
@@ -335,8 +318,7 @@ Grid BuildGrid(const Report& r) {
     }
   }
   bool any_interval = false;
-  for (const auto& res : r.results)
-    any_interval |= res.status.ok() && HasInterval(res.estimate);
+  for (const auto& res : r.results) any_interval |= res.status.ok() && HasInterval(res.estimate);
 
   // Adds one row; `cell(res)` returns {size text, bytes text, share text} for a
   // successful result.
@@ -371,8 +353,7 @@ Grid BuildGrid(const Report& r) {
   }
   for (const Component& c : kComponents) {
     add(c.label, [&](const BackendResult& res) {
-      return bytes_cells(res.estimate.breakdown.*c.field,
-                         res.estimate.peak_device);
+      return bytes_cells(res.estimate.breakdown.*c.field, res.estimate.peak_device);
     });
   }
   g.rows.push_back({});
@@ -389,17 +370,14 @@ Grid BuildGrid(const Report& r) {
   });
   if (any_interval) {
     add("device interval", [&](const BackendResult& res) {
-      return Cells{HasInterval(res.estimate) ? IntervalText(res.estimate) : "-",
-                   "", ""};
+      return Cells{HasInterval(res.estimate) ? IntervalText(res.estimate) : "-", "", ""};
     });
   }
   if (single) {
     std::vector<std::string> row = {
         "gpu usable capacity", std::to_string(r.gpu.usable_memory.bytes),
         FormatBytes(r.gpu.usable_memory.bytes),
-        FormatPercent(r.results.front().status.ok()
-                          ? r.results.front().estimate.peak_device
-                          : 0,
+        FormatPercent(r.results.front().status.ok() ? r.results.front().estimate.peak_device : 0,
                       r.gpu.usable_memory.bytes) +
             " used"};
     if (!r.results.front().status.ok()) row.back() = "";
@@ -407,22 +385,17 @@ Grid BuildGrid(const Report& r) {
     return g;
   }
   g.rows.push_back({});
-  add("fits", [&](const BackendResult& res) {
-    return Cells{res.fit.fits ? "yes" : "NO", "", ""};
-  });
+  add("fits", [&](const BackendResult& res) { return Cells{res.fit.fits ? "yes" : "NO", "", ""}; });
   add("headroom", [&](const BackendResult& res) {
-    return Cells{FormatSignedBytes(res.fit.headroom),
-                 std::to_string(res.fit.headroom), ""};
+    return Cells{FormatSignedBytes(res.fit.headroom), std::to_string(res.fit.headroom), ""};
   });
   add("peak phase", [&](const BackendResult& res) {
-    return Cells{res.estimate.peak_phase == Phase::kUnknown
-                     ? "unknown"
-                     : ToString(res.estimate.peak_phase),
-                 "", ""};
+    return Cells{
+        res.estimate.peak_phase == Phase::kUnknown ? "unknown" : ToString(res.estimate.peak_phase),
+        "", ""};
   });
   add("peak node", [&](const BackendResult& res) {
-    return Cells{res.estimate.peak_node.empty() ? "-" : res.estimate.peak_node,
-                 "", ""};
+    return Cells{res.estimate.peak_node.empty() ? "-" : res.estimate.peak_node, "", ""};
   });
   return g;
 }
@@ -437,10 +410,9 @@ std::string MaxBatchSentence(const Report& r) {
           "evaluations)\n",
           r.gpu.name, res.backend, res.max_batch_evaluations);
     }
-    return fmt::format(
-        "max batch: {} fits on {} ({}, {} evaluations, search limit {})\n",
-        *res.max_batch, r.gpu.name, res.backend, res.max_batch_evaluations,
-        r.max_batch_limit);
+    return fmt::format("max batch: {} fits on {} ({}, {} evaluations, search limit {})\n",
+                       *res.max_batch, r.gpu.name, res.backend, res.max_batch_evaluations,
+                       r.max_batch_limit);
   }
   const auto mb = ConservativeMaxBatch(r.results);
   if (!mb) return "";
@@ -455,14 +427,29 @@ std::string MaxBatchSentence(const Report& r) {
       *mb, r.gpu.name);
 }
 
+// True when the table shows exactly the backend that drew the timeline.
+bool TimelineMatchesTable(const Report& r) {
+  return r.timeline && r.results.size() == 1 && r.results.front().backend == r.timeline->backend;
+}
+
+std::string TimelineSentence(const Report& r) {
+  const TimelineInfo& t = *r.timeline;
+  std::string out = fmt::format("timeline: {} (drawn by the {} backend", t.path, t.backend);
+  if (t.batch) out += fmt::format(", batch {}", *t.batch);
+  if (!TimelineMatchesTable(r)) {
+    std::vector<std::string> table;
+    for (const auto& res : r.results) table.push_back(res.backend);
+    out += fmt::format("; the table is {}", fmt::join(table, ", "));
+  }
+  return out + ")";
+}
+
 std::string RenderReportTable(const Report& r, bool markdown) {
   std::string out;
   if (markdown) {
-    out += fmt::format("**memest** `{}` ({} nodes, {} parameters)\n\n",
-                       r.model_path, Grouped(r.model.node_count),
-                       Grouped(r.model.parameter_count));
-    out +=
-        fmt::format("- setup: {}\n- gpu: {}\n\n", SetupText(r), GpuText(r.gpu));
+    out += fmt::format("**memest** `{}` ({} nodes, {} parameters)\n\n", r.model_path,
+                       Grouped(r.model.node_count), Grouped(r.model.parameter_count));
+    out += fmt::format("- setup: {}\n- gpu: {}\n\n", SetupText(r), GpuText(r.gpu));
   } else {
     out += HeaderText(r);
     out += '\n';
@@ -480,6 +467,7 @@ std::string RenderReportTable(const Report& r, bool markdown) {
   if (r.results.size() == 1 && r.results.front().status.ok()) {
     out += bullet + "peak: " + PhaseText(r.results.front().estimate) + '\n';
   }
+  if (r.timeline) out += bullet + TimelineSentence(r) + '\n';
   return out;
 }
 
@@ -487,12 +475,11 @@ std::string RenderReportTable(const Report& r, bool markdown) {
 // JSON.
 
 Json DiagnosticJson(const Diagnostic& d) {
-  return Json{
-      {"severity", d.severity == Severity::kWarning ? "warning" : "info"},
-      {"code", d.code},
-      {"message", d.message},
-      {"node", d.node},
-      {"op_type", d.op_type}};
+  return Json{{"severity", d.severity == Severity::kWarning ? "warning" : "info"},
+              {"code", d.code},
+              {"message", d.message},
+              {"node", d.node},
+              {"op_type", d.op_type}};
 }
 
 Json DiagnosticsJson(const std::vector<Diagnostic>& ds) {
@@ -518,8 +505,7 @@ Json ModelJson(const Report& r) {
         dims.push_back(nullptr);
       }
     }
-    inputs.push_back(
-        Json{{"name", in.name}, {"dtype", in.dtype}, {"dims", dims}});
+    inputs.push_back(Json{{"name", in.name}, {"dtype", in.dtype}, {"dims", dims}});
   }
   return Json{{"path", r.model_path},
               {"producer", m.producer},
@@ -538,12 +524,10 @@ Json ModelJson(const Report& r) {
 Json OptionsJson(const Options& o) {
   Json dims = Json::object();
   for (const auto& [name, value] : o.dims) dims[name] = value;
-  Json alloc = {
-      {"expandable_segments", o.allocator.expandable_segments},
-      {"max_split_size", nullptr},
-      {"roundup_power2_divisions", o.allocator.roundup_power2_divisions}};
-  if (o.allocator.max_split_size)
-    alloc["max_split_size"] = *o.allocator.max_split_size;
+  Json alloc = {{"expandable_segments", o.allocator.expandable_segments},
+                {"max_split_size", nullptr},
+                {"roundup_power2_divisions", o.allocator.roundup_power2_divisions}};
+  if (o.allocator.max_split_size) alloc["max_split_size"] = *o.allocator.max_split_size;
   Json j = {{"mode", ToString(o.mode)},
             {"batch", nullptr},
             {"dims", dims},
@@ -561,37 +545,32 @@ Json OptionsJson(const Options& o) {
 }
 
 Json ValueJson(const ProfileValue& v) {
-  return Json{
-      {"bytes", v.bytes}, {"source", v.source}, {"calibrated", v.calibrated}};
+  return Json{{"bytes", v.bytes}, {"source", v.source}, {"calibrated", v.calibrated}};
 }
 
 Json GpuJson(const GpuProfile& g) {
-  return Json{
-      {"name", g.name},
-      {"display_name", g.display_name},
-      {"compute_capability", fmt::format("{}.{}", g.sm_major, g.sm_minor)},
-      {"allocator", g.allocator},
-      {"total_memory", ValueJson(g.total_memory)},
-      {"usable_memory", ValueJson(g.usable_memory)},
-      {"cuda_context", ValueJson(g.cuda_context)},
-      {"cublas_workspace", ValueJson(g.cublas_workspace)}};
+  return Json{{"name", g.name},
+              {"display_name", g.display_name},
+              {"compute_capability", fmt::format("{}.{}", g.sm_major, g.sm_minor)},
+              {"allocator", g.allocator},
+              {"total_memory", ValueJson(g.total_memory)},
+              {"usable_memory", ValueJson(g.usable_memory)},
+              {"cuda_context", ValueJson(g.cuda_context)},
+              {"cublas_workspace", ValueJson(g.cublas_workspace)}};
 }
 
 Json ResultJson(const BackendResult& res, bool max_batch_mode) {
   Json j = {{"backend", res.backend}, {"ok", res.status.ok()}};
   if (!res.status.ok()) {
-    j["error"] = {{"code", ErrorCodeName(res.status.code())},
-                  {"message", res.status.message()}};
+    j["error"] = {{"code", ErrorCodeName(res.status.code())}, {"message", res.status.message()}};
     j["diagnostics"] = Json::array();
     return j;
   }
   const Estimate& e = res.estimate;
-  j["peak"] = {{"allocated", e.peak_allocated},
-               {"reserved", e.peak_reserved},
-               {"device", e.peak_device}};
+  j["peak"] = {
+      {"allocated", e.peak_allocated}, {"reserved", e.peak_reserved}, {"device", e.peak_device}};
   Json breakdown = Json::object();
-  for (const Component& c : kComponents)
-    breakdown[c.key] = e.breakdown.*c.field;
+  for (const Component& c : kComponents) breakdown[c.key] = e.breakdown.*c.field;
   j["breakdown"] = breakdown;
   j["peak_phase"] = ToString(e.peak_phase);
   j["peak_node"] = e.peak_node;
@@ -603,9 +582,8 @@ Json ResultJson(const BackendResult& res, bool max_batch_mode) {
   } else {
     j["interval"] = nullptr;
   }
-  j["fit"] = {{"fits", res.fit.fits},
-              {"capacity", res.fit.capacity},
-              {"headroom", res.fit.headroom}};
+  j["fit"] = {
+      {"fits", res.fit.fits}, {"capacity", res.fit.capacity}, {"headroom", res.fit.headroom}};
   if (max_batch_mode) {
     j["max_batch"] = {{"batch", res.max_batch.value_or(0)},
                       {"evaluations", res.max_batch_evaluations}};
@@ -631,14 +609,20 @@ std::string RenderReportJson(const Report& r) {
             {"model", ModelJson(r)},     {"options", OptionsJson(r.options)},
             {"gpu", GpuJson(r.gpu)},     {"backend", r.backend_request}};
   Json results = Json::array();
-  for (const auto& res : r.results)
-    results.push_back(ResultJson(res, r.max_batch_mode));
+  for (const auto& res : r.results) results.push_back(ResultJson(res, r.max_batch_mode));
   j["results"] = results;
   j["verdict"] = VerdictName(OverallVerdict(r.results));
   if (r.max_batch_mode) {
     Json mb = {{"batch", nullptr}, {"limit", r.max_batch_limit}};
     if (auto b = ConservativeMaxBatch(r.results)) mb["batch"] = *b;
     j["max_batch"] = mb;
+  }
+  if (r.timeline) {
+    j["timeline"] = {{"path", r.timeline->path},
+                     {"backend", r.timeline->backend},
+                     {"batch", nullptr},
+                     {"same_backend_as_results", TimelineMatchesTable(r)}};
+    if (r.timeline->batch) j["timeline"]["batch"] = *r.timeline->batch;
   }
   return DumpJson(j);
 }
@@ -647,8 +631,7 @@ std::string RenderReportJson(const Report& r) {
 // CSV (RFC 4180 quoting).
 
 std::string CsvField(std::string_view s) {
-  if (s.find_first_of(",\"\r\n") == std::string_view::npos)
-    return std::string(s);
+  if (s.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(s);
   std::string out = "\"";
   for (char ch : s) {
     if (ch == '"') out += '"';
@@ -668,20 +651,16 @@ std::string CsvLine(const std::vector<std::string>& fields) {
 
 std::string RenderReportCsv(const Report& r) {
   std::vector<std::string> header = {
-      "backend",    "ok",           "error_code",     "error_message",
-      "model",      "mode",         "batch",          "dims",
-      "optimizer",  "weight_decay", "precision",      "loss",
-      "gpu",        "capacity",     "peak_allocated", "peak_reserved",
-      "peak_device"};
+      "backend", "ok",       "error_code",     "error_message", "model",      "mode",
+      "batch",   "dims",     "optimizer",      "weight_decay",  "precision",  "loss",
+      "gpu",     "capacity", "peak_allocated", "peak_reserved", "peak_device"};
   for (const Component& c : kComponents) header.push_back(c.key);
-  header.insert(header.end(),
-                {"peak_phase", "peak_node", "device_low", "device_high", "fits",
-                 "headroom", "max_batch", "diagnostics"});
+  header.insert(header.end(), {"peak_phase", "peak_node", "device_low", "device_high", "fits",
+                               "headroom", "max_batch", "diagnostics"});
   std::string out = CsvLine(header);
   const Options& o = r.options;
   std::vector<std::string> dims;
-  for (const auto& [name, value] : o.dims)
-    dims.push_back(fmt::format("{}={}", name, value));
+  for (const auto& [name, value] : o.dims) dims.push_back(fmt::format("{}={}", name, value));
   for (const auto& res : r.results) {
     const Estimate& e = res.estimate;
     const bool ok = res.status.ok();
@@ -703,17 +682,14 @@ std::string RenderReportCsv(const Report& r) {
                                     num(e.peak_allocated),
                                     num(e.peak_reserved),
                                     num(e.peak_device)};
-    for (const Component& c : kComponents)
-      row.push_back(num(e.breakdown.*c.field));
+    for (const Component& c : kComponents) row.push_back(num(e.breakdown.*c.field));
     row.push_back(ok ? ToString(e.peak_phase) : "");
     row.push_back(ok ? e.peak_node : "");
     row.push_back(ok && e.device_low ? std::to_string(*e.device_low) : "");
     row.push_back(ok && e.device_high ? std::to_string(*e.device_high) : "");
     row.push_back(ok ? (res.fit.fits ? "true" : "false") : "");
     row.push_back(num(res.fit.headroom));
-    row.push_back(ok && r.max_batch_mode
-                      ? std::to_string(res.max_batch.value_or(0))
-                      : "");
+    row.push_back(ok && r.max_batch_mode ? std::to_string(res.max_batch.value_or(0)) : "");
     row.push_back(num(e.diagnostics.size()));
     out += CsvLine(row);
   }
@@ -723,11 +699,10 @@ std::string RenderReportCsv(const Report& r) {
 std::string YesNo(bool b) { return b ? "yes" : "no"; }
 
 std::string Calibration(const GpuProfile& g) {
-  const std::pair<const char*, const ProfileValue*> values[] = {
-      {"total", &g.total_memory},
-      {"usable", &g.usable_memory},
-      {"context", &g.cuda_context},
-      {"workspace", &g.cublas_workspace}};
+  const std::pair<const char*, const ProfileValue*> values[] = {{"total", &g.total_memory},
+                                                                {"usable", &g.usable_memory},
+                                                                {"context", &g.cuda_context},
+                                                                {"workspace", &g.cublas_workspace}};
   std::vector<std::string> done;
   for (const auto& [name, v] : values) {
     if (v->calibrated) done.push_back(name);
@@ -747,8 +722,8 @@ Result<Format> ParseFormat(std::string_view s) {
   if (s == "json") return Format::kJson;
   if (s == "csv") return Format::kCsv;
   if (s == "md") return Format::kMd;
-  return InvalidArgument(fmt::format(
-      "unknown output format '{}' (expected table, json, csv or md)", s));
+  return InvalidArgument(
+      fmt::format("unknown output format '{}' (expected table, json, csv or md)", s));
 }
 
 const char* ToString(Format f) {
@@ -783,8 +758,7 @@ Verdict OverallVerdict(const std::vector<BackendResult>& results) {
   return Verdict::kFits;
 }
 
-std::optional<int64_t> ConservativeMaxBatch(
-    const std::vector<BackendResult>& results) {
+std::optional<int64_t> ConservativeMaxBatch(const std::vector<BackendResult>& results) {
   std::optional<int64_t> best;
   for (const auto& res : results) {
     if (!res.status.ok() || !res.max_batch) continue;
@@ -813,8 +787,8 @@ std::string RenderReport(const Report& report, Format format) {
   return "";
 }
 
-std::string RenderBackends(const std::vector<BackendInfo>& backends,
-                           Format format, std::string_view memest_version) {
+std::string RenderBackends(const std::vector<BackendInfo>& backends, Format format,
+                           std::string_view memest_version) {
   if (format == Format::kJson) {
     Json arr = Json::array();
     for (const auto& b : backends) {
@@ -823,16 +797,13 @@ std::string RenderBackends(const std::vector<BackendInfo>& backends,
                          {"description", b.description},
                          {"reason", b.reason}});
     }
-    Json j = {{"schema", kBackendsSchema},
-              {"memest_version", memest_version},
-              {"backends", arr}};
+    Json j = {{"schema", kBackendsSchema}, {"memest_version", memest_version}, {"backends", arr}};
     return DumpJson(j);
   }
   if (format == Format::kCsv) {
     std::string out = CsvLine({"name", "available", "description", "reason"});
     for (const auto& b : backends)
-      out += CsvLine(
-          {b.name, b.available ? "true" : "false", b.description, b.reason});
+      out += CsvLine({b.name, b.available ? "true" : "false", b.description, b.reason});
     return out;
   }
   Grid g;
@@ -840,8 +811,7 @@ std::string RenderBackends(const std::vector<BackendInfo>& backends,
   g.align = {Align::kLeft, Align::kLeft, Align::kLeft};
   for (const auto& b : backends) {
     g.rows.push_back(
-        {b.name, YesNo(b.available),
-         b.available ? b.description : "unavailable: " + b.reason});
+        {b.name, YesNo(b.available), b.available ? b.description : "unavailable: " + b.reason});
   }
   return format == Format::kMd ? RenderMarkdown(g) : RenderText(g);
 }
@@ -851,35 +821,28 @@ std::string RenderGpus(const std::vector<GpuProfile>& gpus, Format format,
   if (format == Format::kJson) {
     Json arr = Json::array();
     for (const auto& g : gpus) arr.push_back(GpuJson(g));
-    Json j = {{"schema", kGpusSchema},
-              {"memest_version", memest_version},
-              {"gpus", arr}};
+    Json j = {{"schema", kGpusSchema}, {"memest_version", memest_version}, {"gpus", arr}};
     return DumpJson(j);
   }
   if (format == Format::kCsv) {
     std::string out =
-        CsvLine({"name", "display_name", "compute_capability", "allocator",
-                 "total_memory", "usable_memory", "cuda_context",
-                 "cublas_workspace", "calibrated"});
+        CsvLine({"name", "display_name", "compute_capability", "allocator", "total_memory",
+                 "usable_memory", "cuda_context", "cublas_workspace", "calibrated"});
     for (const auto& g : gpus) {
-      out += CsvLine(
-          {g.name, g.display_name, fmt::format("{}.{}", g.sm_major, g.sm_minor),
-           g.allocator, std::to_string(g.total_memory.bytes),
-           std::to_string(g.usable_memory.bytes),
-           std::to_string(g.cuda_context.bytes),
-           std::to_string(g.cublas_workspace.bytes), Calibration(g)});
+      out += CsvLine({g.name, g.display_name, fmt::format("{}.{}", g.sm_major, g.sm_minor),
+                      g.allocator, std::to_string(g.total_memory.bytes),
+                      std::to_string(g.usable_memory.bytes), std::to_string(g.cuda_context.bytes),
+                      std::to_string(g.cublas_workspace.bytes), Calibration(g)});
     }
     return out;
   }
   Grid g;
-  g.header = {"gpu",     "display name", "total",     "usable",
-              "context", "workspace",    "calibrated"};
+  g.header = {"gpu", "display name", "total", "usable", "context", "workspace", "calibrated"};
   g.align = {Align::kLeft,  Align::kLeft,  Align::kRight, Align::kRight,
              Align::kRight, Align::kRight, Align::kLeft};
   for (const auto& p : gpus) {
     g.rows.push_back({p.name, p.display_name, FormatBytes(p.total_memory.bytes),
-                      FormatBytes(p.usable_memory.bytes),
-                      FormatBytes(p.cuda_context.bytes),
+                      FormatBytes(p.usable_memory.bytes), FormatBytes(p.cuda_context.bytes),
                       FormatBytes(p.cublas_workspace.bytes), Calibration(p)});
   }
   std::string out = format == Format::kMd ? RenderMarkdown(g) : RenderText(g);
@@ -904,8 +867,7 @@ std::string FormatDiagnostic(const Diagnostic& d, std::string_view backend) {
 
 std::string FormatBytes(uint64_t bytes) {
   if (bytes < 1024) return fmt::format("{} B", bytes);
-  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB",
-                                           "TiB", "PiB", "EiB"};
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double v = static_cast<double>(bytes) / 1024.0;
   size_t unit = 0;
   // Switch units before rounding would print "1024.00".
@@ -923,8 +885,7 @@ std::string FormatSignedBytes(int64_t bytes) {
 
 std::string FormatPercent(uint64_t part, uint64_t whole) {
   if (whole == 0) return "-";
-  return fmt::format("{:.1f}%", 100.0 * static_cast<double>(part) /
-                                    static_cast<double>(whole));
+  return fmt::format("{:.1f}%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
 }
 
 namespace {
@@ -978,8 +939,9 @@ std::string RenderCoverage(const OpCoverage& all, const ModelCoverage* model,
   if (model != nullptr) {
     out += fmt::format("\n{}: {} op types; without a rule: {}; without a shape rule: {}\n",
                        model_path, model->op_types.size(),
-                       model->without_rule.empty() ? "none"
-                                                   : fmt::format("{}", fmt::join(model->without_rule, ", ")),
+                       model->without_rule.empty()
+                           ? "none"
+                           : fmt::format("{}", fmt::join(model->without_rule, ", ")),
                        model->without_shape_rule.empty()
                            ? "none"
                            : fmt::format("{}", fmt::join(model->without_shape_rule, ", ")));

@@ -62,8 +62,15 @@ Verdict OverallVerdict(const std::vector<BackendResult>& results);
 
 // The smallest max_batch over the successful results (the conservative answer);
 // nullopt when no result carries one.
-std::optional<int64_t> ConservativeMaxBatch(
-    const std::vector<BackendResult>& results);
+std::optional<int64_t> ConservativeMaxBatch(const std::vector<BackendResult>& results);
+
+// The timeline --timeline wrote. Only the symbolic backend records one, so it can come from a
+// different backend than the table: the report says which.
+struct TimelineInfo {
+  std::string path;              // as given on the command line
+  std::string backend;           // the backend that drew it ("symbolic")
+  std::optional<int64_t> batch;  // the batch it simulates (nullopt: bound by --dim only)
+};
 
 // Everything one `memest MODEL ...` run prints.
 struct Report {
@@ -72,22 +79,23 @@ struct Report {
   ModelSummary model;
   Options options;  // as validated (options.gpu names `gpu`)
   GpuProfile gpu;
-  std::string backend_request;  // the --backend argument: a name or "all"
+  std::string backend_request;         // the --backend argument: a name, a comma list or "all"
   std::vector<BackendResult> results;  // in ListBackends() order
   bool max_batch_mode = false;
-  int64_t max_batch_limit =
-      0;  // the search limit passed to FindMaxBatch (--max-batch only)
+  int64_t max_batch_limit = 0;  // the search limit passed to FindMaxBatch (--max-batch only)
+  std::optional<TimelineInfo> timeline;  // --timeline only
 };
 
 // Renders a Report in `format`. The text always ends with a newline. Table and
-// markdown include the fit verdict line; JSON follows memest.estimate/1; CSV is
-// one header plus one row per backend.
+// markdown include the fit verdict line (and a `timeline:` line naming the
+// backend that drew it); JSON follows memest.estimate/1 (with a "timeline"
+// object when there is one); CSV is one header plus one row per backend.
 std::string RenderReport(const Report& report, Format format);
 
 // --list-backends: name, available, reason or description. JSON uses
 // memest.backends/1.
-std::string RenderBackends(const std::vector<BackendInfo>& backends,
-                           Format format, std::string_view memest_version);
+std::string RenderBackends(const std::vector<BackendInfo>& backends, Format format,
+                           std::string_view memest_version);
 
 // --list-gpus: name, display name, total, usable, context, workspace,
 // calibration. JSON uses memest.gpus/1 and carries each value's source.
@@ -104,8 +112,7 @@ std::string RenderCoverage(const OpCoverage& all, const ModelCoverage* model,
 // One diagnostic as one stderr line (no trailing newline), e.g.
 //   warning: [analytical] unknown_op: no rule for Foo (node "/x/Foo", op Foo)
 // `backend` may be empty (model-level diagnostics).
-std::string FormatDiagnostic(const Diagnostic& diagnostic,
-                             std::string_view backend);
+std::string FormatDiagnostic(const Diagnostic& diagnostic, std::string_view backend);
 
 // `s` with every byte sequence that is not valid UTF-8 replaced by U+FFFD (the
 // JSON renderers here do the same; for text handed to other JSON writers).
