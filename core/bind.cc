@@ -175,6 +175,9 @@ Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
 
   // Evaluate the symbolic shapes at these dims.
   const AtomValues atoms = sym->table.Evaluate(by_atom);
+  if (std::string broken = sym->table.CheckAssumptions(atoms); !broken.empty()) {
+    return InvalidArgument(broken + ": the model cannot take these dims");
+  }
   for (size_t id = 0; id < n; ++id) {
     const Value& v = graph.values[id];
     const SymTensor& t = sym->types[id];
@@ -186,6 +189,13 @@ Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
     } else if (dims.status().code() == ErrorCode::kOverflow) {
       return Overflow("tensor '" + v.name + "' has a dim that overflows 64 bits at these dims (" +
                       dims.status().message() + "): check the batch and dim values");
+    } else if (dims.status().code() == ErrorCode::kInvalidModel) {  // broadcast, exact division
+      const std::string site =
+          v.producer >= 0 ? "node '" + graph.nodes[static_cast<size_t>(v.producer)].name + "' (" +
+                                graph.nodes[static_cast<size_t>(v.producer)].op_type + ")"
+                          : "tensor '" + v.name + "'";
+      return InvalidArgument(site + ": " + dims.status().message() +
+                             " at these dims: the model cannot take them");
     }
   }
 

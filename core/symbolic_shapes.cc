@@ -227,6 +227,7 @@ class Pass {
     // when its rule rejected it or gave up on known inputs (core/onnx_fallback.h).
     bool rejected = false;
     if (has_infer) {
+      out_->table.set_site("node '" + node.name + "' (" + node.op_type + ")");
       ops::InferContext ctx(node, inputs, outputs, &out_->table);
       Status s = rule->infer(ctx);
       if (s.ok() && !ctx.mistyped_attribute().empty()) {

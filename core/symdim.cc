@@ -545,10 +545,27 @@ std::optional<DimExpr> DimTable::Broadcast(const DimExpr& a, const DimExpr& b) {
   if (b == DimExpr(1)) return a;
   if (a.IsConstant() && b.IsConstant()) return std::nullopt;
   // A constant other than 1 against a symbolic dim: the symbolic one must be 1 or equal to it
-  // in any model that runs, and either way the result is the constant.
-  if (a.IsConstant()) return a;
-  if (b.IsConstant()) return b;
+  // in any model that runs, and either way the result is the constant. Binding checks it.
+  if (a.IsConstant() || b.IsConstant()) {
+    const DimExpr& c = a.IsConstant() ? a : b;
+    const DimExpr& sym = a.IsConstant() ? b : a;
+    const auto key = std::make_pair(sym, c.constant_term());
+    if (assumed_.emplace(key, assumptions_.size()).second) {
+      assumptions_.push_back({sym, c.constant_term(), site_});
+    }
+    return c;
+  }
   return a < b ? Intern(AtomKind::kBroadcast, a, b) : Intern(AtomKind::kBroadcast, b, a);
+}
+
+std::string DimTable::CheckAssumptions(const AtomValues& values) const {
+  for (const Assumption& a : assumptions_) {
+    auto v = a.dim.Evaluate(values);
+    if (!v.ok() || *v == 1 || *v == a.value) continue;
+    return a.site + ": a dim that is " + std::to_string(*v) + " here (" + a.dim.ToString(this) +
+           ") does not broadcast against " + std::to_string(a.value);
+  }
+  return "";
 }
 
 AtomValues DimTable::Evaluate(std::span<const std::optional<int64_t>> symbol_values) const {

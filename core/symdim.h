@@ -39,6 +39,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "memest/status.h"
@@ -167,7 +168,21 @@ class DimTable {
   DimExpr Min(const DimExpr& a, const DimExpr& b);
   DimExpr Max(const DimExpr& a, const DimExpr& b);
   // nullopt when the dims provably do not broadcast (two different constants, neither 1).
+  // A symbolic dim against a constant c != 1 gives c, assuming the symbolic one is 1 or c: the
+  // assumption is recorded (CheckAssumptions) under the current site.
   std::optional<DimExpr> Broadcast(const DimExpr& a, const DimExpr& b);
+
+  // What the builders assumed, for binding to check: `dim` is 1 or `value`. `site` names the
+  // node whose rule assumed it (set_site before running a rule).
+  struct Assumption {
+    DimExpr dim;
+    int64_t value = 0;
+    std::string site;
+  };
+  void set_site(std::string site) { site_ = std::move(site); }
+  const std::vector<Assumption>& assumptions() const { return assumptions_; }
+  // The first assumption `values` break, as "node 'x' (Add): ..."; empty when none is broken.
+  std::string CheckAssumptions(const AtomValues& values) const;
 
   // Sign and order facts (provable with symbols >= 0); nullopt when not provable either way.
   bool NonNegative(const DimExpr& e) const;
@@ -190,6 +205,9 @@ class DimTable {
   std::vector<AtomDef> atoms_;
   std::map<std::string, AtomId> symbols_;
   std::map<std::tuple<AtomKind, DimExpr, DimExpr>, AtomId> opaque_;
+  std::string site_;
+  std::vector<Assumption> assumptions_;
+  std::map<std::pair<DimExpr, int64_t>, size_t> assumed_;  // dedupe: first site wins
 };
 
 }  // namespace memest::core

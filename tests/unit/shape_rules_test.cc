@@ -1439,3 +1439,44 @@ TEST(ShapeFolding, TorchPadExportChainFoldsToConstantPads) {
 
 }  // namespace
 }  // namespace memest
+
+namespace memest {
+namespace {
+
+// A dim the model cannot take is an error naming the node, never an estimate over unknown
+// shapes: a 128-long position table added to a seq-long input takes seq = 1 or 128 only.
+TEST(SymbolicShapes, DimsTheModelCannotTakeFailBindingNamingTheNode) {
+  GraphBuilder b(17);
+  b.AddInput("x", kFloat, {"batch", "seq", 16});
+  b.AddInitializer("pos", {128, 16}, kFloat);
+  b.AddInput("y", kFloat, {"batch", "len"});
+  b.AddInput("z", kFloat, {"batch", "width"});
+  b.AddNode("Add", {"x", "pos"}, {"h"}).set_name("add_pos");
+  b.AddNode("Mul", {"y", "z"}, {"yz"}).set_name("mul_yz");
+  b.AddOutput("h", kFloat);
+  b.AddOutput("yz", kFloat);
+  Loaded m = Load(b);
+  ASSERT_NE(m.model, nullptr);
+  auto bind = [&](int64_t seq, int64_t len, int64_t width) {
+    Options o;
+    o.batch = 2;
+    o.dims = {{"seq", seq}, {"len", len}, {"width", width}};
+    return core::Bind(m.graph(), o);
+  };
+  EXPECT_TRUE(bind(128, 5, 5).ok());
+  EXPECT_TRUE(bind(1, 5, 1).ok());
+  auto pos = bind(256, 5, 5);
+  ASSERT_FALSE(pos.ok());
+  EXPECT_EQ(pos.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(pos.status().message().find("node 'add_pos' (Add)"), std::string::npos)
+      << pos.status().ToString();
+  EXPECT_NE(pos.status().message().find("256"), std::string::npos) << pos.status().ToString();
+  auto sym = bind(128, 3, 4);
+  ASSERT_FALSE(sym.ok());
+  EXPECT_EQ(sym.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(sym.status().message().find("node 'mul_yz' (Mul)"), std::string::npos)
+      << sym.status().ToString();
+}
+
+}  // namespace
+}  // namespace memest
