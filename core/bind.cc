@@ -280,6 +280,13 @@ Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
   if (b.unknown_shapes > 0) {
     std::string ops;
     for (const auto& op : unknown_ops) ops += (ops.empty() ? "" : ", ") + op;
+    if (!options.allow_unknown_shapes) {  // never a number that rests on guessed sizes
+      return Unsupported(std::to_string(b.unknown_shapes) +
+                         " tensor(s) have no inferred shape (produced by: " + ops +
+                         "): their sizes depend on data or on ops memest cannot size; refusing "
+                         "to guess (Options::allow_unknown_shapes / --allow-unknown-shapes "
+                         "estimates them conservatively)");
+    }
     b.diagnostics.push_back({Severity::kWarning, "unknown_shapes",
                              std::to_string(b.unknown_shapes) +
                                  " tensor(s) have no inferred shape (produced by: " + ops +

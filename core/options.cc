@@ -122,6 +122,8 @@ std::vector<OptionDoc> DescribeOptions() {
        "activation checkpointing as checkpoint_sequential with this many segments (0: off)"},
       {"library_workspaces", d.library_workspaces ? "true" : "false",
        "count cuBLAS workspaces (false: compare with the CPU harness)"},
+      {"allow_unknown_shapes", d.allow_unknown_shapes ? "true" : "false",
+       "estimate even when some tensor's shape cannot be inferred (default: refuse)"},
   };
 }
 

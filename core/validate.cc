@@ -251,6 +251,7 @@ class Validator {
                                (attr.type() == A::SPARSE_TENSOR && !attr.has_sparse_tensor()) ||
                                (attr.type() == A::TYPE_PROTO && !attr.has_tp());
     if (missing_field) return InvalidModel(what + " declares a type but carries no value");
+    MEMEST_RETURN_IF_ERROR(CheckOneValueKind(attr, what));
     const int64_t elements = int64_t{attr.ints_size()} + attr.floats_size() + attr.strings_size() +
                              attr.tensors_size() + attr.graphs_size();
     if (elements > kMaxAttributeElements) {
@@ -268,6 +269,40 @@ class Validator {
     for (const auto& g : attr.graphs()) {
       MEMEST_RETURN_IF_ERROR(CheckGraph(g, &scope, depth + 1, what));
     }
+    return Status::Ok();
+  }
+
+  // An attribute carries the value its type names and nothing else (libonnx reads the fields
+  // it finds, whatever the type says: an INTS attribute carrying a graph reached an inference
+  // function as a body). An untyped attribute (old IR) carries one kind of value at most.
+  static Status CheckOneValueKind(const onnx::AttributeProto& a, const std::string& what) {
+    using A = onnx::AttributeProto;
+    const std::pair<A::AttributeType, bool> kinds[] = {
+        {A::FLOAT, a.has_f()},
+        {A::INT, a.has_i()},
+        {A::STRING, a.has_s()},
+        {A::TENSOR, a.has_t()},
+        {A::GRAPH, a.has_g()},
+        {A::SPARSE_TENSOR, a.has_sparse_tensor()},
+        {A::TYPE_PROTO, a.has_tp()},
+        {A::FLOATS, a.floats_size() > 0},
+        {A::INTS, a.ints_size() > 0},
+        {A::STRINGS, a.strings_size() > 0},
+        {A::TENSORS, a.tensors_size() > 0},
+        {A::GRAPHS, a.graphs_size() > 0},
+        {A::SPARSE_TENSORS, a.sparse_tensors_size() > 0},
+        {A::TYPE_PROTOS, a.type_protos_size() > 0},
+    };
+    int present = 0;
+    for (const auto& [type, has] : kinds) {
+      if (!has) continue;
+      ++present;
+      if (a.type() != A::UNDEFINED && type != a.type()) {
+        return InvalidModel(what + " has type " + A::AttributeType_Name(a.type()) +
+                            " but also carries a " + A::AttributeType_Name(type) + " value");
+      }
+    }
+    if (present > 1) return InvalidModel(what + " carries values of several types");
     return Status::Ok();
   }
 

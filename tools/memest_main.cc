@@ -90,8 +90,8 @@ int ExitCodeFor(const Status& s, Stage stage) {
     case ErrorCode::kInvalidModel:
     case ErrorCode::kOverflow:
       return kExitBadModel;
-    case ErrorCode::kUnsupported:
-      return stage == Stage::kLoad ? kExitBadModel : kExitInternal;
+    case ErrorCode::kUnsupported:  // a model (or option) memest cannot estimate: refused
+      return kExitBadModel;
     case ErrorCode::kUnavailable:
     case ErrorCode::kInternal:
       return kExitInternal;
@@ -311,6 +311,7 @@ struct Flags {
   std::string loss;
   std::string gpu_name;
   bool expandable;
+  bool allow_unknown_shapes = false;
   std::string micro_batches_text;
   std::string backend = kDefaultBackend;
   bool max_batch = false;
@@ -370,6 +371,10 @@ void AddEstimationFlags(CLI::App& app, Flags& f, HelpDefaults& help) {
                ->type_name("auto|cross-entropy|mse"));
   app.add_option("--gpu", f.gpu_name, help.With("GPU profile (see --list-gpus)", {"gpu"}))
       ->type_name("NAME");
+  app.add_flag("--allow-unknown-shapes", f.allow_unknown_shapes,
+               help.With("estimate even when some tensor's shape cannot be inferred, counting it "
+                         "conservatively (default: refuse, exit 3)",
+                         {"allow_unknown_shapes"}));
   app.add_flag("--expandable-segments", f.expandable,
                help.With("PyTorch caching allocator with expandable_segments:True",
                          {"expandable_segments", "allocator_expandable_segments"}));
@@ -566,6 +571,7 @@ Result<Options> BuildOptions(const Flags& f) {
   options.weight_decay = f.weight_decay;
   options.gpu = f.gpu_name;
   options.allocator.expandable_segments = f.expandable;
+  options.allow_unknown_shapes = f.allow_unknown_shapes;
   MEMEST_RETURN_IF_ERROR(Validate(options));
   return options;
 }

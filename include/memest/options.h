@@ -71,6 +71,11 @@ struct Options {
   // Count the GPU libraries' workspaces (cuBLAS, facts 2.3) in the estimate. false models a run
   // without them: the CPU measurement harness (tensor level), which memest-eval compares with.
   bool library_workspaces = true;
+  // An estimate that rests on tensors whose shape no rule can infer (data-dependent sizes:
+  // NonZero, Range over computed bounds, string ops; sequence values) is refused with
+  // Unsupported naming the ops. true: estimate anyway, counting those tensors conservatively
+  // (sized like the largest tensor their node touches) with an `unknown_shapes` warning.
+  bool allow_unknown_shapes = false;
 };
 
 // Parsers/printers for the enum vocabulary, shared by the CLI and JSON output.

@@ -31,6 +31,9 @@ const Expected kExpected[] = {
     {"segv_convtranspose_rank0_weight.onnx", "(ConvTranspose)"},
     {"hang_scan_num_scan_inputs_int32max.onnx", "num_scan_inputs 2147483647"},
     {"internal_error_json_non_utf8_producer_name.onnx", nullptr},
+    // Found by the in-tree fuzzer (scripts/fuzz.sh) at 73a8cd9: SEGV in ONNX's MaxUnpool inference.
+    {"segv_maxunpool_ints_attribute_carrying_a_graph.fuzz-original.onnx",
+     "attribute 'kernel_shape' has type INTS but also carries a GRAPH value"},
 };
 
 fs::path Corpus() { return fs::path(MEMEST_SOURCE_DIR) / "tests" / "data" / "crashers"; }

@@ -144,6 +144,22 @@ TEST(Validate, ATypedAttributeCarriesItsValue) {
   ExpectRejected(b, "declares a type but carries no value");
 }
 
+TEST(Validate, AnAttributeCarriesOnlyTheValueItsTypeNames) {
+  GraphBuilder b = Relu();
+  auto* a = b.graph().mutable_node(0)->add_attribute();
+  a->set_name("k");
+  a->set_type(onnx::AttributeProto::INTS);
+  a->add_ints(2);
+  a->mutable_g()->set_name("stray");
+  ExpectRejected(b, "attribute 'k' has type INTS but also carries a GRAPH value");
+  GraphBuilder untyped = Relu();
+  auto* u = untyped.graph().mutable_node(0)->add_attribute();
+  u->set_name("u");
+  u->set_i(1);
+  u->set_f(1.0F);
+  ExpectRejected(untyped, "carries values of several types");
+}
+
 TEST(Validate, RequiredAttributesArePresentAtAnyDepth) {
   GraphBuilder top(17);
   top.AddInput("x", kFloat, {"N", 4});
