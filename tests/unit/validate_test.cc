@@ -42,6 +42,14 @@ void ExpectEstimateRejected(const GraphBuilder& b, const std::string& needle) {
   EXPECT_NE(e.status().message().find(needle), std::string::npos) << e.status().ToString();
 }
 
+onnx::AttributeProto* AddAttribute(onnx::NodeProto& node, const std::string& name,
+                                   onnx::AttributeProto::AttributeType type) {
+  auto* a = node.add_attribute();
+  a->set_name(name);
+  a->set_type(type);
+  return a;
+}
+
 GraphBuilder Relu() {
   GraphBuilder b(17);
   b.AddInput("x", kFloat, {"N", 4});
@@ -127,28 +135,21 @@ TEST(Validate, TensorAttributesAreCheckedToo) {
 TEST(Validate, AMistypedAttributeRejectsTheNode) {
   GraphBuilder b(17);
   b.AddInput("x", kFloat, {"N", 4});
-  auto& n = b.AddNode("Flatten", {"x"}, {"y"});
-  auto* a = n.add_attribute();
-  a->set_name("axis");
-  a->set_type(onnx::AttributeProto::FLOAT);
-  a->set_f(1.0F);
+  AddAttribute(b.AddNode("Flatten", {"x"}, {"y"}), "axis", onnx::AttributeProto::FLOAT)
+      ->set_f(1.0F);
   b.AddOutput("y", kFloat);
   ExpectEstimateRejected(b, "attribute 'axis' has type FLOAT where INT is expected");
 }
 
 TEST(Validate, ATypedAttributeCarriesItsValue) {
   GraphBuilder b = Relu();
-  auto* a = b.graph().mutable_node(0)->add_attribute();
-  a->set_name("g");
-  a->set_type(onnx::AttributeProto::GRAPH);
+  AddAttribute(*b.graph().mutable_node(0), "g", onnx::AttributeProto::GRAPH);
   ExpectRejected(b, "declares a type but carries no value");
 }
 
 TEST(Validate, AnAttributeCarriesOnlyTheValueItsTypeNames) {
   GraphBuilder b = Relu();
-  auto* a = b.graph().mutable_node(0)->add_attribute();
-  a->set_name("k");
-  a->set_type(onnx::AttributeProto::INTS);
+  auto* a = AddAttribute(*b.graph().mutable_node(0), "k", onnx::AttributeProto::INTS);
   a->add_ints(2);
   a->mutable_g()->set_name("stray");
   ExpectRejected(b, "attribute 'k' has type INTS but also carries a GRAPH value");
@@ -268,11 +269,9 @@ TEST(ValidateBounds, NodeCountAboveTheBoundIsRefused) {
 TEST(ValidateBounds, AttributeListAboveTheBoundIsRefused) {
   GraphBuilder b(17);
   b.AddInput("x", kFloat, {"N", 4});
-  auto& n = b.AddNode("Transpose", {"x"}, {"y"});
-  auto* a = n.add_attribute();
-  a->set_name("perm");
-  a->set_type(onnx::AttributeProto::INTS);
-  a->mutable_ints()->Resize(static_cast<int>(core::kMaxAttributeElements + 1), 0);
+  AddAttribute(b.AddNode("Transpose", {"x"}, {"y"}), "perm", onnx::AttributeProto::INTS)
+      ->mutable_ints()
+      ->Resize(static_cast<int>(core::kMaxAttributeElements + 1), 0);
   b.AddOutput("y", kFloat);
   ExpectRejected(b, "above memest's bound");
 }
