@@ -175,8 +175,13 @@ Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
 
   // Evaluate the symbolic shapes at these dims.
   const AtomValues atoms = sym->table.Evaluate(by_atom);
-  if (std::string broken = sym->table.CheckAssumptions(atoms); !broken.empty()) {
-    return InvalidArgument(broken + ": the model cannot take these dims");
+  if (auto broken = sym->table.CheckAssumptions(atoms)) {
+    const int64_t site = broken->assumption->site;
+    const std::string where = site >= 0 && static_cast<size_t>(site) < graph.nodes.size()
+                                  ? graph.nodes[static_cast<size_t>(site)].Describe()
+                                  : std::string("a broadcast");
+    return InvalidArgument(where + ": " + broken->Describe(sym->table) +
+                           ": the model cannot take these dims");
   }
   for (size_t id = 0; id < n; ++id) {
     const Value& v = graph.values[id];
@@ -190,10 +195,9 @@ Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
       return Overflow("tensor '" + v.name + "' has a dim that overflows 64 bits at these dims (" +
                       dims.status().message() + "): check the batch and dim values");
     } else if (dims.status().code() == ErrorCode::kInvalidModel) {  // broadcast, exact division
-      const std::string site =
-          v.producer >= 0 ? "node '" + graph.nodes[static_cast<size_t>(v.producer)].name + "' (" +
-                                graph.nodes[static_cast<size_t>(v.producer)].op_type + ")"
-                          : "tensor '" + v.name + "'";
+      const std::string site = v.producer >= 0
+                                   ? graph.nodes[static_cast<size_t>(v.producer)].Describe()
+                                   : "tensor '" + v.name + "'";
       return InvalidArgument(site + ": " + dims.status().message() +
                              " at these dims: the model cannot take them");
     }

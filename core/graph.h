@@ -7,14 +7,14 @@
 #ifndef MEMEST_CORE_GRAPH_H_
 #define MEMEST_CORE_GRAPH_H_
 
+#include <onnx/onnx_pb.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include <onnx/onnx_pb.h>
 
 #include "memest/model.h"
 
@@ -36,28 +36,30 @@ enum class ValueKind {
 
 struct Value {
   std::string name;
-  int32_t dtype = 0;             // TensorProto.DataType, 0 = unknown
-  bool has_shape = false;        // rank known
-  std::vector<Dim> dims;         // as declared in the file (inputs, initializers, value_info)
+  int32_t dtype = 0;       // TensorProto.DataType, 0 = unknown
+  bool has_shape = false;  // rank known
+  std::vector<Dim> dims;   // as declared in the file (inputs, initializers, value_info)
   ValueKind kind = ValueKind::kIntermediate;
-  int producer = -1;             // node id
-  std::vector<int> consumers;    // node ids (a node consuming twice appears twice)
+  int producer = -1;           // node id
+  std::vector<int> consumers;  // node ids (a node consuming twice appears twice)
   bool graph_output = false;
-  bool trainable = false;        // float initializer that is a parameter (not a BN running stat)
-  bool external = false;         // initializer stored in external data
+  bool trainable = false;  // float initializer that is a parameter (not a BN running stat)
+  bool external = false;   // initializer stored in external data
   // Values of small integer initializers / Constant outputs (shape computations need them).
   std::optional<std::vector<int64_t>> int_data;
 };
 
 struct Node {
-  std::string name;   // as in the file, or "<op_type>_<index>" when unnamed
+  std::string name;  // as in the file, or "<op_type>_<index>" when unnamed
   std::string op_type;
-  std::string domain;  // "" for ai.onnx
-  std::vector<int> inputs;   // value ids; -1 for an omitted optional input
-  std::vector<int> outputs;  // value ids; -1 for an omitted optional output
+  std::string domain;                      // "" for ai.onnx
+  std::vector<int> inputs;                 // value ids; -1 for an omitted optional input
+  std::vector<int> outputs;                // value ids; -1 for an omitted optional output
   const onnx::NodeProto* proto = nullptr;  // into Graph::proto
-  int64_t opset = 0;         // opset version of the node's domain
-  int64_t subgraph_nodes = 0;  // nodes inside If/Loop/Scan bodies (recursive)
+  int64_t opset = 0;                       // opset version of the node's domain
+  int64_t subgraph_nodes = 0;              // nodes inside If/Loop/Scan bodies (recursive)
+  // "node '<name>' (<op_type>)", as errors name a node.
+  std::string Describe() const { return "node '" + name + "' (" + op_type + ")"; }
 };
 
 struct SymbolicShapes;  // core/symbolic_shapes.h

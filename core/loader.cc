@@ -28,6 +28,8 @@
 //    of a Linear/Conv with one output (Gemm/Conv/ConvTranspose input 2), a PReLU slope (PRelu
 //    input 1), a 1-channel norm's scale/bias (inputs 1/2). Other 1-element and rank-0
 //    initializers are constants (eps, scales) that exporters write as initializers.
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -38,9 +40,6 @@
 #include <queue>
 #include <set>
 #include <sstream>
-
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include "core/checked.h"
 #include "core/dtype.h"
@@ -144,15 +143,12 @@ std::optional<std::vector<int64_t>> SmallIntData(const onnx::TensorProto& t, uin
   return out;
 }
 
-int64_t CountSubgraphNodes(const onnx::NodeProto& node, int depth, bool* too_deep) {
-  if (depth > kMaxSubgraphDepth) {
-    *too_deep = true;
-    return 0;
-  }
+// Nodes inside `node`'s bodies, recursively (their depth was bounded by ValidateModelProto).
+int64_t CountSubgraphNodes(const onnx::NodeProto& node) {
   int64_t n = 0;
   auto count_graph = [&](const onnx::GraphProto& g) {
     n += g.node_size();
-    for (const auto& sub : g.node()) n += CountSubgraphNodes(sub, depth + 1, too_deep);
+    for (const auto& sub : g.node()) n += CountSubgraphNodes(sub);
   };
   for (const auto& attr : node.attribute()) {
     if (attr.has_g()) count_graph(attr.g());
@@ -201,8 +197,9 @@ int Loader::AddValue(const std::string& name, ValueKind kind) {
 Status Loader::Parse(std::string_view bytes) {
   if (bytes.empty()) return InvalidModel("file is empty, not an ONNX model");
   if (bytes.size() >= kMaxFileBytes) {
-    return InvalidModel("file is 2 GiB or larger: a protobuf message cannot be; store weights as "
-                        "external data");
+    return InvalidModel(
+        "file is 2 GiB or larger: a protobuf message cannot be; store weights as "
+        "external data");
   }
   google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
   google::protobuf::io::CodedInputStream in(&raw);
@@ -219,8 +216,9 @@ Status Loader::Parse(std::string_view bytes) {
   }
   const auto& m = g_->proto;
   if (!m.has_graph()) {
-    return InvalidModel("not an ONNX model: no graph (the bytes parsed as protobuf, but hold no "
-                        "ONNX ModelProto)");
+    return InvalidModel(
+        "not an ONNX model: no graph (the bytes parsed as protobuf, but hold no "
+        "ONNX ModelProto)");
   }
   if (m.opset_import_size() == 0) return InvalidModel("model has no opset_import");
   for (const auto& op : m.opset_import()) opsets_[NormalizeDomain(op.domain())] = op.version();
@@ -270,10 +268,10 @@ Status Loader::ReadInitializers() {
   const auto& graph = g_->proto.graph();
   size_t outputs = 0;
   for (const auto& n : graph.node()) outputs += static_cast<size_t>(n.output_size());
-  const size_t expected = static_cast<size_t>(graph.initializer_size() +
-                                              graph.sparse_initializer_size() +
-                                              graph.input_size()) +
-                          outputs;
+  const size_t expected =
+      static_cast<size_t>(graph.initializer_size() + graph.sparse_initializer_size() +
+                          graph.input_size()) +
+      outputs;
   g_->value_index.reserve(expected);
   g_->values.reserve(expected);
   for (const auto& t : graph.initializer()) {
@@ -375,13 +373,9 @@ Status Loader::ReadNodes() {
       node.inputs.push_back(id);
       g_->values[static_cast<size_t>(id)].consumers.push_back(i);
     }
-    for (const auto& out : n.output()) node.outputs.push_back(out.empty() ? -1 : g_->FindValue(out));
-    bool too_deep = false;
-    node.subgraph_nodes = CountSubgraphNodes(n, 0, &too_deep);
-    if (too_deep) {
-      return InvalidModel("node " + Quote(node.name) + " nests subgraphs deeper than " +
-                          std::to_string(kMaxSubgraphDepth) + " levels");
-    }
+    for (const auto& out : n.output())
+      node.outputs.push_back(out.empty() ? -1 : g_->FindValue(out));
+    node.subgraph_nodes = CountSubgraphNodes(n);
     // Constant nodes: keep small integer values (shape computations need them).
     if (node.op_type == "Constant" && node.domain.empty() && !node.outputs.empty() &&
         node.outputs[0] >= 0) {
@@ -508,8 +502,8 @@ bool IsOneElementParameterSlot(const Node& node, size_t slot) {
   const std::string& op = node.op_type;
   if (op == "Gemm" || op == "Conv" || op == "ConvTranspose") return slot == 1 || slot == 2;
   if (op == "PRelu") return slot == 1;
-  if (op == "BatchNormalization" || op == "InstanceNormalization" ||
-      op == "LayerNormalization" || op == "GroupNormalization") {
+  if (op == "BatchNormalization" || op == "InstanceNormalization" || op == "LayerNormalization" ||
+      op == "GroupNormalization") {
     return slot == 1 || slot == 2;
   }
   return false;
@@ -555,7 +549,8 @@ void Loader::MarkTrainable() {
 void Loader::StripWeights() {
   auto strip = [](onnx::TensorProto* t) {
     uint64_t numel = 1;
-    for (int64_t d : t->dims()) numel = SatMul(numel, static_cast<uint64_t>(std::max<int64_t>(d, 0)));
+    for (int64_t d : t->dims())
+      numel = SatMul(numel, static_cast<uint64_t>(std::max<int64_t>(d, 0)));
     if (numel <= static_cast<uint64_t>(kKeepDataElements)) return;
     t->clear_raw_data();
     t->clear_float_data();
@@ -690,7 +685,8 @@ Result<std::shared_ptr<const Model>> LoadModel(const std::string& path) {
     return InvalidModel("'" + path + "' is not a regular file (pipe, device or socket)");
   }
   if (static_cast<uint64_t>(st.st_size) >= core::kMaxFileBytes) {
-    return InvalidModel(path + ": file is 2 GiB or larger: a protobuf message cannot be; store "
+    return InvalidModel(path +
+                        ": file is 2 GiB or larger: a protobuf message cannot be; store "
                         "weights as external data");
   }
   std::ifstream in(path, std::ios::binary);

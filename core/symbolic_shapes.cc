@@ -227,7 +227,7 @@ class Pass {
     // when its rule rejected it or gave up on known inputs (core/onnx_fallback.h).
     bool rejected = false;
     if (has_infer) {
-      out_->table.set_site("node '" + node.name + "' (" + node.op_type + ")");
+      out_->table.set_site(&node - g_.nodes.data());
       ops::InferContext ctx(node, inputs, outputs, &out_->table);
       Status s = rule->infer(ctx);
       if (s.ok() && !ctx.mistyped_attribute().empty()) {
@@ -236,8 +236,7 @@ class Pass {
       if (!s.ok()) {
         ++out_->rule_failures;
         if (out_->failure_examples.size() < kMaxFailureExamples) {
-          out_->failure_examples.push_back("node '" + node.name + "' (" + node.op_type +
-                                           "): " + s.message());
+          out_->failure_examples.push_back(node.Describe() + ": " + s.message());
         }
         std::fill(outputs.begin(), outputs.end(), SymTensor());
         rejected = true;

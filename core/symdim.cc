@@ -549,8 +549,7 @@ std::optional<DimExpr> DimTable::Broadcast(const DimExpr& a, const DimExpr& b) {
   if (a.IsConstant() || b.IsConstant()) {
     const DimExpr& c = a.IsConstant() ? a : b;
     const DimExpr& sym = a.IsConstant() ? b : a;
-    const auto key = std::make_pair(sym, c.constant_term());
-    if (assumed_.emplace(key, assumptions_.size()).second) {
+    if (assumed_.emplace(sym, c.constant_term()).second) {
       assumptions_.push_back({sym, c.constant_term(), site_});
     }
     return c;
@@ -558,14 +557,17 @@ std::optional<DimExpr> DimTable::Broadcast(const DimExpr& a, const DimExpr& b) {
   return a < b ? Intern(AtomKind::kBroadcast, a, b) : Intern(AtomKind::kBroadcast, b, a);
 }
 
-std::string DimTable::CheckAssumptions(const AtomValues& values) const {
+std::optional<DimTable::Broken> DimTable::CheckAssumptions(const AtomValues& values) const {
   for (const Assumption& a : assumptions_) {
     auto v = a.dim.Evaluate(values);
-    if (!v.ok() || *v == 1 || *v == a.value) continue;
-    return a.site + ": a dim that is " + std::to_string(*v) + " here (" + a.dim.ToString(this) +
-           ") does not broadcast against " + std::to_string(a.value);
+    if (v.ok() && *v != 1 && *v != a.value) return Broken{&a, *v};
   }
-  return "";
+  return std::nullopt;
+}
+
+std::string DimTable::Broken::Describe(const DimTable& table) const {
+  return "a dim that is " + std::to_string(actual) + " here (" + assumption->dim.ToString(&table) +
+         ") does not broadcast against " + std::to_string(assumption->value);
 }
 
 AtomValues DimTable::Evaluate(std::span<const std::optional<int64_t>> symbol_values) const {

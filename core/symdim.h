@@ -36,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <tuple>
@@ -172,17 +173,22 @@ class DimTable {
   // assumption is recorded (CheckAssumptions) under the current site.
   std::optional<DimExpr> Broadcast(const DimExpr& a, const DimExpr& b);
 
-  // What the builders assumed, for binding to check: `dim` is 1 or `value`. `site` names the
-  // node whose rule assumed it (set_site before running a rule).
+  // What the builders assumed, for binding to check: `dim` is 1 or `value`. `site` is the
+  // caller's tag for where it was assumed (the shape pass sets the node index with set_site
+  // before running a rule; -1 when none was set).
   struct Assumption {
     DimExpr dim;
     int64_t value = 0;
-    std::string site;
+    int64_t site = -1;
   };
-  void set_site(std::string site) { site_ = std::move(site); }
-  const std::vector<Assumption>& assumptions() const { return assumptions_; }
-  // The first assumption `values` break, as "node 'x' (Add): ..."; empty when none is broken.
-  std::string CheckAssumptions(const AtomValues& values) const;
+  void set_site(int64_t site) { site_ = site; }
+  // The first assumption `values` break, with the dim's value there; nullopt when none is.
+  struct Broken {
+    const Assumption* assumption = nullptr;
+    int64_t actual = 0;
+    std::string Describe(const DimTable& table) const;  // "a dim that is 256 here (seq) ..."
+  };
+  std::optional<Broken> CheckAssumptions(const AtomValues& values) const;
 
   // Sign and order facts (provable with symbols >= 0); nullopt when not provable either way.
   bool NonNegative(const DimExpr& e) const;
@@ -205,9 +211,9 @@ class DimTable {
   std::vector<AtomDef> atoms_;
   std::map<std::string, AtomId> symbols_;
   std::map<std::tuple<AtomKind, DimExpr, DimExpr>, AtomId> opaque_;
-  std::string site_;
+  int64_t site_ = -1;
   std::vector<Assumption> assumptions_;
-  std::map<std::pair<DimExpr, int64_t>, size_t> assumed_;  // dedupe: first site wins
+  std::set<std::pair<DimExpr, int64_t>> assumed_;  // dedupe: the first site is kept
 };
 
 }  // namespace memest::core

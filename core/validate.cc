@@ -137,20 +137,32 @@ class Validator {
     for (const auto& vi : g.input()) MEMEST_RETURN_IF_ERROR(CheckShape(vi, "input"));
     for (const auto& vi : g.output()) MEMEST_RETURN_IF_ERROR(CheckShape(vi, "output"));
     for (const auto& vi : g.value_info()) MEMEST_RETURN_IF_ERROR(CheckShape(vi, "value_info"));
-    // The enclosing scope of this graph's bodies: every name this graph defines.
+    // The enclosing scope of this graph's bodies: every name this graph defines. Only built when
+    // the graph has bodies (most models have none; this would index every name at load).
     Scope scope;
     scope.outer = outer;
-    for (const auto& vi : g.input()) scope.names.insert(vi.name());
-    for (const auto& t : g.initializer()) scope.names.insert(t.name());
-    for (const auto& s : g.sparse_initializer()) scope.names.insert(s.values().name());
-    for (const auto& n : g.node()) {
-      for (const auto& o : n.output()) scope.names.insert(o);
+    if (HasBodies(g)) {
+      for (const auto& vi : g.input()) scope.names.insert(vi.name());
+      for (const auto& t : g.initializer()) scope.names.insert(t.name());
+      for (const auto& s : g.sparse_initializer()) scope.names.insert(s.values().name());
+      for (const auto& n : g.node()) {
+        for (const auto& o : n.output()) scope.names.insert(o);
+      }
     }
     if (depth > 0) MEMEST_RETURN_IF_ERROR(CheckBodyDataflow(g, outer, where));
     for (int i = 0; i < g.node_size(); ++i) {
       MEMEST_RETURN_IF_ERROR(CheckNode(g.node(i), i, scope, depth, where));
     }
     return Status::Ok();
+  }
+
+  static bool HasBodies(const onnx::GraphProto& g) {
+    for (const auto& n : g.node()) {
+      for (const auto& a : n.attribute()) {
+        if (a.has_g() || a.graphs_size() > 0) return true;
+      }
+    }
+    return false;
   }
 
   // A body's node inputs resolve and its nodes are acyclic (the top-level graph's are checked by
