@@ -29,7 +29,8 @@
 //   Each tensor is a 512-byte-rounded block (facts 1.3). reserved ~= blocks > 1 MiB rounded up to
 //   2 MiB + small blocks packed into 2 MiB segments (facts 1.4); fragmentation and block reuse are
 //   the symbolic backend's job. device = reserved + CUDA context (GPU profile, facts 2.1).
-//   Breakdown fields hold requested bytes; allocator_overhead = reserved - requested.
+//   Breakdown fields hold requested bytes; allocator_overhead = allocated - requested (rounding),
+//   cached_free = reserved - allocated.
 //
 // Mixed precision (facts 5.2/5.3): an activation is fp16/bf16 ("low") when produced by a
 // lower-precision op (conv, matmul) or by a pass-through op on low inputs; fp32-policy ops
@@ -145,12 +146,16 @@ void Accounting::Finish(const Blocks& all, const GpuProfile& gpu, Estimate* e) c
   e->peak_allocated = all.allocated;
   e->peak_reserved = std::max(all.Reserved(), all.allocated);
   e->breakdown.cuda_context = gpu.cuda_context.bytes;
-  // Breakdown fields hold requested bytes; the rest of reserved is allocator overhead.
+  // Breakdown fields hold requested bytes; allocated - requested is block rounding, reserved -
+  // allocated the segment memory held free.
   Breakdown& bd = e->breakdown;
   const uint64_t requested = SatAdd(
       SatAdd(SatAdd(bd.weights, bd.gradients), SatAdd(bd.optimizer_state, bd.saved_activations)),
       bd.transient);
-  bd.allocator_overhead = e->peak_reserved > requested ? e->peak_reserved - requested : 0;
+  const uint64_t allocated =
+      std::clamp(e->peak_allocated, requested, std::max(requested, e->peak_reserved));
+  bd.allocator_overhead = allocated - requested;
+  bd.cached_free = e->peak_reserved - std::min(allocated, e->peak_reserved);
   e->peak_device = bd.Total();
   e->diagnostics.insert(e->diagnostics.end(), b_.diagnostics.begin(), b_.diagnostics.end());
   std::map<std::string, int> unknown_ops;

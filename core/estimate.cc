@@ -7,7 +7,7 @@ namespace memest {
 uint64_t Breakdown::Total() const {
   uint64_t t = 0;
   for (uint64_t v : {weights, gradients, optimizer_state, saved_activations, transient,
-                     allocator_overhead, cuda_context, unaccounted}) {
+                     allocator_overhead, cached_free, cuda_context, unaccounted}) {
     t = core::SatAdd(t, v);
   }
   return t;

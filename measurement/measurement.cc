@@ -65,7 +65,7 @@ class MeasurementEstimator final : public Estimator {
       b.optimizer_state =
           state_alive ? std::min(m.optimizer_state_bytes, allocated - b.weights) : 0;
       b.unaccounted = allocated - b.weights - b.optimizer_state;
-      b.allocator_overhead = reserved - allocated;
+      b.cached_free = reserved - allocated;
       b.cuda_context =
           std::min(m.context_after_bytes.value_or(m.context_bytes.value_or(0)), device - reserved);
       b.unaccounted += device - reserved - b.cuda_context;

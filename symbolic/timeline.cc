@@ -35,7 +35,10 @@
 //  * Inference: forward only, no saved tensors, no gradients, one cuBLAS workspace.
 //  * Every event goes through CachingAllocatorModel (symbolic/allocator.h); peaks over all
 //    simulated iterations; device peak = peak reserved + the GPU profile's CUDA context (facts 2.2).
-//    The breakdown is taken at the moment reserved memory reached its peak.
+//    The breakdown is taken at the fullest moment (most allocated) at peak reserved: requested bytes per
+//    category, allocator rounding (allocated - requested) and cached-but-free segment memory
+//    (reserved - allocated). Separately, each category's own maximum over all iterations, with
+//    the phase, iteration and node where it was first reached (Estimate::largest).
 #include "symbolic/timeline.h"
 
 #include <algorithm>
@@ -85,6 +88,12 @@ class Sim {
 
   Tensor Malloc(uint64_t bytes, Category c);
   void Free(Tensor* t);
+  // Moves a live tensor's bytes to another category (a gradient stolen into .grad).
+  void Relabel(Tensor t, Category c);
+  // Records a new maximum of category c / of cached-but-free bytes, if this moment is one.
+  void NoteLargest(Category c);
+  void NoteCachedFree();
+  CategoryPeak PeakHere(uint64_t bytes) const;
   void Record(bool malloc, uint64_t bytes, Category c);
 
   void Prepare();
@@ -149,6 +158,9 @@ class Sim {
   // Results.
   uint64_t peak_reserved_seen_ = 0;
   std::array<uint64_t, kNumCategories> at_peak_{};
+  uint64_t allocated_at_peak_ = 0;
+  std::array<CategoryPeak, kNumCategories> largest_{};
+  CategoryPeak largest_cached_free_;
   Phase peak_phase_ = Phase::kUnknown;
   int peak_node_ = -1;
   uint64_t alloc_peak_seen_ = 0;
@@ -169,10 +181,15 @@ Tensor Sim::Malloc(uint64_t bytes, Category c) {
   t.alive = true;
   tensors_.push_back(t);
   live_[static_cast<size_t>(c)] += bytes;
+  NoteLargest(c);
   const AllocatorStats& s = alloc_.stats();
-  if (s.reserved > peak_reserved_seen_) {
+  // The device peak is the reserved peak; of the moments at that reservation, the breakdown
+  // describes the fullest (most allocated), where the least of it is cached but free.
+  if (s.reserved > peak_reserved_seen_ ||
+      (s.reserved == peak_reserved_seen_ && s.allocated > allocated_at_peak_)) {
     peak_reserved_seen_ = s.reserved;
     at_peak_ = live_;
+    allocated_at_peak_ = s.allocated;
     peak_phase_ = phase_;
     peak_node_ = node_;
   }
@@ -194,9 +211,38 @@ void Sim::Free(Tensor* t) {
     alloc_.Free(l.handle);
     l.alive = false;
     live_[static_cast<size_t>(l.category)] -= l.bytes;
+    NoteCachedFree();
     Record(false, l.bytes, l.category);
   }
   *t = -1;
+}
+
+void Sim::Relabel(Tensor t, Category c) {
+  Live& l = tensors_[static_cast<size_t>(t)];
+  live_[static_cast<size_t>(l.category)] -= l.bytes;
+  l.category = c;
+  live_[static_cast<size_t>(c)] += l.bytes;
+  NoteLargest(c);
+}
+
+CategoryPeak Sim::PeakHere(uint64_t bytes) const {
+  CategoryPeak p;
+  p.bytes = bytes;
+  p.phase = phase_;
+  p.iteration = iteration_;
+  if (node_ >= 0) p.node = g_.nodes[static_cast<size_t>(node_)].name;
+  return p;
+}
+
+void Sim::NoteLargest(Category c) {
+  const uint64_t now = live_[static_cast<size_t>(c)];
+  if (now > largest_[static_cast<size_t>(c)].bytes) largest_[static_cast<size_t>(c)] = PeakHere(now);
+}
+
+void Sim::NoteCachedFree() {
+  const AllocatorStats& s = alloc_.stats();
+  const uint64_t now = s.reserved > s.allocated ? s.reserved - s.allocated : 0;
+  if (now > largest_cached_free_.bytes) largest_cached_free_ = PeakHere(now);
 }
 
 void Sim::Record(bool malloc, uint64_t bytes, Category c) {
@@ -498,10 +544,7 @@ void Sim::Backward() {
         if (slot < 0) {
           if (v.trainable && g >= 0) {
             // Stolen into .grad (facts 3.1): re-label it as a parameter gradient.
-            Live& l = tensors_[static_cast<size_t>(g)];
-            live_[static_cast<size_t>(l.category)] -= l.bytes;
-            l.category = Category::kGradients;
-            live_[static_cast<size_t>(l.category)] += l.bytes;
+            Relabel(g, Category::kGradients);
           }
           slot = g;
         } else {
@@ -666,7 +709,14 @@ Result<Simulation> Sim::Run() {
   bd.transient = at_peak_[static_cast<size_t>(Category::kTransient)];
   uint64_t requested = 0;
   for (uint64_t v : at_peak_) requested += v;
-  bd.allocator_overhead = s.peak_reserved > requested ? s.peak_reserved - requested : 0;
+  const uint64_t allocated =
+      std::clamp(allocated_at_peak_, requested, std::max(requested, s.peak_reserved));
+  bd.allocator_overhead = allocated - requested;
+  bd.cached_free = s.peak_reserved - std::min(allocated, s.peak_reserved);
+  auto largest = [&](Category c) { return largest_[static_cast<size_t>(c)]; };
+  e.largest = CategoryMaxima{largest(Category::kWeights),       largest(Category::kGradients),
+                             largest(Category::kOptimizerState), largest(Category::kActivations),
+                             largest(Category::kTransient),     largest_cached_free_};
   bd.cuda_context = gpu_.cuda_context.bytes;
   e.peak_device = bd.Total();
   e.peak_phase = peak_phase_;

@@ -42,9 +42,25 @@ constexpr Component kComponents[] = {
     {"optimizer state", "optimizer_state", &Breakdown::optimizer_state},
     {"saved activations", "saved_activations", &Breakdown::saved_activations},
     {"transient/workspace", "transient", &Breakdown::transient},
-    {"allocator overhead", "allocator_overhead", &Breakdown::allocator_overhead},
+    {"allocator rounding", "allocator_overhead", &Breakdown::allocator_overhead},
+    {"cached but free", "cached_free", &Breakdown::cached_free},
     {"CUDA context", "cuda_context", &Breakdown::cuda_context},
     {"unaccounted", "unaccounted", &Breakdown::unaccounted},
+};
+
+// The per-category maxima over the step (Estimate::largest), in display order.
+struct LargestComponent {
+  const char* label;
+  const char* key;
+  CategoryPeak CategoryMaxima::*field;
+};
+constexpr LargestComponent kLargest[] = {
+    {"weights", "weights", &CategoryMaxima::weights},
+    {"gradients", "gradients", &CategoryMaxima::gradients},
+    {"optimizer state", "optimizer_state", &CategoryMaxima::optimizer_state},
+    {"saved activations", "saved_activations", &CategoryMaxima::saved_activations},
+    {"transient/workspace", "transient", &CategoryMaxima::transient},
+    {"cached but free", "cached_free", &CategoryMaxima::cached_free},
 };
 
 // A JSON document as text, ending with a newline. Strings from the model or the
@@ -216,6 +232,17 @@ std::string PhaseText(const Estimate& e) {
   std::string s = e.peak_phase == Phase::kUnknown ? std::string("phase unknown")
                                                   : std::string(ToString(e.peak_phase)) + " phase";
   if (!e.peak_node.empty()) s += ", at node " + Quote(e.peak_node);
+  return s;
+}
+
+// "backward of iteration 1, at node "x""; "-" for a category that never held memory.
+std::string MomentText(const CategoryPeak& p) {
+  if (p.bytes == 0) return "-";
+  if (p.iteration == 0) return "at start (model on the device)";
+  if (p.phase == Phase::kUnknown) return fmt::format("start of iteration {}", p.iteration);
+  std::string s = ToString(p.phase);
+  if (p.iteration > 0) s += fmt::format(" of iteration {}", p.iteration);
+  if (!p.node.empty()) s += ", at node " + Quote(p.node);
   return s;
 }
 
@@ -444,6 +471,20 @@ std::string TimelineSentence(const Report& r) {
   return out + ")";
 }
 
+// The largest each category grew to over the simulated step, each at its own moment: the
+// breakdown above is one moment (the device peak), often the optimizer step, when the
+// activations are already freed and their memory sits cached but free.
+std::string LargestText(const BackendResult& res, bool markdown) {
+  Grid g;
+  g.header = {"largest over the step (" + res.backend + ")", "bytes", "size", "when"};
+  g.align = {Align::kLeft, Align::kRight, Align::kRight, Align::kLeft};
+  for (const LargestComponent& c : kLargest) {
+    const CategoryPeak& p = (*res.estimate.largest).*c.field;
+    g.rows.push_back({c.label, std::to_string(p.bytes), FormatBytes(p.bytes), MomentText(p)});
+  }
+  return markdown ? RenderMarkdown(g) : RenderText(g);
+}
+
 std::string RenderReportTable(const Report& r, bool markdown) {
   std::string out;
   if (markdown) {
@@ -468,6 +509,9 @@ std::string RenderReportTable(const Report& r, bool markdown) {
     out += bullet + "peak: " + PhaseText(r.results.front().estimate) + '\n';
   }
   if (r.timeline) out += bullet + TimelineSentence(r) + '\n';
+  for (const auto& res : r.results) {
+    if (res.status.ok() && res.estimate.largest) out += '\n' + LargestText(res, markdown);
+  }
   return out;
 }
 
@@ -574,6 +618,18 @@ Json ResultJson(const BackendResult& res, bool max_batch_mode) {
   j["breakdown"] = breakdown;
   j["peak_phase"] = ToString(e.peak_phase);
   j["peak_node"] = e.peak_node;
+  j["largest"] = nullptr;
+  if (e.largest) {
+    Json largest = Json::object();
+    for (const LargestComponent& c : kLargest) {
+      const CategoryPeak& p = (*e.largest).*c.field;
+      largest[c.key] = {{"bytes", p.bytes},
+                        {"phase", ToString(p.phase)},
+                        {"iteration", p.iteration},
+                        {"node", p.node}};
+    }
+    j["largest"] = largest;
+  }
   if (HasInterval(e)) {
     Json interval = {{"low", nullptr}, {"high", nullptr}};
     if (e.device_low) interval["low"] = *e.device_low;
@@ -649,14 +705,20 @@ std::string CsvLine(const std::vector<std::string>& fields) {
   return out + "\n";
 }
 
+// CSV columns are only ever appended: a breakdown component added after the first release is
+// written after the last older column, not in display order.
+bool IsAppendedCsvColumn(const Component& c) { return c.field == &Breakdown::cached_free; }
+
 std::string RenderReportCsv(const Report& r) {
   std::vector<std::string> header = {
       "backend", "ok",       "error_code",     "error_message", "model",      "mode",
       "batch",   "dims",     "optimizer",      "weight_decay",  "precision",  "loss",
       "gpu",     "capacity", "peak_allocated", "peak_reserved", "peak_device"};
-  for (const Component& c : kComponents) header.push_back(c.key);
+  for (const Component& c : kComponents) {
+    if (!IsAppendedCsvColumn(c)) header.push_back(c.key);
+  }
   header.insert(header.end(), {"peak_phase", "peak_node", "device_low", "device_high", "fits",
-                               "headroom", "max_batch", "diagnostics"});
+                               "headroom", "max_batch", "diagnostics", "cached_free"});
   std::string out = CsvLine(header);
   const Options& o = r.options;
   std::vector<std::string> dims;
@@ -682,7 +744,9 @@ std::string RenderReportCsv(const Report& r) {
                                     num(e.peak_allocated),
                                     num(e.peak_reserved),
                                     num(e.peak_device)};
-    for (const Component& c : kComponents) row.push_back(num(e.breakdown.*c.field));
+    for (const Component& c : kComponents) {
+      if (!IsAppendedCsvColumn(c)) row.push_back(num(e.breakdown.*c.field));
+    }
     row.push_back(ok ? ToString(e.peak_phase) : "");
     row.push_back(ok ? e.peak_node : "");
     row.push_back(ok && e.device_low ? std::to_string(*e.device_low) : "");
@@ -691,6 +755,7 @@ std::string RenderReportCsv(const Report& r) {
     row.push_back(num(res.fit.headroom));
     row.push_back(ok && r.max_batch_mode ? std::to_string(res.max_batch.value_or(0)) : "");
     row.push_back(num(e.diagnostics.size()));
+    row.push_back(num(e.breakdown.cached_free));
     out += CsvLine(row);
   }
   return out;

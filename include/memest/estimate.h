@@ -6,6 +6,8 @@
 //   peak_device:    what nvidia-smi shows for the process = CUDA context + reserved + library
 //                   memory outside the allocator.
 // The breakdown describes the moment of the device-level peak and always sums to peak_device.
+// That moment is often the optimizer step, when activations are already freed; `largest` (where a
+// backend simulates the step) says how large each category grew at any moment of the step.
 #ifndef MEMEST_ESTIMATE_H_
 #define MEMEST_ESTIMATE_H_
 
@@ -22,7 +24,10 @@ struct Breakdown {
   uint64_t optimizer_state = 0;    // exp_avg / exp_avg_sq / momentum buffers
   uint64_t saved_activations = 0;  // tensors autograd keeps for backward (+ the input batch)
   uint64_t transient = 0;          // short-lived tensors, optimizer temporaries, cuBLAS/cuDNN workspaces
-  uint64_t allocator_overhead = 0; // reserved - requested bytes: rounding, segment slack, fragmentation
+  uint64_t allocator_overhead = 0; // allocated - requested bytes: block rounding (512 B, split
+                                   // remainders too small to split off)
+  uint64_t cached_free = 0;        // reserved - allocated bytes: segment memory the caching
+                                   // allocator holds in free blocks (freed tensors, slack)
   uint64_t cuda_context = 0;       // CUDA context + lazily loaded kernels (from the GPU profile)
   uint64_t unaccounted = 0;        // measured but not explained (measurement backend); 0 for models
 
@@ -32,6 +37,20 @@ struct Breakdown {
 
 enum class Phase { kUnknown, kForward, kBackward, kOptimizerStep, kInference };
 const char* ToString(Phase p);
+
+// The largest one category of memory grew to, and when it first did.
+struct CategoryPeak {
+  uint64_t bytes = 0;
+  Phase phase = Phase::kUnknown;
+  int iteration = 0;   // 1-based iteration of the simulated run; 0 when before the first
+  std::string node;    // node running at that moment; empty when none (weights, step)
+};
+
+// The largest of each breakdown category over the simulated run (every iteration), each taken at
+// its own moment; the fields do not add up to anything.
+struct CategoryMaxima {
+  CategoryPeak weights, gradients, optimizer_state, saved_activations, transient, cached_free;
+};
 
 enum class Severity { kInfo, kWarning };
 
@@ -51,6 +70,8 @@ struct Estimate {
   Breakdown breakdown;
   Phase peak_phase = Phase::kUnknown;
   std::string peak_node;     // node at (or just before) the peak; empty if not known
+  // Per-category maxima over the step; set by backends that replay the step (symbolic).
+  std::optional<CategoryMaxima> largest;
   // Optional uncertainty interval on peak_device (learned backend).
   std::optional<uint64_t> device_low;
   std::optional<uint64_t> device_high;

@@ -415,7 +415,8 @@ void CheckResult(const json& res) {
   ASSERT_TRUE(res["ok"].get<bool>()) << res.dump(2);
   uint64_t sum = 0;
   for (const char* key : {"weights", "gradients", "optimizer_state", "saved_activations",
-                          "transient", "allocator_overhead", "cuda_context", "unaccounted"}) {
+                          "transient", "allocator_overhead", "cached_free", "cuda_context",
+                          "unaccounted"}) {
     ASSERT_TRUE(res["breakdown"].contains(key)) << key;
     ASSERT_TRUE(IsByteCount(res["breakdown"][key])) << key;
     sum += res["breakdown"][key].get<uint64_t>();
@@ -466,12 +467,47 @@ TEST_F(CliTest, JsonForEveryBundledModelAndMode) {
   }
 }
 
+// Issue 14 item 6: symbolic's breakdown is one moment (the device peak); the table and the JSON
+// add the largest of each category over the step, each with its moment, and name the reserved
+// memory no tensor uses "cached but free".
+TEST_F(CliTest, SymbolicShowsTheLargestOfEachCategoryOverTheStep) {
+  CliRun table = Run({Model("mlp_small_train.onnx"), "--batch", "32", "--backend", "symbolic"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  for (const char* s : {"cached but free", "largest over the step (symbolic)", "of iteration 1"}) {
+    EXPECT_NE(table.out.find(s), std::string::npos) << s << "\n" << table.out;
+  }
+  CliRun r = Run({Model("mlp_small_train.onnx"), "--batch", "32", "--backend",
+                  "analytical,symbolic", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(r.out);
+  ASSERT_EQ(doc["results"].size(), 2u);
+  EXPECT_TRUE(doc["results"][0]["largest"].is_null()) << "analytical does not replay the step";
+  const json& sym = doc["results"][1];
+  ASSERT_EQ(sym["backend"], "symbolic");
+  const json& largest = sym["largest"];
+  for (const char* key : {"weights", "gradients", "optimizer_state", "saved_activations",
+                          "transient", "cached_free"}) {
+    ASSERT_TRUE(largest.contains(key)) << key;
+    EXPECT_TRUE(IsByteCount(largest[key]["bytes"])) << key;
+    EXPECT_TRUE(largest[key]["phase"].is_string()) << key;
+    EXPECT_TRUE(largest[key]["iteration"].is_number_integer()) << key;
+    EXPECT_TRUE(largest[key]["node"].is_string()) << key;
+    if (std::string(key) != "cached_free") {
+      EXPECT_GE(largest[key]["bytes"].get<uint64_t>(), sym["breakdown"][key].get<uint64_t>())
+          << key << ": a maximum over the step is at least its value at the peak";
+    }
+  }
+  EXPECT_EQ(largest["optimizer_state"]["phase"], "optimizer_step");
+  EXPECT_NE(largest["saved_activations"]["phase"], "optimizer_step");
+}
+
 TEST_F(CliTest, TableHasBreakdownTotalAndVerdictOnStdout) {
   CliRun r = Run({Model("mlp_small_train.onnx"), "--batch", "32"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* s :
        {"weights", "gradients", "optimizer state", "saved activations", "transient/workspace",
-        "allocator overhead", "CUDA context", "unaccounted", "total (device peak)",
+        "allocator rounding", "cached but free", "CUDA context", "unaccounted",
+        "total (device peak)",
         "peak allocated", "peak reserved", "gpu usable capacity", "result: fits", "peak:"}) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   }
@@ -507,6 +543,12 @@ TEST_F(CliTest, CsvAndMarkdown) {
   EXPECT_EQ(header.rfind("backend,ok,", 0), 0u) << header;
   EXPECT_EQ(row.rfind("analytical,true,", 0), 0u) << row;
   EXPECT_NE(header.find("peak_device"), std::string::npos);
+  // Columns are only ever appended: the first release's columns keep their places.
+  EXPECT_NE(header.find(",allocator_overhead,cuda_context,unaccounted,"), std::string::npos)
+      << header;
+  EXPECT_EQ(header.substr(header.size() - std::string(",diagnostics,cached_free").size()),
+            ",diagnostics,cached_free")
+      << header;
 
   CliRun m = Run({Model("mlp_small_train.onnx"), "--batch", "32", "-o", "md"});
   ASSERT_EQ(m.exit_code, 0) << m.err;

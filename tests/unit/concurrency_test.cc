@@ -52,7 +52,7 @@ std::string Describe(const Estimate& e) {
   o << e.backend << " alloc=" << e.peak_allocated << " reserved=" << e.peak_reserved
     << " device=" << e.peak_device << " [" << b.weights << ',' << b.gradients << ','
     << b.optimizer_state << ',' << b.saved_activations << ',' << b.transient << ','
-    << b.allocator_overhead << ',' << b.cuda_context << ',' << b.unaccounted
+    << b.allocator_overhead << ',' << b.cached_free << ',' << b.cuda_context << ',' << b.unaccounted
     << "] phase=" << ToString(e.peak_phase) << " node=" << e.peak_node
     << " low=" << (e.device_low ? std::to_string(*e.device_low) : "-")
     << " high=" << (e.device_high ? std::to_string(*e.device_high) : "-") << " diag=";

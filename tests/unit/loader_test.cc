@@ -1040,6 +1040,7 @@ bool SameEstimate(const Estimate& a, const Estimate& b) {
          a.breakdown.saved_activations == b.breakdown.saved_activations &&
          a.breakdown.transient == b.breakdown.transient &&
          a.breakdown.allocator_overhead == b.breakdown.allocator_overhead &&
+         a.breakdown.cached_free == b.breakdown.cached_free &&
          a.breakdown.cuda_context == b.breakdown.cuda_context &&
          a.peak_phase == b.peak_phase && a.peak_node == b.peak_node &&
          a.diagnostics.size() == b.diagnostics.size();

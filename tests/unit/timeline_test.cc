@@ -69,6 +69,49 @@ TEST(TimelineTest, LinearReluLinearAdamPeakIsTheFirstOptimizerStep) {
   EXPECT_GE(mallocs, frees);
 }
 
+// Item 6 of issue 14: the breakdown is one moment (the device peak, here the first optimizer
+// step); `largest` is each category's own maximum over the step, and the reserved bytes beyond the
+// allocated blocks are named cached-but-free rather than "overhead".
+TEST(TimelineTest, LargestOfEachCategoryIsTakenOverTheStepNotAtThePeak) {
+  auto model = LinearReluLinear();
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 4;
+  o.optimizer = Optimizer::kAdam;
+  auto sim = SimulateModel(*model, o, false);
+  ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+  const Estimate& e = sim->estimate;
+  ASSERT_EQ(e.peak_phase, Phase::kOptimizerStep);
+  ASSERT_TRUE(e.largest.has_value());
+  // Requested parameter bytes (B2 is 40 bytes, not its 512-byte block).
+  constexpr uint64_t kRequestedParams = 524'288 + 2'048 + 20'480 + 40;
+  EXPECT_EQ(e.largest->weights.bytes, kRequestedParams);
+  EXPECT_EQ(e.largest->weights.iteration, 0);  // allocated before the first iteration
+  EXPECT_EQ(e.largest->gradients.bytes, kRequestedParams);
+  EXPECT_EQ(e.largest->gradients.phase, Phase::kBackward);
+  EXPECT_EQ(e.largest->optimizer_state.bytes, 2 * kRequestedParams);
+  EXPECT_EQ(e.largest->optimizer_state.phase, Phase::kOptimizerStep);
+  EXPECT_EQ(e.largest->optimizer_state.iteration, 1);
+  // At the step only the input batch is left of the activations. Their maximum is at the loss of
+  // iteration 1: X (4,096) and the int64 targets (32), R saved by Relu and the second Gemm (8,192)
+  // and cross-entropy's fp32 log-probs (160).
+  EXPECT_EQ(e.breakdown.saved_activations, 4'096u + 32u);
+  EXPECT_EQ(e.largest->saved_activations.bytes, 4'096u + 32u + 8'192u + 160u);
+  EXPECT_EQ(e.largest->saved_activations.phase, Phase::kForward);
+  EXPECT_EQ(e.largest->saved_activations.iteration, 1);
+  // The breakdown at the peak: requested bytes, then rounding (allocated - requested), then
+  // cached-but-free (reserved - allocated); the peak here is also the allocated peak, so the
+  // rounding is the 512-byte remainders: 472 for B2 in each of weights, grad, 2 states and the
+  // sqrt copy, and 480 for the int64 targets (32 bytes).
+  const Breakdown& bd = e.breakdown;
+  const uint64_t requested =
+      bd.weights + bd.gradients + bd.optimizer_state + bd.saved_activations + bd.transient;
+  EXPECT_EQ(bd.allocator_overhead, 5 * 472 + 480);
+  EXPECT_EQ(requested + bd.allocator_overhead, e.peak_allocated);
+  EXPECT_EQ(requested + bd.allocator_overhead + bd.cached_free, e.peak_reserved);
+  EXPECT_EQ(bd.Total(), e.peak_device);
+}
+
 TEST(TimelineTest, LinearReluLinearSgdPeaksInBackward) {
   auto model = LinearReluLinear();
   ASSERT_NE(model, nullptr);
