@@ -988,8 +988,12 @@ Result<Measurement> Runner::Run() {
       amp_ = o.precision == Precision::kAmpFp16 ? at::kHalf : at::kBFloat16;
       break;
   }
-  foreach_ = xo_.optimizer_impl == OptimizerImpl::kForeach ||
-             (xo_.optimizer_impl == OptimizerImpl::kAuto && use_cuda);
+  if (xo_.optimizer_impl == OptimizerImpl::kFused) {
+    return Unsupported(
+        "optimizer_impl fused: the harness does not mirror torch.optim's fused kernels (use "
+        "foreach or single-tensor)");
+  }
+  foreach_ = xo_.optimizer_impl ? *xo_.optimizer_impl == OptimizerImpl::kForeach : use_cuda;
 
   ops_.clear();
   for (const PlanNode& n : plan_.nodes) ops_.push_back(FindOp(n.domain, n.op_type));

@@ -26,10 +26,6 @@ enum class DeviceKind { kAuto, kCpu, kCuda };            // kAuto: CUDA when usa
 Result<DeviceKind> ParseDeviceKind(std::string_view s);  // "auto" | "cpu" | "cuda"
 const char* ToString(DeviceKind d);
 
-// Which optimizer implementation to mirror. kAuto follows torch.optim's default: the foreach
-// (multi-tensor) path for CUDA parameters, the single-tensor loop for CPU parameters.
-enum class OptimizerImpl { kAuto, kSingleTensor, kForeach };
-
 struct ExecuteOptions {
   Options options;  // mode, optimizer, weight_decay, precision, loss (batch/dims live in the plan)
   int iterations = 3;  // training iterations (or inference passes); >= 1
@@ -37,7 +33,10 @@ struct ExecuteOptions {
   uint64_t seed = 0;
   // CPU: live tensor bytes above this fail the run as out of memory. 0: 80% of MemAvailable.
   uint64_t host_limit_bytes = 0;
-  OptimizerImpl optimizer_impl = OptimizerImpl::kAuto;
+  // Which optimizer implementation to mirror (memest::OptimizerImpl; kFused is not mirrored and
+  // fails the run as Unsupported). nullopt follows torch.optim's default for the device: the
+  // foreach (multi-tensor) path for CUDA parameters, the single-tensor loop for CPU parameters.
+  std::optional<OptimizerImpl> optimizer_impl;
   bool keep_trace = false;  // CPU: return every allocation event in Measurement::trace
 };
 

@@ -12,17 +12,33 @@ namespace {
 // Iterations per Run(): the first (optimizer state created lazily) and one steady-state one.
 constexpr int kIterations = 2;
 
+// The options the harness cannot run are errors naming the option, never silently dropped: it
+// has no gradient accumulation loop and mirrors no fused optimizer kernels.
+Status RejectUnhonoured(const Options& o) {
+  if (o.mode == Mode::kTrain && o.micro_batches > 1) {
+    return InvalidArgument("the measurement backend does not run gradient accumulation: "
+                           "micro_batches must be 1, not " + std::to_string(o.micro_batches));
+  }
+  if (o.mode == Mode::kTrain && o.optimizer_impl == OptimizerImpl::kFused) {
+    return InvalidArgument("the measurement backend does not mirror torch.optim's fused kernels: "
+                           "optimizer_impl must be foreach or single-tensor, not fused");
+  }
+  return Status::Ok();
+}
+
 class MeasurementEstimator final : public Estimator {
  public:
   std::string_view name() const override { return "measurement"; }
 
   Result<Estimate> Run(const Model& model, const Options& options) const override {
     MEMEST_RETURN_IF_ERROR(Validate(options));
+    MEMEST_RETURN_IF_ERROR(RejectUnhonoured(options));
     MEMEST_RETURN_IF_ERROR(FindGpuProfile(options.gpu).status());
     MEMEST_ASSIGN_OR_RETURN(Plan plan, BuildPlan(model, options));
     ExecuteOptions xo;
     xo.options = options;
     xo.iterations = kIterations;
+    xo.optimizer_impl = options.optimizer_impl;
     MEMEST_ASSIGN_OR_RETURN(Measurement m, Execute(plan, xo));
     if (m.status != "ok") {
       return Unsupported("the measured run ran out of memory on " + m.device.kind + " (" +

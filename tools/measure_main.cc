@@ -80,8 +80,9 @@ Result<Loss> ParseLossFlag(const std::string& text) {
 // --optimizer-impl: memest's spellings (foreach, single-tensor; "single" too) plus auto, which
 // follows torch.optim's default for the device (foreach for CUDA parameters, the single-tensor
 // loop for CPU ones). The harness mirrors no fused kernels.
-Result<measurement::OptimizerImpl> ParseHarnessOptimizerImpl(const std::string& text) {
-  if (text == "auto") return measurement::OptimizerImpl::kAuto;
+// nullopt = auto.
+Result<std::optional<OptimizerImpl>> ParseHarnessOptimizerImpl(const std::string& text) {
+  if (text == "auto") return std::optional<OptimizerImpl>();
   if (text == "fused") {
     return InvalidArgument(
         "--optimizer-impl fused: the harness does not mirror torch.optim's fused kernels (use "
@@ -92,8 +93,7 @@ Result<measurement::OptimizerImpl> ParseHarnessOptimizerImpl(const std::string& 
     return InvalidArgument("--optimizer-impl must be auto, foreach or single-tensor, not '" + text +
                            "'");
   }
-  return *impl == OptimizerImpl::kForeach ? measurement::OptimizerImpl::kForeach
-                                          : measurement::OptimizerImpl::kSingleTensor;
+  return std::optional<OptimizerImpl>(*impl);
 }
 
 // A configuration to run: what a manifest line or the command line says.
@@ -109,7 +109,7 @@ struct RunSettings {
   DeviceKind device = DeviceKind::kAuto;
   uint64_t seed = 0;
   uint64_t host_limit_bytes = 0;
-  measurement::OptimizerImpl optimizer_impl = measurement::OptimizerImpl::kAuto;
+  std::optional<OptimizerImpl> optimizer_impl;  // nullopt: auto (torch.optim's device default)
   std::string trace_file;  // CPU: every allocation event as CSV (single runs only)
 };
 
@@ -141,14 +141,7 @@ std::string RecordedPath(const std::string& file) {
 }
 
 std::string OptimizerImplName(const RunSettings& s, DeviceKind resolved) {
-  switch (s.optimizer_impl) {
-    case measurement::OptimizerImpl::kSingleTensor:
-      return "single-tensor";
-    case measurement::OptimizerImpl::kForeach:
-      return "foreach";
-    case measurement::OptimizerImpl::kAuto:
-      break;
-  }
+  if (s.optimizer_impl) return ToString(*s.optimizer_impl);
   return resolved == DeviceKind::kCuda ? "foreach" : "single-tensor";
 }
 
@@ -357,16 +350,7 @@ std::vector<std::string> ChildArgs(const Config& c, const RunSettings& s) {
   if (s.host_limit_bytes > 0) {
     a.insert(a.end(), {"--host-limit-mb", std::to_string(s.host_limit_bytes >> 20)});
   }
-  switch (s.optimizer_impl) {
-    case measurement::OptimizerImpl::kSingleTensor:
-      a.insert(a.end(), {"--optimizer-impl", "single-tensor"});
-      break;
-    case measurement::OptimizerImpl::kForeach:
-      a.insert(a.end(), {"--optimizer-impl", "foreach"});
-      break;
-    default:
-      break;
-  }
+  if (s.optimizer_impl) a.insert(a.end(), {"--optimizer-impl", ToString(*s.optimizer_impl)});
   return a;
 }
 
