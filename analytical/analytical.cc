@@ -1,24 +1,26 @@
 // analytical/analytical.cc -- closed-form accounting over the ONNX graph.
 //
-// Formula (all sizes from core::Bind: ONNX shape inference with the bound dims; "facts" is
-// ../shared/reference/pytorch-memory-facts.md):
+// Formula (all sizes from core::Bind: ONNX shape inference with the bound dims; sections cited
+// are those of docs/memory-model.md):
 //
 //   P  = bytes of trainable parameters                 (bf16 precision: halved)
 //   Bf = bytes of other initializers (BN running stats, constants)
-//   W  = P + Bf (+ AMP: C = low-precision copies of weights used by matmul/conv, facts 5.1)
-//   G  = P                                             gradients (facts 4.4)
-//   S  = k * P, k = 0 sgd, 1 momentum, 2 adam/adamw    optimizer state (facts 4.2)
-//   A  = input batch + every tensor autograd saves (ops/rules.h, facts 3; deduplicated)
+//   W  = P + Bf (+ AMP: C = low-precision copies of weights used by matmul/conv,
+//        memory-model.md §5.1)
+//   G  = P                                             gradients (memory-model.md §4.4)
+//   S  = k * P, k = 0 sgd, 1 momentum, 2 adam/adamw    optimizer state (memory-model.md §4.2)
+//   A  = input batch + every tensor autograd saves (ops/rules.h, memory-model.md §3; deduplicated)
 //        with activation checkpointing (core/checkpoint.h): outside the checkpointed segments as
 //        above, + the segments' inputs + the largest segment's saves and outputs (recomputed in
 //        backward one segment at a time)
 //        + the loss's saved tensors (cross-entropy: fp32 log-probs + int64 targets; mse: target)
 //   Tf = max over nodes of the node's outputs that are not saved (+ rule workspace)
 //   Tb = max over nodes of (gradients flowing into its outputs + out of its activation inputs)
-//   To = optimizer temporaries (facts 4.3): foreach: adam/adamw P, +P for L2 weight decay
-//        (adam/sgd); single-tensor: 2 x (largest parameter) for adam/adamw, +1 x for L2; fused: 0
+//   To = optimizer temporaries (memory-model.md §4.3): foreach: adam/adamw P, +P for L2 weight
+//        decay (adam/sgd); single-tensor: 2 x (largest parameter) for adam/adamw, +1 x for L2;
+//        fused: 0
 //   WS = cuBLAS workspace x 2 in training (forward + autograd threads), x 1 in inference, when the
-//        graph has GEMMs (facts 2.3)
+//        graph has GEMMs (memory-model.md §2.3)
 //
 //   train:  allocated = max( W + S + A + G + max(Tf, Tb) + WS      -> phase backward,
 //                            W + S + G + To + WS                   -> phase optimizer_step )
@@ -26,13 +28,14 @@
 //   infer:  allocated = W + WS + max over the forward walk of the live activations, where a
 //           tensor dies after its last consumer (views share their source's storage)
 //
-//   Each tensor is a 512-byte-rounded block (facts 1.3). reserved ~= blocks > 1 MiB rounded up to
-//   2 MiB + small blocks packed into 2 MiB segments (facts 1.4); fragmentation and block reuse are
-//   the symbolic backend's job. device = reserved + CUDA context (GPU profile, facts 2.1).
+//   Each tensor is a 512-byte-rounded block (memory-model.md §1.3). reserved ~= blocks > 1 MiB
+//   rounded up to 2 MiB + small blocks packed into 2 MiB segments (memory-model.md §1.4);
+//   fragmentation and block reuse are the symbolic backend's job. device = reserved + CUDA context
+//   (GPU profile, memory-model.md §2.1).
 //   Breakdown fields hold requested bytes; allocator_overhead = allocated - requested (rounding),
 //   cached_free = reserved - allocated.
 //
-// Mixed precision (facts 5.2/5.3): an activation is fp16/bf16 ("low") when produced by a
+// Mixed precision (memory-model.md §5.2/5.3): an activation is fp16/bf16 ("low") when produced by a
 // lower-precision op (conv, matmul) or by a pass-through op on low inputs; fp32-policy ops
 // (softmax, layer norm, ...) produce fp32 and save an fp32 copy of low inputs.
 #include "analytical/analytical.h"
@@ -55,9 +58,10 @@ namespace {
 using core::SatAdd;
 using core::SatMul;
 
-constexpr uint64_t kBlock = 512;                  // facts 1.3 kMinBlockSize
-constexpr uint64_t kSmallSize = uint64_t{1} << 20;  // facts 1.1 kSmallSize
-constexpr uint64_t kSegmentRound = uint64_t{2} << 20;  // facts 1.1 kRoundLarge / kSmallBuffer
+constexpr uint64_t kBlock = 512;                  // memory-model.md §1.3 kMinBlockSize
+constexpr uint64_t kSmallSize = uint64_t{1} << 20;  // memory-model.md §1.1 kSmallSize
+// memory-model.md §1.1 kRoundLarge / kSmallBuffer
+constexpr uint64_t kSegmentRound = uint64_t{2} << 20;
 
 uint64_t RoundUp(uint64_t n, uint64_t m) { return SatMul(n / m + (n % m != 0), m); }
 
@@ -124,7 +128,7 @@ void Accounting::Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cach
     weights->Add(Eff(id));
     if (!v.trainable) continue;
     params_only->Add(Eff(id));
-    cast_cache->Add(facts_.amp_cast_bytes(id));  // facts 5.1
+    cast_cache->Add(facts_.amp_cast_bytes(id));  // memory-model.md §5.1
   }
 }
 
@@ -191,7 +195,7 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
   e.backend = "analytical";
   Blocks weights, params, cast_cache;
   Weights(&weights, &params, &cast_cache);
-  uint64_t k = 0;  // facts 4.2
+  uint64_t k = 0;  // memory-model.md §4.2
   switch (o_.optimizer) {
     case Optimizer::kSgd: k = 0; break;
     case Optimizer::kMomentum: k = 1; break;
@@ -252,7 +256,7 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
           save_value(s.value);
         }
         saved_here.insert(s.value);
-        // fp32-policy op on a low-precision input saves an fp32 copy (facts 5.3).
+        // fp32-policy op on a low-precision input saves an fp32 copy (memory-model.md §5.3).
         if (rule && rule->amp == ops::AmpPolicy::kFp32 && facts_.low(s.value) &&
             o_.precision != Precision::kBf16) {
           into.Add(b_.Bytes(s.value));
@@ -299,7 +303,8 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
     const bool ce = o_.loss == Loss::kCrossEntropy || (o_.loss == Loss::kAuto && rank2);
     if (ce && shape && !shape->empty() && shape->back() > 0) {
       const uint64_t numel = b_.Numel(out).value_or(0);
-      saved.Add(SatMul(numel, 4));                                        // fp32 log-probs (facts 3.2)
+      // Cross-entropy keeps fp32 log-probs and the targets (memory-model.md §3.2).
+      saved.Add(SatMul(numel, 4));                                        // fp32 log-probs
       saved.Add(SatMul(numel / static_cast<uint64_t>(shape->back()), 8));  // int64 targets
     } else {
       saved.Add(logits);  // mse: the target
@@ -309,7 +314,7 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
       tb_node = "loss";
     }
   }
-  uint64_t to = 0;  // facts 4.3 optimizer temporaries
+  uint64_t to = 0;  // memory-model.md §4.3 optimizer temporaries
   const bool l2 = o_.weight_decay > 0 && o_.optimizer != Optimizer::kAdamW;
   const bool adam = o_.optimizer == Optimizer::kAdam || o_.optimizer == Optimizer::kAdamW;
   switch (o_.optimizer_impl) {

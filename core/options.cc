@@ -78,7 +78,7 @@ Status Validate(const Options& o) {
     return InvalidArgument("weight decay must be a finite value >= 0");
   }
   if (o.allocator.max_split_size && *o.allocator.max_split_size < (uint64_t{20} << 20)) {
-    // facts 1.2: parseMaxSplitSize requires >= kLargeBuffer (20 MiB).
+    // memory-model.md §1.2: parseMaxSplitSize requires >= kLargeBuffer (20 MiB).
     return InvalidArgument("allocator max_split_size must be >= 20 MiB");
   }
   if (o.gpu.empty()) return InvalidArgument("GPU profile name is empty");
@@ -90,7 +90,7 @@ Status Validate(const Options& o) {
   if (o.checkpoint_segments < 0) return InvalidArgument("checkpoint_segments must be >= 0");
   if (o.optimizer_impl == OptimizerImpl::kFused && o.optimizer != Optimizer::kAdam &&
       o.optimizer != Optimizer::kAdamW) {
-    // torch.optim has fused kernels for Adam and AdamW only (facts 4.3).
+    // torch.optim has fused kernels for Adam and AdamW only (memory-model.md §4.3).
     return InvalidArgument(std::string("the fused implementation exists for adam and adamw, not ") +
                            ToString(o.optimizer));
   }

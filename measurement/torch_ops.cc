@@ -474,9 +474,9 @@ std::vector<at::Tensor> Dropout(const OpContext& c) {
     return {x, mask};
   }
   // native_dropout on every device: it is what nn.Dropout runs on CUDA (the fused kernel,
-  // saving a bool mask; facts 3.2 dropout). On the CPU at::dropout would instead multiply by a
-  // saved float noise tensor (4x the mask's bytes), so CPU rows would not follow the CUDA
-  // memory semantics the estimators model.
+  // saving a bool mask; memory-model.md §3.2 dropout). On the CPU at::dropout would instead
+  // multiply by a saved float noise tensor (4x the mask's bytes), so CPU rows would not follow the
+  // CUDA memory semantics the estimators model.
   auto [y, mask] = at::native_dropout(x, ratio, true);
   if (!c.needs(1)) mask = at::Tensor();
   return {y, mask};

@@ -1,18 +1,18 @@
 // ops/rules.cc -- the per-op rule table (see ops/rules.h for the contract).
 //
-// Policy (the facts file is ../shared/reference/pytorch-memory-facts.md):
+// Policy (sections cited are those of docs/memory-model.md):
 //  * A rule describes PyTorch 2.x eager training on CUDA, not ONNX Runtime.
-//    Its `cite` names the facts section it rests on; a rule that no quoted
+//    Its `cite` names the memory-model.md sections it rests on ("§3.2 relu"); a rule that no quoted
 //    source backs says "INF" and why, to be confirmed by measurement.
-//  * Saved tensors (facts 3): an input or output that autograd keeps is listed
+//  * Saved tensors (memory-model.md §3): an input or output that autograd keeps is listed
 //    by value id, and the backend decides what it costs (initializers such as
 //    weights are resident anyway and skipped there; a saved output shares the
-//    output's storage, facts 3.1). Tensors PyTorch keeps that the ONNX graph
+//    output's storage, memory-model.md §3.1). Tensors PyTorch keeps that the ONNX graph
 //    does not hold (dropout mask, max-pool indices, norm statistics) are
 //    "extra" tensors with a byte size. When the ONNX node exposes such a
 //    tensor as an output of the dtype PyTorch uses, that output is listed
 //    instead, so it is not counted twice.
-//  * Conditional saving (facts 3.1, guard_for): an operand used only by the
+//  * Conditional saving (memory-model.md §3.1, guard_for): an operand used only by the
 //    other operand's gradient (mul, mm, matmul, div's numerator) is saved only
 //    when that other operand requires grad. Multi-output formulas (conv,
 //    batch/layer norm) save everything, always.
@@ -21,10 +21,10 @@
 //    backend reports unknown shapes.
 //  * RequiresGrad assumes an unknown dtype is floating point (over-estimate
 //    rather than under-estimate).
-//  * No workspace constants: forward workspaces (cuDNN, facts 2.5) depend on
+//  * No workspace constants: forward workspaces (cuDNN, memory-model.md §2.5) depend on
 //    the plan chosen at run time and must come from measurements, so every
 //    rule here has workspace == nullptr.
-//  * AMP policies follow the CUDA autocast op lists (facts 5.2); ops not
+//  * AMP policies follow the CUDA autocast op lists (memory-model.md §5.2); ops not
 //    listed pass through.
 //  * Ops without a rule are assumed differentiable and use ConservativeSaved.
 //  * Adding an op: one entry in kRules (a family helper when one fits) and
@@ -190,7 +190,7 @@ void SaveAllInputs(const RuleContext& c, std::vector<SavedTensor>* out) {
 }
 
 // Operand `i` of those listed is saved when any other listed operand requires
-// grad (facts 3.1: mm(x, W) saves x only if W requires grad). Operands not
+// grad (memory-model.md §3.1: mm(x, W) saves x only if W requires grad). Operands not
 // listed (Gemm's C) are not saved.
 template <int... I>
 void SaveOperandsForOthers(const RuleContext& c,
@@ -206,7 +206,7 @@ void SaveOperandsForOthers(const RuleContext& c,
   }
 }
 
-// Variadic form for Einsum. INF: einsum folds to bmm (facts 3.2 matmul), so
+// Variadic form for Einsum. INF: einsum folds to bmm (memory-model.md §3.2 matmul), so
 // each operand is kept for the other operands' gradients; a single operand
 // keeps nothing (sum/permute/diagonal).
 void SaveEinsumOperands(const RuleContext& c, std::vector<SavedTensor>* out) {
@@ -223,28 +223,28 @@ void SaveEinsumOperands(const RuleContext& c, std::vector<SavedTensor>* out) {
 // Op-specific saved-tensor functions.
 
 // div(a, b): b is used by both gradients (always saved); a only by b's
-// (facts 3.2 div).
+// (memory-model.md §3.2 div).
 void SaveDiv(const RuleContext& c, std::vector<SavedTensor>* out) {
   const int a = InputId(c, 0), b = InputId(c, 1);
   if (Rg(c, b)) SaveValue(out, a, "a");
   SaveValue(out, b, "b");
 }
 
-// pow(x, e): x always (facts 3.2 pow); INF: when the exponent requires grad,
+// pow(x, e): x always (memory-model.md §3.2 pow); INF: when the exponent requires grad,
 // pow.Tensor_Tensor also keeps the result.
 void SavePow(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveValue(out, InputId(c, 0), "x");
   if (Rg(c, InputId(c, 1))) SaveValue(out, OutputId(c, 0), "y");
 }
 
-// Conv / ConvTranspose: input and weight, always (facts 3.2 conv2d). Bias:
+// Conv / ConvTranspose: input and weight, always (memory-model.md §3.2 conv2d). Bias:
 // sizes only.
 void SaveConv(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveValue(out, InputId(c, 0), "x");
   SaveValue(out, InputId(c, 1), "W");
 }
 
-// Max pooling keeps x and int64 indices of the output's shape (facts 3.2
+// Max pooling keeps x and int64 indices of the output's shape (memory-model.md §3.2
 // max_pool2d).
 void SaveMaxPool(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveValue(out, InputId(c, 0), "x");
@@ -290,7 +290,7 @@ std::optional<uint64_t> BatchNormChannels(const RuleContext& c) {
 }
 
 // batch_norm: x and weight; in training also save_mean and save_invstd, fp32
-// [C] (facts 3.2 batch_norm, 5.2). Opset 9-13 training graphs expose them as
+// [C] (memory-model.md §3.2 batch_norm, §5.2). Opset 9-13 training graphs expose them as
 // outputs 3 and 4. Inference-mode nodes keep x (the op is still
 // differentiable).
 void SaveBatchNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
@@ -333,7 +333,7 @@ std::optional<uint64_t> LeadingRows(const RuleContext& c, int64_t axis_attr) {
   return DimProduct(*x, 0, *axis);
 }
 
-// layer_norm: x, W, b, and mean/rstd of [M] in fp32 (facts 3.2 layer_norm).
+// layer_norm: x, W, b, and mean/rstd of [M] in fp32 (memory-model.md §3.2 layer_norm).
 // ONNX outputs 1 and 2 (Mean, InvStdDev) are those tensors when present in
 // fp32.
 void SaveLayerNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
@@ -369,7 +369,7 @@ void SaveGroupNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveExtra(out, TimesSize(ng, 4), "rstd(fp32)");
 }
 
-// Dropout in training keeps a bool mask of x's shape (facts 3.2 dropout).
+// Dropout in training keeps a bool mask of x's shape (memory-model.md §3.2 dropout).
 // Training: the node has a mask output, or a training_mode input that is not a
 // known false constant (opset >= 12).
 void SaveDropout(const RuleContext& c, std::vector<SavedTensor>* out) {
@@ -418,7 +418,7 @@ void SaveTopK(const RuleContext& c, std::vector<SavedTensor>* out) {
 }
 
 // cross_entropy = log_softmax + nll_loss: keeps the log-probs (ONNX output 1
-// when present), target and class weights (facts 3.2 cross_entropy).
+// when present), target and class weights (memory-model.md §3.2 cross_entropy).
 void SaveSoftmaxCrossEntropy(const RuleContext& c,
                              std::vector<SavedTensor>* out) {
   const int scores = InputId(c, 0);
@@ -428,9 +428,9 @@ void SaveSoftmaxCrossEntropy(const RuleContext& c,
   SaveValue(out, InputId(c, 2), "weight");
 }
 
-// ONNX Attention (opset 23) as SDPA flash (facts 3.2 SDPA flash): q, k, v,
+// ONNX Attention (opset 23) as SDPA flash (memory-model.md §3.2 SDPA flash): q, k, v,
 // mask, out and the fp32 logsumexp [B, H, Lq]. INF: the backend PyTorch picks
-// is not known statically (facts 8.4).
+// is not known statically (memory-model.md §8.4).
 void SaveAttention(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveValue(out, InputId(c, 0), "q");
   SaveValue(out, InputId(c, 1), "k");
@@ -485,7 +485,7 @@ constexpr OpRule SavesNothing(std::string_view op, std::string_view cite,
                               AmpPolicy amp = kPass) {
   return Saves(op, nullptr, cite, amp);
 }
-// Output 0 is a view of input 0; nothing saved (facts 3.1 views).
+// Output 0 is a view of input 0; nothing saved (memory-model.md §3.1 views).
 constexpr OpRule View(std::string_view op, std::string_view cite) {
   return OpRule{.domain = "", .op_type = op, .view = true, .cite = cite};
 }
@@ -497,7 +497,7 @@ constexpr OpRule NoGrad(std::string_view op, std::string_view cite) {
 
 constexpr std::string_view kIntOut = "INF: integer/bool output, no gradient";
 constexpr std::string_view kShapeOut =
-    "facts 3.1 sizes are not tensors; INF: no gradient";
+    "§3.1 sizes are not tensors; INF: no gradient";
 constexpr std::string_view kStepOut = "INF: piecewise constant, zero gradient";
 constexpr std::string_view kRandom = "INF: random generator, no gradient";
 constexpr std::string_view kQuant = "INF: quantized (integer) op, not trained";
@@ -508,59 +508,59 @@ constexpr bool RuleLess(const OpRule& a, const OpRule& b) {
 
 constexpr auto kRules = [] {
   std::array rules{
-      // -- Saves its output (facts 3.2: relu, sigmoid, tanh, softmax,
+      // -- Saves its output (memory-model.md §3.2: relu, sigmoid, tanh, softmax,
       // log_softmax, exp, sqrt).
-      SavesOutput("Relu", "facts 3.2 relu").Infers(shape::Unary),
-      SavesOutput("Sigmoid", "facts 3.2 sigmoid").Infers(shape::Unary),
-      SavesOutput("Tanh", "facts 3.2 tanh").Infers(shape::Unary),
-      SavesOutput("Exp", "facts 3.2 exp; 5.2 FP32", kFp32).Infers(shape::Unary),
-      SavesOutput("Sqrt", "facts 3.2 sqrt").Infers(shape::Unary),
-      SavesOutput("Reciprocal", "INF: grad * -result^2 (like facts 3.2 sqrt); 5.2 FP32", kFp32)
+      SavesOutput("Relu", "§3.2 relu").Infers(shape::Unary),
+      SavesOutput("Sigmoid", "§3.2 sigmoid").Infers(shape::Unary),
+      SavesOutput("Tanh", "§3.2 tanh").Infers(shape::Unary),
+      SavesOutput("Exp", "§3.2 exp; §5.2 FP32", kFp32).Infers(shape::Unary),
+      SavesOutput("Sqrt", "§3.2 sqrt").Infers(shape::Unary),
+      SavesOutput("Reciprocal", "INF: grad * -result^2 (like §3.2 sqrt); §5.2 FP32", kFp32)
           .Infers(shape::Unary),
-      SavesOutput("Softmax", "facts 3.2 softmax; 5.2 FP32_SET_OPT_DTYPE", kFp32)
+      SavesOutput("Softmax", "§3.2 softmax; §5.2 FP32_SET_OPT_DTYPE", kFp32)
           .Infers(shape::Unary),
-      SavesOutput("LogSoftmax", "facts 3.2 log_softmax; 5.2 FP32_SET_OPT_DTYPE", kFp32)
+      SavesOutput("LogSoftmax", "§3.2 log_softmax; §5.2 FP32_SET_OPT_DTYPE", kFp32)
           .Infers(shape::Unary),
-      SavesOutput("Tan", "INF: grad * (1 + result^2); 5.2 FP32", kFp32).Infers(shape::Unary),
-      SavesOutput("ReduceLogSum", "INF: log(sum(x)) keeps the sum, sized like y; 5.2 FP32", kFp32)
+      SavesOutput("Tan", "INF: grad * (1 + result^2); §5.2 FP32", kFp32).Infers(shape::Unary),
+      SavesOutput("ReduceLogSum", "INF: log(sum(x)) keeps the sum, sized like y; §5.2 FP32", kFp32)
           .Infers(shape::Reduce),
 
-      // -- Saves its input (facts 3.2: gelu, silu, pow).
-      SavesInput("Gelu", "facts 3.2 gelu").Infers(shape::Unary),
-      SavesInput("Erf", "INF: grad * exp(-x^2) needs x (like facts 3.2 gelu)").Infers(shape::Unary),
-      SavesInput("Log", "INF: grad / x needs x; 5.2 FP32", kFp32).Infers(shape::Unary),
+      // -- Saves its input (memory-model.md §3.2: gelu, silu, pow).
+      SavesInput("Gelu", "§3.2 gelu").Infers(shape::Unary),
+      SavesInput("Erf", "INF: grad * exp(-x^2) needs x (like §3.2 gelu)").Infers(shape::Unary),
+      SavesInput("Log", "INF: grad / x needs x; §5.2 FP32", kFp32).Infers(shape::Unary),
       SavesInput("Sin", "INF: grad * cos(x) needs x").Infers(shape::Unary),
       SavesInput("Cos", "INF: grad * -sin(x) needs x").Infers(shape::Unary),
-      SavesInput("Asin", "INF: needs x; 5.2 FP32", kFp32).Infers(shape::Unary),
-      SavesInput("Acos", "INF: needs x; 5.2 FP32", kFp32).Infers(shape::Unary),
+      SavesInput("Asin", "INF: needs x; §5.2 FP32", kFp32).Infers(shape::Unary),
+      SavesInput("Acos", "INF: needs x; §5.2 FP32", kFp32).Infers(shape::Unary),
       SavesInput("Atan", "INF: needs x").Infers(shape::Unary),
-      SavesInput("Sinh", "INF: needs x; 5.2 FP32", kFp32).Infers(shape::Unary),
-      SavesInput("Cosh", "INF: needs x; 5.2 FP32", kFp32).Infers(shape::Unary),
+      SavesInput("Sinh", "INF: needs x; §5.2 FP32", kFp32).Infers(shape::Unary),
+      SavesInput("Cosh", "INF: needs x; §5.2 FP32", kFp32).Infers(shape::Unary),
       SavesInput("Asinh", "INF: needs x").Infers(shape::Unary),
       SavesInput("Acosh", "INF: needs x").Infers(shape::Unary),
       SavesInput("Atanh", "INF: needs x").Infers(shape::Unary),
       SavesInput("Abs", "INF: grad * sgn(x) needs x").Infers(shape::Abs),
-      SavesInput("LeakyRelu", "INF: leaky_relu_backward(grad, self) like facts 3.2 gelu")
+      SavesInput("LeakyRelu", "INF: leaky_relu_backward(grad, self) like §3.2 gelu")
           .Infers(shape::Unary),
       SavesInput("Elu", "INF: elu_backward(..., self) (out of place)").Infers(shape::Unary),
       SavesInput("Selu", "INF: selu is elu with scales, keeps x").Infers(shape::Unary),
       SavesInput("Celu", "INF: celu is elu with scales, keeps x").Infers(shape::Unary),
-      SavesInput("Softplus", "INF: softplus_backward(grad, self); 5.2 FP32", kFp32)
+      SavesInput("Softplus", "INF: softplus_backward(grad, self); §5.2 FP32", kFp32)
           .Infers(shape::Unary),
       SavesInput("Softsign", "INF: composite x/(1+|x|), keeps x").Infers(shape::Unary),
       SavesInput("HardSigmoid", "INF: hardsigmoid_backward(grad, self)").Infers(shape::Unary),
       SavesInput("HardSwish", "INF: hardswish_backward(grad, self)").Infers(shape::Unary),
-      SavesInput("Mish", "INF: mish_backward(grad, self) like facts 3.2 silu").Infers(shape::Unary),
+      SavesInput("Mish", "INF: mish_backward(grad, self) like §3.2 silu").Infers(shape::Unary),
       SavesInput("ThresholdedRelu", "INF: threshold_backward(grad, self, alpha)")
           .Infers(shape::Unary),
       SavesInput("Shrink", "INF: hard/softshrink_backward(grad, self)").Infers(shape::Unary),
       SavesInput("Clip", "INF: clamp_backward(grad, self, min, max)").Infers(shape::Clip),
-      SavesInput("AveragePool", "facts 3.2 avg_pool2d").Infers(shape::Pool),
+      SavesInput("AveragePool", "§3.2 avg_pool2d").Infers(shape::Pool),
       SavesInput("MeanVarianceNormalization", "INF: composite, conservatively keeps x")
           .Infers(shape::Unary),
-      SavesInput("ReduceL1", "INF: grad * sgn(x) needs x; 5.2 norms FP32", kFp32)
+      SavesInput("ReduceL1", "INF: grad * sgn(x) needs x; §5.2 norms FP32", kFp32)
           .Infers(shape::Reduce),
-      SavesInput("ReduceSumSquare", "INF: pow(x, 2) keeps x (facts 3.2 pow); 5.2 FP32", kFp32)
+      SavesInput("ReduceSumSquare", "INF: pow(x, 2) keeps x (§3.2 pow); §5.2 FP32", kFp32)
           .Infers(shape::Reduce),
 
       // -- Saves input and output.
@@ -568,14 +568,14 @@ constexpr auto kRules = [] {
           .Infers(shape::Reduce),
       SavesInputOutput("ReduceMin", "INF: amin backward compares x with result")
           .Infers(shape::Reduce),
-      SavesInputOutput("ReduceProd", "INF: prod_backward(grad, self, result); 5.2 FP32", kFp32)
+      SavesInputOutput("ReduceProd", "INF: prod_backward(grad, self, result); §5.2 FP32", kFp32)
           .Infers(shape::Reduce),
-      SavesInputOutput("ReduceL2", "INF: norm_backward(grad, self, p, result); 5.2 FP32", kFp32)
+      SavesInputOutput("ReduceL2", "INF: norm_backward(grad, self, p, result); §5.2 FP32", kFp32)
           .Infers(shape::Reduce),
-      SavesInputOutput("ReduceLogSumExp", "INF: logsumexp_backward(grad, self, result); 5.2 FP32",
+      SavesInputOutput("ReduceLogSumExp", "INF: logsumexp_backward(grad, self, result); §5.2 FP32",
                        kFp32)
           .Infers(shape::Reduce),
-      SavesInputOutput("LpNormalization", "INF: x / norm keeps x and the norm; 5.2 norms FP32",
+      SavesInputOutput("LpNormalization", "INF: x / norm keeps x and the norm; §5.2 norms FP32",
                        kFp32)
           .Infers(shape::Unary),
       SavesInputOutput("LRN", "INF: composite (pow, avg_pool, div), keeps x and y")
@@ -585,83 +585,83 @@ constexpr auto kRules = [] {
       SavesInputOutput("GlobalLpPool", "INF: composite (pow, avg_pool, pow), keeps x and y")
           .Infers(shape::GlobalPool),
 
-      // -- Saves nothing (linear ops: facts 3.2 add/sub, sum/mean, cat,
+      // -- Saves nothing (linear ops: memory-model.md §3.2 add/sub, sum/mean, cat,
       // clone/_to_copy).
-      SavesNothing("Add", "facts 3.2 add").Infers(shape::Add),
-      SavesNothing("Sub", "facts 3.2 sub").Infers(shape::Sub),
-      SavesNothing("Neg", "INF: -grad, nothing saved (like facts 3.2 sub)").Infers(shape::Neg),
-      SavesNothing("Sum", "facts 3.2 add (variadic)").Infers(shape::Variadic),
-      SavesNothing("Mean", "facts 3.2 add, mean (variadic)").Infers(shape::Variadic),
-      SavesNothing("ReduceSum", "facts 3.2 sum; 5.2 FP32_SET_OPT_DTYPE", kFp32)
+      SavesNothing("Add", "§3.2 add").Infers(shape::Add),
+      SavesNothing("Sub", "§3.2 sub").Infers(shape::Sub),
+      SavesNothing("Neg", "INF: -grad, nothing saved (like §3.2 sub)").Infers(shape::Neg),
+      SavesNothing("Sum", "§3.2 add (variadic)").Infers(shape::Variadic),
+      SavesNothing("Mean", "§3.2 add, mean (variadic)").Infers(shape::Variadic),
+      SavesNothing("ReduceSum", "§3.2 sum; §5.2 FP32_SET_OPT_DTYPE", kFp32)
           .Infers(shape::Reduce),
-      SavesNothing("ReduceMean", "facts 3.2 mean").Infers(shape::Reduce),
-      SavesNothing("Concat", "facts 3.2 cat").Infers(shape::Concat),
-      SavesNothing("Cast", "facts 3.2 _to_copy").Infers(shape::Cast),
-      SavesNothing("CastLike", "facts 3.2 _to_copy").Infers(shape::CastLike),
-      SavesNothing("GlobalAveragePool", "facts 3.2 adaptive_avg_pool2d (1,1)")
+      SavesNothing("ReduceMean", "§3.2 mean").Infers(shape::Reduce),
+      SavesNothing("Concat", "§3.2 cat").Infers(shape::Concat),
+      SavesNothing("Cast", "§3.2 _to_copy").Infers(shape::Cast),
+      SavesNothing("CastLike", "§3.2 _to_copy").Infers(shape::CastLike),
+      SavesNothing("GlobalAveragePool", "§3.2 adaptive_avg_pool2d (1,1)")
           .Infers(shape::GlobalPool),
       SavesNothing("Tile", "INF: repeat_backward needs sizes only").Infers(shape::Tile),
       SavesNothing("Trilu", "INF: triu/tril backward masks grad, sizes only").Infers(shape::Unary),
-      SavesNothing("CumSum", "INF: reversed cumsum of grad; 5.2 FP32_SET_OPT_DTYPE", kFp32)
+      SavesNothing("CumSum", "INF: reversed cumsum of grad; §5.2 FP32_SET_OPT_DTYPE", kFp32)
           .Infers(shape::Unary),
       SavesNothing("DepthToSpace", "INF: reshape+permute copy, nothing saved")
           .Infers(shape::DepthToSpace),
       SavesNothing("SpaceToDepth", "INF: reshape+permute copy, nothing saved")
           .Infers(shape::SpaceToDepth),
       SavesNothing("Mod", "INF: fmod/remainder grad is grad").Infers(shape::Mod),
-      SavesNothing("Resize", "INF: upsample_* backward needs sizes only; 5.2 FP32 upsample_*",
+      SavesNothing("Resize", "INF: upsample_* backward needs sizes only; §5.2 FP32 upsample_*",
                    kFp32)
           .Infers(shape::Resize),
-      SavesNothing("Upsample", "INF: upsample_* backward needs sizes only; 5.2 FP32 upsample_*",
+      SavesNothing("Upsample", "INF: upsample_* backward needs sizes only; §5.2 FP32 upsample_*",
                    kFp32)
           .Infers(shape::Resize),
 
-      // -- Views of input 0 (facts 3.1 views; reshape copies only when not
+      // -- Views of input 0 (memory-model.md §3.1 views; reshape copies only when not
       // viewable).
-      View("Reshape", "facts 3.1 views reshape").Infers(shape::Reshape),
-      View("Flatten", "facts 3.1 views flatten").Infers(shape::Flatten),
-      View("Squeeze", "facts 3.1 views squeeze").Infers(shape::Squeeze),
-      View("Unsqueeze", "facts 3.1 views unsqueeze").Infers(shape::Unsqueeze),
-      View("Transpose", "facts 3.1 views permute").Infers(shape::Transpose),
-      View("Expand", "facts 3.1 views expand").Infers(shape::Expand),
-      View("Identity", "facts 3.1 views alias").Infers(shape::Identity),
-      View("Slice", "facts 3.1 views slice").Infers(shape::Slice),
-      View("Split", "facts 3.1 views split").Infers(shape::Split),
+      View("Reshape", "§3.1 views reshape").Infers(shape::Reshape),
+      View("Flatten", "§3.1 views flatten").Infers(shape::Flatten),
+      View("Squeeze", "§3.1 views squeeze").Infers(shape::Squeeze),
+      View("Unsqueeze", "§3.1 views unsqueeze").Infers(shape::Unsqueeze),
+      View("Transpose", "§3.1 views permute").Infers(shape::Transpose),
+      View("Expand", "§3.1 views expand").Infers(shape::Expand),
+      View("Identity", "§3.1 views alias").Infers(shape::Identity),
+      View("Slice", "§3.1 views slice").Infers(shape::Slice),
+      View("Split", "§3.1 views split").Infers(shape::Split),
 
       // -- Operand products: each operand kept for the other's gradient
-      // (facts 3.1 guard_for).
-      Saves("Mul", SaveOperandsForOthers<0, 1>, "facts 3.2 mul; 3.1 guard_for").Infers(shape::Mul),
-      Saves("MatMul", SaveOperandsForOthers<0, 1>, "facts 3.2 matmul; 3.1; 5.2 LOWER_PRECISION",
+      // (memory-model.md §3.1 guard_for).
+      Saves("Mul", SaveOperandsForOthers<0, 1>, "§3.2 mul; §3.1 guard_for").Infers(shape::Mul),
+      Saves("MatMul", SaveOperandsForOthers<0, 1>, "§3.2 matmul; §3.1; §5.2 LOWER_PRECISION",
             kLow)
           .Infers(shape::MatMul),
-      Saves("Gemm", SaveOperandsForOthers<0, 1>, "facts 3.2 linear (addmm); 5.2 LOWER_PRECISION",
+      Saves("Gemm", SaveOperandsForOthers<0, 1>, "§3.2 linear (addmm); §5.2 LOWER_PRECISION",
             kLow)
           .Infers(shape::Gemm),
-      Saves("Einsum", SaveEinsumOperands, "INF: folds to bmm (facts 3.2); 5.2 LOWER_PRECISION",
+      Saves("Einsum", SaveEinsumOperands, "INF: folds to bmm (§3.2); §5.2 LOWER_PRECISION",
             kLow)
           .Infers(shape::Einsum),
-      Saves("Div", SaveDiv, "facts 3.2 div").Infers(shape::Div),
-      Saves("Pow", SavePow, "facts 3.2 pow; 5.2 FP32", kFp32).Infers(shape::Arith),
+      Saves("Div", SaveDiv, "§3.2 div").Infers(shape::Div),
+      Saves("Pow", SavePow, "§3.2 pow; §5.2 FP32", kFp32).Infers(shape::Arith),
 
       // -- Inputs kept by their backward.
-      Saves("Conv", SaveConv, "facts 3.2 conv2d; 5.2 LOWER_PRECISION", kLow).Infers(shape::Conv),
-      Saves("ConvTranspose", SaveConv, "facts 3.2 conv2d (convolution); 5.2 LOWER_PRECISION", kLow)
+      Saves("Conv", SaveConv, "§3.2 conv2d; §5.2 LOWER_PRECISION", kLow).Infers(shape::Conv),
+      Saves("ConvTranspose", SaveConv, "§3.2 conv2d (convolution); §5.2 LOWER_PRECISION", kLow)
           .Infers(shape::ConvTranspose),
-      Saves("PRelu", SaveInputs<0, 1>, "INF: prelu backward needs x and slope; 5.2 LOWER_PRECISION",
+      Saves("PRelu", SaveInputs<0, 1>, "INF: prelu backward needs x, slope; §5.2 LOWER_PRECISION",
             kLow)
           .Infers(shape::Unary),
       Saves("Where", SaveInputs<0>, "INF: where(cond, grad, 0) keeps the bool condition")
           .Infers(shape::Where),
-      Saves("Gather", SaveInputs<1>, "facts 3.2 embedding (indices only)").Infers(shape::Gather),
-      Saves("GatherElements", SaveInputs<1>, "facts 3.2 embedding; INF: gather keeps index")
+      Saves("Gather", SaveInputs<1>, "§3.2 embedding (indices only)").Infers(shape::Gather),
+      Saves("GatherElements", SaveInputs<1>, "§3.2 embedding; INF: gather keeps index")
           .Infers(shape::GatherElements),
-      Saves("GatherND", SaveInputs<1>, "facts 3.2 embedding; INF: index keeps indices")
+      Saves("GatherND", SaveInputs<1>, "§3.2 embedding; INF: index keeps indices")
           .Infers(shape::GatherND),
       Saves("ScatterElements", SaveInputs<1>, "INF: scatter backward gathers by index")
           .Infers(shape::Scatter),
       Saves("Scatter", SaveInputs<1>, "INF: scatter backward gathers by index")
           .Infers(shape::Scatter),
-      Saves("ScatterND", SaveInputs<1>, "INF: index_put backward indexes; 5.2 PROMOTE index_put",
+      Saves("ScatterND", SaveInputs<1>, "INF: index_put backward indexes; §5.2 PROMOTE index_put",
             kPromote)
           .Infers(shape::Scatter),
       Saves("Compress", SaveInputs<1>, "INF: index_select/masked_select keeps the selector")
@@ -671,13 +671,13 @@ constexpr auto kRules = [] {
       Saves("Min", SaveAllInputs, "INF: minimum backward compares the inputs")
           .Infers(shape::Variadic),
       Saves("GridSample", SaveInputs<0, 1>,
-            "INF: grid_sampler_2d_backward(grad, input, grid); 5.2 PROMOTE", kPromote)
+            "INF: grid_sampler_2d_backward(grad, input, grid); §5.2 PROMOTE", kPromote)
           .Infers(shape::GridSample),
       Saves("NegativeLogLikelihoodLoss", SaveInputs<0, 1, 2>,
-            "facts 3.2 cross_entropy (nll_loss); 5.2 FP32 nll_loss", kFp32)
+            "§3.2 cross_entropy (nll_loss); §5.2 FP32 nll_loss", kFp32)
           .Infers(shape::NegativeLogLikelihoodLoss),
       Saves("SoftmaxCrossEntropyLoss", SaveSoftmaxCrossEntropy,
-            "facts 3.2 cross_entropy; 5.2 FP32 nll_loss (INF)", kFp32)
+            "§3.2 cross_entropy; §5.2 FP32 nll_loss (INF)", kFp32)
           .Infers(shape::SoftmaxCrossEntropyLoss),
       Saves("RoiAlign", SaveInputs<1, 2>,
             "INF: torchvision roi_align backward keeps rois and batch indices (shape of x only); "
@@ -696,32 +696,32 @@ constexpr auto kRules = [] {
           .Infers(shape::Pad),
 
       // -- Pooling with indices, normalizations, dropout (extra tensors).
-      Saves("MaxPool", SaveMaxPool, "facts 3.2 max_pool2d").Infers(shape::Pool),
+      Saves("MaxPool", SaveMaxPool, "§3.2 max_pool2d").Infers(shape::Pool),
       Saves("GlobalMaxPool", SaveMaxPool, "INF: adaptive_max_pool2d keeps x and indices (3.2)")
           .Infers(shape::GlobalPool),
-      Saves("BatchNormalization", SaveBatchNorm, "facts 3.2 batch_norm; 5.2 not in FP32 list")
+      Saves("BatchNormalization", SaveBatchNorm, "§3.2 batch_norm; §5.2 not in FP32 list")
           .Infers(shape::BatchNorm),
       Saves("InstanceNormalization", SaveInstanceNorm,
-            "INF: batch_norm on [1, N*C, ...] (facts 3.2 batch_norm)")
+            "INF: batch_norm on [1, N*C, ...] (§3.2 batch_norm)")
           .Infers(shape::Unary),
-      Saves("LayerNormalization", SaveLayerNorm, "facts 3.2 layer_norm; 5.2 FP32", kFp32)
+      Saves("LayerNormalization", SaveLayerNorm, "§3.2 layer_norm; §5.2 FP32", kFp32)
           .Infers(shape::LayerNorm),
       Saves("GroupNormalization", SaveGroupNorm,
-            "INF: like facts 3.2 layer_norm, stats [N, G]; 5.2 FP32 group_norm", kFp32)
+            "INF: like §3.2 layer_norm, stats [N, G]; §5.2 FP32 group_norm", kFp32)
           .Infers(shape::Unary),
-      Saves("RMSNormalization", SaveRmsNorm, "INF: like facts 3.2 layer_norm, rstd only")
+      Saves("RMSNormalization", SaveRmsNorm, "INF: like §3.2 layer_norm, rstd only")
           .Infers(shape::Unary),
-      Saves("Dropout", SaveDropout, "facts 3.2 dropout").Infers(shape::Dropout),
-      Saves("Attention", SaveAttention, "facts 3.2 SDPA flash; 5.2 LOWER_PRECISION; INF backend",
+      Saves("Dropout", SaveDropout, "§3.2 dropout").Infers(shape::Dropout),
+      Saves("Attention", SaveAttention, "§3.2 SDPA flash; §5.2 LOWER_PRECISION; INF backend",
             kLow)
           .Infers(shape::Attention),
 
       // -- Recurrent (conservative).
-      Saves("LSTM", SaveRecurrent, "INF: all inputs/outputs + gates reserve; 5.2 RNN cells", kLow)
+      Saves("LSTM", SaveRecurrent, "INF: all inputs/outputs + gates reserve; §5.2 RNN cells", kLow)
           .Infers(shape::Recurrent),
-      Saves("GRU", SaveRecurrent, "INF: all inputs/outputs + gates reserve; 5.2 RNN cells", kLow)
+      Saves("GRU", SaveRecurrent, "INF: all inputs/outputs + gates reserve; §5.2 RNN cells", kLow)
           .Infers(shape::Recurrent),
-      Saves("RNN", SaveRecurrent, "INF: all inputs/outputs + gates reserve; 5.2 RNN cells", kLow)
+      Saves("RNN", SaveRecurrent, "INF: all inputs/outputs + gates reserve; §5.2 RNN cells", kLow)
           .Infers(shape::Recurrent),
 
       // -- No gradient.
@@ -835,7 +835,7 @@ std::vector<SavedTensor> SavedTensors(const core::Node& node,
                                       const core::BoundGraph& graph,
                                       const std::vector<bool>& requires_grad) {
   std::vector<SavedTensor> saved;
-  // facts 3.1: autograd records nothing when no input requires grad.
+  // memory-model.md §3.1: autograd records nothing when no input requires grad.
   const bool active =
       std::any_of(node.inputs.begin(), node.inputs.end(),
                   [&](int id) { return RequiresGradAt(requires_grad, id); });

@@ -1,7 +1,7 @@
 // ops/rules.h -- the one per-op rule table shared by every backend.
 //
 // One OpRule per ONNX op (families make most ops one line). A rule states what PyTorch eager
-// training does with memory for the op, citing ../shared/reference/pytorch-memory-facts.md
+// training does with memory for the op, citing docs/memory-model.md
 // (section numbers in `cite`):
 //   * which tensors autograd saves for backward (inputs, outputs, or extra tensors such as a
 //     dropout mask or max-pool indices),
@@ -30,11 +30,12 @@
 
 namespace memest::ops {
 
+// How autocast treats an op; the tags name the lists in memory-model.md §5.2.
 enum class AmpPolicy {
-  kPassThrough,     // runs in its input's dtype (relu, add, ...)         facts 5.2 "by omission"
-  kLowerPrecision,  // runs in fp16/bf16 under autocast (conv, matmul)     facts 5.2 LOWER_PRECISION_FP
-  kFp32,            // inputs cast to fp32, output fp32 (softmax, LN, ...) facts 5.2 FP32 lists
-  kPromote,         // widest input type                                   facts 5.2 PROMOTE
+  kPassThrough,     // runs in its input's dtype (relu, add, ...)         "by omission"
+  kLowerPrecision,  // runs in fp16/bf16 under autocast (conv, matmul)     LOWER_PRECISION_FP
+  kFp32,            // inputs cast to fp32, output fp32 (softmax, LN, ...) FP32 lists
+  kPromote,         // widest input type                                   PROMOTE
 };
 
 struct SavedTensor {
@@ -62,7 +63,7 @@ struct OpRule {
   AmpPolicy amp = AmpPolicy::kPassThrough;
   SavedFn saved = nullptr;   // nullptr: saves nothing
   WorkspaceFn workspace = nullptr;  // nullptr: no forward workspace
-  std::string_view cite;     // e.g. "facts 3.2 relu"
+  std::string_view cite;     // e.g. "§3.2 relu" (docs/memory-model.md sections)
   InferFn infer = nullptr;   // shape/dtype rule; nullptr: outputs unknown (ONNX inference)
 
   // The same rule with shape rule `fn`: `SavesOutput("Relu", ...).Infers(shape::Unary)`.

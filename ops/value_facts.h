@@ -3,13 +3,14 @@
 // From a BoundGraph and the options' precision, computed once (immutable afterwards):
 //   * requires_grad: ops::RequiresGrad (trainable parameters and what is computed from them);
 //   * low: the value is fp16/bf16 at run time (AMP: produced by a lower-precision op or by a
-//     pass-through op on low inputs, facts 5.2/5.3; bf16: every fp32 value);
-//   * root: the value that owns the storage (a view's source, transitively; facts 3.1 views);
+//     pass-through op on low inputs, memory-model.md §5.2/5.3; bf16: every fp32 value);
+//   * root: the value that owns the storage (a view's source, transitively; memory-model.md §3.1
+//     views);
 //   * bytes: run-time bytes (halved when low); for a value whose shape is unknown, the largest
 //     known tensor its producer touches (a conservative guess, listed in fallback_ops).
 //   * layout: whether a value is contiguous at run time, and so whether a view op really is a
-//     view (facts 3.1 views; 3.2 table, mm/bmm/matmul row: "reshape/expand ... may copy (new
-//     allocation, then saved)"). Policy:
+//     view (memory-model.md §3.1 views; 3.2 table, mm/bmm/matmul row: "reshape/expand ... may copy
+//     (new allocation, then saved)"). Policy:
 //       - outputs of non-view ops are contiguous; views carry strides: Transpose permutes
 //         them, Slice/Split keep them, Expand broadcasts with stride 0;
 //       - Reshape/Flatten/Squeeze/Unsqueeze are views when PyTorch's view rule finds strides
@@ -51,10 +52,10 @@ class ValueFacts {
   // The tensors autograd saves for node `n` (ops::SavedTensors), with MatMul's copies of
   // non-contiguous operands as extra tensors (layout policy above).
   std::vector<SavedTensor> Saved(size_t n) const;
-  // Whether the graph runs GEMMs (cuBLAS workspace, facts 2.3).
+  // Whether the graph runs GEMMs (cuBLAS workspace, memory-model.md §2.3).
   bool has_gemm() const { return has_gemm_; }
   // Bytes of the low-precision autocast copy of a trainable fp32 weight used by a
-  // lower-precision op (facts 5.1); 0 when there is none.
+  // lower-precision op (memory-model.md §5.1); 0 when there is none.
   uint64_t amp_cast_bytes(int id) const;
 
  private:

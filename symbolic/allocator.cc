@@ -1,26 +1,30 @@
 // symbolic/allocator.cc -- model of PyTorch's CUDACachingAllocator (native backend).
 //
-// Policy (pytorch-memory-facts.md section 1; constants in allocator.h):
+// Policy (docs/memory-model.md §1; constants in allocator.h):
 //  * Sizes are rounded up to 512 B (or to the next power-of-2 division when
-//    roundup_power2_divisions is set) (facts 1.3). A zero-byte request allocates nothing.
-//  * Rounded sizes <= 1 MiB use the small pool, larger ones the large pool (facts 1.4 get_pool).
+//    roundup_power2_divisions is set) (memory-model.md §1.3). A zero-byte request allocates
+//    nothing.
+//  * Rounded sizes <= 1 MiB use the small pool, larger ones the large pool (memory-model.md §1.4
+//    get_pool).
 //  * Best fit: the smallest free block of the pool with size >= request, lowest address on ties
-//    (facts 1.4 get_free_block). With max_split_size set, a request below it never takes a block at
-//    or above it, and a request at or above it never takes a block 20 MiB (max_non_split_rounding)
-//    larger than itself.
+//    (memory-model.md §1.4 get_free_block). With max_split_size set, a request below it never takes
+//    a block at or above it, and a request at or above it never takes a block 20 MiB
+//    (max_non_split_rounding) larger than itself.
 //  * No fitting block: cudaMalloc a segment of 2 MiB (request <= 1 MiB), 20 MiB (request < 10 MiB)
-//    or the request rounded up to 2 MiB (facts 1.4 get_allocation_size).
-//  * Split (facts 1.4 should_split): small pool when the remainder is >= 512 B; large pool when the
-//    request is below max_split_size and the remainder is > 1 MiB. Otherwise the whole block is
-//    handed out and `allocated` counts the whole block (an 11.5 MiB request on a free 12 MiB block
-//    counts 12 MiB).
+//    or the request rounded up to 2 MiB (memory-model.md §1.4 get_allocation_size).
+//  * Split (memory-model.md §1.4 should_split): small pool when the remainder is >= 512 B; large
+//    pool when the request is below max_split_size and the remainder is > 1 MiB. Otherwise the
+//    whole block is handed out and `allocated` counts the whole block (an 11.5 MiB request on a
+//    free 12 MiB block counts 12 MiB).
 //  * Free merges with free neighbours of the same segment; memory is never returned to CUDA on
-//    free (facts 1.4), so reserved only grows without memory pressure (facts 1.5).
+//    free (memory-model.md §1.4), so reserved only grows without memory pressure
+//    (memory-model.md §1.5).
 //  * A segment that would exceed `capacity`: release every free block that is a whole segment,
-//    retry once, else out of memory (facts 1.5 steps 5-6).
-//  * expandable_segments (facts 1.6): one growing segment per pool, mapped in pages of 2 MiB
-//    (small) / 20 MiB (large); a request that fits no free block extends the free tail (or the end)
-//    by whole pages; any remainder >= 512 B is split off; empty_cache/OOM unmap free tail pages.
+//    retry once, else out of memory (memory-model.md §1.5 steps 5-6).
+//  * expandable_segments (memory-model.md §1.6): one growing segment per pool, mapped in pages of
+//    2 MiB (small) / 20 MiB (large); a request that fits no free block extends the free tail (or
+//    the end) by whole pages; any remainder >= 512 B is split off; empty_cache/OOM unmap free tail
+//    pages.
 #include "symbolic/allocator.h"
 
 #include <algorithm>
@@ -31,7 +35,7 @@ namespace {
 
 uint64_t RoundUp(uint64_t n, uint64_t m) { return (n + m - 1) / m * m; }
 
-// facts 1.3 roundup_power2_next_division
+// memory-model.md §1.3 roundup_power2_next_division
 uint64_t RoundUpPower2Division(uint64_t n, uint32_t divisions) {
   if (std::has_single_bit(n)) return n;
   const uint64_t floor_pow2 = std::bit_floor(n);
@@ -171,7 +175,7 @@ bool CachingAllocatorModel::ReleaseCached() {
     if (!b.alive || !b.free) continue;
     Segment& seg = segments_[static_cast<size_t>(b.segment)];
     if (config_.expandable_segments) {
-      // Unmap the whole pages at the end of a free tail block (facts 1.6).
+      // Unmap the whole pages at the end of a free tail block (memory-model.md §1.6).
       if (b.next >= 0) continue;
       const uint64_t page = b.small ? kSmallBuffer : kLargeBuffer;
       const uint64_t seg_end = seg.addr + seg.size;
@@ -220,7 +224,8 @@ CachingAllocatorModel::Handle CachingAllocatorModel::MallocExpandable(uint64_t r
       Segment seg;
       seg.addr = next_addr_;
       seg.small = small;
-      next_addr_ += uint64_t{1} << 44;  // a large virtual range (facts 1.6: 1.125 x GPU memory)
+      // A large virtual range (memory-model.md §1.6: 1.125 x GPU memory).
+      next_addr_ += uint64_t{1} << 44;
       seg_id = static_cast<int>(segments_.size());
       segments_.push_back(seg);
       ++stats_.segments;

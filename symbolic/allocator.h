@@ -3,7 +3,7 @@
 // It replays a malloc/free stream and reports what torch.cuda.memory_stats() would: allocated,
 // reserved and requested bytes with their peaks, segment counts, and whether a request would run
 // out of memory against a capacity. The policy is stated at the top of allocator.cc with citations
-// of ../shared/reference/pytorch-memory-facts.md section 1.
+// of docs/memory-model.md section 1.
 //
 // Not thread-safe (a simulation is single-threaded); each simulation owns its own instance.
 #ifndef MEMEST_SYMBOLIC_ALLOCATOR_H_
@@ -19,18 +19,18 @@
 namespace memest::symbolic {
 
 inline constexpr uint64_t kMiB = uint64_t{1} << 20;
-inline constexpr uint64_t kMinBlockSize = 512;          // facts 1.1
-inline constexpr uint64_t kSmallSize = 1 * kMiB;        // facts 1.1: largest "small" allocation
-inline constexpr uint64_t kSmallBuffer = 2 * kMiB;      // facts 1.1: small-pool segment
-inline constexpr uint64_t kLargeBuffer = 20 * kMiB;     // facts 1.1: 1..10 MiB requests' segment
-inline constexpr uint64_t kMinLargeAlloc = 10 * kMiB;   // facts 1.1
-inline constexpr uint64_t kRoundLarge = 2 * kMiB;       // facts 1.1
+inline constexpr uint64_t kMinBlockSize = 512;          // memory-model.md §1.1
+inline constexpr uint64_t kSmallSize = 1 * kMiB;        // memory-model.md §1.1: largest small size
+inline constexpr uint64_t kSmallBuffer = 2 * kMiB;      // memory-model.md §1.1: small-pool segment
+inline constexpr uint64_t kLargeBuffer = 20 * kMiB;     // memory-model.md §1.1: 1-10 MiB segment
+inline constexpr uint64_t kMinLargeAlloc = 10 * kMiB;   // memory-model.md §1.1
+inline constexpr uint64_t kRoundLarge = 2 * kMiB;       // memory-model.md §1.1
 
 struct AllocatorConfig {
-  bool expandable_segments = false;        // facts 1.6
-  std::optional<uint64_t> max_split_size;  // facts 1.2 (unset = unlimited)
-  uint64_t max_non_split_rounding_size = kLargeBuffer;  // facts 1.2
-  uint32_t roundup_power2_divisions = 0;   // facts 1.2/1.3 (one value for every size interval)
+  bool expandable_segments = false;        // memory-model.md §1.6
+  std::optional<uint64_t> max_split_size;  // memory-model.md §1.2 (unset = unlimited)
+  uint64_t max_non_split_rounding_size = kLargeBuffer;  // memory-model.md §1.2
+  uint32_t roundup_power2_divisions = 0;   // memory-model.md §1.2/1.3 (same for all size bands)
   // Device bytes the allocator may reserve before a request fails (cudaMalloc fails); unlimited
   // by default.
   uint64_t capacity = std::numeric_limits<uint64_t>::max();
@@ -50,23 +50,25 @@ class CachingAllocatorModel {
 
   explicit CachingAllocatorModel(AllocatorConfig config = {});
 
-  // Rounds a request like round_size (facts 1.3).
+  // Rounds a request like round_size (memory-model.md §1.3).
   static uint64_t RoundSize(uint64_t bytes, const AllocatorConfig& config);
-  // The segment a request of `rounded` bytes asks cudaMalloc for (facts 1.4 get_allocation_size).
+  // The segment a request of `rounded` bytes asks cudaMalloc for (memory-model.md §1.4
+  // get_allocation_size).
   static uint64_t AllocationSize(uint64_t rounded);
 
   // Allocates `bytes`. Returns -1 for a zero-byte request (nothing allocated) or when the request
   // would exceed `capacity` even after releasing cached segments (then oom() is true).
   Handle Malloc(uint64_t bytes);
   void Free(Handle h);
-  // torch.cuda.empty_cache(): releases every free block that is a whole segment (facts 1.5).
+  // torch.cuda.empty_cache(): releases every free block that is a whole segment
+  // (memory-model.md §1.5).
   void EmptyCache();
 
   bool oom() const { return oom_; }
   const AllocatorStats& stats() const { return stats_; }
   // Size of the block behind a handle (what allocated_bytes counts for it).
   uint64_t BlockSize(Handle h) const;
-  // Starts new peaks from the current values (reset_peak_memory_stats, facts 1.8).
+  // Starts new peaks from the current values (reset_peak_memory_stats, memory-model.md §1.8).
   void ResetPeaks();
 
  private:

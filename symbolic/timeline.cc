@@ -1,25 +1,28 @@
 // symbolic/timeline.cc -- PyTorch eager training semantics over the bound graph.
 //
-// Policy ("facts" = ../shared/reference/pytorch-memory-facts.md):
+// Policy (sections of docs/memory-model.md):
 //  * Start: every parameter and buffer is allocated once, in graph order (weights).
-//  * Each iteration: zero_grad(set_to_none=True) frees every .grad (facts 4.4); the new input
-//    batch (and int64 targets) is allocated before the previous one is freed (loader semantics).
+//  * Each iteration: zero_grad(set_to_none=True) frees every .grad (memory-model.md §4.4); the new
+//    input batch (and int64 targets) is allocated before the previous one is freed (loader
+//    semantics).
 //  * Forward, in topological order: a node allocates its outputs (views allocate nothing and keep
-//    their source alive, facts 3.1), its extra saved tensors (masks, indices, statistics) and its
-//    workspace (freed at once). A tensor dies after its last consumer unless some node saved it
-//    (ops/rules.h, facts 3.2) or it is a graph output. Under AMP the first lower-precision use of an
-//    fp32 parameter allocates its cached low-precision copy (facts 5.1); the copy lives until the
-//    last backward node that saved it, or the end of forward.
+//    their source alive, memory-model.md §3.1), its extra saved tensors (masks, indices,
+//    statistics) and its workspace (freed at once). A tensor dies after its last consumer unless
+//    some node saved it (ops/rules.h, memory-model.md §3.2) or it is a graph output. Under AMP the
+//    first lower-precision use of an fp32 parameter allocates its cached low-precision copy
+//    (memory-model.md §5.1); the copy lives until the last backward node that saved it, or the end
+//    of forward.
 //  * The first GEMM of the forward creates the main thread's cuBLAS workspace; the first GEMM of
-//    the backward creates the autograd thread's (facts 2.3, INF); both persist.
-//  * Loss on the first output: cross-entropy keeps fp32 log-probs (facts 3.2), mse the target.
-//    Its backward: cross-entropy holds the log-probs' gradient and the logits' gradient at once.
+//    the backward creates the autograd thread's (memory-model.md §2.3, INF); both persist.
+//  * Loss on the first output: cross-entropy keeps fp32 log-probs (memory-model.md §3.2), mse the
+//    target. Its backward: cross-entropy holds the log-probs' gradient and the logits' gradient at
+//    once.
 //  * Backward, in reverse order, for nodes with an input that requires grad and an output that has
 //    a gradient: allocate one gradient per such input (views pass the gradient buffer through);
-//    a parameter's first gradient becomes its .grad (stolen, facts 3.1), later ones are added in
-//    place (freed); fan-out gradients of activations accumulate in place (the new buffer is freed,
-//    facts 3.1); then the node's output gradients and saved tensors are freed (facts 3.1
-//    release_variables).
+//    a parameter's first gradient becomes its .grad (stolen, memory-model.md §3.1), later ones are
+//    added in place (freed); fan-out gradients of activations accumulate in place (the new buffer
+//    is freed, memory-model.md §3.1); then the node's output gradients and saved tensors are freed
+//    (memory-model.md §3.1 release_variables).
 //  * Activation checkpointing (Options::checkpoint_segments; cuts in core/checkpoint.h): nodes of a
 //    checkpointed segment save nothing in the forward; the segment's inputs are kept until its
 //    backward. When backward reaches the segment, its forward runs again (saving as usual, with
@@ -27,18 +30,20 @@
 //    kept inputs are released (torch.utils.checkpoint, reentrant).
 //  * Gradient accumulation (Options::micro_batches): k forward/backward passes on batch/k, the
 //    later gradients added into .grad in place, then one step.
-//  * Optimizer step (facts 4.1-4.3): iteration 1 creates the state (adam: 2 per parameter,
-//    momentum: 1). Foreach (the default): L2 weight decay allocates a gradient-sized copy of all
-//    grads, then frees it; adam then allocates the sqrt copy of all exp_avg_sq (one per parameter)
-//    and frees it. Single-tensor: per parameter, the L2 copy and adam's sqrt and quotient (facts
-//    4.3: about 2 x the largest parameter). Fused: no parameter-sized temporaries.
+//  * Optimizer step (memory-model.md §4.1-4.3): iteration 1 creates the state (adam: 2 per
+//    parameter, momentum: 1). Foreach (the default): L2 weight decay allocates a gradient-sized
+//    copy of all grads, then frees it; adam then allocates the sqrt copy of all exp_avg_sq (one per
+//    parameter) and frees it. Single-tensor: per parameter, the L2 copy and adam's sqrt and
+//    quotient (memory-model.md §4.3: about 2 x the largest parameter). Fused: no parameter-sized
+//    temporaries.
 //  * Inference: forward only, no saved tensors, no gradients, one cuBLAS workspace.
 //  * Every event goes through CachingAllocatorModel (symbolic/allocator.h); peaks over all
-//    simulated iterations; device peak = peak reserved + the GPU profile's CUDA context (facts 2.2).
-//    The breakdown is taken at the fullest moment (most allocated) at peak reserved: requested bytes per
-//    category, allocator rounding (allocated - requested) and cached-but-free segment memory
-//    (reserved - allocated). Separately, each category's own maximum over all iterations, with
-//    the phase, iteration and node where it was first reached (Estimate::largest).
+//    simulated iterations; device peak = peak reserved + the GPU profile's CUDA context
+//    (memory-model.md §2.2). The breakdown is taken at the fullest moment (most allocated) at peak
+//    reserved: requested bytes per category, allocator rounding (allocated - requested) and
+//    cached-but-free segment memory (reserved - allocated). Separately, each category's own maximum
+//    over all iterations, with the phase, iteration and node where it was first reached
+//    (Estimate::largest).
 #include "symbolic/timeline.h"
 
 #include <algorithm>
@@ -303,7 +308,7 @@ void Sim::Prepare() {
     cross_entropy_ = o_.loss == Loss::kCrossEntropy || (o_.loss == Loss::kAuto && classes);
     if (cross_entropy_ && shape && !shape->empty() && shape->back() > 0) {
       const uint64_t numel = b_.Numel(loss_value_).value_or(0);
-      log_probs_bytes_ = core::SatMul(numel, 4);  // fp32 log-probs (facts 3.2)
+      log_probs_bytes_ = core::SatMul(numel, 4);  // fp32 log-probs (memory-model.md §3.2)
       targets_bytes_ = core::SatMul(numel / static_cast<uint64_t>(shape->back()), 8);
     } else {
       cross_entropy_ = false;
@@ -416,10 +421,11 @@ std::set<int> Sim::InputRoots(const core::Node& n, int seg) const {
   return roots;
 }
 
-// Allocates the node's outputs (views allocate nothing and keep their source alive, facts 3.1),
-// its autocast weight copies (facts 5.1), its workspace (freed at once) and the extra tensors it
-// saves, then frees what died. In a recomputation the segment's own counts decide, outputs that
-// are still alive are not made again, and the saved autocast copies are counted here.
+// Allocates the node's outputs (views allocate nothing and keep their source alive,
+// memory-model.md §3.1), its autocast weight copies (memory-model.md §5.1), its workspace (freed at
+// once) and the extra tensors it saves, then frees what died. In a recomputation the segment's own
+// counts decide, outputs that are still alive are not made again, and the saved autocast copies are
+// counted here.
 void Sim::ForwardNode(size_t k, int seg) {
   const core::Node& n = g_.nodes[k];
   node_ = static_cast<int>(k);
@@ -464,7 +470,7 @@ void Sim::ForwardNode(size_t k, int seg) {
 }
 
 // The autocast cache is cleared when its autocast region ends; copies saved for backward stay
-// (facts 5.1).
+// (memory-model.md §5.1).
 void Sim::ClearAutocastCache() {
   for (size_t i = 0; i < cast_.size(); ++i) {
     if (cast_[i] >= 0 && cast_left_[i] == 0) Free(&cast_[i]);
@@ -505,8 +511,9 @@ void Sim::Backward() {
     Tensor seed = Malloc(4, Category::kTransient);  // ones_like(loss)
     if (cross_entropy_) {
       // NllLossBackward: a dense fp32 gradient of the log-probs; then LogSoftmaxBackward: the
-      // gradient of the logits, while both are alive; then both of the former die (facts 3.1
-      // release_variables; measured on the CPU harness, datasets/measured/cpu/bundled.jsonl).
+      // gradient of the logits, while both are alive; then both of the former die
+      // (memory-model.md §3.1 release_variables; measured on the CPU harness,
+      // datasets/measured/cpu/bundled.jsonl).
       Tensor grad_log_probs = Malloc(log_probs_bytes_, Category::kTransient);
       Free(&seed);
       grad_[static_cast<size_t>(loss_value_)] =
@@ -543,7 +550,7 @@ void Sim::Backward() {
                                    : grad_[static_cast<size_t>(in)];
         if (slot < 0) {
           if (v.trainable && g >= 0) {
-            // Stolen into .grad (facts 3.1): re-label it as a parameter gradient.
+            // Stolen into .grad (memory-model.md §3.1): re-label it as a parameter gradient.
             Relabel(g, Category::kGradients);
           }
           slot = g;
@@ -575,7 +582,7 @@ void Sim::Backward() {
     for (int out : n.outputs) {
       if (out >= 0) Free(&grad_[static_cast<size_t>(out)]);
     }
-    // release_variables: saved tensors die with their node (facts 3.1).
+    // release_variables: saved tensors die with their node (memory-model.md §3.1).
     std::set<int> released;
     for (const auto& s : saved_[kk]) {
       if (s.value < 0) continue;
@@ -617,7 +624,7 @@ void Sim::Step(int it) {
     if (g_.values[i].trainable && !g_.values[i].consumers.empty()) params.push_back(static_cast<int>(i));
   }
   const bool adam = o_.optimizer == Optimizer::kAdam || o_.optimizer == Optimizer::kAdamW;
-  if (it == 1) {  // lazily created state (facts 4.2)
+  if (it == 1) {  // lazily created state (memory-model.md §4.2)
     const int k = o_.optimizer == Optimizer::kSgd ? 0 : o_.optimizer == Optimizer::kMomentum ? 1 : 2;
     for (int p : params) {
       for (int j = 0; j < k; ++j) state_.push_back(Malloc(facts_.bytes(p), Category::kOptimizerState));
@@ -664,7 +671,7 @@ void Sim::Iteration(int it) {
     for (Tensor& g : param_grad_) Free(&g);  // zero_grad(set_to_none=True)
   }
   // Gradient accumulation: micro-batches run forward and backward, .grad accumulates in place
-  // (facts 3.1 AccumulateGrad), then one optimizer step.
+  // (memory-model.md §3.1 AccumulateGrad), then one optimizer step.
   const int64_t micro = train_ ? o_.micro_batches : 1;
   for (int64_t m = 0; m < micro; ++m) {
     // New batch before the old one is released.

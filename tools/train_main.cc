@@ -652,8 +652,7 @@ int main(int argc, char** argv) {
   CLI::App app{"memest-train: trains the learned backend's MLP ensemble (docs/learned.md)"};
   app.add_flag("--gpumemnet", args.gpumemnet, "train on GPUMemNet's 6,000 MLP rows");
   app.add_option("--gpumemnet-dir", args.gpumemnet_dir,
-                 "folder of the GPUMemNet CSVs (default: <root>/datasets/gpumemnet, then "
-                 "<root>/../shared/data/gpumemnet)");
+                 "folder of the GPUMemNet CSVs (default: <root>/datasets/gpumemnet)");
   app.add_option("--rows", args.rows, "measured rows (docs/measured-row-schema.md), repeatable");
   app.add_option("--out", args.out, "weights file to write")->required();
   app.add_option("--seed", args.seed, "seed (initialization, shuffling, validation groups)");

@@ -92,7 +92,7 @@ int Gpumemnet(const std::string& data, const std::string& out, const std::string
   if (!data.empty()) {
     candidates = {data};
   } else {
-    candidates = {"datasets/gpumemnet", "../shared/data/gpumemnet"};
+    candidates = {"datasets/gpumemnet"};
   }
   auto dir = gpumemnet::FindDataDir(candidates);
   if (!dir.ok()) return Fail(dir.status(), 3);
@@ -134,8 +134,7 @@ int Manifest(const std::string& preset, const std::string& root, const std::stri
   req.root = root;
   if (preset == "gpu-h100") {
     auto dir = gpumemnet::FindDataDir(
-        data.empty() ? std::vector<std::string>{root + "/datasets/gpumemnet",
-                                                root + "/../shared/data/gpumemnet"}
+        data.empty() ? std::vector<std::string>{root + "/datasets/gpumemnet"}
                      : std::vector<std::string>{data});
     if (!dir.ok()) return Fail(dir.status(), 3);
     req.gpumemnet_dir = *dir;
@@ -194,7 +193,7 @@ int main(int argc, char** argv) {
   bool gmn_check = false;
   gmn->add_option("--data", gmn_data,
                   "folder with mlp_data_step1.csv and mlp_data_step2.csv (default: "
-                  "datasets/gpumemnet, then ../shared/data/gpumemnet)");
+                  "datasets/gpumemnet)");
   gmn->add_option("--out", gmn_out, "output JSONL file")->required();
   gmn->add_option("--write-models", gmn_models, "also write gpumemnet_<row>.onnx here");
   gmn->add_flag("--check", gmn_check, "validate every rebuilt model (slow: 6,000 models)");

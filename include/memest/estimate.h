@@ -1,6 +1,6 @@
 // memest/estimate.h -- the one result struct every backend returns.
 //
-// Three levels of truth (see docs and pytorch-memory-facts.md section 1.8 / 2.2):
+// Three levels of truth (see docs and docs/memory-model.md §1.8 / §2.2):
 //   peak_allocated: torch.cuda.max_memory_allocated() -- tensor blocks, 512-byte rounded;
 //   peak_reserved:  torch.cuda.max_memory_reserved()  -- caching-allocator segments;
 //   peak_device:    what nvidia-smi shows for the process = CUDA context + reserved + library

@@ -19,7 +19,7 @@ namespace memest {
 
 enum class Mode { kTrain, kInfer };
 enum class Optimizer { kSgd, kMomentum, kAdam, kAdamW };
-// How torch.optim runs the step (pytorch-memory-facts.md section 4.3). kForeach: the default for
+// How torch.optim runs the step (docs/memory-model.md §4.3). kForeach: the default for
 // CUDA parameters (a parameter-sized temporary list). kSingleTensor: foreach=False, the per-
 // parameter loop (temporaries the size of one parameter; the default for CPU parameters).
 // kFused: fused=True, one kernel (no parameter-sized temporaries; Adam/AdamW on CUDA).
@@ -32,7 +32,7 @@ enum class Precision { kFp32, kAmpFp16, kAmpBf16, kBf16 };
 enum class Loss { kAuto, kCrossEntropy, kMse };
 
 // PyTorch CUDA caching allocator settings (PYTORCH_CUDA_ALLOC_CONF), see
-// pytorch-memory-facts.md section 1.2. Defaults are PyTorch's defaults.
+// docs/memory-model.md §1.2. Defaults are PyTorch's defaults.
 struct AllocatorSettings {
   bool expandable_segments = false;                  // expandable_segments:True
   std::optional<uint64_t> max_split_size;            // max_split_size_mb (unset = unlimited)
@@ -68,8 +68,9 @@ struct Options {
   // saving anything except its inputs, and is run again with grad enabled when backward reaches
   // it. 0 or 1 = no checkpointing.
   int64_t checkpoint_segments = 0;
-  // Count the GPU libraries' workspaces (cuBLAS, facts 2.3) in the estimate. false models a run
-  // without them: the CPU measurement harness (tensor level), which memest-eval compares with.
+  // Count the GPU libraries' workspaces (cuBLAS, memory-model.md §2.3) in the estimate. false
+  // models a run without them: the CPU measurement harness (tensor level), which memest-eval
+  // compares with.
   bool library_workspaces = true;
   // An estimate that rests on tensors whose shape no rule can infer (data-dependent sizes:
   // NonZero, Range over computed bounds, string ops; sequence values) is refused with

@@ -1,4 +1,4 @@
-// Worked examples for the caching-allocator model (pytorch-memory-facts.md section 1).
+// Worked examples for the caching-allocator model (docs/memory-model.md §1).
 #include "symbolic/allocator.h"
 
 #include <gtest/gtest.h>
@@ -15,7 +15,8 @@ TEST(AllocatorTest, RoundSizeFollowsRoundSize) {
   EXPECT_EQ(CachingAllocatorModel::RoundSize(513, c), 1024u);
   EXPECT_EQ(CachingAllocatorModel::RoundSize(11'000'000, c), 11'000'320u);
   c.roundup_power2_divisions = 4;
-  // floor_pow2 = 1 MiB, step = 256 KiB -> 1.25 MiB (facts 1.3 roundup_power2_next_division).
+  // floor_pow2 = 1 MiB, step = 256 KiB -> 1.25 MiB (memory-model.md §1.3
+  // roundup_power2_next_division).
   EXPECT_EQ(CachingAllocatorModel::RoundSize(1'200'000, c), 1'310'720u);
   EXPECT_EQ(CachingAllocatorModel::RoundSize(2 * MiB, c), 2 * MiB);  // powers of two stay
   EXPECT_EQ(CachingAllocatorModel::RoundSize(1200, c), 1536u);       // below 512 * divisions

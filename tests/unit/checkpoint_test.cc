@@ -15,7 +15,7 @@ using memest::testing::GraphBuilder;
 using memest::testing::kFloat;
 
 // X[N,64] -> 8 x (Mul by a parameter[64], Sigmoid): 16 nodes, one activation between
-// nodes. Each Sigmoid saves its output and each Mul saves its input (facts 3.2).
+// nodes. Each Sigmoid saves its output and each Mul saves its input (memory-model.md §3.2).
 std::shared_ptr<const Model> Chain(bool skip = false) {
   GraphBuilder b(17);
   b.AddInput("X", kFloat, {"N", 64});

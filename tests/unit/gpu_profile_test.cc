@@ -18,7 +18,7 @@ Result<std::vector<GpuProfile>> ParseGpuProfilesJson(std::string_view text);
 namespace memest {
 namespace {
 
-// pytorch-memory-facts.md section 2.3: default cuBLAS workspace sizes.
+// docs/memory-model.md §2.3: default cuBLAS workspace sizes.
 constexpr uint64_t kHopperWorkspace = 33'554'432;  // 4096 KiB x 8
 constexpr uint64_t kOtherWorkspace = 8'519'680;    // :4096:2:16:8
 

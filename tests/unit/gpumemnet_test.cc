@@ -8,8 +8,8 @@
 //  * memest's ModelSummary::parameter_count (core/loader.cc) counts what PyTorch trains: every
 //    row's rebuilt graph gives exactly that count, so memest = CSV + PReLU layers, and rows
 //    without PReLU match the CSV exactly (1-element Linear(..., 1) biases included).
-// The CSVs are read from datasets/gpumemnet/ (committed copies) or ../shared/data/gpumemnet;
-// the test is skipped when neither exists.
+// The CSVs are read from datasets/gpumemnet/ (committed copies); the test is skipped when they
+// are missing.
 #include "datasets/gpumemnet/gpumemnet.h"
 
 #include <gtest/gtest.h>
@@ -28,8 +28,7 @@ namespace memest::gpumemnet {
 namespace {
 
 Result<std::vector<Row>> LoadRows() {
-  auto dir = FindDataDir({std::string(MEMEST_SOURCE_DIR) + "/datasets/gpumemnet",
-                          std::string(MEMEST_SOURCE_DIR) + "/../shared/data/gpumemnet"});
+  auto dir = FindDataDir({std::string(MEMEST_SOURCE_DIR) + "/datasets/gpumemnet"});
   if (!dir.ok()) return dir.status();
   return ReadAll(*dir);
 }

@@ -336,9 +336,7 @@ TEST(LearnedWeightsTest, ShippedChecksReproduceBitForBit) {
   ASSERT_TRUE(net.ok()) << net.status().ToString();
   const nlohmann::json j = nlohmann::json::parse(ShippedWeightsJson());
   ASSERT_EQ(j["checks"].size(), 3u);
-  auto dir = gpumemnet::FindDataDir({std::string(MEMEST_SOURCE_DIR) + "/datasets/gpumemnet",
-                                     std::string(MEMEST_SOURCE_DIR) +
-                                         "/../shared/data/gpumemnet"});
+  auto dir = gpumemnet::FindDataDir({std::string(MEMEST_SOURCE_DIR) + "/datasets/gpumemnet"});
   if (!dir.ok()) GTEST_SKIP() << "GPUMemNet CSVs not found";
   auto rows = gpumemnet::ReadAll(*dir);
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();

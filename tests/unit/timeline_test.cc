@@ -17,7 +17,7 @@ namespace {
 using memest::testing::GraphBuilder;
 using memest::testing::kFloat;
 
-constexpr uint64_t kWorkspace = 33'554'432;  // h100-80gb cuBLAS workspace (facts 2.3)
+constexpr uint64_t kWorkspace = 33'554'432;  // h100-80gb cuBLAS workspace (memory-model.md §2.3)
 
 // X[N,256] -Gemm(W1[512,256],B1[512])-> H -Relu-> R -Gemm(W2[10,512],B2[10])-> Y[N,10]
 std::shared_ptr<const Model> LinearReluLinear() {
@@ -36,7 +36,7 @@ std::shared_ptr<const Model> LinearReluLinear() {
   return m.ok() ? *m : nullptr;
 }
 
-// Block sizes (512-byte rounded, facts 1.3), fp32:
+// Block sizes (512-byte rounded, memory-model.md §1.3), fp32:
 //   W1 524,288  B1 2,048  W2 20,480  B2 512 (40 B)  -> parameters P = 547,328
 //   X[4,256] 4,096  targets[4] int64 512  H,R[4,512] 8,192 each  Y, log-probs [4,10] 512 each
 constexpr uint64_t kParams = 524'288 + 2'048 + 20'480 + 512;
@@ -50,8 +50,9 @@ TEST(TimelineTest, LinearReluLinearAdamPeakIsTheFirstOptimizerStep) {
   o.optimizer = Optimizer::kAdam;
   auto sim = SimulateModel(*model, o, /*record_events=*/true);
   ASSERT_TRUE(sim.ok()) << sim.status().ToString();
-  // Step of iteration 1: weights + grads + 2 Adam states + the foreach sqrt copy (facts 4.3)
-  // = 5 P, plus both cuBLAS workspaces (forward and autograd threads) and the input batch.
+  // Step of iteration 1: weights + grads + 2 Adam states + the foreach sqrt copy
+  // (memory-model.md §4.3) = 5 P, plus both cuBLAS workspaces (forward and autograd threads) and
+  // the input batch.
   EXPECT_EQ(sim->estimate.peak_allocated, 5 * kParams + 2 * kWorkspace + kBatch);
   // Backward peak of iteration 1, for comparison: weights + both workspaces + batch + R (saved)
   // ... is lower: the step dominates for this tiny model.
@@ -151,7 +152,7 @@ TEST(TimelineTest, AdamWeightDecayAddsAGradientCopy) {
   const auto l2 = SimulateModel(*model, adam_l2, false);
   const auto w = SimulateModel(*model, adamw, false);
   ASSERT_TRUE(a.ok() && l2.ok() && w.ok());
-  // The L2 copy is freed before the sqrt copy (facts 4.3): the peak does not grow...
+  // The L2 copy is freed before the sqrt copy (memory-model.md §4.3): the peak does not grow...
   EXPECT_EQ(l2->estimate.peak_allocated, a->estimate.peak_allocated);
   EXPECT_EQ(w->estimate.peak_allocated, a->estimate.peak_allocated);
 }
@@ -198,7 +199,7 @@ TEST(TimelineTest, CrossEntropyBackwardHoldsBothGradientsAtOnce) {
   // Iteration 2, loss backward: weights (131,072 + 16,384), X (2,048), targets (512), both
   // workspaces, the loss (512), and four [64,4096] fp32 tensors of 1 MiB: the logits Y (a graph
   // output), the saved log-probs, NllLossBackward's gradient of the log-probs and
-  // LogSoftmaxBackward's gradient of Y (measured on the CPU harness, facts 3.1).
+  // LogSoftmaxBackward's gradient of Y (measured on the CPU harness, memory-model.md §3.1).
   constexpr uint64_t kLogits = 64 * 4096 * 4;
   EXPECT_EQ(sim->estimate.peak_allocated,
             131'072 + 16'384 + 2'048 + 512 + 2 * kWorkspace + 512 + 4 * kLogits);
@@ -216,9 +217,10 @@ TEST(TimelineTest, AmpCachesHalfPrecisionWeightCopies) {
   const auto b = SimulateModel(*model, amp, false);
   ASSERT_TRUE(a.ok() && b.ok());
   // Linear is addmm(bias, x, W^T) under autocast: weights AND biases are fp32 leaves used by a
-  // lower-precision op, so each gets a cached fp16 copy (facts 5.1): W1 262,144, B1 1,024,
-  // W2 10,240, B2 512 (20 B rounded). H and R become fp16 (4,096 each). The fp32 peak is at Relu
-  // (H and R alive); the AMP peak is at the second Gemm: every copy, R and Y (fp16, 512) alive.
+  // lower-precision op, so each gets a cached fp16 copy (memory-model.md §5.1): W1 262,144, B1
+  // 1,024, W2 10,240, B2 512 (20 B rounded). H and R become fp16 (4,096 each). The fp32 peak is at
+  // Relu (H and R alive); the AMP peak is at the second Gemm: every copy, R and Y (fp16, 512)
+  // alive.
   EXPECT_EQ(a->estimate.peak_allocated, kParams + kWorkspace + 4'096 + 8'192 + 8'192);
   EXPECT_EQ(b->estimate.peak_allocated,
             kParams + kWorkspace + 4'096 + (262'144 + 1'024 + 10'240 + 512) + 4'096 + 512);

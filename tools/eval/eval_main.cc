@@ -401,8 +401,7 @@ int main(int argc, char** argv) {
                "add GPUMemNet's 6,000 A100 rows, rebuilt in memory by the datasets/gpumemnet "
                "importer");
   app.add_option("--gpumemnet-data", args.gpumemnet_data,
-                 "folder of GPUMemNet's CSVs (default: <root>/datasets/gpumemnet, then "
-                 "<root>/../shared/data/gpumemnet)");
+                 "folder of GPUMemNet's CSVs (default: <root>/datasets/gpumemnet)");
   app.add_option("--backend", args.backends,
                  "evaluate only this backend (repeatable; default: every available backend)");
   app.add_option("--root", args.root, "repository root for relative model paths")

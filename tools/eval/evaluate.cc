@@ -100,7 +100,7 @@ Result<GpumemnetData> LoadGpumemnet(const std::string& data_dir, const std::stri
   if (!data_dir.empty()) {
     candidates.push_back(data_dir);
   } else {
-    candidates = {root + "/datasets/gpumemnet", root + "/../shared/data/gpumemnet"};
+    candidates = {root + "/datasets/gpumemnet"};
   }
   GpumemnetData data;
   MEMEST_ASSIGN_OR_RETURN(data.dir, gpumemnet::FindDataDir(candidates));

@@ -38,7 +38,7 @@ namespace memest::eval {
 Result<std::string> ProfileForDevice(const std::string& device_name);
 
 // GPUMemNet's 6,000 rows as measured rows, with their rebuilt ONNX bytes (index -> bytes).
-// `data_dir` "" searches <root>/datasets/gpumemnet, then <root>/../shared/data/gpumemnet.
+// `data_dir` "" reads <root>/datasets/gpumemnet.
 struct GpumemnetData {
   std::string dir;
   std::vector<MeasuredRow> rows;

@@ -431,8 +431,8 @@ std::string AnchorsSection(const Summary& s) {
       {"LLMem", "≤ 1.6 % single GPU", "LLM fine-tuning", "not in this data", "no"},
   };
   t.right.assign(t.header.size(), false);
-  return "## Compared with published figures\n\nFigures as published "
-         "(`../shared/reference/anchors.md`). Only the first row is measured on the same rows; "
+  return "## Compared with published figures\n\nFigures as published by each tool's authors "
+         "(papers and repositories). Only the first row is measured on the same rows; "
          "the others are on other models and only say which ballpark a number is in.\n\n" +
          RenderTable(t) + "\n";
 }

@@ -5,7 +5,7 @@ Measures, with PyTorch's own CUDA caching allocator and cudaMemGetInfo:
   * total memory, driver/CUDA/torch versions, compute capability;
   * CUDA context size right after initialisation (device used - reserved);
   * the cuBLAS workspace(s) created by the first GEMM (forward thread) and first backward
-    (autograd thread) -- pytorch-memory-facts.md section 2.3 asks to verify "2 x 32 MiB on Hopper";
+    (autograd thread) -- docs/memory-model.md §2.3 asks to verify "2 x 32 MiB on Hopper";
   * context growth after cuBLAS/cuDNN kernels are loaded (device used - reserved after one step);
   * one small MLP training step (Adam, fp32) with allocator peaks.
 Prints one JSON object on stdout. Usage: python3 tools/gpu/calibrate_profile.py > calib.json
