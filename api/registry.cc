@@ -1,4 +1,4 @@
-// core/registry.cc -- the backend registry, fit check and max-batch search.
+// api/registry.cc -- the backend registry, fit check and max-batch search.
 //
 // The registry is a constant table: each entry names a backend, says whether it is available, and
 // creates it. The one mutable slot is the measurement backend's factory, set once by programs

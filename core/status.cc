@@ -1,5 +1,8 @@
 #include "memest/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace memest {
 
 const char* ErrorCodeName(ErrorCode code) {
@@ -26,5 +29,15 @@ Status Status::WithContext(const std::string& context) const {
   if (ok()) return *this;
   return Status(code_, context + ": " + message_);
 }
+
+namespace internal {
+
+void DieOnValueOfError(const Status& status) {
+  std::fprintf(stderr, "memest: internal error: value() of an error Result (%s)\n",
+               status.ToString().c_str());
+  std::abort();
+}
+
+}  // namespace internal
 
 }  // namespace memest

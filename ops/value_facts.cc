@@ -19,14 +19,6 @@ const std::vector<int64_t>* ShapeOf(const core::BoundGraph& g, int id) {
   return &*g.shapes[static_cast<size_t>(id)];
 }
 
-std::vector<int64_t> WithoutOnes(const std::vector<int64_t>& d) {
-  std::vector<int64_t> out;
-  for (int64_t x : d) {
-    if (x != 1) out.push_back(x);
-  }
-  return out;
-}
-
 using Strides = std::vector<int64_t>;
 
 Strides ContiguousStrides(const std::vector<int64_t>& shape) {
@@ -44,9 +36,9 @@ bool IsContiguous(const std::vector<int64_t>& shape, const Strides& st) {
 }
 
 // The strides of `to` as a view of a tensor of shape `from` with strides `st`, or nullopt when
-// no view exists and reshape copies. The rule PyTorch's view/reshape applies (facts 3.1):
-// walking from the innermost dim, each maximal run of input dims that are contiguous with one
-// another must be covered exactly by whole output dims.
+// no view exists and reshape copies. The rule PyTorch's view/reshape applies
+// (memory-model.md §3.1): walking from the innermost dim, each maximal run of input dims that are
+// contiguous with one another must be covered exactly by whole output dims.
 std::optional<Strides> ViewStrides(const std::vector<int64_t>& from, const Strides& st,
                                    const std::vector<int64_t>& to) {
   Strides out(to.size(), 1);
@@ -87,7 +79,7 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision)
   }
   requires_grad_ = RequiresGrad(graph);
 
-  // Run-time precision (facts 5.2/5.3).
+  // Run-time precision (memory-model.md §5.2/5.3).
   low_.assign(nv, false);
   if (precision == Precision::kBf16) {
     for (size_t i = 0; i < nv; ++i) low_[i] = graph.dtypes[i] == core::kFloat;

@@ -63,7 +63,7 @@ Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu);
 
 // The largest batch (>= 1) for which `estimator` predicts the model fits `options.gpu`
 // (options.batch is ignored). Returns 0 when even batch 1 does not fit. Searches up to `limit`
-// by safeguarded interpolation on the estimated device peak (core/registry.cc), in far fewer
+// by safeguarded interpolation on the estimated device peak (api/registry.cc), in far fewer
 // estimates than a bisection. Exact whenever the peak does not shrink as the batch grows; where
 // it can (allocator segment rounding makes the reserved peak step up and down), the result is a
 // batch that fits whose successor does not. Errors from the estimator are passed through.

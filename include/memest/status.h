@@ -28,7 +28,8 @@ enum class ErrorCode {
 // Stable lower-case name of a code ("invalid_model", ...), used in JSON output.
 const char* ErrorCodeName(ErrorCode code);
 
-class Status {
+// [[nodiscard]]: a Status dropped on the floor is an error ignored; the compiler says so.
+class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
   Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
@@ -58,10 +59,16 @@ inline Status Unsupported(std::string m) { return {ErrorCode::kUnsupported, std:
 inline Status Unavailable(std::string m) { return {ErrorCode::kUnavailable, std::move(m)}; }
 inline Status Internal(std::string m) { return {ErrorCode::kInternal, std::move(m)}; }
 
-// A value or an error. Accessing value() of an error Result is a programming error (checked by
-// assert in debug builds); test ok() first.
+namespace internal {
+// Prints the status and aborts: value() of an error Result is a programming error. Checked in
+// every build type (a branch per access), so it never reads an empty optional.
+[[noreturn]] void DieOnValueOfError(const Status& status);
+}  // namespace internal
+
+// A value or an error. Accessing value() (or *, ->) of an error Result is a programming error
+// that aborts naming the status; test ok() first.
 template <typename T>
-class Result {
+class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
@@ -70,15 +77,24 @@ class Result {
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  const T& value() const& { return *value_; }
-  T& value() & { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  const T& operator*() const& { return *value_; }
-  T& operator*() & { return *value_; }
-  const T* operator->() const { return &*value_; }
-  T* operator->() { return &*value_; }
+  const T& value() const& { return Checked(); }
+  T& value() & { return Checked(); }
+  T&& value() && { return std::move(Checked()); }
+  const T& operator*() const& { return Checked(); }
+  T& operator*() & { return Checked(); }
+  const T* operator->() const { return &Checked(); }
+  T* operator->() { return &Checked(); }
 
  private:
+  const T& Checked() const {
+    if (!value_) internal::DieOnValueOfError(status_);
+    return *value_;
+  }
+  T& Checked() {
+    if (!value_) internal::DieOnValueOfError(status_);
+    return *value_;
+  }
+
   Status status_;
   std::optional<T> value_;
 };

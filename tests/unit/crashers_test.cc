@@ -69,8 +69,12 @@ Status LoadAndEstimate(const fs::path& path) {
         o.batch = batch;
         auto e = (*est)->Run(**model, o);
         auto mb = FindMaxBatch(**est, **model, o, /*limit=*/1 << 12);
-        if (!mb.ok()) EXPECT_NE(mb.status().code(), ErrorCode::kInternal) << mb.status().ToString();
-        if (!e.ok()) EXPECT_FALSE(mb.ok()) << path << " " << name;
+        if (!mb.ok()) {
+          EXPECT_NE(mb.status().code(), ErrorCode::kInternal) << mb.status().ToString();
+        }
+        if (!e.ok()) {
+          EXPECT_FALSE(mb.ok()) << path << " " << name;
+        }
         if (!e.ok() && first.ok()) first = e.status();
       }
     }

@@ -25,5 +25,15 @@ TEST(StatusTest, ResultHoldsValueOrError) {
   EXPECT_EQ(ok_status_without_value.status().code(), ErrorCode::kInternal);
 }
 
+// Reading the value of an error Result aborts naming the status, in every build type (it used to
+// read an empty std::optional).
+TEST(StatusDeathTest, ValueOfAnErrorResultAbortsNamingTheStatus) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const Result<int> bad(NotFound("no such gpu 'x'"));
+  EXPECT_DEATH((void)bad.value(), "value\\(\\) of an error Result \\(not_found: no such gpu 'x'\\)");
+  Result<std::string> bad_string(Internal("boom"));
+  EXPECT_DEATH((void)bad_string->size(), "internal: boom");
+}
+
 }  // namespace
 }  // namespace memest

@@ -1,0 +1,133 @@
+#!/usr/bin/python3
+"""Fails when a source file includes a header from a layer above its own.
+
+    scripts/check_layers.py [REPO_ROOT]
+    scripts/check_layers.py --self-test    # proves the check rejects an upward include
+
+memest's layers, lowest first (docs/architecture.md): the public vocabulary (include/memest/),
+core (status, options, loader, graph, dims, binding), ops (the per-op rule table, shape rules,
+value facts), the backends (analytical, symbolic, measurement; learned above analytical and
+symbolic), api (registry: the one place that knows every backend), then the programs and data
+tools (tools/, datasets/), tests and benchmarks. A file may include its own directory's headers
+and those of the layers LAYERS lists for it; anything else is an upward (or sideways) edge and
+fails the check, naming the file, the line and the header.
+
+KNOWN_DEBT lists the edges that exist today and are still to be removed (issue 12). The list may
+only shrink: an entry that no longer matches anything also fails the check, so a fix must delete
+its entry.
+
+Run by ctest (LayeringTest.NoUpwardIncludes) on every build of the tests.
+"""
+import pathlib
+import re
+import sys
+import tempfile
+
+# Directory -> the directories whose headers it may include (besides its own).
+VOCAB = ["memest"]  # include/memest/ headers are written "memest/x.h"
+LAYERS = {
+    "core": VOCAB,
+    "ops": VOCAB + ["core"],
+    "analytical": VOCAB + ["core", "ops"],
+    "symbolic": VOCAB + ["core", "ops"],
+    "measurement": VOCAB + ["core", "ops"],
+    "learned": VOCAB + ["core", "ops", "analytical", "symbolic"],
+    "api": VOCAB + ["core", "ops", "analytical", "symbolic", "learned", "measurement"],
+    "datasets": VOCAB + ["core", "ops", "analytical", "symbolic", "learned", "api", "datasets"],
+    "tools": None,  # programs: any layer
+    "tests": None,
+    "bench": None,
+}
+# include/memest/ itself: public headers include only each other.
+PUBLIC = "include/memest"
+
+# (file, included header prefix): upward edges that exist today, each to be removed.
+KNOWN_DEBT = {
+    # The loader runs the shape pass, which runs the op rules: the model load should be composed
+    # above ops (ir load, then ops shape inference) instead of core reaching up.
+    ("core/symbolic_shapes.cc", "ops/rules.h"),
+    ("core/symbolic_shapes.cc", "ops/shape_rules.h"),
+}
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def layer_of(rel):
+    parts = rel.split("/")
+    if rel.startswith(PUBLIC + "/"):
+        return PUBLIC
+    return parts[0] if parts[0] in LAYERS else None
+
+
+def allowed(layer, header):
+    top = header.split("/")[0]
+    if layer == PUBLIC:
+        return top == "memest"
+    deps = LAYERS[layer]
+    if deps is None:
+        return True
+    return top == layer or top in deps or "/" not in header  # "x.h": a file next to it
+
+
+def problems(root):
+    """Every upward edge under root (and every stale KNOWN_DEBT entry), as messages."""
+    errors, used_debt = [], set()
+    for path in sorted(root.rglob("*")):
+        if path.suffix not in (".h", ".cc", ".cpp") or not path.is_file():
+            continue
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(("build", ".git/")) or "/generated/" in rel:
+            continue
+        layer = layer_of(rel)
+        if layer is None:
+            continue
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            m = INCLUDE.match(line)
+            if not m or allowed(layer, m.group(1)):
+                continue
+            if (rel, m.group(1)) in KNOWN_DEBT:
+                used_debt.add((rel, m.group(1)))
+                continue
+            errors.append(f"{rel}:{n}: layer '{layer}' includes \"{m.group(1)}\" from a layer "
+                          f"above or beside it")
+    for rel, header in sorted(KNOWN_DEBT - used_debt):
+        errors.append(f"scripts/check_layers.py: KNOWN_DEBT entry ({rel}, {header}) no longer "
+                      f"occurs: delete it")
+    return errors, used_debt
+
+
+def self_test():
+    """A tree with one downward and one upward include: exactly the upward one is reported."""
+    with tempfile.TemporaryDirectory() as d:
+        root = pathlib.Path(d)
+        for rel, text in {
+            "core/symbolic_shapes.cc": '#include "ops/rules.h"\n#include "ops/shape_rules.h"\n',
+            "ops/rules.cc": '#include "core/graph.h"\n#include "memest/status.h"\n',
+            "core/bad.cc": '#include "core/graph.h"\n#include "symbolic/timeline.h"\n',
+            "include/memest/x.h": '#include "core/graph.h"\n',
+        }.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        errors, _ = problems(root)
+        expected = ["core/bad.cc:2:", "include/memest/x.h:1:"]
+        got = [e.split(" ")[0] for e in errors]
+        if got != expected:
+            print(f"self-test FAILED: expected {expected}, got {errors}")
+            return 1
+    print("self-test: upward includes rejected, downward ones accepted")
+    return 0
+
+
+def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
+    errors, used_debt = problems(root)
+    for e in errors:
+        print(e)
+    print(f"check_layers: {len(errors)} problem(s); {len(used_debt)} known upward edge(s) left")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
