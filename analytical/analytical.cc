@@ -49,6 +49,7 @@
 #include "core/checkpoint.h"
 #include "core/checked.h"
 #include "core/dtype.h"
+#include "memory/context.h"
 #include "ops/rules.h"
 #include "ops/value_facts.h"
 
@@ -95,14 +96,21 @@ struct Blocks {
 class Analytical final : public Estimator {
  public:
   std::string_view name() const override { return "analytical"; }
-  Result<Estimate> Run(const Model& model, const Options& options) const override;
+  // The closed form has no model of the allocator's settings (expandable segments, split and
+  // rounding limits): those need the replay of the symbolic backend.
+  OptionSupport supports() const override {
+    OptionSupport s;
+    s.allocator_settings = false;
+    return s;
+  }
+  Result<Estimate> EstimateIn(const memory::EstimationContext& ctx) const override;
 };
 
 // Per-run state; Run() builds one on the stack (the estimator itself stays immutable).
 class Accounting {
  public:
-  Accounting(const core::BoundGraph& b, const Options& o)
-      : b_(b), g_(*b.graph), o_(o), facts_(b, o.precision) {}
+  Accounting(const core::BoundGraph& b, const Options& o, const ops::ValueFacts& facts)
+      : b_(b), g_(*b.graph), o_(o), facts_(facts) {}
 
   Result<Estimate> Train(const GpuProfile& gpu);
   Result<Estimate> Infer(const GpuProfile& gpu);
@@ -117,7 +125,7 @@ class Accounting {
   const core::BoundGraph& b_;
   const core::Graph& g_;
   const Options& o_;
-  ops::ValueFacts facts_;
+  const ops::ValueFacts& facts_;
 };
 
 void Accounting::Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cache) const {
@@ -161,33 +169,6 @@ void Accounting::Finish(const Blocks& all, const GpuProfile& gpu, Estimate* e) c
   bd.allocator_overhead = allocated - requested;
   bd.cached_free = e->peak_reserved - std::min(allocated, e->peak_reserved);
   e->peak_device = bd.Total();
-  e->diagnostics.insert(e->diagnostics.end(), b_.diagnostics.begin(), b_.diagnostics.end());
-  std::map<std::string, int> unknown_ops;
-  for (const core::Node& n : g_.nodes) {
-    if (!ops::FindRule(n.domain, n.op_type)) ++unknown_ops[(n.domain.empty() ? "" : n.domain + "::") + n.op_type];
-  }
-  for (const auto& [op, count] : unknown_ops) {
-    e->diagnostics.push_back({Severity::kWarning, "unknown_op",
-                              "no memory rule for op " + op + " (" + std::to_string(count) +
-                                  " node(s)): every input and output is counted as saved",
-                              "", op});
-  }
-  for (const core::Node& n : g_.nodes) {
-    if (n.subgraph_nodes > 0) {
-      e->diagnostics.push_back({Severity::kWarning, "control_flow",
-                                "subgraph of " + std::to_string(n.subgraph_nodes) +
-                                    " node(s) is counted through its outputs only",
-                                n.name, n.op_type});
-    }
-  }
-  if (!facts_.fallback_ops().empty()) {
-    std::string ops;
-    for (const auto& op : facts_.fallback_ops()) ops += (ops.empty() ? "" : ", ") + op;
-    e->diagnostics.push_back({Severity::kWarning, "size_fallback",
-                              "tensors of unknown size (from " + ops +
-                                  ") were sized like the largest tensor their node touches",
-                              "", ""});
-  }
 }
 
 Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
@@ -436,17 +417,9 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
   return e;
 }
 
-Result<Estimate> Analytical::Run(const Model& model, const Options& options) const {
-  try {
-    MEMEST_ASSIGN_OR_RETURN(GpuProfile gpu, FindGpuProfile(options.gpu));
-    MEMEST_ASSIGN_OR_RETURN(core::BoundGraph bound, core::Bind(model.graph(), options));
-    Accounting acc(bound, options);
-    return options.mode == Mode::kTrain ? acc.Train(gpu) : acc.Infer(gpu);
-  } catch (const std::bad_alloc&) {
-    return Internal("analytical: out of memory");
-  } catch (const std::exception& e) {
-    return Internal(std::string("analytical: unexpected error: ") + e.what());
-  }
+Result<Estimate> Analytical::EstimateIn(const memory::EstimationContext& ctx) const {
+  Accounting acc(ctx.bound(), ctx.options(), ctx.facts());
+  return ctx.options().mode == Mode::kTrain ? acc.Train(ctx.gpu()) : acc.Infer(ctx.gpu());
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "core/checked.h"
 #include "core/graph.h"
 #include "memest/gpu_profile.h"
+#include "memory/context.h"
 #include "ops/rules.h"
 #include "ops/value_facts.h"
 #include "symbolic/symbolic.h"
@@ -172,19 +173,26 @@ std::vector<std::string> FeatureNames() {
 
 Result<Features> ComputeFeatures(const Model& model, const Options& options) {
   MEMEST_RETURN_IF_ERROR(Validate(options));
-  MEMEST_ASSIGN_OR_RETURN(GpuProfile gpu, FindGpuProfile(options.gpu));
+  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<memory::EstimationContext> ctx,
+                          memory::EstimationContext::Make(model, options));
+  return ComputeFeatures(*ctx);
+}
+
+Result<Features> ComputeFeatures(const memory::EstimationContext& ctx) {
+  const Model& model = ctx.model();
+  const Options& options = ctx.options();
+  const GpuProfile& gpu = ctx.gpu();
   const core::Graph& g = model.graph();
   Features f;
   GraphFacts& facts = f.facts;
 
-  // The two backends this one corrects.
-  MEMEST_ASSIGN_OR_RETURN(f.symbolic, symbolic::MakeSymbolicEstimator()->Run(model, options));
-  MEMEST_ASSIGN_OR_RETURN(f.analytical,
-                          analytical::MakeAnalyticalEstimator()->Run(model, options));
+  // The two backends this one corrects, over the same context (one binding for all three).
+  MEMEST_ASSIGN_OR_RETURN(f.symbolic, symbolic::MakeSymbolicEstimator()->EstimateIn(ctx));
+  MEMEST_ASSIGN_OR_RETURN(f.analytical, analytical::MakeAnalyticalEstimator()->EstimateIn(ctx));
 
   // Shapes at the bound batch, and at batch 1 for the per-sample size.
-  MEMEST_ASSIGN_OR_RETURN(core::BoundGraph bound, core::Bind(g, options));
-  const ops::ValueFacts value_facts(bound, options.precision);
+  const core::BoundGraph& bound = ctx.bound();
+  const ops::ValueFacts& value_facts = ctx.facts();
   facts.batch = options.batch.value_or(1);
   facts.activation_bytes = ActivationBytes(bound, value_facts);
   facts.activation_bytes_per_sample = facts.activation_bytes;

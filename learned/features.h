@@ -33,6 +33,10 @@
 #include "memest/options.h"
 #include "memest/status.h"
 
+namespace memest::memory {
+class EstimationContext;  // memory/context.h
+}  // namespace memest::memory
+
 namespace memest::learned {
 
 struct FeatureSpec {
@@ -76,8 +80,10 @@ struct Features {
 };
 
 // Errors are those of Bind and the two backends (UnboundDim, NotFound for the GPU profile,
-// InvalidArgument for bad options, ...).
+// InvalidArgument for bad options, ...). The first form builds its own context (memest-train,
+// tests); the second runs over the context of an Estimator::Run() call.
 Result<Features> ComputeFeatures(const Model& model, const Options& options);
+Result<Features> ComputeFeatures(const memory::EstimationContext& ctx);
 
 // log(1 + x), the transform of every byte and count feature.
 double Log1p(double x);

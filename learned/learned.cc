@@ -24,14 +24,18 @@ class Learned final : public Estimator {
 
   std::string_view name() const override { return "learned"; }
 
-  Result<Estimate> Run(const Model& model, const Options& options) const override {
+  // Trained on runs with PyTorch's default allocator settings: it cannot say what another
+  // setting does to its correction.
+  OptionSupport supports() const override {
+    OptionSupport s;
+    s.allocator_settings = false;
+    return s;
+  }
+
+  Result<Estimate> EstimateIn(const memory::EstimationContext& ctx) const override {
     if (!unavailable_.ok()) return unavailable_;
-    try {
-      MEMEST_ASSIGN_OR_RETURN(Features features, ComputeFeatures(model, options));
-      return EstimateFromFeatures(network_, features);
-    } catch (const std::exception& e) {
-      return Internal(std::string("learned: unexpected error: ") + e.what());
-    }
+    MEMEST_ASSIGN_OR_RETURN(Features features, ComputeFeatures(ctx));
+    return EstimateFromFeatures(network_, features);
   }
 
  private:

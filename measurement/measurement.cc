@@ -5,6 +5,7 @@
 
 #include "measurement/executor.h"
 #include "measurement/plan.h"
+#include "memory/context.h"
 
 namespace memest::measurement {
 namespace {
@@ -12,29 +13,23 @@ namespace {
 // Iterations per Run(): the first (optimizer state created lazily) and one steady-state one.
 constexpr int kIterations = 2;
 
-// The options the harness cannot run are errors naming the option, never silently dropped: it
-// has no gradient accumulation loop and mirrors no fused optimizer kernels.
-Status RejectUnhonoured(const Options& o) {
-  if (o.mode == Mode::kTrain && o.micro_batches > 1) {
-    return InvalidArgument("the measurement backend does not run gradient accumulation: "
-                           "micro_batches must be 1, not " + std::to_string(o.micro_batches));
-  }
-  if (o.mode == Mode::kTrain && o.optimizer_impl == OptimizerImpl::kFused) {
-    return InvalidArgument("the measurement backend does not mirror torch.optim's fused kernels: "
-                           "optimizer_impl must be foreach or single-tensor, not fused");
-  }
-  return Status::Ok();
-}
-
 class MeasurementEstimator final : public Estimator {
  public:
   std::string_view name() const override { return "measurement"; }
 
-  Result<Estimate> Run(const Model& model, const Options& options) const override {
-    MEMEST_RETURN_IF_ERROR(Validate(options));
-    MEMEST_RETURN_IF_ERROR(RejectUnhonoured(options));
-    MEMEST_RETURN_IF_ERROR(FindGpuProfile(options.gpu).status());
-    MEMEST_ASSIGN_OR_RETURN(Plan plan, BuildPlan(model, options));
+  // The harness has no gradient-accumulation loop, mirrors no fused optimizer kernels, and runs
+  // with the allocator as it is (on the CPU there is no caching allocator to set).
+  OptionSupport supports() const override {
+    OptionSupport s;
+    s.micro_batches = false;
+    s.fused_optimizer = false;
+    s.allocator_settings = false;
+    return s;
+  }
+
+  Result<Estimate> EstimateIn(const memory::EstimationContext& ctx) const override {
+    const Options& options = ctx.options();
+    MEMEST_ASSIGN_OR_RETURN(Plan plan, BuildPlan(ctx.model(), options));
     ExecuteOptions xo;
     xo.options = options;
     xo.iterations = kIterations;
@@ -48,7 +43,7 @@ class MeasurementEstimator final : public Estimator {
     e.backend = "measurement";
     e.peak_phase = m.peak_phase;
     e.peak_node = m.peak_node;
-    e.diagnostics = plan.diagnostics;
+    // The plan's diagnostics are the binding's, which Estimator::Run() adds to every estimate.
     Breakdown& b = e.breakdown;
     if (m.device.kind == "cpu") {
       const uint64_t peak = m.peaks.tensor.value_or(0);

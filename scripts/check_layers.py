@@ -4,9 +4,9 @@
     scripts/check_layers.py [REPO_ROOT]
     scripts/check_layers.py --self-test    # proves the check rejects an upward include
 
-memest's layers, lowest first (docs/architecture.md): the public vocabulary (include/memest/),
-core (status, options, loader, graph, dims, binding), ops (the per-op rule table, shape rules,
-value facts), the backends (analytical, symbolic, measurement; learned above analytical and
+memest's layers, lowest first: the public vocabulary (include/memest/), core (status, options,
+loader, graph, dims, binding), ops (the per-op rule table, shape rules, value facts), memory (the
+estimation context and the pipeline every backend shares, Estimator::Run), the backends (analytical, symbolic, measurement; learned above analytical and
 symbolic), api (registry: the one place that knows every backend), then the programs and data
 tools (tools/, datasets/), tests and benchmarks. A file may include its own directory's headers
 and those of the layers LAYERS lists for it; anything else is an upward (or sideways) edge and
@@ -28,12 +28,14 @@ VOCAB = ["memest"]  # include/memest/ headers are written "memest/x.h"
 LAYERS = {
     "core": VOCAB,
     "ops": VOCAB + ["core"],
-    "analytical": VOCAB + ["core", "ops"],
-    "symbolic": VOCAB + ["core", "ops"],
-    "measurement": VOCAB + ["core", "ops"],
-    "learned": VOCAB + ["core", "ops", "analytical", "symbolic"],
-    "api": VOCAB + ["core", "ops", "analytical", "symbolic", "learned", "measurement"],
-    "datasets": VOCAB + ["core", "ops", "analytical", "symbolic", "learned", "api", "datasets"],
+    "memory": VOCAB + ["core", "ops"],
+    "analytical": VOCAB + ["core", "ops", "memory"],
+    "symbolic": VOCAB + ["core", "ops", "memory"],
+    "measurement": VOCAB + ["core", "ops", "memory"],
+    "learned": VOCAB + ["core", "ops", "memory", "analytical", "symbolic"],
+    "api": VOCAB + ["core", "ops", "memory", "analytical", "symbolic", "learned", "measurement"],
+    "datasets": VOCAB + ["core", "ops", "memory", "analytical", "symbolic", "learned", "api",
+                         "datasets"],
     "tools": None,  # programs: any layer
     "tests": None,
     "bench": None,

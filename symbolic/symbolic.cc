@@ -1,6 +1,8 @@
 #include "symbolic/symbolic.h"
 
-#include "core/bind.h"
+#include <new>
+
+#include "memory/context.h"
 
 namespace memest::symbolic {
 namespace {
@@ -8,8 +10,8 @@ namespace {
 class Symbolic final : public Estimator {
  public:
   std::string_view name() const override { return "symbolic"; }
-  Result<Estimate> Run(const Model& model, const Options& options) const override {
-    MEMEST_ASSIGN_OR_RETURN(Simulation sim, SimulateModel(model, options, false));
+  Result<Estimate> EstimateIn(const memory::EstimationContext& ctx) const override {
+    MEMEST_ASSIGN_OR_RETURN(Simulation sim, Simulate(ctx, /*record_events=*/false));
     return std::move(sim.estimate);
   }
 };
@@ -20,9 +22,14 @@ std::unique_ptr<Estimator> MakeSymbolicEstimator() { return std::make_unique<Sym
 
 Result<Simulation> SimulateModel(const Model& model, const Options& options, bool record_events) {
   try {
-    MEMEST_ASSIGN_OR_RETURN(GpuProfile gpu, FindGpuProfile(options.gpu));
-    MEMEST_ASSIGN_OR_RETURN(core::BoundGraph bound, core::Bind(model.graph(), options));
-    return Simulate(bound, options, gpu, record_events);
+    MEMEST_RETURN_IF_ERROR(Validate(options));
+    MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<memory::EstimationContext> ctx,
+                            memory::EstimationContext::Make(model, options));
+    MEMEST_ASSIGN_OR_RETURN(Simulation sim, Simulate(*ctx, record_events));
+    memory::AddCommonDiagnostics(*ctx, &sim.estimate);
+    return sim;
+  } catch (const std::bad_alloc&) {
+    return Internal("symbolic: out of memory while simulating");
   } catch (const std::exception& e) {
     return Internal(std::string("symbolic: unexpected error: ") + e.what());
   }

@@ -53,6 +53,7 @@
 #include "core/checked.h"
 #include "core/checkpoint.h"
 #include "core/dtype.h"
+#include "memory/context.h"
 #include "ops/rules.h"
 #include "ops/value_facts.h"
 #include "symbolic/allocator.h"
@@ -76,10 +77,11 @@ using Tensor = int64_t;  // index into Sim::tensors_, -1 = none
 
 class Sim {
  public:
-  Sim(const core::BoundGraph& b, const Options& o, const GpuProfile& gpu, bool record)
-      : b_(b), g_(*b.graph), o_(o), gpu_(gpu), facts_(b, o.precision), record_(record),
-        alloc_(AllocatorConfig{o.allocator.expandable_segments, o.allocator.max_split_size,
-                               kLargeBuffer, o.allocator.roundup_power2_divisions}) {}
+  Sim(const memory::EstimationContext& ctx, bool record)
+      : b_(ctx.bound()), g_(*b_.graph), o_(ctx.options()), gpu_(ctx.gpu()), facts_(ctx.facts()),
+        record_(record),
+        alloc_(AllocatorConfig{o_.allocator.expandable_segments, o_.allocator.max_split_size,
+                               kLargeBuffer, o_.allocator.roundup_power2_divisions}) {}
 
   Result<Simulation> Run();
 
@@ -125,7 +127,7 @@ class Sim {
   const core::Graph& g_;
   const Options& o_;
   const GpuProfile& gpu_;
-  ops::ValueFacts facts_;
+  const ops::ValueFacts& facts_;
   bool record_;
   CachingAllocatorModel alloc_;
   bool train_ = true;
@@ -728,7 +730,6 @@ Result<Simulation> Sim::Run() {
   e.peak_device = bd.Total();
   e.peak_phase = peak_phase_;
   e.peak_node = peak_node_ >= 0 ? g_.nodes[static_cast<size_t>(peak_node_)].name : "";
-  e.diagnostics = b_.diagnostics;
   auto mib = [](uint64_t b) { return std::to_string(b >> 20) + " MiB"; };
   std::string iters;
   for (const auto& ip : sim_.iterations) {
@@ -741,37 +742,14 @@ Result<Simulation> Sim::Run() {
        std::string("allocated peak in ") + memest::ToString(alloc_peak_phase_) + " of iteration " +
            std::to_string(alloc_peak_iteration_),
        alloc_peak_node_ >= 0 ? g_.nodes[static_cast<size_t>(alloc_peak_node_)].name : "", ""});
-  if (!facts_.fallback_ops().empty()) {
-    std::string ops;
-    for (const auto& op : facts_.fallback_ops()) ops += (ops.empty() ? "" : ", ") + op;
-    e.diagnostics.push_back({Severity::kWarning, "size_fallback",
-                             "tensors of unknown size (from " + ops +
-                                 ") were sized like the largest tensor their node touches",
-                             "", ""});
-  }
-  std::map<std::string, int> unknown;
-  for (size_t k = 0; k < g_.nodes.size(); ++k) {
-    if (!facts_.rule(k)) ++unknown[g_.nodes[k].op_type];
-  }
-  for (const auto& [op, count] : unknown) {
-    e.diagnostics.push_back({Severity::kWarning, "unknown_op",
-                             "no memory rule for op " + op + " (" + std::to_string(count) +
-                                 " node(s)): every input and output is counted as saved",
-                             "", op});
-  }
   return std::move(sim_);
 }
 
 }  // namespace
 
-Result<Simulation> Simulate(const core::BoundGraph& graph, const Options& options,
-                            const GpuProfile& gpu, bool record_events) {
-  try {
-    Sim sim(graph, options, gpu, record_events);
-    return sim.Run();
-  } catch (const std::bad_alloc&) {
-    return Internal("symbolic: out of memory while simulating");
-  }
+Result<Simulation> Simulate(const memory::EstimationContext& ctx, bool record_events) {
+  Sim sim(ctx, record_events);
+  return sim.Run();
 }
 
 }  // namespace memest::symbolic

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/bind.h"
+#include "memory/context.h"
 #include "memest/estimate.h"
 #include "memest/gpu_profile.h"
 #include "memest/options.h"
@@ -58,8 +59,10 @@ struct Simulation {
 // Iterations simulated: 1 (first: optimizer state and workspaces created) and 2..3 (steady).
 inline constexpr int kSimulatedIterations = 3;
 
-Result<Simulation> Simulate(const core::BoundGraph& graph, const Options& options,
-                            const GpuProfile& gpu, bool record_events);
+// The simulation over a context built by Estimator::Run() or SimulateModel() (the bound graph,
+// its value facts, the options and the GPU profile). Its estimate carries the symbolic backend's
+// own diagnostics only; the common ones are added by whoever built the context.
+Result<Simulation> Simulate(const memory::EstimationContext& ctx, bool record_events);
 
 }  // namespace memest::symbolic
 

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "memest/memest.h"
+#include "memory/context.h"
 #include "symbolic/symbolic.h"
 #include "symbolic/timeline_writer.h"
 #include "tools/report.h"
@@ -680,8 +681,10 @@ class ProgressEstimator final : public Estimator {
   explicit ProgressEstimator(std::unique_ptr<Estimator> inner) : inner_(std::move(inner)) {}
 
   std::string_view name() const override { return inner_->name(); }
+  OptionSupport supports() const override { return inner_->supports(); }
 
-  Result<Estimate> Run(const Model& model, const Options& options) const override {
+  Result<Estimate> EstimateIn(const memory::EstimationContext& ctx) const override {
+    const Options& options = ctx.options();
     const bool show = verbosity != Verbosity::kQuiet;
     if (show) {
       std::cerr << fmt::format(
@@ -691,7 +694,7 @@ class ProgressEstimator final : public Estimator {
                 << std::flush;
     }
     const auto start = std::chrono::steady_clock::now();
-    Result<Estimate> e = inner_->Run(model, options);
+    Result<Estimate> e = inner_->EstimateIn(ctx);
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     if (show) {
       std::cerr << fmt::format(" {:.1f} s, {}\n", took.count(),

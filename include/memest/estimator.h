@@ -20,14 +20,40 @@
 
 namespace memest {
 
+namespace memory {
+class EstimationContext;  // memory/context.h (internal)
+}
+
+// The options not every backend models. A backend declares the ones it does (supports()); Run()
+// rejects a non-default value of any other with InvalidArgument naming the option, before the
+// backend runs, so that no option is ever silently ignored. The other options (mode, batch,
+// dims, optimizer, weight decay, precision, loss, gpu, library workspaces) every backend honours.
+struct OptionSupport {
+  bool micro_batches = true;        // Options::micro_batches > 1 (training)
+  bool checkpoint_segments = true;  // Options::checkpoint_segments > 1 (training)
+  bool fused_optimizer = true;      // Options::optimizer_impl == kFused (training)
+  bool allocator_settings = true;   // any Options::allocator field off its default
+};
+
 class Estimator {
  public:
   virtual ~Estimator() = default;
   virtual std::string_view name() const = 0;
-  // Predicts the peak memory of one step of `model` under `options`. Fails with UnboundDim when a
-  // symbolic dim has no value, NotFound for an unknown GPU profile, InvalidArgument for bad
-  // options.
-  virtual Result<Estimate> Run(const Model& model, const Options& options) const = 0;
+  // Which of the OptionSupport options this backend models (all, unless it says otherwise).
+  virtual OptionSupport supports() const { return {}; }
+
+  // Predicts the peak memory of one step of `model` under `options`: the one pipeline every
+  // backend shares (memory/context.h) -- validates the options, rejects those the backend does
+  // not model, looks up the GPU profile and binds the graph once, runs EstimateIn(), adds the
+  // common diagnostics and turns an escaping exception into Internal. Fails with UnboundDim when
+  // a symbolic dim has no value, NotFound for an unknown GPU profile, InvalidArgument for bad or
+  // unmodelled options.
+  [[nodiscard]] Result<Estimate> Run(const Model& model, const Options& options) const;
+
+  // The backend proper, over a context Run() built. Public so that a backend that consults
+  // another (learned reads analytical and symbolic) runs it over the same context; callers
+  // outside the library use Run().
+  virtual Result<Estimate> EstimateIn(const memory::EstimationContext& ctx) const = 0;
 };
 
 struct BackendInfo {

@@ -156,6 +156,66 @@ TEST_P(ContractTest, MaxBatchIsTheLargestThatFits) {
   }
 }
 
+// Every backend honours each option OptionSupport names or rejects it, naming the option: never
+// a number computed as if the option were not set (issue 12). Honoured means the estimate moves
+// where the option matters: each case picks a batch at which a faithful model of PyTorch
+// changes (activations dominate for accumulation and checkpointing, the optimizer step for the
+// fused kernels, large tensors for the allocator settings).
+struct OptionCase {
+  const char* name;       // as the rejection must name it
+  int64_t batch;
+  void (*set)(Options&);
+  bool (*supported)(const OptionSupport&);
+  uint64_t Estimate::*level;  // the peak the option moves; nullptr: only "it runs"
+};
+
+const OptionCase kOptionCases[] = {
+    {"micro_batches", 4096, [](Options& o) { o.micro_batches = 4; },
+     [](const OptionSupport& s) { return s.micro_batches; }, &Estimate::peak_allocated},
+    {"checkpoint_segments", 4096, [](Options& o) { o.checkpoint_segments = 2; },
+     [](const OptionSupport& s) { return s.checkpoint_segments; }, &Estimate::peak_allocated},
+    {"optimizer_impl fused", 8, [](Options& o) { o.optimizer_impl = OptimizerImpl::kFused; },
+     [](const OptionSupport& s) { return s.fused_optimizer; }, &Estimate::peak_allocated},
+    {"allocator.expandable_segments", 4096,
+     [](Options& o) { o.allocator.expandable_segments = true; },
+     [](const OptionSupport& s) { return s.allocator_settings; }, &Estimate::peak_reserved},
+    {"allocator.roundup_power2_divisions", 3000,
+     [](Options& o) { o.allocator.roundup_power2_divisions = 4; },
+     [](const OptionSupport& s) { return s.allocator_settings; }, &Estimate::peak_allocated},
+    {"allocator.max_split_size", 4096,
+     [](Options& o) { o.allocator.max_split_size = uint64_t{64} << 20; },
+     [](const OptionSupport& s) { return s.allocator_settings; }, nullptr},
+};
+
+TEST(OptionContractTest, EveryBackendHonoursOrRejectsEachOptionNamingIt) {
+  auto model = LoadModel(std::string(MEMEST_SOURCE_DIR) + "/datasets/models/mlp_small_train.onnx");
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  for (const std::string& backend : AvailableBackends()) {
+    auto est = MakeEstimator(backend);
+    ASSERT_TRUE(est.ok()) << est.status().ToString();
+    const OptionSupport support = (*est)->supports();
+    for (const OptionCase& c : kOptionCases) {
+      SCOPED_TRACE(backend + " / " + c.name);
+      Options base;
+      base.batch = c.batch;
+      Options with = base;
+      c.set(with);
+      auto e = (*est)->Run(**model, with);
+      if (!c.supported(support)) {
+        ASSERT_FALSE(e.ok()) << "an unmodelled option must be rejected, not ignored";
+        EXPECT_EQ(e.status().code(), ErrorCode::kInvalidArgument);
+        EXPECT_NE(e.status().message().find(c.name), std::string::npos) << e.status().message();
+        continue;
+      }
+      ASSERT_TRUE(e.ok()) << e.status().ToString();
+      if (c.level == nullptr) continue;
+      auto without = (*est)->Run(**model, base);
+      ASSERT_TRUE(without.ok()) << without.status().ToString();
+      EXPECT_NE((*e).*c.level, (*without).*c.level) << "the option changed nothing";
+    }
+  }
+}
+
 std::vector<std::tuple<std::string, std::string>> Params() {
   std::vector<std::tuple<std::string, std::string>> out;
   for (const auto& b : AvailableBackends()) {

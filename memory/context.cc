@@ -1,0 +1,127 @@
+// memory/context.cc -- Estimator::Run(), the pipeline every backend shares (policy in context.h),
+// and the context it builds once per call.
+#include "memory/context.h"
+
+#include <exception>
+#include <map>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "memest/estimator.h"
+#include "ops/rules.h"
+
+namespace memest {
+namespace memory {
+namespace {
+
+// The first option set to a value `support` says the backend does not model, as
+// "<option> <value>"; empty when there is none. Training-only options count in training only.
+std::string FirstUnmodelledOption(const Options& o, const OptionSupport& support) {
+  const bool train = o.mode == Mode::kTrain;
+  if (train && o.micro_batches > 1 && !support.micro_batches) {
+    return "micro_batches " + std::to_string(o.micro_batches);
+  }
+  if (train && o.checkpoint_segments > 1 && !support.checkpoint_segments) {
+    return "checkpoint_segments " + std::to_string(o.checkpoint_segments);
+  }
+  if (train && o.optimizer_impl == OptimizerImpl::kFused && !support.fused_optimizer) {
+    return "optimizer_impl fused";
+  }
+  if (!support.allocator_settings) {
+    const AllocatorSettings defaults;
+    if (o.allocator.expandable_segments != defaults.expandable_segments) {
+      return "allocator.expandable_segments true";
+    }
+    if (o.allocator.max_split_size != defaults.max_split_size) {
+      return "allocator.max_split_size " + std::to_string(o.allocator.max_split_size.value_or(0));
+    }
+    if (o.allocator.roundup_power2_divisions != defaults.roundup_power2_divisions) {
+      return "allocator.roundup_power2_divisions " +
+             std::to_string(o.allocator.roundup_power2_divisions);
+    }
+  }
+  return "";
+}
+
+Result<Estimate> RunInContext(const Estimator& backend, const Model& model,
+                              const Options& options) {
+  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<EstimationContext> ctx,
+                          EstimationContext::Make(model, options));
+  MEMEST_ASSIGN_OR_RETURN(Estimate e, backend.EstimateIn(*ctx));
+  AddCommonDiagnostics(*ctx, &e);
+  return e;
+}
+
+}  // namespace
+
+EstimationContext::EstimationContext(const Model& model, const Options& options, GpuProfile gpu,
+                                     core::BoundGraph bound)
+    : model_(model),
+      options_(options),
+      gpu_(std::move(gpu)),
+      bound_(std::move(bound)),
+      facts_(bound_, options.precision) {}
+
+Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& model,
+                                                                   const Options& options) {
+  MEMEST_ASSIGN_OR_RETURN(GpuProfile gpu, FindGpuProfile(options.gpu));
+  MEMEST_ASSIGN_OR_RETURN(core::BoundGraph bound, core::Bind(model.graph(), options));
+  return std::unique_ptr<EstimationContext>(
+      new EstimationContext(model, options, std::move(gpu), std::move(bound)));
+}
+
+void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
+  const core::BoundGraph& b = ctx.bound();
+  const core::Graph& g = *b.graph;
+  e->diagnostics.insert(e->diagnostics.end(), b.diagnostics.begin(), b.diagnostics.end());
+  std::map<std::string, int> unknown_ops;  // "domain::Op" -> nodes
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const core::Node& n = g.nodes[k];
+    if (!ctx.facts().rule(k)) ++unknown_ops[(n.domain.empty() ? "" : n.domain + "::") + n.op_type];
+  }
+  for (const auto& [op, count] : unknown_ops) {
+    e->diagnostics.push_back({Severity::kWarning, "unknown_op",
+                              "no memory rule for op " + op + " (" + std::to_string(count) +
+                                  " node(s)): every input and output is counted as saved",
+                              "", op});
+  }
+  for (const core::Node& n : g.nodes) {
+    if (n.subgraph_nodes > 0) {
+      e->diagnostics.push_back({Severity::kWarning, "control_flow",
+                                "subgraph of " + std::to_string(n.subgraph_nodes) +
+                                    " node(s) is counted through its outputs only",
+                                n.name, n.op_type});
+    }
+  }
+  if (!ctx.facts().fallback_ops().empty()) {
+    std::string ops;
+    for (const auto& op : ctx.facts().fallback_ops()) ops += (ops.empty() ? "" : ", ") + op;
+    e->diagnostics.push_back({Severity::kWarning, "size_fallback",
+                              "tensors of unknown size (from " + ops +
+                                  ") were sized like the largest tensor their node touches",
+                              "", ""});
+  }
+}
+
+}  // namespace memory
+
+Result<Estimate> Estimator::Run(const Model& model, const Options& options) const {
+  MEMEST_RETURN_IF_ERROR(Validate(options));
+  const std::string unmodelled = memory::FirstUnmodelledOption(options, supports());
+  if (!unmodelled.empty()) {
+    return InvalidArgument("the " + std::string(name()) + " backend does not model option " +
+                           unmodelled + "; leave it at its default or use a backend that does " +
+                           "(--list-backends)");
+  }
+  try {
+    return memory::RunInContext(*this, model, options);
+  } catch (const std::bad_alloc&) {
+    return Internal(std::string(name()) + ": out of memory");
+  } catch (const std::exception& e) {
+    return Internal(std::string(name()) + ": unexpected error: " + e.what());
+  }
+}
+
+}  // namespace memest
