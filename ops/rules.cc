@@ -699,6 +699,9 @@ constexpr auto kRules = [] {
       Saves("MaxPool", SaveMaxPool, "§3.2 max_pool2d").Infers(shape::Pool),
       Saves("GlobalMaxPool", SaveMaxPool, "INF: adaptive_max_pool2d keeps x and indices (3.2)")
           .Infers(shape::GlobalPool),
+      Saves("MaxUnpool", SaveInputs<1>,
+            "INF: max_unpool backward gathers the gradient at the saved indices")
+          .Infers(shape::MaxUnpool),
       Saves("BatchNormalization", SaveBatchNorm, "§3.2 batch_norm; §5.2 not in FP32 list")
           .Infers(shape::BatchNorm),
       Saves("InstanceNormalization", SaveInstanceNorm,

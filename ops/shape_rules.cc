@@ -1151,6 +1151,43 @@ Status Pool(InferContext& c) {
   return Status::Ok();
 }
 
+// MaxUnpool (opset 9, 11): X [N, C, D1..Dn], I (indices, X's shape) [, output_shape] ->
+// output_shape's elements when given (unknown sizes when they are not constant), else
+// [N, C, (Di - 1) * stride_i + kernel_i - pad_begin_i - pad_end_i]. memest's own rule: ONNX
+// 1.12's inference for it reads I's dim 1 without checking I's rank (a fuzzer crash).
+Status MaxUnpool(InferContext& c) {
+  SymTensor& y = c.out(0);
+  y.dtype = c.dtype(0);
+  const Dims* x = c.shape(0);
+  if (x == nullptr) return Status::Ok();
+  if (x->size() < 3) return Bad(c, "input rank below 3");
+  if (const Dims* ind = c.shape(1); ind != nullptr && ind->size() != x->size()) {
+    return Bad(c, "indices rank differs from the input's");
+  }
+  const size_t n = x->size() - 2;
+  if (c.has_input(2)) {
+    if (const Dims* os = c.shape(2); os != nullptr && os->size() != 1) {
+      return Bad(c, "output_shape is not rank 1");
+    }
+    const Dims* v = c.values(2);
+    if (v != nullptr && v->size() != x->size()) {
+      return Bad(c, "output_shape does not have one element per input dim");
+    }
+    Dims d;
+    for (size_t i = 0; i < x->size(); ++i) d.push_back(v != nullptr ? (*v)[i] : c.Unknown());
+    y.shape = std::move(d);
+    return Status::Ok();
+  }
+  MEMEST_ASSIGN_OR_RETURN(Window win, ReadWindow(c, n, nullptr, /*kernel_from_w=*/false));
+  Dims d{(*x)[0], (*x)[1]};
+  for (size_t i = 0; i < n; ++i) {
+    const DimExpr scaled = c.Mul(c.Sub((*x)[i + 2], 1), win.strides[i]);
+    d.push_back(c.Add(scaled, win.kernel[i] - win.pads[i] - win.pads[i + n]));
+  }
+  y.shape = std::move(d);
+  return Status::Ok();
+}
+
 Status GlobalPool(InferContext& c) {
   SymTensor& y = c.out(0);
   y.dtype = c.dtype(0);

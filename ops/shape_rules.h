@@ -144,6 +144,7 @@ Status ConvInteger(InferContext& c);
 Status QLinearConv(InferContext& c);
 Status ConvTranspose(InferContext& c);
 Status Pool(InferContext& c);  // Average/Lp/MaxPool (MaxPool's int64 indices)
+Status MaxUnpool(InferContext& c);
 Status GlobalPool(InferContext& c);
 Status RoiAlign(InferContext& c);  // RoiAlign, MaxRoiPool
 // Products.

@@ -560,6 +560,29 @@ std::vector<Case> ConvPool() {
                      SetIntAttr(n, "ceil_mode", 1);
                    },
                    {"float32[N,64,4,4]", "int64[N,64,4,4]"}});
+  // MaxUnpool: (D - 1) * stride + kernel - pads; with output_shape, its elements.
+  cases.push_back({"MaxUnpool",
+                   11,
+                   [](GraphBuilder& b) {
+                     X(b, {"N", 64, 4, 4});
+                     b.AddInput("I", kInt64, {"N", 64, 4, 4});
+                     auto& n = Node(b, "MaxUnpool", {"X", "I"});
+                     SetIntsAttr(n, "kernel_shape", {2, 2});
+                     SetIntsAttr(n, "strides", {2, 2});
+                     SetIntsAttr(n, "pads", {1, 0, 0, 1});
+                   },
+                   {"float32[N,64,7,7]"}});
+  cases.push_back({"MaxUnpool",
+                   11,
+                   [](GraphBuilder& b) {
+                     X(b, {"N", 64, 4, 4});
+                     b.AddInput("I", kInt64, {"N", 64, 4, 4});
+                     b.AddInput("Z", kFloat, {"N", 64, 9, 9});
+                     b.AddNode("Shape", {"Z"}, {"z_shape"});
+                     SetIntsAttr(Node(b, "MaxUnpool", {"X", "I", "z_shape"}), "kernel_shape",
+                                 {2, 2});
+                   },
+                   {"float32[N,64,9,9]"}});
   cases.push_back({"RoiAlign",
                    16,
                    [](GraphBuilder& b) {
@@ -1311,6 +1334,26 @@ TEST(SymbolicShapes, MalformedNodesAreCountedNeverReachOnnxAndFailBinding) {
   ASSERT_FALSE(bound.ok());
   EXPECT_EQ(bound.status().code(), ErrorCode::kInvalidModel);
   EXPECT_NE(bound.status().message().find("(Concat)"), std::string::npos)
+      << bound.status().ToString();
+}
+
+// ONNX 1.12's MaxUnpool inference reads the indices' dim 1 unchecked (a fuzzer crash on rank-1
+// indices): memest's own rule rejects the node, which never reaches ONNX.
+TEST(SymbolicShapes, MaxUnpoolWithRankOneIndicesIsRejectedByMemestsRule) {
+  GraphBuilder b(11);
+  X(b, {1, 1, 2, 2});
+  b.AddInput("I", kInt64, {2});
+  auto& n = b.AddNode("MaxUnpool", {"X", "I"}, {"y0"});
+  SetIntsAttr(n, "kernel_shape", {2, 2});
+  b.AddOutput("y0", kFloat);
+  Loaded m = Load(b);
+  ASSERT_NE(m.model, nullptr);
+  EXPECT_EQ(m.sym().rule_failures, 1);
+  EXPECT_FALSE(m.Fallback("y0"));
+  auto bound = core::Bind(m.graph(), Options{});
+  ASSERT_FALSE(bound.ok());
+  EXPECT_EQ(bound.status().code(), ErrorCode::kInvalidModel);
+  EXPECT_NE(bound.status().message().find("indices rank"), std::string::npos)
       << bound.status().ToString();
 }
 
