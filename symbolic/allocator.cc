@@ -300,8 +300,15 @@ void CachingAllocatorModel::Free(Handle h) {
   if (h < 0) return;
   int64_t id = h;
   {
+    if (static_cast<uint64_t>(id) >= blocks_.size() || blocks_[static_cast<size_t>(id)].free ||
+        !blocks_[static_cast<size_t>(id)].alive) {
+      if (misuse_.ok()) {
+        misuse_ = Internal("allocator model: free of handle " + std::to_string(h) +
+                           ", which is not a live block (a double free)");
+      }
+      return;
+    }
     Block& b = blocks_[static_cast<size_t>(id)];
-    if (b.free || !b.alive) return;  // double free: ignore (callers never do it)
     stats_.allocated -= b.size;
     stats_.requested -= b.requested;
     b.free = true;

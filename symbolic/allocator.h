@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "memest/status.h"
+
 namespace memest::symbolic {
 
 inline constexpr uint64_t kMiB = uint64_t{1} << 20;
@@ -59,12 +61,17 @@ class CachingAllocatorModel {
   // Allocates `bytes`. Returns -1 for a zero-byte request (nothing allocated) or when the request
   // would exceed `capacity` even after releasing cached segments (then oom() is true).
   Handle Malloc(uint64_t bytes);
+  // Frees a live block. Freeing a handle that is not live (freed already, merged away, never
+  // handed out) is a caller bug; PyTorch raises "invalid device pointer" for it. The model
+  // records the first such call in misuse() and leaves its state unchanged.
   void Free(Handle h);
   // torch.cuda.empty_cache(): releases every free block that is a whole segment
   // (memory-model.md §1.5).
   void EmptyCache();
 
   bool oom() const { return oom_; }
+  // Ok, or the first invalid Free() (an Internal error naming the handle).
+  const Status& misuse() const { return misuse_; }
   const AllocatorStats& stats() const { return stats_; }
   // Size of the block behind a handle (what allocated_bytes counts for it).
   uint64_t BlockSize(Handle h) const;
@@ -111,6 +118,7 @@ class CachingAllocatorModel {
   uint64_t next_addr_ = kRoundLarge;  // virtual addresses of new segments
   int expandable_segment_[2] = {-1, -1};  // [small?] segment id in expandable mode
   bool oom_ = false;
+  Status misuse_;
 };
 
 }  // namespace memest::symbolic

@@ -705,6 +705,8 @@ Result<Simulation> Sim::Run() {
   AllocateWeights();
   for (int it = 1; it <= kSimulatedIterations; ++it) Iteration(it);
 
+  // A free the allocator model refused is a bug in this simulation: never an estimate over it.
+  if (!alloc_.misuse().ok()) return alloc_.misuse();
   Estimate& e = sim_.estimate;
   e.backend = "symbolic";
   const AllocatorStats& s = alloc_.stats();

@@ -22,6 +22,24 @@ TEST(AllocatorTest, RoundSizeFollowsRoundSize) {
   EXPECT_EQ(CachingAllocatorModel::RoundSize(1200, c), 1536u);       // below 512 * divisions
 }
 
+// PyTorch raises on a free of a pointer it did not hand out; the model records the first such
+// call (a simulation bug) and keeps its state, instead of ignoring it.
+TEST(AllocatorTest, DoubleFreeIsRecordedAndChangesNothing) {
+  CachingAllocatorModel a;
+  const auto h = a.Malloc(1000);
+  ASSERT_GE(h, 0);
+  a.Free(h);
+  EXPECT_TRUE(a.misuse().ok());
+  const AllocatorStats before = a.stats();
+  a.Free(h);
+  EXPECT_EQ(a.misuse().code(), ErrorCode::kInternal);
+  EXPECT_NE(a.misuse().message().find("double free"), std::string::npos) << a.misuse().message();
+  EXPECT_EQ(a.stats().allocated, before.allocated);
+  EXPECT_EQ(a.stats().reserved, before.reserved);
+  a.Free(12345);  // never handed out: recorded too (the first message stays)
+  EXPECT_NE(a.misuse().message().find("handle " + std::to_string(h)), std::string::npos);
+}
+
 TEST(AllocatorTest, SegmentSizes) {
   EXPECT_EQ(CachingAllocatorModel::AllocationSize(512), 2 * MiB);
   EXPECT_EQ(CachingAllocatorModel::AllocationSize(1 * MiB), 2 * MiB);
