@@ -19,6 +19,21 @@ namespace {
 
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
+// Op types memest has no rule for whose ONNX 1.12 inference function was read for accesses that
+// could crash on a malformed node, with the precondition CheckPreconditions() makes before
+// ONNX runs (none needed where every access is checked). domain "" is ai.onnx.
+struct VettedOp {
+  std::string_view domain;
+  std::string_view op_type;
+};
+constexpr VettedOp kVettedOps[] = {
+    {"", "If"},  {"", "Loop"},          {"", "Scan"},           {"", "DFT"},
+    {"", "STFT"}, {"", "HannWindow"},   {"", "HammingWindow"},  {"", "BlackmanWindow"},
+    {"", "MelWeightMatrix"},            {"", "Det"},            {"", "TfIdfVectorizer"},
+    {"ai.onnx.preview.training", "Adagrad"}, {"ai.onnx.preview.training", "Momentum"},
+    {"ai.onnx.preview.training", "Adam"},
+};
+
 // ONNX 1.12's inference functions (Reshape, Expand, Tile, ConstantOfShape, ...) read only constant
 // inputs (getInputData), never the values data propagation computed (getSymbolicInput): a Reshape
 // whose target comes from Shape -> Gather -> Concat stays unknown. This context hands them those
@@ -314,6 +329,13 @@ void Take(const Graph& graph, const onnx::ValueInfoProto& vi, const std::vector<
 }
 
 }  // namespace
+
+bool OnnxMayInfer(std::string_view domain, std::string_view op_type) {
+  if (domain == "ai.onnx") domain = "";
+  return std::any_of(std::begin(kVettedOps), std::end(kVettedOps), [&](const VettedOp& v) {
+    return v.domain == domain && v.op_type == op_type;
+  });
+}
 
 Status InferWithOnnx(const Graph& graph, const SymbolicShapes& sym, const AtomValues& atoms,
                      const std::vector<bool>& wanted, FallbackState state) {

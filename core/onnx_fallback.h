@@ -5,6 +5,8 @@
 // and for the values downstream of them. They are written for trusted models and crash on
 // malformed ones, so memest hands them as little as possible, and only after checking it:
 //
+//  * Only ops on a list of inference functions read for unchecked accesses are ever handed to
+//    ONNX as the source of a shape (OnnxMayInfer below); the rest stay unknown.
 //  * Only the nodes with an output still unknown after binding (and flagged by the symbolic
 //    pass as one ONNX may know) are given to ONNX: a reduced model whose inputs are the values
 //    those nodes read, typed with the concrete dtypes and dims memest bound, and whose small
@@ -27,6 +29,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/graph.h"
@@ -35,6 +38,14 @@
 #include "memest/status.h"
 
 namespace memest::core {
+
+// Whether ONNX's inference may be asked for the outputs of a node of this op when memest has no
+// rule for it. Only op types whose ONNX 1.12 inference function was read for unchecked accesses
+// are (the list in onnx_fallback.cc, each with the checks CheckForOnnx makes first); any other
+// op's outputs stay unknown, and an estimate resting on them is refused (Options::
+// allow_unknown_shapes sizes them conservatively instead). Untrusted nodes never reach an
+// inference function nobody read: a fuzzer found MaxUnpool's reading an input's dim unchecked.
+bool OnnxMayInfer(std::string_view domain, std::string_view op_type);
 
 // What binding knows so far (per value id), and receives the fallback's results.
 struct FallbackState {

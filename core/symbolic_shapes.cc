@@ -11,6 +11,7 @@
 #include "core/checked.h"
 #include "core/dtype.h"
 #include "core/graph.h"
+#include "core/onnx_fallback.h"
 #include "ops/rules.h"
 #include "ops/shape_rules.h"
 
@@ -247,7 +248,10 @@ class Pass {
     std::optional<bool> onnx_can;  // asked only when an output is incomplete
     auto can = [&] {
       if (!onnx_can) {
-        onnx_can = !rejected && (!has_infer || inputs_pending) && onnx_.CanInfer(node);
+        // Without a memest rule, only a vetted op is a source ONNX may size (core/onnx_fallback.h);
+        // with one, the rule accepted the node and ONNX only carries its inputs' shapes through.
+        const bool vetted = has_infer || OnnxMayInfer(node.domain, node.op_type);
+        onnx_can = !rejected && vetted && (!has_infer || inputs_pending) && onnx_.CanInfer(node);
       }
       return *onnx_can;
     };

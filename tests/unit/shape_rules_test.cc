@@ -21,6 +21,7 @@
 #include "core/dtype.h"
 #include "core/graph.h"
 #include "core/symbolic_shapes.h"
+#include "memest/estimator.h"
 #include "memest/model.h"
 #include "ops/rules.h"
 #include "testing/onnx_builder.h"
@@ -1355,6 +1356,36 @@ TEST(SymbolicShapes, MaxUnpoolWithRankOneIndicesIsRejectedByMemestsRule) {
   EXPECT_EQ(bound.status().code(), ErrorCode::kInvalidModel);
   EXPECT_NE(bound.status().message().find("indices rank"), std::string::npos)
       << bound.status().ToString();
+}
+
+// Without a memest rule, only vetted op types are handed to ONNX's inference (core/onnx_fallback.h):
+// Det is on the list and is sized by ONNX; ai.onnx.ml's Binarizer is not, so its output stays
+// unknown and the estimate is refused naming it, though ONNX has an inference function for it.
+TEST(SymbolicShapes, OnlyVettedOpsWithoutARuleAreSizedByOnnx) {
+  GraphBuilder det(13);
+  X(det, {"N", 3, 3});
+  det.AddNode("Det", {"X"}, {"y0"});
+  det.AddOutput("y0", kFloat);
+  Loaded d = Load(det);
+  ASSERT_NE(d.model, nullptr);
+  EXPECT_TRUE(d.Fallback("y0"));
+
+  GraphBuilder ml(13);
+  ml.AddOpset("ai.onnx.ml", 1);
+  X(ml, {"N", 4});
+  ml.AddNode("Binarizer", {"X"}, {"y0"}, "binarize", "ai.onnx.ml");
+  ml.AddOutput("y0", kFloat);
+  Loaded m = Load(ml);
+  ASSERT_NE(m.model, nullptr);
+  EXPECT_FALSE(m.Fallback("y0"));
+  auto est = MakeEstimator("symbolic");
+  ASSERT_TRUE(est.ok());
+  Options o;
+  o.batch = 2;
+  auto e = (*est)->Run(*m.model, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), ErrorCode::kUnsupported) << e.status().ToString();
+  EXPECT_NE(e.status().message().find("Binarizer"), std::string::npos) << e.status().ToString();
 }
 
 // Hostile attributes and inputs: every rule returns (ok or an error), never crashes.
