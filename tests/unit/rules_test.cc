@@ -313,7 +313,7 @@ TEST(RulesRegistry, EveryRuleHasASignature) {
       {"i0 i1 i2 o0", "LSTM GRU RNN"},  // gates need a rank-3 W: none here
       {"i1",
        "Gather GatherElements GatherND ScatterElements Scatter ScatterND "
-       "Compress ReverseSequence"},
+       "Compress ReverseSequence MaxUnpool"},
       {"i1 i2", "RoiAlign"},
       {"i1 x", "MaxRoiPool"},
       {"x i1 i2", "SoftmaxCrossEntropyLoss"},
