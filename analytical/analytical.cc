@@ -49,6 +49,7 @@
 #include "core/checkpoint.h"
 #include "core/checked.h"
 #include "core/dtype.h"
+#include "memory/allocator_constants.h"
 #include "memory/context.h"
 #include "ops/rules.h"
 #include "ops/value_facts.h"
@@ -59,10 +60,10 @@ namespace {
 using core::SatAdd;
 using core::SatMul;
 
-constexpr uint64_t kBlock = 512;                  // memory-model.md §1.3 kMinBlockSize
-constexpr uint64_t kSmallSize = uint64_t{1} << 20;  // memory-model.md §1.1 kSmallSize
-// memory-model.md §1.1 kRoundLarge / kSmallBuffer
-constexpr uint64_t kSegmentRound = uint64_t{2} << 20;
+using memory::kMinBlockSize;  // the allocator's constants, memory-model.md §1.1
+using memory::kRoundLarge;
+using memory::kSmallBuffer;
+using memory::kSmallSize;
 
 uint64_t RoundUp(uint64_t n, uint64_t m) { return SatMul(n / m + (n % m != 0), m); }
 
@@ -75,11 +76,11 @@ struct Blocks {
 
   void Add(uint64_t bytes, uint64_t count = 1) {
     if (bytes == 0 || count == 0) return;
-    const uint64_t block = bytes < kBlock ? kBlock : RoundUp(bytes, kBlock);
+    const uint64_t block = bytes < kMinBlockSize ? kMinBlockSize : RoundUp(bytes, kMinBlockSize);
     requested = SatAdd(requested, SatMul(bytes, count));
     allocated = SatAdd(allocated, SatMul(block, count));
     if (block > kSmallSize) {
-      large = SatAdd(large, SatMul(RoundUp(block, kSegmentRound), count));
+      large = SatAdd(large, SatMul(RoundUp(block, kRoundLarge), count));
     } else {
       small = SatAdd(small, SatMul(block, count));
     }
@@ -90,7 +91,7 @@ struct Blocks {
     large = SatAdd(large, o.large);
     small = SatAdd(small, o.small);
   }
-  uint64_t Reserved() const { return SatAdd(large, RoundUp(small, kSegmentRound)); }
+  uint64_t Reserved() const { return SatAdd(large, RoundUp(small, kSmallBuffer)); }
 };
 
 class Analytical final : public Estimator {
@@ -363,7 +364,9 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
   for (int out : g_.outputs) last_use[static_cast<size_t>(root(static_cast<size_t>(out)))] = INT32_MAX;
   std::vector<uint64_t> size(nv, 0);
   uint64_t live = 0, live_alloc = 0, peak = 0, peak_alloc = 0;
-  auto block = [](uint64_t bytes) { return bytes == 0 ? 0 : bytes < kBlock ? kBlock : RoundUp(bytes, kBlock); };
+  auto block = [](uint64_t bytes) {
+    return bytes == 0 ? 0 : bytes < kMinBlockSize ? kMinBlockSize : RoundUp(bytes, kMinBlockSize);
+  };
   for (int id : g_.data_inputs) {
     size[static_cast<size_t>(id)] = Eff(id);
     live = SatAdd(live, size[static_cast<size_t>(id)]);

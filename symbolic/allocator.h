@@ -17,16 +17,18 @@
 #include <vector>
 
 #include "memest/status.h"
+#include "memory/allocator_constants.h"
 
 namespace memest::symbolic {
 
-inline constexpr uint64_t kMiB = uint64_t{1} << 20;
-inline constexpr uint64_t kMinBlockSize = 512;          // memory-model.md §1.1
-inline constexpr uint64_t kSmallSize = 1 * kMiB;        // memory-model.md §1.1: largest small size
-inline constexpr uint64_t kSmallBuffer = 2 * kMiB;      // memory-model.md §1.1: small-pool segment
-inline constexpr uint64_t kLargeBuffer = 20 * kMiB;     // memory-model.md §1.1: 1-10 MiB segment
-inline constexpr uint64_t kMinLargeAlloc = 10 * kMiB;   // memory-model.md §1.1
-inline constexpr uint64_t kRoundLarge = 2 * kMiB;       // memory-model.md §1.1
+// The allocator's size constants (memory-model.md §1.1), stated once in memory/.
+using memory::kLargeBuffer;
+using memory::kMiB;
+using memory::kMinBlockSize;
+using memory::kMinLargeAlloc;
+using memory::kRoundLarge;
+using memory::kSmallBuffer;
+using memory::kSmallSize;
 
 struct AllocatorConfig {
   bool expandable_segments = false;        // memory-model.md §1.6
