@@ -51,6 +51,7 @@
 #include "core/dtype.h"
 #include "memory/allocator_constants.h"
 #include "memory/context.h"
+#include "memory/optimizer.h"
 #include "ops/rules.h"
 #include "ops/value_facts.h"
 
@@ -177,13 +178,7 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
   e.backend = "analytical";
   Blocks weights, params, cast_cache;
   Weights(&weights, &params, &cast_cache);
-  uint64_t k = 0;  // memory-model.md §4.2
-  switch (o_.optimizer) {
-    case Optimizer::kSgd: k = 0; break;
-    case Optimizer::kMomentum: k = 1; break;
-    case Optimizer::kAdam:
-    case Optimizer::kAdamW: k = 2; break;
-  }
+  const uint64_t k = static_cast<uint64_t>(memory::StateTensorsPerParameter(o_.optimizer));
   // Gradients and optimizer state: one block per parameter tensor, like the parameters.
   Blocks grads = params;
   Blocks state;
@@ -297,8 +292,8 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
     }
   }
   uint64_t to = 0;  // memory-model.md §4.3 optimizer temporaries
-  const bool l2 = o_.weight_decay > 0 && o_.optimizer != Optimizer::kAdamW;
-  const bool adam = o_.optimizer == Optimizer::kAdam || o_.optimizer == Optimizer::kAdamW;
+  const bool l2 = memory::WeightDecayIsL2(o_);
+  const bool adam = memory::HasSecondMoment(o_.optimizer);
   switch (o_.optimizer_impl) {
     case OptimizerImpl::kForeach:  // a parameter-sized list per temporary
       if (adam) to = params.requested;

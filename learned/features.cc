@@ -10,6 +10,7 @@
 #include "core/graph.h"
 #include "memest/gpu_profile.h"
 #include "memory/context.h"
+#include "memory/optimizer.h"
 #include "ops/rules.h"
 #include "ops/value_facts.h"
 #include "symbolic/symbolic.h"
@@ -246,9 +247,8 @@ Result<Features> ComputeFeatures(const memory::EstimationContext& ctx) {
   // The vector, in FeatureSpecs() order.
   const double batch = static_cast<double>(facts.batch);
   const bool train = options.mode == Mode::kTrain;
-  const bool momentum = train && options.optimizer != Optimizer::kSgd;
-  const bool second_moment =
-      train && (options.optimizer == Optimizer::kAdam || options.optimizer == Optimizer::kAdamW);
+  const bool momentum = train && memory::StateTensorsPerParameter(options.optimizer) >= 1;
+  const bool second_moment = train && memory::HasSecondMoment(options.optimizer);
   std::vector<double>& v = f.values;
   v.reserve(FeatureSpecs().size());
   v.push_back(Log1p(static_cast<double>(f.symbolic.peak_device)));

@@ -54,6 +54,7 @@
 #include "core/checkpoint.h"
 #include "core/dtype.h"
 #include "memory/context.h"
+#include "memory/optimizer.h"
 #include "ops/rules.h"
 #include "ops/value_facts.h"
 #include "symbolic/allocator.h"
@@ -334,8 +335,7 @@ void Sim::AllocateWeights() {
     value_[i] = Malloc(facts_.bytes(static_cast<int>(i)), Category::kWeights);
   }
   if (train_) {
-    const uint64_t k = o_.optimizer == Optimizer::kSgd ? 0
-                       : o_.optimizer == Optimizer::kMomentum ? 1 : 2;
+    const auto k = static_cast<uint64_t>(memory::StateTensorsPerParameter(o_.optimizer));
     state_.reserve(k * g_.values.size());
   }
 }
@@ -625,14 +625,14 @@ void Sim::Step(int it) {
   for (size_t i = 0; i < g_.values.size(); ++i) {
     if (g_.values[i].trainable && !g_.values[i].consumers.empty()) params.push_back(static_cast<int>(i));
   }
-  const bool adam = o_.optimizer == Optimizer::kAdam || o_.optimizer == Optimizer::kAdamW;
+  const bool adam = memory::HasSecondMoment(o_.optimizer);
   if (it == 1) {  // lazily created state (memory-model.md §4.2)
-    const int k = o_.optimizer == Optimizer::kSgd ? 0 : o_.optimizer == Optimizer::kMomentum ? 1 : 2;
+    const int k = memory::StateTensorsPerParameter(o_.optimizer);
     for (int p : params) {
       for (int j = 0; j < k; ++j) state_.push_back(Malloc(facts_.bytes(p), Category::kOptimizerState));
     }
   }
-  const bool l2 = o_.weight_decay > 0 && o_.optimizer != Optimizer::kAdamW;
+  const bool l2 = memory::WeightDecayIsL2(o_);
   switch (o_.optimizer_impl) {
     case OptimizerImpl::kForeach: {
       auto parameter_sized_list = [&] {  // one temporary per parameter, all alive, then freed
