@@ -633,13 +633,16 @@ constexpr auto kRules = [] {
       Saves("Mul", SaveOperandsForOthers<0, 1>, "§3.2 mul; §3.1 guard_for").Infers(shape::Mul),
       Saves("MatMul", SaveOperandsForOthers<0, 1>, "§3.2 matmul; §3.1; §5.2 LOWER_PRECISION",
             kLow)
-          .Infers(shape::MatMul),
+          .Infers(shape::MatMul)
+          .UsesCublas(),
       Saves("Gemm", SaveOperandsForOthers<0, 1>, "§3.2 linear (addmm); §5.2 LOWER_PRECISION",
             kLow)
-          .Infers(shape::Gemm),
+          .Infers(shape::Gemm)
+          .UsesCublas(),
       Saves("Einsum", SaveEinsumOperands, "INF: folds to bmm (§3.2); §5.2 LOWER_PRECISION",
             kLow)
-          .Infers(shape::Einsum),
+          .Infers(shape::Einsum)
+          .UsesCublas(),
       Saves("Div", SaveDiv, "§3.2 div").Infers(shape::Div),
       Saves("Pow", SavePow, "§3.2 pow; §5.2 FP32", kFp32).Infers(shape::Arith),
 
@@ -721,11 +724,14 @@ constexpr auto kRules = [] {
 
       // -- Recurrent (conservative).
       Saves("LSTM", SaveRecurrent, "INF: all inputs/outputs + gates reserve; §5.2 RNN cells", kLow)
-          .Infers(shape::Recurrent),
+          .Infers(shape::Recurrent)
+          .UsesCublas(),
       Saves("GRU", SaveRecurrent, "INF: all inputs/outputs + gates reserve; §5.2 RNN cells", kLow)
-          .Infers(shape::Recurrent),
+          .Infers(shape::Recurrent)
+          .UsesCublas(),
       Saves("RNN", SaveRecurrent, "INF: all inputs/outputs + gates reserve; §5.2 RNN cells", kLow)
-          .Infers(shape::Recurrent),
+          .Infers(shape::Recurrent)
+          .UsesCublas(),
 
       // -- No gradient.
       NoGrad("Shape", kShapeOut).Infers(shape::Shape),

@@ -65,11 +65,19 @@ struct OpRule {
   WorkspaceFn workspace = nullptr;  // nullptr: no forward workspace
   std::string_view cite;     // e.g. "§3.2 relu" (docs/memory-model.md sections)
   InferFn infer = nullptr;   // shape/dtype rule; nullptr: outputs unknown (ONNX inference)
+  // Runs on cuBLAS (GEMMs, einsum, RNN cells): the first such node on a thread creates that
+  // thread's cuBLAS workspace (memory-model.md §2.3).
+  bool uses_cublas = false;
 
   // The same rule with shape rule `fn`: `SavesOutput("Relu", ...).Infers(shape::Unary)`.
   constexpr OpRule Infers(InferFn fn) const {
     OpRule r = *this;
     r.infer = fn;
+    return r;
+  }
+  constexpr OpRule UsesCublas() const {
+    OpRule r = *this;
+    r.uses_cublas = true;
     return r;
   }
 };

@@ -8,12 +8,6 @@
 namespace memest::ops {
 namespace {
 
-bool IsGemm(const core::Node& n) {
-  return n.domain.empty() && (n.op_type == "MatMul" || n.op_type == "Gemm" ||
-                              n.op_type == "Einsum" || n.op_type == "LSTM" ||
-                              n.op_type == "GRU" || n.op_type == "RNN");
-}
-
 const std::vector<int64_t>* ShapeOf(const core::BoundGraph& g, int id) {
   if (id < 0 || !g.shapes[static_cast<size_t>(id)]) return nullptr;
   return &*g.shapes[static_cast<size_t>(id)];
@@ -75,7 +69,7 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision)
   rules_.reserve(g.nodes.size());
   for (const core::Node& n : g.nodes) {
     rules_.push_back(FindRule(n.domain, n.op_type));
-    has_gemm_ = has_gemm_ || IsGemm(n);
+    has_gemm_ = has_gemm_ || (rules_.back() != nullptr && rules_.back()->uses_cublas);
   }
   requires_grad_ = RequiresGrad(graph);
 

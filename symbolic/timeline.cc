@@ -485,12 +485,9 @@ void Sim::Forward(int it) {
   saved_left_ = saved_by_;
   cast_left_ = cast_saves_;
   for (size_t k = 0; k < g_.nodes.size(); ++k) {
-    const core::Node& n = g_.nodes[k];
     node_ = static_cast<int>(k);
     const ops::OpRule* rule = facts_.rule(k);
-    if (facts_.has_gemm() && o_.library_workspaces && ws_forward_ < 0 && rule &&
-        rule->amp == ops::AmpPolicy::kLowerPrecision && n.op_type != "Conv" &&
-        n.op_type != "ConvTranspose") {
+    if (o_.library_workspaces && ws_forward_ < 0 && rule && rule->uses_cublas) {
       ws_forward_ = Malloc(gpu_.cublas_workspace.bytes, Category::kTransient);
     }
     ForwardNode(k, -1);
@@ -541,9 +538,7 @@ void Sim::Backward() {
     for (int in : n.inputs) needs = needs || facts_.requires_grad(in);
     for (int out : n.outputs) has_out_grad = has_out_grad || (out >= 0 && grad_[static_cast<size_t>(out)] >= 0);
     if (needs && has_out_grad) {
-      if (facts_.has_gemm() && o_.library_workspaces && ws_backward_ < 0 && rule &&
-          rule->amp == ops::AmpPolicy::kLowerPrecision && n.op_type != "Conv" &&
-          n.op_type != "ConvTranspose") {
+      if (o_.library_workspaces && ws_backward_ < 0 && rule && rule->uses_cublas) {
         ws_backward_ = Malloc(gpu_.cublas_workspace.bytes, Category::kTransient);
       }
       auto deliver = [&](int in, Tensor g) {  // accumulate into the input's gradient

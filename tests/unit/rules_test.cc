@@ -284,6 +284,17 @@ std::string Signature(const OpRule& rule) {
   return sig;
 }
 
+// Which ops run on cuBLAS is stated once, on the rule (the workspace's creator, §2.3): the
+// GEMM-shaped ops, not every lower-precision autocast op (convolutions use cuDNN, PReLU is
+// elementwise).
+TEST(RulesRegistry, CublasUsersAreTheGemmShapedOps) {
+  std::set<std::string> users;
+  for (const OpRule& r : AllRules()) {
+    if (r.uses_cublas) users.insert(std::string(r.op_type));
+  }
+  EXPECT_EQ(users, (std::set<std::string>{"Einsum", "GRU", "Gemm", "LSTM", "MatMul", "RNN"}));
+}
+
 TEST(RulesRegistry, EveryRuleHasASignature) {
   // One line per op: adding a rule without adding it here fails this test.
   // Signature -> ops with it, one word per op.

@@ -48,13 +48,6 @@ void SetStringAttr(onnx::NodeProto& n, const std::string& name, const std::strin
   a->set_s(v);
 }
 
-void SetFloatsAttr(onnx::NodeProto& n, const std::string& name, const std::vector<float>& v) {
-  auto* a = n.add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::FLOATS);
-  for (float f : v) a->add_floats(f);
-}
-
 onnx::TensorProto& AddFloats(GraphBuilder& b, const std::string& name, std::vector<float> v,
                              std::optional<std::vector<int64_t>> dims = std::nullopt) {
   onnx::TensorProto& t = *b.graph().add_initializer();
