@@ -39,12 +39,12 @@
 
 namespace memest::core {
 
-// Whether ONNX's inference may be asked for the outputs of a node of this op when memest has no
-// rule for it. Only op types whose ONNX 1.12 inference function was read for unchecked accesses
-// are (the list in onnx_fallback.cc, each with the checks CheckForOnnx makes first); any other
-// op's outputs stay unknown, and an estimate resting on them is refused (Options::
-// allow_unknown_shapes sizes them conservatively instead). Untrusted nodes never reach an
-// inference function nobody read: a fuzzer found MaxUnpool's reading an input's dim unchecked.
+// Whether ONNX's inference may be handed a node of this op: only If, Loop and Scan, whose bodies
+// and attributes CheckForOnnx checks first (the list in onnx_fallback.cc). Any other op's outputs
+// that memest's rules cannot size stay unknown, and an estimate resting on them is refused
+// (Options::allow_unknown_shapes sizes them conservatively instead). Untrusted nodes never reach
+// an inference function nobody read: the fuzzer found MaxUnpool's and STFT's reading inputs
+// unchecked.
 bool OnnxMayInfer(std::string_view domain, std::string_view op_type);
 
 // What binding knows so far (per value id), and receives the fallback's results.
