@@ -1,7 +1,7 @@
 // analytical/analytical.cc -- closed-form accounting over the ONNX graph.
 //
-// Formula (all sizes from core::Bind: ONNX shape inference with the bound dims; sections cited
-// are those of docs/memory-model.md):
+// Formula (all sizes from core::Bind: memest's shape rules evaluated at the bound dims, ONNX's
+// inference only for If/Loop/Scan; sections cited are those of docs/memory-model.md):
 //
 //   P  = bytes of trainable parameters                 (bf16 precision: halved)
 //   Bf = bytes of other initializers (BN running stats, constants)

@@ -12,8 +12,8 @@
 //    initializer that feeds only BatchNormalization inputs 3/4 is a buffer (running statistics).
 //    Every other initializer is a constant (its payload is carried when the file kept it).
 //  * Shapes. Data inputs get the concrete dims core::Bind gave them (options.batch / dims);
-//    initializers keep their declared dims. Intermediate shapes come from ONNX shape inference
-//    where it succeeded; the executor does not need them (it runs the real ops).
+//    initializers keep their declared dims. Intermediate shapes come from binding (memest's shape
+//    rules); the executor does not need them (it runs the real ops).
 //  * Random integer inputs. An integer data input that feeds the indices of a Gather on an
 //    initializer (an embedding table), directly or through Cast/Reshape/Unsqueeze/Squeeze/
 //    Flatten/Identity, draws ids in [0, rows of that table); any other integer input in [0, 2).

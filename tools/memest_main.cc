@@ -15,9 +15,9 @@
 //      training-only flag with --mode infer, unknown GPU or backend, a named backend this build
 //      lacks (measurement: use memest-measure), --checkpoint above the graph's node count, an
 //      unwritable --timeline file, unbound symbolic dim
-//   3  bad model: missing or unreadable file, not ONNX, truncated, invalid graph, overflow
-//   4  the backend cannot run this model (unsupported), a failed write to stdout, or internal
-//      error
+//   3  bad model (missing or unreadable file, not ONNX, truncated, invalid graph, overflow) or a
+//      model memest refuses to estimate (unsupported: shapes no rule can size, named)
+//   4  a backend unavailable while running, a failed write to stdout, or an internal error
 // Option defaults shown by --help come from memest::DescribeOptions(), i.e. from a
 // default-constructed memest::Options; this file never repeats them.
 #include <fcntl.h>
