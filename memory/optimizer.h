@@ -11,10 +11,13 @@ namespace memest::memory {
 // none, momentum its momentum_buffer, Adam and AdamW exp_avg and exp_avg_sq.
 constexpr int StateTensorsPerParameter(Optimizer o) {
   switch (o) {
-    case Optimizer::kSgd: return 0;
-    case Optimizer::kMomentum: return 1;
+    case Optimizer::kSgd:
+      return 0;
+    case Optimizer::kMomentum:
+      return 1;
     case Optimizer::kAdam:
-    case Optimizer::kAdamW: return 2;
+    case Optimizer::kAdamW:
+      return 2;
   }
   return 2;  // an unknown optimizer is counted like the largest
 }
