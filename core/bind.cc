@@ -133,11 +133,9 @@ Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
   b.shapes.assign(n, std::nullopt);
   b.bytes.assign(n, std::nullopt);
 
-  std::shared_ptr<const SymbolicShapes> computed;
   const SymbolicShapes* sym = graph.symbolic.get();
-  if (sym == nullptr || sym->types.size() != n) {  // a graph not built by the loader
-    computed = InferSymbolicShapes(graph);
-    sym = computed.get();
+  if (sym == nullptr || sym->types.size() != n) {
+    return Internal("the graph has no inferred shapes: load models with LoadModel");
   }
 
   // Data inputs: their dims, and the symbols they bind.

@@ -1,7 +1,7 @@
 // core/bind.h -- binding symbolic dims to values and inferring every tensor's concrete shape.
 //
 // Bind() takes a loaded Graph and the options' batch/dims, binds the data inputs' symbolic dims,
-// and evaluates the shapes the loader inferred once per model (core/symbolic_shapes.h: the
+// and evaluates the shapes LoadModel inferred once per model (ops/shape_pass.h: the
 // per-op shape rules over symbolic dims, with Shape / Gather / Concat sub-graphs folded so
 // Reshape targets resolve). It returns concrete dims and byte sizes for every value. A node
 // whose shape rule rejected it (shapes that do not broadcast, an axis out of range) is an

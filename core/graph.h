@@ -72,8 +72,8 @@ struct Graph {
   std::vector<int> data_inputs;  // value ids, in graph-input order
   std::vector<int> outputs;      // value ids, in graph-output order
   ModelSummary summary;
-  // Every value's shape and dtype over symbolic dims, inferred once at load time
-  // (core/symbolic_shapes.h). Null for graphs not built by the loader: Bind() infers then.
+  // Every value's shape and dtype over symbolic dims, inferred once at load time by the shape
+  // pass (ops/shape_pass.h). Null until LoadModel has run it; Bind() refuses such a graph.
   std::shared_ptr<const SymbolicShapes> symbolic;
 
   const Value& value(int id) const { return values[static_cast<size_t>(id)]; }

@@ -19,9 +19,8 @@
 //  * Nodes are sorted topologically; a cycle is an error naming a node on it. Every node input
 //    must be produced by a node, an initializer or a graph input (subgraph bodies may use names
 //    from the enclosing scope; they are parsed and counted, not validated further).
-//  * Shapes and dtypes of every value are inferred once here, over symbolic dims
-//    (core/symbolic_shapes.h); a node whose shape rule fails leaves its outputs unknown, never
-//    an error.
+//  * Shapes are not inferred here: the shape pass runs the op rules, a layer above
+//    (ops/shape_pass.h); LoadModel (ops/load_model.cc) runs it right after this loader.
 //  * Trainable parameters = float initializers with more than one element that feed some node
 //    other than as BatchNormalization running statistics (inputs 3/4), which are buffers. A
 //    1-element initializer of rank >= 1 is a parameter only where a module keeps one: the bias
@@ -44,7 +43,7 @@
 #include "core/checked.h"
 #include "core/dtype.h"
 #include "core/graph.h"
-#include "core/symbolic_shapes.h"
+#include "core/loader.h"
 #include "core/validate.h"
 #include "memest/model.h"
 
@@ -650,22 +649,19 @@ Result<std::unique_ptr<Graph>> Loader::Load(std::string_view bytes) {
   MarkTrainable();
   StripWeights();
   Summarize();
-  // Shapes over symbolic dims, once per model: binding dims later only evaluates them.
-  g_->symbolic = InferSymbolicShapes(*g_);
   return std::move(g_);
 }
 
 }  // namespace
-}  // namespace core
 
-Result<std::shared_ptr<const Model>> LoadModelFromBytes(std::string_view bytes,
-                                                        const std::string& base_dir,
-                                                        const std::string& display_name) {
+Result<std::unique_ptr<Graph>> LoadGraphFromBytes(std::string_view bytes,
+                                                  const std::string& base_dir,
+                                                  const std::string& display_name) {
   try {
-    core::Loader loader(base_dir, display_name);
+    Loader loader(base_dir, display_name);
     auto graph = loader.Load(bytes);
     if (!graph.ok()) return graph.status().WithContext(display_name);
-    return std::shared_ptr<const Model>(std::make_shared<Model>(std::move(graph).value()));
+    return graph;
   } catch (const std::bad_alloc&) {
     return Internal(display_name + ": out of memory while loading the model");
   } catch (const std::exception& e) {
@@ -673,7 +669,7 @@ Result<std::shared_ptr<const Model>> LoadModelFromBytes(std::string_view bytes,
   }
 }
 
-Result<std::shared_ptr<const Model>> LoadModel(const std::string& path) {
+Result<std::unique_ptr<Graph>> LoadGraph(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     return NotFound("model file '" + path + "' not found");
@@ -703,7 +699,8 @@ Result<std::shared_ptr<const Model>> LoadModel(const std::string& path) {
   if (auto slash = path.find_last_of('/'); slash != std::string::npos) {
     dir = slash == 0 ? "/" : path.substr(0, slash);
   }
-  return LoadModelFromBytes(bytes, dir, path);
+  return LoadGraphFromBytes(bytes, dir, path);
 }
 
+}  // namespace core
 }  // namespace memest

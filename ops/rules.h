@@ -10,7 +10,7 @@
 //   * how autocast treats it (AMP policy),
 //   * temporary workspace in the forward pass (bytes, beyond its outputs),
 //   * its shape and dtype rule over symbolic dims (`infer`, ops/shape_rules.h), run once per
-//     model at load time (core/symbolic_shapes.h).
+//     model at load time (ops/shape_pass.h).
 // Adding an op = one entry in ops/rules.cc + one test in tests/unit/rules_test.cc (and, for its
 // shape rule, one case in tests/unit/shape_rules_test.cc).
 // Shapes come from core::BoundGraph: the symbolic shapes evaluated at the bound dims, with ONNX

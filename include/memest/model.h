@@ -63,7 +63,7 @@ class Model {
   // Internal graph, for backends inside memest. Not part of the stable API.
   const core::Graph& graph() const;
 
-  // For core/loader.cc only.
+  // For LoadModel (ops/load_model.cc) only.
   explicit Model(std::unique_ptr<core::Graph> graph);
 
  private:
