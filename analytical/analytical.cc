@@ -14,8 +14,10 @@
 //        above, + the segments' inputs + the largest segment's saves and outputs (recomputed in
 //        backward one segment at a time)
 //        + the loss's saved tensors (cross-entropy: fp32 log-probs + int64 targets; mse: target)
-//   Tf = max over nodes of the node's outputs that are not saved (+ rule workspace)
-//   Tb = max over nodes of (gradients flowing into its outputs + out of its activation inputs)
+//   Tf = max over nodes of the node's outputs that are not saved (+ rule workspace, + a
+//        convolution's cuDNN workspace, memory/device.h)
+//   Tb = max over nodes of (gradients flowing into its outputs + out of its activation inputs,
+//        + a convolution's cuDNN workspace)
 //   To = optimizer temporaries (memory-model.md §4.3): foreach: adam/adamw P, +P for L2 weight
 //        decay (adam/sgd); single-tensor: 2 x (largest parameter) for adam/adamw, +1 x for L2;
 //        fused: 0
@@ -31,7 +33,7 @@
 //   Each tensor is a 512-byte-rounded block (memory-model.md §1.3). reserved ~= blocks > 1 MiB
 //   rounded up to 2 MiB + small blocks packed into 2 MiB segments (memory-model.md §1.4);
 //   fragmentation and block reuse are the symbolic backend's job. device = reserved + CUDA context
-//   (GPU profile, memory-model.md §2.1).
+//   + library memory (the stack profile, memory/device.h).
 //   Breakdown fields hold requested bytes; allocator_overhead = allocated - requested (rounding),
 //   cached_free = reserved - allocated.
 //
@@ -46,11 +48,12 @@
 #include <vector>
 
 #include "core/bind.h"
-#include "core/checkpoint.h"
 #include "core/checked.h"
+#include "core/checkpoint.h"
 #include "core/dtype.h"
 #include "memory/allocator_constants.h"
 #include "memory/context.h"
+#include "memory/device.h"
 #include "memory/optimizer.h"
 #include "ops/rules.h"
 #include "ops/value_facts.h"
@@ -111,8 +114,12 @@ class Analytical final : public Estimator {
 // Per-run state; Run() builds one on the stack (the estimator itself stays immutable).
 class Accounting {
  public:
-  Accounting(const core::BoundGraph& b, const Options& o, const ops::ValueFacts& facts)
-      : b_(b), g_(*b.graph), o_(o), facts_(facts) {}
+  explicit Accounting(const memory::EstimationContext& ctx)
+      : b_(ctx.bound()),
+        g_(*b_.graph),
+        o_(ctx.options()),
+        facts_(ctx.facts()),
+        stack_(ctx.stack()) {}
 
   Result<Estimate> Train(const GpuProfile& gpu);
   Result<Estimate> Infer(const GpuProfile& gpu);
@@ -128,6 +135,7 @@ class Accounting {
   const core::Graph& g_;
   const Options& o_;
   const ops::ValueFacts& facts_;
+  const StackProfile& stack_;
 };
 
 void Accounting::Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cache) const {
@@ -159,7 +167,7 @@ uint64_t Accounting::Workspace(const GpuProfile& gpu, int count) const {
 void Accounting::Finish(const Blocks& all, const GpuProfile& gpu, Estimate* e) const {
   e->peak_allocated = all.allocated;
   e->peak_reserved = std::max(all.Reserved(), all.allocated);
-  e->breakdown.cuda_context = gpu.cuda_context.bytes;
+  memory::SetOutsideAllocator(stack_, &e->breakdown);
   // Breakdown fields hold requested bytes; allocated - requested is block rounding, reserved -
   // allocated the segment memory held free.
   Breakdown& bd = e->breakdown;
@@ -243,9 +251,12 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
       }
     }
     // Forward transient: outputs of this node that nobody keeps, plus its workspace.
+    const uint64_t conv_ws =
+        memory::ConvWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces);
     uint64_t out_bytes = rule && rule->workspace
                              ? rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()})
                              : 0;
+    out_bytes = SatAdd(out_bytes, conv_ws);
     for (int out : n.outputs) {
       if (out < 0 || saved_here.count(out) || facts_.is_view(k)) continue;
       out_bytes = SatAdd(out_bytes, Eff(out));
@@ -257,19 +268,20 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
       if (facts_.requires_grad(out)) grad_bytes = SatAdd(grad_bytes, Eff(out));
     }
     for (int in : n.inputs) {
-      if (facts_.requires_grad(in) &&
-          g_.value(in).kind != core::ValueKind::kInitializer) {
+      if (facts_.requires_grad(in) && g_.value(in).kind != core::ValueKind::kInitializer) {
         grad_bytes = SatAdd(grad_bytes, Eff(in));
       }
     }
+    if (grad_bytes > 0) grad_bytes = SatAdd(grad_bytes, conv_ws);
     if (grad_bytes > tb) {
       tb = grad_bytes;
       tb_node = n.name;
     }
   }
   if (!seg_saved.empty()) {
-    saved.Add(*std::max_element(seg_saved.begin(), seg_saved.end(),
-                                [](const Blocks& a, const Blocks& b) { return a.allocated < b.allocated; }));
+    saved.Add(*std::max_element(
+        seg_saved.begin(), seg_saved.end(),
+        [](const Blocks& a, const Blocks& b) { return a.allocated < b.allocated; }));
   }
   // Loss on the first graph output (options.h Loss).
   if (!g_.outputs.empty()) {
@@ -281,7 +293,7 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
     if (ce && shape && !shape->empty() && shape->back() > 0) {
       const uint64_t numel = b_.Numel(out).value_or(0);
       // Cross-entropy keeps fp32 log-probs and the targets (memory-model.md §3.2).
-      saved.Add(SatMul(numel, 4));                                        // fp32 log-probs
+      saved.Add(SatMul(numel, 4));                                         // fp32 log-probs
       saved.Add(SatMul(numel / static_cast<uint64_t>(shape->back()), 8));  // int64 targets
     } else {
       saved.Add(logits);  // mse: the target
@@ -353,10 +365,12 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
   std::vector<int> last_use(nv, -1);
   for (size_t k = 0; k < g_.nodes.size(); ++k) {
     for (int in : g_.nodes[k].inputs) {
-      if (in >= 0) last_use[static_cast<size_t>(root(static_cast<size_t>(in)))] = static_cast<int>(k);
+      if (in >= 0)
+        last_use[static_cast<size_t>(root(static_cast<size_t>(in)))] = static_cast<int>(k);
     }
   }
-  for (int out : g_.outputs) last_use[static_cast<size_t>(root(static_cast<size_t>(out)))] = INT32_MAX;
+  for (int out : g_.outputs)
+    last_use[static_cast<size_t>(root(static_cast<size_t>(out)))] = INT32_MAX;
   std::vector<uint64_t> size(nv, 0);
   uint64_t live = 0, live_alloc = 0, peak = 0, peak_alloc = 0;
   auto block = [](uint64_t bytes) {
@@ -373,7 +387,10 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
   for (size_t k = 0; k < g_.nodes.size(); ++k) {
     const core::Node& n = g_.nodes[k];
     const ops::OpRule* rule = facts_.rule(k);
-    const uint64_t ws = rule && rule->workspace ? rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()}) : 0;
+    const uint64_t ws = SatAdd(
+        rule && rule->workspace ? rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()})
+                                : 0,
+        memory::ConvWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces));
     for (int out : n.outputs) {
       if (out < 0 || root(static_cast<size_t>(out)) != out) continue;  // views: no new memory
       size[static_cast<size_t>(out)] = Eff(out);
@@ -416,7 +433,7 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
 }
 
 Result<Estimate> Analytical::EstimateIn(const memory::EstimationContext& ctx) const {
-  Accounting acc(ctx.bound(), ctx.options(), ctx.facts());
+  Accounting acc(ctx);
   return ctx.options().mode == Mode::kTrain ? acc.Train(ctx.gpu()) : acc.Infer(ctx.gpu());
 }
 

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "analytical/analytical.h"
+#include "core/checked.h"
 #include "learned/learned.h"
 #include "memest/estimator.h"
 #include "symbolic/symbolic.h"
@@ -84,15 +85,21 @@ Result<std::unique_ptr<Estimator>> MakeEstimator(std::string_view name) {
   return NotFound("unknown backend '" + std::string(name) + "' (known: " + names + ")");
 }
 
-Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu) {
+Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu, const FitPolicy& policy) {
   Fit f;
   f.capacity = gpu.usable_memory.bytes;
-  f.fits = estimate.peak_device <= f.capacity;
+  f.on_upper = policy.on == FitOn::kUpper && estimate.device_high.has_value();
+  f.judged =
+      f.on_upper ? std::max(*estimate.device_high, estimate.peak_device) : estimate.peak_device;
+  const double share = std::clamp(policy.margin_fraction, 0.0, 1.0);
+  f.margin = core::SatAdd(static_cast<uint64_t>(share * static_cast<double>(f.capacity)),
+                          policy.margin_bytes);
+  const uint64_t need = core::SatAdd(f.judged, f.margin);
+  f.fits = need <= f.capacity;
   const auto clamp = [](uint64_t v) {
     return static_cast<int64_t>(std::min<uint64_t>(v, std::numeric_limits<int64_t>::max()));
   };
-  f.headroom =
-      f.fits ? clamp(f.capacity - estimate.peak_device) : -clamp(estimate.peak_device - f.capacity);
+  f.headroom = f.fits ? clamp(f.capacity - need) : -clamp(need - f.capacity);
   return f;
 }
 
@@ -112,7 +119,7 @@ Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& mod
     ++r.evaluations;
     auto e = estimator.Run(model, o);
     if (!e.ok()) return e.status().WithContext("batch " + std::to_string(batch));
-    bool ok = CheckFit(*e, *gpu).fits;
+    bool ok = CheckFit(*e, *gpu, options.fit).fits;
     return std::make_pair(ok, std::move(e).value());
   };
   // The search needs a batch dim to bind: some data input whose leading dim is not fixed.

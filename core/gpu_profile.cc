@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/json_fields.h"
 #include "memest/status.h"
 
 namespace memest::core {
@@ -41,97 +42,33 @@ using nlohmann::json;
 constexpr std::string_view kFormat = "memest-gpu-profiles/1";
 
 // Keys a profile object may carry; anything else is rejected (catches typos in the data).
-constexpr std::string_view kProfileKeys[] = {
-    "name",         "display_name",  "sm_major",     "sm_minor",         "sm_source",
-    "total_memory", "usable_memory", "cuda_context", "cublas_workspace", "allocator"};
-constexpr std::string_view kTopLevelKeys[] = {"format", "about", "profiles"};
-constexpr std::string_view kValueKeys[] = {"bytes", "source", "calibrated"};
+const std::vector<std::string_view> kProfileKeys = {
+    "name",         "display_name",  "sm_major",         "sm_minor", "sm_source",
+    "total_memory", "usable_memory", "cublas_workspace", "allocator"};
+const std::vector<std::string_view> kTopLevelKeys = {"format", "about", "profiles"};
 
-std::string ToLowerAscii(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-template <size_t N>
-bool IsOneOf(std::string_view key, const std::string_view (&allowed)[N]) {
-  for (std::string_view a : allowed) {
-    if (key == a) return true;
-  }
-  return false;
-}
-
-template <size_t N>
-Status CheckKeys(const json& obj, const std::string_view (&allowed)[N], const std::string& where) {
-  for (auto it = obj.begin(); it != obj.end(); ++it) {
-    if (!IsOneOf(it.key(), allowed)) return Internal(where + ": unknown key '" + it.key() + "'");
-  }
-  return Status::Ok();
-}
-
-Result<std::string> GetString(const json& obj, const char* key, const std::string& where) {
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_string()) {
-    return Internal(where + ": '" + key + "' must be a string");
-  }
-  return it->get_ref<const std::string&>();
-}
-
-Result<int> GetSmallInt(const json& obj, const char* key, const std::string& where) {
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_number_unsigned() || it->get<uint64_t>() > 1000) {
-    return Internal(where + ": '" + key + "' must be an integer in [0, 1000]");
-  }
-  return static_cast<int>(it->get<uint64_t>());
-}
-
-// Reads {"bytes": N, "source": "...", "calibrated": bool}. A value must have a non-empty source;
-// a value is calibrated exactly when its source names its data file ("measured: <path> ...").
-Result<ProfileValue> GetValue(const json& obj, const char* key, const std::string& where) {
-  const std::string here = where + "." + key;
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_object()) return Internal(here + ": missing or not an object");
-  MEMEST_RETURN_IF_ERROR(CheckKeys(*it, kValueKeys, here));
-  ProfileValue v;
-  auto bytes = it->find("bytes");
-  if (bytes == it->end() || !bytes->is_number_unsigned()) {
-    return Internal(here + ": 'bytes' must be a non-negative integer");
-  }
-  v.bytes = bytes->get<uint64_t>();
-  MEMEST_ASSIGN_OR_RETURN(v.source, GetString(*it, "source", here));
-  if (v.source.empty()) return Internal(here + ": empty source (no number without a source)");
-  auto calibrated = it->find("calibrated");
-  if (calibrated == it->end() || !calibrated->is_boolean()) {
-    return Internal(here + ": 'calibrated' must be a boolean");
-  }
-  v.calibrated = calibrated->get<bool>();
-  const bool says_measured = v.source.starts_with("measured: ");
-  if (v.calibrated != says_measured) {
-    return Internal(here + ": calibrated=true exactly when the source starts with 'measured: '");
-  }
-  return v;
-}
+// The embedded table is memest's own data: a defect in it is an internal error.
+const JsonFields kFields(ErrorCode::kInternal);
 
 Result<GpuProfile> ParseProfile(const json& p, size_t index) {
   std::string where = "profiles[" + std::to_string(index) + "]";
   if (!p.is_object()) return Internal(where + ": not an object");
-  MEMEST_RETURN_IF_ERROR(CheckKeys(p, kProfileKeys, where));
+  MEMEST_RETURN_IF_ERROR(kFields.CheckKeys(p, kProfileKeys, where));
   GpuProfile g;
-  MEMEST_ASSIGN_OR_RETURN(g.name, GetString(p, "name", where));
+  MEMEST_ASSIGN_OR_RETURN(g.name, kFields.String(p, "name", where));
   if (g.name.empty() || g.name != ToLowerAscii(g.name)) {
     return Internal(where + ": name must be non-empty lower case");
   }
   where += " (" + g.name + ")";
-  MEMEST_ASSIGN_OR_RETURN(g.display_name, GetString(p, "display_name", where));
-  MEMEST_ASSIGN_OR_RETURN(g.sm_major, GetSmallInt(p, "sm_major", where));
-  MEMEST_ASSIGN_OR_RETURN(g.sm_minor, GetSmallInt(p, "sm_minor", where));
-  MEMEST_ASSIGN_OR_RETURN(std::string sm_source, GetString(p, "sm_source", where));
+  MEMEST_ASSIGN_OR_RETURN(g.display_name, kFields.String(p, "display_name", where));
+  MEMEST_ASSIGN_OR_RETURN(g.sm_major, kFields.SmallInt(p, "sm_major", where));
+  MEMEST_ASSIGN_OR_RETURN(g.sm_minor, kFields.SmallInt(p, "sm_minor", where));
+  MEMEST_ASSIGN_OR_RETURN(std::string sm_source, kFields.String(p, "sm_source", where));
   if (sm_source.empty()) return Internal(where + ": empty sm_source");
-  MEMEST_ASSIGN_OR_RETURN(g.total_memory, GetValue(p, "total_memory", where));
-  MEMEST_ASSIGN_OR_RETURN(g.usable_memory, GetValue(p, "usable_memory", where));
-  MEMEST_ASSIGN_OR_RETURN(g.cuda_context, GetValue(p, "cuda_context", where));
-  MEMEST_ASSIGN_OR_RETURN(g.cublas_workspace, GetValue(p, "cublas_workspace", where));
-  MEMEST_ASSIGN_OR_RETURN(g.allocator, GetString(p, "allocator", where));
+  MEMEST_ASSIGN_OR_RETURN(g.total_memory, kFields.Bytes(p, "total_memory", where));
+  MEMEST_ASSIGN_OR_RETURN(g.usable_memory, kFields.Bytes(p, "usable_memory", where));
+  MEMEST_ASSIGN_OR_RETURN(g.cublas_workspace, kFields.Bytes(p, "cublas_workspace", where));
+  MEMEST_ASSIGN_OR_RETURN(g.allocator, kFields.String(p, "allocator", where));
   if (g.allocator != "native" && g.allocator != "cudaMallocAsync") {
     return Internal(where + ": allocator must be \"native\" or \"cudaMallocAsync\"");
   }
@@ -179,8 +116,8 @@ Result<std::vector<GpuProfile>> ParseGpuProfilesJson(std::string_view text) {
       json::parse(text.begin(), text.end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return Internal("not valid JSON");
   if (!doc.is_object()) return Internal("top level must be an object");
-  MEMEST_RETURN_IF_ERROR(CheckKeys(doc, kTopLevelKeys, "top level"));
-  MEMEST_ASSIGN_OR_RETURN(std::string format, GetString(doc, "format", "top level"));
+  MEMEST_RETURN_IF_ERROR(kFields.CheckKeys(doc, kTopLevelKeys, "top level"));
+  MEMEST_ASSIGN_OR_RETURN(std::string format, kFields.String(doc, "format", "top level"));
   if (format != kFormat) {
     return Internal("format is '" + format + "', expected '" + std::string(kFormat) + "'");
   }

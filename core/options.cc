@@ -35,6 +35,14 @@ constexpr std::pair<const char*, Precision> kPrecisions[] = {{"fp32", Precision:
                                                              {"bf16", Precision::kBf16}};
 constexpr std::pair<const char*, Loss> kLosses[] = {
     {"auto", Loss::kAuto}, {"cross-entropy", Loss::kCrossEntropy}, {"mse", Loss::kMse}};
+constexpr std::pair<const char*, Attention> kAttention[] = {
+    {"eager", Attention::kEager},
+    {"sdpa-math", Attention::kSdpaMath},
+    {"sdpa-flash", Attention::kSdpaFlash},
+    {"sdpa-mem-efficient", Attention::kSdpaMemEfficient},
+    {"auto", Attention::kAuto}};
+constexpr std::pair<const char*, FitOn> kFitOn[] = {{"point", FitOn::kPoint},
+                                                    {"upper", FitOn::kUpper}};
 
 template <typename E, size_t N>
 const char* NameOf(E e, const std::pair<const char*, E> (&table)[N]) {
@@ -58,11 +66,17 @@ Result<Precision> ParsePrecision(std::string_view s) {
   return ParseEnum(s, "precision", kPrecisions);
 }
 Result<Loss> ParseLoss(std::string_view s) { return ParseEnum(s, "loss", kLosses); }
+Result<FitOn> ParseFitOn(std::string_view s) { return ParseEnum(s, "fit-on", kFitOn); }
+Result<Attention> ParseAttention(std::string_view s) {
+  return ParseEnum(s, "attention", kAttention);
+}
 const char* ToString(Mode m) { return NameOf(m, kModes); }
 const char* ToString(Optimizer o) { return NameOf(o, kOptimizers); }
 const char* ToString(OptimizerImpl i) { return NameOf(i, kOptimizerImpls); }
 const char* ToString(Precision p) { return NameOf(p, kPrecisions); }
 const char* ToString(Loss l) { return NameOf(l, kLosses); }
+const char* ToString(FitOn f) { return NameOf(f, kFitOn); }
+const char* ToString(Attention a) { return NameOf(a, kAttention); }
 
 Status Validate(const Options& o) {
   if (o.batch && *o.batch < 1) {
@@ -82,12 +96,23 @@ Status Validate(const Options& o) {
     return InvalidArgument("allocator max_split_size must be >= 20 MiB");
   }
   if (o.gpu.empty()) return InvalidArgument("GPU profile name is empty");
+  if (!std::isfinite(o.fit.margin_fraction) || o.fit.margin_fraction < 0 ||
+      o.fit.margin_fraction >= 1) {
+    return InvalidArgument("safety margin must be a share in [0, 1) of the GPU's memory");
+  }
   if (o.micro_batches < 1) return InvalidArgument("micro_batches must be >= 1");
   if (o.micro_batches > 1 && o.batch && *o.batch % o.micro_batches != 0) {
     return InvalidArgument("batch " + std::to_string(*o.batch) + " is not divisible into " +
                            std::to_string(o.micro_batches) + " micro-batches");
   }
   if (o.checkpoint_segments < 0) return InvalidArgument("checkpoint_segments must be >= 0");
+  if (o.attention == Attention::kSdpaFlash && o.precision == Precision::kFp32) {
+    // sdp_utils.cpp: flash attention takes fp16/bf16 only; forcing it on fp32 raises "No
+    // available kernel".
+    return InvalidArgument(
+        "flash attention runs in fp16/bf16 only: use --precision amp-fp16, "
+        "amp-bf16 or bf16, or --attention sdpa-mem-efficient");
+  }
   if (o.optimizer_impl == OptimizerImpl::kFused && o.optimizer != Optimizer::kAdam &&
       o.optimizer != Optimizer::kAdamW) {
     // torch.optim has fused kernels for Adam and AdamW only (memory-model.md §4.3).
@@ -113,7 +138,12 @@ std::vector<OptionDoc> DescribeOptions() {
       {"weight_decay", wd, "L2 for sgd/momentum/adam (adds a temporary), decoupled for adamw"},
       {"precision", ToString(d.precision), "fp32 | amp-fp16 | amp-bf16 | bf16"},
       {"loss", ToString(d.loss), "auto: cross-entropy for [N,C] logits, else mse"},
-      {"gpu", d.gpu, "GPU profile (context, workspaces, capacity)"},
+      {"gpu", d.gpu, "GPU profile (capacity, compute capability, cuBLAS workspace)"},
+      {"stack", d.stack.empty() ? "(the default stack, pytorch2-lazy)" : d.stack,
+       "software stack (CUDA context, library memory, conv workspaces, residual band)"},
+      {"fit_on", ToString(d.fit.on),
+       "upper: 'fits' judges the top of the interval where there is one; point: the estimate"},
+      {"safety_margin", "0", "kept free on top of the judged peak (share of memory or bytes)"},
       {"expandable_segments", d.allocator.expandable_segments ? "true" : "false",
        "PyTorch allocator expandable_segments"},
       {"micro_batches", std::to_string(d.micro_batches),
@@ -122,6 +152,10 @@ std::vector<OptionDoc> DescribeOptions() {
        "activation checkpointing as checkpoint_sequential with this many segments (0: off)"},
       {"library_workspaces", d.library_workspaces ? "true" : "false",
        "count cuBLAS workspaces (false: compare with the CPU harness)"},
+      {"fused_kernels", d.fused_kernels ? "true" : "false",
+       "cost exported LayerNorm/GELU chains as PyTorch's fused kernels (false: op by op)"},
+      {"attention", ToString(d.attention),
+       "eager | sdpa-math | sdpa-flash | sdpa-mem-efficient | auto: what attention saves"},
       {"allow_unknown_shapes", d.allow_unknown_shapes ? "true" : "false",
        "estimate even when some tensor's shape cannot be inferred (default: refuse)"},
   };

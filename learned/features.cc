@@ -10,6 +10,7 @@
 #include "core/graph.h"
 #include "memest/gpu_profile.h"
 #include "memory/context.h"
+#include "memory/device.h"
 #include "memory/optimizer.h"
 #include "ops/rules.h"
 #include "ops/value_facts.h"
@@ -141,23 +142,53 @@ uint64_t SavedBytes(const core::BoundGraph& bound, const ops::ValueFacts& facts,
 double Log1p(double x) { return std::log1p(x); }
 
 const std::vector<std::string>& OpVocabulary() {
-  static const std::vector<std::string> kOps = {
-      "Gemm",      "MatMul",    "Conv",       "ConvTranspose", "BatchNormalization",
-      "LayerNormalization",     "Dropout",    "Relu",          "LeakyRelu",
-      "Elu",       "Selu",      "PRelu",      "Sigmoid",       "Tanh",
-      "Softplus",  "Erf",       "Softmax",    "LogSoftmax",    "Add",
-      "Sub",       "Mul",       "Div",        "Pow",           "Sqrt",
-      "Reshape",   "Transpose", "Concat",     "Gather",        "Slice",
-      "MaxPool",   "AveragePool",             "GlobalAveragePool",
-      "ReduceMean",             "Flatten",    "Identity",      "Cast",
-      "Shape",     "Unsqueeze", "Where",      "Expand"};
+  static const std::vector<std::string> kOps = {"Gemm",
+                                                "MatMul",
+                                                "Conv",
+                                                "ConvTranspose",
+                                                "BatchNormalization",
+                                                "LayerNormalization",
+                                                "Dropout",
+                                                "Relu",
+                                                "LeakyRelu",
+                                                "Elu",
+                                                "Selu",
+                                                "PRelu",
+                                                "Sigmoid",
+                                                "Tanh",
+                                                "Softplus",
+                                                "Erf",
+                                                "Softmax",
+                                                "LogSoftmax",
+                                                "Add",
+                                                "Sub",
+                                                "Mul",
+                                                "Div",
+                                                "Pow",
+                                                "Sqrt",
+                                                "Reshape",
+                                                "Transpose",
+                                                "Concat",
+                                                "Gather",
+                                                "Slice",
+                                                "MaxPool",
+                                                "AveragePool",
+                                                "GlobalAveragePool",
+                                                "ReduceMean",
+                                                "Flatten",
+                                                "Identity",
+                                                "Cast",
+                                                "Shape",
+                                                "Unsqueeze",
+                                                "Where",
+                                                "Expand"};
   return kOps;
 }
 
 const std::vector<std::string>& ActivationKinds() {
   static const std::vector<std::string> kKinds = {
-      "none", "relu",    "leaky_relu", "elu",      "selu",  "gelu", "silu",
-      "mish", "tanh",    "sigmoid",    "softplus", "prelu", "other"};
+      "none", "relu", "leaky_relu", "elu",      "selu",  "gelu", "silu",
+      "mish", "tanh", "sigmoid",    "softplus", "prelu", "other"};
   return kKinds;
 }
 
@@ -202,7 +233,10 @@ Result<Features> ComputeFeatures(const memory::EstimationContext& ctx) {
     one.batch = 1;
     auto bound_one = core::Bind(g, one);
     if (bound_one.ok()) {
-      const ops::ValueFacts facts_one(*bound_one, options.precision);
+      const ops::ValueFacts facts_one(
+          *bound_one, options.precision,
+          ops::FusionChoices{options.fused_kernels,
+                             memory::UsesFusedAttention(options, ctx.gpu())});
       facts.activation_bytes_per_sample = ActivationBytes(*bound_one, facts_one);
     } else {
       facts.activation_bytes_per_sample =
@@ -271,7 +305,7 @@ Result<Features> ComputeFeatures(const memory::EstimationContext& ctx) {
     v.push_back(kind == facts.activation ? 1.0 : 0.0);
   }
   for (int p = 0; p < 4; ++p) v.push_back(static_cast<int>(options.precision) == p ? 1.0 : 0.0);
-  v.push_back(Log1p(static_cast<double>(gpu.cuda_context.bytes)));
+  v.push_back(Log1p(static_cast<double>(ctx.stack().cuda_context.bytes)));
   v.push_back(Log1p(static_cast<double>(gpu.cublas_workspace.bytes)));
   if (v.size() != FeatureSpecs().size()) {
     return Internal("learned: feature vector has " + std::to_string(v.size()) + " values, " +

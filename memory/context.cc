@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "memest/estimator.h"
+#include "memory/device.h"
 #include "ops/rules.h"
 
 namespace memest {
@@ -51,25 +52,34 @@ Result<Estimate> RunInContext(const Estimator& backend, const Model& model,
                           EstimationContext::Make(model, options));
   MEMEST_ASSIGN_OR_RETURN(Estimate e, backend.EstimateIn(*ctx));
   AddCommonDiagnostics(*ctx, &e);
+  ApplyResidualBand(ctx->stack(), &e);
   return e;
 }
 
 }  // namespace
 
 EstimationContext::EstimationContext(const Model& model, const Options& options, GpuProfile gpu,
-                                     core::BoundGraph bound)
+                                     StackProfile stack, core::BoundGraph bound)
     : model_(model),
       options_(options),
       gpu_(std::move(gpu)),
+      stack_(std::move(stack)),
       bound_(std::move(bound)),
-      facts_(bound_, options.precision) {}
+      facts_(bound_, options.precision,
+             ops::FusionChoices{options.fused_kernels, UsesFusedAttention(options, gpu_)}) {}
 
 Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& model,
                                                                    const Options& options) {
   MEMEST_ASSIGN_OR_RETURN(GpuProfile gpu, FindGpuProfile(options.gpu));
+  StackProfile stack;
+  if (options.custom_stack) {
+    stack = *options.custom_stack;
+  } else {
+    MEMEST_ASSIGN_OR_RETURN(stack, ResolveStack(options.stack));
+  }
   MEMEST_ASSIGN_OR_RETURN(core::BoundGraph bound, core::Bind(model.graph(), options));
   return std::unique_ptr<EstimationContext>(
-      new EstimationContext(model, options, std::move(gpu), std::move(bound)));
+      new EstimationContext(model, options, std::move(gpu), std::move(stack), std::move(bound)));
 }
 
 void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
@@ -94,6 +104,25 @@ void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
                                     " node(s) is counted through its outputs only",
                                 n.name, n.op_type});
     }
+  }
+  if (!ctx.facts().fusion().chains().empty()) {
+    std::map<std::string, int> kinds;
+    for (const ops::FusedChain& c : ctx.facts().fusion().chains()) ++kinds[ops::ToString(c.kind)];
+    std::string list;
+    for (const auto& [kind, count] : kinds) {
+      list += (list.empty() ? "" : ", ") + std::to_string(count) + " " + kind;
+    }
+    e->diagnostics.push_back({Severity::kInfo, "fused_kernels",
+                              "exported op chains costed as PyTorch's fused kernels: " + list, "",
+                              ""});
+  }
+  const StackProfile& stack = ctx.stack();
+  if (!stack.gpu.empty() && stack.gpu != ctx.gpu().name) {
+    e->diagnostics.push_back({Severity::kWarning, "stack_gpu_mismatch",
+                              "stack '" + stack.name + "' was calibrated on " + stack.gpu +
+                                  ", not on " + ctx.gpu().name +
+                                  ": its fixed costs and band may not hold here",
+                              "", ""});
   }
   if (!ctx.facts().fallback_ops().empty()) {
     std::string ops;

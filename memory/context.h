@@ -5,13 +5,15 @@
 //   2. reject the options the backend does not model (Estimator::supports(): an option set to a
 //      non-default value that the backend does not declare is InvalidArgument naming the
 //      option -- never silently dropped);
-//   3. look up the GPU profile, bind the graph's dims, size every value (ops::ValueFacts) -- once,
+//   3. look up the GPU profile and the stack profile (memest/stack.h), bind the graph's dims, size
+//   every value (ops::ValueFacts) -- once,
 //      here, for every backend and for the backends one backend consults (learned reads the
 //      analytical and symbolic results through the same context);
 //   4. run the backend (Estimator::EstimateIn);
 //   5. add the diagnostics every backend owes the user (binding's notes, ops without a memory
 //      rule, control flow counted through its outputs, tensors sized by fallback);
-//   6. turn an exception escaping a backend into Internal, naming the backend.
+//   6. give the estimate the stack's interval when the backend has none (memory/device.h);
+//   7. turn an exception escaping a backend into Internal, naming the backend.
 //
 // Thread safety: a context belongs to one Run() call; it is not shared.
 #ifndef MEMEST_MEMORY_CONTEXT_H_
@@ -24,6 +26,7 @@
 #include "memest/gpu_profile.h"
 #include "memest/model.h"
 #include "memest/options.h"
+#include "memest/stack.h"
 #include "memest/status.h"
 #include "ops/value_facts.h"
 
@@ -31,7 +34,8 @@ namespace memest::memory {
 
 class EstimationContext {
  public:
-  // Looks up the GPU profile and binds the graph (options must already be valid). Held by
+  // Looks up the GPU and stack profiles (options.custom_stack wins over options.stack) and binds
+  // the graph (options must already be valid). Held by
   // pointer: the value facts refer to the bound graph, so the context never moves.
   static Result<std::unique_ptr<EstimationContext>> Make(const Model& model,
                                                          const Options& options);
@@ -42,16 +46,18 @@ class EstimationContext {
   const Model& model() const { return model_; }
   const Options& options() const { return options_; }
   const GpuProfile& gpu() const { return gpu_; }
+  const StackProfile& stack() const { return stack_; }
   const core::BoundGraph& bound() const { return bound_; }
   const ops::ValueFacts& facts() const { return facts_; }
 
  private:
-  EstimationContext(const Model& model, const Options& options, GpuProfile gpu,
+  EstimationContext(const Model& model, const Options& options, GpuProfile gpu, StackProfile stack,
                     core::BoundGraph bound);
 
   const Model& model_;
   const Options options_;
   const GpuProfile gpu_;
+  const StackProfile stack_;
   const core::BoundGraph bound_;
   const ops::ValueFacts facts_;
 };

@@ -33,14 +33,14 @@
 //    one case in tests/unit/shape_rules_test.cc.
 #include "ops/rules.h"
 
+#include <onnx/defs/schema.h>
+
 #include <algorithm>
 #include <array>
 #include <map>
 #include <optional>
 #include <string>
 #include <tuple>
-
-#include <onnx/defs/schema.h>
 
 #include "core/checked.h"
 #include "core/dtype.h"
@@ -63,12 +63,9 @@ int OutputId(const RuleContext& c, size_t i) {
 }
 
 bool RequiresGradAt(const std::vector<bool>& rg, int id) {
-  return id >= 0 && static_cast<size_t>(id) < rg.size() &&
-         rg[static_cast<size_t>(id)];
+  return id >= 0 && static_cast<size_t>(id) < rg.size() && rg[static_cast<size_t>(id)];
 }
-bool Rg(const RuleContext& c, int id) {
-  return RequiresGradAt(c.requires_grad, id);
-}
+bool Rg(const RuleContext& c, int id) { return RequiresGradAt(c.requires_grad, id); }
 
 // Concrete dims of value `id`, or nullptr when unknown.
 const std::vector<int64_t>* ShapeOf(const BoundGraph& g, int id) {
@@ -88,22 +85,19 @@ int32_t DTypeOf(const BoundGraph& g, int id) {
   if (id < 0) return 0;
   const auto i = static_cast<size_t>(id);
   if (i < g.dtypes.size() && g.dtypes[i] != 0) return g.dtypes[i];
-  if (g.graph != nullptr && i < g.graph->values.size())
-    return g.graph->values[i].dtype;
+  if (g.graph != nullptr && i < g.graph->values.size()) return g.graph->values[i].dtype;
   return 0;
 }
 
 // Elements times element size, checked; nullopt when either is unknown or on
 // overflow.
-std::optional<uint64_t> TimesSize(std::optional<uint64_t> numel,
-                                  uint64_t elem_size) {
+std::optional<uint64_t> TimesSize(std::optional<uint64_t> numel, uint64_t elem_size) {
   if (!numel || elem_size == 0) return std::nullopt;
   return core::CheckedMul(*numel, elem_size);
 }
 
 // Product of dims[begin, end); nullopt on a negative dim or overflow.
-std::optional<uint64_t> DimProduct(const std::vector<int64_t>& dims,
-                                   size_t begin, size_t end) {
+std::optional<uint64_t> DimProduct(const std::vector<int64_t>& dims, size_t begin, size_t end) {
   uint64_t n = 1;
   for (size_t i = begin; i < end && i < dims.size(); ++i) {
     if (dims[i] < 0) return std::nullopt;
@@ -126,12 +120,9 @@ int64_t IntAttr(const Node& n, std::string_view name, int64_t def) {
   const onnx::AttributeProto* a = FindAttr(n, name);
   return a != nullptr && a->type() == onnx::AttributeProto::INT ? a->i() : def;
 }
-std::string StringAttr(const Node& n, std::string_view name,
-                       std::string_view def) {
+std::string StringAttr(const Node& n, std::string_view name, std::string_view def) {
   const onnx::AttributeProto* a = FindAttr(n, name);
-  return a != nullptr && a->type() == onnx::AttributeProto::STRING
-             ? a->s()
-             : std::string(def);
+  return a != nullptr && a->type() == onnx::AttributeProto::STRING ? a->s() : std::string(def);
 }
 
 // Normalizes an ONNX axis attribute against `rank`; nullopt when out of range.
@@ -148,17 +139,15 @@ std::optional<size_t> NormalizeAxis(int64_t axis, size_t rank) {
 void SaveValue(std::vector<SavedTensor>* out, int id, std::string what) {
   if (id >= 0) out->push_back(SavedTensor{id, 0, std::move(what)});
 }
-void SaveExtra(std::vector<SavedTensor>* out, std::optional<uint64_t> bytes,
-               std::string what) {
+void SaveExtra(std::vector<SavedTensor>* out, std::optional<uint64_t> bytes, std::string what) {
   if (bytes) out->push_back(SavedTensor{-1, *bytes, std::move(what)});
 }
 
 // PyTorch keeps a tensor of `numel` elements of `dtype` that the ONNX node may
 // expose as output `index`: list that output when present with the same dtype,
 // else an extra tensor.
-void SaveOutputOrExtra(const RuleContext& c, std::vector<SavedTensor>* out,
-                       size_t index, int32_t dtype,
-                       std::optional<uint64_t> numel, std::string what) {
+void SaveOutputOrExtra(const RuleContext& c, std::vector<SavedTensor>* out, size_t index,
+                       int32_t dtype, std::optional<uint64_t> numel, std::string what) {
   const int id = OutputId(c, index);
   if (id >= 0 && DTypeOf(c.graph, id) == dtype) {
     SaveValue(out, id, std::move(what));
@@ -193,16 +182,12 @@ void SaveAllInputs(const RuleContext& c, std::vector<SavedTensor>* out) {
 // grad (memory-model.md §3.1: mm(x, W) saves x only if W requires grad). Operands not
 // listed (Gemm's C) are not saved.
 template <int... I>
-void SaveOperandsForOthers(const RuleContext& c,
-                           std::vector<SavedTensor>* out) {
+void SaveOperandsForOthers(const RuleContext& c, std::vector<SavedTensor>* out) {
   constexpr std::array<int, sizeof...(I)> kIdx{I...};
   for (int i : kIdx) {
     bool other = false;
-    for (int j : kIdx)
-      other = other || (j != i && Rg(c, InputId(c, static_cast<size_t>(j))));
-    if (other)
-      SaveValue(out, InputId(c, static_cast<size_t>(i)),
-                "in" + std::to_string(i));
+    for (int j : kIdx) other = other || (j != i && Rg(c, InputId(c, static_cast<size_t>(j))));
+    if (other) SaveValue(out, InputId(c, static_cast<size_t>(i)), "in" + std::to_string(i));
   }
 }
 
@@ -213,8 +198,7 @@ void SaveEinsumOperands(const RuleContext& c, std::vector<SavedTensor>* out) {
   const size_t n = c.node.inputs.size();
   for (size_t i = 0; i < n; ++i) {
     bool other = false;
-    for (size_t j = 0; j < n; ++j)
-      other = other || (j != i && Rg(c, c.node.inputs[j]));
+    for (size_t j = 0; j < n; ++j) other = other || (j != i && Rg(c, c.node.inputs[j]));
     if (other) SaveValue(out, c.node.inputs[i], "in" + std::to_string(i));
   }
 }
@@ -248,8 +232,7 @@ void SaveConv(const RuleContext& c, std::vector<SavedTensor>* out) {
 // max_pool2d).
 void SaveMaxPool(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveValue(out, InputId(c, 0), "x");
-  SaveOutputOrExtra(c, out, 1, core::kInt64, NumelOf(c.graph, OutputId(c, 0)),
-                    "indices(int64)");
+  SaveOutputOrExtra(c, out, 1, core::kInt64, NumelOf(c.graph, OutputId(c, 0)), "indices(int64)");
 }
 
 // torchvision roi_pool: keeps rois and the int64 argmax of every output element (INF).
@@ -266,8 +249,7 @@ void SavePad(const RuleContext& c, std::vector<SavedTensor>* out) {
 }
 
 bool BatchNormTraining(const Node& n) {
-  if (FindAttr(n, "training_mode") != nullptr)
-    return IntAttr(n, "training_mode", 0) != 0;
+  if (FindAttr(n, "training_mode") != nullptr) return IntAttr(n, "training_mode", 0) != 0;
   if (n.opset >= 14) return false;
   // Opset < 14: a graph exported in training mode carries the running/saved
   // statistics outputs.
@@ -278,12 +260,10 @@ bool BatchNormTraining(const Node& n) {
 
 // Channels of a BatchNormalization: dim 1 of x, else the length of scale.
 std::optional<uint64_t> BatchNormChannels(const RuleContext& c) {
-  if (const auto* x = ShapeOf(c.graph, InputId(c, 0));
-      x != nullptr && x->size() >= 2) {
+  if (const auto* x = ShapeOf(c.graph, InputId(c, 0)); x != nullptr && x->size() >= 2) {
     return DimProduct(*x, 1, 2);
   }
-  if (const auto* s = ShapeOf(c.graph, InputId(c, 1));
-      s != nullptr && s->size() == 1) {
+  if (const auto* s = ShapeOf(c.graph, InputId(c, 1)); s != nullptr && s->size() == 1) {
     return DimProduct(*s, 0, 1);
   }
   return std::nullopt;
@@ -298,8 +278,7 @@ void SaveBatchNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveValue(out, InputId(c, 1), "W");
   if (!BatchNormTraining(c.node)) return;
   const std::optional<uint64_t> ch = BatchNormChannels(c);
-  const bool legacy =
-      c.node.opset < 14 && FindAttr(c.node, "training_mode") == nullptr;
+  const bool legacy = c.node.opset < 14 && FindAttr(c.node, "training_mode") == nullptr;
   if (legacy) {
     SaveOutputOrExtra(c, out, 3, core::kFloat, ch, "save_mean(fp32)");
     SaveOutputOrExtra(c, out, 4, core::kFloat, ch, "save_invstd(fp32)");
@@ -315,8 +294,7 @@ void SaveInstanceNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveValue(out, InputId(c, 0), "x");
   SaveValue(out, InputId(c, 1), "W");
   std::optional<uint64_t> nc;
-  if (const auto* x = ShapeOf(c.graph, InputId(c, 0));
-      x != nullptr && x->size() >= 2) {
+  if (const auto* x = ShapeOf(c.graph, InputId(c, 0)); x != nullptr && x->size() >= 2) {
     nc = DimProduct(*x, 0, 2);
   }
   SaveExtra(out, TimesSize(nc, 4), "save_mean(fp32)");
@@ -350,8 +328,7 @@ void SaveLayerNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
 void SaveRmsNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveValue(out, InputId(c, 0), "x");
   SaveValue(out, InputId(c, 1), "W");
-  SaveExtra(out, TimesSize(LeadingRows(c, IntAttr(c.node, "axis", -1)), 4),
-            "rstd(fp32)");
+  SaveExtra(out, TimesSize(LeadingRows(c, IntAttr(c.node, "axis", -1)), 4), "rstd(fp32)");
 }
 
 // INF: native_group_norm keeps x, W, and mean/rstd of [N, G] in fp32.
@@ -360,10 +337,8 @@ void SaveGroupNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveValue(out, InputId(c, 1), "W");
   const int64_t groups = IntAttr(c.node, "num_groups", -1);
   std::optional<uint64_t> ng;
-  if (const auto* x = ShapeOf(c.graph, InputId(c, 0));
-      x != nullptr && !x->empty() && groups > 0) {
-    if (auto n = DimProduct(*x, 0, 1))
-      ng = core::CheckedMul(*n, static_cast<uint64_t>(groups));
+  if (const auto* x = ShapeOf(c.graph, InputId(c, 0)); x != nullptr && !x->empty() && groups > 0) {
+    if (auto n = DimProduct(*x, 0, 1)) ng = core::CheckedMul(*n, static_cast<uint64_t>(groups));
   }
   SaveExtra(out, TimesSize(ng, 4), "mean(fp32)");
   SaveExtra(out, TimesSize(ng, 4), "rstd(fp32)");
@@ -380,14 +355,11 @@ void SaveDropout(const RuleContext& c, std::vector<SavedTensor>* out) {
     const core::Graph* g = c.graph.graph;
     if (g != nullptr && static_cast<size_t>(mode) < g->values.size()) {
       const auto& data = g->values[static_cast<size_t>(mode)].int_data;
-      if (data)
-        training = std::any_of(data->begin(), data->end(),
-                               [](int64_t v) { return v; });
+      if (data) training = std::any_of(data->begin(), data->end(), [](int64_t v) { return v; });
     }
   }
   if (!training) return;
-  SaveOutputOrExtra(c, out, 1, core::kBool, NumelOf(c.graph, InputId(c, 0)),
-                    "mask(bool)");
+  SaveOutputOrExtra(c, out, 1, core::kBool, NumelOf(c.graph, InputId(c, 0)), "mask(bool)");
 }
 
 // LSTM/GRU/RNN (INF, conservative): every input and output, plus the cuDNN
@@ -405,10 +377,10 @@ void SaveRecurrent(const RuleContext& c, std::vector<SavedTensor>* out) {
   auto steps = DimProduct(*x, 0, 2);  // seq * batch in either layout
   auto gates = DimProduct(*w, 0, 2);  // num_directions * gates * hidden
   if (!steps || !gates) return;
-  SaveExtra(out,
-            TimesSize(core::CheckedMul(*steps, *gates),
-                      core::DTypeSize(DTypeOf(c.graph, InputId(c, 0)))),
-            "gates(reserve)");
+  SaveExtra(
+      out,
+      TimesSize(core::CheckedMul(*steps, *gates), core::DTypeSize(DTypeOf(c.graph, InputId(c, 0)))),
+      "gates(reserve)");
 }
 
 // INF: TopK keeps the int64 indices (output 1) for
@@ -419,11 +391,9 @@ void SaveTopK(const RuleContext& c, std::vector<SavedTensor>* out) {
 
 // cross_entropy = log_softmax + nll_loss: keeps the log-probs (ONNX output 1
 // when present), target and class weights (memory-model.md §3.2 cross_entropy).
-void SaveSoftmaxCrossEntropy(const RuleContext& c,
-                             std::vector<SavedTensor>* out) {
+void SaveSoftmaxCrossEntropy(const RuleContext& c, std::vector<SavedTensor>* out) {
   const int scores = InputId(c, 0);
-  SaveOutputOrExtra(c, out, 1, DTypeOf(c.graph, scores),
-                    NumelOf(c.graph, scores), "log_prob");
+  SaveOutputOrExtra(c, out, 1, DTypeOf(c.graph, scores), NumelOf(c.graph, scores), "log_prob");
   SaveValue(out, InputId(c, 1), "target");
   SaveValue(out, InputId(c, 2), "weight");
 }
@@ -445,8 +415,7 @@ void SaveAttention(const RuleContext& c, std::vector<SavedTensor>* out) {
   } else if (q->size() == 3) {
     const int64_t heads = IntAttr(c.node, "q_num_heads", -1);
     auto bl = DimProduct(*q, 0, 2);  // [B, L, H*D]
-    if (bl && heads > 0)
-      rows = core::CheckedMul(*bl, static_cast<uint64_t>(heads));
+    if (bl && heads > 0) rows = core::CheckedMul(*bl, static_cast<uint64_t>(heads));
   }
   SaveExtra(out, TimesSize(rows, 4), "logsumexp(fp32)");
 }
@@ -461,18 +430,15 @@ constexpr AmpPolicy kPromote = AmpPolicy::kPromote;
 
 constexpr OpRule Saves(std::string_view op, SavedFn fn, std::string_view cite,
                        AmpPolicy amp = kPass) {
-  return OpRule{
-      .domain = "", .op_type = op, .amp = amp, .saved = fn, .cite = cite};
+  return OpRule{.domain = "", .op_type = op, .amp = amp, .saved = fn, .cite = cite};
 }
 // Backward needs the result (relu, sigmoid, tanh, exp, sqrt, softmax, ...).
-constexpr OpRule SavesOutput(std::string_view op, std::string_view cite,
-                             AmpPolicy amp = kPass) {
+constexpr OpRule SavesOutput(std::string_view op, std::string_view cite, AmpPolicy amp = kPass) {
   return Saves(op, SaveOutputs<0>, cite, amp);
 }
 // Backward needs the input (gelu, erf, log, pow, trig, most activations, avg
 // pool).
-constexpr OpRule SavesInput(std::string_view op, std::string_view cite,
-                            AmpPolicy amp = kPass) {
+constexpr OpRule SavesInput(std::string_view op, std::string_view cite, AmpPolicy amp = kPass) {
   return Saves(op, SaveInputs<0>, cite, amp);
 }
 // Backward needs input and result (amax, prod, norms, logsumexp).
@@ -481,8 +447,7 @@ constexpr OpRule SavesInputOutput(std::string_view op, std::string_view cite,
   return Saves(op, SaveInputsAndOutputs<0>, cite, amp);
 }
 // Linear in its inputs: backward needs sizes only (add, sum, cat, cast, ...).
-constexpr OpRule SavesNothing(std::string_view op, std::string_view cite,
-                              AmpPolicy amp = kPass) {
+constexpr OpRule SavesNothing(std::string_view op, std::string_view cite, AmpPolicy amp = kPass) {
   return Saves(op, nullptr, cite, amp);
 }
 // Output 0 is a view of input 0; nothing saved (memory-model.md §3.1 views).
@@ -491,13 +456,11 @@ constexpr OpRule View(std::string_view op, std::string_view cite) {
 }
 // No gradient flows: integer, bool, shape or piecewise-constant outputs.
 constexpr OpRule NoGrad(std::string_view op, std::string_view cite) {
-  return OpRule{
-      .domain = "", .op_type = op, .differentiable = false, .cite = cite};
+  return OpRule{.domain = "", .op_type = op, .differentiable = false, .cite = cite};
 }
 
 constexpr std::string_view kIntOut = "INF: integer/bool output, no gradient";
-constexpr std::string_view kShapeOut =
-    "§3.1 sizes are not tensors; INF: no gradient";
+constexpr std::string_view kShapeOut = "§3.1 sizes are not tensors; INF: no gradient";
 constexpr std::string_view kStepOut = "INF: piecewise constant, zero gradient";
 constexpr std::string_view kRandom = "INF: random generator, no gradient";
 constexpr std::string_view kQuant = "INF: quantized (integer) op, not trained";
@@ -517,8 +480,7 @@ constexpr auto kRules = [] {
       SavesOutput("Sqrt", "§3.2 sqrt").Infers(shape::Unary),
       SavesOutput("Reciprocal", "INF: grad * -result^2 (like §3.2 sqrt); §5.2 FP32", kFp32)
           .Infers(shape::Unary),
-      SavesOutput("Softmax", "§3.2 softmax; §5.2 FP32_SET_OPT_DTYPE", kFp32)
-          .Infers(shape::Unary),
+      SavesOutput("Softmax", "§3.2 softmax; §5.2 FP32_SET_OPT_DTYPE", kFp32).Infers(shape::Unary),
       SavesOutput("LogSoftmax", "§3.2 log_softmax; §5.2 FP32_SET_OPT_DTYPE", kFp32)
           .Infers(shape::Unary),
       SavesOutput("Tan", "INF: grad * (1 + result^2); §5.2 FP32", kFp32).Infers(shape::Unary),
@@ -592,14 +554,12 @@ constexpr auto kRules = [] {
       SavesNothing("Neg", "INF: -grad, nothing saved (like §3.2 sub)").Infers(shape::Neg),
       SavesNothing("Sum", "§3.2 add (variadic)").Infers(shape::Variadic),
       SavesNothing("Mean", "§3.2 add, mean (variadic)").Infers(shape::Variadic),
-      SavesNothing("ReduceSum", "§3.2 sum; §5.2 FP32_SET_OPT_DTYPE", kFp32)
-          .Infers(shape::Reduce),
+      SavesNothing("ReduceSum", "§3.2 sum; §5.2 FP32_SET_OPT_DTYPE", kFp32).Infers(shape::Reduce),
       SavesNothing("ReduceMean", "§3.2 mean").Infers(shape::Reduce),
       SavesNothing("Concat", "§3.2 cat").Infers(shape::Concat),
       SavesNothing("Cast", "§3.2 _to_copy").Infers(shape::Cast),
       SavesNothing("CastLike", "§3.2 _to_copy").Infers(shape::CastLike),
-      SavesNothing("GlobalAveragePool", "§3.2 adaptive_avg_pool2d (1,1)")
-          .Infers(shape::GlobalPool),
+      SavesNothing("GlobalAveragePool", "§3.2 adaptive_avg_pool2d (1,1)").Infers(shape::GlobalPool),
       SavesNothing("Tile", "INF: repeat_backward needs sizes only").Infers(shape::Tile),
       SavesNothing("Trilu", "INF: triu/tril backward masks grad, sizes only").Infers(shape::Unary),
       SavesNothing("CumSum", "INF: reversed cumsum of grad; §5.2 FP32_SET_OPT_DTYPE", kFp32)
@@ -631,25 +591,25 @@ constexpr auto kRules = [] {
       // -- Operand products: each operand kept for the other's gradient
       // (memory-model.md §3.1 guard_for).
       Saves("Mul", SaveOperandsForOthers<0, 1>, "§3.2 mul; §3.1 guard_for").Infers(shape::Mul),
-      Saves("MatMul", SaveOperandsForOthers<0, 1>, "§3.2 matmul; §3.1; §5.2 LOWER_PRECISION",
-            kLow)
+      Saves("MatMul", SaveOperandsForOthers<0, 1>, "§3.2 matmul; §3.1; §5.2 LOWER_PRECISION", kLow)
           .Infers(shape::MatMul)
           .UsesCublas(),
-      Saves("Gemm", SaveOperandsForOthers<0, 1>, "§3.2 linear (addmm); §5.2 LOWER_PRECISION",
-            kLow)
+      Saves("Gemm", SaveOperandsForOthers<0, 1>, "§3.2 linear (addmm); §5.2 LOWER_PRECISION", kLow)
           .Infers(shape::Gemm)
           .UsesCublas(),
-      Saves("Einsum", SaveEinsumOperands, "INF: folds to bmm (§3.2); §5.2 LOWER_PRECISION",
-            kLow)
+      Saves("Einsum", SaveEinsumOperands, "INF: folds to bmm (§3.2); §5.2 LOWER_PRECISION", kLow)
           .Infers(shape::Einsum)
           .UsesCublas(),
       Saves("Div", SaveDiv, "§3.2 div").Infers(shape::Div),
       Saves("Pow", SavePow, "§3.2 pow; §5.2 FP32", kFp32).Infers(shape::Arith),
 
       // -- Inputs kept by their backward.
-      Saves("Conv", SaveConv, "§3.2 conv2d; §5.2 LOWER_PRECISION", kLow).Infers(shape::Conv),
+      Saves("Conv", SaveConv, "§3.2 conv2d; §5.2 LOWER_PRECISION", kLow)
+          .Infers(shape::Conv)
+          .UsesCudnnConv(),
       Saves("ConvTranspose", SaveConv, "§3.2 conv2d (convolution); §5.2 LOWER_PRECISION", kLow)
-          .Infers(shape::ConvTranspose),
+          .Infers(shape::ConvTranspose)
+          .UsesCudnnConv(),
       Saves("PRelu", SaveInputs<0, 1>, "INF: prelu backward needs x, slope; §5.2 LOWER_PRECISION",
             kLow)
           .Infers(shape::Unary),
@@ -718,8 +678,7 @@ constexpr auto kRules = [] {
       Saves("RMSNormalization", SaveRmsNorm, "INF: like §3.2 layer_norm, rstd only")
           .Infers(shape::Unary),
       Saves("Dropout", SaveDropout, "§3.2 dropout").Infers(shape::Dropout),
-      Saves("Attention", SaveAttention, "§3.2 SDPA flash; §5.2 LOWER_PRECISION; INF backend",
-            kLow)
+      Saves("Attention", SaveAttention, "§3.2 SDPA flash; §5.2 LOWER_PRECISION; INF backend", kLow)
           .Infers(shape::Attention),
 
       // -- Recurrent (conservative).
@@ -801,8 +760,7 @@ const OpRule* FindRule(std::string_view domain, std::string_view op_type) {
   key.domain = domain;
   key.op_type = op_type;
   auto it = std::lower_bound(kRules.begin(), kRules.end(), key, RuleLess);
-  if (it == kRules.end() || it->domain != domain || it->op_type != op_type)
-    return nullptr;
+  if (it == kRules.end() || it->domain != domain || it->op_type != op_type) return nullptr;
   return &*it;
 }
 
@@ -840,14 +798,12 @@ void ConservativeSaved(const RuleContext& ctx, std::vector<SavedTensor>* out) {
   }
 }
 
-std::vector<SavedTensor> SavedTensors(const core::Node& node,
-                                      const core::BoundGraph& graph,
+std::vector<SavedTensor> SavedTensors(const core::Node& node, const core::BoundGraph& graph,
                                       const std::vector<bool>& requires_grad) {
   std::vector<SavedTensor> saved;
   // memory-model.md §3.1: autograd records nothing when no input requires grad.
-  const bool active =
-      std::any_of(node.inputs.begin(), node.inputs.end(),
-                  [&](int id) { return RequiresGradAt(requires_grad, id); });
+  const bool active = std::any_of(node.inputs.begin(), node.inputs.end(),
+                                  [&](int id) { return RequiresGradAt(requires_grad, id); });
   if (!active) return saved;
   const OpRule* rule = FindRule(node.domain, node.op_type);
   if (rule != nullptr && !rule->differentiable) return saved;
@@ -861,9 +817,8 @@ std::vector<SavedTensor> SavedTensors(const core::Node& node,
   std::vector<SavedTensor> unique;
   unique.reserve(saved.size());
   for (auto& s : saved) {
-    if (s.value >= 0 &&
-        std::any_of(unique.begin(), unique.end(),
-                    [&](const SavedTensor& u) { return u.value == s.value; })) {
+    if (s.value >= 0 && std::any_of(unique.begin(), unique.end(),
+                                    [&](const SavedTensor& u) { return u.value == s.value; })) {
       continue;
     }
     unique.push_back(std::move(s));
@@ -882,9 +837,8 @@ std::vector<bool> RequiresGrad(const core::BoundGraph& graph) {
     // If/Loop/Scan bodies may read outer values that node.inputs does not
     // list: assume one of them requires grad (over-estimate).
     const bool any =
-        node.subgraph_nodes > 0 ||
-        std::any_of(node.inputs.begin(), node.inputs.end(),
-                    [&](int id) { return RequiresGradAt(rg, id); });
+        node.subgraph_nodes > 0 || std::any_of(node.inputs.begin(), node.inputs.end(),
+                                               [&](int id) { return RequiresGradAt(rg, id); });
     if (!any) continue;
     for (int id : node.outputs) {
       if (id < 0 || static_cast<size_t>(id) >= rg.size()) continue;

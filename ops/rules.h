@@ -56,18 +56,22 @@ using SavedFn = void (*)(const RuleContext&, std::vector<SavedTensor>*);
 using WorkspaceFn = uint64_t (*)(const RuleContext&);
 
 struct OpRule {
-  std::string_view domain;   // "" for ai.onnx
+  std::string_view domain;  // "" for ai.onnx
   std::string_view op_type;
   bool differentiable = true;
-  bool view = false;         // output 0 aliases input 0's storage in PyTorch
+  bool view = false;  // output 0 aliases input 0's storage in PyTorch
   AmpPolicy amp = AmpPolicy::kPassThrough;
-  SavedFn saved = nullptr;   // nullptr: saves nothing
+  SavedFn saved = nullptr;          // nullptr: saves nothing
   WorkspaceFn workspace = nullptr;  // nullptr: no forward workspace
-  std::string_view cite;     // e.g. "§3.2 relu" (docs/memory-model.md sections)
-  InferFn infer = nullptr;   // shape/dtype rule; nullptr: outputs unknown (ONNX inference)
+  std::string_view cite;            // e.g. "§3.2 relu" (docs/memory-model.md sections)
+  InferFn infer = nullptr;          // shape/dtype rule; nullptr: outputs unknown (ONNX inference)
   // Runs on cuBLAS (GEMMs, einsum, RNN cells): the first such node on a thread creates that
   // thread's cuBLAS workspace (memory-model.md §2.3).
   bool uses_cublas = false;
+  // Runs as a cuDNN convolution: every call (forward, and each backward call) allocates the
+  // workspace of the algorithm cuDNN picks through the caching allocator and frees it after
+  // (memory-model.md §2.5); its size is the stack's (memory/device.h, ConvWorkspaceBytes).
+  bool uses_cudnn_conv = false;
 
   // The same rule with shape rule `fn`: `SavesOutput("Relu", ...).Infers(shape::Unary)`.
   constexpr OpRule Infers(InferFn fn) const {
@@ -78,6 +82,11 @@ struct OpRule {
   constexpr OpRule UsesCublas() const {
     OpRule r = *this;
     r.uses_cublas = true;
+    return r;
+  }
+  constexpr OpRule UsesCudnnConv() const {
+    OpRule r = *this;
+    r.uses_cudnn_conv = true;
     return r;
   }
 };

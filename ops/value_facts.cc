@@ -41,9 +41,8 @@ std::optional<Strides> ViewStrides(const std::vector<int64_t>& from, const Strid
   int64_t base = st.back(), tensor_numel = 1, view_numel = 1;
   for (int64_t d = static_cast<int64_t>(from.size()) - 1; d >= 0; --d) {
     tensor_numel *= from[static_cast<size_t>(d)];
-    const bool chunk_ends =
-        d == 0 || (from[static_cast<size_t>(d - 1)] != 1 &&
-                   st[static_cast<size_t>(d - 1)] != tensor_numel * base);
+    const bool chunk_ends = d == 0 || (from[static_cast<size_t>(d - 1)] != 1 &&
+                                       st[static_cast<size_t>(d - 1)] != tensor_numel * base);
     if (!chunk_ends) continue;
     while (view_d >= 0 && (view_numel < tensor_numel || to[static_cast<size_t>(view_d)] == 1)) {
       out[static_cast<size_t>(view_d)] = view_numel * base;
@@ -62,7 +61,8 @@ std::optional<Strides> ViewStrides(const std::vector<int64_t>& from, const Strid
 
 }  // namespace
 
-ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision)
+ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
+                       const FusionChoices& fusion)
     : graph_(graph), precision_(precision) {
   const core::Graph& g = *graph.graph;
   const size_t nv = g.values.size();
@@ -72,6 +72,7 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision)
     has_gemm_ = has_gemm_ || (rules_.back() != nullptr && rules_.back()->uses_cublas);
   }
   requires_grad_ = RequiresGrad(graph);
+  fusion_ = std::make_unique<Fusion>(graph, requires_grad_, fusion);
 
   // Run-time precision (memory-model.md §5.2/5.3).
   low_.assign(nv, false);
@@ -90,10 +91,18 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision)
       }
       bool out_low = false;
       switch (policy) {
-        case AmpPolicy::kLowerPrecision: out_low = true; break;
-        case AmpPolicy::kPassThrough: out_low = any_low; break;
-        case AmpPolicy::kPromote: out_low = any_float && all_low; break;
-        case AmpPolicy::kFp32: out_low = false; break;
+        case AmpPolicy::kLowerPrecision:
+          out_low = true;
+          break;
+        case AmpPolicy::kPassThrough:
+          out_low = any_low;
+          break;
+        case AmpPolicy::kPromote:
+          out_low = any_float && all_low;
+          break;
+        case AmpPolicy::kFp32:
+          out_low = false;
+          break;
       }
       for (int out : n.outputs) {
         if (out >= 0 && graph.dtypes[static_cast<size_t>(out)] == core::kFloat) {
@@ -116,6 +125,10 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision)
   };
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     const core::Node& n = g.nodes[k];
+    if (fusion_->identity_dropout(k) && !n.inputs.empty() && n.inputs[0] >= 0) {
+      is_view_[k] = true;  // dropout(p=0) returns its input (ops/fusion.h)
+      continue;
+    }
     if (!rules_[k] || !rules_[k]->view || n.inputs.empty() || n.inputs[0] < 0) continue;
     is_view_[k] = true;
     const int x = n.inputs[0];
@@ -204,10 +217,24 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision)
     bytes_[i] = guess;
     fallback_ops_.insert(n.op_type);
   }
+  // What a fused kernel never materialises, and dropout(p=0)'s absent mask (ops/fusion.h).
+  for (size_t i = 0; i < nv; ++i) {
+    if (fusion_->interior(static_cast<int>(i))) bytes_[i] = 0;
+  }
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const core::Node& n = g.nodes[k];
+    if (fusion_->identity_dropout(k) && n.outputs.size() > 1 && n.outputs[1] >= 0) {
+      bytes_[static_cast<size_t>(n.outputs[1])] = 0;
+    }
+  }
 }
 
 std::vector<SavedTensor> ValueFacts::Saved(size_t k) const {
   const core::Node& n = graph_.graph->nodes[k];
+  if (const FusedChain* c = fusion_->chain_of(k)) {  // the chain's last node saves its list
+    return k == c->nodes.back() ? c->saved : std::vector<SavedTensor>{};
+  }
+  if (fusion_->identity_dropout(k)) return {};
   std::vector<SavedTensor> saved = SavedTensors(n, graph_, requires_grad_);
   if (n.op_type != "MatMul" || !n.domain.empty()) return saved;
   for (SavedTensor& s : saved) {

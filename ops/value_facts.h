@@ -22,19 +22,22 @@
 #define MEMEST_OPS_VALUE_FACTS_H_
 
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "core/bind.h"
 #include "memest/options.h"
+#include "ops/fusion.h"
 #include "ops/rules.h"
 
 namespace memest::ops {
 
 class ValueFacts {
  public:
-  ValueFacts(const core::BoundGraph& graph, Precision precision);
+  // `fusion`: which exported chains run as PyTorch's fused kernels (ops/fusion.h).
+  ValueFacts(const core::BoundGraph& graph, Precision precision, const FusionChoices& fusion = {});
 
   const std::vector<bool>& requires_grad() const { return requires_grad_; }
   bool requires_grad(int id) const { return id >= 0 && requires_grad_[static_cast<size_t>(id)]; }
@@ -50,10 +53,13 @@ class ValueFacts {
   bool is_view(size_t n) const { return is_view_[n]; }
   bool contiguous(int id) const { return id < 0 || contiguous_[static_cast<size_t>(id)]; }
   // The tensors autograd saves for node `n` (ops::SavedTensors), with MatMul's copies of
-  // non-contiguous operands as extra tensors (layout policy above).
+  // non-contiguous operands as extra tensors (layout policy above); for a node of a fused chain
+  // (ops/fusion.h), the fused kernel's list at the chain's last node and nothing elsewhere.
   std::vector<SavedTensor> Saved(size_t n) const;
   // Whether the graph runs GEMMs (cuBLAS workspace, memory-model.md §2.3).
   bool has_gemm() const { return has_gemm_; }
+  // The fused chains found in the graph (their interior values are 0 bytes above).
+  const Fusion& fusion() const { return *fusion_; }
   // Bytes of the low-precision autocast copy of a trainable fp32 weight used by a
   // lower-precision op (memory-model.md §5.1); 0 when there is none.
   uint64_t amp_cast_bytes(int id) const;
@@ -69,6 +75,7 @@ class ValueFacts {
   std::vector<bool> is_view_;
   std::vector<uint64_t> bytes_;
   std::set<std::string> fallback_ops_;
+  std::unique_ptr<Fusion> fusion_;
   bool has_gemm_ = false;
 };
 

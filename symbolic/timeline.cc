@@ -14,6 +14,8 @@
 //    of forward.
 //  * The first GEMM of the forward creates the main thread's cuBLAS workspace; the first GEMM of
 //    the backward creates the autograd thread's (memory-model.md §2.3, INF); both persist.
+//  * A convolution allocates its cuDNN workspace after its outputs in forward, and in backward
+//    after its inputs' gradients, and frees it at once (the stack's size, memory/device.h).
 //  * Loss on the first output: cross-entropy keeps fp32 log-probs (memory-model.md §3.2), mse the
 //    target. Its backward: cross-entropy holds the log-probs' gradient and the logits' gradient at
 //    once.
@@ -38,12 +40,12 @@
 //    temporaries.
 //  * Inference: forward only, no saved tensors, no gradients, one cuBLAS workspace.
 //  * Every event goes through CachingAllocatorModel (symbolic/allocator.h); peaks over all
-//    simulated iterations; device peak = peak reserved + the GPU profile's CUDA context
-//    (memory-model.md §2.2). The breakdown is taken at the fullest moment (most allocated) at peak
-//    reserved: requested bytes per category, allocator rounding (allocated - requested) and
-//    cached-but-free segment memory (reserved - allocated). Separately, each category's own maximum
-//    over all iterations, with the phase, iteration and node where it was first reached
-//    (Estimate::largest).
+//    simulated iterations; device peak = peak reserved + the stack's CUDA context and library
+//    memory (memory/device.h, memory-model.md §2.2). The breakdown is taken at the fullest moment
+//    (most allocated) at peak reserved: requested bytes per category, allocator rounding (allocated
+//    - requested) and cached-but-free segment memory (reserved - allocated). Separately, each
+//    category's own maximum over all iterations, with the phase, iteration and node where it was
+//    first reached (Estimate::largest).
 #include "symbolic/timeline.h"
 
 #include <algorithm>
@@ -54,6 +56,7 @@
 #include "core/checkpoint.h"
 #include "core/dtype.h"
 #include "memory/context.h"
+#include "memory/device.h"
 #include "memory/optimizer.h"
 #include "ops/rules.h"
 #include "ops/value_facts.h"
@@ -63,11 +66,16 @@ namespace memest::symbolic {
 
 const char* ToString(Category c) {
   switch (c) {
-    case Category::kWeights: return "weights";
-    case Category::kGradients: return "gradients";
-    case Category::kOptimizerState: return "optimizer_state";
-    case Category::kActivations: return "activations";
-    case Category::kTransient: return "transient";
+    case Category::kWeights:
+      return "weights";
+    case Category::kGradients:
+      return "gradients";
+    case Category::kOptimizerState:
+      return "optimizer_state";
+    case Category::kActivations:
+      return "activations";
+    case Category::kTransient:
+      return "transient";
   }
   return "?";
 }
@@ -79,7 +87,12 @@ using Tensor = int64_t;  // index into Sim::tensors_, -1 = none
 class Sim {
  public:
   Sim(const memory::EstimationContext& ctx, bool record)
-      : b_(ctx.bound()), g_(*b_.graph), o_(ctx.options()), gpu_(ctx.gpu()), facts_(ctx.facts()),
+      : b_(ctx.bound()),
+        g_(*b_.graph),
+        o_(ctx.options()),
+        gpu_(ctx.gpu()),
+        stack_(ctx.stack()),
+        facts_(ctx.facts()),
         record_(record),
         alloc_(AllocatorConfig{o_.allocator.expandable_segments, o_.allocator.max_split_size,
                                kLargeBuffer, o_.allocator.roundup_power2_divisions}) {}
@@ -111,6 +124,8 @@ class Sim {
   // One node of the forward (seg = -1) or of segment seg's recomputation in backward.
   void ForwardNode(size_t k, int seg);
   void ClearAutocastCache();
+  // A cuDNN convolution call's workspace, allocated and freed around the call (memory/device.h).
+  void ConvWorkspace(size_t k);
   // Roots of the node's inputs; in a recomputation (seg >= 0) only those the segment makes.
   std::set<int> InputRoots(const core::Node& n, int seg) const;
   void Loss();
@@ -128,6 +143,7 @@ class Sim {
   const core::Graph& g_;
   const Options& o_;
   const GpuProfile& gpu_;
+  const StackProfile& stack_;
   const ops::ValueFacts& facts_;
   bool record_;
   CachingAllocatorModel alloc_;
@@ -151,11 +167,11 @@ class Sim {
   uint64_t log_probs_bytes_ = 0, targets_bytes_ = 0;
 
   // Per-iteration state.
-  std::vector<Tensor> value_;    // per root: live storage
+  std::vector<Tensor> value_;  // per root: live storage
   std::vector<int> uses_left_, saved_left_;
-  std::vector<Tensor> grad_;     // per value: gradient buffer
+  std::vector<Tensor> grad_;        // per value: gradient buffer
   std::vector<Tensor> param_grad_;  // per value: .grad of parameters (persist until zero_grad)
-  std::vector<Tensor> cast_;     // per parameter: AMP copy
+  std::vector<Tensor> cast_;        // per parameter: AMP copy
   std::vector<int> cast_left_;
   std::vector<std::vector<Tensor>> extras_;  // per node: extra saved tensors
   std::vector<Tensor> inputs_, old_inputs_;
@@ -244,7 +260,8 @@ CategoryPeak Sim::PeakHere(uint64_t bytes) const {
 
 void Sim::NoteLargest(Category c) {
   const uint64_t now = live_[static_cast<size_t>(c)];
-  if (now > largest_[static_cast<size_t>(c)].bytes) largest_[static_cast<size_t>(c)] = PeakHere(now);
+  if (now > largest_[static_cast<size_t>(c)].bytes)
+    largest_[static_cast<size_t>(c)] = PeakHere(now);
 }
 
 void Sim::NoteCachedFree() {
@@ -381,10 +398,12 @@ void Sim::Recompute(int seg) {
     }
   }
   for (int k = s.begin; k < s.end; ++k) {
-    for (int r : InputRoots(g_.nodes[static_cast<size_t>(k)], seg)) ++uses_left_[static_cast<size_t>(r)];
+    for (int r : InputRoots(g_.nodes[static_cast<size_t>(k)], seg))
+      ++uses_left_[static_cast<size_t>(r)];
     std::set<int> saved_roots;
     for (const auto& sv : saved_[static_cast<size_t>(k)]) {
-      if (sv.value >= 0 && MadeIn(facts_.root(sv.value), seg)) saved_roots.insert(facts_.root(sv.value));
+      if (sv.value >= 0 && MadeIn(facts_.root(sv.value), seg))
+        saved_roots.insert(facts_.root(sv.value));
     }
     for (int r : saved_roots) ++saved_left_[static_cast<size_t>(r)];
   }
@@ -443,15 +462,16 @@ void Sim::ForwardNode(size_t k, int seg) {
   for (int out : n.outputs) {
     if (out < 0 || facts_.root(out) != out) continue;  // views allocate nothing
     if (seg >= 0 && value_[static_cast<size_t>(out)] >= 0) continue;
-    value_[static_cast<size_t>(out)] = Malloc(
-        facts_.bytes(out),
-        saved_left_[static_cast<size_t>(out)] > 0 ? Category::kActivations : Category::kTransient);
+    value_[static_cast<size_t>(out)] =
+        Malloc(facts_.bytes(out), saved_left_[static_cast<size_t>(out)] > 0 ? Category::kActivations
+                                                                            : Category::kTransient);
   }
   if (rule && rule->workspace) {
     Tensor ws = Malloc(rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()}),
                        Category::kTransient);
     Free(&ws);
   }
+  ConvWorkspace(k);
   if (train_ && (seg >= 0 || !Checkpointed(k))) {
     for (const auto& sv : saved_[k]) {
       if (sv.value < 0) {
@@ -477,6 +497,14 @@ void Sim::ClearAutocastCache() {
   for (size_t i = 0; i < cast_.size(); ++i) {
     if (cast_[i] >= 0 && cast_left_[i] == 0) Free(&cast_[i]);
   }
+}
+
+void Sim::ConvWorkspace(size_t k) {
+  const uint64_t bytes =
+      memory::ConvWorkspaceBytes(stack_, facts_, g_.nodes[k], k, o_.library_workspaces);
+  if (bytes == 0) return;
+  Tensor ws = Malloc(bytes, Category::kTransient);
+  Free(&ws);
 }
 
 void Sim::Forward(int it) {
@@ -536,15 +564,16 @@ void Sim::Backward() {
     const ops::OpRule* rule = facts_.rule(kk);
     bool needs = false, has_out_grad = false;
     for (int in : n.inputs) needs = needs || facts_.requires_grad(in);
-    for (int out : n.outputs) has_out_grad = has_out_grad || (out >= 0 && grad_[static_cast<size_t>(out)] >= 0);
+    for (int out : n.outputs)
+      has_out_grad = has_out_grad || (out >= 0 && grad_[static_cast<size_t>(out)] >= 0);
     if (needs && has_out_grad) {
       if (o_.library_workspaces && ws_backward_ < 0 && rule && rule->uses_cublas) {
         ws_backward_ = Malloc(gpu_.cublas_workspace.bytes, Category::kTransient);
       }
       auto deliver = [&](int in, Tensor g) {  // accumulate into the input's gradient
         const core::Value& v = g_.value(in);
-        Tensor& slot = v.trainable ? param_grad_[static_cast<size_t>(in)]
-                                   : grad_[static_cast<size_t>(in)];
+        Tensor& slot =
+            v.trainable ? param_grad_[static_cast<size_t>(in)] : grad_[static_cast<size_t>(in)];
         if (slot < 0) {
           if (v.trainable && g >= 0) {
             // Stolen into .grad (memory-model.md §3.1): re-label it as a parameter gradient.
@@ -575,6 +604,8 @@ void Sim::Backward() {
           deliver(in, Malloc(facts_.bytes(in), Category::kTransient));
         }
       }
+      // cuDNN's backward calls run while the output's and the inputs' gradients are alive.
+      ConvWorkspace(kk);
     }
     for (int out : n.outputs) {
       if (out >= 0) Free(&grad_[static_cast<size_t>(out)]);
@@ -618,13 +649,15 @@ void Sim::Step(int it) {
   phase_ = Phase::kOptimizerStep;
   std::vector<int> params;
   for (size_t i = 0; i < g_.values.size(); ++i) {
-    if (g_.values[i].trainable && !g_.values[i].consumers.empty()) params.push_back(static_cast<int>(i));
+    if (g_.values[i].trainable && !g_.values[i].consumers.empty())
+      params.push_back(static_cast<int>(i));
   }
   const bool adam = memory::HasSecondMoment(o_.optimizer);
   if (it == 1) {  // lazily created state (memory-model.md §4.2)
     const int k = memory::StateTensorsPerParameter(o_.optimizer);
     for (int p : params) {
-      for (int j = 0; j < k; ++j) state_.push_back(Malloc(facts_.bytes(p), Category::kOptimizerState));
+      for (int j = 0; j < k; ++j)
+        state_.push_back(Malloc(facts_.bytes(p), Category::kOptimizerState));
     }
   }
   const bool l2 = memory::WeightDecayIsL2(o_);
@@ -720,18 +753,19 @@ Result<Simulation> Sim::Run() {
   bd.allocator_overhead = allocated - requested;
   bd.cached_free = s.peak_reserved - std::min(allocated, s.peak_reserved);
   auto largest = [&](Category c) { return largest_[static_cast<size_t>(c)]; };
-  e.largest = CategoryMaxima{largest(Category::kWeights),       largest(Category::kGradients),
+  e.largest = CategoryMaxima{largest(Category::kWeights),        largest(Category::kGradients),
                              largest(Category::kOptimizerState), largest(Category::kActivations),
-                             largest(Category::kTransient),     largest_cached_free_};
-  bd.cuda_context = gpu_.cuda_context.bytes;
+                             largest(Category::kTransient),      largest_cached_free_};
+  memory::SetOutsideAllocator(stack_, &bd);
   e.peak_device = bd.Total();
   e.peak_phase = peak_phase_;
   e.peak_node = peak_node_ >= 0 ? g_.nodes[static_cast<size_t>(peak_node_)].name : "";
   auto mib = [](uint64_t b) { return std::to_string(b >> 20) + " MiB"; };
   std::string iters;
   for (const auto& ip : sim_.iterations) {
-    iters += (iters.empty() ? "" : "; ") + std::string("iteration ") + std::to_string(ip.iteration) +
-             ": allocated peak " + mib(ip.allocated) + ", reserved " + mib(ip.reserved);
+    iters += (iters.empty() ? "" : "; ") + std::string("iteration ") +
+             std::to_string(ip.iteration) + ": allocated peak " + mib(ip.allocated) +
+             ", reserved " + mib(ip.reserved);
   }
   e.diagnostics.push_back({Severity::kInfo, "iterations", iters, "", ""});
   e.diagnostics.push_back(

@@ -31,12 +31,14 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <iostream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -48,6 +50,7 @@
 #include "memory/context.h"
 #include "symbolic/symbolic.h"
 #include "symbolic/timeline_writer.h"
+#include "tools/calibrate_command.h"
 #include "tools/report.h"
 
 #ifndef MEMEST_VERSION
@@ -106,6 +109,7 @@ int ExitCodeFor(const Status& s, Stage stage) {
 enum class Verbosity { kQuiet, kNormal, kVerbose };
 Verbosity verbosity = Verbosity::kNormal;
 
+void PrintResult(const std::string& text);
 void PrintError(const std::string& message) { std::cerr << "memest: error: " << message << '\n'; }
 
 void PrintWarning(const std::string& message) {
@@ -298,6 +302,9 @@ struct Flags {
         precision(ToString(d.precision)),
         loss(ToString(d.loss)),
         gpu_name(d.gpu),
+        stack_name(d.stack),
+        attention(ToString(d.attention)),
+        fit_on(ToString(d.fit.on)),
         expandable(d.allocator.expandable_segments) {}
 
   std::string model_path;
@@ -311,6 +318,11 @@ struct Flags {
   std::string precision;
   std::string loss;
   std::string gpu_name;
+  std::string stack_name;
+  std::string attention;
+  std::string stack_file;
+  std::string fit_on;
+  std::string safety_margin;
   bool expandable;
   bool allow_unknown_shapes = false;
   std::string micro_batches_text;
@@ -372,6 +384,30 @@ void AddEstimationFlags(CLI::App& app, Flags& f, HelpDefaults& help) {
                ->type_name("auto|cross-entropy|mse"));
   app.add_option("--gpu", f.gpu_name, help.With("GPU profile (see --list-gpus)", {"gpu"}))
       ->type_name("NAME");
+  app.add_option("--attention", f.attention,
+                 help.With("how attention runs: as the graph is written (eager, sdpa-math) or as "
+                           "a fused SDPA kernel that never stores the attention matrix "
+                           "(sdpa-flash, sdpa-mem-efficient; auto: PyTorch's choice for the GPU "
+                           "and precision)",
+                           {"attention"}))
+      ->type_name("eager|sdpa-math|sdpa-flash|sdpa-mem-efficient|auto");
+  app.add_option("--stack", f.stack_name,
+                 help.With("software-stack profile: CUDA context, library memory, convolution "
+                           "workspaces, residual band (see --list-gpus)",
+                           {"stack"}))
+      ->type_name("NAME");
+  app.add_option("--stack-file", f.stack_file,
+                 "a stack profile file written by memest calibrate (wins over --stack)")
+      ->type_name("FILE.json");
+  app.add_option("--fit-on", f.fit_on,
+                 help.With("what decides 'fits' and the exit code: the top of the estimate's "
+                           "interval where it has one (upper), or the point estimate",
+                           {"fit_on"}))
+      ->type_name("point|upper");
+  app.add_option("--safety-margin", f.safety_margin,
+                 "memory kept free on top of the judged peak: a percentage of the GPU (5%) or "
+                 "bytes (512MiB, 2GiB) (default: 0)")
+      ->type_name("PCT|BYTES");
   app.add_flag("--allow-unknown-shapes", f.allow_unknown_shapes,
                help.With("estimate even when some tensor's shape cannot be inferred, counting it "
                          "conservatively (default: refuse, exit 3)",
@@ -433,10 +469,12 @@ std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
   app.allow_extras();  // reported below, with a "did you mean"
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+  } catch (const CLI::CallForHelp&) {
+    PrintResult(app.help());  // through PrintResult, so a failed write keeps its errno
+    return 0;
+  } catch (const CLI::CallForAllHelp&) {
+    PrintResult(app.help("", CLI::AppFormatMode::All));
+    return 0;
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
@@ -550,6 +588,40 @@ Status ParseDims(const std::vector<std::string>& args, Options* o) {
   return Status::Ok();
 }
 
+// --safety-margin: "5%" (a share of the GPU's usable memory) or bytes with an optional unit
+// ("512MiB", "2GiB", "1000000"). Empty: no margin.
+Status ParseSafetyMargin(const std::string& text, FitPolicy* fit) {
+  if (text.empty()) return Status::Ok();
+  const auto bad = [&] {
+    return InvalidArgument(fmt::format(
+        "--safety-margin {}: expected a percentage below 100 (5%) or bytes (512MiB, 2GiB)", text));
+  };
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return bad();
+  }
+  const std::string unit = text.substr(used);
+  if (!std::isfinite(value) || value < 0) return bad();
+  if (unit == "%") {
+    if (value >= 100) return bad();
+    fit->margin_fraction = value / 100.0;
+    return Status::Ok();
+  }
+  const std::pair<const char*, double> units[] = {
+      {"", 1.0}, {"B", 1.0}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  for (const auto& [name, scale] : units) {
+    if (unit != name) continue;
+    const double bytes = value * scale;
+    if (bytes >= 1e18) return bad();
+    fit->margin_bytes = static_cast<uint64_t>(bytes);
+    return Status::Ok();
+  }
+  return bad();
+}
+
 // memest::Options from the flags, validated.
 Result<Options> BuildOptions(const Flags& f) {
   Options options;
@@ -571,6 +643,15 @@ Result<Options> BuildOptions(const Flags& f) {
   MEMEST_RETURN_IF_ERROR(ParseDims(f.dim_args, &options));
   options.weight_decay = f.weight_decay;
   options.gpu = f.gpu_name;
+  options.stack = f.stack_name;
+  MEMEST_ASSIGN_OR_RETURN(options.attention, ParseAttention(f.attention));
+  MEMEST_ASSIGN_OR_RETURN(options.fit.on, ParseFitOn(f.fit_on));
+  MEMEST_RETURN_IF_ERROR(ParseSafetyMargin(f.safety_margin, &options.fit));
+  if (!f.stack_file.empty()) {
+    Result<StackProfile> stack = LoadStackProfile(f.stack_file);
+    if (!stack.ok()) return stack.status().WithContext("--stack-file");
+    options.custom_stack = std::make_shared<const StackProfile>(std::move(stack).value());
+  }
   options.allocator.expandable_segments = f.expandable;
   options.allow_unknown_shapes = f.allow_unknown_shapes;
   MEMEST_RETURN_IF_ERROR(Validate(options));
@@ -872,7 +953,9 @@ std::optional<int> RunListings(const Flags& f, Format format) {
   if (f.list_backends || f.list_gpus) {
     if (f.list_backends) PrintResult(RenderBackends(ListBackends(), format, MEMEST_VERSION));
     if (f.list_backends && f.list_gpus && format == Format::kTable) PrintResult("\n");
-    if (f.list_gpus) PrintResult(RenderGpus(GpuProfiles(), format, MEMEST_VERSION));
+    if (f.list_gpus) {
+      PrintResult(RenderGpus(GpuProfiles(), StackProfiles(), format, MEMEST_VERSION));
+    }
     return kExitFits;
   }
   if (!f.show_coverage) return std::nullopt;
@@ -892,6 +975,7 @@ std::optional<int> RunListings(const Flags& f, Format format) {
 struct Plan {
   Options options;
   GpuProfile gpu;
+  StackProfile stack;
   std::string backend_request;  // after defaults: what Report::backend_request records
   std::vector<std::string> backends;
   std::vector<std::unique_ptr<Estimator>> estimators;
@@ -905,6 +989,17 @@ Status PreparePlan(const Flags& f, Plan* plan) {
                                                    plan->options.gpu, gpu.status().message()));
   }
   plan->gpu = *gpu;
+  if (plan->options.custom_stack) {
+    plan->stack = *plan->options.custom_stack;
+  } else {
+    Result<StackProfile> stack = ResolveStack(plan->options.stack);
+    if (!stack.ok()) {
+      return Status(stack.status().code(),
+                    fmt::format("--stack {}: {} (see memest --list-gpus)", plan->options.stack,
+                                stack.status().message()));
+    }
+    plan->stack = *stack;
+  }
   plan->backend_request = f.backend;
   if (!f.timeline_path.empty() && f.backend_opt->count() == 0) {
     plan->backend_request = kTimelineBackend;
@@ -949,7 +1044,7 @@ std::vector<BackendResult> RunBackends(const Plan& plan, const Model& model, boo
       }
       r.estimate = std::move(e).value();
     }
-    r.fit = CheckFit(r.estimate, plan.gpu);
+    r.fit = CheckFit(r.estimate, plan.gpu, plan.options.fit);
   }
   return results;
 }
@@ -1005,6 +1100,7 @@ int EstimateAndReport(const Flags& f, const Plan& plan, const Model& model, Form
   report.model = model.summary();
   report.options = plan.options;
   report.gpu = plan.gpu;
+  report.stack = plan.stack;
   report.backend_request = plan.backend_request;
   report.results = results;
   report.max_batch_mode = f.max_batch;
@@ -1025,6 +1121,8 @@ int EstimateAndReport(const Flags& f, const Plan& plan, const Model& model, Form
 // ---------------------------------------------------------------------------------------------
 
 int RunCli(int argc, char** argv) {
+  if (argc >= 2 && std::string_view(argv[1]) == "calibrate")
+    return RunCalibrate(argc - 1, argv + 1);
   const Options defaults;
   HelpDefaults help(DescribeOptions());
   Flags f(defaults);

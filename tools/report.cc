@@ -45,6 +45,7 @@ constexpr Component kComponents[] = {
     {"allocator rounding", "allocator_overhead", &Breakdown::allocator_overhead},
     {"cached but free", "cached_free", &Breakdown::cached_free},
     {"CUDA context", "cuda_context", &Breakdown::cuda_context},
+    {"library memory", "library_memory", &Breakdown::library_memory},
     {"unaccounted", "unaccounted", &Breakdown::unaccounted},
 };
 
@@ -218,6 +219,17 @@ std::string Grouped(int64_t v) {
   return out;
 }
 
+std::string StackText(const StackProfile& s) {
+  std::string out = s.name + (s.gpu.empty() ? "" : " (calibrated on " + s.gpu + ")");
+  if (s.band.rows > 0) {
+    out += fmt::format(", interval {:+.1f} % .. {:+.1f} % (covered {:.0f} % of {} held-out rows)",
+                       100 * s.band.low, 100 * s.band.high, 100 * s.band.coverage, s.band.rows);
+  } else {
+    out += ", uncalibrated: no interval";
+  }
+  return out;
+}
+
 std::string HeaderText(const Report& r) {
   const ModelSummary& m = r.model;
   std::string out = fmt::format("model:  {}  ({} nodes, {} parameters, {})\n", r.model_path,
@@ -225,6 +237,7 @@ std::string HeaderText(const Report& r) {
                                 FormatBytes(m.parameter_bytes));
   out += fmt::format("setup:  {}\n", SetupText(r));
   out += fmt::format("gpu:    {}\n", GpuText(r.gpu));
+  out += fmt::format("stack:  {}\n", StackText(r.stack));
   return out;
 }
 
@@ -253,9 +266,21 @@ std::string HeadroomText(const Fit& fit) {
                      FormatPercent(magnitude, fit.capacity));
 }
 
+// How the verdict was judged, when it was not the plain point estimate: " (judged on the upper
+// bound 12.3 GiB, margin 2 GiB)".
+std::string JudgedText(const Fit& fit) {
+  std::vector<std::string> parts;
+  if (fit.on_upper) parts.push_back("judged on the upper bound " + FormatBytes(fit.judged));
+  if (fit.margin > 0) parts.push_back("safety margin " + FormatBytes(fit.margin));
+  return parts.empty() ? "" : fmt::format(" ({})", fmt::join(parts, ", "));
+}
+
 std::string FitSentence(const Fit& fit, const GpuProfile& gpu) {
-  if (fit.fits) return fmt::format("fits on {}, headroom {}", gpu.name, HeadroomText(fit));
-  return fmt::format("does not fit on {}, over by {}", gpu.name, HeadroomText(fit));
+  if (fit.fits) {
+    return fmt::format("fits on {}, headroom {}{}", gpu.name, HeadroomText(fit), JudgedText(fit));
+  }
+  return fmt::format("does not fit on {}, over by {}{}", gpu.name, HeadroomText(fit),
+                     JudgedText(fit));
 }
 
 std::string IntervalText(const Estimate& e) {
@@ -583,6 +608,12 @@ Json OptionsJson(const Options& o) {
             {"precision", ToString(o.precision)},
             {"loss", ToString(o.loss)},
             {"gpu", o.gpu},
+            {"attention", ToString(o.attention)},
+            {"fused_kernels", o.fused_kernels},
+            {"fit",
+             {{"on", ToString(o.fit.on)},
+              {"margin_fraction", o.fit.margin_fraction},
+              {"margin_bytes", o.fit.margin_bytes}}},
             {"allocator", alloc}};
   if (o.batch) j["batch"] = *o.batch;
   return j;
@@ -599,9 +630,10 @@ Json GpuJson(const GpuProfile& g) {
               {"allocator", g.allocator},
               {"total_memory", ValueJson(g.total_memory)},
               {"usable_memory", ValueJson(g.usable_memory)},
-              {"cuda_context", ValueJson(g.cuda_context)},
               {"cublas_workspace", ValueJson(g.cublas_workspace)}};
 }
+
+Json StackJson(const StackProfile& s) { return Json::parse(StackProfileToJson(s))["stack"]; }
 
 Json ResultJson(const BackendResult& res, bool max_batch_mode) {
   Json j = {{"backend", res.backend}, {"ok", res.status.ok()}};
@@ -638,8 +670,12 @@ Json ResultJson(const BackendResult& res, bool max_batch_mode) {
   } else {
     j["interval"] = nullptr;
   }
-  j["fit"] = {
-      {"fits", res.fit.fits}, {"capacity", res.fit.capacity}, {"headroom", res.fit.headroom}};
+  j["fit"] = {{"fits", res.fit.fits},
+              {"capacity", res.fit.capacity},
+              {"headroom", res.fit.headroom},
+              {"judged", res.fit.judged},
+              {"on", res.fit.on_upper ? "upper" : "point"},
+              {"margin", res.fit.margin}};
   if (max_batch_mode) {
     j["max_batch"] = {{"batch", res.max_batch.value_or(0)},
                       {"evaluations", res.max_batch_evaluations}};
@@ -661,9 +697,10 @@ const char* VerdictName(Verdict v) {
 }
 
 std::string RenderReportJson(const Report& r) {
-  Json j = {{"schema", kEstimateSchema}, {"memest_version", r.memest_version},
-            {"model", ModelJson(r)},     {"options", OptionsJson(r.options)},
-            {"gpu", GpuJson(r.gpu)},     {"backend", r.backend_request}};
+  Json j = {{"schema", kEstimateSchema},   {"memest_version", r.memest_version},
+            {"model", ModelJson(r)},       {"options", OptionsJson(r.options)},
+            {"gpu", GpuJson(r.gpu)},       {"stack", StackJson(r.stack)},
+            {"backend", r.backend_request}};
   Json results = Json::array();
   for (const auto& res : r.results) results.push_back(ResultJson(res, r.max_batch_mode));
   j["results"] = results;
@@ -707,7 +744,9 @@ std::string CsvLine(const std::vector<std::string>& fields) {
 
 // CSV columns are only ever appended: a breakdown component added after the first release is
 // written after the last older column, not in display order.
-bool IsAppendedCsvColumn(const Component& c) { return c.field == &Breakdown::cached_free; }
+bool IsAppendedCsvColumn(const Component& c) {
+  return c.field == &Breakdown::cached_free || c.field == &Breakdown::library_memory;
+}
 
 std::string RenderReportCsv(const Report& r) {
   std::vector<std::string> header = {
@@ -718,7 +757,8 @@ std::string RenderReportCsv(const Report& r) {
     if (!IsAppendedCsvColumn(c)) header.push_back(c.key);
   }
   header.insert(header.end(), {"peak_phase", "peak_node", "device_low", "device_high", "fits",
-                               "headroom", "max_batch", "diagnostics", "cached_free"});
+                               "headroom", "max_batch", "diagnostics", "cached_free",
+                               "library_memory", "stack", "fit_on", "judged_peak"});
   std::string out = CsvLine(header);
   const Options& o = r.options;
   std::vector<std::string> dims;
@@ -756,6 +796,10 @@ std::string RenderReportCsv(const Report& r) {
     row.push_back(ok && r.max_batch_mode ? std::to_string(res.max_batch.value_or(0)) : "");
     row.push_back(num(e.diagnostics.size()));
     row.push_back(num(e.breakdown.cached_free));
+    row.push_back(num(e.breakdown.library_memory));
+    row.push_back(r.stack.name);
+    row.push_back(ToString(o.fit.on));
+    row.push_back(num(res.fit.judged));
     out += CsvLine(row);
   }
   return out;
@@ -764,10 +808,8 @@ std::string RenderReportCsv(const Report& r) {
 std::string YesNo(bool b) { return b ? "yes" : "no"; }
 
 std::string Calibration(const GpuProfile& g) {
-  const std::pair<const char*, const ProfileValue*> values[] = {{"total", &g.total_memory},
-                                                                {"usable", &g.usable_memory},
-                                                                {"context", &g.cuda_context},
-                                                                {"workspace", &g.cublas_workspace}};
+  const std::pair<const char*, const ProfileValue*> values[] = {
+      {"total", &g.total_memory}, {"usable", &g.usable_memory}, {"workspace", &g.cublas_workspace}};
   std::vector<std::string> done;
   for (const auto& [name, v] : values) {
     if (v->calibrated) done.push_back(name);
@@ -881,40 +923,57 @@ std::string RenderBackends(const std::vector<BackendInfo>& backends, Format form
   return format == Format::kMd ? RenderMarkdown(g) : RenderText(g);
 }
 
-std::string RenderGpus(const std::vector<GpuProfile>& gpus, Format format,
-                       std::string_view memest_version) {
+std::string RenderGpus(const std::vector<GpuProfile>& gpus, const std::vector<StackProfile>& stacks,
+                       Format format, std::string_view memest_version) {
   if (format == Format::kJson) {
     Json arr = Json::array();
     for (const auto& g : gpus) arr.push_back(GpuJson(g));
-    Json j = {{"schema", kGpusSchema}, {"memest_version", memest_version}, {"gpus", arr}};
+    Json st = Json::array();
+    for (const auto& s : stacks) st.push_back(StackJson(s));
+    Json j = {
+        {"schema", kGpusSchema}, {"memest_version", memest_version}, {"gpus", arr}, {"stacks", st}};
     return DumpJson(j);
   }
   if (format == Format::kCsv) {
-    std::string out =
-        CsvLine({"name", "display_name", "compute_capability", "allocator", "total_memory",
-                 "usable_memory", "cuda_context", "cublas_workspace", "calibrated"});
+    std::string out = CsvLine({"name", "display_name", "compute_capability", "allocator",
+                               "total_memory", "usable_memory", "cublas_workspace", "calibrated"});
     for (const auto& g : gpus) {
       out += CsvLine({g.name, g.display_name, fmt::format("{}.{}", g.sm_major, g.sm_minor),
                       g.allocator, std::to_string(g.total_memory.bytes),
-                      std::to_string(g.usable_memory.bytes), std::to_string(g.cuda_context.bytes),
+                      std::to_string(g.usable_memory.bytes),
                       std::to_string(g.cublas_workspace.bytes), Calibration(g)});
     }
     return out;
   }
   Grid g;
-  g.header = {"gpu", "display name", "total", "usable", "context", "workspace", "calibrated"};
-  g.align = {Align::kLeft,  Align::kLeft,  Align::kRight, Align::kRight,
-             Align::kRight, Align::kRight, Align::kLeft};
+  g.header = {"gpu", "display name", "total", "usable", "cuBLAS workspace", "calibrated"};
+  g.align = {Align::kLeft, Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kLeft};
   for (const auto& p : gpus) {
     g.rows.push_back({p.name, p.display_name, FormatBytes(p.total_memory.bytes),
-                      FormatBytes(p.usable_memory.bytes), FormatBytes(p.cuda_context.bytes),
-                      FormatBytes(p.cublas_workspace.bytes), Calibration(p)});
+                      FormatBytes(p.usable_memory.bytes), FormatBytes(p.cublas_workspace.bytes),
+                      Calibration(p)});
   }
-  std::string out = format == Format::kMd ? RenderMarkdown(g) : RenderText(g);
-  if (format == Format::kTable)
+  Grid s;
+  s.header = {"stack", "calibrated on", "context", "library", "conv workspace", "band", "rows"};
+  s.align = {Align::kLeft,  Align::kLeft,  Align::kRight, Align::kRight,
+             Align::kRight, Align::kRight, Align::kRight};
+  for (const auto& st : stacks) {
+    s.rows.push_back(
+        {st.name, st.gpu.empty() ? "(any GPU)" : st.gpu, FormatBytes(st.cuda_context.bytes),
+         FormatBytes(st.library_memory.bytes), fmt::format("{:.3g} x", st.conv_workspace.value),
+         st.band.rows ? fmt::format("{:+.1f} % .. {:+.1f} %", 100 * st.band.low, 100 * st.band.high)
+                      : "-",
+         std::to_string(st.band.rows)});
+  }
+  const bool md = format == Format::kMd;
+  std::string out = md ? RenderMarkdown(g) : RenderText(g);
+  out += "\n";
+  out += md ? RenderMarkdown(s) : RenderText(s);
+  if (format == Format::kTable) {
     out +=
-        "\nexact bytes and the source of every value: memest --list-gpus -o "
-        "json\n";
+        "\nthe first stack is the default (--stack NAME, or --stack-file FILE from memest "
+        "calibrate); exact bytes and the source of every value: memest --list-gpus -o json\n";
+  }
   return out;
 }
 

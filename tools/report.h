@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "memest/memest.h"
+#include "memest/stack.h"
 
 namespace memest::cli {
 
@@ -79,6 +80,7 @@ struct Report {
   ModelSummary model;
   Options options;  // as validated (options.gpu names `gpu`)
   GpuProfile gpu;
+  StackProfile stack;  // the stack the estimates used (options.custom_stack, options.stack)
   std::string backend_request;         // the --backend argument: a name, a comma list or "all"
   std::vector<BackendResult> results;  // in ListBackends() order
   bool max_batch_mode = false;
@@ -97,10 +99,12 @@ std::string RenderReport(const Report& report, Format format);
 std::string RenderBackends(const std::vector<BackendInfo>& backends, Format format,
                            std::string_view memest_version);
 
-// --list-gpus: name, display name, total, usable, context, workspace,
-// calibration. JSON uses memest.gpus/1 and carries each value's source.
-std::string RenderGpus(const std::vector<GpuProfile>& gpus, Format format,
-                       std::string_view memest_version);
+// --list-gpus: the GPU profiles (name, display name, total, usable, cuBLAS workspace,
+// calibration), then the stack profiles (name, GPU it was calibrated on, context, library memory,
+// convolution workspace coefficient, band). JSON uses memest.gpus/1 ("gpus" and "stacks") and
+// carries each value's source.
+std::string RenderGpus(const std::vector<GpuProfile>& gpus, const std::vector<StackProfile>& stacks,
+                       Format format, std::string_view memest_version);
 
 // --show-coverage: the rule table against every ONNX operator and, when `model` is given, the
 // model's op types without a rule or shape rule. JSON uses memest.coverage/1; every other format

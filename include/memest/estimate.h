@@ -4,7 +4,7 @@
 //   peak_allocated: torch.cuda.max_memory_allocated() -- tensor blocks, 512-byte rounded;
 //   peak_reserved:  torch.cuda.max_memory_reserved()  -- caching-allocator segments;
 //   peak_device:    what nvidia-smi shows for the process = CUDA context + reserved + library
-//                   memory outside the allocator.
+//                   memory outside the allocator (memory/device.h).
 // The breakdown describes the moment of the device-level peak and always sums to peak_device.
 // That moment is often the optimizer step, when activations are already freed; `largest` (where a
 // backend simulates the step) says how large each category grew at any moment of the step.
@@ -23,13 +23,15 @@ struct Breakdown {
   uint64_t gradients = 0;          // .grad of parameters alive at the peak
   uint64_t optimizer_state = 0;    // exp_avg / exp_avg_sq / momentum buffers
   uint64_t saved_activations = 0;  // tensors autograd keeps for backward (+ the input batch)
-  uint64_t transient = 0;          // short-lived tensors, optimizer temporaries, cuBLAS/cuDNN workspaces
-  uint64_t allocator_overhead = 0; // allocated - requested bytes: block rounding (512 B, split
-                                   // remainders too small to split off)
-  uint64_t cached_free = 0;        // reserved - allocated bytes: segment memory the caching
-                                   // allocator holds in free blocks (freed tensors, slack)
-  uint64_t cuda_context = 0;       // CUDA context + lazily loaded kernels (from the GPU profile)
-  uint64_t unaccounted = 0;        // measured but not explained (measurement backend); 0 for models
+  uint64_t transient = 0;  // short-lived tensors, optimizer temporaries, cuBLAS/cuDNN workspaces
+  uint64_t allocator_overhead = 0;  // allocated - requested bytes: block rounding (512 B, split
+                                    // remainders too small to split off)
+  uint64_t cached_free = 0;         // reserved - allocated bytes: segment memory the caching
+                                    // allocator holds in free blocks (freed tensors, slack)
+  uint64_t cuda_context = 0;        // the CUDA context (from the stack profile, memest/stack.h)
+  uint64_t library_memory = 0;      // cuBLAS/cuDNN handles and lazily loaded kernels, outside the
+                                    // caching allocator (from the stack profile)
+  uint64_t unaccounted = 0;  // measured but not explained (measurement backend); 0 for models
 
   // Saturating sum of all fields.
   uint64_t Total() const;
@@ -42,8 +44,8 @@ const char* ToString(Phase p);
 struct CategoryPeak {
   uint64_t bytes = 0;
   Phase phase = Phase::kUnknown;
-  int iteration = 0;   // 1-based iteration of the simulated run; 0 when before the first
-  std::string node;    // node running at that moment; empty when none (weights, step)
+  int iteration = 0;  // 1-based iteration of the simulated run; 0 when before the first
+  std::string node;   // node running at that moment; empty when none (weights, step)
 };
 
 // The largest of each breakdown category over the simulated run (every iteration), each taken at
@@ -69,10 +71,11 @@ struct Estimate {
   uint64_t peak_device = 0;  // == breakdown.Total()
   Breakdown breakdown;
   Phase peak_phase = Phase::kUnknown;
-  std::string peak_node;     // node at (or just before) the peak; empty if not known
+  std::string peak_node;  // node at (or just before) the peak; empty if not known
   // Per-category maxima over the step; set by backends that replay the step (symbolic).
   std::optional<CategoryMaxima> largest;
-  // Optional uncertainty interval on peak_device (learned backend).
+  // Interval on peak_device: the learned backend's own, else the stack's residual band
+  // measured on held-out rows (memory/device.h); unset when neither exists.
   std::optional<uint64_t> device_low;
   std::optional<uint64_t> device_high;
   std::vector<Diagnostic> diagnostics;

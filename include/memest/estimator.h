@@ -83,9 +83,15 @@ void RegisterMeasurementFactory(EstimatorFactory make);
 struct Fit {
   bool fits = false;
   uint64_t capacity = 0;  // profile usable memory
-  int64_t headroom = 0;   // capacity - peak_device (negative: over by that much)
+  uint64_t judged = 0;    // the peak the verdict used: device_high (on_upper) or peak_device
+  bool on_upper = false;  // judged is the top of the estimate's interval
+  uint64_t margin = 0;    // bytes kept free by the policy's safety margin
+  int64_t headroom = 0;   // capacity - margin - judged (negative: over by that much)
 };
-Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu);
+// fits = judged + margin <= capacity, where judged is device_high under FitOn::kUpper when the
+// estimate has an interval, else peak_device; margin = policy.margin_fraction x capacity +
+// policy.margin_bytes.
+Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu, const FitPolicy& policy = {});
 
 // The largest batch (>= 1) for which `estimator` predicts the model fits `options.gpu`
 // (options.batch is ignored). Returns 0 when even batch 1 does not fit. Searches up to `limit`

@@ -1,5 +1,9 @@
 // memest/gpu_profile.h -- GPU profiles, kept as data (core/gpu_profiles.json, compiled in).
 //
+// A GPU profile is the hardware: capacity, compute capability, and what PyTorch derives from the
+// compute capability alone (the cuBLAS workspace size). What the software on the GPU costs (CUDA
+// context, library memory, convolution workspaces) is a stack profile (memest/stack.h).
+//
 // Every value carries its provenance: a measurement (with its committed data file), a citation,
 // or "uncalibrated". Profiles are immutable; the table is built once, thread-safe to read.
 #ifndef MEMEST_GPU_PROFILE_H_
@@ -25,10 +29,11 @@ struct GpuProfile {
   std::string display_name;  // "NVIDIA H100 80GB HBM3"
   int sm_major = 0;
   int sm_minor = 0;
-  ProfileValue total_memory;      // cudaMemGetInfo total (= torch.cuda.get_device_properties().total_memory)
-  ProfileValue usable_memory;     // the capacity a job may fill (device-level peak must stay <= this)
-  ProfileValue cuda_context;      // context + lazily loaded modules after one training step
-  ProfileValue cublas_workspace;  // one cuBLAS workspace (per thread/stream), from the caching allocator
+  ProfileValue
+      total_memory;  // cudaMemGetInfo total (= torch.cuda.get_device_properties().total_memory)
+  ProfileValue usable_memory;  // the capacity a job may fill (device-level peak must stay <= this)
+  ProfileValue
+      cublas_workspace;  // one cuBLAS workspace (per thread/stream), from the caching allocator
   std::string allocator = "native";  // "native" (CUDACachingAllocator) or "cudaMallocAsync"
 };
 

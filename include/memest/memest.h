@@ -2,12 +2,14 @@
 #ifndef MEMEST_MEMEST_H_
 #define MEMEST_MEMEST_H_
 
+#include "memest/calibrate.h"
 #include "memest/coverage.h"
 #include "memest/estimate.h"
 #include "memest/estimator.h"
 #include "memest/gpu_profile.h"
 #include "memest/model.h"
 #include "memest/options.h"
+#include "memest/stack.h"
 #include "memest/status.h"
 
 #endif  // MEMEST_MEMEST_H_

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,12 +32,34 @@ enum class Precision { kFp32, kAmpFp16, kAmpBf16, kBf16 };
 // has rank 2 (logits [N, C]), mean-squared error otherwise.
 enum class Loss { kAuto, kCrossEntropy, kMse };
 
+// How the model's attention runs (ops/fusion.h). kEager: as the graph is written (MatMul, Softmax,
+// MatMul: the L x S attention matrix is saved). kSdpaMath: F.scaled_dot_product_attention with the
+// math backend, which is the same computation. kSdpaFlash / kSdpaMemEfficient: the fused kernels,
+// which save q, k, v, the output and an fp32 logsumexp, never the matrix. kAuto: the model calls
+// F.scaled_dot_product_attention and PyTorch picks the kernel (flash for fp16/bf16,
+// memory-efficient otherwise, on compute capability >= 5.0; math below:
+// aten/src/ATen/native/transformers/cuda/ sdp_utils.cpp).
+enum class Attention { kEager, kSdpaMath, kSdpaFlash, kSdpaMemEfficient, kAuto };
+
+// Which device-level figure decides "fits" (CheckFit, FindMaxBatch, the CLI's exit code).
+// kUpper: the top of the estimate's interval (device_high) when it has one, else the point
+// estimate; kPoint: always the point estimate (peak_device).
+enum class FitOn { kPoint, kUpper };
+struct FitPolicy {
+  FitOn on = FitOn::kUpper;
+  // Kept free on top of the estimate: a share of the GPU's usable memory (0.05 = 5 %) plus a
+  // number of bytes. A job fits when judged peak + margin <= usable memory.
+  double margin_fraction = 0.0;
+  uint64_t margin_bytes = 0;
+};
+struct StackProfile;  // memest/stack.h
+
 // PyTorch CUDA caching allocator settings (PYTORCH_CUDA_ALLOC_CONF), see
 // docs/memory-model.md §1.2. Defaults are PyTorch's defaults.
 struct AllocatorSettings {
-  bool expandable_segments = false;                  // expandable_segments:True
-  std::optional<uint64_t> max_split_size;            // max_split_size_mb (unset = unlimited)
-  uint32_t roundup_power2_divisions = 0;             // roundup_power2_divisions (0 = off)
+  bool expandable_segments = false;        // expandable_segments:True
+  std::optional<uint64_t> max_split_size;  // max_split_size_mb (unset = unlimited)
+  uint32_t roundup_power2_divisions = 0;   // roundup_power2_divisions (0 = off)
 };
 
 struct Options {
@@ -55,8 +78,16 @@ struct Options {
   double weight_decay = 0.0;
   Precision precision = Precision::kFp32;
   Loss loss = Loss::kAuto;
-  // GPU profile name (see GpuProfiles() in memest/gpu_profile.h); decides context size, workspaces and capacity.
+  // GPU profile name (see GpuProfiles() in memest/gpu_profile.h); decides context size, workspaces
+  // and capacity.
   std::string gpu = "h100-80gb";
+  // Software-stack profile name (see StackProfiles() in memest/stack.h): CUDA context, library
+  // memory, convolution workspaces and the residual band. Empty: the default stack (the first,
+  // pytorch2-lazy).
+  std::string stack;
+  // A stack given whole (a file `memest calibrate` wrote, LoadStackProfile()); wins over `stack`.
+  std::shared_ptr<const StackProfile> custom_stack;
+  FitPolicy fit;
   AllocatorSettings allocator;
   // Gradient accumulation: `batch` is split into this many equal micro-batches, each run forward
   // and backward before one optimizer step (gradients add into .grad in place). batch must be
@@ -72,6 +103,11 @@ struct Options {
   // models a run without them: the CPU measurement harness (tensor level), which memest-eval
   // compares with.
   bool library_workspaces = true;
+  // Exported chains of elementary ops that PyTorch runs as one fused kernel (decomposed LayerNorm
+  // and GELU, ops/fusion.h) are costed as that kernel. false: op by op as written, which is what
+  // the measurement harness executes (memest-eval compares it so).
+  bool fused_kernels = true;
+  Attention attention = Attention::kEager;
   // An estimate that rests on tensors whose shape no rule can infer (data-dependent sizes:
   // NonZero, Range over computed bounds, string ops; sequence values) is refused with
   // Unsupported naming the ops. true: estimate anyway, counting those tensors conservatively
@@ -85,11 +121,16 @@ Result<Optimizer> ParseOptimizer(std::string_view s);
 Result<OptimizerImpl> ParseOptimizerImpl(std::string_view s);  // foreach | single-tensor | fused
 Result<Precision> ParsePrecision(std::string_view s);
 Result<Loss> ParseLoss(std::string_view s);
+Result<FitOn> ParseFitOn(std::string_view s);  // point | upper
+// eager | sdpa-math | sdpa-flash | sdpa-mem-efficient | auto
+Result<Attention> ParseAttention(std::string_view s);
 const char* ToString(Mode m);
 const char* ToString(Optimizer o);
 const char* ToString(OptimizerImpl i);
 const char* ToString(Precision p);
 const char* ToString(Loss l);
+const char* ToString(FitOn f);
+const char* ToString(Attention a);
 
 // Checks values (batch >= 1, dims >= 0, weight_decay >= 0 and finite, ...).
 Status Validate(const Options& options);

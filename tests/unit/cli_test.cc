@@ -366,11 +366,22 @@ TEST_F(CliTest, ListGpusShowsH100) {
   EXPECT_EQ(doc["schema"], "memest.gpus/1");
   ASSERT_EQ(doc["gpus"].size(), GpuProfiles().size());
   for (const auto& g : doc["gpus"]) {
-    for (const char* key : {"total_memory", "usable_memory", "cuda_context", "cublas_workspace"}) {
+    for (const char* key : {"total_memory", "usable_memory", "cublas_workspace"}) {
       EXPECT_TRUE(IsByteCount(g[key]["bytes"])) << g["name"] << " " << key;
       EXPECT_TRUE(g[key]["source"].is_string());
       EXPECT_TRUE(g[key]["calibrated"].is_boolean());
     }
+  }
+  // The stacks: every value with its source, the default first.
+  ASSERT_EQ(doc["stacks"].size(), StackProfiles().size());
+  EXPECT_EQ(doc["stacks"][0]["name"], "pytorch2-lazy");
+  for (const auto& st : doc["stacks"]) {
+    for (const char* key : {"cuda_context", "library_memory"}) {
+      EXPECT_TRUE(IsByteCount(st[key]["bytes"])) << st["name"] << " " << key;
+      EXPECT_FALSE(st[key]["source"].get<std::string>().empty());
+    }
+    EXPECT_FALSE(st["conv_workspace"]["source"].get<std::string>().empty());
+    EXPECT_FALSE(st["band"]["source"].get<std::string>().empty());
   }
 }
 
@@ -414,9 +425,9 @@ TEST_F(CliTest, ListBackendsShowsAvailabilityAndReasons) {
 void CheckResult(const json& res) {
   ASSERT_TRUE(res["ok"].get<bool>()) << res.dump(2);
   uint64_t sum = 0;
-  for (const char* key : {"weights", "gradients", "optimizer_state", "saved_activations",
-                          "transient", "allocator_overhead", "cached_free", "cuda_context",
-                          "unaccounted"}) {
+  for (const char* key :
+       {"weights", "gradients", "optimizer_state", "saved_activations", "transient",
+        "allocator_overhead", "cached_free", "cuda_context", "unaccounted"}) {
     ASSERT_TRUE(res["breakdown"].contains(key)) << key;
     ASSERT_TRUE(IsByteCount(res["breakdown"][key])) << key;
     sum += res["breakdown"][key].get<uint64_t>();
@@ -504,11 +515,10 @@ TEST_F(CliTest, SymbolicShowsTheLargestOfEachCategoryOverTheStep) {
 TEST_F(CliTest, TableHasBreakdownTotalAndVerdictOnStdout) {
   CliRun r = Run({Model("mlp_small_train.onnx"), "--batch", "32"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* s :
-       {"weights", "gradients", "optimizer state", "saved activations", "transient/workspace",
-        "allocator rounding", "cached but free", "CUDA context", "unaccounted",
-        "total (device peak)",
-        "peak allocated", "peak reserved", "gpu usable capacity", "result: fits", "peak:"}) {
+  for (const char* s : {"weights", "gradients", "optimizer state", "saved activations",
+                        "transient/workspace", "allocator rounding", "cached but free",
+                        "CUDA context", "unaccounted", "total (device peak)", "peak allocated",
+                        "peak reserved", "gpu usable capacity", "result: fits", "peak:"}) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   }
   EXPECT_EQ(r.out.find("warning"), std::string::npos) << "diagnostics belong on stderr";
@@ -546,9 +556,8 @@ TEST_F(CliTest, CsvAndMarkdown) {
   // Columns are only ever appended: the first release's columns keep their places.
   EXPECT_NE(header.find(",allocator_overhead,cuda_context,unaccounted,"), std::string::npos)
       << header;
-  EXPECT_EQ(header.substr(header.size() - std::string(",diagnostics,cached_free").size()),
-            ",diagnostics,cached_free")
-      << header;
+  const std::string appended = ",diagnostics,cached_free,library_memory,stack,fit_on,judged_peak";
+  EXPECT_EQ(header.substr(header.size() - appended.size()), appended) << header;
 
   CliRun m = Run({Model("mlp_small_train.onnx"), "--batch", "32", "-o", "md"});
   ASSERT_EQ(m.exit_code, 0) << m.err;

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "memest/stack.h"
 #include "memest/status.h"
 
 namespace memest::core {
@@ -33,7 +34,6 @@ struct NamedValue {
 std::vector<NamedValue> Values(const GpuProfile& p) {
   return {{"total_memory", &p.total_memory},
           {"usable_memory", &p.usable_memory},
-          {"cuda_context", &p.cuda_context},
           {"cublas_workspace", &p.cublas_workspace}};
 }
 
@@ -106,8 +106,10 @@ TEST(GpuProfileTest, CublasWorkspaceMatchesArchitecture) {
 TEST(GpuProfileTest, UsableNeverExceedsTotal) {
   for (const GpuProfile& p : GpuProfiles()) {
     EXPECT_LE(p.usable_memory.bytes, p.total_memory.bytes) << p.name;
-    // The context must leave room for a job.
-    EXPECT_LT(p.cuda_context.bytes + 2 * p.cublas_workspace.bytes, p.usable_memory.bytes) << p.name;
+    // The default stack's context and the workspaces must leave room for a job.
+    EXPECT_LT(ResolveStack("")->cuda_context.bytes + 2 * p.cublas_workspace.bytes,
+              p.usable_memory.bytes)
+        << p.name;
   }
 }
 
@@ -157,8 +159,8 @@ std::string OneProfile(std::string_view total, std::string_view usable, std::str
   return std::string(R"({"format": "memest-gpu-profiles/1", "profiles": [{)") +
          R"("name": "test-gpu", "display_name": "Test", "sm_major": 8, "sm_minor": 0, )" +
          R"("sm_source": "cited: test", "allocator": "native", )" + R"("total_memory": )" +
-         value(total) + R"(, "usable_memory": )" + value(usable) + R"(, "cuda_context": )" +
-         value("1") + R"(, "cublas_workspace": )" + value("1") + "}]}";
+         value(total) + R"(, "usable_memory": )" + value(usable) + R"(, "cublas_workspace": )" +
+         value("1") + "}]}";
 }
 
 TEST(GpuProfileTest, ParserEnforcesTheDataRules) {

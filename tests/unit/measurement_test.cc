@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "core/sha256.h"
 #include "measurement/executor.h"
 #include "measurement/plan.h"
 #include "measurement/row.h"
-#include "core/sha256.h"
 #include "memest/memest.h"
 #include "testing/onnx_builder.h"
 
@@ -516,8 +516,6 @@ TEST(MeasureToolTest, SweepWritesOneRowPerConfigurationAndResumes) {
   EXPECT_EQ(Lines(memest::testing::ReadFileBytes(dir.path() + "/rows.jsonl")).size(), 4u);
 }
 
-
-
 // Activation checkpointing in the harness (a reentrant checkpoint as a LibTorch custom function):
 // every parameter still gets its gradient, the measured peak drops, and the symbolic backend's
 // simulation of the same cuts (core/checkpoint.h) matches the measured tensor peak.
@@ -528,6 +526,7 @@ TEST(MeasurementTest, CheckpointingKeepsGradientsAndLowersThePeak) {
   o.batch = 4;
   o.optimizer_impl = memest::OptimizerImpl::kSingleTensor;  // what the harness runs on the CPU
   o.library_workspaces = false;
+  o.fused_kernels = false;  // the harness runs the chains op by op (ops/fusion.h)
   auto off = Measure(*model, o);
   o.checkpoint_segments = 4;
   auto on = Measure(*model, o);
@@ -539,9 +538,11 @@ TEST(MeasurementTest, CheckpointingKeepsGradientsAndLowersThePeak) {
   ASSERT_TRUE(symbolic.ok());
   auto e = (*symbolic)->Run(*model, o);
   ASSERT_TRUE(e.ok());
-  const double error = (static_cast<double>(e->peak_allocated) - static_cast<double>(*on->peaks.tensor)) /
-                       static_cast<double>(*on->peaks.tensor);
-  EXPECT_LE(std::abs(error), 0.02) << "symbolic " << e->peak_allocated << " measured " << *on->peaks.tensor;
+  const double error =
+      (static_cast<double>(e->peak_allocated) - static_cast<double>(*on->peaks.tensor)) /
+      static_cast<double>(*on->peaks.tensor);
+  EXPECT_LE(std::abs(error), 0.02)
+      << "symbolic " << e->peak_allocated << " measured " << *on->peaks.tensor;
 }
 
 }  // namespace

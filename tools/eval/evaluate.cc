@@ -9,8 +9,8 @@
 #include <sstream>
 #include <utility>
 
-#include "datasets/gpumemnet/gpumemnet.h"
 #include "core/sha256.h"
+#include "datasets/gpumemnet/gpumemnet.h"
 
 namespace memest::eval {
 namespace {
@@ -271,6 +271,9 @@ RowOutcome Evaluator::EvaluateRow(const MeasuredRow& row) {
   options.gpu = out.profile;
   // CPU rows: tensor bytes without GPU library workspaces (the harness runs none).
   options.library_workspaces = row.device_kind == "cuda";
+  // memest-measure executes the ONNX graph op by op, so its rows are compared with the chains
+  // as written; GPUMemNet's rows are PyTorch modules (fused kernels, ops/fusion.h).
+  options.fused_kernels = row.model_path.rfind("gpumemnet:", 0) == 0;
   for (const auto& est : estimators_) {
     Prediction p;
     const auto start = std::chrono::steady_clock::now();

@@ -450,16 +450,19 @@ std::string PlotsSection(const Summary& s, const std::string& dir) {
   return out;
 }
 
-// A sub-bullet naming a profile's CUDA context, whether memest calibrated it, and its source.
+// A sub-bullet naming the default stack's CUDA context and library memory, and their sources
+// (the GPU profile `name` says only the capacity).
 std::string ProfileContext(const std::string& name) {
-  Result<GpuProfile> gpu = FindGpuProfile(name);
-  if (!gpu.ok()) return "";
+  Result<StackProfile> stack = ResolveStack("");
+  if (!stack.ok()) return "";
   return fmt::format(
-      "  - The `{}` profile puts the CUDA context at {:.0f} MiB ({}). Its source, as recorded in "
-      "core/gpu_profiles.json: \"{}\"\n",
-      name, gpu->cuda_context.bytes / 1048576.0,
-      gpu->cuda_context.calibrated ? "calibrated by memest" : "not calibrated on a GPU by memest",
-      gpu->cuda_context.source);
+      "  - Predicted with the `{}` profile and the default stack `{}`: CUDA context {:.0f} MiB, "
+      "library memory {:.0f} MiB ({}). The context's source, as recorded in core/stacks.json: "
+      "\"{}\"\n",
+      name, stack->name, stack->cuda_context.bytes / 1048576.0,
+      stack->library_memory.bytes / 1048576.0,
+      stack->cuda_context.calibrated ? "calibrated" : "not calibrated on a GPU by memest",
+      stack->cuda_context.source);
 }
 
 std::string TruthSection(const Summary& s) {

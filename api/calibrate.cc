@@ -1,0 +1,334 @@
+// api/calibrate.cc -- fitting a stack profile to measured jobs; the policy is in
+// memest/calibrate.h. Every job is estimated once per workspace coefficient on the grid; the fit,
+// the leave-one-group-out refits and the band all reuse those estimates (a fit is a median).
+#include "memest/calibrate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/graph.h"
+#include "core/sha256.h"
+#include "memest/estimator.h"
+#include "ops/rules.h"
+
+namespace memest {
+namespace {
+
+constexpr size_t kMinJobs = 6;
+constexpr size_t kMinGroups = 3;
+constexpr double kInconsistent = 0.10;  // same job measured twice, more than 10 % apart
+constexpr double kBandLow = 0.025;      // band quantiles of the held-out residuals
+constexpr double kBandHigh = 0.975;
+
+// Linear-interpolated quantile of `v` (not empty).
+double Quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+double Median(std::vector<double> v) { return Quantile(std::move(v), 0.5); }
+
+// The mean of the smallest 90 % of `v` (robust to a few bad rows, yet every row that the
+// coefficient moves counts, where a median would ignore a minority of convolutional models).
+double TrimmedMean(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t keep = std::max<size_t>(1, v.size() - v.size() / 10);
+  double sum = 0;
+  for (size_t i = 0; i < keep; ++i) sum += v[i];
+  return sum / static_cast<double>(keep);
+}
+
+std::string GroupOf(const MeasuredJob& j) { return j.group.empty() ? j.model_name : j.group; }
+
+// Estimates in bytes, [grid index][job index], of the symbolic backend with the base context,
+// no library memory and the grid's workspace coefficient.
+using EstimateTable = std::vector<std::vector<double>>;
+
+struct StackFit {
+  size_t grid = 0;
+  double library = 0;
+  double score = 0;
+};
+
+// The best (coefficient, library memory) over the jobs with use[i].
+StackFit FitStack(const EstimateTable& est, const std::vector<MeasuredJob>& jobs,
+                  const std::vector<bool>& use) {
+  StackFit best;
+  bool first = true;
+  for (size_t g = 0; g < est.size(); ++g) {
+    std::vector<double> gaps;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (use[i]) gaps.push_back(static_cast<double>(jobs[i].measured_bytes) - est[g][i]);
+    }
+    const double library = std::max(0.0, Median(gaps));
+    std::vector<double> errors;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (!use[i]) continue;
+      errors.push_back(
+          std::abs((est[g][i] + library) / static_cast<double>(jobs[i].measured_bytes) - 1));
+    }
+    const double score = TrimmedMean(errors);
+    if (first || score < best.score - 1e-12) best = {g, library, score};
+    first = false;
+  }
+  return best;
+}
+
+ErrorSummary Summarize(const std::vector<double>& errors, const std::vector<double>& upper) {
+  ErrorSummary s;
+  s.rows = static_cast<int>(errors.size());
+  if (errors.empty()) return s;
+  std::vector<double> abs_errors;
+  for (double e : errors) abs_errors.push_back(std::abs(e));
+  s.median_abs = Median(abs_errors);
+  s.p90_abs = Quantile(abs_errors, 0.9);
+  const double n = static_cast<double>(errors.size());
+  s.under = static_cast<double>(
+                std::count_if(errors.begin(), errors.end(), [](double e) { return e < 0; })) /
+            n;
+  s.under_5pct = static_cast<double>(std::count_if(errors.begin(), errors.end(),
+                                                   [](double e) { return e < -0.05; })) /
+                 n;
+  if (!upper.empty()) {
+    s.upper_under_5pct = static_cast<double>(std::count_if(upper.begin(), upper.end(),
+                                                           [](double e) { return e < -0.05; })) /
+                         static_cast<double>(upper.size());
+  }
+  return s;
+}
+
+Status CheckJobs(const std::vector<MeasuredJob>& jobs) {
+  std::set<std::string> groups;
+  for (const MeasuredJob& j : jobs) {
+    if (!j.model) return InvalidArgument("job " + j.id + ": no model");
+    if (j.measured_bytes == 0) return InvalidArgument("job " + j.id + ": measured 0 bytes");
+    groups.insert(GroupOf(j));
+  }
+  if (jobs.size() < kMinJobs || groups.size() < kMinGroups) {
+    return InvalidArgument("calibration needs at least " + std::to_string(kMinJobs) +
+                           " measured jobs over at least " + std::to_string(kMinGroups) +
+                           " models or families, got " + std::to_string(jobs.size()) +
+                           " job(s) over " + std::to_string(groups.size()) +
+                           ": measure 10-20 jobs of different models (docs/stacks.md)");
+  }
+  // The same job measured twice must agree.
+  std::map<std::string, const MeasuredJob*> seen;
+  for (const MeasuredJob& j : jobs) {
+    const Options& o = j.options;
+    const std::string key = j.model_name + "|" + std::to_string(o.batch.value_or(0)) + "|" +
+                            ToString(o.mode) + "|" + ToString(o.optimizer) + "|" +
+                            ToString(o.optimizer_impl) + "|" + ToString(o.precision);
+    auto [it, fresh] = seen.emplace(key, &j);
+    if (fresh) continue;
+    const double a = static_cast<double>(it->second->measured_bytes);
+    const double b = static_cast<double>(j.measured_bytes);
+    if (std::abs(a - b) > kInconsistent * std::min(a, b)) {
+      return InvalidArgument("inconsistent rows: " + it->second->id + " and " + j.id +
+                             " are the same job measured " + std::to_string(a / 1048576.0) +
+                             " and " + std::to_string(b / 1048576.0) +
+                             " MiB (more than 10 % apart): fix or drop one");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<double> EstimateOne(const Estimator& est, const MeasuredJob& j, const std::string& gpu,
+                           const StackProfile& stack) {
+  Options o = j.options;
+  o.gpu = gpu;
+  o.custom_stack = std::make_shared<const StackProfile>(stack);
+  Result<Estimate> e = est.Run(*j.model, o);
+  if (!e.ok()) return e.status().WithContext("job " + j.id);
+  return static_cast<double>(e->peak_device);
+}
+
+bool HasConvolution(const Model& m) {
+  for (const core::Node& n : m.graph().nodes) {
+    const ops::OpRule* rule = ops::FindRule(n.domain, n.op_type);
+    if (rule != nullptr && rule->uses_cudnn_conv) return true;
+  }
+  return false;
+}
+
+Result<EstimateTable> EstimateGrid(const Estimator& est, const std::vector<MeasuredJob>& jobs,
+                                   const CalibrationSettings& s) {
+  EstimateTable table(s.conv_workspace_grid.size(), std::vector<double>(jobs.size()));
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const bool has_conv = HasConvolution(*jobs[i].model);
+    std::vector<double> column;
+    for (size_t g = 0; g < s.conv_workspace_grid.size(); ++g) {
+      StackProfile stack = s.base;
+      stack.library_memory.bytes = 0;
+      stack.conv_workspace.value = s.conv_workspace_grid[g];
+      stack.band = ResidualBand{};
+      // A model without convolutions estimates the same at every coefficient.
+      if (g >= 1 && !has_conv) {
+        column.push_back(column[0]);
+        continue;
+      }
+      MEMEST_ASSIGN_OR_RETURN(double bytes, EstimateOne(est, jobs[i], s.gpu, stack));
+      column.push_back(bytes);
+    }
+    for (size_t g = 0; g < column.size(); ++g) table[g][i] = column[g];
+  }
+  return table;
+}
+
+std::string TodayUtc() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d", &tm);
+  return buf;
+}
+
+nlohmann::json SummaryJson(const ErrorSummary& s) {
+  return {
+      {"rows", s.rows},   {"median_abs", s.median_abs}, {"p90_abs", s.p90_abs},
+      {"under", s.under}, {"under_5pct", s.under_5pct}, {"upper_under_5pct", s.upper_under_5pct}};
+}
+
+// Provenance: one line per job (id, measured bytes), sorted, hashed.
+std::string RowsSha256(const std::vector<MeasuredJob>& jobs) {
+  std::vector<std::string> lines;
+  for (const MeasuredJob& j : jobs) lines.push_back(j.id + "," + std::to_string(j.measured_bytes));
+  std::sort(lines.begin(), lines.end());
+  core::Sha256 h;
+  for (const std::string& l : lines) h.Update(l + "\n");
+  return h.HexDigest();
+}
+
+}  // namespace
+
+Result<CalibrationResult> Calibrate(const std::vector<MeasuredJob>& jobs,
+                                    const CalibrationSettings& s) {
+  MEMEST_RETURN_IF_ERROR(CheckJobs(jobs));
+  MEMEST_ASSIGN_OR_RETURN(GpuProfile gpu, FindGpuProfile(s.gpu));
+  if (s.conv_workspace_grid.size() < 2 || s.name.empty()) {
+    return InvalidArgument("calibration settings need a stack name and a grid of 2+ values");
+  }
+  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<Estimator> est, MakeEstimator("symbolic"));
+  MEMEST_ASSIGN_OR_RETURN(EstimateTable table, EstimateGrid(*est, jobs, s));
+
+  CalibrationResult r;
+  const size_t n = jobs.size();
+  const StackFit all = FitStack(table, jobs, std::vector<bool>(n, true));
+
+  // Leave one group out: each group predicted by the fit on the others.
+  std::map<std::string, std::vector<size_t>> groups;
+  for (size_t i = 0; i < n; ++i) groups[GroupOf(jobs[i])].push_back(i);
+  r.groups = static_cast<int>(groups.size());
+  std::vector<double> held_out(n), ratio(n);  // ratio: measured / held-out prediction - 1
+  for (const auto& [name, members] : groups) {
+    std::vector<bool> use(n, true);
+    for (size_t i : members) use[i] = false;
+    const StackFit fit = FitStack(table, jobs, use);
+    for (size_t i : members) {
+      held_out[i] = table[fit.grid][i] + fit.library;
+      ratio[i] = static_cast<double>(jobs[i].measured_bytes) / held_out[i] - 1;
+    }
+  }
+  // The band: quantiles of the held-out ratios; its coverage, group by group, against the band
+  // of the other groups' ratios.
+  std::vector<double> fitted_err, held_err, upper_err;
+  int inside = 0;
+  for (const auto& [name, members] : groups) {
+    std::vector<double> others;
+    for (size_t i = 0; i < n; ++i) {
+      if (GroupOf(jobs[i]) != name) others.push_back(ratio[i]);
+    }
+    const double lo = std::min(0.0, Quantile(others, kBandLow));
+    const double hi = std::max(0.0, Quantile(others, kBandHigh));
+    for (size_t i : members) {
+      JobResidual jr;
+      jr.id = jobs[i].id;
+      jr.group = name;
+      jr.measured = jobs[i].measured_bytes;
+      jr.fitted = static_cast<uint64_t>(table[all.grid][i] + all.library);
+      jr.held_out = static_cast<uint64_t>(held_out[i]);
+      jr.fitted_error = static_cast<double>(jr.fitted) / static_cast<double>(jr.measured) - 1;
+      jr.held_out_error = held_out[i] / static_cast<double>(jr.measured) - 1;
+      jr.inside_band = ratio[i] >= lo && ratio[i] <= hi;
+      inside += jr.inside_band ? 1 : 0;
+      fitted_err.push_back(jr.fitted_error);
+      held_err.push_back(jr.held_out_error);
+      upper_err.push_back(held_out[i] * (1 + hi) / static_cast<double>(jr.measured) - 1);
+      r.jobs.push_back(jr);
+    }
+  }
+  r.fitted = Summarize(fitted_err, {});
+  r.held_out = Summarize(held_err, upper_err);
+
+  // What the user had before: the base stack as it is.
+  std::vector<double> base_err;
+  for (size_t i = 0; i < n; ++i) {
+    MEMEST_ASSIGN_OR_RETURN(double bytes, EstimateOne(*est, jobs[i], s.gpu, s.base));
+    base_err.push_back(bytes / static_cast<double>(jobs[i].measured_bytes) - 1);
+  }
+  r.base = Summarize(base_err, {});
+
+  // The stack.
+  StackProfile& st = r.stack;
+  st = s.base;
+  st.name = s.name;
+  st.display_name = s.display_name.empty() ? "calibrated from " + s.data_source : s.display_name;
+  st.gpu = gpu.name;
+  const std::string date = TodayUtc();
+  const std::string from = std::to_string(n) + " jobs (" + std::to_string(groups.size()) +
+                           " groups) of " + s.data_source + ", memest calibrate " + date;
+  st.library_memory = {static_cast<uint64_t>(all.library),
+                       "fitted: median of measured - estimated (symbolic backend, context " +
+                           std::to_string(s.base.cuda_context.bytes) + " B) over " + from,
+                       true};
+  const bool any_conv = std::any_of(jobs.begin(), jobs.end(),
+                                    [](const MeasuredJob& j) { return HasConvolution(*j.model); });
+  if (any_conv) {
+    st.conv_workspace = {s.conv_workspace_grid[all.grid],
+                         "fitted: the grid value with the smallest trimmed mean error over " + from,
+                         true};
+  } else {
+    st.conv_workspace = s.base.conv_workspace;
+    st.conv_workspace.source = "kept from stack " + s.base.name +
+                               ": no calibration job has a convolution, so nothing measured it (" +
+                               s.base.conv_workspace.source + ")";
+  }
+  st.band.low = std::min(0.0, Quantile(std::vector<double>(ratio), kBandLow));
+  st.band.high = std::max(0.0, Quantile(std::vector<double>(ratio), kBandHigh));
+  st.band.rows = static_cast<int>(n);
+  st.band.coverage = static_cast<double>(inside) / static_cast<double>(n);
+  st.band.source =
+      "held out: 2.5 % and 97.5 % quantiles of measured / predicted - 1, each group "
+      "predicted by a fit without it (leave-one-group-out over " +
+      std::to_string(groups.size()) + " groups of " + s.data_source +
+      "); coverage measured group by group against the other groups' band";
+  nlohmann::json grid = s.conv_workspace_grid;
+  nlohmann::json c = {{"date", date},
+                      {"data", s.data_source},
+                      {"jobs", n},
+                      {"groups", groups.size()},
+                      {"rows_sha256", RowsSha256(jobs)},
+                      {"backend", "symbolic"},
+                      {"conv_workspace_grid", grid},
+                      {"base_stack", s.base.name},
+                      {"base", SummaryJson(r.base)},
+                      {"fitted", SummaryJson(r.fitted)},
+                      {"held_out", SummaryJson(r.held_out)}};
+  st.calibration_json = c.dump();
+  return r;
+}
+
+}  // namespace memest

@@ -1,0 +1,51 @@
+// core/json_fields.h -- strict readers for the fields of memest's own JSON data files (GPU
+// profiles, stacks): every key type-checked, unknown keys rejected, every number with a source.
+//
+// Each reader returns a Status with the caller's `code` (kInternal for data compiled into the
+// library, a memest bug; kInvalidArgument for a user's file) and a message that names the field
+// by its path ("profiles[2] (a100-40gb).cuda_context: 'bytes' must be ..."). Nothing throws.
+#ifndef MEMEST_CORE_JSON_FIELDS_H_
+#define MEMEST_CORE_JSON_FIELDS_H_
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memest/gpu_profile.h"
+#include "memest/status.h"
+
+namespace memest::core {
+
+class JsonFields {
+ public:
+  explicit JsonFields(ErrorCode code) : code_(code) {}
+
+  Status Error(const std::string& message) const { return Status(code_, message); }
+  // Every key of `obj` is one of `allowed`.
+  Status CheckKeys(const nlohmann::json& obj, const std::vector<std::string_view>& allowed,
+                   const std::string& where) const;
+  Result<std::string> String(const nlohmann::json& obj, const char* key,
+                             const std::string& where) const;
+  // A non-empty string.
+  Result<std::string> Source(const nlohmann::json& obj, const char* key,
+                             const std::string& where) const;
+  Result<int> SmallInt(const nlohmann::json& obj, const char* key, const std::string& where) const;
+  Result<bool> Bool(const nlohmann::json& obj, const char* key, const std::string& where) const;
+  // A finite number.
+  Result<double> Number(const nlohmann::json& obj, const char* key, const std::string& where) const;
+  // {"bytes": N, "source": "...", "calibrated": bool}: a non-empty source; calibrated exactly
+  // when the source starts with "measured: " (or, for a stack fitted by `memest calibrate`,
+  // "fitted: ").
+  Result<ProfileValue> Bytes(const nlohmann::json& obj, const char* key,
+                             const std::string& where) const;
+
+ private:
+  ErrorCode code_;
+};
+
+std::string ToLowerAscii(std::string_view s);
+
+}  // namespace memest::core
+
+#endif  // MEMEST_CORE_JSON_FIELDS_H_

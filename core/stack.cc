@@ -1,0 +1,273 @@
+// Stack profiles: the compiled-in table (core/stacks.json, embedded as
+// memest::core::kStacksJson) and users' stack files (memest calibrate writes them).
+//
+// Policy:
+//  - One schema for both (a table entry and a file's "stack" object are read by the same code);
+//    the table is parsed once on first use (function-local static) and is immutable afterwards.
+//  - The embedded table is memest's own data: a defect in it is kInternal (the unit tests parse
+//    it). A user's file is input: a defect is kInvalidArgument naming the field; a missing file
+//    is kNotFound. Nothing throws; files over kMaxStackFileBytes are refused unread.
+//  - Values are checked for meaning, not only type: bytes below 64 GiB, a convolution workspace
+//    coefficient in [0, 64], a band with low <= 0 <= high and coverage in [0, 1].
+#include "memest/stack.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/json_fields.h"
+
+namespace memest::core {
+
+extern const char kStacksJson[];
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kTableFormat = "memest-stacks/1";
+constexpr std::string_view kFileFormat = "memest-stack/1";
+constexpr uint64_t kMaxStackFileBytes = uint64_t{1} << 20;
+constexpr uint64_t kMaxStackBytes = uint64_t{64} << 30;  // no context or library is this large
+constexpr double kMaxConvWorkspace = 64.0;
+
+const std::vector<std::string_view> kStackKeys = {
+    "name",           "display_name",   "gpu",  "software",   "lazy_loading", "cuda_context",
+    "library_memory", "conv_workspace", "band", "calibration"};
+
+Result<StackCoefficient> ReadCoefficient(const JsonFields& f, const json& obj, const char* key,
+                                         const std::string& where) {
+  const std::string here = where + "." + key;
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_object()) return f.Error(here + ": missing or not an object");
+  MEMEST_RETURN_IF_ERROR(f.CheckKeys(*it, {"value", "source", "calibrated"}, here));
+  StackCoefficient c;
+  MEMEST_ASSIGN_OR_RETURN(c.value, f.Number(*it, "value", here));
+  MEMEST_ASSIGN_OR_RETURN(c.source, f.Source(*it, "source", here));
+  MEMEST_ASSIGN_OR_RETURN(c.calibrated, f.Bool(*it, "calibrated", here));
+  if (c.value < 0 || c.value > kMaxConvWorkspace) {
+    return f.Error(here + ": 'value' must be in [0, 64]");
+  }
+  if (c.calibrated != c.source.starts_with("fitted: ")) {
+    return f.Error(here + ": calibrated=true exactly when the source starts with 'fitted: '");
+  }
+  return c;
+}
+
+Result<ResidualBand> ReadBand(const JsonFields& f, const json& obj, const std::string& where) {
+  const std::string here = where + ".band";
+  auto it = obj.find("band");
+  if (it == obj.end() || !it->is_object()) return f.Error(here + ": missing or not an object");
+  MEMEST_RETURN_IF_ERROR(f.CheckKeys(*it, {"low", "high", "coverage", "rows", "source"}, here));
+  ResidualBand b;
+  MEMEST_ASSIGN_OR_RETURN(b.low, f.Number(*it, "low", here));
+  MEMEST_ASSIGN_OR_RETURN(b.high, f.Number(*it, "high", here));
+  MEMEST_ASSIGN_OR_RETURN(b.coverage, f.Number(*it, "coverage", here));
+  auto rows = it->find("rows");
+  if (rows == it->end() || !rows->is_number_unsigned() || rows->get<uint64_t>() > 100000000) {
+    return f.Error(here + ": 'rows' must be a non-negative integer");
+  }
+  b.rows = static_cast<int>(rows->get<uint64_t>());
+  MEMEST_ASSIGN_OR_RETURN(b.source, f.Source(*it, "source", here));
+  if (!(b.low <= 0 && b.low > -1 && b.high >= 0 && b.high <= 10)) {
+    return f.Error(here + ": need -1 < low <= 0 <= high <= 10");
+  }
+  if (b.coverage < 0 || b.coverage > 1) return f.Error(here + ": 'coverage' must be in [0, 1]");
+  if (b.rows == 0 && (b.low != 0 || b.high != 0 || b.coverage != 0)) {
+    return f.Error(here + ": a band without held-out rows (rows 0) must be all 0 (absent)");
+  }
+  return b;
+}
+
+Result<std::map<std::string, std::string>> ReadSoftware(const JsonFields& f, const json& obj,
+                                                        const std::string& where) {
+  auto it = obj.find("software");
+  if (it == obj.end() || !it->is_object()) {
+    return f.Error(where + ".software: missing or not an object");
+  }
+  std::map<std::string, std::string> out;
+  for (auto kv = it->begin(); kv != it->end(); ++kv) {
+    if (!kv->is_string()) return f.Error(where + ".software." + kv.key() + ": not a string");
+    out[kv.key()] = kv->get<std::string>();
+  }
+  return out;
+}
+
+Result<StackProfile> ReadStack(const JsonFields& f, const json& s, const std::string& at) {
+  std::string where = at;
+  if (!s.is_object()) return f.Error(where + ": not an object");
+  MEMEST_RETURN_IF_ERROR(f.CheckKeys(s, kStackKeys, where));
+  StackProfile st;
+  MEMEST_ASSIGN_OR_RETURN(st.name, f.String(s, "name", where));
+  if (st.name.empty() || st.name != ToLowerAscii(st.name) || st.name.size() > 64) {
+    return f.Error(where + ": name must be non-empty lower case, at most 64 characters");
+  }
+  where += " (" + st.name + ")";
+  MEMEST_ASSIGN_OR_RETURN(st.display_name, f.String(s, "display_name", where));
+  MEMEST_ASSIGN_OR_RETURN(st.gpu, f.String(s, "gpu", where));
+  st.gpu = ToLowerAscii(st.gpu);
+  MEMEST_ASSIGN_OR_RETURN(st.software, ReadSoftware(f, s, where));
+  MEMEST_ASSIGN_OR_RETURN(st.lazy_loading, f.Bool(s, "lazy_loading", where));
+  MEMEST_ASSIGN_OR_RETURN(st.cuda_context, f.Bytes(s, "cuda_context", where));
+  MEMEST_ASSIGN_OR_RETURN(st.library_memory, f.Bytes(s, "library_memory", where));
+  for (const ProfileValue* v : {&st.cuda_context, &st.library_memory}) {
+    if (v->bytes > kMaxStackBytes) return f.Error(where + ": a byte value above 64 GiB");
+  }
+  MEMEST_ASSIGN_OR_RETURN(st.conv_workspace, ReadCoefficient(f, s, "conv_workspace", where));
+  MEMEST_ASSIGN_OR_RETURN(st.band, ReadBand(f, s, where));
+  if (auto c = s.find("calibration"); c != s.end()) {
+    if (!c->is_object()) return f.Error(where + ".calibration: not an object");
+    st.calibration_json = c->dump();
+  }
+  if (!st.gpu.empty()) {
+    if (auto gpu = FindGpuProfile(st.gpu); !gpu.ok()) {
+      return f.Error(where + ".gpu: " + gpu.status().message());
+    }
+  }
+  return st;
+}
+
+Result<json> ParseJson(const JsonFields& f, std::string_view text, const std::string& where) {
+  json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return f.Error(where + ": not valid JSON");
+  if (!doc.is_object()) return f.Error(where + ": top level must be an object");
+  return doc;
+}
+
+struct Table {
+  Status status;
+  std::vector<StackProfile> stacks;
+};
+
+Result<std::vector<StackProfile>> ParseTable(std::string_view text) {
+  const JsonFields f(ErrorCode::kInternal);
+  MEMEST_ASSIGN_OR_RETURN(json doc, ParseJson(f, text, "stacks.json"));
+  MEMEST_RETURN_IF_ERROR(f.CheckKeys(doc, {"format", "about", "stacks"}, "top level"));
+  MEMEST_ASSIGN_OR_RETURN(std::string format, f.String(doc, "format", "top level"));
+  if (format != kTableFormat) return f.Error("format is '" + format + "'");
+  auto list = doc.find("stacks");
+  if (list == doc.end() || !list->is_array() || list->empty()) {
+    return f.Error("'stacks' must be a non-empty array");
+  }
+  std::vector<StackProfile> out;
+  for (size_t i = 0; i < list->size(); ++i) {
+    MEMEST_ASSIGN_OR_RETURN(StackProfile s,
+                            ReadStack(f, (*list)[i], "stacks[" + std::to_string(i) + "]"));
+    for (const StackProfile& earlier : out) {
+      if (earlier.name == s.name) return f.Error("duplicate stack name '" + s.name + "'");
+    }
+    out.push_back(std::move(s));
+  }
+  if (!out.front().gpu.empty()) return f.Error("the first stack (the default) must be for any GPU");
+  return out;
+}
+
+const Table& GetTable() {
+  static const Table* const table = [] {
+    auto* t = new Table();  // never destroyed: safe to use during static destruction
+    auto parsed = ParseTable(kStacksJson);
+    if (parsed.ok()) {
+      t->stacks = std::move(parsed).value();
+    } else {
+      t->status = parsed.status().WithContext("embedded stacks.json");
+    }
+    return t;
+  }();
+  return *table;
+}
+
+json BytesJson(const ProfileValue& v) {
+  return {{"bytes", v.bytes}, {"source", v.source}, {"calibrated", v.calibrated}};
+}
+
+}  // namespace
+}  // namespace memest::core
+
+namespace memest {
+
+const std::vector<StackProfile>& StackProfiles() { return core::GetTable().stacks; }
+
+Result<StackProfile> FindStackProfile(std::string_view name) {
+  const core::Table& table = core::GetTable();
+  if (!table.status.ok()) return table.status;
+  const std::string wanted = core::ToLowerAscii(name);
+  std::string known;
+  for (const StackProfile& s : table.stacks) {
+    if (s.name == wanted) return s;
+    known += (known.empty() ? "" : ", ") + s.name;
+  }
+  return NotFound("unknown stack '" + std::string(name) + "'; known stacks: " + known +
+                  " (or a file written by memest calibrate: --stack-file)");
+}
+
+Result<StackProfile> ResolveStack(std::string_view name) {
+  if (!name.empty()) return FindStackProfile(name);
+  const core::Table& table = core::GetTable();
+  if (!table.status.ok()) return table.status;
+  return table.stacks.front();
+}
+
+Result<StackProfile> ParseStackProfile(std::string_view json_text, const std::string& where) {
+  const core::JsonFields f(ErrorCode::kInvalidArgument);
+  MEMEST_ASSIGN_OR_RETURN(nlohmann::json doc, core::ParseJson(f, json_text, where));
+  MEMEST_RETURN_IF_ERROR(f.CheckKeys(doc, {"format", "stack"}, where));
+  MEMEST_ASSIGN_OR_RETURN(std::string format, f.String(doc, "format", where));
+  if (format != core::kFileFormat) {
+    return f.Error(where + ": format is '" + format + "', expected '" +
+                   std::string(core::kFileFormat) + "'");
+  }
+  auto s = doc.find("stack");
+  if (s == doc.end()) return f.Error(where + ": no 'stack' object");
+  return core::ReadStack(f, *s, where + ": stack");
+}
+
+Result<StackProfile> LoadStackProfile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return NotFound("stack file '" + path + "' not found");
+  if (!S_ISREG(st.st_mode)) return InvalidArgument("'" + path + "' is not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > core::kMaxStackFileBytes) {
+    return InvalidArgument("'" + path + "' is larger than 1 MiB: not a stack file");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("stack file '" + path + "' cannot be read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ParseStackProfile(text.str(), path);
+}
+
+std::string StackProfileToJson(const StackProfile& s) {
+  using nlohmann::json;
+  json software = json::object();
+  for (const auto& [k, v] : s.software) software[k] = v;
+  json stack = {{"name", s.name},
+                {"display_name", s.display_name},
+                {"gpu", s.gpu},
+                {"software", software},
+                {"lazy_loading", s.lazy_loading},
+                {"cuda_context", core::BytesJson(s.cuda_context)},
+                {"library_memory", core::BytesJson(s.library_memory)},
+                {"conv_workspace",
+                 {{"value", s.conv_workspace.value},
+                  {"source", s.conv_workspace.source},
+                  {"calibrated", s.conv_workspace.calibrated}}},
+                {"band",
+                 {{"low", s.band.low},
+                  {"high", s.band.high},
+                  {"coverage", s.band.coverage},
+                  {"rows", s.band.rows},
+                  {"source", s.band.source}}}};
+  if (!s.calibration_json.empty()) {
+    json c = json::parse(s.calibration_json, nullptr, /*allow_exceptions=*/false);
+    if (!c.is_discarded()) stack["calibration"] = c;
+  }
+  json doc = {{"format", core::kFileFormat}, {"stack", stack}};
+  return doc.dump(2) + "\n";
+}
+
+}  // namespace memest

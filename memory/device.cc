@@ -1,0 +1,62 @@
+// memory/device.cc -- see memory/device.h for the policy.
+#include "memory/device.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "ops/rules.h"
+
+namespace memest::memory {
+namespace {
+
+uint64_t Scale(uint64_t bytes, double factor) {
+  const double v = std::ceil(static_cast<double>(bytes) * factor);
+  if (!(v > 0)) return 0;
+  if (v >= static_cast<double>(std::numeric_limits<uint64_t>::max())) {
+    return std::numeric_limits<uint64_t>::max();
+  }
+  return static_cast<uint64_t>(v);
+}
+
+}  // namespace
+
+void SetOutsideAllocator(const StackProfile& stack, Breakdown* bd) {
+  bd->cuda_context = stack.cuda_context.bytes;
+  bd->library_memory = stack.library_memory.bytes;
+}
+
+uint64_t ConvWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& facts,
+                            const core::Node& node, size_t index, bool library_workspaces) {
+  const ops::OpRule* rule = facts.rule(index);
+  if (!library_workspaces || rule == nullptr || !rule->uses_cudnn_conv ||
+      stack.conv_workspace.value <= 0) {
+    return 0;
+  }
+  uint64_t largest = 0;
+  if (!node.inputs.empty()) largest = facts.bytes(node.inputs[0]);
+  if (!node.outputs.empty()) largest = std::max(largest, facts.bytes(node.outputs[0]));
+  return Scale(largest, stack.conv_workspace.value);
+}
+
+bool UsesFusedAttention(const Options& o, const GpuProfile& gpu) {
+  switch (o.attention) {
+    case Attention::kEager:
+    case Attention::kSdpaMath:
+      return false;
+    case Attention::kSdpaFlash:
+    case Attention::kSdpaMemEfficient:
+      return true;
+    case Attention::kAuto:  // sdp_utils.cpp: flash (sm80+, fp16/bf16) or mem-efficient (sm50+)
+      return gpu.sm_major >= 5;
+  }
+  return false;
+}
+
+void ApplyResidualBand(const StackProfile& stack, Estimate* e) {
+  if (e->device_low || e->device_high || stack.band.rows == 0) return;
+  e->device_low = Scale(e->peak_device, 1.0 + stack.band.low);
+  e->device_high = std::max(e->peak_device, Scale(e->peak_device, 1.0 + stack.band.high));
+}
+
+}  // namespace memest::memory

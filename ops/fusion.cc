@@ -1,0 +1,308 @@
+// ops/fusion.cc -- see ops/fusion.h for the policy. Each matcher starts at one anchor op
+// (LayerNorm: the Sub; GELU: the Erf; attention: the Softmax), follows the exporter's chain in
+// both directions, and gives up at the first link that differs.
+#include "ops/fusion.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <set>
+#include <string_view>
+
+#include "core/graph.h"
+#include "core/symbolic_shapes.h"
+
+namespace memest::ops {
+namespace {
+
+using core::Node;
+
+constexpr double kTolerance = 1e-3;
+
+class Matcher {
+ public:
+  Matcher(const core::BoundGraph& b, const std::vector<bool>& requires_grad)
+      : b_(b), g_(*b.graph), requires_grad_(requires_grad) {}
+
+  std::optional<FusedChain> LayerNorm(size_t sub) const;
+  std::optional<FusedChain> Gelu(size_t erf) const;
+  std::optional<FusedChain> Attention(size_t softmax) const;
+  bool IdentityDropout(size_t n) const;
+
+ private:
+  const Node* Producer(int id) const {
+    if (id < 0) return nullptr;
+    const int p = g_.value(id).producer;
+    return p < 0 ? nullptr : &g_.nodes[static_cast<size_t>(p)];
+  }
+  int Index(const Node* n) const { return static_cast<int>(n - g_.nodes.data()); }
+  bool Is(const Node* n, std::string_view op) const {
+    return n != nullptr && n->op_type == op && (n->domain.empty() || n->domain == "ai.onnx");
+  }
+  // The only node reading `id` (read once or twice by it), or nullptr.
+  const Node* SoleConsumer(int id) const {
+    if (id < 0) return nullptr;
+    const core::Value& v = g_.value(id);
+    if (v.consumers.empty()) return nullptr;
+    const int c = v.consumers.front();
+    for (int other : v.consumers) {
+      if (other != c) return nullptr;
+    }
+    return &g_.nodes[static_cast<size_t>(c)];
+  }
+  std::optional<double> Scalar(int id) const {
+    if (id < 0 || !g_.symbolic) return std::nullopt;
+    const core::SymTensor& t = g_.symbolic->types[static_cast<size_t>(id)];
+    if (t.float_values && t.float_values->size() == 1) return (*t.float_values)[0];
+    if (t.values && t.values->size() == 1) {
+      if (auto c = (*t.values)[0].AsConstant()) return static_cast<double>(*c);
+    }
+    return std::nullopt;
+  }
+  bool ScalarNear(int id, double want) const {
+    auto v = Scalar(id);
+    return v && std::abs(*v - want) <= kTolerance * std::max(1.0, std::abs(want));
+  }
+  // The input of binary node `n` that is not `known`, or -1 when neither/both match.
+  int Other(const Node& n, int known) const {
+    if (n.inputs.size() != 2) return -1;
+    if (n.inputs[0] == known && n.inputs[1] != known) return n.inputs[1];
+    if (n.inputs[1] == known && n.inputs[0] != known) return n.inputs[0];
+    return -1;
+  }
+  bool RequiresGrad(int id) const {
+    return id >= 0 && static_cast<size_t>(id) < requires_grad_.size() &&
+           requires_grad_[static_cast<size_t>(id)];
+  }
+  uint64_t Numel(int id) const { return b_.Numel(id).value_or(0); }
+  // A chain is fused only when its interior values are read by its own nodes alone.
+  bool Closed(const FusedChain& c) const;
+  static void Add(FusedChain* c, const Node* n, const core::Graph& g) {
+    c->nodes.push_back(static_cast<size_t>(n - g.nodes.data()));
+  }
+
+  const core::BoundGraph& b_;
+  const core::Graph& g_;
+  const std::vector<bool>& requires_grad_;
+};
+
+bool Matcher::Closed(const FusedChain& c) const {
+  const std::set<size_t> members(c.nodes.begin(), c.nodes.end());
+  for (int id : c.interior) {
+    if (std::find(g_.outputs.begin(), g_.outputs.end(), id) != g_.outputs.end()) return false;
+    for (int consumer : g_.value(id).consumers) {
+      if (!members.count(static_cast<size_t>(consumer))) return false;
+    }
+  }
+  return true;
+}
+
+// x - ReduceMean(x) -> Pow 2 -> ReduceMean -> Add eps -> Sqrt; (x - mean) / that [* w] [+ b].
+std::optional<FusedChain> Matcher::LayerNorm(size_t k) const {
+  const Node& sub = g_.nodes[k];
+  if (sub.inputs.size() != 2 || sub.outputs.empty()) return std::nullopt;
+  const int x = sub.inputs[0], mean = sub.inputs[1], d = sub.outputs[0];
+  const Node* r1 = Producer(mean);
+  if (!Is(r1, "ReduceMean") || r1->inputs.empty() || r1->inputs[0] != x) return std::nullopt;
+  const Node *pow = nullptr, *div = nullptr;
+  for (int c : g_.value(d).consumers) {
+    const Node* n = &g_.nodes[static_cast<size_t>(c)];
+    if (Is(n, "Pow") && n->inputs.size() == 2 && n->inputs[0] == d && ScalarNear(n->inputs[1], 2)) {
+      pow = n;
+    } else if (Is(n, "Div") && n->inputs.size() == 2 && n->inputs[0] == d) {
+      div = n;
+    }
+  }
+  if (!pow || !div) return std::nullopt;
+  const Node* r2 = SoleConsumer(pow->outputs[0]);
+  if (!Is(r2, "ReduceMean")) return std::nullopt;
+  const Node* eps = SoleConsumer(r2->outputs[0]);
+  if (!Is(eps, "Add") || Other(*eps, r2->outputs[0]) < 0 || !Scalar(Other(*eps, r2->outputs[0]))) {
+    return std::nullopt;
+  }
+  const Node* sqrt = SoleConsumer(eps->outputs[0]);
+  if (!Is(sqrt, "Sqrt") || div->inputs[1] != sqrt->outputs[0]) return std::nullopt;
+  FusedChain c{FusedKind::kLayerNorm,
+               {},
+               {mean, d, pow->outputs[0], r2->outputs[0], eps->outputs[0], sqrt->outputs[0]},
+               {}};
+  for (const Node* n : {r1, &sub, pow, r2, eps, sqrt, div}) Add(&c, n, g_);
+  c.saved.push_back({x, 0, "x"});
+  std::vector<int> params;
+  int out = div->outputs[0];
+  const Node* mul = SoleConsumer(out);
+  if (Is(mul, "Mul") && Other(*mul, out) >= 0 &&
+      g_.value(Other(*mul, out)).kind == core::ValueKind::kInitializer) {
+    c.interior.push_back(out);
+    params.push_back(Other(*mul, out));
+    Add(&c, mul, g_);
+    out = mul->outputs[0];
+    const Node* add = SoleConsumer(out);
+    if (Is(add, "Add") && Other(*add, out) >= 0 &&
+        g_.value(Other(*add, out)).kind == core::ValueKind::kInitializer) {
+      c.interior.push_back(out);
+      params.push_back(Other(*add, out));
+      Add(&c, add, g_);
+    }
+  }
+  if (!Closed(c)) return std::nullopt;
+  const bool active = RequiresGrad(x) || std::any_of(params.begin(), params.end(),
+                                                     [&](int p) { return RequiresGrad(p); });
+  if (!active) {
+    c.saved.clear();
+  } else {
+    if (!params.empty()) c.saved.push_back({params.front(), 0, "weight"});
+    const uint64_t rows = Numel(mean);  // [..., 1]: one statistic per normalised row
+    c.saved.push_back({-1, rows * 4, "mean(fp32)"});
+    c.saved.push_back({-1, rows * 4, "rstd(fp32)"});
+  }
+  std::sort(c.nodes.begin(), c.nodes.end());
+  return c;
+}
+
+// x / sqrt(2) -> Erf -> + 1 -> x * that -> * 0.5 (or 0.5 * x first).
+std::optional<FusedChain> Matcher::Gelu(size_t k) const {
+  const Node& erf = g_.nodes[k];
+  if (erf.inputs.empty() || erf.outputs.empty()) return std::nullopt;
+  const int t = erf.inputs[0];
+  const Node* scale = Producer(t);
+  if (!scale || scale->inputs.size() != 2) return std::nullopt;
+  const int x = scale->inputs[0];
+  const bool div = Is(scale, "Div") && ScalarNear(scale->inputs[1], std::sqrt(2.0));
+  const bool mul = Is(scale, "Mul") && ScalarNear(scale->inputs[1], 1 / std::sqrt(2.0));
+  if (!div && !mul) return std::nullopt;
+  const Node* plus = SoleConsumer(erf.outputs[0]);
+  if (!Is(plus, "Add") || !ScalarNear(Other(*plus, erf.outputs[0]), 1)) return std::nullopt;
+  const int a = plus->outputs[0];
+  FusedChain c{FusedKind::kGelu, {}, {t, erf.outputs[0], a}, {}};
+  for (const Node* n : {scale, &erf, plus}) Add(&c, n, g_);
+  const Node* times = SoleConsumer(a);
+  if (!Is(times, "Mul")) return std::nullopt;
+  const int other = Other(*times, a);
+  if (other == x) {  // (x * (1 + erf)) * 0.5
+    const Node* half = SoleConsumer(times->outputs[0]);
+    if (!Is(half, "Mul") || !ScalarNear(Other(*half, times->outputs[0]), 0.5)) return std::nullopt;
+    c.interior.push_back(times->outputs[0]);
+    Add(&c, times, g_);
+    Add(&c, half, g_);
+  } else {  // (x * 0.5) * (1 + erf)
+    const Node* half = Producer(other);
+    if (!Is(half, "Mul") || Other(*half, x) < 0 || !ScalarNear(Other(*half, x), 0.5)) {
+      return std::nullopt;
+    }
+    c.interior.push_back(other);
+    Add(&c, half, g_);
+    Add(&c, times, g_);
+  }
+  if (!Closed(c)) return std::nullopt;
+  if (RequiresGrad(x)) c.saved.push_back({x, 0, "x"});
+  std::sort(c.nodes.begin(), c.nodes.end());
+  return c;
+}
+
+// MatMul(q, k^T) [* or / scale] [+ bias] -> Softmax -> [Dropout] -> MatMul(., v).
+std::optional<FusedChain> Matcher::Attention(size_t k) const {
+  const Node& softmax = g_.nodes[k];
+  if (softmax.inputs.empty() || softmax.outputs.empty()) return std::nullopt;
+  FusedChain c{FusedKind::kAttention, {}, {}, {}};
+  Add(&c, &softmax, g_);
+  int bias = -1;
+  int cur = softmax.inputs[0];
+  const Node* qk = nullptr;
+  for (int step = 0; step < 3 && !qk; ++step) {
+    const Node* p = Producer(cur);
+    if (!p || p->inputs.size() != 2) return std::nullopt;
+    c.interior.push_back(cur);
+    Add(&c, p, g_);
+    if (Is(p, "MatMul")) {
+      qk = p;
+    } else if ((Is(p, "Mul") || Is(p, "Div")) && Scalar(p->inputs[1])) {
+      cur = p->inputs[0];
+    } else if (Is(p, "Add") && bias < 0) {
+      const Node* left = Producer(p->inputs[0]);
+      const bool left_chain = left && (Is(left, "MatMul") || Is(left, "Mul") || Is(left, "Div"));
+      cur = left_chain ? p->inputs[0] : p->inputs[1];
+      bias = left_chain ? p->inputs[1] : p->inputs[0];
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (!qk) return std::nullopt;
+  int probs = softmax.outputs[0];
+  c.interior.push_back(probs);
+  const Node* next = SoleConsumer(probs);
+  if (Is(next, "Dropout")) {
+    Add(&c, next, g_);
+    probs = next->outputs[0];
+    c.interior.push_back(probs);
+    if (next->outputs.size() > 1 && next->outputs[1] >= 0) c.interior.push_back(next->outputs[1]);
+    next = SoleConsumer(probs);
+  }
+  if (!Is(next, "MatMul") || next->inputs.size() != 2 || next->inputs[0] != probs) {
+    return std::nullopt;
+  }
+  Add(&c, next, g_);
+  if (!Closed(c)) return std::nullopt;
+  const int q = qk->inputs[0], key = qk->inputs[1], v = next->inputs[1], out = next->outputs[0];
+  if (RequiresGrad(q) || RequiresGrad(key) || RequiresGrad(v) || RequiresGrad(bias)) {
+    c.saved = {{q, 0, "q"}, {key, 0, "k"}, {v, 0, "v"}, {out, 0, "out"}};
+    if (bias >= 0) c.saved.push_back({bias, 0, "attn_bias"});
+    const auto& shape = b_.shapes[static_cast<size_t>(softmax.outputs[0])];
+    const uint64_t keys =
+        shape && !shape->empty() && shape->back() > 0 ? static_cast<uint64_t>(shape->back()) : 1;
+    c.saved.push_back({-1, Numel(softmax.outputs[0]) / keys * 4, "logsumexp(fp32)"});
+  }
+  std::sort(c.nodes.begin(), c.nodes.end());
+  return c;
+}
+
+bool Matcher::IdentityDropout(size_t k) const {
+  const Node& n = g_.nodes[k];
+  return Is(&n, "Dropout") && n.inputs.size() >= 2 && ScalarNear(n.inputs[1], 0.0);
+}
+
+}  // namespace
+
+const char* ToString(FusedKind kind) {
+  switch (kind) {
+    case FusedKind::kLayerNorm:
+      return "layer_norm";
+    case FusedKind::kGelu:
+      return "gelu";
+    case FusedKind::kAttention:
+      return "scaled_dot_product_attention";
+  }
+  return "?";
+}
+
+Fusion::Fusion(const core::BoundGraph& b, const std::vector<bool>& requires_grad,
+               const FusionChoices& choices) {
+  const core::Graph& g = *b.graph;
+  chain_of_.assign(g.nodes.size(), -1);
+  interior_.assign(g.values.size(), false);
+  identity_dropout_.assign(g.nodes.size(), false);
+  const Matcher m(b, requires_grad);
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    identity_dropout_[k] = m.IdentityDropout(k);
+    const std::string& op = g.nodes[k].op_type;
+    std::optional<FusedChain> c;
+    if (choices.fused_kernels && op == "Sub") c = m.LayerNorm(k);
+    if (choices.fused_kernels && op == "Erf") c = m.Gelu(k);
+    if (choices.fused_attention && op == "Softmax") c = m.Attention(k);
+    if (!c) continue;
+    // A node already in another chain keeps its first chain.
+    if (std::any_of(c->nodes.begin(), c->nodes.end(),
+                    [&](size_t n) { return chain_of_[n] >= 0; })) {
+      continue;
+    }
+    for (size_t n : c->nodes) chain_of_[n] = static_cast<int>(chains_.size());
+    for (int id : c->interior) interior_[static_cast<size_t>(id)] = true;
+    chains_.push_back(std::move(*c));
+  }
+}
+
+const FusedChain* Fusion::chain_of(size_t n) const {
+  return chain_of_[n] < 0 ? nullptr : &chains_[static_cast<size_t>(chain_of_[n])];
+}
+
+}  // namespace memest::ops

@@ -1,0 +1,253 @@
+// Fused kernels in exported graphs (ops/fusion.h): decomposed LayerNorm and GELU chains, attention
+// chains under SDPA, and dropout(p=0). Graphs are built here so each chain is exactly known.
+#include "ops/fusion.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memest/memest.h"
+#include "memory/context.h"
+#include "testing/onnx_builder.h"
+
+namespace memest {
+namespace {
+
+using testing::GraphBuilder;
+using testing::kFloat;
+
+void Scalar(GraphBuilder& b, const std::string& name, float v) {
+  onnx::TensorProto& t = b.AddInitializer(name, {});
+  t.set_float_data(0, v);
+}
+
+// X[N,8,16] -MatMul W[16,16]-> h -LayerNorm chain (gamma, beta)-> Y. `leak` also outputs the
+// chain's Sub (x - mean), so it can no longer be one kernel.
+GraphBuilder LayerNormGraph(bool leak = false) {
+  GraphBuilder b(13);
+  b.AddInput("X", kFloat, {"N", 8, 16});
+  b.AddInitializer("W", {16, 16});
+  b.AddInitializer("gamma", {16});
+  b.AddInitializer("beta", {16});
+  Scalar(b, "two", 2.0f);
+  Scalar(b, "eps", 1e-5f);
+  b.AddNode("MatMul", {"X", "W"}, {"h"});
+  testing::SetIntsAttr(b.AddNode("ReduceMean", {"h"}, {"mean"}), "axes", {-1});
+  b.AddNode("Sub", {"h", "mean"}, {"d"});
+  b.AddNode("Pow", {"d", "two"}, {"p"});
+  testing::SetIntsAttr(b.AddNode("ReduceMean", {"p"}, {"var"}), "axes", {-1});
+  b.AddNode("Add", {"var", "eps"}, {"ve"});
+  b.AddNode("Sqrt", {"ve"}, {"std"});
+  b.AddNode("Div", {"d", "std"}, {"n"});
+  b.AddNode("Mul", {"n", "gamma"}, {"g"});
+  b.AddNode("Add", {"g", "beta"}, {"Y"});
+  b.AddOutput("Y", kFloat);
+  if (leak) b.AddOutput("d", kFloat);
+  return b;
+}
+
+// X[N,64] -MatMul W-> x -GELU chain (erf form)-> Y.
+GraphBuilder GeluGraph() {
+  GraphBuilder b(13);
+  b.AddInput("X", kFloat, {"N", 64});
+  b.AddInitializer("W", {64, 64});
+  Scalar(b, "sqrt2", static_cast<float>(std::sqrt(2.0)));
+  Scalar(b, "one", 1.0f);
+  Scalar(b, "half", 0.5f);
+  b.AddNode("MatMul", {"X", "W"}, {"x"});
+  b.AddNode("Div", {"x", "sqrt2"}, {"t"});
+  b.AddNode("Erf", {"t"}, {"e"});
+  b.AddNode("Add", {"e", "one"}, {"a"});
+  b.AddNode("Mul", {"x", "a"}, {"m"});
+  b.AddNode("Mul", {"m", "half"}, {"Y"});
+  b.AddOutput("Y", kFloat);
+  return b;
+}
+
+// Self-attention over X[N,32,16]: q, k, v projections, q k^T * scale, Softmax, Dropout(ratio),
+// times v.
+GraphBuilder AttentionGraph(float dropout_ratio) {
+  GraphBuilder b(13);
+  b.AddInput("X", kFloat, {"N", 32, 16});
+  for (const char* w : {"Wq", "Wk", "Wv"}) b.AddInitializer(w, {16, 16});
+  Scalar(b, "scale", 0.25f);
+  Scalar(b, "ratio", dropout_ratio);
+  onnx::TensorProto& train = b.AddInitializer("train", {}, testing::kBool);
+  train.add_int32_data(1);
+  b.AddNode("MatMul", {"X", "Wq"}, {"q"});
+  b.AddNode("MatMul", {"X", "Wk"}, {"k"});
+  b.AddNode("MatMul", {"X", "Wv"}, {"v"});
+  testing::SetIntsAttr(b.AddNode("Transpose", {"k"}, {"kt"}), "perm", {0, 2, 1});
+  b.AddNode("MatMul", {"q", "kt"}, {"s"});
+  b.AddNode("Mul", {"s", "scale"}, {"s2"});
+  testing::SetIntAttr(b.AddNode("Softmax", {"s2"}, {"p"}), "axis", -1);
+  b.AddNode("Dropout", {"p", "ratio", "train"}, {"pd", "mask"});
+  b.AddNode("MatMul", {"pd", "v"}, {"Y"});
+  b.AddOutput("Y", kFloat);
+  return b;
+}
+
+std::shared_ptr<const Model> Load(const GraphBuilder& b) {
+  auto m = LoadModelFromBytes(b.Serialize(), ".", "test");
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : nullptr;
+}
+
+std::unique_ptr<memory::EstimationContext> Context(const Model& m, Options o) {
+  auto ctx = memory::EstimationContext::Make(m, o);
+  EXPECT_TRUE(ctx.ok()) << ctx.status().ToString();
+  return ctx.ok() ? std::move(ctx).value() : nullptr;
+}
+
+Options Batch(int64_t n) {
+  Options o;
+  o.batch = n;
+  return o;
+}
+
+Estimate Symbolic(const Model& m, const Options& o) {
+  auto est = MakeEstimator("symbolic");
+  auto e = (*est)->Run(m, o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? *e : Estimate{};
+}
+
+TEST(FusionTest, LayerNormChainSavesTheInputAndTwoStatistics) {
+  auto m = Load(LayerNormGraph());
+  ASSERT_NE(m, nullptr);
+  auto ctx = Context(*m, Batch(4));
+  ASSERT_NE(ctx, nullptr);
+  const ops::Fusion& f = ctx->facts().fusion();
+  ASSERT_EQ(f.chains().size(), 1u);
+  const ops::FusedChain& c = f.chains()[0];
+  EXPECT_EQ(c.kind, ops::FusedKind::kLayerNorm);
+  EXPECT_EQ(c.nodes.size(), 9u);  // ReduceMean .. the bias Add, not the MatMul
+  const core::Graph& g = m->graph();
+  // x - mean, the variance and the normalised value never exist: 0 bytes.
+  for (const char* v : {"mean", "d", "p", "var", "ve", "std", "n", "g"}) {
+    EXPECT_TRUE(f.interior(g.FindValue(v))) << v;
+    EXPECT_EQ(ctx->facts().bytes(g.FindValue(v)), 0u) << v;
+  }
+  EXPECT_FALSE(f.interior(g.FindValue("Y")));
+  const std::vector<ops::SavedTensor> saved = ctx->facts().Saved(c.nodes.back());
+  ASSERT_EQ(saved.size(), 4u);
+  EXPECT_EQ(saved[0].value, g.FindValue("h"));
+  EXPECT_EQ(saved[1].value, g.FindValue("gamma"));
+  EXPECT_EQ(saved[2].bytes, 4u * 8 * 4);  // mean: one fp32 per row (N=4 x 8 rows)
+  EXPECT_EQ(saved[3].bytes, 4u * 8 * 4);  // rstd
+  for (size_t n : c.nodes) {
+    if (n != c.nodes.back()) EXPECT_TRUE(ctx->facts().Saved(n).empty()) << n;
+  }
+}
+
+TEST(FusionTest, FusedLayerNormSavesLessThanTheChainAsWritten) {
+  auto m = Load(LayerNormGraph());
+  ASSERT_NE(m, nullptr);
+  Options fused = Batch(64), written = Batch(64);
+  written.fused_kernels = false;
+  const Estimate a = Symbolic(*m, fused), b = Symbolic(*m, written);
+  ASSERT_TRUE(a.largest && b.largest);
+  // As written, x - mean (Pow, Div) and the normalised value (Mul's weight gradient) are saved
+  // [64,8,16] fp32 tensors, and the [64,8,1] std; fused, the input h and two [64,8] fp32
+  // statistics are: 2 x 32 KiB + 2 KiB against 32 KiB + 4 KiB.
+  EXPECT_EQ(b.largest->saved_activations.bytes - a.largest->saved_activations.bytes,
+            2u * 32768 + 2048 - (32768 + 4096));
+}
+
+TEST(FusionTest, AChainWhoseInteriorIsReadOutsideIsNotFused) {
+  auto m = Load(LayerNormGraph(/*leak=*/true));
+  ASSERT_NE(m, nullptr);
+  auto ctx = Context(*m, Batch(4));
+  ASSERT_NE(ctx, nullptr);
+  EXPECT_TRUE(ctx->facts().fusion().chains().empty());
+}
+
+TEST(FusionTest, GeluChainSavesOnlyItsInput) {
+  auto m = Load(GeluGraph());
+  ASSERT_NE(m, nullptr);
+  auto ctx = Context(*m, Batch(8));
+  ASSERT_NE(ctx, nullptr);
+  const ops::Fusion& f = ctx->facts().fusion();
+  ASSERT_EQ(f.chains().size(), 1u);
+  EXPECT_EQ(f.chains()[0].kind, ops::FusedKind::kGelu);
+  const std::vector<ops::SavedTensor> saved = ctx->facts().Saved(f.chains()[0].nodes.back());
+  ASSERT_EQ(saved.size(), 1u);
+  EXPECT_EQ(saved[0].value, m->graph().FindValue("x"));
+  Options off = Batch(8);
+  off.fused_kernels = false;
+  auto plain = Context(*m, off);
+  EXPECT_TRUE(plain->facts().fusion().chains().empty());
+}
+
+TEST(FusionTest, DropoutOfRatioZeroIsAnIdentity) {
+  auto m = Load(AttentionGraph(0.0f));
+  ASSERT_NE(m, nullptr);
+  auto ctx = Context(*m, Batch(2));  // eager attention: the chain stays as written
+  ASSERT_NE(ctx, nullptr);
+  const core::Graph& g = m->graph();
+  EXPECT_TRUE(ctx->facts().fusion().chains().empty());
+  const size_t dropout = static_cast<size_t>(g.value(g.FindValue("pd")).producer);
+  EXPECT_TRUE(ctx->facts().fusion().identity_dropout(dropout));
+  EXPECT_TRUE(ctx->facts().Saved(dropout).empty());
+  EXPECT_EQ(ctx->facts().root(g.FindValue("pd")), g.FindValue("p"));
+  EXPECT_EQ(ctx->facts().bytes(g.FindValue("mask")), 0u);
+
+  auto m2 = Load(AttentionGraph(0.1f));  // a real dropout keeps its mask
+  auto ctx2 = Context(*m2, Batch(2));
+  const size_t dropout2 =
+      static_cast<size_t>(m2->graph().value(m2->graph().FindValue("pd")).producer);
+  EXPECT_FALSE(ctx2->facts().fusion().identity_dropout(dropout2));
+  EXPECT_FALSE(ctx2->facts().Saved(dropout2).empty());
+}
+
+TEST(FusionTest, AttentionIsFusedOnlyUnderAFusedSdpaKernel) {
+  auto m = Load(AttentionGraph(0.1f));
+  ASSERT_NE(m, nullptr);
+  const core::Graph& g = m->graph();
+  for (Attention a : {Attention::kEager, Attention::kSdpaMath}) {
+    Options o = Batch(2);
+    o.attention = a;
+    EXPECT_TRUE(Context(*m, o)->facts().fusion().chains().empty()) << ToString(a);
+  }
+  for (Attention a : {Attention::kSdpaMemEfficient, Attention::kAuto}) {
+    Options o = Batch(2);
+    o.attention = a;
+    auto ctx = Context(*m, o);
+    ASSERT_EQ(ctx->facts().fusion().chains().size(), 1u) << ToString(a);
+    const ops::FusedChain& c = ctx->facts().fusion().chains()[0];
+    EXPECT_EQ(c.kind, ops::FusedKind::kAttention);
+    // The 32 x 32 scores, probabilities and the mask never exist.
+    for (const char* v : {"s", "s2", "p", "pd", "mask"}) {
+      EXPECT_EQ(ctx->facts().bytes(g.FindValue(v)), 0u) << v;
+    }
+    const std::vector<ops::SavedTensor> saved = ctx->facts().Saved(c.nodes.back());
+    ASSERT_EQ(saved.size(), 5u);
+    EXPECT_EQ(saved[0].value, g.FindValue("q"));
+    EXPECT_EQ(saved[2].value, g.FindValue("v"));
+    EXPECT_EQ(saved[3].value, g.FindValue("Y"));
+    EXPECT_EQ(saved[4].bytes, 2u * 32 * 4);  // logsumexp: one fp32 per query row
+  }
+  Options eager = Batch(64), sdpa = Batch(64);
+  sdpa.attention = Attention::kSdpaMemEfficient;
+  EXPECT_LT(Symbolic(*m, sdpa).peak_allocated, Symbolic(*m, eager).peak_allocated);
+}
+
+TEST(FusionTest, FlashAttentionInFp32IsRefused) {
+  auto m = Load(AttentionGraph(0.0f));
+  ASSERT_NE(m, nullptr);
+  Options o = Batch(2);
+  o.attention = Attention::kSdpaFlash;
+  auto est = MakeEstimator("symbolic");
+  auto e = (*est)->Run(*m, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("flash"), std::string::npos);
+  o.precision = Precision::kAmpBf16;
+  EXPECT_TRUE((*est)->Run(*m, o).ok());
+}
+
+}  // namespace
+}  // namespace memest

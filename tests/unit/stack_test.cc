@@ -1,0 +1,306 @@
+// Stack profiles (memest/stack.h), device level (memory/device.h), the fit verdict (CheckFit) and
+// the calibration (memest/calibrate.h).
+#include "memest/stack.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memest/memest.h"
+#include "testing/onnx_builder.h"
+
+namespace memest {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::shared_ptr<const Model> Bundled(const std::string& name) {
+  auto m = LoadModel((fs::path(MEMEST_SOURCE_DIR) / "datasets/models" / (name + ".onnx")).string());
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : nullptr;
+}
+
+Options At(int64_t batch, const StackProfile& stack) {
+  Options o;
+  o.batch = batch;
+  o.gpu = "a100-40gb";
+  o.custom_stack = std::make_shared<const StackProfile>(stack);
+  return o;
+}
+
+Estimate EstimateWith(const char* backend, const Model& m, const Options& o) {
+  auto est = MakeEstimator(backend);
+  auto e = (*est)->Run(m, o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? *e : Estimate{};
+}
+
+TEST(StackTest, TheDefaultIsTheFirstCitedStackForAnyGpu) {
+  ASSERT_GE(StackProfiles().size(), 2u);
+  auto d = ResolveStack("");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->name, StackProfiles().front().name);
+  EXPECT_EQ(d->name, "pytorch2-lazy");
+  EXPECT_TRUE(d->gpu.empty());
+  EXPECT_TRUE(d->lazy_loading);
+  EXPECT_EQ(d->band.rows, 0);  // nothing measured it: no interval
+  for (const StackProfile& s : StackProfiles()) {
+    EXPECT_FALSE(s.cuda_context.source.empty()) << s.name;
+    EXPECT_FALSE(s.library_memory.source.empty()) << s.name;
+    EXPECT_FALSE(s.conv_workspace.source.empty()) << s.name;
+    if (s.band.rows > 0) EXPECT_GT(s.band.coverage, 0.8) << s.name;
+  }
+  EXPECT_EQ(FindStackProfile("PYTORCH2-LAZY")->name, "pytorch2-lazy");
+  auto missing = FindStackProfile("nope");
+  EXPECT_EQ(missing.status().code(), ErrorCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("pytorch2-lazy"), std::string::npos);
+}
+
+TEST(StackTest, AFileRoundTrips) {
+  StackProfile s = *ResolveStack("");
+  s.name = "mine";
+  s.gpu = "a100-40gb";
+  s.library_memory = {123456789, "fitted: test rows", true};
+  s.conv_workspace = {1.5, "fitted: test rows", true};
+  s.band = {-0.1, 0.2, 0.93, 40, "held out: test"};
+  s.calibration_json = R"({"jobs":40})";
+  auto back = ParseStackProfile(StackProfileToJson(s), "mine.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->name, "mine");
+  EXPECT_EQ(back->gpu, "a100-40gb");
+  EXPECT_EQ(back->library_memory.bytes, 123456789u);
+  EXPECT_TRUE(back->library_memory.calibrated);
+  EXPECT_DOUBLE_EQ(back->conv_workspace.value, 1.5);
+  EXPECT_DOUBLE_EQ(back->band.high, 0.2);
+  EXPECT_EQ(back->band.rows, 40);
+  EXPECT_EQ(back->calibration_json, R"({"jobs":40})");
+  EXPECT_EQ(StackProfileToJson(*back), StackProfileToJson(s));
+}
+
+TEST(StackTest, ABadFileNamesTheFieldAndNeverCrashes) {
+  const std::string good = StackProfileToJson(*ResolveStack(""));
+  struct Case {
+    std::string from, to, expect;
+  };
+  const std::vector<Case> cases = {
+      {"\"memest-stack/1\"", "\"memest-stack/9\"", "format"},
+      {"\"bytes\": 446693376", "\"bytes\": -1", "cuda_context"},
+      {"\"lazy_loading\": true", "\"lazy_loading\": 1", "lazy_loading"},
+      {"\"low\": 0.0", "\"low\": 0.5", "band"},
+      {"\"value\": 0.0", "\"value\": 100.0", "conv_workspace"},
+      {"\"gpu\": \"\"", "\"gpu\": \"no-such-gpu\"", "gpu"},
+      {"\"name\": \"pytorch2-lazy\"", "\"name\": \"pytorch2-lazy\", \"extra\": 1", "extra"},
+      {"\"calibrated\": false", "\"calibrated\": true", "calibrated"},
+  };
+  for (const Case& c : cases) {
+    std::string text = good;
+    const size_t at = text.find(c.from);
+    ASSERT_NE(at, std::string::npos) << c.from;
+    text.replace(at, c.from.size(), c.to);
+    auto r = ParseStackProfile(text, "bad.json");
+    ASSERT_FALSE(r.ok()) << c.to;
+    EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument) << c.to;
+    EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().message();
+  }
+  EXPECT_FALSE(ParseStackProfile("{", "x").ok());
+  EXPECT_FALSE(ParseStackProfile("[]", "x").ok());
+  EXPECT_EQ(LoadStackProfile("/nonexistent/stack.json").status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(LoadStackProfile("/").status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(StackTest, LibraryMemoryAddsToTheDevicePeakOnly) {
+  auto m = Bundled("mlp_small_train");
+  ASSERT_NE(m, nullptr);
+  StackProfile base = *ResolveStack("");
+  StackProfile more = base;
+  more.library_memory.bytes = uint64_t{1} << 30;
+  for (const char* backend : {"analytical", "symbolic"}) {
+    const Estimate a = EstimateWith(backend, *m, At(32, base)),
+                   b = EstimateWith(backend, *m, At(32, more));
+    EXPECT_EQ(b.peak_reserved, a.peak_reserved) << backend;
+    EXPECT_EQ(b.peak_device, a.peak_device + (uint64_t{1} << 30)) << backend;
+    EXPECT_EQ(b.breakdown.library_memory, uint64_t{1} << 30) << backend;
+    EXPECT_EQ(b.breakdown.Total(), b.peak_device) << backend;
+  }
+}
+
+TEST(StackTest, ConvolutionWorkspacesRaiseOnlyConvolutionModels) {
+  StackProfile base = *ResolveStack("");
+  StackProfile ws = base;
+  ws.conv_workspace.value = 8.0;  // 8 x the largest activation: larger than any moment's slack
+  auto cnn = Bundled("resnet18_train");
+  auto mlp = Bundled("mlp_small_train");
+  ASSERT_TRUE(cnn && mlp);
+  for (const char* backend : {"analytical", "symbolic"}) {
+    EXPECT_GT(EstimateWith(backend, *cnn, At(16, ws)).peak_reserved,
+              EstimateWith(backend, *cnn, At(16, base)).peak_reserved)
+        << backend;
+    EXPECT_EQ(EstimateWith(backend, *mlp, At(16, ws)).peak_allocated,
+              EstimateWith(backend, *mlp, At(16, base)).peak_allocated)
+        << backend;
+  }
+  // Off with the library workspaces (the CPU harness runs none).
+  Options cpu = At(16, ws);
+  cpu.library_workspaces = false;
+  Options cpu_base = At(16, base);
+  cpu_base.library_workspaces = false;
+  EXPECT_EQ(EstimateWith("symbolic", *cnn, cpu).peak_allocated,
+            EstimateWith("symbolic", *cnn, cpu_base).peak_allocated);
+}
+
+TEST(StackTest, TheBandBecomesTheIntervalAndTheUpperBoundDecidesFit) {
+  auto m = Bundled("resnet18_train");
+  ASSERT_NE(m, nullptr);
+  StackProfile s = *ResolveStack("");
+  const Estimate none = EstimateWith("symbolic", *m, At(16, s));
+  EXPECT_FALSE(none.device_high.has_value());
+  s.band = {-0.1, 0.25, 0.95, 100, "held out: test"};
+  const Estimate e = EstimateWith("symbolic", *m, At(16, s));
+  ASSERT_TRUE(e.device_low && e.device_high);
+  EXPECT_EQ(e.peak_device, none.peak_device);
+  EXPECT_NEAR(static_cast<double>(*e.device_high), 1.25 * static_cast<double>(e.peak_device), 1.0);
+  EXPECT_NEAR(static_cast<double>(*e.device_low), 0.9 * static_cast<double>(e.peak_device), 1.0);
+
+  // A GPU between the point estimate and the upper bound: fits on the point only.
+  GpuProfile gpu = *FindGpuProfile("a100-40gb");
+  gpu.usable_memory.bytes = (e.peak_device + *e.device_high) / 2;
+  FitPolicy upper, point;
+  point.on = FitOn::kPoint;
+  EXPECT_FALSE(CheckFit(e, gpu, upper).fits);
+  EXPECT_TRUE(CheckFit(e, gpu, upper).on_upper);
+  EXPECT_EQ(CheckFit(e, gpu, upper).judged, *e.device_high);
+  EXPECT_TRUE(CheckFit(e, gpu, point).fits);
+  // A margin of the whole headroom tips the point verdict too.
+  point.margin_bytes = gpu.usable_memory.bytes - e.peak_device + 1;
+  EXPECT_FALSE(CheckFit(e, gpu, point).fits);
+  EXPECT_EQ(CheckFit(e, gpu, point).headroom, -1);
+}
+
+TEST(StackTest, MaxBatchHonoursTheUpperBound) {
+  auto m = Bundled("resnet18_train");
+  ASSERT_NE(m, nullptr);
+  StackProfile s = *ResolveStack("");
+  s.band = {-0.05, 0.5, 0.95, 100, "held out: test"};
+  auto est = MakeEstimator("symbolic");
+  Options upper = At(1, s), point = At(1, s);
+  point.fit.on = FitOn::kPoint;
+  auto a = FindMaxBatch(**est, *m, upper, 4096);
+  auto b = FindMaxBatch(**est, *m, point, 4096);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_LT(a->batch, b->batch);
+}
+
+// Jobs whose "measurements" are memest's own estimates under a known stack: the calibration must
+// find that stack's library memory and workspace coefficient again, with no held-out error.
+TEST(CalibrateTest, RecoversAKnownStack) {
+  StackProfile truth = *ResolveStack("");
+  truth.library_memory.bytes = 700u << 20;
+  truth.conv_workspace.value = 6.0;  // large enough to move the peak of the CNN jobs
+  std::vector<MeasuredJob> jobs;
+  for (const char* name :
+       {"mlp_small_train", "resnet18_train", "resnet50_train", "gpt2_tiny_train"}) {
+    auto m = Bundled(name);
+    ASSERT_NE(m, nullptr);
+    for (int64_t batch : {2, 8}) {
+      MeasuredJob j;
+      j.id = std::string(name) + ":" + std::to_string(batch);
+      j.model_name = name;
+      j.model = m;
+      j.options.batch = batch;
+      j.measured_bytes = EstimateWith("symbolic", *m, At(batch, truth)).peak_device;
+      jobs.push_back(j);
+    }
+  }
+  CalibrationSettings s;
+  s.name = "test";
+  s.gpu = "a100-40gb";
+  s.base = *ResolveStack("");
+  s.data_source = "synthetic";
+  auto r = Calibrate(jobs, s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->stack.library_memory.bytes, 700u << 20);
+  EXPECT_DOUBLE_EQ(r->stack.conv_workspace.value, 6.0);
+  EXPECT_TRUE(r->stack.library_memory.calibrated);
+  EXPECT_EQ(r->groups, 4);
+  EXPECT_LT(r->fitted.median_abs, 1e-6);
+  EXPECT_LT(r->fitted.p90_abs, 1e-6);
+  // Held out, a CNN group's coefficient comes from the one other CNN model alone, where several
+  // grid values can fit equally: close, not exact.
+  EXPECT_LT(r->held_out.median_abs, 0.05);
+  EXPECT_GT(r->base.median_abs, 0.05);  // the unfitted stack was off
+  EXPECT_EQ(r->stack.band.rows, 8);
+  EXPECT_EQ(r->stack.gpu, "a100-40gb");
+  // The result is a valid stack file.
+  auto parsed = ParseStackProfile(StackProfileToJson(r->stack), "out.json");
+  EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
+}
+
+TEST(CalibrateTest, RefusesTooFewOrInconsistentJobs) {
+  auto m = Bundled("mlp_small_train");
+  ASSERT_NE(m, nullptr);
+  CalibrationSettings s;
+  s.name = "test";
+  s.gpu = "a100-40gb";
+  s.base = *ResolveStack("");
+  std::vector<MeasuredJob> jobs;
+  for (int i = 0; i < 8; ++i) {
+    MeasuredJob j;
+    j.id = "m:" + std::to_string(i);
+    j.model_name = "m" + std::to_string(i % 4);
+    j.model = m;
+    j.options.batch = 4;
+    j.measured_bytes = 1u << 30;
+    jobs.push_back(j);
+  }
+  std::vector<MeasuredJob> few(jobs.begin(), jobs.begin() + 5);
+  auto r = Calibrate(few, s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("at least 6"), std::string::npos);
+  jobs[4].measured_bytes = 2u << 30;  // m0 at batch 4 again, measured twice as much
+  r = Calibrate(jobs, s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("inconsistent"), std::string::npos) << r.status().message();
+}
+
+TEST(CalibrateTest, TheCsvReaderNamesTheLineAndSkipsCensoredRows) {
+  testing::TempDir dir;
+  const std::string model =
+      (fs::path(MEMEST_SOURCE_DIR) / "datasets/models/mlp_small_train.onnx").string();
+  const std::string ok =
+      dir.WriteFile("ok.csv", "model,batch,measured_mib,family,censored,optimizer\n" + model +
+                                  ",4,900,mlp,0,sgd\n" + model + ",8,39500,mlp,1,\n");
+  int excluded = 0;
+  auto jobs = ReadMeasuredJobsCsv(ok, &excluded);
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ(excluded, 1);
+  EXPECT_EQ((*jobs)[0].measured_bytes, 900u << 20);
+  EXPECT_EQ((*jobs)[0].options.optimizer, Optimizer::kSgd);
+  EXPECT_EQ((*jobs)[0].group, "mlp");
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"model,measured_mib\nx,1\n", "batch"},
+      {"model,batch,measured_mib\n" + model + ",0,10\n", ":2: batch"},
+      {"model,batch,measured_mib\n" + model + ",4,abc\n", ":2: measured_mib"},
+      {"model,batch,measured_mib\n" + model + ",4\n", ":2: 2 fields"},
+      {"model,batch,measured_mib,truth\n" + model + ",4,10,tensor\n", "device"},
+      {"model,batch,measured_mib,optimizer\n" + model + ",4,10,rmsprop\n", "optimizer"},
+  };
+  for (size_t i = 0; i < bad.size(); ++i) {
+    const std::string path = dir.WriteFile("bad" + std::to_string(i) + ".csv", bad[i].first);
+    auto r = ReadMeasuredJobsCsv(path, nullptr);
+    ASSERT_FALSE(r.ok()) << bad[i].first;
+    EXPECT_NE(r.status().message().find(bad[i].second), std::string::npos) << r.status().message();
+  }
+  const std::string missing_model =
+      dir.WriteFile("missing.csv", "model,batch,measured_mib\nno_such_model.onnx,4,10\n");
+  EXPECT_EQ(ReadMeasuredJobsCsv(missing_model, nullptr).status().code(), ErrorCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace memest
