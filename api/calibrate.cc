@@ -173,7 +173,7 @@ Result<EstimateTable> EstimateGrid(const Estimator& est, const std::vector<Measu
       StackProfile stack = s.base;
       stack.library_memory.bytes = 0;
       stack.conv_workspace.value = s.conv_workspace_grid[g];
-      stack.band = ResidualBand{};
+      stack.bands.clear();
       // A model without convolutions estimates the same at every coefficient.
       if (g >= 1 && !has_conv) {
         column.push_back(column[0]);
@@ -212,6 +212,73 @@ std::string RowsSha256(const std::vector<MeasuredJob>& jobs) {
   return h.HexDigest();
 }
 
+// Jobs by held-out group, in name order.
+using Groups = std::vector<std::pair<std::string, std::vector<size_t>>>;
+
+// Every group's jobs predicted by the fit made without that group (fold_fit[g]), and
+// measured / predicted - 1 for each job.
+struct HeldOut {
+  std::vector<double> predicted, ratio;
+};
+
+HeldOut PredictHeldOut(const EstimateTable& table, const std::vector<MeasuredJob>& jobs,
+                       const Groups& groups, const std::vector<StackFit>& fold_fit) {
+  HeldOut h;
+  h.predicted.resize(jobs.size());
+  h.ratio.resize(jobs.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i : groups[g].second) {
+      h.predicted[i] = table[fold_fit[g].grid][i] + fold_fit[g].library;
+      h.ratio[i] = static_cast<double>(jobs[i].measured_bytes) / h.predicted[i] - 1;
+    }
+  }
+  return h;
+}
+
+// The band of the held-out ratios, and its coverage measured group by group against the band of
+// the other groups' ratios; `inside` and `upper` per job (upper: the band's top over measured).
+struct MeasuredBand {
+  ResidualBand band;
+  std::vector<bool> inside;
+  std::vector<double> upper;
+};
+
+MeasuredBand MeasureBand(const HeldOut& h, const std::vector<MeasuredJob>& jobs,
+                         const Groups& groups) {
+  MeasuredBand m;
+  m.inside.resize(jobs.size());
+  m.upper.resize(jobs.size());
+  int inside = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::vector<double> others;
+    for (size_t o = 0; o < groups.size(); ++o) {
+      if (o == g) continue;
+      for (size_t i : groups[o].second) others.push_back(h.ratio[i]);
+    }
+    const double lo = std::min(0.0, Quantile(others, kBandLow));
+    const double hi = std::max(0.0, Quantile(others, kBandHigh));
+    for (size_t i : groups[g].second) {
+      m.inside[i] = h.ratio[i] >= lo && h.ratio[i] <= hi;
+      inside += m.inside[i] ? 1 : 0;
+      m.upper[i] = h.predicted[i] * (1 + hi) / static_cast<double>(jobs[i].measured_bytes) - 1;
+    }
+  }
+  m.band.low = std::min(0.0, Quantile(h.ratio, kBandLow));
+  m.band.high = std::max(0.0, Quantile(h.ratio, kBandHigh));
+  m.band.rows = static_cast<int>(jobs.size());
+  m.band.coverage = static_cast<double>(inside) / static_cast<double>(jobs.size());
+  return m;
+}
+
+std::vector<double> Errors(const std::vector<double>& predicted,
+                           const std::vector<MeasuredJob>& jobs) {
+  std::vector<double> e;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    e.push_back(predicted[i] / static_cast<double>(jobs[i].measured_bytes) - 1);
+  }
+  return e;
+}
+
 }  // namespace
 
 Result<CalibrationResult> Calibrate(const std::vector<MeasuredJob>& jobs,
@@ -222,56 +289,48 @@ Result<CalibrationResult> Calibrate(const std::vector<MeasuredJob>& jobs,
     return InvalidArgument("calibration settings need a stack name and a grid of 2+ values");
   }
   MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<Estimator> est, MakeEstimator("symbolic"));
+  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<Estimator> closed, MakeEstimator("analytical"));
   MEMEST_ASSIGN_OR_RETURN(EstimateTable table, EstimateGrid(*est, jobs, s));
+  MEMEST_ASSIGN_OR_RETURN(EstimateTable closed_table, EstimateGrid(*closed, jobs, s));
 
   CalibrationResult r;
   const size_t n = jobs.size();
+  // The stack is fitted with the symbolic backend; the other backends are scored under it.
   const StackFit all = FitStack(table, jobs, std::vector<bool>(n, true));
-
-  // Leave one group out: each group predicted by the fit on the others.
-  std::map<std::string, std::vector<size_t>> groups;
-  for (size_t i = 0; i < n; ++i) groups[GroupOf(jobs[i])].push_back(i);
+  std::map<std::string, std::vector<size_t>> by_group;
+  for (size_t i = 0; i < n; ++i) by_group[GroupOf(jobs[i])].push_back(i);
+  const Groups groups(by_group.begin(), by_group.end());
   r.groups = static_cast<int>(groups.size());
-  std::vector<double> held_out(n), ratio(n);  // ratio: measured / held-out prediction - 1
+  std::vector<StackFit> fold_fit;
   for (const auto& [name, members] : groups) {
     std::vector<bool> use(n, true);
     for (size_t i : members) use[i] = false;
-    const StackFit fit = FitStack(table, jobs, use);
-    for (size_t i : members) {
-      held_out[i] = table[fit.grid][i] + fit.library;
-      ratio[i] = static_cast<double>(jobs[i].measured_bytes) / held_out[i] - 1;
-    }
+    fold_fit.push_back(FitStack(table, jobs, use));
   }
-  // The band: quantiles of the held-out ratios; its coverage, group by group, against the band
-  // of the other groups' ratios.
-  std::vector<double> fitted_err, held_err, upper_err;
-  int inside = 0;
+  const HeldOut held = PredictHeldOut(table, jobs, groups, fold_fit);
+  const MeasuredBand band = MeasureBand(held, jobs, groups);
+  const HeldOut closed_held = PredictHeldOut(closed_table, jobs, groups, fold_fit);
+  const MeasuredBand closed_band = MeasureBand(closed_held, jobs, groups);
+
+  std::vector<double> fitted(n);
+  for (size_t i = 0; i < n; ++i) fitted[i] = table[all.grid][i] + all.library;
   for (const auto& [name, members] : groups) {
-    std::vector<double> others;
-    for (size_t i = 0; i < n; ++i) {
-      if (GroupOf(jobs[i]) != name) others.push_back(ratio[i]);
-    }
-    const double lo = std::min(0.0, Quantile(others, kBandLow));
-    const double hi = std::max(0.0, Quantile(others, kBandHigh));
     for (size_t i : members) {
       JobResidual jr;
       jr.id = jobs[i].id;
       jr.group = name;
       jr.measured = jobs[i].measured_bytes;
-      jr.fitted = static_cast<uint64_t>(table[all.grid][i] + all.library);
-      jr.held_out = static_cast<uint64_t>(held_out[i]);
-      jr.fitted_error = static_cast<double>(jr.fitted) / static_cast<double>(jr.measured) - 1;
-      jr.held_out_error = held_out[i] / static_cast<double>(jr.measured) - 1;
-      jr.inside_band = ratio[i] >= lo && ratio[i] <= hi;
-      inside += jr.inside_band ? 1 : 0;
-      fitted_err.push_back(jr.fitted_error);
-      held_err.push_back(jr.held_out_error);
-      upper_err.push_back(held_out[i] * (1 + hi) / static_cast<double>(jr.measured) - 1);
+      jr.fitted = static_cast<uint64_t>(fitted[i]);
+      jr.held_out = static_cast<uint64_t>(held.predicted[i]);
+      jr.fitted_error = fitted[i] / static_cast<double>(jr.measured) - 1;
+      jr.held_out_error = held.predicted[i] / static_cast<double>(jr.measured) - 1;
+      jr.inside_band = band.inside[i];
       r.jobs.push_back(jr);
     }
   }
-  r.fitted = Summarize(fitted_err, {});
-  r.held_out = Summarize(held_err, upper_err);
+  r.fitted = Summarize(Errors(fitted, jobs), {});
+  r.held_out = Summarize(Errors(held.predicted, jobs), band.upper);
+  r.held_out_analytical = Summarize(Errors(closed_held.predicted, jobs), closed_band.upper);
 
   // What the user had before: the base stack as it is.
   std::vector<double> base_err;
@@ -306,15 +365,15 @@ Result<CalibrationResult> Calibrate(const std::vector<MeasuredJob>& jobs,
                                ": no calibration job has a convolution, so nothing measured it (" +
                                s.base.conv_workspace.source + ")";
   }
-  st.band.low = std::min(0.0, Quantile(std::vector<double>(ratio), kBandLow));
-  st.band.high = std::max(0.0, Quantile(std::vector<double>(ratio), kBandHigh));
-  st.band.rows = static_cast<int>(n);
-  st.band.coverage = static_cast<double>(inside) / static_cast<double>(n);
-  st.band.source =
-      "held out: 2.5 % and 97.5 % quantiles of measured / predicted - 1, each group "
-      "predicted by a fit without it (leave-one-group-out over " +
+  const std::string band_source =
+      "held out: 2.5 % and 97.5 % quantiles of measured / predicted - 1, each group predicted by "
+      "a fit without it (leave-one-group-out over " +
       std::to_string(groups.size()) + " groups of " + s.data_source +
       "); coverage measured group by group against the other groups' band";
+  st.bands.clear();
+  st.bands["symbolic"] = band.band;
+  st.bands["analytical"] = closed_band.band;
+  for (auto& [backend, b] : st.bands) b.source = band_source + " (" + backend + " backend)";
   nlohmann::json grid = s.conv_workspace_grid;
   nlohmann::json c = {{"date", date},
                       {"data", s.data_source},
@@ -326,7 +385,8 @@ Result<CalibrationResult> Calibrate(const std::vector<MeasuredJob>& jobs,
                       {"base_stack", s.base.name},
                       {"base", SummaryJson(r.base)},
                       {"fitted", SummaryJson(r.fitted)},
-                      {"held_out", SummaryJson(r.held_out)}};
+                      {"held_out", SummaryJson(r.held_out)},
+                      {"held_out_analytical", SummaryJson(r.held_out_analytical)}};
   st.calibration_json = c.dump();
   return r;
 }

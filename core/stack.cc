@@ -8,7 +8,8 @@
 //    it). A user's file is input: a defect is kInvalidArgument naming the field; a missing file
 //    is kNotFound. Nothing throws; files over kMaxStackFileBytes are refused unread.
 //  - Values are checked for meaning, not only type: bytes below 64 GiB, a convolution workspace
-//    coefficient in [0, 64], a band with low <= 0 <= high and coverage in [0, 1].
+//    coefficient in [0, 64], bands (per backend) with low <= 0 <= high, coverage in [0, 1] and
+//    held-out rows > 0.
 #include "memest/stack.h"
 
 #include <sys/stat.h>
@@ -38,8 +39,8 @@ constexpr uint64_t kMaxStackBytes = uint64_t{64} << 30;  // no context or librar
 constexpr double kMaxConvWorkspace = 64.0;
 
 const std::vector<std::string_view> kStackKeys = {
-    "name",           "display_name",   "gpu",  "software",   "lazy_loading", "cuda_context",
-    "library_memory", "conv_workspace", "band", "calibration"};
+    "name",           "display_name",   "gpu",   "software",   "lazy_loading", "cuda_context",
+    "library_memory", "conv_workspace", "bands", "calibration"};
 
 Result<StackCoefficient> ReadCoefficient(const JsonFields& f, const json& obj, const char* key,
                                          const std::string& where) {
@@ -60,29 +61,44 @@ Result<StackCoefficient> ReadCoefficient(const JsonFields& f, const json& obj, c
   return c;
 }
 
-Result<ResidualBand> ReadBand(const JsonFields& f, const json& obj, const std::string& where) {
-  const std::string here = where + ".band";
-  auto it = obj.find("band");
-  if (it == obj.end() || !it->is_object()) return f.Error(here + ": missing or not an object");
-  MEMEST_RETURN_IF_ERROR(f.CheckKeys(*it, {"low", "high", "coverage", "rows", "source"}, here));
+// One backend's band, {"low", "high", "coverage", "rows", "source"}, measured on rows > 0.
+Result<ResidualBand> ReadBand(const JsonFields& f, const json& b_json, const std::string& here) {
+  if (!b_json.is_object()) return f.Error(here + ": not an object");
+  MEMEST_RETURN_IF_ERROR(f.CheckKeys(b_json, {"low", "high", "coverage", "rows", "source"}, here));
   ResidualBand b;
-  MEMEST_ASSIGN_OR_RETURN(b.low, f.Number(*it, "low", here));
-  MEMEST_ASSIGN_OR_RETURN(b.high, f.Number(*it, "high", here));
-  MEMEST_ASSIGN_OR_RETURN(b.coverage, f.Number(*it, "coverage", here));
-  auto rows = it->find("rows");
-  if (rows == it->end() || !rows->is_number_unsigned() || rows->get<uint64_t>() > 100000000) {
-    return f.Error(here + ": 'rows' must be a non-negative integer");
+  MEMEST_ASSIGN_OR_RETURN(b.low, f.Number(b_json, "low", here));
+  MEMEST_ASSIGN_OR_RETURN(b.high, f.Number(b_json, "high", here));
+  MEMEST_ASSIGN_OR_RETURN(b.coverage, f.Number(b_json, "coverage", here));
+  auto rows = b_json.find("rows");
+  if (rows == b_json.end() || !rows->is_number_unsigned() || rows->get<uint64_t>() < 1 ||
+      rows->get<uint64_t>() > 100000000) {
+    return f.Error(here + ": 'rows' must be a positive integer (the held-out rows measured)");
   }
   b.rows = static_cast<int>(rows->get<uint64_t>());
-  MEMEST_ASSIGN_OR_RETURN(b.source, f.Source(*it, "source", here));
+  MEMEST_ASSIGN_OR_RETURN(b.source, f.Source(b_json, "source", here));
   if (!(b.low <= 0 && b.low > -1 && b.high >= 0 && b.high <= 10)) {
     return f.Error(here + ": need -1 < low <= 0 <= high <= 10");
   }
   if (b.coverage < 0 || b.coverage > 1) return f.Error(here + ": 'coverage' must be in [0, 1]");
-  if (b.rows == 0 && (b.low != 0 || b.high != 0 || b.coverage != 0)) {
-    return f.Error(here + ": a band without held-out rows (rows 0) must be all 0 (absent)");
-  }
   return b;
+}
+
+// {"<backend>": band, ...}; {} when nothing measured the stack.
+Result<std::map<std::string, ResidualBand>> ReadBands(const JsonFields& f, const json& obj,
+                                                      const std::string& where) {
+  const std::string here = where + ".bands";
+  auto it = obj.find("bands");
+  if (it == obj.end() || !it->is_object()) return f.Error(here + ": missing or not an object");
+  std::map<std::string, ResidualBand> out;
+  for (auto kv = it->begin(); kv != it->end(); ++kv) {
+    if (kv.key() != "analytical" && kv.key() != "symbolic") {
+      return f.Error(here + ": '" + kv.key() +
+                     "' is not a backend a band can be measured for "
+                     "(analytical, symbolic)");
+    }
+    MEMEST_ASSIGN_OR_RETURN(out[kv.key()], ReadBand(f, *kv, here + "." + kv.key()));
+  }
+  return out;
 }
 
 Result<std::map<std::string, std::string>> ReadSoftware(const JsonFields& f, const json& obj,
@@ -120,7 +136,7 @@ Result<StackProfile> ReadStack(const JsonFields& f, const json& s, const std::st
     if (v->bytes > kMaxStackBytes) return f.Error(where + ": a byte value above 64 GiB");
   }
   MEMEST_ASSIGN_OR_RETURN(st.conv_workspace, ReadCoefficient(f, s, "conv_workspace", where));
-  MEMEST_ASSIGN_OR_RETURN(st.band, ReadBand(f, s, where));
+  MEMEST_ASSIGN_OR_RETURN(st.bands, ReadBands(f, s, where));
   if (auto c = s.find("calibration"); c != s.end()) {
     if (!c->is_object()) return f.Error(where + ".calibration: not an object");
     st.calibration_json = c->dump();
@@ -243,6 +259,14 @@ Result<StackProfile> LoadStackProfile(const std::string& path) {
 
 std::string StackProfileToJson(const StackProfile& s) {
   using nlohmann::json;
+  json bands = json::object();
+  for (const auto& [backend, b] : s.bands) {
+    bands[backend] = {{"low", b.low},
+                      {"high", b.high},
+                      {"coverage", b.coverage},
+                      {"rows", b.rows},
+                      {"source", b.source}};
+  }
   json software = json::object();
   for (const auto& [k, v] : s.software) software[k] = v;
   json stack = {{"name", s.name},
@@ -256,12 +280,7 @@ std::string StackProfileToJson(const StackProfile& s) {
                  {{"value", s.conv_workspace.value},
                   {"source", s.conv_workspace.source},
                   {"calibrated", s.conv_workspace.calibrated}}},
-                {"band",
-                 {{"low", s.band.low},
-                  {"high", s.band.high},
-                  {"coverage", s.band.coverage},
-                  {"rows", s.band.rows},
-                  {"source", s.band.source}}}};
+                {"bands", bands}};
   if (!s.calibration_json.empty()) {
     json c = json::parse(s.calibration_json, nullptr, /*allow_exceptions=*/false);
     if (!c.is_discarded()) stack["calibration"] = c;

@@ -29,6 +29,9 @@ class Learned final : public Estimator {
   OptionSupport supports() const override {
     OptionSupport s;
     s.allocator_settings = false;
+    // Trained on features computed with the default stack (docs/learned.md): under another
+    // stack its correction would be applied twice.
+    s.stacks = false;
     return s;
   }
 
@@ -104,8 +107,7 @@ Result<Network> ParseWeights(std::string_view json) {
 std::unique_ptr<Estimator> MakeLearnedEstimator() {
   auto net = ParseWeights(ShippedWeightsJson());
   if (!net.ok()) {
-    return std::make_unique<Learned>(
-        Unavailable("learned backend: " + net.status().message()));
+    return std::make_unique<Learned>(Unavailable("learned backend: " + net.status().message()));
   }
   return std::make_unique<Learned>(std::move(net).value());
 }
@@ -141,19 +143,20 @@ Estimate EstimateFromFeatures(const Network& network, const Features& features) 
   e.peak_device = e.breakdown.Total();
   e.device_low = std::min(std::max(base, p.low), e.peak_device);
   e.device_high = std::max(std::max(base, p.high), e.peak_device);
-  e.diagnostics.push_back(
-      {Severity::kInfo, "learned_correction",
-       "learned ensemble of " + std::to_string(p.member_logs.size()) +
-           " over the symbolic estimate: +" + std::to_string(e.peak_device - base) +
-           " bytes in unaccounted (interval " + std::to_string(*e.device_low) + " .. " +
-           std::to_string(*e.device_high) + ")",
-       "", ""});
+  e.diagnostics.push_back({Severity::kInfo, "learned_correction",
+                           "learned ensemble of " + std::to_string(p.member_logs.size()) +
+                               " over the symbolic estimate: +" +
+                               std::to_string(e.peak_device - base) +
+                               " bytes in unaccounted (interval " + std::to_string(*e.device_low) +
+                               " .. " + std::to_string(*e.device_high) + ")",
+                           "", ""});
   const std::string outside = OutsideDomain(network, features);
   if (!outside.empty()) {
     e.diagnostics.push_back(
         {Severity::kWarning, "extrapolating",
          "trained on MLPs only (GPUMemNet: A100-40GB, Adam, fp32 training); outside the "
-         "training range: " + outside,
+         "training range: " +
+             outside,
          "", ""});
   }
   return e;

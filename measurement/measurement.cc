@@ -24,6 +24,9 @@ class MeasurementEstimator final : public Estimator {
     s.micro_batches = false;
     s.fused_optimizer = false;
     s.allocator_settings = false;
+    // It runs the graph as exported, op by op, and measures rather than models the device.
+    s.stacks = false;
+    s.attention = false;
     return s;
   }
 

@@ -30,6 +30,16 @@ std::string FirstUnmodelledOption(const Options& o, const OptionSupport& support
   if (train && o.optimizer_impl == OptimizerImpl::kFused && !support.fused_optimizer) {
     return "optimizer_impl fused";
   }
+  const Result<StackProfile> default_stack = ResolveStack("");
+  const bool other_stack =
+      o.custom_stack || (!o.stack.empty() && default_stack.ok() && FindStackProfile(o.stack).ok() &&
+                         FindStackProfile(o.stack)->name != default_stack->name);
+  if (!support.stacks && other_stack) {
+    return "stack " + (o.custom_stack ? o.custom_stack->name : o.stack);
+  }
+  if (!support.attention && o.attention != Attention::kEager) {
+    return std::string("attention ") + ToString(o.attention);
+  }
   if (!support.allocator_settings) {
     const AllocatorSettings defaults;
     if (o.allocator.expandable_segments != defaults.expandable_segments) {

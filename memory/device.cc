@@ -54,9 +54,10 @@ bool UsesFusedAttention(const Options& o, const GpuProfile& gpu) {
 }
 
 void ApplyResidualBand(const StackProfile& stack, Estimate* e) {
-  if (e->device_low || e->device_high || stack.band.rows == 0) return;
-  e->device_low = Scale(e->peak_device, 1.0 + stack.band.low);
-  e->device_high = std::max(e->peak_device, Scale(e->peak_device, 1.0 + stack.band.high));
+  const ResidualBand* band = stack.band(e->backend);
+  if (e->device_low || e->device_high || band == nullptr) return;
+  e->device_low = Scale(e->peak_device, 1.0 + band->low);
+  e->device_high = std::max(e->peak_device, Scale(e->peak_device, 1.0 + band->high));
 }
 
 }  // namespace memest::memory

@@ -16,7 +16,8 @@
 //    fitted per stack from device-level measurements (memest calibrate); 0 in an uncalibrated
 //    stack.
 //  * The interval: a backend that has its own (learned) keeps it; otherwise, when the stack has
-//    a residual band measured on held-out rows, device_low/high = peak_device x (1 + band).
+//    a residual band measured for this backend on held-out rows, device_low/high =
+//    peak_device x (1 + band). A band is never borrowed from another backend.
 #ifndef MEMEST_MEMORY_DEVICE_H_
 #define MEMEST_MEMORY_DEVICE_H_
 
@@ -43,7 +44,8 @@ uint64_t ConvWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& fa
 // options on this GPU (memest/options.h, Attention; ops/fusion.h).
 bool UsesFusedAttention(const Options& options, const GpuProfile& gpu);
 
-// device_low/high from the stack's band when the estimate has no interval of its own.
+// device_low/high from the stack's band for estimate->backend, when the estimate has no interval
+// of its own.
 void ApplyResidualBand(const StackProfile& stack, Estimate* estimate);
 
 }  // namespace memest::memory

@@ -30,6 +30,7 @@ void PrintSummary(const CalibrationResult& r, const StackProfile& base) {
   line("base stack " + base.name + " (unfitted)", r.base, false);
   line("fitted, in sample", r.fitted, false);
   line(fmt::format("held out (leave one of {} groups out)", r.groups), r.held_out, true);
+  line("held out, analytical backend", r.held_out_analytical, true);
 }
 
 void PrintJobs(const CalibrationResult& r) {
@@ -136,11 +137,12 @@ int RunCalibrate(int argc, char** argv) {
   }
   PrintSummary(*r, *base);
   const StackProfile& st = r->stack;
-  std::cout << fmt::format(
-      "\nstack {}: library memory {:.0f} MiB, conv workspace {:.3g} x, band {} .. {} (covered "
-      "{:.1f} % of {} held-out rows)\n",
-      st.name, st.library_memory.bytes / 1048576.0, st.conv_workspace.value, Pct(st.band.low),
-      Pct(st.band.high), 100 * st.band.coverage, st.band.rows);
+  std::cout << fmt::format("\nstack {}: library memory {:.0f} MiB, conv workspace {:.3g} x\n",
+                           st.name, st.library_memory.bytes / 1048576.0, st.conv_workspace.value);
+  for (const auto& [backend, b] : st.bands) {
+    std::cout << fmt::format("  {} band {} .. {} (covered {:.1f} % of {} held-out rows)\n", backend,
+                             Pct(b.low), Pct(b.high), 100 * b.coverage, b.rows);
+  }
   if (!jobs_out.empty()) {
     std::ofstream csv(jobs_out);
     csv << "id,group,measured_bytes,fitted_bytes,held_out_bytes,fitted_error,held_out_error,"

@@ -221,11 +221,11 @@ std::string Grouped(int64_t v) {
 
 std::string StackText(const StackProfile& s) {
   std::string out = s.name + (s.gpu.empty() ? "" : " (calibrated on " + s.gpu + ")");
-  if (s.band.rows > 0) {
-    out += fmt::format(", interval {:+.1f} % .. {:+.1f} % (covered {:.0f} % of {} held-out rows)",
-                       100 * s.band.low, 100 * s.band.high, 100 * s.band.coverage, s.band.rows);
-  } else {
-    out += ", uncalibrated: no interval";
+  if (s.bands.empty()) return out + ", uncalibrated: no interval";
+  for (const auto& [backend, b] : s.bands) {
+    out +=
+        fmt::format("; {} interval {:+.1f} % .. {:+.1f} % (covered {:.0f} % of {} held-out rows)",
+                    backend, 100 * b.low, 100 * b.high, 100 * b.coverage, b.rows);
   }
   return out;
 }
@@ -954,16 +954,17 @@ std::string RenderGpus(const std::vector<GpuProfile>& gpus, const std::vector<St
                       Calibration(p)});
   }
   Grid s;
-  s.header = {"stack", "calibrated on", "context", "library", "conv workspace", "band", "rows"};
+  s.header = {"stack",          "calibrated on", "context", "library",
+              "conv workspace", "symbolic band", "rows"};
   s.align = {Align::kLeft,  Align::kLeft,  Align::kRight, Align::kRight,
              Align::kRight, Align::kRight, Align::kRight};
   for (const auto& st : stacks) {
-    s.rows.push_back(
-        {st.name, st.gpu.empty() ? "(any GPU)" : st.gpu, FormatBytes(st.cuda_context.bytes),
-         FormatBytes(st.library_memory.bytes), fmt::format("{:.3g} x", st.conv_workspace.value),
-         st.band.rows ? fmt::format("{:+.1f} % .. {:+.1f} %", 100 * st.band.low, 100 * st.band.high)
-                      : "-",
-         std::to_string(st.band.rows)});
+    const ResidualBand* b = st.band("symbolic");
+    s.rows.push_back({st.name, st.gpu.empty() ? "(any GPU)" : st.gpu,
+                      FormatBytes(st.cuda_context.bytes), FormatBytes(st.library_memory.bytes),
+                      fmt::format("{:.3g} x", st.conv_workspace.value),
+                      b ? fmt::format("{:+.1f} % .. {:+.1f} %", 100 * b->low, 100 * b->high) : "-",
+                      b ? std::to_string(b->rows) : "0"});
   }
   const bool md = format == Format::kMd;
   std::string out = md ? RenderMarkdown(g) : RenderText(g);

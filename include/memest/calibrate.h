@@ -14,7 +14,8 @@
 //  * Held out: the jobs are split into groups (their `group`: a model family, else the model),
 //    and each group is predicted by a fit on the other groups only. Those held-out errors are
 //    the figures reported, and the residual band is their 2.5 % and 97.5 % quantiles. The band's
-//    coverage is measured the same way: each group against the band of the other groups.
+//    coverage is measured the same way: each group against the band of the other groups. The
+//    analytical backend is scored under the same folds and gets its own band.
 //  * Refused, with a message naming the rows: fewer than 3 groups or 6 jobs; two jobs with the
 //    same model and options whose measurements differ by more than 10 %; a truth level other
 //    than device. Jobs the caller marks as excluded (censored: the GPU was full) are not fitted.
@@ -76,9 +77,10 @@ struct ErrorSummary {
 struct CalibrationResult {
   StackProfile stack;
   std::vector<JobResidual> jobs;
-  ErrorSummary fitted;    // in sample
-  ErrorSummary held_out;  // leave-one-group-out
-  ErrorSummary base;      // the base stack, unfitted (what the user had before)
+  ErrorSummary fitted;               // in sample
+  ErrorSummary held_out;             // leave-one-group-out, symbolic backend
+  ErrorSummary held_out_analytical;  // the same folds, analytical backend
+  ErrorSummary base;                 // the base stack, unfitted (what the user had before)
   int groups = 0;
 };
 

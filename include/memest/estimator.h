@@ -33,6 +33,8 @@ struct OptionSupport {
   bool checkpoint_segments = true;  // Options::checkpoint_segments > 1 (training)
   bool fused_optimizer = true;      // Options::optimizer_impl == kFused (training)
   bool allocator_settings = true;   // any Options::allocator field off its default
+  bool stacks = true;               // a stack other than the default (Options::stack, custom_stack)
+  bool attention = true;            // Options::attention other than eager
 };
 
 class Estimator {

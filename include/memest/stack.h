@@ -34,9 +34,9 @@ struct StackCoefficient {
   bool calibrated = false;  // fitted by `memest calibrate` on measured rows
 };
 
-// The relative residual band of peak_device: measured / predicted - 1 lies in [low, high] on the
-// share `coverage` of rows that were not used to fit the stack. device_low/high of an estimate
-// are peak_device * (1 + low) and peak_device * (1 + high).
+// The relative residual band of one backend's peak_device: measured / predicted - 1 lies in
+// [low, high] on the share `coverage` of `rows` rows that were not used to fit the stack.
+// device_low/high of an estimate are peak_device * (1 + low) and peak_device * (1 + high).
 struct ResidualBand {
   double low = 0.0;
   double high = 0.0;
@@ -63,7 +63,14 @@ struct StackProfile {
   // output activation bytes (memory-model.md §2.5): allocated through the caching allocator for
   // the call and freed after it. 0: none.
   StackCoefficient conv_workspace;
-  ResidualBand band;
+  // The residual band of each backend it was measured for ("symbolic", "analytical"); empty: no
+  // interval. A backend without a band here gives no interval under this stack.
+  std::map<std::string, ResidualBand> bands;
+  // The band of `backend`, or nullptr.
+  const ResidualBand* band(std::string_view backend) const {
+    auto it = bands.find(std::string(backend));
+    return it == bands.end() ? nullptr : &it->second;
+  }
   // How the stack was fitted (`memest calibrate`): rows, row hashes, date, residual summary.
   // Free-form JSON text; empty for stacks written by hand.
   std::string calibration_json;

@@ -110,6 +110,11 @@ std::vector<Options> OptionsFor(const Model& model, const uint8_t* data, size_t 
   v.allocator.expandable_segments = (h >> 12) % 2;
   v.library_workspaces = (h >> 13) % 2;
   if ((h >> 14) % 4 == 0) v.gpu = "a100-40gb";
+  // Fused kernels (ops/fusion.h), attention kernels and a calibrated stack with bands and a
+  // convolution workspace (memory/device.h).
+  v.fused_kernels = (h >> 16) % 4 != 0;
+  v.attention = static_cast<memest::Attention>((h >> 18) % 5);
+  if ((h >> 21) % 2) v.stack = "a100-40gb-timm";
   out.push_back(v);
   return out;
 }

@@ -98,8 +98,8 @@ TEST_P(ContractTest, OptimizerStateOrdersSgdMomentumAdam) {
   sgd.optimizer = Optimizer::kSgd;
   momentum.optimizer = Optimizer::kMomentum;
   adamw.optimizer = Optimizer::kAdamW;
-  const uint64_t s = Run(sgd).peak_device, m = Run(momentum).peak_device,
-                 a = Run(adam).peak_device, aw = Run(adamw).peak_device;
+  const uint64_t s = Run(sgd).peak_device, m = Run(momentum).peak_device, a = Run(adam).peak_device,
+                 aw = Run(adamw).peak_device;
   EXPECT_LE(s, m);
   EXPECT_LE(m, a);
   EXPECT_EQ(a, aw);  // same state; decoupled weight decay is in place
@@ -162,7 +162,7 @@ TEST_P(ContractTest, MaxBatchIsTheLargestThatFits) {
 // changes (activations dominate for accumulation and checkpointing, the optimizer step for the
 // fused kernels, large tensors for the allocator settings).
 struct OptionCase {
-  const char* name;       // as the rejection must name it
+  const char* name;  // as the rejection must name it
   int64_t batch;
   void (*set)(Options&);
   bool (*supported)(const OptionSupport&);
@@ -182,6 +182,11 @@ const OptionCase kOptionCases[] = {
     {"allocator.roundup_power2_divisions", 3000,
      [](Options& o) { o.allocator.roundup_power2_divisions = 4; },
      [](const OptionSupport& s) { return s.allocator_settings; }, &Estimate::peak_allocated},
+    {"stack pytorch-eager", 8, [](Options& o) { o.stack = "pytorch-eager"; },
+     [](const OptionSupport& s) { return s.stacks; }, &Estimate::peak_device},
+    {"attention sdpa-mem-efficient", 8,
+     [](Options& o) { o.attention = Attention::kSdpaMemEfficient; },
+     [](const OptionSupport& s) { return s.attention; }, nullptr},
     {"allocator.max_split_size", 4096,
      [](Options& o) { o.allocator.max_split_size = uint64_t{64} << 20; },
      [](const OptionSupport& s) { return s.allocator_settings; }, nullptr},

@@ -47,12 +47,12 @@ TEST(StackTest, TheDefaultIsTheFirstCitedStackForAnyGpu) {
   EXPECT_EQ(d->name, "pytorch2-lazy");
   EXPECT_TRUE(d->gpu.empty());
   EXPECT_TRUE(d->lazy_loading);
-  EXPECT_EQ(d->band.rows, 0);  // nothing measured it: no interval
+  EXPECT_TRUE(d->bands.empty());  // nothing measured it: no interval
   for (const StackProfile& s : StackProfiles()) {
     EXPECT_FALSE(s.cuda_context.source.empty()) << s.name;
     EXPECT_FALSE(s.library_memory.source.empty()) << s.name;
     EXPECT_FALSE(s.conv_workspace.source.empty()) << s.name;
-    if (s.band.rows > 0) EXPECT_GT(s.band.coverage, 0.8) << s.name;
+    for (const auto& [backend, b] : s.bands) EXPECT_GT(b.coverage, 0.8) << s.name << " " << backend;
   }
   EXPECT_EQ(FindStackProfile("PYTORCH2-LAZY")->name, "pytorch2-lazy");
   auto missing = FindStackProfile("nope");
@@ -66,7 +66,7 @@ TEST(StackTest, AFileRoundTrips) {
   s.gpu = "a100-40gb";
   s.library_memory = {123456789, "fitted: test rows", true};
   s.conv_workspace = {1.5, "fitted: test rows", true};
-  s.band = {-0.1, 0.2, 0.93, 40, "held out: test"};
+  s.bands["symbolic"] = {-0.1, 0.2, 0.93, 40, "held out: test"};
   s.calibration_json = R"({"jobs":40})";
   auto back = ParseStackProfile(StackProfileToJson(s), "mine.json");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -75,8 +75,10 @@ TEST(StackTest, AFileRoundTrips) {
   EXPECT_EQ(back->library_memory.bytes, 123456789u);
   EXPECT_TRUE(back->library_memory.calibrated);
   EXPECT_DOUBLE_EQ(back->conv_workspace.value, 1.5);
-  EXPECT_DOUBLE_EQ(back->band.high, 0.2);
-  EXPECT_EQ(back->band.rows, 40);
+  ASSERT_NE(back->band("symbolic"), nullptr);
+  EXPECT_DOUBLE_EQ(back->band("symbolic")->high, 0.2);
+  EXPECT_EQ(back->band("symbolic")->rows, 40);
+  EXPECT_EQ(back->band("analytical"), nullptr);
   EXPECT_EQ(back->calibration_json, R"({"jobs":40})");
   EXPECT_EQ(StackProfileToJson(*back), StackProfileToJson(s));
 }
@@ -90,7 +92,7 @@ TEST(StackTest, ABadFileNamesTheFieldAndNeverCrashes) {
       {"\"memest-stack/1\"", "\"memest-stack/9\"", "format"},
       {"\"bytes\": 446693376", "\"bytes\": -1", "cuda_context"},
       {"\"lazy_loading\": true", "\"lazy_loading\": 1", "lazy_loading"},
-      {"\"low\": 0.0", "\"low\": 0.5", "band"},
+      {"\"bands\": {}", "\"bands\": {\"learned\": {}}", "bands"},
       {"\"value\": 0.0", "\"value\": 100.0", "conv_workspace"},
       {"\"gpu\": \"\"", "\"gpu\": \"no-such-gpu\"", "gpu"},
       {"\"name\": \"pytorch2-lazy\"", "\"name\": \"pytorch2-lazy\", \"extra\": 1", "extra"},
@@ -158,8 +160,10 @@ TEST(StackTest, TheBandBecomesTheIntervalAndTheUpperBoundDecidesFit) {
   StackProfile s = *ResolveStack("");
   const Estimate none = EstimateWith("symbolic", *m, At(16, s));
   EXPECT_FALSE(none.device_high.has_value());
-  s.band = {-0.1, 0.25, 0.95, 100, "held out: test"};
+  s.bands["symbolic"] = {-0.1, 0.25, 0.95, 100, "held out: test"};
   const Estimate e = EstimateWith("symbolic", *m, At(16, s));
+  // A band is the measured backend's only: the analytical estimate gets none from it.
+  EXPECT_FALSE(EstimateWith("analytical", *m, At(16, s)).device_high.has_value());
   ASSERT_TRUE(e.device_low && e.device_high);
   EXPECT_EQ(e.peak_device, none.peak_device);
   EXPECT_NEAR(static_cast<double>(*e.device_high), 1.25 * static_cast<double>(e.peak_device), 1.0);
@@ -184,7 +188,7 @@ TEST(StackTest, MaxBatchHonoursTheUpperBound) {
   auto m = Bundled("resnet18_train");
   ASSERT_NE(m, nullptr);
   StackProfile s = *ResolveStack("");
-  s.band = {-0.05, 0.5, 0.95, 100, "held out: test"};
+  s.bands["symbolic"] = {-0.05, 0.5, 0.95, 100, "held out: test"};
   auto est = MakeEstimator("symbolic");
   Options upper = At(1, s), point = At(1, s);
   point.fit.on = FitOn::kPoint;
@@ -232,7 +236,9 @@ TEST(CalibrateTest, RecoversAKnownStack) {
   // grid values can fit equally: close, not exact.
   EXPECT_LT(r->held_out.median_abs, 0.05);
   EXPECT_GT(r->base.median_abs, 0.05);  // the unfitted stack was off
-  EXPECT_EQ(r->stack.band.rows, 8);
+  ASSERT_NE(r->stack.band("symbolic"), nullptr);
+  ASSERT_NE(r->stack.band("analytical"), nullptr);
+  EXPECT_EQ(r->stack.band("symbolic")->rows, 8);
   EXPECT_EQ(r->stack.gpu, "a100-40gb");
   // The result is a valid stack file.
   auto parsed = ParseStackProfile(StackProfileToJson(r->stack), "out.json");
