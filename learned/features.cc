@@ -233,10 +233,8 @@ Result<Features> ComputeFeatures(const memory::EstimationContext& ctx) {
     one.batch = 1;
     auto bound_one = core::Bind(g, one);
     if (bound_one.ok()) {
-      const ops::ValueFacts facts_one(
-          *bound_one, options.precision,
-          ops::FusionChoices{options.fused_kernels,
-                             memory::UsesFusedAttention(options, ctx.gpu())});
+      const ops::ValueFacts facts_one(*bound_one, options.precision,
+                                      memory::KernelChoices(options, ctx.gpu()));
       facts.activation_bytes_per_sample = ActivationBytes(*bound_one, facts_one);
     } else {
       facts.activation_bytes_per_sample =

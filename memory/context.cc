@@ -75,8 +75,7 @@ EstimationContext::EstimationContext(const Model& model, const Options& options,
       gpu_(std::move(gpu)),
       stack_(std::move(stack)),
       bound_(std::move(bound)),
-      facts_(bound_, options.precision,
-             ops::FusionChoices{options.fused_kernels, UsesFusedAttention(options, gpu_)}) {}
+      facts_(bound_, options.precision, KernelChoices(options, gpu_)) {}
 
 Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& model,
                                                                    const Options& options) {

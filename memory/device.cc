@@ -39,18 +39,28 @@ uint64_t ConvWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& fa
   return Scale(largest, stack.conv_workspace.value);
 }
 
-bool UsesFusedAttention(const Options& o, const GpuProfile& gpu) {
+ops::FusionChoices KernelChoices(const Options& o, const GpuProfile& gpu) {
+  constexpr uint64_t kMemEfficientAlign = 32;  // kAlignLSE (memory-model.md §3.2)
+  ops::FusionChoices c;
+  c.fused_kernels = o.fused_kernels;
+  const bool half = o.precision != Precision::kFp32;
   switch (o.attention) {
     case Attention::kEager:
     case Attention::kSdpaMath:
-      return false;
+      break;
     case Attention::kSdpaFlash:
+      c.fused_attention = true;
+      break;
     case Attention::kSdpaMemEfficient:
-      return true;
-    case Attention::kAuto:  // sdp_utils.cpp: flash (sm80+, fp16/bf16) or mem-efficient (sm50+)
-      return gpu.sm_major >= 5;
+      c.fused_attention = true;
+      c.logsumexp_align = kMemEfficientAlign;
+      break;
+    case Attention::kAuto:
+      c.fused_attention = gpu.sm_major >= 5;
+      if (!(half && gpu.sm_major >= 8)) c.logsumexp_align = kMemEfficientAlign;
+      break;
   }
-  return false;
+  return c;
 }
 
 void ApplyResidualBand(const StackProfile& stack, Estimate* e) {

@@ -40,9 +40,10 @@ void SetOutsideAllocator(const StackProfile& stack, Breakdown* breakdown);
 uint64_t ConvWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& facts,
                             const core::Node& node, size_t index, bool library_workspaces);
 
-// Whether attention chains run as a fused SDPA kernel (flash or memory-efficient) under these
-// options on this GPU (memest/options.h, Attention; ops/fusion.h).
-bool UsesFusedAttention(const Options& options, const GpuProfile& gpu);
+// Which exported chains run as fused kernels under these options on this GPU (memest/options.h:
+// fused_kernels, Attention; ops/fusion.h). kAuto follows sdp_utils.cpp: flash for fp16/bf16 on
+// compute capability >= 8.0, else memory-efficient on >= 5.0, else the math composite.
+ops::FusionChoices KernelChoices(const Options& options, const GpuProfile& gpu);
 
 // device_low/high from the stack's band for estimate->backend, when the estimate has no interval
 // of its own.

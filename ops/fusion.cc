@@ -21,8 +21,11 @@ constexpr double kTolerance = 1e-3;
 
 class Matcher {
  public:
-  Matcher(const core::BoundGraph& b, const std::vector<bool>& requires_grad)
-      : b_(b), g_(*b.graph), requires_grad_(requires_grad) {}
+  Matcher(const core::BoundGraph& b, const std::vector<bool>& requires_grad, uint64_t lse_align)
+      : b_(b),
+        g_(*b.graph),
+        requires_grad_(requires_grad),
+        lse_align_(std::max<uint64_t>(1, lse_align)) {}
 
   std::optional<FusedChain> LayerNorm(size_t sub) const;
   std::optional<FusedChain> Gelu(size_t erf) const;
@@ -84,6 +87,7 @@ class Matcher {
   const core::BoundGraph& b_;
   const core::Graph& g_;
   const std::vector<bool>& requires_grad_;
+  const uint64_t lse_align_;
 };
 
 bool Matcher::Closed(const FusedChain& c) const {
@@ -247,10 +251,16 @@ std::optional<FusedChain> Matcher::Attention(size_t k) const {
   if (RequiresGrad(q) || RequiresGrad(key) || RequiresGrad(v) || RequiresGrad(bias)) {
     c.saved = {{q, 0, "q"}, {key, 0, "k"}, {v, 0, "v"}, {out, 0, "out"}};
     if (bias >= 0) c.saved.push_back({bias, 0, "attn_bias"});
+    // [..., Lq, Lk] probabilities: one fp32 per query row, rows padded to the kernel's multiple.
     const auto& shape = b_.shapes[static_cast<size_t>(softmax.outputs[0])];
-    const uint64_t keys =
-        shape && !shape->empty() && shape->back() > 0 ? static_cast<uint64_t>(shape->back()) : 1;
-    c.saved.push_back({-1, Numel(softmax.outputs[0]) / keys * 4, "logsumexp(fp32)"});
+    uint64_t lse = 0;
+    if (shape && shape->size() >= 2 && shape->back() > 0 && (*shape)[shape->size() - 2] > 0) {
+      const uint64_t lk = static_cast<uint64_t>(shape->back());
+      const uint64_t lq = static_cast<uint64_t>((*shape)[shape->size() - 2]);
+      const uint64_t heads = Numel(softmax.outputs[0]) / lk / lq;
+      lse = heads * ((lq + lse_align_ - 1) / lse_align_ * lse_align_) * 4;
+    }
+    c.saved.push_back({-1, lse, "logsumexp(fp32)"});
   }
   std::sort(c.nodes.begin(), c.nodes.end());
   return c;
@@ -281,7 +291,7 @@ Fusion::Fusion(const core::BoundGraph& b, const std::vector<bool>& requires_grad
   chain_of_.assign(g.nodes.size(), -1);
   interior_.assign(g.values.size(), false);
   identity_dropout_.assign(g.nodes.size(), false);
-  const Matcher m(b, requires_grad);
+  const Matcher m(b, requires_grad, choices.logsumexp_align);
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     identity_dropout_[k] = m.IdentityDropout(k);
     const std::string& op = g.nodes[k].op_type;

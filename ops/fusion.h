@@ -49,6 +49,9 @@ struct FusedChain {
 struct FusionChoices {
   bool fused_kernels = true;     // LayerNorm and GELU chains
   bool fused_attention = false;  // attention chains (SDPA flash / memory-efficient)
+  // Rows of the logsumexp are padded to a multiple of this: 32 for the memory-efficient kernel
+  // (kAlignLSE), 1 for flash (docs/memory-model.md §3.2).
+  uint64_t logsumexp_align = 1;
 };
 
 class Fusion {

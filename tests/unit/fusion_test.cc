@@ -69,9 +69,9 @@ GraphBuilder GeluGraph() {
 
 // Self-attention over X[N,32,16]: q, k, v projections, q k^T * scale, Softmax, Dropout(ratio),
 // times v.
-GraphBuilder AttentionGraph(float dropout_ratio) {
+GraphBuilder AttentionGraph(float dropout_ratio, int64_t tokens = 32) {
   GraphBuilder b(13);
-  b.AddInput("X", kFloat, {"N", 32, 16});
+  b.AddInput("X", kFloat, {"N", tokens, 16});
   for (const char* w : {"Wq", "Wk", "Wv"}) b.AddInitializer(w, {16, 16});
   Scalar(b, "scale", 0.25f);
   Scalar(b, "ratio", dropout_ratio);
@@ -228,11 +228,30 @@ TEST(FusionTest, AttentionIsFusedOnlyUnderAFusedSdpaKernel) {
     EXPECT_EQ(saved[0].value, g.FindValue("q"));
     EXPECT_EQ(saved[2].value, g.FindValue("v"));
     EXPECT_EQ(saved[3].value, g.FindValue("Y"));
-    EXPECT_EQ(saved[4].bytes, 2u * 32 * 4);  // logsumexp: one fp32 per query row
+    EXPECT_EQ(saved[4].bytes, 2u * 32 * 4);  // logsumexp: one fp32 per query row (32: no padding)
   }
   Options eager = Batch(64), sdpa = Batch(64);
   sdpa.attention = Attention::kSdpaMemEfficient;
   EXPECT_LT(Symbolic(*m, sdpa).peak_allocated, Symbolic(*m, eager).peak_allocated);
+}
+
+TEST(FusionTest, TheMemoryEfficientKernelPadsItsLogsumexpRows) {
+  auto m = Load(AttentionGraph(0.0f, /*tokens=*/33));
+  ASSERT_NE(m, nullptr);
+  auto lse = [&](Attention a, Precision p) {
+    Options o = Batch(2);
+    o.attention = a;
+    o.precision = p;
+    auto ctx = Context(*m, o);
+    const ops::FusedChain& c = ctx->facts().fusion().chains().at(0);
+    return ctx->facts().Saved(c.nodes.back()).back().bytes;
+  };
+  // 33 query rows: 64 for the memory-efficient kernel (rows padded to 32), 33 for flash.
+  EXPECT_EQ(lse(Attention::kSdpaMemEfficient, Precision::kFp32), 2u * 64 * 4);
+  EXPECT_EQ(lse(Attention::kSdpaFlash, Precision::kAmpBf16), 2u * 33 * 4);
+  // auto: fp32 runs memory-efficient; bf16 on an sm 9.0 GPU (the default H100) runs flash.
+  EXPECT_EQ(lse(Attention::kAuto, Precision::kFp32), 2u * 64 * 4);
+  EXPECT_EQ(lse(Attention::kAuto, Precision::kAmpBf16), 2u * 33 * 4);
 }
 
 TEST(FusionTest, FlashAttentionInFp32IsRefused) {
