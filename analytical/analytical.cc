@@ -144,7 +144,7 @@ void Accounting::Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cach
     if (v.kind != core::ValueKind::kInitializer || v.consumers.empty()) continue;
     const int id = static_cast<int>(i);
     weights->Add(Eff(id));
-    if (!v.trainable) continue;
+    if (!facts_.trainable(id)) continue;
     params_only->Add(Eff(id));
     cast_cache->Add(facts_.amp_cast_bytes(id));  // memory-model.md §5.1
   }
@@ -154,7 +154,8 @@ uint64_t Accounting::LargestParameter() const {
   uint64_t largest = 0;
   for (size_t i = 0; i < g_.values.size(); ++i) {
     const core::Value& v = g_.values[i];
-    if (v.trainable && !v.consumers.empty()) largest = std::max(largest, Eff(static_cast<int>(i)));
+    const int id = static_cast<int>(i);
+    if (facts_.trainable(id) && !v.consumers.empty()) largest = std::max(largest, Eff(id));
   }
   return largest;
 }

@@ -1,7 +1,9 @@
 #include "memest/options.h"
 
 #include <cmath>
+#include <regex>
 #include <string>
+#include <utility>
 
 namespace memest {
 namespace {
@@ -106,6 +108,18 @@ Status Validate(const Options& o) {
                            std::to_string(o.micro_batches) + " micro-batches");
   }
   if (o.checkpoint_segments < 0) return InvalidArgument("checkpoint_segments must be >= 0");
+  for (const auto& [name, expr] :
+       {std::pair{"trainable", &o.trainable}, std::pair{"freeze", &o.freeze}}) {
+    if (expr->size() > 4096) {
+      return InvalidArgument(std::string(name) + ": expression over 4096 characters");
+    }
+    try {
+      std::regex re(*expr, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      return InvalidArgument(std::string(name) + " '" + *expr +
+                             "' is not a valid regular expression: " + e.what());
+    }
+  }
   if (o.attention == Attention::kSdpaFlash && o.precision == Precision::kFp32) {
     // sdp_utils.cpp: flash attention takes fp16/bf16 only; forcing it on fp32 raises "No
     // available kernel".
@@ -156,6 +170,10 @@ std::vector<OptionDoc> DescribeOptions() {
        "cost exported LayerNorm/GELU chains as PyTorch's fused kernels (false: op by op)"},
       {"attention", ToString(d.attention),
        "eager | sdpa-math | sdpa-flash | sdpa-mem-efficient | auto: what attention saves"},
+      {"trainable", d.trainable.empty() ? "(every parameter)" : d.trainable,
+       "regex searched in initializer names: only matching parameters train"},
+      {"freeze", d.freeze.empty() ? "(none)" : d.freeze,
+       "regex searched in initializer names: matching parameters are frozen"},
       {"allow_unknown_shapes", d.allow_unknown_shapes ? "true" : "false",
        "estimate even when some tensor's shape cannot be inferred (default: refuse)"},
   };

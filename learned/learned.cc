@@ -32,6 +32,8 @@ class Learned final : public Estimator {
     // Trained on features computed with the default stack (docs/learned.md): under another
     // stack its correction would be applied twice.
     s.stacks = false;
+    // Its features count every parameter as trained (docs/learned.md).
+    s.trainable_set = false;
     return s;
   }
 

@@ -27,6 +27,7 @@ class MeasurementEstimator final : public Estimator {
     // It runs the graph as exported, op by op, and measures rather than models the device.
     s.stacks = false;
     s.attention = false;
+    s.trainable_set = false;  // the harness trains every float parameter (measurement/plan.cc)
     return s;
   }
 

@@ -11,6 +11,7 @@
 
 #include "memest/estimator.h"
 #include "memory/device.h"
+#include "memory/trainable.h"
 #include "ops/rules.h"
 
 namespace memest {
@@ -39,6 +40,9 @@ std::string FirstUnmodelledOption(const Options& o, const OptionSupport& support
   }
   if (!support.attention && o.attention != Attention::kEager) {
     return std::string("attention ") + ToString(o.attention);
+  }
+  if (train && !support.trainable_set && (!o.trainable.empty() || !o.freeze.empty())) {
+    return o.freeze.empty() ? "trainable " + o.trainable : "freeze " + o.freeze;
   }
   if (!support.allocator_settings) {
     const AllocatorSettings defaults;
@@ -69,13 +73,15 @@ Result<Estimate> RunInContext(const Estimator& backend, const Model& model,
 }  // namespace
 
 EstimationContext::EstimationContext(const Model& model, const Options& options, GpuProfile gpu,
-                                     StackProfile stack, core::BoundGraph bound)
+                                     StackProfile stack, TrainableSet trainable,
+                                     core::BoundGraph bound)
     : model_(model),
       options_(options),
       gpu_(std::move(gpu)),
       stack_(std::move(stack)),
+      trainable_(std::move(trainable)),
       bound_(std::move(bound)),
-      facts_(bound_, options.precision, KernelChoices(options, gpu_)) {}
+      facts_(bound_, options.precision, KernelChoices(options, gpu_), trainable_.trainable) {}
 
 Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& model,
                                                                    const Options& options) {
@@ -86,9 +92,10 @@ Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& 
   } else {
     MEMEST_ASSIGN_OR_RETURN(stack, ResolveStack(options.stack));
   }
+  MEMEST_ASSIGN_OR_RETURN(TrainableSet trainable, SelectTrainable(model.graph(), options));
   MEMEST_ASSIGN_OR_RETURN(core::BoundGraph bound, core::Bind(model.graph(), options));
-  return std::unique_ptr<EstimationContext>(
-      new EstimationContext(model, options, std::move(gpu), std::move(stack), std::move(bound)));
+  return std::unique_ptr<EstimationContext>(new EstimationContext(
+      model, options, std::move(gpu), std::move(stack), std::move(trainable), std::move(bound)));
 }
 
 void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
@@ -124,6 +131,20 @@ void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
     e->diagnostics.push_back({Severity::kInfo, "fused_kernels",
                               "exported op chains costed as PyTorch's fused kernels: " + list, "",
                               ""});
+  }
+  const TrainableSet& t = ctx.trainable();
+  const Options& o = ctx.options();
+  if (o.mode == Mode::kTrain && (!o.trainable.empty() || !o.freeze.empty())) {
+    const std::string what = std::to_string(t.trained) + " of " + std::to_string(t.parameters) +
+                             " parameter tensors train (" + std::to_string(t.trained_elements) +
+                             " of " + std::to_string(t.parameter_elements) + " elements)";
+    if (t.trained == 0) {
+      e->diagnostics.push_back({Severity::kWarning, "nothing_trains",
+                                "--trainable/--freeze leave no parameter to train: " + what, "",
+                                ""});
+    } else {
+      e->diagnostics.push_back({Severity::kInfo, "trainable", what, "", ""});
+    }
   }
   const StackProfile& stack = ctx.stack();
   if (!stack.gpu.empty() && stack.gpu != ctx.gpu().name) {

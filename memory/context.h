@@ -28,6 +28,7 @@
 #include "memest/options.h"
 #include "memest/stack.h"
 #include "memest/status.h"
+#include "memory/trainable.h"
 #include "ops/value_facts.h"
 
 namespace memest::memory {
@@ -47,17 +48,20 @@ class EstimationContext {
   const Options& options() const { return options_; }
   const GpuProfile& gpu() const { return gpu_; }
   const StackProfile& stack() const { return stack_; }
+  // The parameters that train under options.trainable / options.freeze (memory/trainable.h).
+  const TrainableSet& trainable() const { return trainable_; }
   const core::BoundGraph& bound() const { return bound_; }
   const ops::ValueFacts& facts() const { return facts_; }
 
  private:
   EstimationContext(const Model& model, const Options& options, GpuProfile gpu, StackProfile stack,
-                    core::BoundGraph bound);
+                    TrainableSet trainable, core::BoundGraph bound);
 
   const Model& model_;
   const Options options_;
   const GpuProfile gpu_;
   const StackProfile stack_;
+  const TrainableSet trainable_;
   const core::BoundGraph bound_;
   const ops::ValueFacts facts_;
 };

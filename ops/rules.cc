@@ -826,11 +826,13 @@ std::vector<SavedTensor> SavedTensors(const core::Node& node, const core::BoundG
   return unique;
 }
 
-std::vector<bool> RequiresGrad(const core::BoundGraph& graph) {
+std::vector<bool> RequiresGrad(const core::BoundGraph& graph, const std::vector<bool>* trainable) {
   if (graph.graph == nullptr) return {};
   const core::Graph& g = *graph.graph;
   std::vector<bool> rg(g.values.size(), false);
-  for (size_t i = 0; i < g.values.size(); ++i) rg[i] = g.values[i].trainable;
+  for (size_t i = 0; i < g.values.size(); ++i) {
+    rg[i] = trainable != nullptr && i < trainable->size() ? (*trainable)[i] : g.values[i].trainable;
+  }
   for (const core::Node& node : g.nodes) {
     const OpRule* rule = FindRule(node.domain, node.op_type);
     if (rule != nullptr && !rule->differentiable) continue;

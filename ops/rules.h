@@ -118,7 +118,10 @@ OpCoverage OpsWithoutRules();
 
 // Per value id: true for trainable parameters and for every output of a differentiable node
 // (rule->differentiable, or unknown op) that has an input requiring grad and a float dtype.
-std::vector<bool> RequiresGrad(const core::BoundGraph& graph);
+// `trainable`: the parameters that require grad (per value id); nullptr: the loader's
+// Value::trainable (every float parameter).
+std::vector<bool> RequiresGrad(const core::BoundGraph& graph,
+                               const std::vector<bool>* trainable = nullptr);
 
 }  // namespace memest::ops
 

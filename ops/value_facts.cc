@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 
 #include "core/dtype.h"
 
@@ -62,8 +63,8 @@ std::optional<Strides> ViewStrides(const std::vector<int64_t>& from, const Strid
 }  // namespace
 
 ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
-                       const FusionChoices& fusion)
-    : graph_(graph), precision_(precision) {
+                       const FusionChoices& fusion, std::vector<bool> trainable)
+    : graph_(graph), precision_(precision), trainable_(std::move(trainable)) {
   const core::Graph& g = *graph.graph;
   const size_t nv = g.values.size();
   rules_.reserve(g.nodes.size());
@@ -71,7 +72,11 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
     rules_.push_back(FindRule(n.domain, n.op_type));
     has_gemm_ = has_gemm_ || (rules_.back() != nullptr && rules_.back()->uses_cublas);
   }
-  requires_grad_ = RequiresGrad(graph);
+  if (trainable_.size() != nv) {
+    trainable_.assign(nv, false);
+    for (size_t i = 0; i < nv; ++i) trainable_[i] = g.values[i].trainable;
+  }
+  requires_grad_ = RequiresGrad(graph, &trainable_);
   fusion_ = std::make_unique<Fusion>(graph, requires_grad_, fusion);
 
   // Run-time precision (memory-model.md §5.2/5.3).
@@ -252,7 +257,7 @@ std::vector<SavedTensor> ValueFacts::Saved(size_t k) const {
 uint64_t ValueFacts::amp_cast_bytes(int id) const {
   if (precision_ != Precision::kAmpFp16 && precision_ != Precision::kAmpBf16) return 0;
   const core::Value& v = graph_.graph->value(id);
-  if (!v.trainable || v.dtype != core::kFloat) return 0;
+  if (!trainable(id) || v.dtype != core::kFloat) return 0;
   for (int c : v.consumers) {
     const OpRule* r = rules_[static_cast<size_t>(c)];
     if (r && r->amp == AmpPolicy::kLowerPrecision) return graph_.Bytes(id) / 2;

@@ -37,9 +37,14 @@ namespace memest::ops {
 class ValueFacts {
  public:
   // `fusion`: which exported chains run as PyTorch's fused kernels (ops/fusion.h).
-  ValueFacts(const core::BoundGraph& graph, Precision precision, const FusionChoices& fusion = {});
+  // `trainable`: the parameters that require grad, per value id (frozen ones do not); empty:
+  // the loader's Value::trainable.
+  ValueFacts(const core::BoundGraph& graph, Precision precision, const FusionChoices& fusion = {},
+             std::vector<bool> trainable = {});
 
   const std::vector<bool>& requires_grad() const { return requires_grad_; }
+  // A parameter that gets a gradient and optimizer state (Options::trainable / freeze).
+  bool trainable(int id) const { return id >= 0 && trainable_[static_cast<size_t>(id)]; }
   bool requires_grad(int id) const { return id >= 0 && requires_grad_[static_cast<size_t>(id)]; }
   bool low(int id) const { return id >= 0 && low_[static_cast<size_t>(id)]; }
   int root(int id) const { return id < 0 ? id : root_[static_cast<size_t>(id)]; }
@@ -68,6 +73,7 @@ class ValueFacts {
   const core::BoundGraph& graph_;
   Precision precision_;
   std::vector<const OpRule*> rules_;
+  std::vector<bool> trainable_;
   std::vector<bool> requires_grad_;
   std::vector<bool> low_;
   std::vector<int> root_;

@@ -571,11 +571,10 @@ void Sim::Backward() {
         ws_backward_ = Malloc(gpu_.cublas_workspace.bytes, Category::kTransient);
       }
       auto deliver = [&](int in, Tensor g) {  // accumulate into the input's gradient
-        const core::Value& v = g_.value(in);
-        Tensor& slot =
-            v.trainable ? param_grad_[static_cast<size_t>(in)] : grad_[static_cast<size_t>(in)];
+        Tensor& slot = facts_.trainable(in) ? param_grad_[static_cast<size_t>(in)]
+                                            : grad_[static_cast<size_t>(in)];
         if (slot < 0) {
-          if (v.trainable && g >= 0) {
+          if (facts_.trainable(in) && g >= 0) {
             // Stolen into .grad (memory-model.md §3.1): re-label it as a parameter gradient.
             Relabel(g, Category::kGradients);
           }
@@ -649,7 +648,7 @@ void Sim::Step(int it) {
   phase_ = Phase::kOptimizerStep;
   std::vector<int> params;
   for (size_t i = 0; i < g_.values.size(); ++i) {
-    if (g_.values[i].trainable && !g_.values[i].consumers.empty())
+    if (facts_.trainable(static_cast<int>(i)) && !g_.values[i].consumers.empty())
       params.push_back(static_cast<int>(i));
   }
   const bool adam = memory::HasSecondMoment(o_.optimizer);

@@ -320,6 +320,8 @@ struct Flags {
   std::string gpu_name;
   std::string stack_name;
   std::string attention;
+  std::string trainable;
+  std::string freeze;
   std::string stack_file;
   std::string fit_on;
   std::string safety_margin;
@@ -391,6 +393,16 @@ void AddEstimationFlags(CLI::App& app, Flags& f, HelpDefaults& help) {
                            "and precision)",
                            {"attention"}))
       ->type_name("eager|sdpa-math|sdpa-flash|sdpa-mem-efficient|auto");
+  training(app.add_option("--trainable", f.trainable,
+                          help.With("only parameters whose initializer name matches this regular "
+                                    "expression train (searched, like re.search)",
+                                    {"trainable"}))
+               ->type_name("REGEX"));
+  training(app.add_option("--freeze", f.freeze,
+                          help.With("parameters whose initializer name matches this regular "
+                                    "expression are frozen: no gradient, no optimizer state",
+                                    {"freeze"}))
+               ->type_name("REGEX"));
   app.add_option("--stack", f.stack_name,
                  help.With("software-stack profile: CUDA context, library memory, convolution "
                            "workspaces, residual band (see --list-gpus)",
@@ -644,6 +656,8 @@ Result<Options> BuildOptions(const Flags& f) {
   options.weight_decay = f.weight_decay;
   options.gpu = f.gpu_name;
   options.stack = f.stack_name;
+  options.trainable = f.trainable;
+  options.freeze = f.freeze;
   MEMEST_ASSIGN_OR_RETURN(options.attention, ParseAttention(f.attention));
   MEMEST_ASSIGN_OR_RETURN(options.fit.on, ParseFitOn(f.fit_on));
   MEMEST_RETURN_IF_ERROR(ParseSafetyMargin(f.safety_margin, &options.fit));

@@ -35,6 +35,7 @@ struct OptionSupport {
   bool allocator_settings = true;   // any Options::allocator field off its default
   bool stacks = true;               // a stack other than the default (Options::stack, custom_stack)
   bool attention = true;            // Options::attention other than eager
+  bool trainable_set = true;        // Options::trainable / freeze set (training)
 };
 
 class Estimator {

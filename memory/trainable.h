@@ -1,0 +1,46 @@
+// memory/trainable.h -- which parameters train: Options::trainable and Options::freeze.
+//
+// Policy:
+//  * The loader's parameters (core/loader.cc: float initializers that feed a node as a weight)
+//    are the candidates; the two regular expressions (ECMAScript, searched in the name) pick the
+//    trainable ones. Both empty: every parameter trains, as before.
+//  * A frozen parameter keeps its weights on the device but gets no gradient and no optimizer
+//    state; requires_grad then flows only from the trainable ones (ops::RequiresGrad), so a frozen
+//    prefix saves nothing for backward and a MatMul whose weight is frozen keeps only what the
+//    input's gradient needs.
+//  * Names longer than kMaxMatchedName are never matched (std::regex recurses per character and
+//    a hostile name must not exhaust the stack); such a parameter keeps its default.
+//  * An invalid expression is InvalidArgument naming the option (memest::Validate checks it
+//    first); an expression that selects no
+//    trainable parameter at all is allowed (a forward-and-backward of frozen weights is a real
+//    job) but reported by a warning (memory/context.cc).
+#ifndef MEMEST_MEMORY_TRAINABLE_H_
+#define MEMEST_MEMORY_TRAINABLE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/graph.h"
+#include "memest/options.h"
+#include "memest/status.h"
+
+namespace memest::memory {
+
+inline constexpr size_t kMaxMatchedName = 1024;
+
+struct TrainableSet {
+  std::vector<bool> trainable;  // per value id
+  int parameters = 0;           // the loader's parameter tensors
+  int trained = 0;              // of which train under the options
+  uint64_t parameter_elements = 0;
+  uint64_t trained_elements = 0;
+};
+
+// The trainable parameters of `graph` under options.trainable / options.freeze.
+[[nodiscard]] Result<TrainableSet> SelectTrainable(const core::Graph& graph,
+                                                   const Options& options);
+
+}  // namespace memest::memory
+
+#endif  // MEMEST_MEMORY_TRAINABLE_H_

@@ -1,0 +1,92 @@
+// Trainable sets (Options::trainable / freeze, memory/trainable.h): frozen parameters keep their
+// weights but get no gradient and no optimizer state, and a frozen prefix saves nothing.
+#include "memory/trainable.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "memest/memest.h"
+
+namespace memest {
+namespace {
+
+std::shared_ptr<const Model> Load(const std::string& rel) {
+  auto m = LoadModel((std::filesystem::path(MEMEST_SOURCE_DIR) / rel).string());
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : nullptr;
+}
+
+Estimate EstimateWith(const char* backend, const Model& m, const Options& o) {
+  auto est = MakeEstimator(backend);
+  auto e = (*est)->Run(m, o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? *e : Estimate{};
+}
+
+TEST(TrainableTest, FreezingSelectsByNameAndCountsElements) {
+  auto m = Load("datasets/real/mobilenet_v2_train.onnx");
+  ASSERT_NE(m, nullptr);
+  Options o;
+  o.freeze = "^features\\.";
+  auto s = memory::SelectTrainable(m->graph(), o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->parameters, 158);
+  EXPECT_EQ(s->trained, 2);  // the classifier's weight and bias
+  EXPECT_EQ(s->trained_elements, 1280u * 1000 + 1000);
+  EXPECT_EQ(s->parameter_elements, 3504872u);
+  Options keep;
+  keep.trainable = "classifier";
+  EXPECT_EQ(memory::SelectTrainable(m->graph(), keep)->trained, 2);
+}
+
+TEST(TrainableTest, FrozenParametersHaveNoGradientsOrStateAndAFrozenPrefixSavesNothing) {
+  auto m = Load("datasets/real/mobilenet_v2_train.onnx");
+  ASSERT_NE(m, nullptr);
+  Options all;
+  all.batch = 16;
+  Options head = all;
+  head.freeze = "^features\\.";
+  const uint64_t head_bytes = (1280u * 1000 + 1000) * 4;
+  for (const char* backend : {"analytical", "symbolic"}) {
+    const Estimate a = EstimateWith(backend, *m, all), h = EstimateWith(backend, *m, head);
+    EXPECT_EQ(h.breakdown.weights, a.breakdown.weights) << backend;  // frozen weights stay
+    EXPECT_EQ(h.largest ? h.largest->optimizer_state.bytes : h.breakdown.optimizer_state,
+              2 * head_bytes)
+        << backend;
+    EXPECT_LT(h.peak_allocated, a.peak_allocated / 2) << backend;
+  }
+  const Estimate s = EstimateWith("symbolic", *m, head);
+  const Estimate full = EstimateWith("symbolic", *m, all);
+  ASSERT_TRUE(s.largest.has_value() && full.largest.has_value());
+  EXPECT_EQ(s.largest->gradients.bytes, head_bytes);
+  // No convolution of the frozen features saves anything: what is left is the input batch and
+  // the classifier's inputs, a small part of the full model's saves.
+  EXPECT_LT(s.largest->saved_activations.bytes * 20, full.largest->saved_activations.bytes);
+}
+
+TEST(TrainableTest, BadExpressionsAreUsageErrorsAndOtherBackendsRefuse) {
+  auto m = Load("datasets/models/mlp_small_train.onnx");
+  ASSERT_NE(m, nullptr);
+  Options o;
+  o.batch = 4;
+  o.freeze = "([unclosed";
+  auto est = MakeEstimator("symbolic");
+  auto e = (*est)->Run(*m, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("freeze"), std::string::npos);
+  Options everything = o;
+  everything.freeze = ".";
+  auto frozen = (*est)->Run(*m, everything);
+  ASSERT_TRUE(frozen.ok());
+  bool warned = false;
+  for (const Diagnostic& d : frozen->diagnostics) warned = warned || d.code == "nothing_trains";
+  EXPECT_TRUE(warned);
+  EXPECT_EQ(frozen->breakdown.optimizer_state, 0u);
+}
+
+}  // namespace
+}  // namespace memest
