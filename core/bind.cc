@@ -270,12 +270,14 @@ Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
       if (v.producer >= 0) unknown_ops.insert(graph.nodes[static_cast<size_t>(v.producer)].op_type);
     }
   }
-  // Sums of many tensors must stay far from 64 bits too: no device holds 4 EiB.
+  // Sums of many tensors must stay far from 64 bits too. A training step holds a few times the
+  // sum (gradients, optimizer state, gradients of activations, workspaces), so the bound is
+  // 64 PiB -- a million times any GPU -- which keeps every backend's total below 2^60.
   uint64_t total = 0;
   for (const auto& bytes : b.bytes) {
-    if (bytes && (!CheckedAdd(total, *bytes) || (total += *bytes) > (uint64_t{1} << 62))) {
+    if (bytes && (!CheckedAdd(total, *bytes) || (total += *bytes) > kMaxTotalTensorBytes)) {
       return Overflow(
-          "the model's tensors at these dims add up to more than 4 EiB: check the "
+          "the model's tensors at these dims add up to more than 64 PiB: check the "
           "batch and dim values");
     }
   }

@@ -51,6 +51,9 @@ struct BoundGraph {
   std::optional<uint64_t> Numel(int id) const;
 };
 
+// The most the tensors of one graph may add up to at the bound dims (Overflow beyond).
+inline constexpr uint64_t kMaxTotalTensorBytes = uint64_t{1} << 56;  // 64 PiB
+
 Result<BoundGraph> Bind(const Graph& graph, const Options& options);
 
 }  // namespace memest::core

@@ -65,6 +65,14 @@ Result<Estimate> RunInContext(const Estimator& backend, const Model& model,
   MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<EstimationContext> ctx,
                           EstimationContext::Make(model, options));
   MEMEST_ASSIGN_OR_RETURN(Estimate e, backend.EstimateIn(*ctx));
+  // A backend's sums of multiples of bounded tensors (core/bind.h) stay below 2^60; beyond it a
+  // result could rest on wrapped 64-bit arithmetic, so it is refused, never printed.
+  constexpr uint64_t kMaxLevel = uint64_t{1} << 60;
+  if (e.peak_allocated >= kMaxLevel || e.peak_reserved >= kMaxLevel || e.peak_device >= kMaxLevel) {
+    return Overflow(std::string(backend.name()) +
+                    ": the step needs more than 1 EiB at these dims: check the batch and dim "
+                    "values");
+  }
   AddCommonDiagnostics(*ctx, &e);
   ApplyResidualBand(ctx->stack(), &e);
   return e;

@@ -101,6 +101,21 @@ TEST(Crashers, EachReproducerGivesItsClearErrorOrAnEstimate) {
   }
 }
 
+// Found by the fuzzer at 9e4434a: tensors each under the old 4 EiB bound whose training step
+// added up past 2^64; reserved wrapped below allocated and a number was printed.
+TEST(Crashers, AStepBeyondSixtyFourBitsIsAnOverflowNotANumber) {
+  auto model =
+      LoadModel((Corpus() / "invariant_reserved_wraps_past_64_bits.fuzz-original.onnx").string());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  for (const std::string& name : Estimators()) {
+    Options o;
+    o.batch = 8;
+    auto e = (*MakeEstimator(name))->Run(**model, o);
+    ASSERT_FALSE(e.ok()) << name << ": printed " << e->peak_device;
+    EXPECT_EQ(e.status().code(), ErrorCode::kOverflow) << e.status().ToString();
+  }
+}
+
 TEST(Crashers, AllFilesInTheCorpus) {
   int files = 0;
   for (const auto& entry : fs::directory_iterator(Corpus())) {
