@@ -1,31 +1,43 @@
 // memory/trainable.cc -- see memory/trainable.h for the policy.
 #include "memory/trainable.h"
 
+#include <regex.h>
+
+#include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 
 namespace memest::memory {
 namespace {
 
-Result<std::optional<std::regex>> Compile(const std::string& expr, const char* option) {
-  if (expr.empty()) return std::optional<std::regex>();
-  try {
-    return std::optional<std::regex>(
-        std::regex(expr, std::regex::ECMAScript | std::regex::optimize));
-  } catch (const std::regex_error& e) {
-    return InvalidArgument(std::string(option) + " '" + expr +
-                           "' is not a valid regular expression: " + e.what());
+// A compiled POSIX extended expression, freed with the object.
+class Pattern {
+ public:
+  static Result<std::unique_ptr<Pattern>> Compile(const std::string& expr, const char* option) {
+    if (expr.empty()) return std::unique_ptr<Pattern>();
+    auto p = std::unique_ptr<Pattern>(new Pattern());
+    const int rc = regcomp(&p->re_, expr.c_str(), REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+      char why[256];
+      regerror(rc, &p->re_, why, sizeof(why));
+      return InvalidArgument(std::string(option) + " '" + expr +
+                             "' is not a valid POSIX extended regular expression: " + why);
+    }
+    p->compiled_ = true;
+    return p;
   }
-}
+  ~Pattern() {
+    if (compiled_) regfree(&re_);
+  }
+  bool Search(const std::string& name) const {
+    return regexec(&re_, name.c_str(), 0, nullptr, 0) == 0;
+  }
 
-bool Search(const std::optional<std::regex>& re, const std::string& name) {
-  try {
-    return std::regex_search(name, *re);
-  } catch (const std::regex_error&) {  // complexity or stack limits of the engine
-    return false;
-  }
-}
+ private:
+  Pattern() = default;
+  regex_t re_{};
+  bool compiled_ = false;
+};
 
 uint64_t Elements(const core::Value& v) {
   uint64_t n = 1;
@@ -41,8 +53,9 @@ uint64_t Elements(const core::Value& v) {
 }  // namespace
 
 Result<TrainableSet> SelectTrainable(const core::Graph& g, const Options& o) {
-  MEMEST_ASSIGN_OR_RETURN(auto keep, Compile(o.trainable, "trainable"));
-  MEMEST_ASSIGN_OR_RETURN(auto drop, Compile(o.freeze, "freeze"));
+  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<Pattern> keep,
+                          Pattern::Compile(o.trainable, "trainable"));
+  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<Pattern> drop, Pattern::Compile(o.freeze, "freeze"));
   TrainableSet s;
   s.trainable.assign(g.values.size(), false);
   for (size_t i = 0; i < g.values.size(); ++i) {
@@ -50,8 +63,8 @@ Result<TrainableSet> SelectTrainable(const core::Graph& g, const Options& o) {
     if (!v.trainable) continue;
     bool trains = true;
     if (v.name.size() <= kMaxMatchedName) {
-      if (keep && !Search(keep, v.name)) trains = false;
-      if (drop && Search(drop, v.name)) trains = false;
+      if (keep && !keep->Search(v.name)) trains = false;
+      if (drop && drop->Search(v.name)) trains = false;
     }
     s.trainable[i] = trains;
     ++s.parameters;

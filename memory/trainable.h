@@ -2,14 +2,15 @@
 //
 // Policy:
 //  * The loader's parameters (core/loader.cc: float initializers that feed a node as a weight)
-//    are the candidates; the two regular expressions (ECMAScript, searched in the name) pick the
-//    trainable ones. Both empty: every parameter trains, as before.
+//    are the candidates; the two regular expressions (POSIX extended, searched in the name, as
+//    grep -E does) pick the trainable ones. glibc matches them without backtracking, so no
+//    expression can make an estimate hang. Both empty: every parameter trains, as before.
 //  * A frozen parameter keeps its weights on the device but gets no gradient and no optimizer
 //    state; requires_grad then flows only from the trainable ones (ops::RequiresGrad), so a frozen
 //    prefix saves nothing for backward and a MatMul whose weight is frozen keeps only what the
 //    input's gradient needs.
-//  * Names longer than kMaxMatchedName are never matched (std::regex recurses per character and
-//    a hostile name must not exhaust the stack); such a parameter keeps its default.
+//  * Names longer than kMaxMatchedName are never matched (a bound on the work per name); such a
+//    parameter keeps its default.
 //  * An invalid expression is InvalidArgument naming the option (memest::Validate checks it
 //    first); an expression that selects no
 //    trainable parameter at all is allowed (a forward-and-backward of frozen weights is a real

@@ -108,11 +108,11 @@ struct Options {
   // the measurement harness executes (memest-eval compares it so).
   bool fused_kernels = true;
   Attention attention = Attention::kEager;
-  // Which parameters train (fine-tuning, frozen layers): ECMAScript regular expressions searched
-  // in each initializer's name (like Python's re.search). A parameter trains when `trainable` is
-  // empty or matches it, and `freeze` is empty or does not match it. A frozen parameter gets no
-  // gradient and no optimizer state, and autograd keeps only what the trainable ones' gradients
-  // need (memory/trainable.h). Training only.
+  // Which parameters train (fine-tuning, frozen layers): POSIX extended regular expressions
+  // (grep -E, at most 256 characters) searched in each initializer's name. A parameter trains when
+  // `trainable` is empty or matches it, and `freeze` is empty or does not match it. A frozen
+  // parameter gets no gradient and no optimizer state, and autograd keeps only what the trainable
+  // ones' gradients need (memory/trainable.h). Training only.
   std::string trainable;
   std::string freeze;
   // An estimate that rests on tensors whose shape no rule can infer (data-dependent sizes:
