@@ -8,7 +8,11 @@
 //   W  = P + Bf (+ AMP: C = low-precision copies of weights used by matmul/conv,
 //        memory-model.md §5.1)
 //   G  = P                                             gradients (memory-model.md §4.4)
-//   S  = k * P, k = 0 sgd, 1 momentum, 2 adam/adamw    optimizer state (memory-model.md §4.2)
+//   S  = k * P, k = 0 sgd, 1 momentum, 2 adam/adamw    optimizer state (memory-model.md §4.2;
+//        bitsandbytes' 8-bit Adam: memory/optimizer.h StateTensorBytes, per parameter)
+//   Parameters that do not train may be stored in 2 bytes or quantized (memory/weight_storage.h):
+//   W counts their stored bytes, and a matmul on a quantized weight adds its dequantization
+//   transient to Tf (and to Tb when its input needs a gradient)
 //   A  = input batch + every tensor autograd saves (ops/rules.h, memory-model.md §3; deduplicated)
 //        with activation checkpointing (core/checkpoint.h): outside the checkpointed segments as
 //        above, + the segments' inputs + the largest segment's saves and outputs (recomputed in
@@ -119,7 +123,8 @@ class Accounting {
         g_(*b_.graph),
         o_(ctx.options()),
         facts_(ctx.facts()),
-        stack_(ctx.stack()) {}
+        stack_(ctx.stack()),
+        weights_(ctx.weights()) {}
 
   Result<Estimate> Train(const GpuProfile& gpu);
   Result<Estimate> Infer(const GpuProfile& gpu);
@@ -136,6 +141,7 @@ class Accounting {
   const Options& o_;
   const ops::ValueFacts& facts_;
   const StackProfile& stack_;
+  const memory::WeightStorage& weights_;
 };
 
 void Accounting::Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cache) const {
@@ -187,11 +193,19 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
   e.backend = "analytical";
   Blocks weights, params, cast_cache;
   Weights(&weights, &params, &cast_cache);
-  const uint64_t k = static_cast<uint64_t>(memory::StateTensorsPerParameter(o_.optimizer));
-  // Gradients and optimizer state: one block per parameter tensor, like the parameters.
+  // Gradients: one block per parameter tensor, like the parameters; optimizer state: the
+  // optimizer's tensors per parameter (memory/optimizer.h).
   Blocks grads = params;
   Blocks state;
-  for (uint64_t i = 0; i < k; ++i) state.Add(params);
+  state.Add(memory::SharedStateBytes(o_.optimizer));
+  for (size_t i = 0; i < g_.values.size(); ++i) {
+    const int id = static_cast<int>(i);
+    if (!facts_.trainable(id) || g_.values[i].consumers.empty()) continue;
+    for (uint64_t bytes :
+         memory::StateTensorBytes(o_.optimizer, b_.Numel(id).value_or(0), Eff(id))) {
+      state.Add(bytes);
+    }
+  }
 
   // Saved activations (deduplicated by value), the input batch and the loss.
   Blocks saved;
@@ -257,7 +271,7 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
     uint64_t out_bytes = rule && rule->workspace
                              ? rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()})
                              : 0;
-    out_bytes = SatAdd(out_bytes, conv_ws);
+    out_bytes = SatAdd(SatAdd(out_bytes, conv_ws), weights_.forward_transient(k));
     for (int out : n.outputs) {
       if (out < 0 || saved_here.count(out) || facts_.is_view(k)) continue;
       out_bytes = SatAdd(out_bytes, Eff(out));
@@ -274,6 +288,9 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
       }
     }
     if (grad_bytes > 0) grad_bytes = SatAdd(grad_bytes, conv_ws);
+    if (!n.inputs.empty() && facts_.requires_grad(n.inputs[0])) {
+      grad_bytes = SatAdd(grad_bytes, weights_.backward_transient(k));
+    }
     if (grad_bytes > tb) {
       tb = grad_bytes;
       tb_node = n.name;
@@ -388,10 +405,12 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
   for (size_t k = 0; k < g_.nodes.size(); ++k) {
     const core::Node& n = g_.nodes[k];
     const ops::OpRule* rule = facts_.rule(k);
-    const uint64_t ws = SatAdd(
-        rule && rule->workspace ? rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()})
-                                : 0,
-        memory::ConvWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces));
+    const uint64_t ws =
+        SatAdd(SatAdd(rule && rule->workspace
+                          ? rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()})
+                          : 0,
+                      memory::ConvWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces)),
+               weights_.forward_transient(k));
     for (int out : n.outputs) {
       if (out < 0 || root(static_cast<size_t>(out)) != out) continue;  // views: no new memory
       size[static_cast<size_t>(out)] = Eff(out);

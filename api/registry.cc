@@ -103,35 +103,25 @@ Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu, const FitPolicy& p
   return f;
 }
 
-Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& model,
-                                    const Options& options, int64_t limit) {
-  if (options.micro_batches > 1) limit = std::max<int64_t>(limit / options.micro_batches, 1);
-  auto gpu = FindGpuProfile(options.gpu);
-  if (!gpu.ok()) return gpu.status();
-  if (limit < 1) return InvalidArgument("max-batch search limit must be >= 1");
+namespace {
+
+// The largest value v in [1, limit] for which the model fits with set(o, v) applied, searched by
+// safeguarded interpolation on the estimated device peak. label(v) names a candidate in errors
+// ("batch 64", "seq 4096"). v = 0 when even 1 does not fit.
+template <typename Set, typename Label>
+Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Model& model,
+                                            const Options& options, const GpuProfile& gpu,
+                                            int64_t limit, Label label, Set set) {
   MaxBatchResult r;
   Options o = options;
-  // With gradient accumulation the search runs over the micro-batch size; batches are multiples.
-  const int64_t k = std::max<int64_t>(options.micro_batches, 1);
-  auto fits = [&](int64_t micro) -> Result<std::pair<bool, Estimate>> {
-    const int64_t batch = micro * k;
-    o.batch = batch;
+  auto fits = [&](int64_t v) -> Result<std::pair<bool, Estimate>> {
+    set(&o, v);
     ++r.evaluations;
     auto e = estimator.Run(model, o);
-    if (!e.ok()) return e.status().WithContext("batch " + std::to_string(batch));
-    bool ok = CheckFit(*e, *gpu, options.fit).fits;
+    if (!e.ok()) return e.status().WithContext(label(v));
+    bool ok = CheckFit(*e, gpu, options.fit).fits;
     return std::make_pair(ok, std::move(e).value());
   };
-  // The search needs a batch dim to bind: some data input whose leading dim is not fixed.
-  bool has_batch_dim = false;
-  for (const InputInfo& in : model.summary().data_inputs) {
-    has_batch_dim = has_batch_dim || (!in.dims.empty() && in.dims[0].value < 0);
-  }
-  if (!has_batch_dim) {
-    return InvalidArgument(
-        "the model has no batch dim to search over: every data input has a "
-        "fixed leading dim");
-  }
   MEMEST_ASSIGN_OR_RETURN(auto first, fits(1));
   if (!first.first) {
     r.batch = 0;
@@ -144,7 +134,7 @@ Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& mod
   // with the batch. Without a failing batch yet, a candidate is at least one more than the best
   // fitting one (twice it when the line does not rise); inside a bracket it is clamped into the
   // open bracket, and a step that did not halve the bracket is followed by a bisection.
-  const double cap = static_cast<double>(gpu->usable_memory.bytes);
+  const double cap = static_cast<double>(gpu.usable_memory.bytes);
   int64_t good = 1;
   double good_peak = static_cast<double>(first.second.peak_device);
   Estimate good_estimate = std::move(first.second);
@@ -190,9 +180,68 @@ Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& mod
     }
     bisect = width > 0 && !bisect && 2 * (bad - good) > width;
   }
-  r.batch = good * k;
+  r.batch = good;
   r.at_batch = std::move(good_estimate);
   return r;
+}
+
+}  // namespace
+
+Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& model,
+                                    const Options& options, int64_t limit) {
+  if (options.micro_batches > 1) limit = std::max<int64_t>(limit / options.micro_batches, 1);
+  auto gpu = FindGpuProfile(options.gpu);
+  if (!gpu.ok()) return gpu.status();
+  if (limit < 1) return InvalidArgument("max-batch search limit must be >= 1");
+  // The search needs a batch dim to bind: some data input whose leading dim is not fixed.
+  bool has_batch_dim = false;
+  for (const InputInfo& in : model.summary().data_inputs) {
+    has_batch_dim = has_batch_dim || (!in.dims.empty() && in.dims[0].value < 0);
+  }
+  if (!has_batch_dim) {
+    return InvalidArgument(
+        "the model has no batch dim to search over: every data input has a "
+        "fixed leading dim");
+  }
+  // With gradient accumulation the search runs over the micro-batch size; batches are multiples.
+  const int64_t k = std::max<int64_t>(options.micro_batches, 1);
+  MEMEST_ASSIGN_OR_RETURN(MaxBatchResult r,
+                          SearchLargestFitting(
+                              estimator, model, options, *gpu, limit,
+                              [k](int64_t micro) { return "batch " + std::to_string(micro * k); },
+                              [k](Options* o, int64_t micro) { o->batch = micro * k; }));
+  r.batch *= k;
+  return r;
+}
+
+Result<MaxBatchResult> FindMaxDim(const Estimator& estimator, const Model& model,
+                                  const Options& options, const std::string& dim, int64_t limit) {
+  auto gpu = FindGpuProfile(options.gpu);
+  if (!gpu.ok()) return gpu.status();
+  if (limit < 1) return InvalidArgument("max-dim search limit must be >= 1");
+  bool named = false;
+  std::string names;
+  for (const InputInfo& in : model.summary().data_inputs) {
+    for (const DimInfo& d : in.dims) {
+      if (d.param.empty()) continue;
+      named = named || d.param == dim;
+      if (names.find("'" + d.param + "'") == std::string::npos) {
+        names += (names.empty() ? "'" : ", '") + d.param + "'";
+      }
+    }
+  }
+  if (!named) {
+    return InvalidArgument("dim '" + dim + "' is not a symbolic dim of the model's inputs (" +
+                           (names.empty() ? std::string("it has none") : "it has " + names) +
+                           "): there is nothing to search");
+  }
+  if (options.dims.count(dim) > 0) {
+    return InvalidArgument("dim '" + dim + "' is both bound (--dim) and searched (--max-dim)");
+  }
+  return SearchLargestFitting(
+      estimator, model, options, *gpu, limit,
+      [&dim](int64_t v) { return dim + " " + std::to_string(v); },
+      [&dim](Options* o, int64_t v) { o->dims[dim] = v; });
 }
 
 }  // namespace memest

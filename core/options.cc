@@ -25,10 +25,10 @@ Result<E> ParseEnum(std::string_view s, const char* what,
 
 constexpr std::pair<const char*, Mode> kModes[] = {{"train", Mode::kTrain},
                                                    {"infer", Mode::kInfer}};
-constexpr std::pair<const char*, Optimizer> kOptimizers[] = {{"sgd", Optimizer::kSgd},
-                                                             {"momentum", Optimizer::kMomentum},
-                                                             {"adam", Optimizer::kAdam},
-                                                             {"adamw", Optimizer::kAdamW}};
+constexpr std::pair<const char*, Optimizer> kOptimizers[] = {
+    {"sgd", Optimizer::kSgd},           {"momentum", Optimizer::kMomentum},
+    {"adam", Optimizer::kAdam},         {"adamw", Optimizer::kAdamW},
+    {"adam8bit", Optimizer::kAdam8bit}, {"adamw8bit", Optimizer::kAdamW8bit}};
 constexpr std::pair<const char*, OptimizerImpl> kOptimizerImpls[] = {
     {"foreach", OptimizerImpl::kForeach},
     {"single-tensor", OptimizerImpl::kSingleTensor},
@@ -45,6 +45,10 @@ constexpr std::pair<const char*, Attention> kAttention[] = {
     {"sdpa-flash", Attention::kSdpaFlash},
     {"sdpa-mem-efficient", Attention::kSdpaMemEfficient},
     {"auto", Attention::kAuto}};
+constexpr std::pair<const char*, WeightDtype> kWeightDtypes[] = {
+    {"auto", WeightDtype::kAuto}, {"fp16", WeightDtype::kFp16},
+    {"bf16", WeightDtype::kBf16}, {"int8", WeightDtype::kInt8},
+    {"nf4", WeightDtype::kNf4},   {"nf4-dq", WeightDtype::kNf4DoubleQuant}};
 constexpr std::pair<const char*, FitOn> kFitOn[] = {{"point", FitOn::kPoint},
                                                     {"upper", FitOn::kUpper}};
 
@@ -81,6 +85,10 @@ const char* ToString(Precision p) { return NameOf(p, kPrecisions); }
 const char* ToString(Loss l) { return NameOf(l, kLosses); }
 const char* ToString(FitOn f) { return NameOf(f, kFitOn); }
 const char* ToString(Attention a) { return NameOf(a, kAttention); }
+Result<WeightDtype> ParseWeightDtype(std::string_view s) {
+  return ParseEnum(s, "weight dtype", kWeightDtypes);
+}
+const char* ToString(WeightDtype w) { return NameOf(w, kWeightDtypes); }
 
 Status Validate(const Options& o) {
   if (o.batch && *o.batch < 1) {
@@ -134,6 +142,30 @@ Status Validate(const Options& o) {
         "flash attention runs in fp16/bf16 only: use --precision amp-fp16, "
         "amp-bf16 or bf16, or --attention sdpa-mem-efficient");
   }
+  const bool eight_bit =
+      o.optimizer == Optimizer::kAdam8bit || o.optimizer == Optimizer::kAdamW8bit;
+  if (eight_bit && o.optimizer_impl != OptimizerImpl::kForeach) {
+    // bitsandbytes runs one kernel per parameter; torch.optim's foreach/fused switch is not there.
+    return InvalidArgument(std::string("--optimizer-impl ") + ToString(o.optimizer_impl) +
+                           " does not apply to bitsandbytes' " + ToString(o.optimizer) +
+                           " (one kernel per parameter)");
+  }
+  const bool half_storage =
+      o.weight_dtype == WeightDtype::kFp16 || o.weight_dtype == WeightDtype::kBf16;
+  if (half_storage) {
+    const bool fp16 = o.weight_dtype == WeightDtype::kFp16;
+    const bool matches =
+        fp16 ? o.precision == Precision::kAmpFp16
+             : o.precision == Precision::kAmpBf16 || o.precision == Precision::kBf16;
+    if (!matches) {
+      // F.linear on an fp32 input and a half weight raises a dtype error; under the other
+      // half type autocast would cast every use.
+      return InvalidArgument(std::string("weight dtype ") + ToString(o.weight_dtype) +
+                             " needs a compute of the same type: use --precision " +
+                             (fp16 ? "amp-fp16" : "amp-bf16 or bf16") + ", not " +
+                             ToString(o.precision));
+    }
+  }
   if (o.optimizer_impl == OptimizerImpl::kFused && o.optimizer != Optimizer::kAdam &&
       o.optimizer != Optimizer::kAdamW) {
     // torch.optim has fused kernels for Adam and AdamW only (memory-model.md §4.3).
@@ -153,7 +185,8 @@ std::vector<OptionDoc> DescribeOptions() {
       {"mode", ToString(d.mode), "train: one training step; infer: one forward pass, no grad"},
       {"batch", opt_int(d.batch), "binds the leading symbolic dim of every data input"},
       {"dims", d.dims.empty() ? "(none)" : "(set)", "name=value bindings for named dims"},
-      {"optimizer", ToString(d.optimizer), "sgd | momentum | adam | adamw"},
+      {"optimizer", ToString(d.optimizer),
+       "sgd | momentum | adam | adamw | adam8bit | adamw8bit (bitsandbytes)"},
       {"optimizer_impl", ToString(d.optimizer_impl),
        "foreach | single-tensor | fused: how torch.optim runs the step (its temporaries)"},
       {"weight_decay", wd, "L2 for sgd/momentum/adam (adds a temporary), decoupled for adamw"},
@@ -181,6 +214,8 @@ std::vector<OptionDoc> DescribeOptions() {
        "regex searched in initializer names: only matching parameters train"},
       {"freeze", d.freeze.empty() ? "(none)" : d.freeze,
        "regex searched in initializer names: matching parameters are frozen"},
+      {"weight_dtype", ToString(d.weight_dtype),
+       "auto | fp16 | bf16 | int8 | nf4 | nf4-dq: storage of the parameters that do not train"},
       {"allow_unknown_shapes", d.allow_unknown_shapes ? "true" : "false",
        "estimate even when some tensor's shape cannot be inferred (default: refuse)"},
   };

@@ -34,6 +34,8 @@ class Learned final : public Estimator {
     s.stacks = false;
     // Its features count every parameter as trained (docs/learned.md).
     s.trainable_set = false;
+    // Nor were its training runs quantized or 8-bit: it would correct what it never saw.
+    s.low_bit_storage = false;
     return s;
   }
 

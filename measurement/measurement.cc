@@ -27,7 +27,8 @@ class MeasurementEstimator final : public Estimator {
     // It runs the graph as exported, op by op, and measures rather than models the device.
     s.stacks = false;
     s.attention = false;
-    s.trainable_set = false;  // the harness trains every float parameter (measurement/plan.cc)
+    s.trainable_set = false;    // the harness trains every float parameter (measurement/plan.cc)
+    s.low_bit_storage = false;  // LibTorch has no bitsandbytes kernels
     return s;
   }
 

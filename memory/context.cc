@@ -11,6 +11,7 @@
 
 #include "memest/estimator.h"
 #include "memory/device.h"
+#include "memory/optimizer.h"
 #include "memory/trainable.h"
 #include "ops/rules.h"
 
@@ -43,6 +44,12 @@ std::string FirstUnmodelledOption(const Options& o, const OptionSupport& support
   }
   if (train && !support.trainable_set && (!o.trainable.empty() || !o.freeze.empty())) {
     return o.freeze.empty() ? "trainable " + o.trainable : "freeze " + o.freeze;
+  }
+  if (!support.low_bit_storage && o.weight_dtype != WeightDtype::kAuto) {
+    return std::string("weight_dtype ") + ToString(o.weight_dtype);
+  }
+  if (train && !support.low_bit_storage && IsEightBit(o.optimizer)) {
+    return std::string("optimizer ") + ToString(o.optimizer);
   }
   if (!support.allocator_settings) {
     const AllocatorSettings defaults;
@@ -82,14 +89,16 @@ Result<Estimate> RunInContext(const Estimator& backend, const Model& model,
 
 EstimationContext::EstimationContext(const Model& model, const Options& options, GpuProfile gpu,
                                      StackProfile stack, TrainableSet trainable,
-                                     core::BoundGraph bound)
+                                     core::BoundGraph bound, WeightStorage weights)
     : model_(model),
       options_(options),
       gpu_(std::move(gpu)),
       stack_(std::move(stack)),
       trainable_(std::move(trainable)),
       bound_(std::move(bound)),
-      facts_(bound_, options.precision, KernelChoices(options, gpu_), trainable_.trainable) {}
+      weights_(std::move(weights)),
+      facts_(bound_, options.precision, KernelChoices(options, gpu_), trainable_.trainable,
+             weights_.stored_bytes()) {}
 
 Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& model,
                                                                    const Options& options) {
@@ -102,8 +111,10 @@ Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& 
   }
   MEMEST_ASSIGN_OR_RETURN(TrainableSet trainable, SelectTrainable(model.graph(), options));
   MEMEST_ASSIGN_OR_RETURN(core::BoundGraph bound, core::Bind(model.graph(), options));
-  return std::unique_ptr<EstimationContext>(new EstimationContext(
-      model, options, std::move(gpu), std::move(stack), std::move(trainable), std::move(bound)));
+  MEMEST_ASSIGN_OR_RETURN(WeightStorage weights, WeightStorage::Make(bound, trainable, options));
+  return std::unique_ptr<EstimationContext>(
+      new EstimationContext(model, options, std::move(gpu), std::move(stack), std::move(trainable),
+                            std::move(bound), std::move(weights)));
 }
 
 void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
@@ -153,6 +164,16 @@ void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
     } else {
       e->diagnostics.push_back({Severity::kInfo, "trainable", what, "", ""});
     }
+  }
+  const WeightStorage& w = ctx.weights();
+  if (w.tensors() > 0) {
+    e->diagnostics.push_back({Severity::kInfo, "weight_storage",
+                              std::to_string(w.tensors()) + " parameter tensor(s) (" +
+                                  std::to_string(w.elements()) + " elements) stored as " +
+                                  ToString(o.weight_dtype) + ": " +
+                                  std::to_string(w.bytes_after()) + " bytes instead of " +
+                                  std::to_string(w.bytes_before()),
+                              "", ""});
   }
   const StackProfile& stack = ctx.stack();
   if (!stack.gpu.empty() && stack.gpu != ctx.gpu().name) {

@@ -29,6 +29,7 @@
 #include "memest/stack.h"
 #include "memest/status.h"
 #include "memory/trainable.h"
+#include "memory/weight_storage.h"
 #include "ops/value_facts.h"
 
 namespace memest::memory {
@@ -50,12 +51,14 @@ class EstimationContext {
   const StackProfile& stack() const { return stack_; }
   // The parameters that train under options.trainable / options.freeze (memory/trainable.h).
   const TrainableSet& trainable() const { return trainable_; }
+  // How the parameters that do not train are stored (options.weight_dtype).
+  const WeightStorage& weights() const { return weights_; }
   const core::BoundGraph& bound() const { return bound_; }
   const ops::ValueFacts& facts() const { return facts_; }
 
  private:
   EstimationContext(const Model& model, const Options& options, GpuProfile gpu, StackProfile stack,
-                    TrainableSet trainable, core::BoundGraph bound);
+                    TrainableSet trainable, core::BoundGraph bound, WeightStorage weights);
 
   const Model& model_;
   const Options options_;
@@ -63,6 +66,7 @@ class EstimationContext {
   const StackProfile stack_;
   const TrainableSet trainable_;
   const core::BoundGraph bound_;
+  const WeightStorage weights_;
   const ops::ValueFacts facts_;
 };
 

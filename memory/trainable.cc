@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 
 namespace memest::memory {
 namespace {
@@ -58,13 +59,18 @@ Result<TrainableSet> SelectTrainable(const core::Graph& g, const Options& o) {
   MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<Pattern> drop, Pattern::Compile(o.freeze, "freeze"));
   TrainableSet s;
   s.trainable.assign(g.values.size(), false);
+  int kept = 0, dropped = 0;
+  std::string examples;  // a few parameter names, for the error below
   for (size_t i = 0; i < g.values.size(); ++i) {
     const core::Value& v = g.values[i];
     if (!v.trainable) continue;
+    if (s.parameters < 3) examples += (examples.empty() ? "'" : ", '") + v.name + "'";
     bool trains = true;
     if (v.name.size() <= kMaxMatchedName) {
       if (keep && !keep->Search(v.name)) trains = false;
       if (drop && drop->Search(v.name)) trains = false;
+      kept += keep && keep->Search(v.name) ? 1 : 0;
+      dropped += drop && drop->Search(v.name) ? 1 : 0;
     }
     s.trainable[i] = trains;
     ++s.parameters;
@@ -73,6 +79,14 @@ Result<TrainableSet> SelectTrainable(const core::Graph& g, const Options& o) {
       ++s.trained;
       s.trained_elements += Elements(v);
     }
+  }
+  // An expression that matches no parameter name is a typo or a wrong model, never a no-op.
+  for (const auto& [option, expr, matches] :
+       {std::tuple{"trainable", &o.trainable, kept}, std::tuple{"freeze", &o.freeze, dropped}}) {
+    if (expr->empty() || matches > 0) continue;
+    return InvalidArgument(std::string(option) + " '" + *expr + "' matches no parameter name (" +
+                           std::to_string(s.parameters) + " parameters, named like " +
+                           (examples.empty() ? std::string("(none)") : examples) + ")");
   }
   return s;
 }

@@ -12,9 +12,9 @@
 //  * Names longer than kMaxMatchedName are never matched (a bound on the work per name); such a
 //    parameter keeps its default.
 //  * An invalid expression is InvalidArgument naming the option (memest::Validate checks it
-//    first); an expression that selects no
-//    trainable parameter at all is allowed (a forward-and-backward of frozen weights is a real
-//    job) but reported by a warning (memory/context.cc).
+//    first), and so is one that matches no parameter name (a typo must not be a silent no-op).
+//    Expressions that leave nothing to train (--freeze .) are allowed (a forward-and-backward of
+//    frozen weights is a real job) but reported by a warning (memory/context.cc).
 #ifndef MEMEST_MEMORY_TRAINABLE_H_
 #define MEMEST_MEMORY_TRAINABLE_H_
 

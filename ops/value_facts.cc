@@ -63,7 +63,8 @@ std::optional<Strides> ViewStrides(const std::vector<int64_t>& from, const Strid
 }  // namespace
 
 ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
-                       const FusionChoices& fusion, std::vector<bool> trainable)
+                       const FusionChoices& fusion, std::vector<bool> trainable,
+                       const std::vector<uint64_t>& stored_bytes)
     : graph_(graph), precision_(precision), trainable_(std::move(trainable)) {
   const core::Graph& g = *graph.graph;
   const size_t nv = g.values.size();
@@ -221,6 +222,9 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
     }
     bytes_[i] = guess;
     fallback_ops_.insert(n.op_type);
+  }
+  for (size_t i = 0; i < nv && i < stored_bytes.size(); ++i) {
+    if (stored_bytes[i] > 0) bytes_[i] = stored_bytes[i];
   }
   // What a fused kernel never materialises, and dropout(p=0)'s absent mask (ops/fusion.h).
   for (size_t i = 0; i < nv; ++i) {

@@ -38,9 +38,10 @@ class ValueFacts {
  public:
   // `fusion`: which exported chains run as PyTorch's fused kernels (ops/fusion.h).
   // `trainable`: the parameters that require grad, per value id (frozen ones do not); empty:
-  // the loader's Value::trainable.
+  // the loader's Value::trainable. `stored_bytes`: per value id, the bytes of an initializer
+  // stored other than its dtype says (memory/weight_storage.h), 0 or empty: as its dtype says.
   ValueFacts(const core::BoundGraph& graph, Precision precision, const FusionChoices& fusion = {},
-             std::vector<bool> trainable = {});
+             std::vector<bool> trainable = {}, const std::vector<uint64_t>& stored_bytes = {});
 
   const std::vector<bool>& requires_grad() const { return requires_grad_; }
   // A parameter that gets a gradient and optimizer state (Options::trainable / freeze).

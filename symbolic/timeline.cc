@@ -93,6 +93,7 @@ class Sim {
         gpu_(ctx.gpu()),
         stack_(ctx.stack()),
         facts_(ctx.facts()),
+        weights_(ctx.weights()),
         record_(record),
         alloc_(AllocatorConfig{o_.allocator.expandable_segments, o_.allocator.max_split_size,
                                kLargeBuffer, o_.allocator.roundup_power2_divisions}) {}
@@ -145,6 +146,7 @@ class Sim {
   const GpuProfile& gpu_;
   const StackProfile& stack_;
   const ops::ValueFacts& facts_;
+  const memory::WeightStorage& weights_;
   bool record_;
   CachingAllocatorModel alloc_;
   bool train_ = true;
@@ -459,6 +461,9 @@ void Sim::ForwardNode(size_t k, int seg) {
       }
     }
   }
+  // A quantized weight is dequantized (int8: the input quantized) for the call, then dropped
+  // (memory/weight_storage.h).
+  Tensor dequantized = Malloc(weights_.forward_transient(k), Category::kTransient);
   for (int out : n.outputs) {
     if (out < 0 || facts_.root(out) != out) continue;  // views allocate nothing
     if (seg >= 0 && value_[static_cast<size_t>(out)] >= 0) continue;
@@ -466,6 +471,7 @@ void Sim::ForwardNode(size_t k, int seg) {
         Malloc(facts_.bytes(out), saved_left_[static_cast<size_t>(out)] > 0 ? Category::kActivations
                                                                             : Category::kTransient);
   }
+  Free(&dequantized);
   if (rule && rule->workspace) {
     Tensor ws = Malloc(rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()}),
                        Category::kTransient);
@@ -598,10 +604,15 @@ void Sim::Backward() {
           Free(&g);
         }
       } else {
+        // The input's gradient is computed from the dequantized weight (memory/weight_storage.h).
+        Tensor dequantized = !n.inputs.empty() && facts_.requires_grad(n.inputs[0])
+                                 ? Malloc(weights_.backward_transient(kk), Category::kTransient)
+                                 : -1;
         for (int in : n.inputs) {
           if (!facts_.requires_grad(in)) continue;
           deliver(in, Malloc(facts_.bytes(in), Category::kTransient));
         }
+        Free(&dequantized);
       }
       // cuDNN's backward calls run while the output's and the inputs' gradients are alive.
       ConvWorkspace(kk);
@@ -652,11 +663,15 @@ void Sim::Step(int it) {
       params.push_back(static_cast<int>(i));
   }
   const bool adam = memory::HasSecondMoment(o_.optimizer);
-  if (it == 1) {  // lazily created state (memory-model.md §4.2)
-    const int k = memory::StateTensorsPerParameter(o_.optimizer);
+  if (it == 1) {  // lazily created state (memory-model.md §4.2, memory/optimizer.h)
+    if (const uint64_t shared = memory::SharedStateBytes(o_.optimizer); shared > 0) {
+      state_.push_back(Malloc(shared, Category::kOptimizerState));
+    }
     for (int p : params) {
-      for (int j = 0; j < k; ++j)
-        state_.push_back(Malloc(facts_.bytes(p), Category::kOptimizerState));
+      for (uint64_t bytes :
+           memory::StateTensorBytes(o_.optimizer, b_.Numel(p).value_or(0), facts_.bytes(p))) {
+        state_.push_back(Malloc(bytes, Category::kOptimizerState));
+      }
     }
   }
   const bool l2 = memory::WeightDecayIsL2(o_);

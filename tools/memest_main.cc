@@ -304,6 +304,7 @@ struct Flags {
         gpu_name(d.gpu),
         stack_name(d.stack),
         attention(ToString(d.attention)),
+        weight_dtype(ToString(d.weight_dtype)),
         fit_on(ToString(d.fit.on)),
         expandable(d.allocator.expandable_segments) {}
 
@@ -320,6 +321,7 @@ struct Flags {
   std::string gpu_name;
   std::string stack_name;
   std::string attention;
+  std::string weight_dtype;
   std::string trainable;
   std::string freeze;
   std::string stack_file;
@@ -330,6 +332,7 @@ struct Flags {
   std::string micro_batches_text;
   std::string backend = kDefaultBackend;
   bool max_batch = false;
+  std::string max_dim;  // --max-dim NAME
   std::string output = ToString(Format::kTable);
   bool json = false;
   bool list_backends = false;
@@ -368,7 +371,7 @@ void AddEstimationFlags(CLI::App& app, Flags& f, HelpDefaults& help) {
   };
   training(app.add_option("--optimizer", f.optimizer,
                           help.With("optimizer of the training step", {"optimizer"}))
-               ->type_name("sgd|momentum|adam|adamw"));
+               ->type_name("sgd|momentum|adam|adamw|adam8bit|adamw8bit"));
   training(app.add_option("--optimizer-impl", f.optimizer_impl,
                           help.With("how torch.optim runs the step (foreach=False is "
                                     "single-tensor, fused=True is fused)",
@@ -403,6 +406,12 @@ void AddEstimationFlags(CLI::App& app, Flags& f, HelpDefaults& help) {
                                     "expression are frozen: no gradient, no optimizer state",
                                     {"freeze"}))
                ->type_name("REGEX"));
+  app.add_option("--weight-dtype", f.weight_dtype,
+                 help.With("storage of the parameters that do not train (frozen ones; all in "
+                           "inference): half precision, or bitsandbytes int8 / 4-bit NormalFloat "
+                           "(nf4-dq: with double quantization) for Linear weights",
+                           {"weight_dtype"}))
+      ->type_name("auto|fp16|bf16|int8|nf4|nf4-dq");
   app.add_option("--stack", f.stack_name,
                  help.With("software-stack profile: CUDA context, library memory, convolution "
                            "workspaces, residual band (see --list-gpus)",
@@ -454,6 +463,10 @@ void AddOutputFlags(CLI::App& app, Flags& f) {
   app.add_flag("--max-batch", f.max_batch,
                "print the largest batch that fits the GPU (and the estimate at that batch); "
                "--batch is ignored");
+  app.add_option("--max-dim", f.max_dim,
+                 "print the largest value of a named symbolic dim (e.g. seq) that fits the GPU, "
+                 "with --batch and the other --dim values as given")
+      ->type_name("NAME");
   f.output_opt =
       app.add_option("-o,--output", f.output,
                      fmt::format("output format (default: {})", ToString(Format::kTable)))
@@ -586,6 +599,8 @@ Status ParseEnumFlags(const Flags& f, Options* o) {
   MEMEST_ASSIGN_OR_RETURN(o->loss, ForFlag("--loss", ParseLoss(loss)));
   MEMEST_ASSIGN_OR_RETURN(o->optimizer_impl,
                           ForFlag("--optimizer-impl", ParseOptimizerImpl(f.optimizer_impl)));
+  MEMEST_ASSIGN_OR_RETURN(o->weight_dtype,
+                          ForFlag("--weight-dtype", ParseWeightDtype(f.weight_dtype)));
   return Status::Ok();
 }
 
@@ -653,6 +668,14 @@ Result<Options> BuildOptions(const Flags& f) {
     }
   }
   MEMEST_RETURN_IF_ERROR(ParseDims(f.dim_args, &options));
+  if (f.max_batch && !f.max_dim.empty()) {
+    return InvalidArgument("--max-batch and --max-dim search different dims: give one");
+  }
+  if (f.max_dim == "batch") {
+    return InvalidArgument(
+        "--max-dim batch: use --max-batch (it binds the leading dim of every "
+        "data input)");
+  }
   options.weight_decay = f.weight_decay;
   options.gpu = f.gpu_name;
   options.stack = f.stack_name;
@@ -888,14 +911,19 @@ Status CheckTimelinePath(const std::string& path) {
 // maximum (the conservative maximum of the table when symbolic is not in it; batch 1 when not
 // even that fits, as the table then shows batch 1).
 Options TimelineOptions(const Options& options, const std::vector<BackendResult>& results,
-                        bool max_batch) {
+                        const std::string& searched) {
   Options o = options;
-  if (!max_batch) return o;
-  std::optional<int64_t> batch = ConservativeMaxBatch(results);
+  if (searched.empty()) return o;
+  std::optional<int64_t> best = ConservativeMaxBatch(results);
   for (const auto& r : results) {
-    if (r.backend == kTimelineBackend && r.status.ok() && r.max_batch) batch = r.max_batch;
+    if (r.backend == kTimelineBackend && r.status.ok() && r.max_batch) best = r.max_batch;
   }
-  o.batch = std::max<int64_t>(batch.value_or(1), 1);
+  const int64_t value = std::max<int64_t>(best.value_or(1), 1);
+  if (searched == "batch") {
+    o.batch = value;
+  } else {
+    o.dims[searched] = value;
+  }
   return o;
 }
 
@@ -1033,16 +1061,19 @@ Status PreparePlan(const Flags& f, Plan* plan) {
   return CheckTimelinePath(f.timeline_path);
 }
 
-// Runs every estimator (or its max-batch search) on the model.
-std::vector<BackendResult> RunBackends(const Plan& plan, const Model& model, bool max_batch,
-                                       int64_t limit) {
+// Runs every estimator on the model, or its search for the largest fitting value of `searched`
+// ("batch": FindMaxBatch; a dim name: FindMaxDim; empty: no search).
+std::vector<BackendResult> RunBackends(const Plan& plan, const Model& model,
+                                       const std::string& searched, int64_t limit) {
   std::vector<BackendResult> results;
   for (size_t i = 0; i < plan.backends.size(); ++i) {
     BackendResult& r = results.emplace_back();
     r.backend = plan.backends[i];
     const Estimator& estimator = *plan.estimators[i];
-    if (max_batch) {
-      Result<MaxBatchResult> mb = FindMaxBatch(estimator, model, plan.options, limit);
+    if (!searched.empty()) {
+      Result<MaxBatchResult> mb = searched == "batch"
+                                      ? FindMaxBatch(estimator, model, plan.options, limit)
+                                      : FindMaxDim(estimator, model, plan.options, searched, limit);
       if (!mb.ok()) {
         r.status = mb.status();
         continue;
@@ -1094,13 +1125,14 @@ int VerdictExitCode(const std::vector<BackendResult>& results) {
 // Estimates, the timeline, the report; returns the exit code.
 int EstimateAndReport(const Flags& f, const Plan& plan, const Model& model, Format format) {
   const int64_t limit = int64_t{1} << 24;
-  const std::vector<BackendResult> results = RunBackends(plan, model, f.max_batch, limit);
+  const std::string searched = f.max_batch ? "batch" : f.max_dim;
+  const std::vector<BackendResult> results = RunBackends(plan, model, searched, limit);
   PrintFailures(results);
 
   Report report;
   if (!f.timeline_path.empty()) {
     Result<TimelineInfo> t = WriteTimelineFile(
-        model, TimelineOptions(plan.options, results, f.max_batch), f.model_path, f.timeline_path);
+        model, TimelineOptions(plan.options, results, searched), f.model_path, f.timeline_path);
     if (!t.ok()) {
       PrintError("timeline: " + t.status().ToString());
       return ExitCodeFor(t.status(), Stage::kEstimate);
@@ -1117,7 +1149,8 @@ int EstimateAndReport(const Flags& f, const Plan& plan, const Model& model, Form
   report.stack = plan.stack;
   report.backend_request = plan.backend_request;
   report.results = results;
-  report.max_batch_mode = f.max_batch;
+  report.max_batch_mode = !searched.empty();
+  if (!searched.empty()) report.max_dim = searched;
   report.max_batch_limit = limit;
   // A table of nothing but failures helps nobody; programs still get their document.
   const bool any_ok = std::any_of(results.begin(), results.end(),

@@ -160,13 +160,14 @@ std::string Quote(std::string_view s) { return fmt::format("\"{}\"", s); }
 
 std::string BatchText(const Report& r) {
   std::vector<std::string> parts;
-  if (r.max_batch_mode) {
+  if (r.max_batch_mode && r.max_dim == "batch") {
     parts.push_back("batch=max");
   } else if (r.options.batch) {
     parts.push_back(fmt::format("batch={}", *r.options.batch));
   }
   for (const auto& [name, value] : r.options.dims)
     parts.push_back(fmt::format("{}={}", name, value));
+  if (r.max_batch_mode && r.max_dim != "batch") parts.push_back(r.max_dim + "=max");
   if (parts.empty()) return "batch as in model";
   return fmt::format("{}", fmt::join(parts, " "));
 }
@@ -314,7 +315,7 @@ std::string VerdictSentence(const Report& r) {
     const BackendResult& res = r.results.front();
     if (!res.status.ok()) return "result: " + FailureNote(res);
     if (r.max_batch_mode && res.max_batch.value_or(0) == 0) {
-      return fmt::format("result: even batch 1 {}", FitSentence(res.fit, r.gpu));
+      return fmt::format("result: even {} 1 {}", r.max_dim, FitSentence(res.fit, r.gpu));
     }
     return "result: " + FitSentence(res.fit, r.gpu);
   }
@@ -399,7 +400,7 @@ Grid BuildGrid(const Report& r) {
   };
 
   if (r.max_batch_mode && !single) {
-    add("max batch", [](const BackendResult& res) {
+    add("max " + r.max_dim, [](const BackendResult& res) {
       return Cells{std::to_string(res.max_batch.value_or(0)), "", ""};
     });
   }
@@ -458,11 +459,11 @@ std::string MaxBatchSentence(const Report& r) {
     if (!res.status.ok()) return "";
     if (res.max_batch.value_or(0) == 0) {
       return fmt::format(
-          "max batch: none -- even batch 1 does not fit on {} ({}, {} "
+          "max {0}: none -- even {0} 1 does not fit on {1} ({2}, {3} "
           "evaluations)\n",
-          r.gpu.name, res.backend, res.max_batch_evaluations);
+          r.max_dim, r.gpu.name, res.backend, res.max_batch_evaluations);
     }
-    return fmt::format("max batch: {} fits on {} ({}, {} evaluations, search limit {})\n",
+    return fmt::format("max {}: {} fits on {} ({}, {} evaluations, search limit {})\n", r.max_dim,
                        *res.max_batch, r.gpu.name, res.backend, res.max_batch_evaluations,
                        r.max_batch_limit);
   }
@@ -470,13 +471,13 @@ std::string MaxBatchSentence(const Report& r) {
   if (!mb) return "";
   if (*mb == 0)
     return fmt::format(
-        "max batch: none -- at least one backend says batch 1 does not fit on "
-        "{}\n",
-        r.gpu.name);
+        "max {0}: none -- at least one backend says {0} 1 does not fit on "
+        "{1}\n",
+        r.max_dim, r.gpu.name);
   return fmt::format(
-      "max batch: {} fits on {} (conservative: the smallest over the "
+      "max {}: {} fits on {} (conservative: the smallest over the "
       "backends)\n",
-      *mb, r.gpu.name);
+      r.max_dim, *mb, r.gpu.name);
 }
 
 // True when the table shows exactly the backend that drew the timeline.
@@ -609,6 +610,9 @@ Json OptionsJson(const Options& o) {
             {"loss", ToString(o.loss)},
             {"gpu", o.gpu},
             {"attention", ToString(o.attention)},
+            {"trainable", o.trainable},
+            {"freeze", o.freeze},
+            {"weight_dtype", ToString(o.weight_dtype)},
             {"fused_kernels", o.fused_kernels},
             {"fit",
              {{"on", ToString(o.fit.on)},
@@ -635,7 +639,7 @@ Json GpuJson(const GpuProfile& g) {
 
 Json StackJson(const StackProfile& s) { return Json::parse(StackProfileToJson(s))["stack"]; }
 
-Json ResultJson(const BackendResult& res, bool max_batch_mode) {
+Json ResultJson(const BackendResult& res, bool max_batch_mode, const std::string& max_dim) {
   Json j = {{"backend", res.backend}, {"ok", res.status.ok()}};
   if (!res.status.ok()) {
     j["error"] = {{"code", ErrorCodeName(res.status.code())}, {"message", res.status.message()}};
@@ -677,7 +681,8 @@ Json ResultJson(const BackendResult& res, bool max_batch_mode) {
               {"on", res.fit.on_upper ? "upper" : "point"},
               {"margin", res.fit.margin}};
   if (max_batch_mode) {
-    j["max_batch"] = {{"batch", res.max_batch.value_or(0)},
+    j["max_batch"] = {{"dim", max_dim},
+                      {"batch", res.max_batch.value_or(0)},
                       {"evaluations", res.max_batch_evaluations}};
   }
   j["diagnostics"] = DiagnosticsJson(e.diagnostics);
@@ -702,11 +707,13 @@ std::string RenderReportJson(const Report& r) {
             {"gpu", GpuJson(r.gpu)},       {"stack", StackJson(r.stack)},
             {"backend", r.backend_request}};
   Json results = Json::array();
-  for (const auto& res : r.results) results.push_back(ResultJson(res, r.max_batch_mode));
+  for (const auto& res : r.results) {
+    results.push_back(ResultJson(res, r.max_batch_mode, r.max_dim));
+  }
   j["results"] = results;
   j["verdict"] = VerdictName(OverallVerdict(r.results));
   if (r.max_batch_mode) {
-    Json mb = {{"batch", nullptr}, {"limit", r.max_batch_limit}};
+    Json mb = {{"dim", r.max_dim}, {"batch", nullptr}, {"limit", r.max_batch_limit}};
     if (auto b = ConservativeMaxBatch(r.results)) mb["batch"] = *b;
     j["max_batch"] = mb;
   }

@@ -83,7 +83,9 @@ struct Report {
   StackProfile stack;  // the stack the estimates used (options.custom_stack, options.stack)
   std::string backend_request;         // the --backend argument: a name, a comma list or "all"
   std::vector<BackendResult> results;  // in ListBackends() order
-  bool max_batch_mode = false;
+  bool max_batch_mode = false;         // --max-batch or --max-dim: results carry the largest value
+  // The searched dim: "batch" for --max-batch, the --max-dim name (e.g. "seq") otherwise.
+  std::string max_dim = "batch";
   int64_t max_batch_limit = 0;  // the search limit passed to FindMaxBatch (--max-batch only)
   std::optional<TimelineInfo> timeline;  // --timeline only
 };

@@ -36,6 +36,8 @@ struct OptionSupport {
   bool stacks = true;               // a stack other than the default (Options::stack, custom_stack)
   bool attention = true;            // Options::attention other than eager
   bool trainable_set = true;        // Options::trainable / freeze set (training)
+  // Options::weight_dtype other than auto, or a bitsandbytes 8-bit optimizer (training).
+  bool low_bit_storage = true;
 };
 
 class Estimator {
@@ -103,12 +105,22 @@ Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu, const FitPolicy& p
 // it can (allocator segment rounding makes the reserved peak step up and down), the result is a
 // batch that fits whose successor does not. Errors from the estimator are passed through.
 struct MaxBatchResult {
-  int64_t batch = 0;
+  int64_t batch = 0;  // the batch found (FindMaxDim: the dim's value)
   Estimate at_batch;  // estimate at `batch` (at batch 1 when batch == 0)
   int evaluations = 0;
 };
 Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& model,
                                     const Options& options, int64_t limit = int64_t{1} << 24);
+
+// The largest value (>= 1) of the named symbolic dim `dim` (e.g. "seq") for which `estimator`
+// predicts the model fits, with the batch and every other dim as `options` binds them; the same
+// search as FindMaxBatch, result in MaxBatchResult::batch (0 when even 1 does not fit). A peak
+// that grows faster than linearly (eager attention, quadratic in the sequence) takes a few more
+// estimates. InvalidArgument when `dim` is not a symbolic dim of a data input, or is bound in
+// options.dims too.
+Result<MaxBatchResult> FindMaxDim(const Estimator& estimator, const Model& model,
+                                  const Options& options, const std::string& dim,
+                                  int64_t limit = int64_t{1} << 24);
 
 }  // namespace memest
 

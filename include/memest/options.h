@@ -19,7 +19,9 @@
 namespace memest {
 
 enum class Mode { kTrain, kInfer };
-enum class Optimizer { kSgd, kMomentum, kAdam, kAdamW };
+// kAdam8bit / kAdamW8bit: bitsandbytes' bnb.optim.Adam8bit / AdamW8bit (block-wise 8-bit state,
+// memory/optimizer.h).
+enum class Optimizer { kSgd, kMomentum, kAdam, kAdamW, kAdam8bit, kAdamW8bit };
 // How torch.optim runs the step (docs/memory-model.md §4.3). kForeach: the default for
 // CUDA parameters (a parameter-sized temporary list). kSingleTensor: foreach=False, the per-
 // parameter loop (temporaries the size of one parameter; the default for CPU parameters).
@@ -40,6 +42,13 @@ enum class Loss { kAuto, kCrossEntropy, kMse };
 // memory-efficient otherwise, on compute capability >= 5.0; math below:
 // aten/src/ATen/native/transformers/cuda/ sdp_utils.cpp).
 enum class Attention { kEager, kSdpaMath, kSdpaFlash, kSdpaMemEfficient, kAuto };
+
+// How the parameters that do not train are stored (memory/weight_storage.h): the frozen ones in
+// training, all of them in inference. kAuto: as `precision` says. kFp16 / kBf16: the base model
+// loaded in half precision (model.half(), torch_dtype=bfloat16). kInt8: bitsandbytes LLM.int8
+// (Linear8bitLt); kNf4: bitsandbytes 4-bit NormalFloat (Linear4bit, QLoRA); kNf4DoubleQuant: nf4
+// with its block scales quantized again (bnb_4bit_use_double_quant).
+enum class WeightDtype { kAuto, kFp16, kBf16, kInt8, kNf4, kNf4DoubleQuant };
 
 // Which device-level figure decides "fits" (CheckFit, FindMaxBatch, the CLI's exit code).
 // kUpper: the top of the estimate's interval (device_high) when it has one, else the point
@@ -115,6 +124,10 @@ struct Options {
   // ones' gradients need (memory/trainable.h). Training only.
   std::string trainable;
   std::string freeze;
+  // Storage of the parameters that do not train (see WeightDtype; memory/weight_storage.h). With
+  // kFp16/kBf16 the compute must be half precision too (precision amp-fp16 / amp-bf16 or bf16);
+  // in training something must be frozen, or no parameter is affected (an error, never a no-op).
+  WeightDtype weight_dtype = WeightDtype::kAuto;
   // An estimate that rests on tensors whose shape no rule can infer (data-dependent sizes:
   // NonZero, Range over computed bounds, string ops; sequence values) is refused with
   // Unsupported naming the ops. true: estimate anyway, counting those tensors conservatively
@@ -131,6 +144,8 @@ Result<Loss> ParseLoss(std::string_view s);
 Result<FitOn> ParseFitOn(std::string_view s);  // point | upper
 // eager | sdpa-math | sdpa-flash | sdpa-mem-efficient | auto
 Result<Attention> ParseAttention(std::string_view s);
+Result<WeightDtype> ParseWeightDtype(
+    std::string_view s);  // auto | fp16 | bf16 | int8 | nf4 | nf4-dq
 const char* ToString(Mode m);
 const char* ToString(Optimizer o);
 const char* ToString(OptimizerImpl i);
@@ -138,6 +153,7 @@ const char* ToString(Precision p);
 const char* ToString(Loss l);
 const char* ToString(FitOn f);
 const char* ToString(Attention a);
+const char* ToString(WeightDtype w);
 
 // Checks values (batch >= 1, dims >= 0, weight_decay >= 0 and finite, ...).
 Status Validate(const Options& options);

@@ -101,7 +101,7 @@ std::vector<Options> OptionsFor(const Model& model, const uint8_t* data, size_t 
   Options v = base;
   v.batch = 8;
   v.precision = static_cast<memest::Precision>(h % 4);
-  v.optimizer = static_cast<memest::Optimizer>((h >> 2) % 4);
+  v.optimizer = static_cast<memest::Optimizer>((h >> 2) % 6);  // 8-bit Adam/AdamW included
   v.optimizer_impl = static_cast<memest::OptimizerImpl>((h >> 4) % 3);
   v.loss = static_cast<memest::Loss>((h >> 6) % 3);
   v.checkpoint_segments = (h >> 8) % 4;       // 0..3
@@ -115,6 +115,10 @@ std::vector<Options> OptionsFor(const Model& model, const uint8_t* data, size_t 
   v.fused_kernels = (h >> 16) % 4 != 0;
   v.attention = static_cast<memest::Attention>((h >> 18) % 5);
   if ((h >> 21) % 2) v.stack = "a100-40gb-timm";
+  // Fine-tuning: a frozen set and a quantized or half base (memory/weight_storage.h). Options a
+  // model cannot take (nothing matches, nothing quantizable) are usage errors, which is fine.
+  if ((h >> 22) % 3 == 0) v.freeze = "[02468]";
+  if ((h >> 24) % 2) v.weight_dtype = static_cast<memest::WeightDtype>(1 + (h >> 25) % 5);
   out.push_back(v);
   return out;
 }

@@ -24,8 +24,7 @@ GraphBuilder::GraphBuilder(int64_t opset, int64_t ir_version) {
   model_.mutable_graph()->set_name("test_graph");
 }
 
-void SetTensorType(onnx::ValueInfoProto& vi, int32_t elem_type,
-                   const std::vector<TestDim>* dims) {
+void SetTensorType(onnx::ValueInfoProto& vi, int32_t elem_type, const std::vector<TestDim>* dims) {
   onnx::TypeProto_Tensor* t = vi.mutable_type()->mutable_tensor_type();
   t->set_elem_type(elem_type);
   if (dims == nullptr) return;
@@ -206,6 +205,21 @@ GraphBuilder SmallMlp(int64_t opset) {
   b.AddNode("MatMul", {"h2", "W2"}, {"h3"}, "fc2");
   b.AddNode("Add", {"h3", "B2"}, {"Y"}, "fc2_bias");
   b.AddOutput("Y", kFloat, {"N", 4});
+  return b;
+}
+
+GraphBuilder SelfAttention() {
+  GraphBuilder b(17);
+  b.AddInput("x", kFloat, {"N", "seq", 64});
+  for (const char* w : {"wq", "wk", "wv"}) b.AddInitializer(w, {64, 64});
+  b.AddNode("MatMul", {"x", "wq"}, {"q"});
+  b.AddNode("MatMul", {"x", "wk"}, {"k"});
+  b.AddNode("MatMul", {"x", "wv"}, {"v"});
+  SetIntsAttr(b.AddNode("Transpose", {"k"}, {"kt"}), "perm", {0, 2, 1});
+  b.AddNode("MatMul", {"q", "kt"}, {"scores"});
+  SetIntAttr(b.AddNode("Softmax", {"scores"}, {"p"}), "axis", -1);
+  b.AddNode("MatMul", {"p", "v"}, {"y"});
+  b.AddOutput("y", kFloat, {"N", "seq", 64});
   return b;
 }
 

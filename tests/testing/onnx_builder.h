@@ -7,22 +7,22 @@
 #ifndef MEMEST_TESTS_TESTING_ONNX_BUILDER_H_
 #define MEMEST_TESTS_TESTING_ONNX_BUILDER_H_
 
+#include <onnx/onnx_pb.h>
+
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <onnx/onnx_pb.h>
-
 namespace memest::testing {
 
 // One dim of a declared input/output shape: a value (4), a name ("N"), or neither (Unknown()).
 struct TestDim {
-  TestDim(int64_t v) : value(v) {}                     // NOLINT(google-explicit-constructor)
-  TestDim(int v) : value(v) {}                         // NOLINT(google-explicit-constructor)
-  TestDim(const char* p) : param(p) {}                 // NOLINT(google-explicit-constructor)
-  TestDim(const std::string& p) : param(p) {}          // NOLINT(google-explicit-constructor)
+  TestDim(int64_t v) : value(v) {}             // NOLINT(google-explicit-constructor)
+  TestDim(int v) : value(v) {}                 // NOLINT(google-explicit-constructor)
+  TestDim(const char* p) : param(p) {}         // NOLINT(google-explicit-constructor)
+  TestDim(const std::string& p) : param(p) {}  // NOLINT(google-explicit-constructor)
   static TestDim Unknown() { return TestDim(); }
 
   std::optional<int64_t> value;
@@ -88,14 +88,18 @@ void SetTensorAttr(onnx::NodeProto& node, const std::string& name, const onnx::T
 void SetGraphAttr(onnx::NodeProto& node, const std::string& name, const onnx::GraphProto& g);
 
 // Fills `vi` with a tensor type of `elem_type` and (when given) `dims`.
-void SetTensorType(onnx::ValueInfoProto& vi, int32_t elem_type,
-                   const std::vector<TestDim>* dims);
+void SetTensorType(onnx::ValueInfoProto& vi, int32_t elem_type, const std::vector<TestDim>* dims);
 // An int64 TensorProto (for Constant nodes).
 onnx::TensorProto Int64Tensor(const std::vector<int64_t>& values,
                               std::optional<std::vector<int64_t>> dims = std::nullopt);
 
-// A two-layer perceptron: X[N,16] -MatMul W1[16,32] -Add B1 -Relu -MatMul W2[32,4] -Add B2-> Y[N,4].
+// A two-layer perceptron: X[N,16] -MatMul W1[16,32] -Add B1 -Relu -MatMul W2[32,4] -Add B2->
+// Y[N,4].
 GraphBuilder SmallMlp(int64_t opset = 13);
+
+// Single-head self-attention over x[N, seq, 64]: q, k, v projections, softmax(q k^T) v -- an
+// [N, seq, seq] score matrix, so the peak grows with the square of `seq`.
+GraphBuilder SelfAttention();
 
 // A scratch folder under /tmp, removed (recursively) by the destructor.
 class TempDir {

@@ -584,6 +584,25 @@ TEST_F(CliTest, MaxBatchOnH100) {
   EXPECT_GE(std::stoll(t.out.substr(pos + 11)), 1) << t.out;
 }
 
+TEST_F(CliTest, MaxDimSearchesANamedDim) {
+  const fs::path path = dir_ / "attention.onnx";
+  WriteFile(path, testing::SelfAttention().Serialize());
+  CliRun r = Run({path.string(), "--batch", "4", "--max-dim", "seq", "--gpu", "l4-24gb", "--loss",
+                  "mse", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(r.out);
+  EXPECT_EQ(doc["max_batch"]["dim"], "seq");
+  EXPECT_GT(doc["max_batch"]["batch"].get<int64_t>(), 1);
+  EXPECT_EQ(doc["results"][0]["max_batch"]["dim"], "seq");
+  CliRun t = Run({path.string(), "--batch", "4", "--max-dim", "seq", "--gpu", "l4-24gb"});
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("max seq: "), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("seq=max"), std::string::npos) << t.out;
+  // Not a dim of the model, or searched twice: usage errors.
+  EXPECT_EQ(Run({path.string(), "--batch", "4", "--max-dim", "tokens"}).exit_code, 2);
+  EXPECT_EQ(Run({path.string(), "--max-batch", "--max-dim", "seq", "--dim", "seq=8"}).exit_code, 2);
+}
+
 TEST_F(CliTest, HugeBatchDoesNotFitExits1) {
   CliRun r = Run({Model("resnet18_train.onnx"), "--batch", "65536", "--gpu", "l4-24gb"});
   EXPECT_EQ(r.exit_code, 1) << r.err;

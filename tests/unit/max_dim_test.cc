@@ -1,0 +1,66 @@
+// FindMaxDim (memest/estimator.h): the largest sequence length that fits, on a graph whose
+// attention makes the peak grow with the square of the length.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "memest/memest.h"
+#include "testing/onnx_builder.h"
+
+namespace memest {
+namespace {
+
+std::shared_ptr<const Model> Attention() {
+  auto m = LoadModelFromBytes(testing::SelfAttention().Serialize(), "", "attention");
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : nullptr;
+}
+
+TEST(MaxDimTest, FindsTheLongestSequenceThatFitsAndItsSuccessorDoesNot) {
+  auto m = Attention();
+  ASSERT_NE(m, nullptr);
+  Options o;
+  o.batch = 4;
+  o.loss = Loss::kMse;
+  o.gpu = "l4-24gb";
+  for (const char* backend : {"analytical", "symbolic"}) {
+    auto est = MakeEstimator(backend);
+    ASSERT_TRUE(est.ok());
+    auto r = FindMaxDim(**est, *m, o, "seq");
+    ASSERT_TRUE(r.ok()) << backend << ": " << r.status().ToString();
+    ASSERT_GT(r->batch, 1) << backend;
+    auto gpu = FindGpuProfile(o.gpu);
+    ASSERT_TRUE(gpu.ok());
+    Options at = o, next = o;
+    at.dims["seq"] = r->batch;
+    next.dims["seq"] = r->batch + 1;
+    auto a = (*est)->Run(*m, at), n = (*est)->Run(*m, next);
+    ASSERT_TRUE(a.ok() && n.ok());
+    EXPECT_TRUE(CheckFit(*a, *gpu, o.fit).fits) << backend;
+    EXPECT_FALSE(CheckFit(*n, *gpu, o.fit).fits) << backend;
+    EXPECT_EQ(a->peak_device, r->at_batch.peak_device) << backend;
+    // The quadratic peak is found in a few dozen estimates, not thousands.
+    EXPECT_LT(r->evaluations, 64) << backend;
+  }
+}
+
+TEST(MaxDimTest, TheSearchedDimMustBeASymbolicInputDimAndNotAlsoBound) {
+  auto m = Attention();
+  ASSERT_NE(m, nullptr);
+  auto est = MakeEstimator("analytical");
+  ASSERT_TRUE(est.ok());
+  Options o;
+  o.batch = 1;
+  auto unknown = FindMaxDim(**est, *m, o, "tokens");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(unknown.status().message().find("'seq'"), std::string::npos);  // lists the dims
+  o.dims["seq"] = 128;
+  auto both = FindMaxDim(**est, *m, o, "seq");
+  ASSERT_FALSE(both.ok());
+  EXPECT_EQ(both.status().code(), ErrorCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace memest
