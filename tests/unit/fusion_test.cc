@@ -139,7 +139,9 @@ TEST(FusionTest, LayerNormChainSavesTheInputAndTwoStatistics) {
   EXPECT_EQ(saved[2].bytes, 4u * 8 * 4);  // mean: one fp32 per row (N=4 x 8 rows)
   EXPECT_EQ(saved[3].bytes, 4u * 8 * 4);  // rstd
   for (size_t n : c.nodes) {
-    if (n != c.nodes.back()) EXPECT_TRUE(ctx->facts().Saved(n).empty()) << n;
+    if (n != c.nodes.back()) {
+      EXPECT_TRUE(ctx->facts().Saved(n).empty()) << n;
+    }
   }
 }
 
