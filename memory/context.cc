@@ -2,6 +2,7 @@
 // and the context it builds once per call.
 #include "memory/context.h"
 
+#include <algorithm>
 #include <exception>
 #include <map>
 #include <new>
@@ -85,6 +86,42 @@ Result<Estimate> RunInContext(const Estimator& backend, const Model& model,
   return e;
 }
 
+// Under a fused attention kernel (Options::attention, memory/device.h KernelChoices): Softmax
+// nodes shaped like attention that the chain matcher could not classify are costed as written,
+// and a graph with no attention chain at all gains nothing from the option. Both are said, so
+// that the option is never silently without effect.
+void AddAttentionDiagnostics(const EstimationContext& ctx, Estimate* e) {
+  const ops::Fusion& f = ctx.facts().fusion();
+  const core::Graph& g = *ctx.bound().graph;
+  const std::string option = std::string("--attention ") + ToString(ctx.options().attention);
+  if (!f.unmatched_attention().empty()) {
+    std::string names;
+    const size_t shown = std::min<size_t>(f.unmatched_attention().size(), 5);
+    for (size_t i = 0; i < shown; ++i) {
+      names += (i ? ", '" : "'") + g.nodes[f.unmatched_attention()[i]].name + "'";
+    }
+    if (shown < f.unmatched_attention().size()) names += ", ...";
+    e->diagnostics.push_back(
+        {Severity::kWarning, "attention_unclassified",
+         std::to_string(f.unmatched_attention().size()) +
+             " Softmax node(s) shaped like attention do not match the chain memest fuses "
+             "(MatMul [scale] [mask] [+bias] Softmax [Dropout] MatMul): costed as written "
+             "(eager) "
+             "under " +
+             option + ": " + names,
+         g.nodes[f.unmatched_attention().front()].name, "Softmax"});
+  }
+  const bool any = std::any_of(f.chains().begin(), f.chains().end(), [](const ops::FusedChain& c) {
+    return c.kind == ops::FusedKind::kAttention;
+  });
+  if (!any && f.unmatched_attention().empty()) {
+    e->diagnostics.push_back({Severity::kWarning, "attention_not_found",
+                              option + " has no effect: the graph has no attention chain "
+                                       "(MatMul, Softmax, MatMul)",
+                              "", ""});
+  }
+}
+
 }  // namespace
 
 EstimationContext::EstimationContext(const Model& model, const Options& options, GpuProfile gpu,
@@ -150,6 +187,9 @@ void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
     e->diagnostics.push_back({Severity::kInfo, "fused_kernels",
                               "exported op chains costed as PyTorch's fused kernels: " + list, "",
                               ""});
+  }
+  if (KernelChoices(ctx.options(), ctx.gpu()).fused_attention) {
+    AddAttentionDiagnostics(ctx, e);
   }
   const TrainableSet& t = ctx.trainable();
   const Options& o = ctx.options();

@@ -30,6 +30,7 @@ class Matcher {
   std::optional<FusedChain> LayerNorm(size_t sub) const;
   std::optional<FusedChain> Gelu(size_t erf) const;
   std::optional<FusedChain> Attention(size_t softmax) const;
+  bool LooksLikeAttention(size_t softmax) const;
   bool IdentityDropout(size_t n) const;
 
  private:
@@ -204,21 +205,44 @@ std::optional<FusedChain> Matcher::Gelu(size_t k) const {
   return c;
 }
 
-// MatMul(q, k^T) [* or / scale] [+ bias] -> Softmax -> [Dropout] -> MatMul(., v).
+// A Softmax whose probabilities are the left operand of a MatMul, directly or through one
+// Dropout: the shape of attention, whatever comes before the Softmax.
+bool Matcher::LooksLikeAttention(size_t k) const {
+  const Node& softmax = g_.nodes[k];
+  if (softmax.outputs.empty()) return false;
+  int probs = softmax.outputs[0];
+  const Node* next = SoleConsumer(probs);
+  if (Is(next, "Dropout") && !next->outputs.empty()) {
+    probs = next->outputs[0];
+    next = SoleConsumer(probs);
+  }
+  return Is(next, "MatMul") && !next->inputs.empty() && next->inputs[0] == probs;
+}
+
+// MatMul(q, k^T) [* or / scale] [masked_fill as Where] [+ bias] -> Softmax -> [Dropout] ->
+// MatMul(., v).
 std::optional<FusedChain> Matcher::Attention(size_t k) const {
   const Node& softmax = g_.nodes[k];
   if (softmax.inputs.empty() || softmax.outputs.empty()) return std::nullopt;
   FusedChain c{FusedKind::kAttention, {}, {}, {}};
   Add(&c, &softmax, g_);
-  int bias = -1;
+  int bias = -1, mask = -1;
   int cur = softmax.inputs[0];
   const Node* qk = nullptr;
-  for (int step = 0; step < 3 && !qk; ++step) {
+  for (int step = 0; step < 4 && !qk; ++step) {
     const Node* p = Producer(cur);
-    if (!p || p->inputs.size() != 2) return std::nullopt;
+    if (!p) return std::nullopt;
+    const bool where = Is(p, "Where") && p->inputs.size() == 3 && mask < 0;
+    if (!where && p->inputs.size() != 2) return std::nullopt;
     c.interior.push_back(cur);
     Add(&c, p, g_);
-    if (Is(p, "MatMul")) {
+    if (where) {  // masked_fill(mask, fill): Where(mask, fill, scores) or Where(mask, scores, fill)
+      const Node* second = Producer(p->inputs[1]);
+      const bool scores_second = second && (Is(second, "MatMul") || Is(second, "Mul") ||
+                                            Is(second, "Div") || Is(second, "Add"));
+      cur = scores_second ? p->inputs[1] : p->inputs[2];
+      mask = p->inputs[0];
+    } else if (Is(p, "MatMul")) {
       qk = p;
     } else if ((Is(p, "Mul") || Is(p, "Div")) && Scalar(p->inputs[1])) {
       cur = p->inputs[0];
@@ -251,6 +275,9 @@ std::optional<FusedChain> Matcher::Attention(size_t k) const {
   if (RequiresGrad(q) || RequiresGrad(key) || RequiresGrad(v) || RequiresGrad(bias)) {
     c.saved = {{q, 0, "q"}, {key, 0, "k"}, {v, 0, "v"}, {out, 0, "out"}};
     if (bias >= 0) c.saved.push_back({bias, 0, "attn_bias"});
+    // A boolean mask is passed as attn_mask and kept; is_causal would keep nothing (a graph
+    // cannot tell them apart, so the mask is counted).
+    if (mask >= 0) c.saved.push_back({mask, 0, "attn_mask"});
     // [..., Lq, Lk] probabilities: one fp32 per query row, rows padded to the kernel's multiple.
     const auto& shape = b_.shapes[static_cast<size_t>(softmax.outputs[0])];
     uint64_t lse = 0;
@@ -298,7 +325,10 @@ Fusion::Fusion(const core::BoundGraph& b, const std::vector<bool>& requires_grad
     std::optional<FusedChain> c;
     if (choices.fused_kernels && op == "Sub") c = m.LayerNorm(k);
     if (choices.fused_kernels && op == "Erf") c = m.Gelu(k);
-    if (choices.fused_attention && op == "Softmax") c = m.Attention(k);
+    if (choices.fused_attention && op == "Softmax") {
+      c = m.Attention(k);
+      if (!c && m.LooksLikeAttention(k)) unmatched_attention_.push_back(k);
+    }
     if (!c) continue;
     // A node already in another chain keeps its first chain.
     if (std::any_of(c->nodes.begin(), c->nodes.end(),

@@ -66,12 +66,17 @@ class Fusion {
   bool interior(int id) const { return id >= 0 && interior_[static_cast<size_t>(id)]; }
   // Whether node `n` is a Dropout of constant ratio 0 (an identity).
   bool identity_dropout(size_t n) const { return identity_dropout_[n]; }
+  // With fused attention: the Softmax nodes whose probabilities feed a MatMul (through an
+  // optional Dropout), i.e. look like attention, but whose chain does not match the one above
+  // (a Cast, a second mask, ...). They are costed as written (eager); the context reports them.
+  const std::vector<size_t>& unmatched_attention() const { return unmatched_attention_; }
 
  private:
   std::vector<FusedChain> chains_;
   std::vector<int> chain_of_;  // per node: index in chains_, or -1
   std::vector<bool> interior_;
   std::vector<bool> identity_dropout_;
+  std::vector<size_t> unmatched_attention_;
 };
 
 }  // namespace memest::ops

@@ -69,7 +69,12 @@ GraphBuilder GeluGraph() {
 
 // Self-attention over X[N,32,16]: q, k, v projections, q k^T * scale, Softmax, Dropout(ratio),
 // times v.
-GraphBuilder AttentionGraph(float dropout_ratio, int64_t tokens = 32) {
+enum class BeforeSoftmax { kNothing, kWhereMask, kCast };
+
+// kWhereMask: Where(mask, fill, scores), as GPT-2 exports write a causal masked_fill (fused);
+// kCast: a Cast to float, a step the chain matcher does not take (not fused).
+GraphBuilder AttentionGraph(float dropout_ratio, int64_t tokens = 32,
+                            BeforeSoftmax before = BeforeSoftmax::kNothing) {
   GraphBuilder b(13);
   b.AddInput("X", kFloat, {"N", tokens, 16});
   for (const char* w : {"Wq", "Wk", "Wv"}) b.AddInitializer(w, {16, 16});
@@ -83,7 +88,18 @@ GraphBuilder AttentionGraph(float dropout_ratio, int64_t tokens = 32) {
   testing::SetIntsAttr(b.AddNode("Transpose", {"k"}, {"kt"}), "perm", {0, 2, 1});
   b.AddNode("MatMul", {"q", "kt"}, {"s"});
   b.AddNode("Mul", {"s", "scale"}, {"s2"});
-  testing::SetIntAttr(b.AddNode("Softmax", {"s2"}, {"p"}), "axis", -1);
+  std::string scores = "s2";
+  if (before == BeforeSoftmax::kWhereMask) {
+    onnx::TensorProto& keep = b.AddInitializer("keep", {1}, testing::kBool);
+    keep.add_int32_data(1);
+    Scalar(b, "fill", -1e4f);
+    b.AddNode("Where", {"keep", "fill", "s2"}, {"s3"});
+    scores = "s3";
+  } else if (before == BeforeSoftmax::kCast) {
+    testing::SetIntAttr(b.AddNode("Cast", {"s2"}, {"s3"}), "to", kFloat);
+    scores = "s3";
+  }
+  testing::SetIntAttr(b.AddNode("Softmax", {scores}, {"p"}, "attn_softmax"), "axis", -1);
   b.AddNode("Dropout", {"p", "ratio", "train"}, {"pd", "mask"});
   b.AddNode("MatMul", {"pd", "v"}, {"Y"});
   b.AddOutput("Y", kFloat);
@@ -203,6 +219,42 @@ TEST(FusionTest, DropoutOfRatioZeroIsAnIdentity) {
       static_cast<size_t>(m2->graph().value(m2->graph().FindValue("pd")).producer);
   EXPECT_FALSE(ctx2->facts().fusion().identity_dropout(dropout2));
   EXPECT_FALSE(ctx2->facts().Saved(dropout2).empty());
+}
+
+TEST(FusionTest, AttentionAFusedKernelCannotTakeIsReportedNotSilentlyEager) {
+  auto masked = Load(AttentionGraph(0.1f, 32, BeforeSoftmax::kCast));
+  auto mlp = Load(testing::SmallMlp());
+  ASSERT_NE(masked, nullptr);
+  ASSERT_NE(mlp, nullptr);
+  Options o = Batch(2);
+  o.attention = Attention::kSdpaMemEfficient;
+  auto has = [](const Estimate& e, const std::string& code) {
+    for (const Diagnostic& d : e.diagnostics) {
+      if (d.code == code) return d.message;
+    }
+    return std::string();
+  };
+  const Estimate m = Symbolic(*masked, o);
+  EXPECT_NE(has(m, "attention_unclassified").find("'attn_softmax'"), std::string::npos);
+  EXPECT_EQ(has(m, "attention_not_found"), "");
+  // Costed as written: the same as eager attention.
+  EXPECT_EQ(m.peak_allocated, Symbolic(*masked, Batch(2)).peak_allocated);
+  EXPECT_NE(has(Symbolic(*mlp, o), "attention_not_found"), "");
+  // A chain that matches says nothing (a causal masked_fill is part of the chain); eager says
+  // nothing.
+  EXPECT_EQ(has(Symbolic(*Load(AttentionGraph(0.1f)), o), "attention_unclassified"), "");
+  auto causal = Load(AttentionGraph(0.1f, 32, BeforeSoftmax::kWhereMask));
+  ASSERT_NE(causal, nullptr);
+  auto ctx = Context(*causal, o);
+  ASSERT_EQ(ctx->facts().fusion().chains().size(), 1u);
+  bool keeps_mask = false;
+  for (const ops::SavedTensor& t :
+       ctx->facts().Saved(ctx->facts().fusion().chains()[0].nodes.back())) {
+    keeps_mask = keeps_mask || t.what == "attn_mask";
+  }
+  EXPECT_TRUE(keeps_mask);
+  EXPECT_EQ(has(Symbolic(*causal, o), "attention_unclassified"), "");
+  EXPECT_EQ(has(Symbolic(*mlp, Batch(2)), "attention_not_found"), "");
 }
 
 TEST(FusionTest, AttentionIsFusedOnlyUnderAFusedSdpaKernel) {
