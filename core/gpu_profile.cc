@@ -79,23 +79,9 @@ Result<GpuProfile> ParseProfile(const json& p, size_t index) {
   return g;
 }
 
-// The parsed table, or why it could not be parsed. Built once; immutable afterwards.
-struct Table {
-  Status status;
-  std::vector<GpuProfile> profiles;  // empty when !status.ok()
-};
-
-const Table& GetTable() {
-  static const Table* const table = [] {
-    auto* t = new Table();  // never destroyed: safe to use during static destruction
-    Result<std::vector<GpuProfile>> parsed = ParseGpuProfilesJson(kGpuProfilesJson);
-    if (parsed.ok()) {
-      t->profiles = std::move(parsed).value();
-    } else {
-      t->status = parsed.status().WithContext("embedded gpu_profiles.json");
-    }
-    return t;
-  }();
+const EmbeddedTable<GpuProfile>& GetTable() {
+  static const auto* const table =
+      MakeEmbeddedTable(ParseGpuProfilesJson(kGpuProfilesJson), "embedded gpu_profiles.json");
   return *table;
 }
 
@@ -141,17 +127,17 @@ Result<std::vector<GpuProfile>> ParseGpuProfilesJson(std::string_view text) {
 
 namespace memest {
 
-const std::vector<GpuProfile>& GpuProfiles() { return core::GetTable().profiles; }
+const std::vector<GpuProfile>& GpuProfiles() { return core::GetTable().rows; }
 
 Result<GpuProfile> FindGpuProfile(std::string_view name) {
-  const core::Table& table = core::GetTable();
+  const auto& table = core::GetTable();
   if (!table.status.ok()) return table.status;
   const std::string wanted = core::ToLowerAscii(name);
-  for (const GpuProfile& p : table.profiles) {
+  for (const GpuProfile& p : table.rows) {
     if (p.name == wanted) return p;
   }
   return NotFound("unknown GPU profile '" + std::string(name) +
-                  "'; known profiles: " + core::KnownNames(table.profiles));
+                  "'; known profiles: " + core::KnownNames(table.rows));
 }
 
 }  // namespace memest

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "memest/gpu_profile.h"
@@ -45,6 +46,27 @@ class JsonFields {
 };
 
 std::string ToLowerAscii(std::string_view s);
+
+// A list parsed once from JSON compiled into the library (the GPU and stack profile tables):
+// its rows, or why they could not be parsed (rows then empty). Callers keep it in a
+// function-local static, so it is built on first use and immutable afterwards.
+template <typename Row>
+struct EmbeddedTable {
+  Status status;
+  std::vector<Row> rows;
+};
+
+// The table from the result of parsing it; `what` names the table in the error.
+template <typename Row>
+const EmbeddedTable<Row>* MakeEmbeddedTable(Result<std::vector<Row>> parsed, const char* what) {
+  auto* t = new EmbeddedTable<Row>();  // never destroyed: safe to use during static destruction
+  if (parsed.ok()) {
+    t->rows = std::move(parsed).value();
+  } else {
+    t->status = parsed.status().WithContext(what);
+  }
+  return t;
+}
 
 }  // namespace memest::core
 

@@ -156,11 +156,6 @@ Result<json> ParseJson(const JsonFields& f, std::string_view text, const std::st
   return doc;
 }
 
-struct Table {
-  Status status;
-  std::vector<StackProfile> stacks;
-};
-
 Result<std::vector<StackProfile>> ParseTable(std::string_view text) {
   const JsonFields f(ErrorCode::kInternal);
   MEMEST_ASSIGN_OR_RETURN(json doc, ParseJson(f, text, "stacks.json"));
@@ -184,17 +179,9 @@ Result<std::vector<StackProfile>> ParseTable(std::string_view text) {
   return out;
 }
 
-const Table& GetTable() {
-  static const Table* const table = [] {
-    auto* t = new Table();  // never destroyed: safe to use during static destruction
-    auto parsed = ParseTable(kStacksJson);
-    if (parsed.ok()) {
-      t->stacks = std::move(parsed).value();
-    } else {
-      t->status = parsed.status().WithContext("embedded stacks.json");
-    }
-    return t;
-  }();
+const EmbeddedTable<StackProfile>& GetTable() {
+  static const auto* const table =
+      MakeEmbeddedTable(ParseTable(kStacksJson), "embedded stacks.json");
   return *table;
 }
 
@@ -207,14 +194,14 @@ json BytesJson(const ProfileValue& v) {
 
 namespace memest {
 
-const std::vector<StackProfile>& StackProfiles() { return core::GetTable().stacks; }
+const std::vector<StackProfile>& StackProfiles() { return core::GetTable().rows; }
 
 Result<StackProfile> FindStackProfile(std::string_view name) {
-  const core::Table& table = core::GetTable();
+  const auto& table = core::GetTable();
   if (!table.status.ok()) return table.status;
   const std::string wanted = core::ToLowerAscii(name);
   std::string known;
-  for (const StackProfile& s : table.stacks) {
+  for (const StackProfile& s : table.rows) {
     if (s.name == wanted) return s;
     known += (known.empty() ? "" : ", ") + s.name;
   }
@@ -224,9 +211,9 @@ Result<StackProfile> FindStackProfile(std::string_view name) {
 
 Result<StackProfile> ResolveStack(std::string_view name) {
   if (!name.empty()) return FindStackProfile(name);
-  const core::Table& table = core::GetTable();
+  const auto& table = core::GetTable();
   if (!table.status.ok()) return table.status;
-  return table.stacks.front();
+  return table.rows.front();
 }
 
 Result<StackProfile> ParseStackProfile(std::string_view json_text, const std::string& where) {
