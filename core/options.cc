@@ -1,11 +1,11 @@
 #include "memest/options.h"
 
-#include <regex.h>
-
 #include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "core/name_pattern.h"
 
 namespace memest {
 namespace {
@@ -123,17 +123,7 @@ Status Validate(const Options& o) {
     if (expr->size() > 256) {
       return InvalidArgument(std::string(name) + ": expression over 256 characters");
     }
-    // POSIX extended syntax, matched by glibc's automaton (no backreferences in ERE), so no
-    // expression can make matching take exponential time the way a backtracking engine can.
-    regex_t re;
-    const int rc = regcomp(&re, expr->c_str(), REG_EXTENDED | REG_NOSUB);
-    if (rc != 0) {
-      char why[256];
-      regerror(rc, &re, why, sizeof(why));
-      return InvalidArgument(std::string(name) + " '" + *expr +
-                             "' is not a valid POSIX extended regular expression: " + why);
-    }
-    regfree(&re);
+    MEMEST_RETURN_IF_ERROR(core::NamePattern::Compile(*expr, name).status());
   }
   if (o.attention == Attention::kSdpaFlash && o.precision == Precision::kFp32) {
     // sdp_utils.cpp: flash attention takes fp16/bf16 only; forcing it on fp32 raises "No

@@ -106,8 +106,7 @@ void AddAttentionDiagnostics(const EstimationContext& ctx, Estimate* e) {
          std::to_string(f.unmatched_attention().size()) +
              " Softmax node(s) shaped like attention do not match the chain memest fuses "
              "(MatMul [scale] [mask] [+bias] Softmax [Dropout] MatMul): costed as written "
-             "(eager) "
-             "under " +
+             "(eager) under " +
              option + ": " + names,
          g.nodes[f.unmatched_attention().front()].name, "Softmax"});
   }

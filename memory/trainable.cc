@@ -1,44 +1,14 @@
 // memory/trainable.cc -- see memory/trainable.h for the policy.
 #include "memory/trainable.h"
 
-#include <regex.h>
-
 #include <memory>
-#include <optional>
 #include <string>
 #include <tuple>
 
+#include "core/name_pattern.h"
+
 namespace memest::memory {
 namespace {
-
-// A compiled POSIX extended expression, freed with the object.
-class Pattern {
- public:
-  static Result<std::unique_ptr<Pattern>> Compile(const std::string& expr, const char* option) {
-    if (expr.empty()) return std::unique_ptr<Pattern>();
-    auto p = std::unique_ptr<Pattern>(new Pattern());
-    const int rc = regcomp(&p->re_, expr.c_str(), REG_EXTENDED | REG_NOSUB);
-    if (rc != 0) {
-      char why[256];
-      regerror(rc, &p->re_, why, sizeof(why));
-      return InvalidArgument(std::string(option) + " '" + expr +
-                             "' is not a valid POSIX extended regular expression: " + why);
-    }
-    p->compiled_ = true;
-    return p;
-  }
-  ~Pattern() {
-    if (compiled_) regfree(&re_);
-  }
-  bool Search(const std::string& name) const {
-    return regexec(&re_, name.c_str(), 0, nullptr, 0) == 0;
-  }
-
- private:
-  Pattern() = default;
-  regex_t re_{};
-  bool compiled_ = false;
-};
 
 uint64_t Elements(const core::Value& v) {
   uint64_t n = 1;
@@ -54,9 +24,10 @@ uint64_t Elements(const core::Value& v) {
 }  // namespace
 
 Result<TrainableSet> SelectTrainable(const core::Graph& g, const Options& o) {
-  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<Pattern> keep,
-                          Pattern::Compile(o.trainable, "trainable"));
-  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<Pattern> drop, Pattern::Compile(o.freeze, "freeze"));
+  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<core::NamePattern> keep,
+                          core::NamePattern::Compile(o.trainable, "trainable"));
+  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<core::NamePattern> drop,
+                          core::NamePattern::Compile(o.freeze, "freeze"));
   TrainableSet s;
   s.trainable.assign(g.values.size(), false);
   int kept = 0, dropped = 0;
@@ -67,10 +38,11 @@ Result<TrainableSet> SelectTrainable(const core::Graph& g, const Options& o) {
     if (s.parameters < 3) examples += (examples.empty() ? "'" : ", '") + v.name + "'";
     bool trains = true;
     if (v.name.size() <= kMaxMatchedName) {
-      if (keep && !keep->Search(v.name)) trains = false;
-      if (drop && drop->Search(v.name)) trains = false;
-      kept += keep && keep->Search(v.name) ? 1 : 0;
-      dropped += drop && drop->Search(v.name) ? 1 : 0;
+      const bool keep_hit = keep && keep->Search(v.name);
+      const bool drop_hit = drop && drop->Search(v.name);
+      trains = (!keep || keep_hit) && !drop_hit;
+      kept += keep_hit ? 1 : 0;
+      dropped += drop_hit ? 1 : 0;
     }
     s.trainable[i] = trains;
     ++s.parameters;

@@ -1,0 +1,25 @@
+// core/name_pattern.cc -- see core/name_pattern.h.
+#include "core/name_pattern.h"
+
+namespace memest::core {
+
+Result<std::unique_ptr<NamePattern>> NamePattern::Compile(const std::string& expr,
+                                                          const char* option) {
+  if (expr.empty()) return std::unique_ptr<NamePattern>();
+  auto p = std::unique_ptr<NamePattern>(new NamePattern());
+  const int rc = regcomp(&p->re_, expr.c_str(), REG_EXTENDED | REG_NOSUB);
+  if (rc != 0) {
+    char why[256];
+    regerror(rc, &p->re_, why, sizeof(why));
+    return InvalidArgument(std::string(option) + " '" + expr +
+                           "' is not a valid POSIX extended regular expression: " + why);
+  }
+  p->compiled_ = true;
+  return p;
+}
+
+bool NamePattern::Search(const std::string& name) const {
+  return regexec(&re_, name.c_str(), 0, nullptr, 0) == 0;
+}
+
+}  // namespace memest::core
