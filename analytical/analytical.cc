@@ -41,6 +41,15 @@
 //   Breakdown fields hold requested bytes; allocator_overhead = allocated - requested (rounding),
 //   cached_free = reserved - allocated.
 //
+// Many GPUs (Options::parallel, memory/parallel.h): the estimate is one pipeline stage's
+// (EstimationContext::stage()): only the stage's nodes and the parameters they read count, the
+// saved activations A count min(pp - stage, micro-batches) times (1F1B), tensor-parallel splits
+// are already in the value facts' bytes, and W, G, S are memory::ShardModelStates' when the
+// states are sharded (ZeRO, FSDP; no AMP cast cache then: the model runs in its low dtype).
+// Collective buffers (DDP buckets, gathered units) are allocator blocks; in the step phase the
+// gathered units are freed and ZeRO's fp32 gradient partition exists. NCCL's buffers sit
+// outside the allocator, like the CUDA context.
+//
 // Mixed precision (memory-model.md §5.2/5.3): an activation is fp16/bf16 ("low") when produced by a
 // lower-precision op (conv, matmul) or by a pass-through op on low inputs; fp32-policy ops
 // (softmax, layer norm, ...) produce fp32 and save an fp32 copy of low inputs.
@@ -59,6 +68,7 @@
 #include "memory/context.h"
 #include "memory/device.h"
 #include "memory/optimizer.h"
+#include "memory/parallel.h"
 #include "ops/rules.h"
 #include "ops/value_facts.h"
 
@@ -124,7 +134,9 @@ class Accounting {
         o_(ctx.options()),
         facts_(ctx.facts()),
         stack_(ctx.stack()),
-        weights_(ctx.weights()) {}
+        weights_(ctx.weights()),
+        plan_(ctx.parallel()),
+        stage_(ctx.stage()) {}
 
   Result<Estimate> Train(const GpuProfile& gpu);
   Result<Estimate> Infer(const GpuProfile& gpu);
@@ -135,6 +147,14 @@ class Accounting {
   uint64_t LargestParameter() const;
   void Finish(const Blocks& all, const GpuProfile& gpu, Estimate* e) const;
   uint64_t Eff(int id) const { return facts_.bytes(id); }
+  bool OnStage(size_t node) const { return plan_.stage_of_node(node) == stage_; }
+  // A parameter (or buffer) this rank holds: read by a node of its stage.
+  bool Held(const core::Value& v, int id) const {
+    return v.kind == core::ValueKind::kInitializer && !v.consumers.empty() &&
+           plan_.parameter_on_stage(id, stage_);
+  }
+  // The parameters of this rank as the sharding rules take them (memory/parallel.h).
+  std::vector<memory::ParameterShare> Shares() const;
 
   const core::BoundGraph& b_;
   const core::Graph& g_;
@@ -142,13 +162,15 @@ class Accounting {
   const ops::ValueFacts& facts_;
   const StackProfile& stack_;
   const memory::WeightStorage& weights_;
+  const memory::ParallelPlan& plan_;
+  const int stage_;
 };
 
 void Accounting::Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cache) const {
   for (size_t i = 0; i < g_.values.size(); ++i) {
     const core::Value& v = g_.values[i];
-    if (v.kind != core::ValueKind::kInitializer || v.consumers.empty()) continue;
     const int id = static_cast<int>(i);
+    if (!Held(v, id)) continue;
     weights->Add(Eff(id));
     if (!facts_.trainable(id)) continue;
     params_only->Add(Eff(id));
@@ -161,7 +183,7 @@ uint64_t Accounting::LargestParameter() const {
   for (size_t i = 0; i < g_.values.size(); ++i) {
     const core::Value& v = g_.values[i];
     const int id = static_cast<int>(i);
-    if (facts_.trainable(id) && !v.consumers.empty()) largest = std::max(largest, Eff(id));
+    if (facts_.trainable(id) && Held(v, id)) largest = std::max(largest, Eff(id));
   }
   return largest;
 }
@@ -169,6 +191,25 @@ uint64_t Accounting::LargestParameter() const {
 uint64_t Accounting::Workspace(const GpuProfile& gpu, int count) const {
   if (!facts_.has_gemm() || !o_.library_workspaces) return 0;
   return SatMul(gpu.cublas_workspace.bytes, static_cast<uint64_t>(count));
+}
+
+std::vector<memory::ParameterShare> Accounting::Shares() const {
+  std::vector<memory::ParameterShare> out;
+  const std::vector<int>& units = plan_.unit_of_value();
+  const std::vector<int>& modules = plan_.module_of_value();
+  for (size_t i = 0; i < g_.values.size(); ++i) {
+    const core::Value& v = g_.values[i];
+    const int id = static_cast<int>(i);
+    if (!v.trainable || !Held(v, id)) continue;
+    memory::ParameterShare s;
+    s.elements = facts_.Share(id, b_.Numel(id).value_or(0));
+    s.bytes = Eff(id);
+    s.trainable = facts_.trainable(id);
+    s.unit = i < units.size() ? units[i] : -1;
+    s.module = i < modules.size() ? modules[i] : id;
+    out.push_back(s);
+  }
+  return out;
 }
 
 void Accounting::Finish(const Blocks& all, const GpuProfile& gpu, Estimate* e) const {
@@ -180,7 +221,7 @@ void Accounting::Finish(const Blocks& all, const GpuProfile& gpu, Estimate* e) c
   Breakdown& bd = e->breakdown;
   const uint64_t requested = SatAdd(
       SatAdd(SatAdd(bd.weights, bd.gradients), SatAdd(bd.optimizer_state, bd.saved_activations)),
-      bd.transient);
+      SatAdd(bd.transient, bd.collective_buffers));
   const uint64_t allocated =
       std::clamp(e->peak_allocated, requested, std::max(requested, e->peak_reserved));
   bd.allocator_overhead = allocated - requested;
@@ -200,9 +241,9 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
   state.Add(memory::SharedStateBytes(o_.optimizer));
   for (size_t i = 0; i < g_.values.size(); ++i) {
     const int id = static_cast<int>(i);
-    if (!facts_.trainable(id) || g_.values[i].consumers.empty()) continue;
-    for (uint64_t bytes :
-         memory::StateTensorBytes(o_.optimizer, b_.Numel(id).value_or(0), Eff(id))) {
+    if (!facts_.trainable(id) || !Held(g_.values[i], id)) continue;
+    for (uint64_t bytes : memory::StateTensorBytes(
+             o_.optimizer, facts_.Share(id, b_.Numel(id).value_or(0)), Eff(id))) {
       state.Add(bytes);
     }
   }
@@ -217,7 +258,9 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
     counted[static_cast<size_t>(id)] = true;
     saved.Add(Eff(id));
   };
-  for (int id : g_.data_inputs) save_value(id);
+  for (int id : g_.data_inputs) {
+    if (plan_.input_on_stage(id, stage_)) save_value(id);
+  }
   // Activation checkpointing: a checkpointed segment keeps only its inputs; what its nodes save
   // exists for one segment at a time, when backward recomputes it (with its outputs).
   const std::vector<core::CheckpointSegment> segs =
@@ -243,9 +286,10 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
   uint64_t tf = 0, tb = 0;
   std::string tb_node;
   for (const core::Node& n : g_.nodes) {
-    const ops::OpRule* rule = facts_.rule(static_cast<size_t>(&n - g_.nodes.data()));
-    std::set<int> saved_here;
     const size_t k = static_cast<size_t>(&n - g_.nodes.data());
+    if (!OnStage(k)) continue;
+    const ops::OpRule* rule = facts_.rule(k);
+    std::set<int> saved_here;
     const int seg = seg_of[k];
     Blocks& into = seg >= 0 ? seg_saved[static_cast<size_t>(seg)] : saved;
     for (const ops::SavedTensor& s : facts_.Saved(k)) {
@@ -301,8 +345,11 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
         seg_saved.begin(), seg_saved.end(),
         [](const Blocks& a, const Blocks& b) { return a.allocated < b.allocated; }));
   }
-  // Loss on the first graph output (options.h Loss).
-  if (!g_.outputs.empty()) {
+  // Loss on the first graph output (options.h Loss), on the stage that computes it.
+  const int first_out = g_.outputs.empty() ? -1 : g_.outputs.front();
+  const int out_producer = first_out < 0 ? -1 : g_.value(first_out).producer;
+  if (first_out >= 0 && (out_producer < 0 ? stage_ == plan_.stages() - 1
+                                          : OnStage(static_cast<size_t>(out_producer)))) {
     const int out = g_.outputs.front();
     const uint64_t logits = Eff(out);
     const auto& shape = b_.shapes[static_cast<size_t>(out)];
@@ -311,7 +358,7 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
     if (ce && shape && !shape->empty() && shape->back() > 0) {
       const uint64_t numel = b_.Numel(out).value_or(0);
       // Cross-entropy keeps fp32 log-probs and the targets (memory-model.md §3.2).
-      saved.Add(SatMul(numel, 4));                                         // fp32 log-probs
+      saved.Add(facts_.Share(out, SatMul(numel, 4)));  // fp32 log-probs (vocab-parallel: split)
       saved.Add(SatMul(numel / static_cast<uint64_t>(shape->back()), 8));  // int64 targets
     } else {
       saved.Add(logits);  // mse: the target
@@ -339,16 +386,65 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
   }
   const uint64_t ws = Workspace(gpu, 2);
 
+  // Many GPUs: the rank's model states and collective buffers (memory/parallel.h).
+  Blocks collective;  // gathered units: live in forward and backward
+  Blocks buckets;     // DDP's gradient buckets: allocated once, kept
+  Blocks step_only;   // ZeRO's fp32 gradient partition, made for the step
+  if (o_.parallel.enabled()) {
+    const memory::RankStates r = memory::ShardModelStates(Shares(), o_);
+    if (!r.unsharded) {
+      Blocks others;  // buffers and constants: never sharded
+      for (size_t i = 0; i < g_.values.size(); ++i) {
+        const core::Value& v = g_.values[i];
+        if (!v.trainable && Held(v, static_cast<int>(i))) others.Add(Eff(static_cast<int>(i)));
+      }
+      weights = others;
+      weights.Add(r.weights);
+      grads = Blocks();
+      grads.Add(r.gradients);
+      state = Blocks();
+      state.Add(r.optimizer_state);
+      cast_cache = Blocks();  // the model runs in its low dtype: no autocast copies
+      collective.Add(r.gathered);
+      step_only.Add(r.fp32_grad_buffer);
+      // DeepSpeed steps with a fused kernel on the flat partition; FSDP's foreach step makes
+      // shard-sized temporaries.
+      const bool zero = o_.parallel.sharding == Sharding::kZero1 ||
+                        o_.parallel.sharding == Sharding::kZero2 ||
+                        o_.parallel.sharding == Sharding::kZero3;
+      to = zero || o_.optimizer_impl == OptimizerImpl::kFused
+               ? 0
+               : SatMul(r.gradients, static_cast<uint64_t>((adam ? 1 : 0) + (l2 ? 1 : 0)));
+    }
+    // DDP's buckets: the first of 1 MiB, then bucket_cap_mb each (reducer.cpp).
+    const uint64_t cap = static_cast<uint64_t>(o_.parallel.bucket_cap_mb * 1048576.0);
+    uint64_t left = r.buckets;
+    for (uint64_t size = std::min<uint64_t>(left, 1 << 20); left > 0;
+         size = std::min(left, std::max<uint64_t>(cap, 1))) {
+      buckets.Add(size);
+      left -= size;
+    }
+    e.host_bytes = r.host;
+    e.breakdown.nccl_buffers = memory::NcclBufferBytes(plan_);
+  }
+  // 1F1B: the stage holds the saved activations of this many micro-batches at once.
+  Blocks saved_all;
+  for (int i = 0; i < plan_.in_flight(stage_); ++i) saved_all.Add(saved);
+
   Blocks fwdbwd = weights;
   fwdbwd.Add(cast_cache);
   fwdbwd.Add(state);
-  fwdbwd.Add(saved);
+  fwdbwd.Add(saved_all);
   fwdbwd.Add(grads);
   fwdbwd.Add(std::max(tf, tb));
   fwdbwd.Add(ws);
+  fwdbwd.Add(collective);
+  fwdbwd.Add(buckets);
   Blocks step = weights;
+  step.Add(buckets);
   step.Add(state);
   step.Add(grads);
+  step.Add(step_only);
   if (to) step.Add(to);
   step.Add(ws);
 
@@ -358,12 +454,15 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
   bd.optimizer_state = state.requested;
   if (fwdbwd.Reserved() >= step.Reserved()) {
     bd.weights = SatAdd(bd.weights, cast_cache.requested);
-    bd.saved_activations = saved.requested;
+    bd.saved_activations = saved_all.requested;
     bd.transient = SatAdd(std::max(tf, tb), ws);
+    bd.collective_buffers = SatAdd(collective.requested, buckets.requested);
     e.peak_phase = Phase::kBackward;
     e.peak_node = tb >= tf ? tb_node : "";
     Finish(fwdbwd, gpu, &e);
   } else {
+    bd.gradients = SatAdd(bd.gradients, step_only.requested);
+    bd.collective_buffers = buckets.requested;
     bd.transient = SatAdd(to, ws);
     e.peak_phase = Phase::kOptimizerStep;
     Finish(step, gpu, &e);

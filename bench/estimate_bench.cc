@@ -18,6 +18,7 @@
 #include <string>
 
 #include "datasets/zoo/chain.h"
+#include "datasets/zoo/families.h"
 #include "memest/memest.h"
 
 namespace {
@@ -33,14 +34,30 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-// The bytes of a model: a bundled file, or "chain100k" (generated once per process).
+// A GPT-style decoder of 70.3 B parameters: 80 layers, d_model 8192, 64 heads, FFN 36864,
+// vocabulary 32000, sequence 4096, untied head (datasets/zoo: weightless, concrete dims).
+std::string Gpt70b() {
+  memest::zoo::TransformerConfig c;
+  c.arch = "decoder";
+  c.layers = 80;
+  c.d_model = 8192;
+  c.heads = 64;
+  c.ffn = 36864;
+  c.seq = 4096;
+  c.vocab = 32000;
+  return memest::zoo::BuildTransformer(c, "gpt70b").model.SerializeAsString();
+}
+
+// The bytes of a model: a bundled file, or "chain100k" / "gpt70b" (generated once per process).
 const std::string& ModelBytes(const std::string& name) {
   static std::map<std::string, std::string>* cache = new std::map<std::string, std::string>();
   auto it = cache->find(name);
   if (it == cache->end()) {
     it =
         cache
-            ->emplace(name, name == "chain100k" ? memest::zoo::ChainModel(25000) : ReadFile(ModelPath(name)))
+            ->emplace(name, name == "chain100k" ? memest::zoo::ChainModel(25000)
+                            : name == "gpt70b"  ? Gpt70b()
+                                                : ReadFile(ModelPath(name)))
             .first;
   }
   return it->second;
@@ -123,6 +140,44 @@ void BM_MaxBatch(benchmark::State& state, const std::string& name,
   state.counters["max_batch"] = static_cast<double>(batch);
 }
 
+// One training step of a rank of a 1,024-GPU job: dp 16 x tp 8 x pp 8, ZeRO-1, sequence
+// parallel, bf16 autocast, 8 micro-batches of 1 sequence; the estimate holds the per-rank table
+// (8 stages). Compared in one run with the same graph on one GPU at batch 1.
+void BM_Parallel(benchmark::State& state, const std::string& name, int64_t world) {
+  auto model = LoadForBench(name);
+  auto est = memest::MakeEstimator("analytical");
+  if (model == nullptr || !est.ok()) {
+    state.SkipWithError("setup failed");
+    return;
+  }
+  memest::Options o;
+  o.precision = memest::Precision::kAmpBf16;
+  o.batch = world > 1 ? 8 : 1;
+  if (world > 1) {
+    o.micro_batches = 8;
+    o.parallel.world_size = world;
+    o.parallel.tp = 8;
+    o.parallel.pp = 8;
+    o.parallel.sharding = memest::Sharding::kZero1;
+    o.parallel.sequence_parallel = true;
+  }
+  size_t ranks = 0;
+  uint64_t peak = 0;
+  for (auto _ : state) {
+    auto e = (*est)->Run(*model, o);
+    if (!e.ok()) {
+      state.SkipWithError(e.status().ToString().c_str());
+      break;
+    }
+    ranks = e->ranks.size();
+    peak = e->peak_device;
+    benchmark::DoNotOptimize(e);
+  }
+  state.counters["rank_groups"] = static_cast<double>(ranks);
+  state.counters["peak_GiB"] = static_cast<double>(peak) / (1 << 30);
+  state.counters["parameters"] = static_cast<double>(model->summary().parameter_count);
+}
+
 using memest::Mode;
 const std::string kAnalytical = "analytical";
 const std::string kSymbolic = "symbolic";
@@ -154,5 +209,9 @@ BENCHMARK_CAPTURE(BM_Load, chain100k, std::string("chain100k"))->Unit(benchmark:
 BENCHMARK_CAPTURE(BM_Estimate, chain100k_train_analytical, std::string("chain100k"), Mode::kTrain, kAnalytical)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Estimate, chain100k_train_symbolic, std::string("chain100k"), Mode::kTrain, kSymbolic)->Unit(benchmark::kMillisecond);
 // clang-format on
+
+BENCHMARK_CAPTURE(BM_Load, gpt70b, std::string("gpt70b"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Parallel, gpt70b_one_gpu, std::string("gpt70b"), 1)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Parallel, gpt70b_world1024, std::string("gpt70b"), 1024)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

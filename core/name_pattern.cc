@@ -4,10 +4,10 @@
 namespace memest::core {
 
 Result<std::unique_ptr<NamePattern>> NamePattern::Compile(const std::string& expr,
-                                                          const char* option) {
+                                                          const char* option, bool with_match) {
   if (expr.empty()) return std::unique_ptr<NamePattern>();
   auto p = std::unique_ptr<NamePattern>(new NamePattern());
-  const int rc = regcomp(&p->re_, expr.c_str(), REG_EXTENDED | REG_NOSUB);
+  const int rc = regcomp(&p->re_, expr.c_str(), with_match ? REG_EXTENDED : REG_EXTENDED | REG_NOSUB);
   if (rc != 0) {
     char why[256];
     regerror(rc, &p->re_, why, sizeof(why));
@@ -15,11 +15,23 @@ Result<std::unique_ptr<NamePattern>> NamePattern::Compile(const std::string& exp
                            "' is not a valid POSIX extended regular expression: " + why);
   }
   p->compiled_ = true;
+  p->with_match_ = with_match;
   return p;
 }
 
 bool NamePattern::Search(const std::string& name) const {
   return regexec(&re_, name.c_str(), 0, nullptr, 0) == 0;
+}
+
+}  // namespace memest::core
+
+namespace memest::core {
+
+std::string NamePattern::MatchedText(const std::string& name) const {
+  if (!with_match_) return "";
+  regmatch_t m{};
+  if (regexec(&re_, name.c_str(), 1, &m, 0) != 0 || m.rm_so < 0 || m.rm_eo < m.rm_so) return "";
+  return name.substr(static_cast<size_t>(m.rm_so), static_cast<size_t>(m.rm_eo - m.rm_so));
 }
 
 }  // namespace memest::core

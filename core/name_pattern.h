@@ -21,8 +21,10 @@ namespace memest::core {
 class NamePattern {
  public:
   // The compiled `expr`, or nullptr when it is empty (no pattern). `option` names it in errors.
+  // `with_match`: keep match positions, so that MatchedText() can say what matched.
   [[nodiscard]] static Result<std::unique_ptr<NamePattern>> Compile(const std::string& expr,
-                                                                    const char* option);
+                                                                    const char* option,
+                                                                    bool with_match = false);
   ~NamePattern() {
     if (compiled_) regfree(&re_);
   }
@@ -31,11 +33,15 @@ class NamePattern {
 
   // Whether the expression matches somewhere in `name` (re.search).
   bool Search(const std::string& name) const;
+  // The leftmost-longest text the expression matches in `name`, or empty when it does not match
+  // (compiled with_match only; otherwise always empty).
+  std::string MatchedText(const std::string& name) const;
 
  private:
   NamePattern() = default;
   regex_t re_{};
   bool compiled_ = false;  // regfree only what regcomp built
+  bool with_match_ = false;
 };
 
 }  // namespace memest::core

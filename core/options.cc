@@ -49,6 +49,11 @@ constexpr std::pair<const char*, WeightDtype> kWeightDtypes[] = {
     {"auto", WeightDtype::kAuto}, {"fp16", WeightDtype::kFp16},
     {"bf16", WeightDtype::kBf16}, {"int8", WeightDtype::kInt8},
     {"nf4", WeightDtype::kNf4},   {"nf4-dq", WeightDtype::kNf4DoubleQuant}};
+constexpr std::pair<const char*, Sharding> kShardings[] = {
+    {"none", Sharding::kNone},          {"zero1", Sharding::kZero1},
+    {"zero2", Sharding::kZero2},        {"zero3", Sharding::kZero3},
+    {"fsdp-full", Sharding::kFsdpFull}, {"fsdp-grad-op", Sharding::kFsdpGradOp},
+    {"fsdp-hybrid", Sharding::kFsdpHybrid}, {"fsdp-no-shard", Sharding::kFsdpNoShard}};
 constexpr std::pair<const char*, FitOn> kFitOn[] = {{"point", FitOn::kPoint},
                                                     {"upper", FitOn::kUpper}};
 
@@ -90,7 +95,78 @@ Result<WeightDtype> ParseWeightDtype(std::string_view s) {
 }
 const char* ToString(WeightDtype w) { return NameOf(w, kWeightDtypes); }
 
+Result<Sharding> ParseSharding(std::string_view s) {
+  return ParseEnum(s, "sharding", kShardings);
+}
+const char* ToString(Sharding s) { return NameOf(s, kShardings); }
+
+namespace {
+
+// The degrees of Options::parallel (the graph-dependent checks -- tensor parallelism against the
+// head count and hidden sizes, pipeline stages against the layers -- are memory/parallel.cc's).
+Status ValidateParallelism(const Options& o) {
+  const Parallelism& p = o.parallel;
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  if (p.world_size < 1) return InvalidArgument("world size must be >= 1, got " + n(p.world_size));
+  if (p.tp < 1 || p.pp < 1 || p.dp < 0) {
+    return InvalidArgument("parallel degrees must be >= 1: dp=" + n(p.dp) + " tp=" + n(p.tp) +
+                           " pp=" + n(p.pp));
+  }
+  constexpr int64_t kMaxWorld = int64_t{1} << 20;
+  if (p.world_size > kMaxWorld || p.tp > kMaxWorld || p.pp > kMaxWorld || p.dp > kMaxWorld) {
+    return InvalidArgument("parallel degrees are limited to " + n(kMaxWorld) + " GPUs");
+  }
+  const int64_t dp = p.DataParallel();
+  if (dp < 1 || dp * p.tp * p.pp != p.world_size) {
+    return InvalidArgument("dp x tp x pp must equal the world size: " +
+                           (p.dp > 0 ? n(p.dp) : std::string("dp")) + " x " + n(p.tp) + " x " +
+                           n(p.pp) + " != " + n(p.world_size));
+  }
+  if (!p.enabled()) return Status::Ok();
+  if (o.mode != Mode::kTrain) {
+    return InvalidArgument("--world-size > 1 is modelled for training only");
+  }
+  const bool zero = p.sharding == Sharding::kZero1 || p.sharding == Sharding::kZero2 ||
+                    p.sharding == Sharding::kZero3;
+  if (p.sharding != Sharding::kNone && dp < 2) {
+    return InvalidArgument(std::string("sharding ") + ToString(p.sharding) +
+                           " needs a data-parallel degree >= 2, got dp=" + n(dp));
+  }
+  if (p.offload_params && p.sharding != Sharding::kZero3 && p.sharding != Sharding::kFsdpFull &&
+      p.sharding != Sharding::kFsdpGradOp && p.sharding != Sharding::kFsdpHybrid) {
+    return InvalidArgument("parameter offload needs --zero 3 or an FSDP sharding");
+  }
+  if (p.offload_optimizer && p.sharding == Sharding::kNone) {
+    return InvalidArgument("optimizer offload needs --zero 1/2/3 or --fsdp");
+  }
+  if (zero && (o.optimizer == Optimizer::kAdam8bit || o.optimizer == Optimizer::kAdamW8bit)) {
+    return InvalidArgument(std::string("ZeRO's partitioned optimizer wraps torch.optim's adam, ") +
+                           "adamw, sgd or momentum, not bitsandbytes' " + ToString(o.optimizer));
+  }
+  if (!std::isfinite(p.bucket_cap_mb) || p.bucket_cap_mb <= 0 || p.bucket_cap_mb > 1e6) {
+    return InvalidArgument("bucket_cap_mb must be in (0, 1e6]");
+  }
+  if (p.nccl_buffsize == 0 || p.nccl_buffsize > (uint64_t{1} << 34) || p.nccl_channels < 1 ||
+      p.nccl_channels > 64) {
+    return InvalidArgument("NCCL buffsize must be in (0, 16 GiB] and channels in [1, 64]");
+  }
+  if (p.gpus_per_node < 1) return InvalidArgument("gpus per node must be >= 1");
+  if (p.zero_sub_group_size == 0) return InvalidArgument("ZeRO sub_group_size must be >= 1");
+  if (p.fsdp_unit.size() > 256) return InvalidArgument("fsdp_unit: expression over 256 characters");
+  if (!p.fsdp_unit.empty()) {
+    MEMEST_RETURN_IF_ERROR(core::NamePattern::Compile(p.fsdp_unit, "fsdp_unit").status());
+  }
+  if (o.micro_batches < p.pp && p.pp > 1) {
+    return InvalidArgument("a pipeline of " + n(p.pp) + " stages needs at least " + n(p.pp) +
+                           " micro-batches (--micro-batches), got " + n(o.micro_batches));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Validate(const Options& o) {
+  MEMEST_RETURN_IF_ERROR(ValidateParallelism(o));
   if (o.batch && *o.batch < 1) {
     return InvalidArgument("batch must be >= 1, got " + std::to_string(*o.batch));
   }
@@ -167,6 +243,12 @@ Status Validate(const Options& o) {
 
 std::vector<OptionDoc> DescribeOptions() {
   const Options d;
+  auto fmt_double = [](double v) {
+    std::string s = std::to_string(v);
+    while (!s.empty() && s.back() == '0') s.pop_back();
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    return s;
+  };
   auto opt_int = [](const std::optional<int64_t>& v) {
     return v ? std::to_string(*v) : std::string("(unset: the model's batch dim must be bound)");
   };
@@ -208,6 +290,22 @@ std::vector<OptionDoc> DescribeOptions() {
        "auto | fp16 | bf16 | int8 | nf4 | nf4-dq: storage of the parameters that do not train"},
       {"allow_unknown_shapes", d.allow_unknown_shapes ? "true" : "false",
        "estimate even when some tensor's shape cannot be inferred (default: refuse)"},
+      {"world_size", std::to_string(d.parallel.world_size),
+       "GPUs of the job (= dp x tp x pp); the estimate is the worst rank's"},
+      {"dp / tp / pp", "world_size / 1 / 1",
+       "data-, tensor- (Megatron column/row) and pipeline- (1F1B) parallel degrees"},
+      {"sharding", ToString(d.parallel.sharding),
+       "none (DDP) | zero1 | zero2 | zero3 | fsdp-full | fsdp-grad-op | fsdp-hybrid | "
+       "fsdp-no-shard"},
+      {"sequence_parallel", d.parallel.sequence_parallel ? "true" : "false",
+       "Megatron sequence parallelism (with tp > 1)"},
+      {"offload_optimizer / offload_params", "false / false",
+       "optimizer state (and master weights) / parameters kept in host memory"},
+      {"bucket_cap_mb", fmt_double(d.parallel.bucket_cap_mb),
+       "DDP gradient bucket size; gradient_as_bucket_view false by default"},
+      {"nccl_buffsize x channels", std::to_string(d.parallel.nccl_buffsize) + " x " +
+       std::to_string(d.parallel.nccl_channels),
+       "NCCL buffers per communicator: channels x 3 connections x (buffsize + LL128 + LL)"},
   };
 }
 

@@ -36,6 +36,7 @@ class Learned final : public Estimator {
     s.trainable_set = false;
     // Nor were its training runs quantized or 8-bit: it would correct what it never saw.
     s.low_bit_storage = false;
+    s.parallelism = false;  // trained on single-GPU runs
     return s;
   }
 

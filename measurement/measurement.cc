@@ -29,6 +29,7 @@ class MeasurementEstimator final : public Estimator {
     s.attention = false;
     s.trainable_set = false;    // the harness trains every float parameter (measurement/plan.cc)
     s.low_bit_storage = false;  // LibTorch has no bitsandbytes kernels
+    s.parallelism = false;      // one process, one device
     return s;
   }
 

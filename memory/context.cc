@@ -6,6 +6,7 @@
 #include <exception>
 #include <map>
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,6 +53,9 @@ std::string FirstUnmodelledOption(const Options& o, const OptionSupport& support
   if (train && !support.low_bit_storage && IsEightBit(o.optimizer)) {
     return std::string("optimizer ") + ToString(o.optimizer);
   }
+  if (o.parallel.enabled() && !support.parallelism) {
+    return "world_size " + std::to_string(o.parallel.world_size);
+  }
   if (!support.allocator_settings) {
     const AllocatorSettings defaults;
     if (o.allocator.expandable_segments != defaults.expandable_segments) {
@@ -68,11 +72,77 @@ std::string FirstUnmodelledOption(const Options& o, const OptionSupport& support
   return "";
 }
 
+// What a many-GPU estimate rests on: the degrees, the blocks the pipeline was cut at, the worst
+// rank group, and the NCCL rule (memory/parallel.h).
+void AddParallelDiagnostics(const EstimationContext& ctx, Estimate* e) {
+  const ParallelPlan& plan = ctx.parallel();
+  const Parallelism& p = ctx.options().parallel;
+  std::string what = "world size " + std::to_string(p.world_size) + " = dp " +
+                     std::to_string(p.DataParallel()) + " x tp " + std::to_string(p.tp) +
+                     " x pp " + std::to_string(p.pp) + ", sharding " + ToString(p.sharding) +
+                     (p.sequence_parallel ? ", sequence parallel" : "");
+  if (plan.layers() > 0) {
+    what += "; " + std::to_string(plan.layers()) + " blocks ('" + plan.layer_pattern() + "')";
+  }
+  const auto worst = std::max_element(
+      e->ranks.begin(), e->ranks.end(),
+      [](const RankPeak& a, const RankPeak& b) { return a.peak_device < b.peak_device; });
+  if (worst != e->ranks.end()) {
+    what += "; the worst ranks are " + std::to_string(worst->first_rank) + "-" +
+            std::to_string(worst->last_rank) + " (stage " + std::to_string(worst->stage) + ")";
+  }
+  e->diagnostics.push_back({Severity::kInfo, "parallel", what, "", ""});
+  if (e->breakdown.nccl_buffers > 0) {
+    e->diagnostics.push_back(
+        {Severity::kInfo, "nccl_buffers",
+         std::to_string(plan.communicators()) + " NCCL communicator(s) x " +
+             std::to_string(p.nccl_channels) +
+             " channel(s) x 3 connections x (NCCL_BUFFSIZE " + std::to_string(p.nccl_buffsize) +
+             " + LL128 + LL buffers, in 2 MiB): a rule from NCCL's source, not measured by "
+             "memest (--nccl-channels, --nccl-buffsize)",
+         "", ""});
+  }
+}
+
+// One GPU: the backend's estimate. Many: the backend's estimate of every pipeline stage, the
+// worst one returned with the table of all (Estimate::ranks).
+Result<Estimate> EstimateEveryStage(const Estimator& backend, EstimationContext* ctx) {
+  const ParallelPlan& plan = ctx->parallel();
+  if (!ctx->options().parallel.enabled()) return backend.EstimateIn(*ctx);
+  std::vector<RankPeak> ranks;
+  std::optional<Estimate> worst;
+  for (int s = 0; s < plan.stages(); ++s) {
+    ctx->set_stage(s);
+    MEMEST_ASSIGN_OR_RETURN(Estimate e, backend.EstimateIn(*ctx));
+    RankPeak r;
+    r.first_rank = plan.first_rank(s);
+    r.last_rank = plan.last_rank(s);
+    r.stage = s;
+    r.layers = plan.layers_on_stage(s);
+    r.in_flight = plan.in_flight(s);
+    r.peak_device = e.peak_device;
+    r.breakdown = e.breakdown;
+    r.peak_phase = e.peak_phase;
+    r.peak_node = e.peak_node;
+    r.host_bytes = e.host_bytes;
+    if (plan.stages() > 1) {
+      r.note = s == 0 ? "first stage: inputs, embedding"
+                      : s + 1 == plan.stages() ? "last stage: head, loss" : "";
+    }
+    ranks.push_back(std::move(r));
+    if (!worst || e.peak_device > worst->peak_device) worst = std::move(e);
+  }
+  ctx->set_stage(0);
+  worst->ranks = std::move(ranks);
+  AddParallelDiagnostics(*ctx, &*worst);
+  return std::move(*worst);
+}
+
 Result<Estimate> RunInContext(const Estimator& backend, const Model& model,
                               const Options& options) {
   MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<EstimationContext> ctx,
                           EstimationContext::Make(model, options));
-  MEMEST_ASSIGN_OR_RETURN(Estimate e, backend.EstimateIn(*ctx));
+  MEMEST_ASSIGN_OR_RETURN(Estimate e, EstimateEveryStage(backend, ctx.get()));
   // A backend's sums of multiples of bounded tensors (core/bind.h) stay below 2^60; beyond it a
   // result could rest on wrapped 64-bit arithmetic, so it is refused, never printed.
   constexpr uint64_t kMaxLevel = uint64_t{1} << 60;
@@ -125,7 +195,8 @@ void AddAttentionDiagnostics(const EstimationContext& ctx, Estimate* e) {
 
 EstimationContext::EstimationContext(const Model& model, const Options& options, GpuProfile gpu,
                                      StackProfile stack, TrainableSet trainable,
-                                     core::BoundGraph bound, WeightStorage weights)
+                                     core::BoundGraph bound, WeightStorage weights,
+                                     ParallelPlan plan)
     : model_(model),
       options_(options),
       gpu_(std::move(gpu)),
@@ -133,8 +204,9 @@ EstimationContext::EstimationContext(const Model& model, const Options& options,
       trainable_(std::move(trainable)),
       bound_(std::move(bound)),
       weights_(std::move(weights)),
+      plan_(std::move(plan)),
       facts_(bound_, options.precision, KernelChoices(options, gpu_), trainable_.trainable,
-             weights_.stored_bytes()) {}
+             weights_.stored_bytes(), plan_.shard_divisor()) {}
 
 Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& model,
                                                                    const Options& options) {
@@ -148,9 +220,10 @@ Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& 
   MEMEST_ASSIGN_OR_RETURN(TrainableSet trainable, SelectTrainable(model.graph(), options));
   MEMEST_ASSIGN_OR_RETURN(core::BoundGraph bound, core::Bind(model.graph(), options));
   MEMEST_ASSIGN_OR_RETURN(WeightStorage weights, WeightStorage::Make(bound, trainable, options));
-  return std::unique_ptr<EstimationContext>(
-      new EstimationContext(model, options, std::move(gpu), std::move(stack), std::move(trainable),
-                            std::move(bound), std::move(weights)));
+  MEMEST_ASSIGN_OR_RETURN(ParallelPlan plan, ParallelPlan::Make(bound, options));
+  return std::unique_ptr<EstimationContext>(new EstimationContext(
+      model, options, std::move(gpu), std::move(stack), std::move(trainable), std::move(bound),
+      std::move(weights), std::move(plan)));
 }
 
 void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {

@@ -28,6 +28,7 @@
 #include "memest/options.h"
 #include "memest/stack.h"
 #include "memest/status.h"
+#include "memory/parallel.h"
 #include "memory/trainable.h"
 #include "memory/weight_storage.h"
 #include "ops/value_facts.h"
@@ -55,10 +56,16 @@ class EstimationContext {
   const WeightStorage& weights() const { return weights_; }
   const core::BoundGraph& bound() const { return bound_; }
   const ops::ValueFacts& facts() const { return facts_; }
+  // Many GPUs (options.parallel): the plan, and the pipeline stage the backend estimates now
+  // (0 on one GPU). Run() estimates every stage in turn (set_stage) and keeps the worst.
+  const ParallelPlan& parallel() const { return plan_; }
+  int stage() const { return stage_; }
+  void set_stage(int stage) { stage_ = stage; }
 
  private:
   EstimationContext(const Model& model, const Options& options, GpuProfile gpu, StackProfile stack,
-                    TrainableSet trainable, core::BoundGraph bound, WeightStorage weights);
+                    TrainableSet trainable, core::BoundGraph bound, WeightStorage weights,
+                    ParallelPlan plan);
 
   const Model& model_;
   const Options options_;
@@ -67,7 +74,9 @@ class EstimationContext {
   const TrainableSet trainable_;
   const core::BoundGraph bound_;
   const WeightStorage weights_;
+  const ParallelPlan plan_;
   const ops::ValueFacts facts_;
+  int stage_ = 0;
 };
 
 // The diagnostics of step 5 above, for an estimate made in `ctx`.

@@ -64,8 +64,12 @@ std::optional<Strides> ViewStrides(const std::vector<int64_t>& from, const Strid
 
 ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
                        const FusionChoices& fusion, std::vector<bool> trainable,
-                       const std::vector<uint64_t>& stored_bytes)
-    : graph_(graph), precision_(precision), trainable_(std::move(trainable)) {
+                       const std::vector<uint64_t>& stored_bytes,
+                       std::vector<uint32_t> shard_divisor)
+    : graph_(graph),
+      precision_(precision),
+      trainable_(std::move(trainable)),
+      shard_(std::move(shard_divisor)) {
   const core::Graph& g = *graph.graph;
   const size_t nv = g.values.size();
   rules_.reserve(g.nodes.size());
@@ -226,6 +230,9 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
   for (size_t i = 0; i < nv && i < stored_bytes.size(); ++i) {
     if (stored_bytes[i] > 0) bytes_[i] = stored_bytes[i];
   }
+  for (size_t i = 0; i < nv && i < shard_.size(); ++i) {
+    bytes_[i] = Share(static_cast<int>(i), bytes_[i]);
+  }
   // What a fused kernel never materialises, and dropout(p=0)'s absent mask (ops/fusion.h).
   for (size_t i = 0; i < nv; ++i) {
     if (fusion_->interior(static_cast<int>(i))) bytes_[i] = 0;
@@ -240,11 +247,22 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
 
 std::vector<SavedTensor> ValueFacts::Saved(size_t k) const {
   const core::Node& n = graph_.graph->nodes[k];
+  // Tensors a rule sizes itself (statistics, masks, logsumexp) are split over the
+  // tensor-parallel ranks as the node's output is.
+  const int out0 = n.outputs.empty() ? -1 : n.outputs[0];
+  auto share_unnamed = [&](std::vector<SavedTensor> list) {
+    if (shard(out0) > 1) {
+      for (SavedTensor& s : list) {
+        if (s.value < 0) s.bytes = Share(out0, s.bytes);
+      }
+    }
+    return list;
+  };
   if (const FusedChain* c = fusion_->chain_of(k)) {  // the chain's last node saves its list
-    return k == c->nodes.back() ? c->saved : std::vector<SavedTensor>{};
+    return k == c->nodes.back() ? share_unnamed(c->saved) : std::vector<SavedTensor>{};
   }
   if (fusion_->identity_dropout(k)) return {};
-  std::vector<SavedTensor> saved = SavedTensors(n, graph_, requires_grad_);
+  std::vector<SavedTensor> saved = share_unnamed(SavedTensors(n, graph_, requires_grad_));
   if (n.op_type != "MatMul" || !n.domain.empty()) return saved;
   for (SavedTensor& s : saved) {
     if (s.value < 0 || contiguous(s.value)) continue;
@@ -264,7 +282,7 @@ uint64_t ValueFacts::amp_cast_bytes(int id) const {
   if (!trainable(id) || v.dtype != core::kFloat) return 0;
   for (int c : v.consumers) {
     const OpRule* r = rules_[static_cast<size_t>(c)];
-    if (r && r->amp == AmpPolicy::kLowerPrecision) return graph_.Bytes(id) / 2;
+    if (r && r->amp == AmpPolicy::kLowerPrecision) return Share(id, graph_.Bytes(id) / 2);
   }
   return 0;
 }

@@ -40,8 +40,11 @@ class ValueFacts {
   // `trainable`: the parameters that require grad, per value id (frozen ones do not); empty:
   // the loader's Value::trainable. `stored_bytes`: per value id, the bytes of an initializer
   // stored other than its dtype says (memory/weight_storage.h), 0 or empty: as its dtype says.
+  // `shard_divisor`: per value id, the number of tensor-parallel ranks the value is split over
+  // (memory/parallel.h); every byte count below is one rank's share, ceil(bytes / divisor).
   ValueFacts(const core::BoundGraph& graph, Precision precision, const FusionChoices& fusion = {},
-             std::vector<bool> trainable = {}, const std::vector<uint64_t>& stored_bytes = {});
+             std::vector<bool> trainable = {}, const std::vector<uint64_t>& stored_bytes = {},
+             std::vector<uint32_t> shard_divisor = {});
 
   const std::vector<bool>& requires_grad() const { return requires_grad_; }
   // A parameter that gets a gradient and optimizer state (Options::trainable / freeze).
@@ -50,6 +53,15 @@ class ValueFacts {
   bool low(int id) const { return id >= 0 && low_[static_cast<size_t>(id)]; }
   int root(int id) const { return id < 0 ? id : root_[static_cast<size_t>(id)]; }
   uint64_t bytes(int id) const { return id < 0 ? 0 : bytes_[static_cast<size_t>(id)]; }
+  // The tensor-parallel ranks value `id` is split over (1 when it is whole on every rank).
+  uint32_t shard(int id) const {
+    return id < 0 || static_cast<size_t>(id) >= shard_.size() ? 1 : shard_[static_cast<size_t>(id)];
+  }
+  // One rank's share of `bytes` of value `id`.
+  uint64_t Share(int id, uint64_t bytes) const {
+    const uint64_t d = shard(id);
+    return bytes / d + (bytes % d != 0);
+  }
   // Op types whose outputs had to be sized by the fallback.
   const std::set<std::string>& fallback_ops() const { return fallback_ops_; }
   // The rule of node `n` (cached lookup), or nullptr.
@@ -81,6 +93,7 @@ class ValueFacts {
   std::vector<bool> contiguous_;
   std::vector<bool> is_view_;
   std::vector<uint64_t> bytes_;
+  std::vector<uint32_t> shard_;
   std::set<std::string> fallback_ops_;
   std::unique_ptr<Fusion> fusion_;
   bool has_gemm_ = false;

@@ -51,6 +51,7 @@
 #include "symbolic/symbolic.h"
 #include "symbolic/timeline_writer.h"
 #include "tools/calibrate_command.h"
+#include "tools/parallel_flags.h"
 #include "tools/report.h"
 
 #ifndef MEMEST_VERSION
@@ -341,6 +342,7 @@ struct Flags {
   std::string timeline_path;
   bool quiet = false;
   bool verbose = false;
+  ParallelFlags parallel;
 
   CLI::Option* batch_opt = nullptr;
   CLI::Option* micro_batches_opt = nullptr;
@@ -691,6 +693,7 @@ Result<Options> BuildOptions(const Flags& f) {
   }
   options.allocator.expandable_segments = f.expandable;
   options.allow_unknown_shapes = f.allow_unknown_shapes;
+  MEMEST_RETURN_IF_ERROR(ApplyParallelFlags(f.parallel, &options));
   MEMEST_RETURN_IF_ERROR(Validate(options));
   return options;
 }
@@ -1150,6 +1153,7 @@ int EstimateAndReport(const Flags& f, const Plan& plan, const Model& model, Form
   report.backend_request = plan.backend_request;
   report.results = results;
   report.max_batch_mode = !searched.empty();
+  report.per_rank = f.parallel.per_rank;
   if (!searched.empty()) report.max_dim = searched;
   report.max_batch_limit = limit;
   // A table of nothing but failures helps nobody; programs still get their document.
@@ -1178,6 +1182,10 @@ int RunCli(int argc, char** argv) {
       "model, and whether it fits a GPU."};
   app.name("memest");
   AddEstimationFlags(app, f, help);
+  AddParallelFlags(app, f.parallel,
+                   [&help](std::string text, std::initializer_list<const char*> keys) {
+                     return help.With(std::move(text), keys);
+                   });
   AddOutputFlags(app, f);
   app.footer(help.Footer());
   if (std::optional<int> code = ParseCommandLine(app, argc, argv)) return *code;

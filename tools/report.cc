@@ -47,7 +47,14 @@ constexpr Component kComponents[] = {
     {"CUDA context", "cuda_context", &Breakdown::cuda_context},
     {"library memory", "library_memory", &Breakdown::library_memory},
     {"unaccounted", "unaccounted", &Breakdown::unaccounted},
+    {"collective buffers", "collective_buffers", &Breakdown::collective_buffers},
+    {"NCCL buffers", "nccl_buffers", &Breakdown::nccl_buffers},
 };
+
+// The many-GPU components: shown in text and markdown only when the job has more than one GPU.
+bool IsParallelComponent(const Component& c) {
+  return c.field == &Breakdown::collective_buffers || c.field == &Breakdown::nccl_buffers;
+}
 
 // The per-category maxima over the step (Estimate::largest), in display order.
 struct LargestComponent {
@@ -183,6 +190,17 @@ std::string AllocatorText(const Options& o, const GpuProfile& gpu) {
   return s;
 }
 
+// "64 GPUs = dp 16 x tp 4 x pp 1, zero2, sequence parallel"
+std::string ParallelText(const Parallelism& p) {
+  std::string out = fmt::format("{} GPUs = dp {} x tp {} x pp {}", p.world_size, p.DataParallel(),
+                                p.tp, p.pp);
+  if (p.sharding != Sharding::kNone) out += fmt::format(", {}", ToString(p.sharding));
+  if (p.sequence_parallel) out += ", sequence parallel";
+  if (p.offload_optimizer) out += ", optimizer offloaded";
+  if (p.offload_params) out += ", parameters offloaded";
+  return out;
+}
+
 std::string SetupText(const Report& r) {
   const Options& o = r.options;
   std::vector<std::string> parts = {ToString(o.mode), BatchText(r)};
@@ -198,6 +216,7 @@ std::string SetupText(const Report& r) {
   }
   parts.push_back(ToString(o.precision));
   if (o.mode == Mode::kTrain) parts.push_back(std::string("loss ") + ToString(o.loss));
+  if (o.parallel.enabled()) parts.push_back(ParallelText(o.parallel));
   parts.push_back(AllocatorText(o, r.gpu));
   parts.push_back((r.results.size() == 1 ? "backend " : "backends ") + r.backend_request);
   return fmt::format("{}", fmt::join(parts, " | "));
@@ -405,6 +424,7 @@ Grid BuildGrid(const Report& r) {
     });
   }
   for (const Component& c : kComponents) {
+    if (IsParallelComponent(c) && !r.options.parallel.enabled()) continue;
     add(c.label, [&](const BackendResult& res) {
       return bytes_cells(res.estimate.breakdown.*c.field, res.estimate.peak_device);
     });
@@ -511,6 +531,27 @@ std::string LargestText(const BackendResult& res, bool markdown) {
   return markdown ? RenderMarkdown(g) : RenderText(g);
 }
 
+// --per-rank: one row per group of ranks holding the same memory (Estimate::ranks).
+Grid RankGrid(const Estimate& e) {
+  Grid g;
+  g.header = {"ranks",     "stage",     "blocks",     "in flight", "weights", "gradients",
+              "optimizer", "activations", "collective", "NCCL",      "host",    "device peak",
+              "note"};
+  g.align = {Align::kLeft,  Align::kRight, Align::kRight, Align::kRight, Align::kRight,
+             Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
+             Align::kRight, Align::kRight, Align::kLeft};
+  for (const RankPeak& rk : e.ranks) {
+    const Breakdown& b = rk.breakdown;
+    g.rows.push_back({fmt::format("{}-{}", rk.first_rank, rk.last_rank), std::to_string(rk.stage),
+                      std::to_string(rk.layers), std::to_string(rk.in_flight),
+                      FormatBytes(b.weights), FormatBytes(b.gradients),
+                      FormatBytes(b.optimizer_state), FormatBytes(b.saved_activations),
+                      FormatBytes(b.collective_buffers), FormatBytes(b.nccl_buffers),
+                      FormatBytes(rk.host_bytes), FormatBytes(rk.peak_device), rk.note});
+  }
+  return g;
+}
+
 std::string RenderReportTable(const Report& r, bool markdown) {
   std::string out;
   if (markdown) {
@@ -537,6 +578,14 @@ std::string RenderReportTable(const Report& r, bool markdown) {
   if (r.timeline) out += bullet + TimelineSentence(r) + '\n';
   for (const auto& res : r.results) {
     if (res.status.ok() && res.estimate.largest) out += '\n' + LargestText(res, markdown);
+  }
+  if (r.per_rank) {
+    for (const auto& res : r.results) {
+      if (res.status.ok() && !res.estimate.ranks.empty()) {
+        const Grid g = RankGrid(res.estimate);
+        out += '\n' + (markdown ? RenderMarkdown(g) : RenderText(g));
+      }
+    }
   }
   return out;
 }
@@ -620,6 +669,23 @@ Json OptionsJson(const Options& o) {
               {"margin_bytes", o.fit.margin_bytes}}},
             {"allocator", alloc}};
   if (o.batch) j["batch"] = *o.batch;
+  if (o.parallel.enabled()) {
+    const Parallelism& p = o.parallel;
+    j["parallel"] = {{"world_size", p.world_size},
+                     {"dp", p.DataParallel()},
+                     {"tp", p.tp},
+                     {"pp", p.pp},
+                     {"sharding", ToString(p.sharding)},
+                     {"sequence_parallel", p.sequence_parallel},
+                     {"fsdp_unit", p.fsdp_unit},
+                     {"offload_optimizer", p.offload_optimizer},
+                     {"offload_params", p.offload_params},
+                     {"bucket_cap_mb", p.bucket_cap_mb},
+                     {"gradient_as_bucket_view", p.gradient_as_bucket_view},
+                     {"nccl_buffsize", p.nccl_buffsize},
+                     {"nccl_channels", p.nccl_channels},
+                     {"gpus_per_node", p.gpus_per_node}};
+  }
   return j;
 }
 
@@ -684,6 +750,26 @@ Json ResultJson(const BackendResult& res, bool max_batch_mode, const std::string
     j["max_batch"] = {{"dim", max_dim},
                       {"batch", res.max_batch.value_or(0)},
                       {"evaluations", res.max_batch_evaluations}};
+  }
+  if (!e.ranks.empty()) {
+    Json ranks = Json::array();
+    for (const RankPeak& rk : e.ranks) {
+      Json b = Json::object();
+      for (const Component& c : kComponents) b[c.key] = rk.breakdown.*c.field;
+      ranks.push_back({{"first_rank", rk.first_rank},
+                       {"last_rank", rk.last_rank},
+                       {"stage", rk.stage},
+                       {"blocks", rk.layers},
+                       {"in_flight", rk.in_flight},
+                       {"peak_device", rk.peak_device},
+                       {"breakdown", b},
+                       {"peak_phase", ToString(rk.peak_phase)},
+                       {"peak_node", rk.peak_node},
+                       {"host_bytes", rk.host_bytes},
+                       {"note", rk.note}});
+    }
+    j["ranks"] = ranks;
+    j["host_bytes"] = e.host_bytes;
   }
   j["diagnostics"] = DiagnosticsJson(e.diagnostics);
   return j;
@@ -752,7 +838,8 @@ std::string CsvLine(const std::vector<std::string>& fields) {
 // CSV columns are only ever appended: a breakdown component added after the first release is
 // written after the last older column, not in display order.
 bool IsAppendedCsvColumn(const Component& c) {
-  return c.field == &Breakdown::cached_free || c.field == &Breakdown::library_memory;
+  return c.field == &Breakdown::cached_free || c.field == &Breakdown::library_memory ||
+         IsParallelComponent(c);
 }
 
 std::string RenderReportCsv(const Report& r) {
@@ -765,7 +852,8 @@ std::string RenderReportCsv(const Report& r) {
   }
   header.insert(header.end(), {"peak_phase", "peak_node", "device_low", "device_high", "fits",
                                "headroom", "max_batch", "diagnostics", "cached_free",
-                               "library_memory", "stack", "fit_on", "judged_peak"});
+                               "library_memory", "stack", "fit_on", "judged_peak",
+                               "collective_buffers", "nccl_buffers"});
   std::string out = CsvLine(header);
   const Options& o = r.options;
   std::vector<std::string> dims;
@@ -807,6 +895,8 @@ std::string RenderReportCsv(const Report& r) {
     row.push_back(r.stack.name);
     row.push_back(ToString(o.fit.on));
     row.push_back(num(res.fit.judged));
+    row.push_back(num(e.breakdown.collective_buffers));
+    row.push_back(num(e.breakdown.nccl_buffers));
     out += CsvLine(row);
   }
   return out;

@@ -88,6 +88,7 @@ struct Report {
   std::string max_dim = "batch";
   int64_t max_batch_limit = 0;  // the search limit passed to FindMaxBatch (--max-batch only)
   std::optional<TimelineInfo> timeline;  // --timeline only
+  bool per_rank = false;                 // --per-rank: the table of Estimate::ranks
 };
 
 // Renders a Report in `format`. The text always ends with a newline. Table and

@@ -32,6 +32,12 @@ struct Breakdown {
   uint64_t library_memory = 0;      // cuBLAS/cuDNN handles and lazily loaded kernels, outside the
                                     // caching allocator (from the stack profile)
   uint64_t unaccounted = 0;  // measured but not explained (measurement backend); 0 for models
+  // Many GPUs (Options::parallel): the buffers collectives work in, inside the caching allocator
+  // (DDP gradient buckets, parameters ZeRO-3/FSDP gathered for the units in flight and their
+  // unsharded gradients before the reduce-scatter); and NCCL's own buffers, which NCCL allocates
+  // outside the caching allocator (per communicator, memory/parallel.h). 0 on one GPU.
+  uint64_t collective_buffers = 0;
+  uint64_t nccl_buffers = 0;
 
   // Saturating sum of all fields.
   uint64_t Total() const;
@@ -64,6 +70,22 @@ struct Diagnostic {
   std::string op_type;  // op type, when about a node
 };
 
+// Many GPUs (Options::parallel): one group of ranks that hold the same memory -- the ranks of
+// one pipeline stage (tensor- and data-parallel ranks of a stage are alike).
+struct RankPeak {
+  int64_t first_rank = 0;  // ranks first_rank..last_rank (Megatron order, memest/options.h)
+  int64_t last_rank = 0;
+  int stage = 0;            // pipeline stage, 0-based
+  int layers = 0;           // the graph's repeated blocks on this stage
+  int in_flight = 1;        // micro-batches whose activations the stage holds (1F1B)
+  uint64_t peak_device = 0;
+  Breakdown breakdown;
+  Phase peak_phase = Phase::kUnknown;
+  std::string peak_node;
+  uint64_t host_bytes = 0;  // offloaded to host memory (optimizer state, parameters)
+  std::string note;         // what sets these ranks apart ("first stage: embedding", ...)
+};
+
 struct Estimate {
   std::string backend;
   uint64_t peak_allocated = 0;
@@ -79,6 +101,10 @@ struct Estimate {
   std::optional<uint64_t> device_low;
   std::optional<uint64_t> device_high;
   std::vector<Diagnostic> diagnostics;
+  // Many GPUs: every group of ranks, by stage; the fields above are the worst group's (the one
+  // with the largest peak_device). Empty on one GPU.
+  std::vector<RankPeak> ranks;
+  uint64_t host_bytes = 0;  // the worst rank's bytes offloaded to host memory
 };
 
 }  // namespace memest

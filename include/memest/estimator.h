@@ -38,6 +38,8 @@ struct OptionSupport {
   bool trainable_set = true;        // Options::trainable / freeze set (training)
   // Options::weight_dtype other than auto, or a bitsandbytes 8-bit optimizer (training).
   bool low_bit_storage = true;
+  // Options::parallel with a world size > 1 (many GPUs, per-rank estimates).
+  bool parallelism = true;
 };
 
 class Estimator {

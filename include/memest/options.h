@@ -71,6 +71,63 @@ struct AllocatorSettings {
   uint32_t roundup_power2_divisions = 0;   // roundup_power2_divisions (0 = off)
 };
 
+// How data-parallel replicas hold the model states (memory/parallel.h, docs/memory-model.md §9).
+// kNone: DDP (every replica holds everything; gradients reduced through buckets).
+// kZero1/2/3: DeepSpeed ZeRO stages (optimizer state; + gradients; + parameters partitioned over
+// the data-parallel ranks), DeepSpeed's mixed-precision layout. kFsdpFull / kFsdpGradOp /
+// kFsdpHybrid / kFsdpNoShard: PyTorch FSDP2's fully_shard with reshard_after_forward True /
+// False, sharded within a node and replicated across nodes, or not sharded.
+enum class Sharding {
+  kNone,
+  kZero1,
+  kZero2,
+  kZero3,
+  kFsdpFull,
+  kFsdpGradOp,
+  kFsdpHybrid,
+  kFsdpNoShard
+};
+
+// Many GPUs: the ranks of one job and how the model is split over them (memory/parallel.h).
+// Ranks are numbered as Megatron-LM does: tensor-parallel fastest, then data-parallel, then the
+// pipeline stage (rank = stage * dp * tp + dp_rank * tp + tp_rank). `Options::batch` is the batch
+// of one data-parallel replica (per GPU), and `Options::micro_batches` splits it into the
+// pipeline's micro-batches. An estimate under parallelism is the worst rank's; Estimate::ranks
+// lists every group of ranks that holds the same memory.
+struct Parallelism {
+  int64_t world_size = 1;  // product of the degrees below
+  int64_t dp = 0;          // data-parallel degree; 0: world_size / (tp * pp)
+  int64_t tp = 1;          // tensor-parallel degree (Megatron column/row splits)
+  int64_t pp = 1;          // pipeline stages (1F1B schedule)
+  Sharding sharding = Sharding::kNone;
+  // Megatron sequence parallelism: the activations outside the tensor-parallel regions
+  // (LayerNorm, dropout, residual) are split over the tp ranks along the sequence too.
+  bool sequence_parallel = false;
+  // FSDP wrap unit: POSIX extended regular expression; the text it matches in a parameter's name
+  // names the unit (e.g. "layers\.[0-9]+"). Empty: the graph's repeated blocks.
+  std::string fsdp_unit;
+  int64_t gpus_per_node = 8;  // FSDP hybrid shards within a node (of this many GPUs)
+  // Offload to host memory (DeepSpeed offload_optimizer / offload_param, FSDP CPUOffload): the
+  // optimizer state and fp32 master weights; the parameters (ZeRO-3 and FSDP only).
+  bool offload_optimizer = false;
+  bool offload_params = false;
+  // DDP (sharding kNone, dp > 1): DistributedDataParallel(bucket_cap_mb, gradient_as_bucket_view).
+  double bucket_cap_mb = 25.0;
+  bool gradient_as_bucket_view = false;
+  // NCCL's buffers, outside the caching allocator (memory/parallel.h): per communicator and
+  // channel, three connections' buffers of the Simple protocol (NCCL_BUFFSIZE, NCCL's default
+  // 4 MiB) and the LL and LL128 protocols. 32 channels: what NCCL opens between H100s over NVLink.
+  uint64_t nccl_buffsize = uint64_t{4} << 20;
+  int64_t nccl_channels = 32;
+  // ZeRO-3: DeepSpeed's sub_group_size (elements of one optimizer step's fp32 gradient buffer).
+  uint64_t zero_sub_group_size = 1000000000;
+
+  // Whether any of this describes more than one GPU (world_size > 1).
+  bool enabled() const { return world_size > 1; }
+  // The data-parallel degree dp resolves to.
+  int64_t DataParallel() const { return dp > 0 ? dp : (tp * pp > 0 ? world_size / (tp * pp) : 0); }
+};
+
 struct Options {
   // train: one training step (forward, loss, backward, optimizer step), steady state.
   // infer: one forward pass under no_grad.
@@ -133,6 +190,8 @@ struct Options {
   // Unsupported naming the ops. true: estimate anyway, counting those tensors conservatively
   // (sized like the largest tensor their node touches) with an `unknown_shapes` warning.
   bool allow_unknown_shapes = false;
+  // Many GPUs (training): see Parallelism. Default: one GPU.
+  Parallelism parallel;
 };
 
 // Parsers/printers for the enum vocabulary, shared by the CLI and JSON output.
@@ -154,6 +213,9 @@ const char* ToString(Loss l);
 const char* ToString(FitOn f);
 const char* ToString(Attention a);
 const char* ToString(WeightDtype w);
+// none | zero1 | zero2 | zero3 | fsdp-full | fsdp-grad-op | fsdp-hybrid | fsdp-no-shard
+Result<Sharding> ParseSharding(std::string_view s);
+const char* ToString(Sharding s);
 
 // Checks values (batch >= 1, dims >= 0, weight_decay >= 0 and finite, ...).
 Status Validate(const Options& options);

@@ -71,6 +71,13 @@ void CheckEstimate(const Estimate& e, const std::string& where) {
             ", reserved " + std::to_string(e.peak_reserved) + ", device " +
             std::to_string(e.peak_device));
   }
+  for (const memest::RankPeak& r : e.ranks) {  // the estimate is the worst rank's
+    if (r.peak_device > e.peak_device || r.breakdown.Total() != r.peak_device) {
+      Finding(where + ": stage " + std::to_string(r.stage) + " peak " +
+              std::to_string(r.peak_device) + " inconsistent with the estimate's " +
+              std::to_string(e.peak_device));
+    }
+  }
 }
 
 // The Options one input is estimated under: train and infer at batch 1 and 64, plus one variant
@@ -120,6 +127,21 @@ std::vector<Options> OptionsFor(const Model& model, const uint8_t* data, size_t 
   if ((h >> 22) % 3 == 0) v.freeze = "[02468]";
   if ((h >> 24) % 2) v.weight_dtype = static_cast<memest::WeightDtype>(1 + (h >> 25) % 5);
   out.push_back(v);
+  // Many GPUs (memory/parallel.h): degrees the graph may not take (heads, widths, blocks) are
+  // usage errors, which is fine; crashes and inconsistent estimates are not.
+  const uint32_t g = static_cast<uint32_t>(h) * 2654435761u;
+  Options p = base;
+  p.batch = 8;
+  p.micro_batches = 2;
+  p.precision = static_cast<memest::Precision>(g % 4);
+  p.parallel.tp = 1 + (g >> 2) % 2;
+  p.parallel.pp = 1 + (g >> 3) % 2;
+  p.parallel.world_size = 2 * p.parallel.tp * p.parallel.pp;
+  p.parallel.sharding = static_cast<memest::Sharding>((g >> 4) % 8);
+  p.parallel.sequence_parallel = (g >> 7) % 2;
+  p.parallel.offload_optimizer = (g >> 8) % 4 == 0 && p.parallel.sharding != memest::Sharding::kNone;
+  p.parallel.gradient_as_bucket_view = (g >> 10) % 2;
+  out.push_back(p);
   return out;
 }
 

@@ -558,7 +558,9 @@ TEST_F(CliTest, CsvAndMarkdown) {
   // Columns are only ever appended: the first release's columns keep their places.
   EXPECT_NE(header.find(",allocator_overhead,cuda_context,unaccounted,"), std::string::npos)
       << header;
-  const std::string appended = ",diagnostics,cached_free,library_memory,stack,fit_on,judged_peak";
+  const std::string appended =
+      ",diagnostics,cached_free,library_memory,stack,fit_on,judged_peak,collective_buffers,"
+      "nccl_buffers";
   EXPECT_EQ(header.substr(header.size() - appended.size()), appended) << header;
 
   CliRun m = Run({Model("mlp_small_train.onnx"), "--batch", "32", "-o", "md"});

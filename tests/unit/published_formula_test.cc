@@ -31,7 +31,7 @@ void ScalarFloat(GraphBuilder& b, const std::string& name, float value) {
 }
 
 void AddLayer(GraphBuilder& b, int l, std::string* x) {
-  const std::string p = "l" + std::to_string(l) + ".";
+  const std::string p = "layers." + std::to_string(l) + ".";
   auto w = [&](const std::string& n, std::vector<int64_t> dims) {
     b.AddInitializer(p + n, dims);
     return p + n;
@@ -95,8 +95,12 @@ std::shared_ptr<const Model> GptLayers(int layers) {
   return m.ok() ? *m : nullptr;
 }
 
-uint64_t SavedActivations(const Model& m, Attention attention = Attention::kEager) {
+uint64_t SavedActivations(const Model& m, Attention attention = Attention::kEager,
+                          int64_t tp = 1, bool sequence_parallel = false) {
   Options o;
+  o.parallel.world_size = tp;
+  o.parallel.tp = tp;
+  o.parallel.sequence_parallel = sequence_parallel;
   o.attention = attention;
   o.batch = kBatch;
   o.dims["seq"] = kSeq;
@@ -138,6 +142,110 @@ TEST(PublishedFormulaTest, FlashAttentionDropsTheSquareTermsAndKeepsItsLogsumexp
       SavedActivations(*two, Attention::kSdpaFlash) - SavedActivations(*one, Attention::kSdpaFlash);
   EXPECT_EQ(per_layer, expected);
   EXPECT_LT(per_layer, SavedActivations(*two) - SavedActivations(*one));
+}
+
+// Tensor parallelism (Korthikanti et al., §4.2.2, Eq. 2 and §4.2.3, Eq. 4). Megatron splits the
+// attention and the MLP over t ranks (column-parallel QKV and fc1, row-parallel projection and
+// fc2); what lies between the blocks -- the LayerNorm inputs, the inputs of the two
+// column-parallel matmuls, the two dropout masks after the row-parallel ones -- stays whole on
+// every rank: sbh(10 + 24/t + 5as/(ht)). Sequence parallelism splits that rest along the sequence:
+// sbh(34 + 5as/h) / t. memest's LayerNorm statistics follow their LayerNorm.
+class TensorParallelFormulaTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(TensorParallelFormulaTest, OneLayerPerRankFollowsEquation2) {
+  auto one = GptLayers(1), two = GptLayers(2);
+  ASSERT_NE(one, nullptr);
+  ASSERT_NE(two, nullptr);
+  const uint64_t s = kSeq, b = kBatch, h = kH, a = kHeads, t = static_cast<uint64_t>(GetParam());
+  const uint64_t expected = s * b * h * 10 + s * b * h * 24 / t + 5 * a * s * s * b / t +
+                            2 * 2 * s * b * 4;  // LayerNorm statistics, whole
+  const uint64_t per_layer = SavedActivations(*two, Attention::kEager, GetParam()) -
+                             SavedActivations(*one, Attention::kEager, GetParam());
+  EXPECT_EQ(per_layer, expected) << "t=" << t;
+}
+
+TEST_P(TensorParallelFormulaTest, SequenceParallelDividesTheWholeLayerEquation4) {
+  auto one = GptLayers(1), two = GptLayers(2);
+  ASSERT_NE(one, nullptr);
+  ASSERT_NE(two, nullptr);
+  const uint64_t s = kSeq, b = kBatch, h = kH, a = kHeads, t = static_cast<uint64_t>(GetParam());
+  const uint64_t expected = (s * b * h * 34 + 5 * a * s * s * b + 2 * 2 * s * b * 4) / t;
+  const uint64_t per_layer = SavedActivations(*two, Attention::kEager, GetParam(), true) -
+                             SavedActivations(*one, Attention::kEager, GetParam(), true);
+  EXPECT_EQ(per_layer, expected) << "t=" << t;
+}
+
+INSTANTIATE_TEST_SUITE_P(Degrees, TensorParallelFormulaTest, ::testing::Values(2, 4, 8));
+
+TEST(TensorParallelFormulaTest, ADegreeThatDoesNotDivideTheHeadsIsAnErrorNamingBoth) {
+  auto one = GptLayers(1);
+  ASSERT_NE(one, nullptr);
+  Options o;
+  o.parallel.world_size = 3;
+  o.parallel.tp = 3;
+  o.batch = kBatch;
+  o.dims["seq"] = kSeq;
+  auto est = MakeEstimator("analytical");
+  auto e = (*est)->Run(*one, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("head count 8"), std::string::npos) << e.status().message();
+  EXPECT_NE(e.status().message().find("tensor parallelism 3"), std::string::npos);
+}
+
+// Pipeline parallelism under 1F1B (Narayanan et al., 2021, "Efficient Large-Scale Language Model
+// Training on GPU Clusters Using Megatron-LM", §2.2.1): stage p of P keeps the activations of
+// P - p micro-batches. Four layers on two stages, four micro-batches.
+TEST(PipelineFormulaTest, StagePKeepsTheActivationsOfPMinusPMicroBatches) {
+  auto one = GptLayers(1), two = GptLayers(2), four = GptLayers(4);
+  ASSERT_NE(four, nullptr);
+  const uint64_t micro = 2;  // batch 8 in 4 micro-batches
+  Options o;
+  o.batch = 8;
+  o.micro_batches = 4;
+  o.dims["seq"] = kSeq;
+  o.precision = Precision::kBf16;
+  o.loss = Loss::kMse;
+  auto est = MakeEstimator("analytical");
+  // One layer's saves at the micro-batch (what it keeps inside, and its input, which its first
+  // LayerNorm saves), and the block input (also the size of the mse target).
+  Options single = o;
+  single.batch = micro;
+  single.micro_batches = 1;
+  const uint64_t l1 = (*est)->Run(*one, single)->breakdown.saved_activations;
+  const uint64_t l2 = (*est)->Run(*two, single)->breakdown.saved_activations;
+  const uint64_t layer = l2 - l1;
+  const uint64_t input = micro * kSeq * kH * 2;
+  ASSERT_EQ(l1, layer + input);  // one layer and the loss's target
+  o.parallel.world_size = 2;
+  o.parallel.pp = 2;
+  auto e = (*est)->Run(*four, o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ASSERT_EQ(e->ranks.size(), 2u);
+  EXPECT_EQ(e->ranks[0].in_flight, 2);
+  EXPECT_EQ(e->ranks[1].in_flight, 1);
+  EXPECT_EQ(e->ranks[0].layers, 2);
+  EXPECT_EQ(e->ranks[1].layers, 2);
+  // Stage 0: layers 0 and 1 (the graph input is layer 0's saved input), two micro-batches.
+  EXPECT_EQ(e->ranks[0].breakdown.saved_activations, 2 * (2 * layer));
+  // Stage 1: layers 2 and 3 (layer 2 saves the activation stage 0 sent) and the loss's target.
+  EXPECT_EQ(e->ranks[1].breakdown.saved_activations, 2 * layer + input);
+}
+
+TEST(PipelineFormulaTest, APipelineDeeperThanTheBlocksIsAnErrorNamingBoth) {
+  auto two = GptLayers(2);
+  ASSERT_NE(two, nullptr);
+  Options o;
+  o.batch = 4;
+  o.micro_batches = 4;
+  o.dims["seq"] = kSeq;
+  o.parallel.world_size = 4;
+  o.parallel.pp = 4;
+  auto e = (*MakeEstimator("analytical"))->Run(*two, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("4 stages is deeper than the 2 blocks"), std::string::npos)
+      << e.status().message();
 }
 
 }  // namespace

@@ -1,0 +1,495 @@
+// memory/parallel.cc -- see memory/parallel.h (policy and sources there).
+#include "memory/parallel.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include "core/checked.h"
+#include "core/name_pattern.h"
+#include "memory/optimizer.h"
+
+namespace memest::memory {
+namespace {
+
+using core::SatAdd;
+using core::SatMul;
+
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return b == 0 ? a : a / b + (a % b != 0); }
+
+// Splits a PyTorch module path or an exporter's node name into its tokens ("/h.3/attn/MatMul"
+// -> h, 3, attn, MatMul).
+std::vector<std::string_view> Tokens(std::string_view name) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for (size_t i = 0; i <= name.size(); ++i) {
+    if (i == name.size() || name[i] == '.' || name[i] == '/') {
+      if (i > start) out.push_back(name.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+bool AllDigits(std::string_view t) {
+  return !t.empty() && t.size() <= 9 &&
+         std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// A block reference in one name: "<word>.<index>" (PyTorch module paths, "h.3") or, failing
+// that form, a token "<word><index>" ("layer3", as some exporters write scopes).
+struct BlockRef {
+  std::string word;
+  int index = -1;
+  bool dotted = false;
+};
+
+std::vector<BlockRef> BlockRefs(std::string_view name) {
+  std::vector<BlockRef> out;
+  const std::vector<std::string_view> t = Tokens(name);
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (i + 1 < t.size() && !AllDigits(t[i]) && AllDigits(t[i + 1])) {
+      out.push_back({std::string(t[i]), std::stoi(std::string(t[i + 1])), true});
+      continue;
+    }
+    size_t digits = t[i].size();
+    while (digits > 0 && t[i][digits - 1] >= '0' && t[i][digits - 1] <= '9') --digits;
+    const std::string_view word = t[i].substr(0, digits), index = t[i].substr(digits);
+    const bool alpha = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    });
+    if (alpha && AllDigits(index))
+      out.push_back({std::string(word), std::stoi(std::string(index)), false});
+  }
+  return out;
+}
+
+// The block index `name` carries for `word` (in the form `dotted` says), or -1.
+int IndexAfter(std::string_view name, const std::string& word, bool dotted) {
+  for (const BlockRef& r : BlockRefs(name)) {
+    if (r.word == word && r.dotted == dotted) return r.index;
+  }
+  return -1;
+}
+
+// The block word whose references carry the most distinct indices (>= 2) over the names of nodes
+// and initializers, the dotted form first; empty when none does.
+std::pair<std::string, bool> LayerWord(const core::Graph& g) {
+  std::map<std::pair<bool, std::string>, std::vector<int>> seen;
+  auto scan = [&](const std::string& name) {
+    for (const BlockRef& r : BlockRefs(name)) seen[{r.dotted, r.word}].push_back(r.index);
+  };
+  for (const core::Node& n : g.nodes) scan(n.name);
+  for (const core::Value& v : g.values) {
+    if (v.kind == core::ValueKind::kInitializer) scan(v.name);
+  }
+  for (bool dotted : {true, false}) {
+    std::string best;
+    size_t best_count = 1;
+    for (auto& [key, idx] : seen) {
+      if (key.first != dotted) continue;
+      std::sort(idx.begin(), idx.end());
+      const size_t distinct =
+          static_cast<size_t>(std::unique(idx.begin(), idx.end()) - idx.begin());
+      if (distinct > best_count) {
+        best_count = distinct;
+        best = key.second;
+      }
+    }
+    if (!best.empty()) return {best, dotted};
+  }
+  return {"", true};
+}
+
+bool IsInitializer(const core::Graph& g, int id) {
+  return id >= 0 && g.value(id).kind == core::ValueKind::kInitializer;
+}
+
+// The 2-D initializer a matmul operand comes from (directly or through Transpose/Cast/Identity),
+// or -1.
+int WeightSource(const core::Graph& g, int id) {
+  for (int hops = 0; hops < 3 && id >= 0; ++hops) {
+    const core::Value& v = g.value(id);
+    if (v.kind == core::ValueKind::kInitializer) return v.dims.size() == 2 ? id : -1;
+    if (v.producer < 0) return -1;
+    const core::Node& p = g.nodes[static_cast<size_t>(v.producer)];
+    if (p.op_type != "Transpose" && p.op_type != "Cast" && p.op_type != "Identity") return -1;
+    id = p.inputs.empty() ? -1 : p.inputs[0];
+  }
+  return -1;
+}
+
+std::optional<int64_t> DimOf(const core::BoundGraph& b, int id, int axis) {
+  if (id < 0) return std::nullopt;
+  const auto& s = b.shapes[static_cast<size_t>(id)];
+  if (!s) return std::nullopt;
+  const int rank = static_cast<int>(s->size());
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return std::nullopt;
+  return (*s)[static_cast<size_t>(axis)];
+}
+
+Status NotDivisible(const std::string& what, int64_t width, int64_t tp, const core::Node& n) {
+  return InvalidArgument("tensor parallelism " + std::to_string(tp) + " does not divide the " +
+                         what + " " + std::to_string(width) + " at node '" + n.name + "' (" +
+                         n.op_type + ")");
+}
+
+// The tensor-parallel dataflow of the header's policy: per value, whether it is split.
+Result<std::vector<uint32_t>> TensorParallelSplit(const core::BoundGraph& b, const Options& o) {
+  const core::Graph& g = *b.graph;
+  const int64_t tp = o.parallel.tp;
+  std::vector<uint8_t> split(g.values.size(), 0);
+  int weight_splits = 0;
+  for (const core::Node& n : g.nodes) {
+    bool any_split = false;
+    for (int in : n.inputs) {
+      if (in >= 0 && !IsInitializer(g, in) && split[static_cast<size_t>(in)]) any_split = true;
+    }
+    auto set_outputs = [&](bool s) {
+      for (int out : n.outputs) {
+        if (out >= 0) split[static_cast<size_t>(out)] = s;
+      }
+    };
+    const bool gemm = n.op_type == "Gemm";
+    if ((n.op_type == "MatMul" || gemm) && n.inputs.size() >= 2 && n.inputs[0] >= 0 &&
+        !IsInitializer(g, n.inputs[0])) {
+      const int w = WeightSource(g, n.inputs[1]);
+      if (w >= 0) {
+        const bool column = !split[static_cast<size_t>(n.inputs[0])];
+        split[static_cast<size_t>(w)] = 1;
+        ++weight_splits;
+        // Width checked: the output features of a column split, the input of a row split.
+        const int64_t width =
+            column ? DimOf(b, n.outputs[0], -1).value_or(0) : DimOf(b, n.inputs[0], -1).value_or(0);
+        if (width > 0 && width % tp != 0) {
+          return NotDivisible(column ? "output width of a column-parallel Linear"
+                                     : "input width of a row-parallel Linear",
+                              width, tp, n);
+        }
+        if (gemm && n.inputs.size() >= 3 && IsInitializer(g, n.inputs[2]) && column) {
+          split[static_cast<size_t>(n.inputs[2])] = 1;
+        }
+        set_outputs(column);
+        continue;
+      }
+    }
+    if (n.op_type == "Gather" && !n.inputs.empty() && IsInitializer(g, n.inputs[0]) &&
+        g.value(n.inputs[0]).dims.size() == 2) {
+      const int64_t vocab = DimOf(b, n.inputs[0], 0).value_or(0);
+      if (vocab > 0 && vocab % tp != 0) return NotDivisible("vocabulary", vocab, tp, n);
+      split[static_cast<size_t>(n.inputs[0])] = 1;
+      ++weight_splits;
+      set_outputs(false);
+      continue;
+    }
+    if (any_split && n.op_type == "Add") {
+      for (int in : n.inputs) {
+        if (IsInitializer(g, in)) split[static_cast<size_t>(in)] = 1;  // column-parallel bias
+      }
+    }
+    if (any_split && n.op_type == "Softmax" && !n.inputs.empty()) {
+      const auto& s = b.shapes[static_cast<size_t>(n.inputs[0])];
+      if (s && s->size() == 4 && (*s)[1] > 0 && (*s)[1] % tp != 0) {
+        return NotDivisible("attention head count", (*s)[1], tp, n);
+      }
+    }
+    set_outputs(any_split);
+  }
+  if (weight_splits == 0) {
+    return InvalidArgument("tensor parallelism " + std::to_string(tp) +
+                           ": the graph has no Linear (MatMul/Gemm on a 2-D weight) or "
+                           "embedding to split");
+  }
+  std::vector<uint32_t> divisor(g.values.size(), 1);
+  for (size_t i = 0; i < g.values.size(); ++i) {
+    const core::Value& v = g.values[i];
+    const bool activation = v.kind == core::ValueKind::kIntermediate && !v.graph_output;
+    if (split[i] || (o.parallel.sequence_parallel && activation)) {
+      divisor[i] = static_cast<uint32_t>(std::min<int64_t>(tp, UINT32_MAX));
+    }
+  }
+  return divisor;
+}
+
+}  // namespace
+
+Result<ParallelPlan> ParallelPlan::Make(const core::BoundGraph& bound, const Options& options) {
+  const core::Graph& g = *bound.graph;
+  ParallelPlan plan;
+  plan.p_ = options.parallel;
+  plan.micro_batches_ = options.micro_batches;
+  plan.stage_of_node_.assign(g.nodes.size(), 0);
+  plan.layer_of_node_.assign(g.nodes.size(), -1);
+  if (!options.parallel.enabled()) return plan;
+
+  // Blocks (header: Layers).
+  std::tie(plan.layer_prefix_, plan.layer_dotted_) = LayerWord(g);
+  std::vector<int> indices;
+  if (!plan.layer_prefix_.empty()) {
+    for (size_t k = 0; k < g.nodes.size(); ++k) {
+      const core::Node& n = g.nodes[k];
+      int l = IndexAfter(n.name, plan.layer_prefix_, plan.layer_dotted_);
+      for (size_t i = 0; l < 0 && i < n.inputs.size(); ++i) {
+        if (IsInitializer(g, n.inputs[i])) {
+          l = IndexAfter(g.value(n.inputs[i]).name, plan.layer_prefix_, plan.layer_dotted_);
+        }
+      }
+      plan.layer_of_node_[k] = l;
+      if (l >= 0) indices.push_back(l);
+    }
+  }
+  std::sort(indices.begin(), indices.end());
+  indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
+  plan.layers_ = static_cast<int>(indices.size());
+  const int64_t pp = options.parallel.pp;
+  if (pp > 1 && pp > plan.layers_) {
+    return InvalidArgument(
+        "a pipeline of " + std::to_string(pp) + " stages is deeper than the " +
+        std::to_string(plan.layers_) + " blocks of the graph" +
+        (plan.layer_prefix_.empty()
+             ? std::string(" (no repeated '<name>.<index>' blocks found)")
+             : " ('" + plan.layer_prefix_ + (plan.layer_dotted_ ? ".<index>')" : "<index>')")));
+  }
+  plan.stages_ = static_cast<int>(pp);
+  std::unordered_map<int, int> ordinal;
+  for (size_t i = 0; i < indices.size(); ++i) ordinal[indices[i]] = static_cast<int>(i);
+  int current = 0;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const int l = plan.layer_of_node_[k];
+    if (l >= 0) {
+      current = static_cast<int>(static_cast<int64_t>(ordinal[l]) * pp / plan.layers_);
+    }
+    plan.stage_of_node_[k] = current;
+  }
+  // Which stages read each value.
+  std::vector<std::vector<int>> readers(g.values.size());
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    for (int in : g.nodes[k].inputs) {
+      if (in < 0) continue;
+      std::vector<int>& r = readers[static_cast<size_t>(in)];
+      if (r.empty() || r.back() != plan.stage_of_node_[k]) r.push_back(plan.stage_of_node_[k]);
+    }
+  }
+  plan.readers_ = std::move(readers);
+
+  if (options.parallel.tp > 1) {
+    MEMEST_ASSIGN_OR_RETURN(plan.divisor_, TensorParallelSplit(bound, options));
+  }
+
+  // FSDP units and modules.
+  std::unique_ptr<core::NamePattern> unit_re;
+  if (!options.parallel.fsdp_unit.empty()) {
+    MEMEST_ASSIGN_OR_RETURN(unit_re,
+                            core::NamePattern::Compile(options.parallel.fsdp_unit, "fsdp_unit",
+                                                       /*with_match=*/true));
+  }
+  plan.unit_of_value_.assign(g.values.size(), -1);
+  plan.module_of_value_.assign(g.values.size(), -1);
+  std::map<std::string, int> units, modules;
+  for (size_t i = 0; i < g.values.size(); ++i) {
+    const core::Value& v = g.values[i];
+    if (v.kind != core::ValueKind::kInitializer || v.consumers.empty()) continue;
+    std::string unit;
+    if (unit_re) {
+      unit = unit_re->MatchedText(v.name);
+    } else {
+      int l = plan.layer_prefix_.empty()
+                  ? -1
+                  : IndexAfter(v.name, plan.layer_prefix_, plan.layer_dotted_);
+      if (l < 0) l = plan.layer_of_node_[static_cast<size_t>(v.consumers.front())];
+      if (l >= 0) unit = std::to_string(l);
+    }
+    if (!unit.empty()) {
+      plan.unit_of_value_[i] = units.emplace(unit, static_cast<int>(units.size())).first->second;
+    }
+    const size_t dot = v.name.rfind('.');
+    const std::string module = dot == std::string::npos ? "\x01" + v.name : v.name.substr(0, dot);
+    plan.module_of_value_[i] =
+        modules.emplace(module, static_cast<int>(modules.size())).first->second;
+  }
+  if (unit_re && units.empty()) {
+    return InvalidArgument("fsdp_unit '" + options.parallel.fsdp_unit +
+                           "' matches no parameter name");
+  }
+  return plan;
+}
+
+bool ParallelPlan::parameter_on_stage(int id, int stage) const {
+  if (id < 0) return false;
+  if (readers_.empty()) return true;  // one GPU
+  const std::vector<int>& r = readers_[static_cast<size_t>(id)];
+  return std::find(r.begin(), r.end(), stage) != r.end();
+}
+
+int ParallelPlan::layers_on_stage(int stage) const {
+  if (layers_ == 0) return 0;
+  const int64_t pp = stages_;
+  int count = 0;
+  for (int l = 0; l < layers_; ++l) count += static_cast<int>(l * pp / layers_) == stage;
+  return count;
+}
+
+int ParallelPlan::in_flight(int stage) const {
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(stages_ - stage, micro_batches_)));
+}
+
+int ParallelPlan::communicators() const {
+  return (p_.DataParallel() > 1) + (p_.tp > 1) + (p_.pp > 1);
+}
+
+int64_t ParallelPlan::first_rank(int stage) const { return stage * p_.DataParallel() * p_.tp; }
+int64_t ParallelPlan::last_rank(int stage) const { return first_rank(stage + 1) - 1; }
+
+uint64_t NcclBufferBytes(const ParallelPlan& plan) {
+  constexpr uint64_t kLl128 = 4'915'200, kLl = 524'288;  // NCCL src/init.cc defaults
+  constexpr uint64_t kGranule = uint64_t{2} << 20;       // cuMem allocation granularity
+  constexpr uint64_t kConnectionsPerChannel = 3;
+  const Parallelism& p = plan.degrees();
+  const uint64_t per_connection =
+      CeilDiv(SatAdd(SatAdd(p.nccl_buffsize, kLl128), kLl), kGranule) * kGranule;
+  return SatMul(SatMul(SatMul(static_cast<uint64_t>(plan.communicators()),
+                              static_cast<uint64_t>(p.nccl_channels)),
+                       kConnectionsPerChannel),
+                per_connection);
+}
+
+namespace {
+
+// The parameters of one rank, summed as the sharding rules need them.
+struct Totals {
+  uint64_t trained = 0;        // elements of trainable parameters
+  uint64_t frozen = 0;         // elements of the others
+  uint64_t trained_bytes = 0;  // as the estimate stores them
+  uint64_t frozen_bytes = 0;
+  uint64_t largest_module = 0;  // elements
+  uint64_t root = 0;            // FSDP: elements outside every unit
+  std::vector<uint64_t> unit;   // FSDP: elements per unit
+  std::vector<uint64_t> unit_trained;
+  std::vector<std::pair<uint64_t, uint64_t>> trained_tensors;  // (elements, bytes)
+};
+
+RankStates Shard(const Totals& t, const Options& o) {
+  const Parallelism& p = o.parallel;
+  RankStates r;
+  const uint64_t dp = static_cast<uint64_t>(std::max<int64_t>(1, p.DataParallel()));
+  const uint64_t c = o.precision == Precision::kFp32 ? 4 : 2;  // compute dtype bytes
+  const bool zero = p.sharding == Sharding::kZero1 || p.sharding == Sharding::kZero2 ||
+                    p.sharding == Sharding::kZero3;
+  if (p.sharding == Sharding::kNone || p.sharding == Sharding::kFsdpNoShard) {
+    if (p.sharding == Sharding::kNone && dp > 1 && !p.gradient_as_bucket_view) {
+      r.buckets = t.trained_bytes;  // a flat copy of every gradient (split into buckets)
+    }
+    return r;
+  }
+  r.unsharded = false;
+  const uint64_t states = static_cast<uint64_t>(StateTensorsPerParameter(o.optimizer));
+  auto frozen_as = [&](uint64_t bytes_per) {  // frozen parameters, never wider than stored
+    return std::min(t.frozen_bytes, SatMul(t.frozen, bytes_per));
+  };
+  if (zero) {
+    const bool z2 = p.sharding != Sharding::kZero1, z3 = p.sharding == Sharding::kZero3;
+    const uint64_t lp = SatAdd(SatMul(t.trained, c), frozen_as(c));
+    r.weights = z3 ? CeilDiv(lp, dp) : lp;
+    r.gradients = z2 ? CeilDiv(SatMul(t.trained, c), dp) : SatMul(t.trained, c);
+    const uint64_t part = CeilDiv(t.trained, dp);      // this rank's elements of the partition
+    r.optimizer_state = SatMul(part, 4 + 4 * states);  // fp32 master copy + state
+    r.fp32_grad_buffer = SatMul(z3 ? std::min(part, p.zero_sub_group_size) : part, 4);
+    if (z3) r.gathered = SatMul(t.largest_module, 2 * c);
+    if (p.offload_optimizer) {
+      r.host = SatAdd(SatAdd(r.optimizer_state, r.fp32_grad_buffer), z2 ? r.gradients : 0);
+      r.optimizer_state = r.fp32_grad_buffer = 0;
+      if (z2) r.gradients = 0;
+    }
+    if (p.offload_params && z3) {
+      r.host = SatAdd(r.host, r.weights);
+      r.weights = 0;
+    }
+    return r;
+  }
+  // FSDP2.
+  const uint64_t s = p.sharding == Sharding::kFsdpHybrid
+                         ? std::min<uint64_t>(dp, static_cast<uint64_t>(p.gpus_per_node))
+                         : dp;
+  const uint64_t own = o.precision == Precision::kBf16 ? 2 : 4;  // the sharded dtype
+  r.weights = CeilDiv(SatAdd(SatMul(t.trained, own), frozen_as(own)), s);
+  r.gradients = CeilDiv(SatMul(t.trained, own), s);
+  r.optimizer_state = SharedStateBytes(o.optimizer);
+  for (const auto& [elements, bytes] : t.trained_tensors) {
+    for (uint64_t b :
+         StateTensorBytes(o.optimizer, CeilDiv(elements, s), CeilDiv(SatMul(elements, own), s))) {
+      r.optimizer_state = SatAdd(r.optimizer_state, b);
+    }
+  }
+  std::vector<uint64_t> units = t.unit;
+  std::sort(units.rbegin(), units.rend());
+  uint64_t gathered = t.root;
+  if (p.sharding == Sharding::kFsdpGradOp) {
+    for (uint64_t u : units) gathered = SatAdd(gathered, u);
+  } else {
+    for (size_t i = 0; i < units.size() && i < 2; ++i) gathered = SatAdd(gathered, units[i]);
+  }
+  uint64_t unit_grads = 0;
+  for (uint64_t u : t.unit_trained) unit_grads = std::max(unit_grads, u);
+  if (t.unit_trained.empty()) unit_grads = t.trained;  // one unit: the root
+  r.gathered = SatMul(SatAdd(gathered, unit_grads), c);
+  if (p.offload_optimizer || p.offload_params) {  // CPUOffloadPolicy: shards and state on host
+    r.host = SatAdd(SatAdd(r.weights, r.gradients), r.optimizer_state);
+    r.weights = r.gradients = r.optimizer_state = 0;
+  }
+  return r;
+}
+
+}  // namespace
+
+RankStates ShardModelStates(const std::vector<ParameterShare>& params, const Options& options) {
+  Totals t;
+  std::map<int, uint64_t> modules;
+  std::map<int, std::pair<uint64_t, uint64_t>> units;  // unit -> (elements, trained)
+  for (const ParameterShare& s : params) {
+    if (s.trainable) {
+      t.trained = SatAdd(t.trained, s.elements);
+      t.trained_bytes = SatAdd(t.trained_bytes, s.bytes);
+      t.trained_tensors.emplace_back(s.elements, s.bytes);
+    } else {
+      t.frozen = SatAdd(t.frozen, s.elements);
+      t.frozen_bytes = SatAdd(t.frozen_bytes, s.bytes);
+    }
+    uint64_t& m = modules[s.module];
+    m = SatAdd(m, s.elements);
+    t.largest_module = std::max(t.largest_module, m);
+    if (s.unit < 0) {
+      t.root = SatAdd(t.root, s.elements);
+    } else {
+      auto& u = units[s.unit];
+      u.first = SatAdd(u.first, s.elements);
+      if (s.trainable) u.second = SatAdd(u.second, s.elements);
+    }
+  }
+  for (const auto& [id, u] : units) {
+    t.unit.push_back(u.first);
+    t.unit_trained.push_back(u.second);
+  }
+  return Shard(t, options);
+}
+
+RankStates ShardModelStates(uint64_t elements, uint64_t largest_module, const Options& options) {
+  Totals t;
+  t.trained = elements;
+  const uint64_t bytes = options.precision == Precision::kFp32 ||
+                                 options.precision == Precision::kAmpFp16 ||
+                                 options.precision == Precision::kAmpBf16
+                             ? 4
+                             : 2;
+  t.trained_bytes = SatMul(elements, bytes);
+  t.largest_module = largest_module;
+  t.unit = {largest_module};
+  t.unit_trained = {largest_module};
+  t.trained_tensors = {{elements, t.trained_bytes}};
+  return Shard(t, options);
+}
+
+}  // namespace memest::memory
