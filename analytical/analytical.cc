@@ -153,8 +153,6 @@ class Accounting {
     return v.kind == core::ValueKind::kInitializer && !v.consumers.empty() &&
            plan_.parameter_on_stage(id, stage_);
   }
-  // The parameters of this rank as the sharding rules take them (memory/parallel.h).
-  std::vector<memory::ParameterShare> Shares() const;
 
   const core::BoundGraph& b_;
   const core::Graph& g_;
@@ -191,25 +189,6 @@ uint64_t Accounting::LargestParameter() const {
 uint64_t Accounting::Workspace(const GpuProfile& gpu, int count) const {
   if (!facts_.has_gemm() || !o_.library_workspaces) return 0;
   return SatMul(gpu.cublas_workspace.bytes, static_cast<uint64_t>(count));
-}
-
-std::vector<memory::ParameterShare> Accounting::Shares() const {
-  std::vector<memory::ParameterShare> out;
-  const std::vector<int>& units = plan_.unit_of_value();
-  const std::vector<int>& modules = plan_.module_of_value();
-  for (size_t i = 0; i < g_.values.size(); ++i) {
-    const core::Value& v = g_.values[i];
-    const int id = static_cast<int>(i);
-    if (!v.trainable || !Held(v, id)) continue;
-    memory::ParameterShare s;
-    s.elements = facts_.Share(id, b_.Numel(id).value_or(0));
-    s.bytes = Eff(id);
-    s.trainable = facts_.trainable(id);
-    s.unit = i < units.size() ? units[i] : -1;
-    s.module = i < modules.size() ? modules[i] : id;
-    out.push_back(s);
-  }
-  return out;
 }
 
 void Accounting::Finish(const Blocks& all, const GpuProfile& gpu, Estimate* e) const {
@@ -391,7 +370,8 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
   Blocks buckets;     // DDP's gradient buckets: allocated once, kept
   Blocks step_only;   // ZeRO's fp32 gradient partition, made for the step
   if (o_.parallel.enabled()) {
-    const memory::RankStates r = memory::ShardModelStates(Shares(), o_);
+    const memory::RankStates r =
+        memory::ShardModelStates(memory::RankParameters(b_, facts_, plan_, stage_), o_);
     if (!r.unsharded) {
       Blocks others;  // buffers and constants: never sharded
       for (size_t i = 0; i < g_.values.size(); ++i) {
@@ -416,14 +396,7 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
                ? 0
                : SatMul(r.gradients, static_cast<uint64_t>((adam ? 1 : 0) + (l2 ? 1 : 0)));
     }
-    // DDP's buckets: the first of 1 MiB, then bucket_cap_mb each (reducer.cpp).
-    const uint64_t cap = static_cast<uint64_t>(o_.parallel.bucket_cap_mb * 1048576.0);
-    uint64_t left = r.buckets;
-    for (uint64_t size = std::min<uint64_t>(left, 1 << 20); left > 0;
-         size = std::min(left, std::max<uint64_t>(cap, 1))) {
-      buckets.Add(size);
-      left -= size;
-    }
+    for (uint64_t size : memory::BucketSizes(r.buckets, o_.parallel)) buckets.Add(size);
     e.host_bytes = r.host;
     e.breakdown.nccl_buffers = memory::NcclBufferBytes(plan_);
   }

@@ -376,7 +376,7 @@ RankStates Shard(const Totals& t, const Options& o) {
   const Parallelism& p = o.parallel;
   RankStates r;
   const uint64_t dp = static_cast<uint64_t>(std::max<int64_t>(1, p.DataParallel()));
-  const uint64_t c = o.precision == Precision::kFp32 ? 4 : 2;  // compute dtype bytes
+  const uint64_t c = ComputeBytes(o);
   const bool zero = p.sharding == Sharding::kZero1 || p.sharding == Sharding::kZero2 ||
                     p.sharding == Sharding::kZero3;
   if (p.sharding == Sharding::kNone || p.sharding == Sharding::kFsdpNoShard) {
@@ -444,6 +444,41 @@ RankStates Shard(const Totals& t, const Options& o) {
 }
 
 }  // namespace
+
+std::vector<ParameterShare> RankParameters(const core::BoundGraph& bound,
+                                           const ops::ValueFacts& facts, const ParallelPlan& plan,
+                                           int stage) {
+  const core::Graph& g = *bound.graph;
+  std::vector<ParameterShare> out;
+  const std::vector<int>& units = plan.unit_of_value();
+  const std::vector<int>& modules = plan.module_of_value();
+  for (size_t i = 0; i < g.values.size(); ++i) {
+    const core::Value& v = g.values[i];
+    const int id = static_cast<int>(i);
+    if (!v.trainable || v.kind != core::ValueKind::kInitializer || v.consumers.empty() ||
+        !plan.parameter_on_stage(id, stage)) {
+      continue;
+    }
+    ParameterShare s;
+    s.elements = facts.Share(id, bound.Numel(id).value_or(0));
+    s.bytes = facts.bytes(id);
+    s.trainable = facts.trainable(id);
+    s.unit = i < units.size() ? units[i] : -1;
+    s.module = i < modules.size() ? modules[i] : id;
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<uint64_t> BucketSizes(uint64_t bytes, const Parallelism& p) {
+  const uint64_t cap = std::max<uint64_t>(1, static_cast<uint64_t>(p.bucket_cap_mb * 1048576.0));
+  std::vector<uint64_t> out;
+  for (uint64_t size = std::min<uint64_t>(bytes, 1 << 20); bytes > 0; size = std::min(bytes, cap)) {
+    out.push_back(size);
+    bytes -= size;
+  }
+  return out;
+}
 
 RankStates ShardModelStates(const std::vector<ParameterShare>& params, const Options& options) {
   Totals t;

@@ -47,6 +47,7 @@
 #include "core/bind.h"
 #include "memest/options.h"
 #include "memest/status.h"
+#include "ops/value_facts.h"
 
 namespace memest::memory {
 
@@ -111,6 +112,12 @@ struct ParameterShare {
   int module = -1;  // module (ZeRO-3's gathering granule)
 };
 
+// The parameters (the loader's parameter tensors) the ranks of `stage` hold, as the sharding rules
+// take them: tensor-parallel shares of elements and bytes from `facts`.
+[[nodiscard]] std::vector<ParameterShare> RankParameters(const core::BoundGraph& bound,
+                                                         const ops::ValueFacts& facts,
+                                                         const ParallelPlan& plan, int stage);
+
 // The model states of one rank: parameters, gradients and optimizer state, sharded over the
 // data-parallel group as options.parallel.sharding says. Fields are requested bytes.
 //
@@ -155,6 +162,23 @@ struct RankStates {
 // paper state, for checking them. `elements` counts the rank's parameters (after tp/pp).
 [[nodiscard]] RankStates ShardModelStates(uint64_t elements, uint64_t largest_module,
                                           const Options& options);
+
+// Bytes per element of the parameters and gradients the model computes with under ZeRO and FSDP
+// (the c above): 2 under amp-fp16, amp-bf16 and bf16, 4 under fp32.
+constexpr uint64_t ComputeBytes(const Options& o) {
+  return o.precision == Precision::kFp32 ? 4 : 2;
+}
+
+// Whether parameters are gathered unit by unit during forward and backward (ZeRO-3, FSDP but
+// no-shard), and whether they stay gathered from a unit's forward to its backward (fsdp-grad-op).
+constexpr bool GathersUnits(const Parallelism& p) {
+  return p.sharding == Sharding::kZero3 || p.sharding == Sharding::kFsdpFull ||
+         p.sharding == Sharding::kFsdpGradOp || p.sharding == Sharding::kFsdpHybrid;
+}
+
+// The pieces of a rank's gradients DDP copies into buckets, in allocation order: the first bucket
+// of 1 MiB (reducer.cpp kDefaultFirstBucketBytes), then bucket_cap_mb each.
+[[nodiscard]] std::vector<uint64_t> BucketSizes(uint64_t bytes, const Parallelism& p);
 
 // NCCL's buffers of one rank (outside the caching allocator).
 [[nodiscard]] uint64_t NcclBufferBytes(const ParallelPlan& plan);

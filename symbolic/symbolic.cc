@@ -10,13 +10,6 @@ namespace {
 class Symbolic final : public Estimator {
  public:
   std::string_view name() const override { return "symbolic"; }
-  // The replay is of one process; collectives and per-rank shards are the analytical backend's
-  // (memory/parallel.h).
-  OptionSupport supports() const override {
-    OptionSupport s;
-    s.parallelism = false;
-    return s;
-  }
   Result<Estimate> EstimateIn(const memory::EstimationContext& ctx) const override {
     MEMEST_ASSIGN_OR_RETURN(Simulation sim, Simulate(ctx, /*record_events=*/false));
     return std::move(sim.estimate);
@@ -30,11 +23,6 @@ std::unique_ptr<Estimator> MakeSymbolicEstimator() { return std::make_unique<Sym
 Result<Simulation> SimulateModel(const Model& model, const Options& options, bool record_events) {
   try {
     MEMEST_RETURN_IF_ERROR(Validate(options));
-    if (options.parallel.enabled()) {
-      return InvalidArgument("the symbolic timeline replays one process: world_size " +
-                             std::to_string(options.parallel.world_size) +
-                             " is modelled by the analytical backend only");
-    }
     MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<memory::EstimationContext> ctx,
                             memory::EstimationContext::Make(model, options));
     MEMEST_ASSIGN_OR_RETURN(Simulation sim, Simulate(*ctx, record_events));

@@ -38,6 +38,18 @@
 //    parameter) and frees it. Single-tensor: per parameter, the L2 copy and adam's sqrt and
 //    quotient (memory-model.md §4.3: about 2 x the largest parameter). Fused: no parameter-sized
 //    temporaries.
+//  * Many GPUs (Options::parallel, memory/parallel.h), one pipeline stage: tensor-parallel shares
+//    are in the value facts' bytes. DDP allocates its gradient buckets with the model and keeps
+//    them. Under ZeRO and FSDP the rank's parameters, gradients and optimizer state are flat
+//    buffers of memory::ShardModelStates' sizes (no autocast weight copies: the model computes
+//    in its low dtype); a parameter's gradient is written into the gradient buffer and freed.
+//    ZeRO-3 and FSDP gather each unit's parameters (ZeRO-3: one module) before its first node in
+//    forward and again in backward, FSDP full/hybrid prefetching the next unit; a unit's gathered
+//    parameters are freed after its last forward node (kept until its backward under
+//    fsdp-grad-op), and in backward the unit's unsharded gradients live from its first backward
+//    node until the reduce-scatter after its last; parameters in no unit stay gathered from the
+//    start of forward to the end of backward. ZeRO's step allocates its fp32 gradient partition
+//    for the step. NCCL's buffers are outside the allocator, like the CUDA context.
 //  * Inference: forward only, no saved tensors, no gradients, one cuBLAS workspace.
 //  * Every event goes through CachingAllocatorModel (symbolic/allocator.h); peaks over all
 //    simulated iterations; device peak = peak reserved + the stack's CUDA context and library
@@ -58,6 +70,7 @@
 #include "memory/context.h"
 #include "memory/device.h"
 #include "memory/optimizer.h"
+#include "memory/parallel.h"
 #include "ops/rules.h"
 #include "ops/value_facts.h"
 #include "symbolic/allocator.h"
@@ -76,6 +89,8 @@ const char* ToString(Category c) {
       return "activations";
     case Category::kTransient:
       return "transient";
+    case Category::kCollective:
+      return "collective_buffers";
   }
   return "?";
 }
@@ -94,6 +109,7 @@ class Sim {
         stack_(ctx.stack()),
         facts_(ctx.facts()),
         weights_(ctx.weights()),
+        plan_(ctx.parallel()),
         record_(record),
         alloc_(AllocatorConfig{o_.allocator.expandable_segments, o_.allocator.max_split_size,
                                kLargeBuffer, o_.allocator.roundup_power2_divisions}) {}
@@ -133,6 +149,13 @@ class Sim {
   void Backward();
   void Step(int it);
   void Infer();
+  // Many GPUs: the rank's sharded states and the units ZeRO-3/FSDP gather (memory/parallel.h).
+  void PrepareParallel();
+  void GatherForward(size_t k);
+  void ReleaseForward(size_t k);
+  void GatherBackward(size_t k);
+  void ReduceScatter(size_t k);
+  void Gather(int unit, Tensor* into);
   void FreeIfDead(int root);
   // Activation checkpointing (Options::checkpoint_segments).
   bool Checkpointed(size_t node) const { return !seg_of_.empty() && seg_of_[node] >= 0; }
@@ -147,6 +170,7 @@ class Sim {
   const StackProfile& stack_;
   const ops::ValueFacts& facts_;
   const memory::WeightStorage& weights_;
+  const memory::ParallelPlan& plan_;
   bool record_;
   CachingAllocatorModel alloc_;
   bool train_ = true;
@@ -180,6 +204,19 @@ class Sim {
   Tensor log_probs_ = -1, loss_ = -1;
   std::vector<Tensor> state_;
   Tensor ws_forward_ = -1, ws_backward_ = -1;
+
+  // Many GPUs.
+  bool sharded_ = false;  // ZeRO / FSDP: flat state buffers (memory::RankStates)
+  memory::RankStates rank_;
+  std::vector<int> unit_of_node_;            // per node: the gathered unit it reads, -1 none
+  std::vector<uint64_t> unit_bytes_;         // per unit: gathered parameter bytes
+  std::vector<uint64_t> unit_grad_bytes_;    // per unit: unsharded gradient bytes
+  std::vector<int> unit_first_, unit_last_;  // per unit: first / last forward node
+  std::vector<int> unit_order_;              // units by first forward node
+  uint64_t root_bytes_ = 0;                  // parameters in no unit, gathered throughout
+  std::vector<Tensor> gathered_, unit_grads_;
+  Tensor root_gathered_ = -1, flat_weights_ = -1, flat_grads_ = -1, flat_state_ = -1;
+  std::vector<Tensor> buckets_;
 
   // Results.
   uint64_t peak_reserved_seen_ = 0;
@@ -351,12 +388,121 @@ void Sim::AllocateWeights() {
   for (size_t i = 0; i < g_.values.size(); ++i) {
     const core::Value& v = g_.values[i];
     if (v.kind != core::ValueKind::kInitializer || v.consumers.empty()) continue;
+    if (sharded_ && v.trainable) continue;  // in the flat buffer below
     value_[i] = Malloc(facts_.bytes(static_cast<int>(i)), Category::kWeights);
+  }
+  if (sharded_) flat_weights_ = Malloc(rank_.weights, Category::kWeights);
+  // DDP's reducer allocates its buckets when the model is wrapped, and keeps them.
+  for (uint64_t size : memory::BucketSizes(rank_.buckets, o_.parallel)) {
+    buckets_.push_back(Malloc(size, Category::kCollective));
   }
   if (train_) {
     const auto k = static_cast<uint64_t>(memory::StateTensorsPerParameter(o_.optimizer));
     state_.reserve(k * g_.values.size());
   }
+}
+
+void Sim::PrepareParallel() {
+  if (!o_.parallel.enabled()) return;
+  rank_ = memory::ShardModelStates(memory::RankParameters(b_, facts_, plan_, 0), o_);
+  sharded_ = !rank_.unsharded;
+  unit_of_node_.assign(g_.nodes.size(), -1);
+  if (!train_ || !memory::GathersUnits(o_.parallel)) return;
+  // ZeRO-3 gathers one module at a time, FSDP one wrap unit.
+  const std::vector<int>& unit_of =
+      o_.parallel.sharding == Sharding::kZero3 ? plan_.module_of_value() : plan_.unit_of_value();
+  const uint64_t c = memory::ComputeBytes(o_);
+  int units = 0;
+  for (int u : unit_of) units = std::max(units, u + 1);
+  unit_bytes_.assign(static_cast<size_t>(units), 0);
+  unit_grad_bytes_.assign(static_cast<size_t>(units), 0);
+  unit_first_.assign(static_cast<size_t>(units), -1);
+  unit_last_.assign(static_cast<size_t>(units), -1);
+  for (size_t i = 0; i < g_.values.size(); ++i) {
+    const core::Value& v = g_.values[i];
+    const int id = static_cast<int>(i);
+    if (!v.trainable || v.kind != core::ValueKind::kInitializer || v.consumers.empty()) continue;
+    const uint64_t bytes = core::SatMul(facts_.Share(id, b_.Numel(id).value_or(0)), c);
+    const int u = i < unit_of.size() ? unit_of[i] : -1;
+    if (u < 0) {
+      root_bytes_ = core::SatAdd(root_bytes_, bytes);
+      continue;
+    }
+    unit_bytes_[static_cast<size_t>(u)] = core::SatAdd(unit_bytes_[static_cast<size_t>(u)], bytes);
+    if (facts_.trainable(id)) {
+      unit_grad_bytes_[static_cast<size_t>(u)] =
+          core::SatAdd(unit_grad_bytes_[static_cast<size_t>(u)], bytes);
+    }
+    for (int k : v.consumers) {
+      int& node_unit = unit_of_node_[static_cast<size_t>(k)];
+      if (node_unit < 0) node_unit = u;
+    }
+  }
+  for (size_t k = 0; k < g_.nodes.size(); ++k) {
+    const int u = unit_of_node_[k];
+    if (u < 0) continue;
+    if (unit_first_[static_cast<size_t>(u)] < 0) {
+      unit_first_[static_cast<size_t>(u)] = static_cast<int>(k);
+      unit_order_.push_back(u);
+    }
+    unit_last_[static_cast<size_t>(u)] = static_cast<int>(k);
+  }
+  gathered_.assign(static_cast<size_t>(units), -1);
+  unit_grads_.assign(static_cast<size_t>(units), -1);
+}
+
+void Sim::Gather(int unit, Tensor* into) {
+  if (*into < 0) *into = Malloc(unit_bytes_[static_cast<size_t>(unit)], Category::kCollective);
+}
+
+// FSDP full/hybrid issue the next unit's all-gather while the current one computes (implicit
+// prefetch); ZeRO-3 and grad-op are modelled without it.
+bool Prefetches(const Parallelism& p) {
+  return p.sharding == Sharding::kFsdpFull || p.sharding == Sharding::kFsdpHybrid;
+}
+
+void Sim::GatherForward(size_t k) {
+  if (unit_of_node_.empty()) return;
+  const int u = unit_of_node_[k];
+  if (u < 0 || unit_first_[static_cast<size_t>(u)] != static_cast<int>(k)) return;
+  Gather(u, &gathered_[static_cast<size_t>(u)]);
+  if (!Prefetches(o_.parallel)) return;
+  const auto at = std::find(unit_order_.begin(), unit_order_.end(), u);
+  if (at != unit_order_.end() && at + 1 != unit_order_.end()) {
+    Gather(*(at + 1), &gathered_[static_cast<size_t>(*(at + 1))]);
+  }
+}
+
+void Sim::ReleaseForward(size_t k) {
+  if (unit_of_node_.empty() || o_.parallel.sharding == Sharding::kFsdpGradOp) return;
+  const int u = unit_of_node_[k];
+  if (u >= 0 && unit_last_[static_cast<size_t>(u)] == static_cast<int>(k)) {
+    Free(&gathered_[static_cast<size_t>(u)]);  // reshard after forward
+  }
+}
+
+void Sim::GatherBackward(size_t k) {
+  if (unit_of_node_.empty()) return;
+  const int u = unit_of_node_[k];
+  if (u < 0 || unit_last_[static_cast<size_t>(u)] != static_cast<int>(k)) return;
+  Gather(u, &gathered_[static_cast<size_t>(u)]);
+  if (unit_grads_[static_cast<size_t>(u)] < 0) {
+    unit_grads_[static_cast<size_t>(u)] =
+        Malloc(unit_grad_bytes_[static_cast<size_t>(u)], Category::kCollective);
+  }
+  if (!Prefetches(o_.parallel)) return;
+  const auto at = std::find(unit_order_.begin(), unit_order_.end(), u);
+  if (at != unit_order_.end() && at != unit_order_.begin()) {
+    Gather(*(at - 1), &gathered_[static_cast<size_t>(*(at - 1))]);
+  }
+}
+
+void Sim::ReduceScatter(size_t k) {
+  if (unit_of_node_.empty()) return;
+  const int u = unit_of_node_[k];
+  if (u < 0 || unit_first_[static_cast<size_t>(u)] != static_cast<int>(k)) return;
+  Free(&unit_grads_[static_cast<size_t>(u)]);
+  Free(&gathered_[static_cast<size_t>(u)]);
 }
 
 void Sim::FreeIfDead(int root) {
@@ -454,7 +600,8 @@ void Sim::ForwardNode(size_t k, int seg) {
   node_ = static_cast<int>(k);
   const ops::OpRule* rule = facts_.rule(k);
   const bool lower = rule && rule->amp == ops::AmpPolicy::kLowerPrecision;
-  if (lower) {
+  if (seg < 0) GatherForward(k);
+  if (lower && !sharded_) {
     for (int in : n.inputs) {
       if (in >= 0 && cast_[static_cast<size_t>(in)] < 0 && facts_.amp_cast_bytes(in) > 0) {
         cast_[static_cast<size_t>(in)] = Malloc(facts_.amp_cast_bytes(in), Category::kWeights);
@@ -495,6 +642,7 @@ void Sim::ForwardNode(size_t k, int seg) {
   for (int out : n.outputs) {
     if (out >= 0 && facts_.root(out) == out) FreeIfDead(out);  // outputs nobody reads
   }
+  if (seg < 0) ReleaseForward(k);
 }
 
 // The autocast cache is cleared when its autocast region ends; copies saved for backward stay
@@ -518,6 +666,9 @@ void Sim::Forward(int it) {
   uses_left_ = uses_;
   saved_left_ = saved_by_;
   cast_left_ = cast_saves_;
+  if (train_ && root_bytes_ > 0 && root_gathered_ < 0) {
+    root_gathered_ = Malloc(root_bytes_, Category::kCollective);
+  }
   for (size_t k = 0; k < g_.nodes.size(); ++k) {
     node_ = static_cast<int>(k);
     const ops::OpRule* rule = facts_.rule(k);
@@ -540,6 +691,7 @@ void Sim::Loss() {
 
 void Sim::Backward() {
   phase_ = Phase::kBackward;
+  if (sharded_ && flat_grads_ < 0) flat_grads_ = Malloc(rank_.gradients, Category::kGradients);
   if (loss_value_ >= 0) {
     Tensor seed = Malloc(4, Category::kTransient);  // ones_like(loss)
     if (cross_entropy_) {
@@ -567,6 +719,7 @@ void Sim::Backward() {
       Recompute(seg);
       node_ = static_cast<int>(kk);
     }
+    GatherBackward(kk);
     const ops::OpRule* rule = facts_.rule(kk);
     bool needs = false, has_out_grad = false;
     for (int in : n.inputs) needs = needs || facts_.requires_grad(in);
@@ -577,6 +730,10 @@ void Sim::Backward() {
         ws_backward_ = Malloc(gpu_.cublas_workspace.bytes, Category::kTransient);
       }
       auto deliver = [&](int in, Tensor g) {  // accumulate into the input's gradient
+        if (sharded_ && facts_.trainable(in)) {
+          Free(&g);  // written into the rank's gradient buffer (or the unit's, then scattered)
+          return;
+        }
         Tensor& slot = facts_.trainable(in) ? param_grad_[static_cast<size_t>(in)]
                                             : grad_[static_cast<size_t>(in)];
         if (slot < 0) {
@@ -647,8 +804,10 @@ void Sim::Backward() {
     if (seg >= 0 && static_cast<int>(kk) == ckpt_[static_cast<size_t>(seg)].begin) {
       ReleaseSegment(seg);
     }
+    ReduceScatter(kk);
   }
   node_ = -1;
+  Free(&root_gathered_);
   for (Tensor& t : grad_) Free(&t);
   for (Tensor& t : cast_) Free(&t);
   Free(&loss_);
@@ -657,6 +816,26 @@ void Sim::Backward() {
 
 void Sim::Step(int it) {
   phase_ = Phase::kOptimizerStep;
+  if (sharded_) {
+    // The rank's flat optimizer state (DeepSpeed: fp32 master copy and moments), created at the
+    // first step; ZeRO's fp32 gradient partition for the step. DeepSpeed steps with one fused
+    // kernel; FSDP's foreach step makes shard-sized temporaries (memory/parallel.h).
+    if (it == 1) flat_state_ = Malloc(rank_.optimizer_state, Category::kOptimizerState);
+    Tensor fp32_grads = Malloc(rank_.fp32_grad_buffer, Category::kGradients);
+    const bool fsdp = o_.parallel.sharding != Sharding::kZero1 &&
+                      o_.parallel.sharding != Sharding::kZero2 &&
+                      o_.parallel.sharding != Sharding::kZero3;
+    if (fsdp && o_.optimizer_impl != OptimizerImpl::kFused) {
+      const int lists =
+          (memory::HasSecondMoment(o_.optimizer) ? 1 : 0) + (memory::WeightDecayIsL2(o_) ? 1 : 0);
+      for (int i = 0; i < lists; ++i) {
+        Tensor t = Malloc(rank_.gradients, Category::kTransient);
+        Free(&t);
+      }
+    }
+    Free(&fp32_grads);
+    return;
+  }
   std::vector<int> params;
   for (size_t i = 0; i < g_.values.size(); ++i) {
     if (facts_.trainable(static_cast<int>(i)) && !g_.values[i].consumers.empty())
@@ -713,6 +892,7 @@ void Sim::Iteration(int it) {
   phase_ = Phase::kUnknown;
   if (train_) {
     for (Tensor& g : param_grad_) Free(&g);  // zero_grad(set_to_none=True)
+    Free(&flat_grads_);
   }
   // Gradient accumulation: micro-batches run forward and backward, .grad accumulates in place
   // (memory-model.md §3.1 AccumulateGrad), then one optimizer step.
@@ -743,7 +923,14 @@ void Sim::Iteration(int it) {
 
 Result<Simulation> Sim::Run() {
   train_ = o_.mode == Mode::kTrain;
+  if (plan_.stages() > 1) {
+    return InvalidArgument(
+        "the symbolic timeline replays one process without pipeline stages: pp " +
+        std::to_string(plan_.stages()) +
+        " (the 1F1B schedule) is modelled by the analytical backend only");
+  }
   Prepare();
+  PrepareParallel();
   AllocateWeights();
   for (int it = 1; it <= kSimulatedIterations; ++it) Iteration(it);
 
@@ -760,6 +947,7 @@ Result<Simulation> Sim::Run() {
   bd.optimizer_state = at_peak_[static_cast<size_t>(Category::kOptimizerState)];
   bd.saved_activations = at_peak_[static_cast<size_t>(Category::kActivations)];
   bd.transient = at_peak_[static_cast<size_t>(Category::kTransient)];
+  bd.collective_buffers = at_peak_[static_cast<size_t>(Category::kCollective)];
   uint64_t requested = 0;
   for (uint64_t v : at_peak_) requested += v;
   const uint64_t allocated =
@@ -771,6 +959,10 @@ Result<Simulation> Sim::Run() {
                              largest(Category::kOptimizerState), largest(Category::kActivations),
                              largest(Category::kTransient),      largest_cached_free_};
   memory::SetOutsideAllocator(stack_, &bd);
+  if (o_.parallel.enabled()) {
+    bd.nccl_buffers = memory::NcclBufferBytes(plan_);
+    e.host_bytes = rank_.host;
+  }
   e.peak_device = bd.Total();
   e.peak_phase = peak_phase_;
   e.peak_node = peak_node_ >= 0 ? g_.nodes[static_cast<size_t>(peak_node_)].name : "";

@@ -28,8 +28,10 @@ enum class Category : uint8_t {
   kActivations,     // input batch and forward tensors kept for backward
   kTransient,       // everything short-lived: unsaved outputs, activation gradients, loss,
                     // optimizer temporaries, cuBLAS workspaces
+  kCollective,      // many GPUs: DDP buckets, parameters gathered for a unit and its unsharded
+                    // gradients (memory/parallel.h)
 };
-inline constexpr int kNumCategories = 5;
+inline constexpr int kNumCategories = 6;
 const char* ToString(Category c);
 
 struct TimelineEvent {

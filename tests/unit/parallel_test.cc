@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -12,6 +13,7 @@
 #include "datasets/zoo/families.h"
 #include "memest/memest.h"
 #include "symbolic/symbolic.h"
+#include "symbolic/timeline.h"
 #include "testing/onnx_builder.h"
 
 namespace memest {
@@ -298,13 +300,62 @@ TEST(ParallelEstimateTest, BackendsWithoutAPerRankModelRefuseNamingTheOption) {
   Options o;
   o.batch = 4;
   o.parallel.world_size = 2;
-  auto est = MakeEstimator("symbolic");
-  auto e = (*est)->Run(*m, o);
-  ASSERT_FALSE(e.ok());
-  EXPECT_NE(e.status().message().find("world_size 2"), std::string::npos) << e.status().message();
+  for (const char* name : {"learned", "measurement"}) {
+    auto est = MakeEstimator(name);
+    if (!est.ok()) continue;  // not built here
+    auto e = (*est)->Run(*m, o);
+    ASSERT_FALSE(e.ok()) << name;
+    EXPECT_NE(e.status().message().find("world_size 2"), std::string::npos) << e.status().message();
+  }
+  // The symbolic replay is one process: pipeline stages (1F1B) are refused by name.
+  o.micro_batches = 2;
+  o.parallel.pp = 2;
   auto sim = symbolic::SimulateModel(*m, o, true);
   ASSERT_FALSE(sim.ok());
-  EXPECT_NE(sim.status().message().find("world_size 2"), std::string::npos);
+  EXPECT_NE(sim.status().message().find("pp 2"), std::string::npos) << sim.status().message();
+}
+
+// The symbolic timeline of one FSDP rank: the unit being computed and the prefetched next one
+// are gathered, and in backward the unit's unsharded gradients too -- at most 3 units in the
+// compute dtype, the analytical backend's figure; every gathered buffer is freed by the step.
+TEST(ParallelTimelineTest, FsdpGathersUnitsAndFreesThemBeforeTheStep) {
+  auto m = Tower(8);
+  ASSERT_NE(m, nullptr);
+  Options o = Zero(Sharding::kFsdpFull, 4, Precision::kAmpBf16);
+  o.batch = 16;
+  o.loss = Loss::kMse;
+  auto sim = symbolic::SimulateModel(*m, o, /*record_events=*/true);
+  ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+  int64_t live = 0, most = 0;
+  bool freed_before_step = true;
+  for (const symbolic::TimelineEvent& e : sim->events) {
+    if (e.category != symbolic::Category::kCollective) continue;
+    live += e.malloc ? static_cast<int64_t>(e.bytes) : -static_cast<int64_t>(e.bytes);
+    most = std::max(most, live);
+    if (e.phase == Phase::kOptimizerStep && live != 0) freed_before_step = false;
+  }
+  EXPECT_EQ(most, static_cast<int64_t>(2 * 3 * kUnit));
+  EXPECT_TRUE(freed_before_step);
+  EXPECT_EQ(live, 0);
+  // The optimizer state is one flat shard: 2 fp32 moments of a quarter of the parameters.
+  EXPECT_EQ(sim->estimate.largest->optimizer_state.bytes, 8 * kUnit / 4 * 4 * 2);
+}
+
+TEST(ParallelTimelineTest, ZeroAndDdpAgreeWithTheAnalyticalModelStates) {
+  auto m = Tower(8);
+  ASSERT_NE(m, nullptr);
+  for (Sharding s : {Sharding::kNone, Sharding::kZero1, Sharding::kZero2, Sharding::kZero3}) {
+    Options o = Zero(s, 4, Precision::kAmpBf16);
+    o.batch = 16;
+    o.loss = Loss::kMse;
+    auto sim = symbolic::SimulateModel(*m, o, false);
+    auto ana = Analytical(*m, o);
+    ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+    ASSERT_TRUE(ana.ok());
+    EXPECT_EQ(sim->estimate.largest->optimizer_state.bytes, ana->breakdown.optimizer_state)
+        << ToString(s);
+    EXPECT_EQ(sim->estimate.breakdown.nccl_buffers, ana->breakdown.nccl_buffers);
+  }
 }
 
 }  // namespace
