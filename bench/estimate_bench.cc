@@ -20,6 +20,7 @@
 #include "datasets/zoo/chain.h"
 #include "datasets/zoo/families.h"
 #include "memest/memest.h"
+#include "memest/memest_c.h"
 
 namespace {
 
@@ -178,6 +179,32 @@ void BM_Parallel(benchmark::State& state, const std::string& name, int64_t world
   state.counters["parameters"] = static_cast<double>(model->summary().parameter_count);
 }
 
+// The same estimate as BM_Estimate (batch 64, training) through the C API: options parsed from
+// JSON, a result handle made and freed per call (docs/embedding.md).
+void BM_CApiEstimate(benchmark::State& state, const std::string& name) {
+  const std::string& bytes = ModelBytes(name);
+  memest_model* model = nullptr;
+  memest_estimator* est = nullptr;
+  if (memest_model_load_bytes(bytes.data(), bytes.size(), name.c_str(), &model) != MEMEST_C_OK ||
+      memest_estimator_new("analytical", &est) != MEMEST_C_OK) {
+    state.SkipWithError(memest_c_last_error());
+    return;
+  }
+  for (auto _ : state) {
+    memest_result* r = nullptr;
+    if (memest_estimate(est, model, "{\"batch\": 64}", &r) != MEMEST_C_OK) {
+      state.SkipWithError(memest_c_last_error());
+      break;
+    }
+    uint64_t peak = 0;
+    (void)memest_result_peak_device(r, &peak);
+    benchmark::DoNotOptimize(peak);
+    (void)memest_result_free(r);
+  }
+  (void)memest_estimator_free(est);
+  (void)memest_model_free(model);
+}
+
 using memest::Mode;
 const std::string kAnalytical = "analytical";
 const std::string kSymbolic = "symbolic";
@@ -194,6 +221,7 @@ BENCHMARK_CAPTURE(BM_MaxBatch, resnet18, std::string("resnet18_train"))->Unit(be
 BENCHMARK_CAPTURE(BM_ProtobufParse, resnet50, std::string("resnet50_train"))->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Load, resnet50, std::string("resnet50_train"))->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Estimate, resnet50_train_analytical, std::string("resnet50_train"), Mode::kTrain, kAnalytical)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_CApiEstimate, resnet50_train_analytical_c_api, std::string("resnet50_train"))->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Estimate, resnet50_train_symbolic, std::string("resnet50_train"), Mode::kTrain, kSymbolic)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Estimate, resnet50_train_symbolic_checkpoint4, std::string("resnet50_train"), Mode::kTrain, kSymbolic, 4)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MaxBatch, resnet50, std::string("resnet50_train"))->Unit(benchmark::kMillisecond);

@@ -11,8 +11,13 @@
 # Every layer may include the public headers (include/memest/), links the layers it USES, and
 # carries the ONNX/protobuf usage requirements. The layers' list, in order, is MEMEST_LAYERS.
 
+# The version header (include/memest/version.h in the build tree and in an install).
+configure_file(${PROJECT_SOURCE_DIR}/cmake/version.h.in ${PROJECT_BINARY_DIR}/include/memest/version.h
+               @ONLY)
+
 add_library(memest_deps INTERFACE)
-target_include_directories(memest_deps INTERFACE ${PROJECT_SOURCE_DIR}/include)
+target_include_directories(memest_deps INTERFACE ${PROJECT_SOURCE_DIR}/include
+                                                 ${PROJECT_BINARY_DIR}/include)
 target_link_libraries(memest_deps INTERFACE onnx onnx_proto protobuf::libprotobuf)
 target_compile_definitions(memest_deps INTERFACE ONNX_ML=1 ONNX_NAMESPACE=onnx)
 
@@ -33,6 +38,9 @@ function(memest_layer name)
   cmake_parse_arguments(PARSE_ARGV 1 LAYER "" "" "SOURCES;USES")
   memest_layer_view(${name} "${LAYER_USES}" view)
   add_library(memest_${name} STATIC ${LAYER_SOURCES})
+  # Position-independent: the layers' objects also make the installable libmemest.so
+  # (cmake/MemestInstall.cmake).
+  set_target_properties(memest_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   target_include_directories(memest_${name} PRIVATE ${view})
   target_link_libraries(memest_${name} PUBLIC memest_deps
                         PRIVATE nlohmann_json::nlohmann_json fmt::fmt Eigen3::Eigen)

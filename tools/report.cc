@@ -192,8 +192,8 @@ std::string AllocatorText(const Options& o, const GpuProfile& gpu) {
 
 // "64 GPUs = dp 16 x tp 4 x pp 1, zero2, sequence parallel"
 std::string ParallelText(const Parallelism& p) {
-  std::string out = fmt::format("{} GPUs = dp {} x tp {} x pp {}", p.world_size, p.DataParallel(),
-                                p.tp, p.pp);
+  std::string out =
+      fmt::format("{} GPUs = dp {} x tp {} x pp {}", p.world_size, p.DataParallel(), p.tp, p.pp);
   if (p.sharding != Sharding::kNone) out += fmt::format(", {}", ToString(p.sharding));
   if (p.sequence_parallel) out += ", sequence parallel";
   if (p.offload_optimizer) out += ", optimizer offloaded";
@@ -534,9 +534,9 @@ std::string LargestText(const BackendResult& res, bool markdown) {
 // --per-rank: one row per group of ranks holding the same memory (Estimate::ranks).
 Grid RankGrid(const Estimate& e) {
   Grid g;
-  g.header = {"ranks",     "stage",     "blocks",     "in flight", "weights", "gradients",
-              "optimizer", "activations", "collective", "NCCL",      "host",    "device peak",
-              "note"};
+  g.header = {"ranks",     "stage",       "blocks",      "in flight",  "weights",
+              "gradients", "optimizer",   "activations", "collective", "NCCL",
+              "host",      "device peak", "note"};
   g.align = {Align::kLeft,  Align::kRight, Align::kRight, Align::kRight, Align::kRight,
              Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
              Align::kRight, Align::kRight, Align::kLeft};
@@ -640,54 +640,8 @@ Json ModelJson(const Report& r) {
               {"diagnostics", DiagnosticsJson(m.diagnostics)}};
 }
 
-Json OptionsJson(const Options& o) {
-  Json dims = Json::object();
-  for (const auto& [name, value] : o.dims) dims[name] = value;
-  Json alloc = {{"expandable_segments", o.allocator.expandable_segments},
-                {"max_split_size", nullptr},
-                {"roundup_power2_divisions", o.allocator.roundup_power2_divisions}};
-  if (o.allocator.max_split_size) alloc["max_split_size"] = *o.allocator.max_split_size;
-  Json j = {{"mode", ToString(o.mode)},
-            {"batch", nullptr},
-            {"dims", dims},
-            {"optimizer", ToString(o.optimizer)},
-            {"optimizer_impl", ToString(o.optimizer_impl)},
-            {"weight_decay", o.weight_decay},
-            {"micro_batches", o.micro_batches},
-            {"checkpoint_segments", o.checkpoint_segments},
-            {"precision", ToString(o.precision)},
-            {"loss", ToString(o.loss)},
-            {"gpu", o.gpu},
-            {"attention", ToString(o.attention)},
-            {"trainable", o.trainable},
-            {"freeze", o.freeze},
-            {"weight_dtype", ToString(o.weight_dtype)},
-            {"fused_kernels", o.fused_kernels},
-            {"fit",
-             {{"on", ToString(o.fit.on)},
-              {"margin_fraction", o.fit.margin_fraction},
-              {"margin_bytes", o.fit.margin_bytes}}},
-            {"allocator", alloc}};
-  if (o.batch) j["batch"] = *o.batch;
-  if (o.parallel.enabled()) {
-    const Parallelism& p = o.parallel;
-    j["parallel"] = {{"world_size", p.world_size},
-                     {"dp", p.DataParallel()},
-                     {"tp", p.tp},
-                     {"pp", p.pp},
-                     {"sharding", ToString(p.sharding)},
-                     {"sequence_parallel", p.sequence_parallel},
-                     {"fsdp_unit", p.fsdp_unit},
-                     {"offload_optimizer", p.offload_optimizer},
-                     {"offload_params", p.offload_params},
-                     {"bucket_cap_mb", p.bucket_cap_mb},
-                     {"gradient_as_bucket_view", p.gradient_as_bucket_view},
-                     {"nccl_buffsize", p.nccl_buffsize},
-                     {"nccl_channels", p.nccl_channels},
-                     {"gpus_per_node", p.gpus_per_node}};
-  }
-  return j;
-}
+// The options object: the library's encoding (memest/json.h), so that a program can send it back.
+Json OptionsJson(const Options& o) { return Json::parse(OptionsToJson(o)); }
 
 Json ValueJson(const ProfileValue& v) {
   return Json{{"bytes", v.bytes}, {"source", v.source}, {"calibrated", v.calibrated}};
@@ -705,21 +659,20 @@ Json GpuJson(const GpuProfile& g) {
 
 Json StackJson(const StackProfile& s) { return Json::parse(StackProfileToJson(s))["stack"]; }
 
+// One backend's result: the library's estimate object (memest/json.h EstimateToJson) with the
+// CLI's own fields -- ok, the per-category maxima, the fit and the max-batch search.
 Json ResultJson(const BackendResult& res, bool max_batch_mode, const std::string& max_dim) {
-  Json j = {{"backend", res.backend}, {"ok", res.status.ok()}};
   if (!res.status.ok()) {
-    j["error"] = {{"code", ErrorCodeName(res.status.code())}, {"message", res.status.message()}};
-    j["diagnostics"] = Json::array();
-    return j;
+    return Json{
+        {"backend", res.backend},
+        {"ok", false},
+        {"error", {{"code", ErrorCodeName(res.status.code())}, {"message", res.status.message()}}},
+        {"diagnostics", Json::array()}};
   }
   const Estimate& e = res.estimate;
-  j["peak"] = {
-      {"allocated", e.peak_allocated}, {"reserved", e.peak_reserved}, {"device", e.peak_device}};
-  Json breakdown = Json::object();
-  for (const Component& c : kComponents) breakdown[c.key] = e.breakdown.*c.field;
-  j["breakdown"] = breakdown;
-  j["peak_phase"] = ToString(e.peak_phase);
-  j["peak_node"] = e.peak_node;
+  Json j = Json::parse(EstimateToJson(e));
+  j["backend"] = res.backend;
+  j["ok"] = true;
   j["largest"] = nullptr;
   if (e.largest) {
     Json largest = Json::object();
@@ -732,14 +685,6 @@ Json ResultJson(const BackendResult& res, bool max_batch_mode, const std::string
     }
     j["largest"] = largest;
   }
-  if (HasInterval(e)) {
-    Json interval = {{"low", nullptr}, {"high", nullptr}};
-    if (e.device_low) interval["low"] = *e.device_low;
-    if (e.device_high) interval["high"] = *e.device_high;
-    j["interval"] = interval;
-  } else {
-    j["interval"] = nullptr;
-  }
   j["fit"] = {{"fits", res.fit.fits},
               {"capacity", res.fit.capacity},
               {"headroom", res.fit.headroom},
@@ -751,27 +696,6 @@ Json ResultJson(const BackendResult& res, bool max_batch_mode, const std::string
                       {"batch", res.max_batch.value_or(0)},
                       {"evaluations", res.max_batch_evaluations}};
   }
-  if (!e.ranks.empty()) {
-    Json ranks = Json::array();
-    for (const RankPeak& rk : e.ranks) {
-      Json b = Json::object();
-      for (const Component& c : kComponents) b[c.key] = rk.breakdown.*c.field;
-      ranks.push_back({{"first_rank", rk.first_rank},
-                       {"last_rank", rk.last_rank},
-                       {"stage", rk.stage},
-                       {"blocks", rk.layers},
-                       {"in_flight", rk.in_flight},
-                       {"peak_device", rk.peak_device},
-                       {"breakdown", b},
-                       {"peak_phase", ToString(rk.peak_phase)},
-                       {"peak_node", rk.peak_node},
-                       {"host_bytes", rk.host_bytes},
-                       {"note", rk.note}});
-    }
-    j["ranks"] = ranks;
-    j["host_bytes"] = e.host_bytes;
-  }
-  j["diagnostics"] = DiagnosticsJson(e.diagnostics);
   return j;
 }
 
@@ -850,10 +774,10 @@ std::string RenderReportCsv(const Report& r) {
   for (const Component& c : kComponents) {
     if (!IsAppendedCsvColumn(c)) header.push_back(c.key);
   }
-  header.insert(header.end(), {"peak_phase", "peak_node", "device_low", "device_high", "fits",
-                               "headroom", "max_batch", "diagnostics", "cached_free",
-                               "library_memory", "stack", "fit_on", "judged_peak",
-                               "collective_buffers", "nccl_buffers"});
+  header.insert(header.end(),
+                {"peak_phase", "peak_node", "device_low", "device_high", "fits", "headroom",
+                 "max_batch", "diagnostics", "cached_free", "library_memory", "stack", "fit_on",
+                 "judged_peak", "collective_buffers", "nccl_buffers"});
   std::string out = CsvLine(header);
   const Options& o = r.options;
   std::vector<std::string> dims;

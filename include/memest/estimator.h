@@ -1,8 +1,8 @@
 // memest/estimator.h -- the one interface every backend implements, and the registry.
 //
-// Thread safety: an Estimator is immutable after creation; Estimate() is const and may be called
+// Thread safety: an Estimator is immutable after creation; Run() is const and may be called
 // concurrently from many threads, on the same or different models.
-// Errors are values: Estimate() never throws.
+// Errors are values: Run() never throws.
 #ifndef MEMEST_ESTIMATOR_H_
 #define MEMEST_ESTIMATOR_H_
 

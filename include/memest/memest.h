@@ -7,6 +7,7 @@
 #include "memest/estimate.h"
 #include "memest/estimator.h"
 #include "memest/gpu_profile.h"
+#include "memest/json.h"
 #include "memest/model.h"
 #include "memest/options.h"
 #include "memest/stack.h"

@@ -1,0 +1,27 @@
+#!/bin/bash
+# tests/install/run.sh BUILD_DIR SOURCE_DIR -- installs memest from BUILD_DIR into a temporary
+# prefix, then builds and runs two out-of-tree consumers against it: one with
+# find_package(memest CONFIG) (C++ and C), one with pkg-config (C, plain cc). Exit 0 when all
+# three build and run on the bundled MLP.
+set -euo pipefail
+BUILD=$1
+SRC=$2
+MODEL=$SRC/datasets/models/mlp_small_train.onnx
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+cmake --install "$BUILD" --prefix "$TMP/prefix" > "$TMP/install.log"
+test -f "$TMP/prefix/include/memest/memest_c.h"
+test -f "$TMP/prefix/include/memest/version.h"
+# find_package: nothing but the prefix on the path (no ONNX, protobuf, fmt, CLI11 or Torch).
+cmake -S "$SRC/tests/install" -B "$TMP/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$TMP/prefix" \
+  > "$TMP/configure.log"
+cmake --build "$TMP/consumer" > "$TMP/build.log"
+export LD_LIBRARY_PATH="$TMP/prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+"$TMP/consumer/cxx_consumer" "$MODEL"
+"$TMP/consumer/c_consumer_cmake" "$MODEL"
+# pkg-config, from C with the system compiler.
+PC_DIR=$(dirname "$(find "$TMP/prefix" -name memest.pc | head -1)")
+FLAGS=$(PKG_CONFIG_PATH="$PC_DIR" pkg-config --cflags --libs memest)
+cc -std=c99 -Wall -Werror "$SRC/tests/install/c_consumer.c" $FLAGS -o "$TMP/c_consumer_pc"
+"$TMP/c_consumer_pc" "$MODEL"
+echo "install test: 3 consumers built and ran against $TMP/prefix"
