@@ -8,6 +8,7 @@ PACKAGES=(
   libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
   libonnx-testdata
+  python3-dev python3-pybind11 python3-torch  # the Python module and its from_torch test (python/)
   libtorch-dev libopenblas0-pthread  # measurement harness (docs/measurement.md); OpenBLAS: 10x faster CPU matmuls
 )
 missing=()

@@ -5,7 +5,7 @@
 # three build and run on the bundled MLP.
 set -euo pipefail
 BUILD=$1
-SRC=$2
+SRC=$(cd "$2" && pwd)
 MODEL=$SRC/datasets/models/mlp_small_train.onnx
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -24,4 +24,11 @@ PC_DIR=$(dirname "$(find "$TMP/prefix" -name memest.pc | head -1)")
 FLAGS=$(PKG_CONFIG_PATH="$PC_DIR" pkg-config --cflags --libs memest)
 cc -std=c99 -Wall -Werror "$SRC/tests/install/c_consumer.c" $FLAGS -o "$TMP/c_consumer_pc"
 "$TMP/c_consumer_pc" "$MODEL"
-echo "install test: 3 consumers built and ran against $TMP/prefix"
+# The Python package, when this build has it: its own install component, imported from the prefix.
+if compgen -G "$BUILD/python/memest/_memest*.so" > /dev/null; then
+  cmake --install "$BUILD" --component python --prefix "$TMP/py" > "$TMP/install-py.log"
+  SITE=$(dirname "$(find "$TMP/py" -name __init__.py -path '*memest*' | head -1)")
+  (cd "$TMP" && PYTHONPATH=$(dirname "$SITE") /usr/bin/python3 -c \
+    "import memest; e = memest.estimate(memest.load('$MODEL'), batch=32); assert e.peak_device > 0; print('python', memest.__version__, e.peak_device)")
+fi
+echo "install test: consumers built and ran against $TMP/prefix"
