@@ -17,8 +17,12 @@ add_library(memest_shared SHARED ${MEMEST_SHARED_OBJECTS})
 set_target_properties(memest_shared PROPERTIES OUTPUT_NAME memest EXPORT_NAME memest
                                                VERSION ${PROJECT_VERSION}
                                                SOVERSION ${PROJECT_VERSION_MAJOR})
-target_link_libraries(memest_shared PRIVATE onnx onnx_proto protobuf::libprotobuf fmt::fmt
-                                            -Wl,--no-undefined)
+target_link_libraries(memest_shared PRIVATE onnx onnx_proto protobuf::libprotobuf fmt::fmt)
+# Every symbol resolved at link time (a layer that leaked into the library would show here), except
+# in sanitizer builds, whose runtime the executable brings.
+if(NOT CMAKE_CXX_FLAGS MATCHES "-fsanitize")
+  target_link_options(memest_shared PRIVATE -Wl,--no-undefined)
+endif()
 target_include_directories(memest_shared PUBLIC
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
   $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
