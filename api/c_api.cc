@@ -217,7 +217,8 @@ int memest_result_fits(const memest_result* result, const char* gpu, int* fits, 
   return Guard("memest_result_fits", [&] {
     if (fits == nullptr) return BadHandle("fits");
     if (!Live(result, Kind::kResult)) return BadHandle("result");
-    auto profile = memest::FindGpuProfile(gpu != nullptr ? gpu : result->options.gpu);
+    auto profile =
+        gpu != nullptr ? memest::FindGpuProfile(gpu) : memest::ResolveGpuProfile(result->options);
     if (!profile.ok()) return Fail(profile.status());
     const memest::Fit f = memest::CheckFit(result->estimate, *profile, result->options.fit);
     *fits = f.fits ? 1 : 0;

@@ -190,7 +190,7 @@ Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Mo
 Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& model,
                                     const Options& options, int64_t limit) {
   if (options.micro_batches > 1) limit = std::max<int64_t>(limit / options.micro_batches, 1);
-  auto gpu = FindGpuProfile(options.gpu);
+  auto gpu = ResolveGpuProfile(options);
   if (!gpu.ok()) return gpu.status();
   if (limit < 1) return InvalidArgument("max-batch search limit must be >= 1");
   // The search needs a batch dim to bind: some data input whose leading dim is not fixed.
@@ -216,7 +216,7 @@ Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& mod
 
 Result<MaxBatchResult> FindMaxDim(const Estimator& estimator, const Model& model,
                                   const Options& options, const std::string& dim, int64_t limit) {
-  auto gpu = FindGpuProfile(options.gpu);
+  auto gpu = ResolveGpuProfile(options);
   if (!gpu.ok()) return gpu.status();
   if (limit < 1) return InvalidArgument("max-dim search limit must be >= 1");
   bool named = false;

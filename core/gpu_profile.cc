@@ -17,6 +17,7 @@
 
 #include <cctype>
 #include <cstdint>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -138,6 +139,41 @@ Result<GpuProfile> FindGpuProfile(std::string_view name) {
   }
   return NotFound("unknown GPU profile '" + std::string(name) +
                   "'; known profiles: " + core::KnownNames(table.rows));
+}
+
+}  // namespace memest
+
+namespace memest {
+
+Result<std::vector<GpuProfile>> ParseGpuProfiles(std::string_view json) {
+  Result<std::vector<GpuProfile>> r = core::ParseGpuProfilesJson(json);
+  if (!r.ok()) return InvalidArgument("GPU profiles: " + r.status().message());
+  return r;
+}
+
+Result<std::vector<GpuProfile>> LoadGpuProfiles(const std::string& path) {
+  constexpr std::streamoff kMaxBytes = 1 << 20;
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return NotFound("GPU profile file '" + path + "' cannot be read");
+  const std::streamoff size = in.tellg();
+  if (size < 0 || size > kMaxBytes) {
+    return InvalidArgument("GPU profile file '" + path + "' is larger than 1 MiB");
+  }
+  std::string text(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  in.read(text.data(), size);
+  Result<std::vector<GpuProfile>> r = ParseGpuProfiles(text);
+  if (!r.ok()) return r.status().WithContext(path);
+  return r;
+}
+
+GpuProfile WithCapacity(GpuProfile p, uint64_t bytes) {
+  const std::string source = "given: a capacity of " + std::to_string(bytes) +
+                             " bytes imposed on profile '" + p.name + "' (was " +
+                             std::to_string(p.usable_memory.bytes) + ")";
+  p.total_memory = {bytes, source, false};
+  p.usable_memory = {bytes, source, false};
+  return p;
 }
 
 }  // namespace memest

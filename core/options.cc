@@ -50,10 +50,14 @@ constexpr std::pair<const char*, WeightDtype> kWeightDtypes[] = {
     {"bf16", WeightDtype::kBf16}, {"int8", WeightDtype::kInt8},
     {"nf4", WeightDtype::kNf4},   {"nf4-dq", WeightDtype::kNf4DoubleQuant}};
 constexpr std::pair<const char*, Sharding> kShardings[] = {
-    {"none", Sharding::kNone},          {"zero1", Sharding::kZero1},
-    {"zero2", Sharding::kZero2},        {"zero3", Sharding::kZero3},
-    {"fsdp-full", Sharding::kFsdpFull}, {"fsdp-grad-op", Sharding::kFsdpGradOp},
-    {"fsdp-hybrid", Sharding::kFsdpHybrid}, {"fsdp-no-shard", Sharding::kFsdpNoShard}};
+    {"none", Sharding::kNone},
+    {"zero1", Sharding::kZero1},
+    {"zero2", Sharding::kZero2},
+    {"zero3", Sharding::kZero3},
+    {"fsdp-full", Sharding::kFsdpFull},
+    {"fsdp-grad-op", Sharding::kFsdpGradOp},
+    {"fsdp-hybrid", Sharding::kFsdpHybrid},
+    {"fsdp-no-shard", Sharding::kFsdpNoShard}};
 constexpr std::pair<const char*, FitOn> kFitOn[] = {{"point", FitOn::kPoint},
                                                     {"upper", FitOn::kUpper}};
 
@@ -95,9 +99,7 @@ Result<WeightDtype> ParseWeightDtype(std::string_view s) {
 }
 const char* ToString(WeightDtype w) { return NameOf(w, kWeightDtypes); }
 
-Result<Sharding> ParseSharding(std::string_view s) {
-  return ParseEnum(s, "sharding", kShardings);
-}
+Result<Sharding> ParseSharding(std::string_view s) { return ParseEnum(s, "sharding", kShardings); }
 const char* ToString(Sharding s) { return NameOf(s, kShardings); }
 
 namespace {
@@ -118,9 +120,9 @@ Status ValidateParallelism(const Options& o) {
   }
   const int64_t dp = p.DataParallel();
   if (dp < 1 || dp * p.tp * p.pp != p.world_size) {
-    return InvalidArgument("dp x tp x pp must equal the world size: " +
-                           (p.dp > 0 ? n(p.dp) : std::string("dp")) + " x " + n(p.tp) + " x " +
-                           n(p.pp) + " != " + n(p.world_size));
+    return InvalidArgument(
+        "dp x tp x pp must equal the world size: " + (p.dp > 0 ? n(p.dp) : std::string("dp")) +
+        " x " + n(p.tp) + " x " + n(p.pp) + " != " + n(p.world_size));
   }
   if (!p.enabled()) return Status::Ok();
   if (o.mode != Mode::kTrain) {
@@ -165,8 +167,16 @@ Status ValidateParallelism(const Options& o) {
 
 }  // namespace
 
+Result<GpuProfile> ResolveGpuProfile(const Options& o) {
+  if (o.custom_gpu) return *o.custom_gpu;
+  return FindGpuProfile(o.gpu);
+}
+
 Status Validate(const Options& o) {
   MEMEST_RETURN_IF_ERROR(ValidateParallelism(o));
+  if (o.custom_gpu && o.custom_gpu->usable_memory.bytes == 0) {
+    return InvalidArgument("GPU profile '" + o.custom_gpu->name + "' has no usable memory");
+  }
   if (o.batch && *o.batch < 1) {
     return InvalidArgument("batch must be >= 1, got " + std::to_string(*o.batch));
   }
@@ -303,8 +313,8 @@ std::vector<OptionDoc> DescribeOptions() {
        "optimizer state (and master weights) / parameters kept in host memory"},
       {"bucket_cap_mb", fmt_double(d.parallel.bucket_cap_mb),
        "DDP gradient bucket size; gradient_as_bucket_view false by default"},
-      {"nccl_buffsize x channels", std::to_string(d.parallel.nccl_buffsize) + " x " +
-       std::to_string(d.parallel.nccl_channels),
+      {"nccl_buffsize x channels",
+       std::to_string(d.parallel.nccl_buffsize) + " x " + std::to_string(d.parallel.nccl_channels),
        "NCCL buffers per communicator: channels x 3 connections x (buffsize + LL128 + LL)"},
   };
 }

@@ -210,7 +210,7 @@ EstimationContext::EstimationContext(const Model& model, const Options& options,
 
 Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& model,
                                                                    const Options& options) {
-  MEMEST_ASSIGN_OR_RETURN(GpuProfile gpu, FindGpuProfile(options.gpu));
+  MEMEST_ASSIGN_OR_RETURN(GpuProfile gpu, ResolveGpuProfile(options));
   StackProfile stack;
   if (options.custom_stack) {
     stack = *options.custom_stack;

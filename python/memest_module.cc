@@ -38,7 +38,7 @@ struct PyModel {
 // The estimate's JSON with the fit on the options' GPU added ("fit": {fits, capacity, headroom,
 // judged, on, margin}), as the CLI reports it.
 std::string WithFit(const memest::Estimate& e, const memest::Options& o) {
-  const memest::GpuProfile gpu = Unwrap(memest::FindGpuProfile(o.gpu));
+  const memest::GpuProfile gpu = Unwrap(memest::ResolveGpuProfile(o));
   const memest::Fit f = memest::CheckFit(e, gpu, o.fit);
   std::string json = memest::EstimateToJson(e);
   json.pop_back();  // the closing brace

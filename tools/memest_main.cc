@@ -320,6 +320,8 @@ struct Flags {
   std::string precision;
   std::string loss;
   std::string gpu_name;
+  std::string gpu_file;
+  std::string capacity;
   std::string stack_name;
   std::string attention;
   std::string weight_dtype;
@@ -345,6 +347,7 @@ struct Flags {
   ParallelFlags parallel;
 
   CLI::Option* batch_opt = nullptr;
+  CLI::Option* gpu_opt = nullptr;
   CLI::Option* micro_batches_opt = nullptr;
   CLI::Option* checkpoint_opt = nullptr;
   CLI::Option* output_opt = nullptr;
@@ -389,8 +392,17 @@ void AddEstimationFlags(CLI::App& app, Flags& f, HelpDefaults& help) {
                   "--loss", f.loss,
                   help.With("loss on the first output in training (ce: cross-entropy)", {"loss"}))
                ->type_name("auto|cross-entropy|mse"));
-  app.add_option("--gpu", f.gpu_name, help.With("GPU profile (see --list-gpus)", {"gpu"}))
-      ->type_name("NAME");
+  f.gpu_opt =
+      app.add_option("--gpu", f.gpu_name, help.With("GPU profile (see --list-gpus)", {"gpu"}))
+          ->type_name("NAME");
+  app.add_option("--gpu-file", f.gpu_file,
+                 "GPU profiles in the built-in table's format (docs/gpu-profiles.md) for GPUs "
+                 "memest does not list; --gpu picks one (default: the file's first)")
+      ->type_name("FILE.json");
+  app.add_option("--capacity", f.capacity,
+                 "the GPU's usable memory, overriding the profile's (a MIG slice, a limit the "
+                 "scheduler imposes): bytes with an optional unit, e.g. 23.5GiB")
+      ->type_name("BYTES");
   app.add_option("--attention", f.attention,
                  help.With("how attention runs: as the graph is written (eager, sdpa-math) or as "
                            "a fused SDPA kernel that never stores the attention matrix "
@@ -617,6 +629,29 @@ Status ParseDims(const std::vector<std::string>& args, Options* o) {
   return Status::Ok();
 }
 
+// Bytes with an optional unit: "1000000", "512MiB", "23.5GiB" (KiB, MiB, GiB, B). nullopt when
+// the text is not that, or is 10^18 bytes or more.
+std::optional<uint64_t> ParseByteSize(const std::string& text) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (!std::isfinite(value) || value < 0) return std::nullopt;
+  const std::string unit = text.substr(used);
+  const std::pair<const char*, double> units[] = {
+      {"", 1.0}, {"B", 1.0}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  for (const auto& [name, scale] : units) {
+    if (unit != name) continue;
+    const double bytes = value * scale;
+    if (bytes >= 1e18) return std::nullopt;
+    return static_cast<uint64_t>(bytes);
+  }
+  return std::nullopt;
+}
+
 // --safety-margin: "5%" (a share of the GPU's usable memory) or bytes with an optional unit
 // ("512MiB", "2GiB", "1000000"). Empty: no margin.
 Status ParseSafetyMargin(const std::string& text, FitPolicy* fit) {
@@ -625,30 +660,58 @@ Status ParseSafetyMargin(const std::string& text, FitPolicy* fit) {
     return InvalidArgument(fmt::format(
         "--safety-margin {}: expected a percentage below 100 (5%) or bytes (512MiB, 2GiB)", text));
   };
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    return bad();
-  }
-  const std::string unit = text.substr(used);
-  if (!std::isfinite(value) || value < 0) return bad();
-  if (unit == "%") {
-    if (value >= 100) return bad();
+  if (!text.empty() && text.back() == '%') {
+    size_t used = 0;
+    double value = 0;
+    try {
+      value = std::stod(text, &used);
+    } catch (const std::exception&) {
+      return bad();
+    }
+    if (used + 1 != text.size() || !std::isfinite(value) || value < 0 || value >= 100) {
+      return bad();
+    }
     fit->margin_fraction = value / 100.0;
     return Status::Ok();
   }
-  const std::pair<const char*, double> units[] = {
-      {"", 1.0}, {"B", 1.0}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
-  for (const auto& [name, scale] : units) {
-    if (unit != name) continue;
-    const double bytes = value * scale;
-    if (bytes >= 1e18) return bad();
-    fit->margin_bytes = static_cast<uint64_t>(bytes);
-    return Status::Ok();
+  const std::optional<uint64_t> bytes = ParseByteSize(text);
+  if (!bytes) return bad();
+  fit->margin_bytes = *bytes;
+  return Status::Ok();
+}
+
+// --gpu-file and --capacity: a GPU given whole (Options::custom_gpu). --gpu names a profile of the
+// file (else of the built-in table); without --gpu, the file's first profile.
+Status ApplyGpuFlags(const Flags& f, Options* options) {
+  if (!f.gpu_file.empty()) {
+    Result<std::vector<GpuProfile>> profiles = LoadGpuProfiles(f.gpu_file);
+    if (!profiles.ok()) return profiles.status().WithContext("--gpu-file");
+    auto lower = [](std::string s) {
+      std::transform(s.begin(), s.end(), s.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      return s;
+    };
+    const GpuProfile* pick = f.gpu_opt->count() == 0 ? &profiles->front() : nullptr;
+    for (const GpuProfile& p : *profiles) {
+      if (!pick && lower(p.name) == lower(f.gpu_name)) pick = &p;
+    }
+    if (pick) {
+      options->custom_gpu = std::make_shared<const GpuProfile>(*pick);
+      options->gpu = pick->name;
+    }
   }
-  return bad();
+  if (!f.capacity.empty()) {
+    const std::optional<uint64_t> bytes = ParseByteSize(f.capacity);
+    if (!bytes || *bytes == 0) {
+      return InvalidArgument(fmt::format(
+          "--capacity {}: expected bytes above 0 with an optional unit (23.5GiB, 40960MiB)",
+          f.capacity));
+    }
+    Result<GpuProfile> base = ResolveGpuProfile(*options);
+    if (!base.ok()) return base.status().WithContext("--gpu " + options->gpu);
+    options->custom_gpu = std::make_shared<const GpuProfile>(WithCapacity(*base, *bytes));
+  }
+  return Status::Ok();
 }
 
 // memest::Options from the flags, validated.
@@ -680,6 +743,7 @@ Result<Options> BuildOptions(const Flags& f) {
   }
   options.weight_decay = f.weight_decay;
   options.gpu = f.gpu_name;
+  MEMEST_RETURN_IF_ERROR(ApplyGpuFlags(f, &options));
   options.stack = f.stack_name;
   options.trainable = f.trainable;
   options.freeze = f.freeze;
@@ -1028,7 +1092,7 @@ struct Plan {
 
 Status PreparePlan(const Flags& f, Plan* plan) {
   MEMEST_ASSIGN_OR_RETURN(plan->options, BuildOptions(f));
-  Result<GpuProfile> gpu = FindGpuProfile(plan->options.gpu);
+  Result<GpuProfile> gpu = ResolveGpuProfile(plan->options);
   if (!gpu.ok()) {
     return Status(gpu.status().code(), fmt::format("--gpu {}: {} (see memest --list-gpus)",
                                                    plan->options.gpu, gpu.status().message()));

@@ -42,6 +42,17 @@ const std::vector<GpuProfile>& GpuProfiles();
 // Case-insensitive lookup by name; NotFound lists the known names.
 Result<GpuProfile> FindGpuProfile(std::string_view name);
 
+// GPU profiles given at run time, for a GPU the built-in table lacks (Options::custom_gpu): a
+// document in the built-in table's format ("memest-gpu-profiles/1", docs/gpu-profiles.md), every
+// byte value with its source. InvalidArgument naming the field for anything malformed; NotFound
+// for a missing file; files above 1 MiB are refused.
+[[nodiscard]] Result<std::vector<GpuProfile>> ParseGpuProfiles(std::string_view json);
+[[nodiscard]] Result<std::vector<GpuProfile>> LoadGpuProfiles(const std::string& path);
+
+// `profile` with its total and usable memory set to `bytes` (a MIG slice or a capacity the
+// scheduler imposes), the source saying so.
+GpuProfile WithCapacity(GpuProfile profile, uint64_t bytes);
+
 }  // namespace memest
 
 #endif  // MEMEST_GPU_PROFILE_H_

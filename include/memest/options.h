@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "memest/gpu_profile.h"
 #include "memest/status.h"
 
 namespace memest {
@@ -147,6 +148,9 @@ struct Options {
   // GPU profile name (see GpuProfiles() in memest/gpu_profile.h); decides context size, workspaces
   // and capacity.
   std::string gpu = "h100-80gb";
+  // A GPU given whole (LoadGpuProfiles(), WithCapacity()); wins over `gpu`. ResolveGpuProfile()
+  // is the one lookup every part of memest uses.
+  std::shared_ptr<const GpuProfile> custom_gpu;
   // Software-stack profile name (see StackProfiles() in memest/stack.h): CUDA context, library
   // memory, convolution workspaces and the residual band. Empty: the default stack (the first,
   // pytorch2-lazy).
@@ -216,6 +220,9 @@ const char* ToString(WeightDtype w);
 // none | zero1 | zero2 | zero3 | fsdp-full | fsdp-grad-op | fsdp-hybrid | fsdp-no-shard
 Result<Sharding> ParseSharding(std::string_view s);
 const char* ToString(Sharding s);
+
+// The GPU profile `options` name: custom_gpu when set, else FindGpuProfile(options.gpu).
+[[nodiscard]] Result<GpuProfile> ResolveGpuProfile(const Options& options);
 
 // Checks values (batch >= 1, dims >= 0, weight_decay >= 0 and finite, ...).
 Status Validate(const Options& options);

@@ -1125,3 +1125,48 @@ TEST_F(CliTest, GoldenListGpus) {
 
 }  // namespace
 }  // namespace memest
+
+namespace memest {
+namespace {
+
+// --gpu-file: a GPU the table lacks, in the table's format; --capacity: a slice of one.
+TEST_F(CliTest, GpuFileAndCapacityGiveAGpuTheTableLacks) {
+  const std::string profile = R"({"format": "memest-gpu-profiles/1", "about": "a test GPU",
+    "profiles": [{"name": "a30-24gb", "display_name": "NVIDIA A30", "sm_major": 8, "sm_minor": 0,
+      "sm_source": "cited: test",
+      "total_memory": {"bytes": 25000000000, "source": "cited: test", "calibrated": false},
+      "usable_memory": {"bytes": 25000000000, "source": "definition: test", "calibrated": false},
+      "cublas_workspace": {"bytes": 8519680, "source": "cited: test", "calibrated": false},
+      "allocator": "native"}]})";
+  const fs::path file = dir_ / "gpus.json";
+  WriteFile(file, profile);
+  CliRun r = Run({Model("resnet18_train.onnx"), "--batch", "64", "--gpu-file", file.string(),
+                  "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["gpu"]["name"], "a30-24gb");
+  EXPECT_EQ(j["results"][0]["fit"]["capacity"], 25000000000u);
+  // A name neither the file nor the table has.
+  r = Run({Model("resnet18_train.onnx"), "--batch", "64", "--gpu-file", file.string(), "--gpu",
+           "a40-48gb"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("a40-48gb"), std::string::npos) << r.err;
+  // A malformed file names the field.
+  WriteFile(file, R"({"format": "memest-gpu-profiles/1", "about": "x", "profiles": [{}]})");
+  r = Run({Model("resnet18_train.onnx"), "--batch", "64", "--gpu-file", file.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--gpu-file"), std::string::npos) << r.err;
+  // --capacity: 1 GiB is too little for ResNet-18 at batch 64 (exit 1); a bad size is usage.
+  r = Run({Model("resnet18_train.onnx"), "--batch", "64", "--gpu", "a100-40gb", "--capacity",
+           "1GiB", "--json"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["results"][0]["fit"]["capacity"], uint64_t{1} << 30);
+  EXPECT_EQ(j["gpu"]["name"], "a100-40gb");
+  r = Run({Model("resnet18_train.onnx"), "--batch", "64", "--capacity", "lots"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--capacity lots"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace memest
