@@ -51,6 +51,7 @@
 #include "symbolic/symbolic.h"
 #include "symbolic/timeline_writer.h"
 #include "tools/calibrate_command.h"
+#include "tools/pack_command.h"
 #include "tools/parallel_flags.h"
 #include "tools/report.h"
 
@@ -1238,6 +1239,7 @@ int EstimateAndReport(const Flags& f, const Plan& plan, const Model& model, Form
 int RunCli(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "calibrate")
     return RunCalibrate(argc - 1, argv + 1);
+  if (argc >= 2 && std::string_view(argv[1]) == "pack") return RunPack(argc - 1, argv + 1);
   const Options defaults;
   HelpDefaults help(DescribeOptions());
   Flags f(defaults);

@@ -10,6 +10,7 @@
 #include "memest/json.h"
 #include "memest/model.h"
 #include "memest/options.h"
+#include "memest/pack.h"
 #include "memest/stack.h"
 #include "memest/status.h"
 

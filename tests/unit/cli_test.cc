@@ -1170,3 +1170,33 @@ TEST_F(CliTest, GpuFileAndCapacityGiveAGpuTheTableLacks) {
 
 }  // namespace
 }  // namespace memest
+
+namespace memest {
+namespace {
+
+TEST_F(CliTest, PackChecksColocationAndPlacesJobs) {
+  const std::string a = Model("resnet18_train.onnx") + ":batch=64";
+  const std::string b = Model("gpt2_tiny_train.onnx") + ":batch=8,precision=amp-bf16";
+  CliRun r = Run({"pack", "--gpu", "a100-40gb", a, b, "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["schema"], "memest.pack/1");
+  EXPECT_TRUE(j["fits"].get<bool>());
+  EXPECT_EQ(j["jobs"].size(), 2u);
+  // Too many for one L4, placed on two; one that fits nowhere makes exit 1.
+  const std::string big = Model("resnet18_train.onnx") + ":batch=8192";
+  r = Run({"pack", "--gpu", "l4-24gb", "--gpus", "2", a, b, big});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.out.find("unplaced"), std::string::npos) << r.out;
+  // Usage errors: an unknown option key in a job, a missing model, an unknown GPU.
+  r = Run({"pack", "--gpu", "l4-24gb", Model("resnet18_train.onnx") + ":batchsize=8"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("batchsize"), std::string::npos) << r.err;
+  r = Run({"pack", "--gpu", "l4-24gb", "/nonexistent.onnx:batch=8"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  r = Run({"pack", "--gpu", "no-such-gpu", a});
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace memest
