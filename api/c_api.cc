@@ -11,11 +11,13 @@
 #include <new>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "memest/estimator.h"
 #include "memest/json.h"
 #include "memest/memest_c.h"
 #include "memest/model.h"
+#include "memest/pack.h"
 #include "memest/version.h"
 
 struct memest_model {
@@ -239,6 +241,42 @@ int memest_max_batch(const memest_estimator* estimator, const memest_model* mode
     if (!r.ok()) return Fail(r.status());
     *batch = r->batch;
     if (evaluations != nullptr) *evaluations = r->evaluations;
+    return Ok();
+  });
+}
+
+int memest_pack(const memest_estimator* estimator, const memest_model* const* models,
+                const char* const* options_json, size_t count, const char* gpu, int64_t gpus,
+                int mps, char** result_json) {
+  return Guard("memest_pack", [&] {
+    if (result_json == nullptr) return BadHandle("result_json");
+    *result_json = nullptr;
+    if (!Live(estimator, Kind::kEstimator)) return BadHandle("estimator");
+    if (models == nullptr && count > 0) return BadHandle("models");
+    if (gpus < 0) return Fail(memest::InvalidArgument("gpus must be >= 0"));
+    std::vector<memest::PackJob> jobs;
+    for (size_t i = 0; i < count; ++i) {
+      if (!Live(models[i], Kind::kModel)) return BadHandle("models[i]");
+      const char* text = options_json != nullptr ? options_json[i] : nullptr;
+      auto options = memest::OptionsFromJson(text != nullptr ? text : "");
+      if (!options.ok()) {
+        return Fail(options.status().WithContext("job " + std::to_string(i)));
+      }
+      jobs.push_back({"job " + std::to_string(i), models[i]->model, std::move(options).value()});
+    }
+    auto profile = memest::FindGpuProfile(gpu != nullptr ? gpu : memest::Options{}.gpu);
+    if (!profile.ok()) return Fail(profile.status());
+    const memest::GpuSharing sharing =
+        mps != 0 ? memest::GpuSharing::kMps : memest::GpuSharing::kProcesses;
+    if (gpus == 0) {
+      auto c = memest::CheckColocation(*estimator->estimator, jobs, *profile, sharing);
+      if (!c.ok()) return Fail(c.status());
+      *result_json = CopyString(memest::ColocationToJson(*c, *profile, sharing));
+    } else {
+      auto p = memest::PlaceJobs(*estimator->estimator, jobs, *profile, gpus, sharing);
+      if (!p.ok()) return Fail(p.status());
+      *result_json = CopyString(memest::PlacementToJson(*p, *profile, sharing));
+    }
     return Ok();
   });
 }

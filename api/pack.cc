@@ -2,6 +2,7 @@
 #include "memest/pack.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <numeric>
 
 namespace memest {
@@ -132,6 +133,51 @@ Result<Placement> PlaceJobs(const Estimator& estimator, const std::vector<PackJo
   Placement out = take_best ? std::move(best) : std::move(first);
   out.jobs = std::move(estimated);
   return out;
+}
+
+namespace {
+
+nlohmann::ordered_json Head(const GpuProfile& gpu, GpuSharing sharing) {
+  return {{"schema", "memest.pack/1"},
+          {"gpu", gpu.name},
+          {"capacity", gpu.usable_memory.bytes},
+          {"sharing", sharing == GpuSharing::kMps ? "mps" : "processes"}};
+}
+
+std::string Dump(const nlohmann::ordered_json& j) {
+  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace
+
+std::string ColocationToJson(const Colocation& c, const GpuProfile& gpu, GpuSharing sharing) {
+  nlohmann::ordered_json j = Head(gpu, sharing);
+  nlohmann::ordered_json jobs = nlohmann::ordered_json::array();
+  for (const PackedJob& job : c.jobs) jobs.push_back({{"name", job.name}, {"judged", job.judged}});
+  j["jobs"] = jobs;
+  j["total"] = c.total;
+  j["margin"] = c.margin;
+  j["headroom"] = c.headroom;
+  j["fits"] = c.fits;
+  return Dump(j);
+}
+
+std::string PlacementToJson(const Placement& p, const GpuProfile& gpu, GpuSharing sharing) {
+  nlohmann::ordered_json j = Head(gpu, sharing);
+  j["heuristic"] = p.heuristic;
+  nlohmann::ordered_json gpus = nlohmann::ordered_json::array();
+  for (size_t g = 0; g < p.gpus.size(); ++g) {
+    if (p.gpus[g].empty()) continue;
+    nlohmann::ordered_json names = nlohmann::ordered_json::array();
+    for (size_t i : p.gpus[g]) names.push_back(p.jobs[i].name);
+    gpus.push_back({{"gpu", g}, {"jobs", names}, {"used", p.used[g]}});
+  }
+  j["gpus"] = gpus;
+  nlohmann::ordered_json unplaced = nlohmann::ordered_json::array();
+  for (size_t i : p.unplaced) unplaced.push_back(p.jobs[i].name);
+  j["unplaced"] = unplaced;
+  j["fits"] = p.unplaced.empty();
+  return Dump(j);
 }
 
 }  // namespace memest

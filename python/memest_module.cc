@@ -73,6 +73,27 @@ py::tuple MaxBatch(const PyModel& model, const std::string& backend,
   return py::make_tuple(m.batch, m.evaluations, WithFit(m.at_batch, o));
 }
 
+std::string Pack(const std::vector<PyModel>& models, const std::vector<std::string>& options,
+                 const std::string& backend, const std::string& gpu_name, int64_t gpus, bool mps) {
+  if (models.size() != options.size()) throw Error("invalid_argument: one options per model");
+  std::vector<memest::PackJob> jobs;
+  for (size_t i = 0; i < models.size(); ++i) {
+    jobs.push_back(
+        {"job " + std::to_string(i), models[i].model, Unwrap(memest::OptionsFromJson(options[i]))});
+  }
+  const memest::GpuProfile gpu = Unwrap(memest::FindGpuProfile(gpu_name));
+  std::unique_ptr<memest::Estimator> est = Unwrap(memest::MakeEstimator(backend));
+  const memest::GpuSharing sharing =
+      mps ? memest::GpuSharing::kMps : memest::GpuSharing::kProcesses;
+  py::gil_scoped_release release;
+  if (gpus == 0) {
+    return memest::ColocationToJson(Unwrap(memest::CheckColocation(*est, jobs, gpu, sharing)), gpu,
+                                    sharing);
+  }
+  return memest::PlacementToJson(Unwrap(memest::PlaceJobs(*est, jobs, gpu, gpus, sharing)), gpu,
+                                 sharing);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_memest, m) {
@@ -93,4 +114,6 @@ PYBIND11_MODULE(_memest, m) {
   });
   m.def("estimate", &Estimate, py::arg("model"), py::arg("backend"), py::arg("options_json"));
   m.def("max_batch", &MaxBatch, py::arg("model"), py::arg("backend"), py::arg("options_json"));
+  m.def("pack", &Pack, py::arg("models"), py::arg("options"), py::arg("backend"), py::arg("gpu"),
+        py::arg("gpus"), py::arg("mps"));
 }

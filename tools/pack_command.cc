@@ -121,27 +121,16 @@ int RunPack(int argc, char** argv) {
   FitPolicy policy;
   policy.margin_fraction = margin_percent / 100.0;
   const GpuSharing sharing = mps ? GpuSharing::kMps : GpuSharing::kProcesses;
-  Json doc = {{"schema", "memest.pack/1"},
-              {"gpu", gpu->name},
-              {"capacity", gpu->usable_memory.bytes},
-              {"sharing", mps ? "mps" : "processes"},
-              {"backend", backend}};
   bool ok = false;
-  std::string text;
+  std::string text, json;
   if (gpus == 0) {
     Result<Colocation> c = CheckColocation(**est, jobs, *gpu, sharing, policy);
     if (!c.ok()) return fail(c.status(), ExitFor(c.status()));
     ok = c->fits;
-    Json list = Json::array();
+    json = ColocationToJson(*c, *gpu, sharing);
     for (const PackedJob& j : c->jobs) {
-      list.push_back({{"name", j.name}, {"judged", j.judged}});
       text += fmt::format("{:<48} {:>12}\n", j.name, FormatBytes(j.judged));
     }
-    doc["jobs"] = list;
-    doc["total"] = c->total;
-    doc["margin"] = c->margin;
-    doc["headroom"] = c->headroom;
-    doc["fits"] = c->fits;
     text += fmt::format("together{} {:>12} of {} usable on {}: {} (headroom {})\n",
                         mps ? " (MPS)" : "", FormatBytes(c->total), FormatBytes(c->capacity),
                         gpu->name, c->fits ? "fit" : "do NOT fit", FormatSignedBytes(c->headroom));
@@ -149,32 +138,22 @@ int RunPack(int argc, char** argv) {
     Result<Placement> p = PlaceJobs(**est, jobs, *gpu, gpus, sharing, policy);
     if (!p.ok()) return fail(p.status(), ExitFor(p.status()));
     ok = p->unplaced.empty();
-    Json placed = Json::array();
+    json = PlacementToJson(*p, *gpu, sharing);
+    size_t used = 0;
     for (size_t g = 0; g < p->gpus.size(); ++g) {
       if (p->gpus[g].empty()) continue;
-      Json names = Json::array();
+      ++used;
       std::string line;
-      for (size_t j : p->gpus[g]) {
-        names.push_back(p->jobs[j].name);
-        line += (line.empty() ? "" : ", ") + p->jobs[j].name;
-      }
-      placed.push_back({{"gpu", g}, {"jobs", names}, {"used", p->used[g]}});
+      for (size_t j : p->gpus[g]) line += (line.empty() ? "" : ", ") + p->jobs[j].name;
       text += fmt::format("gpu {:<3} {:>12}  {}\n", g, FormatBytes(p->used[g]), line);
     }
-    Json unplaced = Json::array();
     for (size_t j : p->unplaced) {
-      unplaced.push_back(p->jobs[j].name);
       text += fmt::format("unplaced {:>12}  {}\n", FormatBytes(p->jobs[j].judged), p->jobs[j].name);
     }
-    doc["heuristic"] = p->heuristic;
-    doc["gpus"] = placed;
-    doc["unplaced"] = unplaced;
-    doc["fits"] = ok;
     text += fmt::format("{} of {} jobs placed on {} GPU(s) of {} ({})\n",
-                        jobs.size() - p->unplaced.size(), jobs.size(), placed.size(), gpus,
-                        p->heuristic);
+                        jobs.size() - p->unplaced.size(), jobs.size(), used, gpus, p->heuristic);
   }
-  std::cout << (output == "json" ? doc.dump(2) + "\n" : text);
+  std::cout << (output == "json" ? json : text);
   return ok ? 0 : 1;
 }
 

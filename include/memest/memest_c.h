@@ -80,6 +80,14 @@ int memest_result_fits(const memest_result* result, const char* gpu, int* fits, 
 int memest_max_batch(const memest_estimator* estimator, const memest_model* model,
                      const char* options_json, int64_t* batch, int* evaluations);
 
+/* Colocation (memest/pack.h): `count` jobs, each a model and its options JSON (NULL: defaults),
+ * on GPU profile `gpu`; gpus == 0: whether they fit on one GPU together, gpus > 0: their
+ * placement on that many GPUs; mps != 0: as MPS clients. The result is the memest.pack/1 JSON
+ * (docs/embedding.md), freed with memest_c_string_free. */
+int memest_pack(const memest_estimator* estimator, const memest_model* const* models,
+                const char* const* options_json, size_t count, const char* gpu, int64_t gpus,
+                int mps, char** result_json);
+
 #ifdef __cplusplus
 }
 #endif

@@ -76,6 +76,12 @@ struct Placement {
                                           int64_t gpu_count, GpuSharing sharing,
                                           const FitPolicy& policy = {});
 
+// The results as JSON ("memest.pack/1", docs/embedding.md): gpu, capacity, sharing, then for a
+// colocation jobs [{name, judged}], total, margin, headroom, fits; for a placement heuristic,
+// gpus [{gpu, jobs, used}], unplaced [names], fits (nothing unplaced).
+std::string ColocationToJson(const Colocation& c, const GpuProfile& gpu, GpuSharing sharing);
+std::string PlacementToJson(const Placement& p, const GpuProfile& gpu, GpuSharing sharing);
+
 }  // namespace memest
 
 #endif  // MEMEST_PACK_H_

@@ -109,6 +109,17 @@ def max_batch(model: Model, backend: str = "analytical", **options: Any) -> Tupl
     return batch, _estimate_from_json(text)
 
 
+def pack(jobs: Sequence[Tuple[Model, dict]], gpu: str, gpus: int = 0, mps: bool = False,
+         backend: str = "analytical") -> dict:
+    """Colocation (memest/pack.h): jobs as (model, options) pairs on GPU profile `gpu`. gpus=0:
+    whether they fit on one GPU together; gpus=M: their placement on M GPUs (first-fit / best-fit
+    decreasing); mps=True: as MPS clients sharing one CUDA context. Returns the memest.pack/1
+    document as a dict (jobs are named "job 0", "job 1", ... in the order given)."""
+    models = [m for m, _ in jobs]
+    options = [json.dumps(o) for _, o in jobs]
+    return json.loads(_memest.pack(models, options, backend, gpu, gpus, mps))
+
+
 def from_torch(module: "torch.nn.Module", example_inputs: Sequence[Any],
                backend: str = "analytical", opset: int = 17, **options: Any) -> Estimate:
     """Exports a live torch.nn.Module in training mode, in memory (the README's recipe: training
@@ -130,4 +141,4 @@ def from_torch(module: "torch.nn.Module", example_inputs: Sequence[Any],
 
 
 __all__ = ["Breakdown", "Error", "Estimate", "Fit", "Model", "estimate", "from_torch", "load",
-           "max_batch"]
+           "max_batch", "pack"]

@@ -72,6 +72,19 @@ class EstimateTest(unittest.TestCase):
         self.assertEqual(len(set(results)), 1)
 
 
+class PackTest(unittest.TestCase):
+    def test_pack_equals_the_cli(self):
+        a, b = memest.load(RESNET), memest.load(GPT2)
+        doc = memest.pack([(a, {"batch": 64}), (b, {"batch": 8})], "a100-40gb")
+        cli = json.loads(subprocess.run(
+            [CLI, "pack", "--gpu", "a100-40gb", RESNET + ":batch=64", GPT2 + ":batch=8", "-o",
+             "json"], capture_output=True, text=True).stdout)
+        self.assertEqual(doc["total"], cli["total"])
+        self.assertTrue(doc["fits"])
+        placed = memest.pack([(a, {"batch": 64})] * 3, "l4-24gb", gpus=2)
+        self.assertEqual(sum(len(g["jobs"]) for g in placed["gpus"]) + len(placed["unplaced"]), 3)
+
+
 class ErrorTest(unittest.TestCase):
     def test_bad_input_raises_memest_error_with_its_code(self):
         model = memest.load(RESNET)

@@ -125,6 +125,46 @@ TEST(CApiTest, BadHandlesAndBadInputAreCodesWithMessages) {
   EXPECT_EQ(memest_estimator_free(nullptr), MEMEST_C_OK);  // freeing NULL is a no-op
 }
 
+TEST(CApiTest, PackAnswersColocationAndPlacementAsJson) {
+  const std::string bytes = MlpBytes();
+  memest_model* model = nullptr;
+  memest_estimator* estimator = nullptr;
+  ASSERT_EQ(memest_model_load_bytes(bytes.data(), bytes.size(), "mlp", &model), MEMEST_C_OK);
+  ASSERT_EQ(memest_estimator_new("analytical", &estimator), MEMEST_C_OK);
+  const memest_model* models[] = {model, model};
+  const char* options[] = {R"({"batch": 32})", R"({"batch": 64})"};
+  char* json = nullptr;
+  ASSERT_EQ(memest_pack(estimator, models, options, 2, "l4-24gb", 0, 0, &json), MEMEST_C_OK)
+      << memest_c_last_error();
+  auto m = LoadModelFromBytes(bytes, ".", "mlp");
+  std::vector<PackJob> jobs(2);
+  for (int i = 0; i < 2; ++i) {
+    jobs[i] = {"job " + std::to_string(i), *m, *OptionsFromJson(options[i])};
+  }
+  const GpuProfile l4 = *FindGpuProfile("l4-24gb");
+  auto c = CheckColocation(**MakeEstimator("analytical"), jobs, l4, GpuSharing::kProcesses);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(std::string(json), ColocationToJson(*c, l4, GpuSharing::kProcesses));
+  memest_c_string_free(json);
+  ASSERT_EQ(memest_pack(estimator, models, options, 2, "l4-24gb", 2, 1, &json), MEMEST_C_OK);
+  EXPECT_NE(std::string(json).find("\"heuristic\""), std::string::npos);
+  memest_c_string_free(json);
+  const char* bad[] = {R"({"batch": 32})", R"({"bacth": 64})"};
+  EXPECT_EQ(memest_pack(estimator, models, bad, 2, "l4-24gb", 0, 0, &json),
+            MEMEST_C_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(memest_c_last_error()).find("job 1"), std::string::npos);
+  EXPECT_EQ(memest_pack(estimator, models, options, 2, "no-such-gpu", 0, 0, &json),
+            MEMEST_C_NOT_FOUND);
+  EXPECT_EQ(memest_pack(estimator, nullptr, options, 2, "l4-24gb", 0, 0, &json),
+            MEMEST_C_BAD_HANDLE);
+  EXPECT_EQ(memest_pack(estimator, models, options, 2, "l4-24gb", -1, 0, &json),
+            MEMEST_C_INVALID_ARGUMENT);
+  EXPECT_EQ(memest_model_free(model), MEMEST_C_OK);
+  EXPECT_EQ(memest_pack(estimator, models, options, 2, "l4-24gb", 0, 0, &json),
+            MEMEST_C_BAD_HANDLE);
+  EXPECT_EQ(memest_estimator_free(estimator), MEMEST_C_OK);
+}
+
 TEST(CApiTest, OneModelAndEstimatorServeManyThreads) {
   const std::string bytes = MlpBytes();
   memest_model* model = nullptr;
