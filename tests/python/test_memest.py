@@ -85,6 +85,23 @@ class PackTest(unittest.TestCase):
         self.assertEqual(sum(len(g["jobs"]) for g in placed["gpus"]) + len(placed["unplaced"]), 3)
 
 
+class AdmissionExampleTest(unittest.TestCase):
+    """python/examples/admit.py, the admission check docs/embedding.md shows."""
+
+    def test_admits_what_fits_and_offers_a_batch_that_does(self):
+        import importlib.util
+        path = os.path.join(SOURCE, "python", "examples", "admit.py")
+        spec = importlib.util.spec_from_file_location("admit", path)
+        admit = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(admit)
+        self.assertEqual(admit.admit(RESNET, "a100-40gb", 32), (True, None))
+        ok, largest = admit.admit(RESNET, "l4-24gb", 4096)
+        self.assertFalse(ok)
+        self.assertGreater(largest, 0)
+        self.assertLess(largest, 4096)
+        self.assertEqual(admit.main(["admit.py", "/nonexistent.onnx", "l4-24gb", "8"]), 2)
+
+
 class ErrorTest(unittest.TestCase):
     def test_bad_input_raises_memest_error_with_its_code(self):
         model = memest.load(RESNET)
