@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <type_traits>
@@ -226,6 +227,9 @@ const Table& OptionsTable() {
                        Options* o) { return ReadObject(v, path, AllocatorTable(), o); }},
       {"parallel", [](const Json& v, const std::string& path,
                       Options* o) { return ReadObject(v, path, ParallelTable(), o); }},
+      // Read after every other key (ReadRunTimeGpu): they depend on "gpu".
+      {"gpu_profile", [](const Json&, const std::string&, Options*) { return Status::Ok(); }},
+      {"capacity", [](const Json&, const std::string&, Options*) { return Status::Ok(); }},
   };
   return t;
 }
@@ -247,12 +251,36 @@ Json BreakdownJson(const Breakdown& b) {
 
 }  // namespace
 
+// The GPU given at run time (memest/gpu_profile.h): "gpu_profile", one profile object in the
+// built-in table's format, and "capacity", bytes replacing the chosen profile's memory.
+Status ReadRunTimeGpu(const Json& j, Options* o) {
+  if (const auto it = j.find("gpu_profile"); it != j.end()) {
+    if (!it->is_object()) return TypeError("gpu_profile", "an object (one GPU profile)");
+    const Json doc = {{"format", "memest-gpu-profiles/1"},
+                      {"about", "one profile given in the options"},
+                      {"profiles", Json::array({*it})}};
+    Result<std::vector<GpuProfile>> p = ParseGpuProfiles(doc.dump());
+    if (!p.ok()) return p.status().WithContext("options JSON: 'gpu_profile'");
+    o->custom_gpu = std::make_shared<const GpuProfile>(p->front());
+    o->gpu = p->front().name;
+  }
+  if (const auto it = j.find("capacity"); it != j.end()) {
+    if (!it->is_number_unsigned() || it->get<uint64_t>() == 0) {
+      return TypeError("capacity", "an integer number of bytes above 0");
+    }
+    MEMEST_ASSIGN_OR_RETURN(GpuProfile base, ResolveGpuProfile(*o));
+    o->custom_gpu = std::make_shared<const GpuProfile>(WithCapacity(base, it->get<uint64_t>()));
+  }
+  return Status::Ok();
+}
+
 Result<Options> OptionsFromJson(std::string_view text) {
   Options o;
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return o;
   const Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return InvalidArgument("options JSON: not valid JSON");
   MEMEST_RETURN_IF_ERROR(ReadObject(j, "", OptionsTable(), &o));
+  MEMEST_RETURN_IF_ERROR(ReadRunTimeGpu(j, &o));
   MEMEST_RETURN_IF_ERROR(Validate(o));
   return o;
 }
@@ -289,6 +317,7 @@ std::string OptionsToJson(const Options& o) {
               {"margin_bytes", o.fit.margin_bytes}}},
             {"allocator", alloc}};
   if (o.batch) j["batch"] = *o.batch;
+  if (o.custom_gpu) j["capacity"] = o.custom_gpu->usable_memory.bytes;
   if (o.parallel.enabled()) {
     const Parallelism& p = o.parallel;
     j["parallel"] = {{"world_size", p.world_size},

@@ -21,14 +21,17 @@ namespace memest {
 // library_workspaces, allow_unknown_shapes, fit {on, margin_fraction, margin_bytes}, allocator
 // {expandable_segments, max_split_size, roundup_power2_divisions}, parallel {world_size, dp, tp,
 // pp, sharding, sequence_parallel, fsdp_unit, offload_optimizer, offload_params, bucket_cap_mb,
-// gradient_as_bucket_view, nccl_buffsize, nccl_channels, gpus_per_node}); every key optional
+// gradient_as_bucket_view, nccl_buffsize, nccl_channels, gpus_per_node}), and for a GPU given
+// at run time "gpu_profile" (one profile object in the format of docs/gpu-profiles.md) and
+// "capacity" (bytes replacing the profile's memory; Options::custom_gpu); every key optional
 // (absent: the default of memest/options.h). "" or "{}" is the default Options. InvalidArgument
 // naming the key for an unknown key (never silently ignored), a value of the wrong type, or an
 // unknown enum value; the result is then also checked by Validate().
 [[nodiscard]] Result<Options> OptionsFromJson(std::string_view json);
 
 // `options` as such an object (every key, defaults included; "parallel" only for a world size
-// above 1). OptionsFromJson(OptionsToJson(o)) gives back o (custom_stack aside).
+// above 1; a custom_gpu as its name and "capacity"). OptionsFromJson(OptionsToJson(o)) gives back
+// o, custom_stack aside and a custom_gpu reduced to a built-in profile with that capacity.
 std::string OptionsToJson(const Options& options);
 
 // One estimate as a JSON object: backend, peak {allocated, reserved, device}, breakdown,

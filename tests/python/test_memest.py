@@ -59,6 +59,12 @@ class EstimateTest(unittest.TestCase):
         self.assertEqual(e.ranks[1]["first_rank"], 4)
         self.assertGreater(e.breakdown.nccl_buffers, 0)
 
+    def test_a_capacity_replaces_the_gpus(self):
+        model = memest.load(RESNET)
+        e = memest.estimate(model, batch=64, gpu="a100-40gb", capacity=2**30)
+        self.assertEqual(e.fit.capacity, 2**30)
+        self.assertFalse(e.fit.fits)
+
     def test_threads_estimate_at_once(self):
         model = memest.load(RESNET)
         results = []

@@ -226,6 +226,23 @@ TEST(JsonTest, OptionsRoundTripAndStrictReading) {
     EXPECT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument) << bad;
   }
+  // A GPU given at run time: a capacity, or a whole profile (validated as the built-in table).
+  auto capped = OptionsFromJson(R"({"gpu": "a100-40gb", "capacity": 5000000000})");
+  ASSERT_TRUE(capped.ok()) << capped.status().ToString();
+  EXPECT_EQ(ResolveGpuProfile(*capped)->usable_memory.bytes, 5000000000u);
+  EXPECT_EQ(ResolveGpuProfile(*capped)->name, "a100-40gb");
+  auto given = OptionsFromJson(R"({"gpu_profile": {"name": "a30-24gb", "display_name": "NVIDIA A30",
+    "sm_major": 8, "sm_minor": 0, "sm_source": "cited: test",
+    "total_memory": {"bytes": 25000000000, "source": "cited: test", "calibrated": false},
+    "usable_memory": {"bytes": 25000000000, "source": "definition: test", "calibrated": false},
+    "cublas_workspace": {"bytes": 8519680, "source": "cited: test", "calibrated": false},
+    "allocator": "native"}, "capacity": 20000000000})");
+  ASSERT_TRUE(given.ok()) << given.status().ToString();
+  EXPECT_EQ(ResolveGpuProfile(*given)->name, "a30-24gb");
+  EXPECT_EQ(ResolveGpuProfile(*given)->usable_memory.bytes, 20000000000u);
+  EXPECT_FALSE(OptionsFromJson(R"({"gpu_profile": {"name": "x"}})").ok());
+  EXPECT_FALSE(OptionsFromJson(R"({"capacity": -1})").ok());
+  EXPECT_FALSE(OptionsFromJson(R"({"gpu": "no-such-gpu", "capacity": 100})").ok());
   auto nested = OptionsFromJson(R"({"parallel": {"tpp": 2}})");
   EXPECT_NE(nested.status().message().find("parallel.tpp"), std::string::npos);
 }
