@@ -9,6 +9,7 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev libfmt-dev
   libonnx-testdata
   python3-dev python3-pybind11 python3-torch  # the Python module and its from_torch test (python/)
+  rustc  # the C API from Rust (tests/install/rust_consumer.rs)
   libtorch-dev libopenblas0-pthread  # measurement harness (docs/measurement.md); OpenBLAS: 10x faster CPU matmuls
 )
 missing=()

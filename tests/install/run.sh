@@ -24,6 +24,12 @@ PC_DIR=$(dirname "$(find "$TMP/prefix" -name memest.pc | head -1)")
 FLAGS=$(PKG_CONFIG_PATH="$PC_DIR" pkg-config --cflags --libs memest)
 cc -std=c99 -Wall -Werror "$SRC/tests/install/c_consumer.c" $FLAGS -o "$TMP/c_consumer_pc"
 "$TMP/c_consumer_pc" "$MODEL"
+# Rust, with plain rustc (Debian's `rustc`), when it is installed.
+if command -v rustc > /dev/null; then
+  rustc --edition 2021 -O "$SRC/tests/install/rust_consumer.rs" -L "$TMP/prefix/lib" \
+    -l dylib=memest -o "$TMP/rust_consumer" 2> "$TMP/rustc.log" || { cat "$TMP/rustc.log"; exit 1; }
+  "$TMP/rust_consumer" "$MODEL"
+fi
 # The Python package, when this build has it: its own install component, imported from the prefix.
 if compgen -G "$BUILD/python/memest/_memest*.so" > /dev/null; then
   cmake --install "$BUILD" --component python --prefix "$TMP/py" > "$TMP/install-py.log"
