@@ -387,14 +387,7 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
       cast_cache = Blocks();  // the model runs in its low dtype: no autocast copies
       collective.Add(r.gathered);
       step_only.Add(r.fp32_grad_buffer);
-      // DeepSpeed steps with a fused kernel on the flat partition; FSDP's foreach step makes
-      // shard-sized temporaries.
-      const bool zero = o_.parallel.sharding == Sharding::kZero1 ||
-                        o_.parallel.sharding == Sharding::kZero2 ||
-                        o_.parallel.sharding == Sharding::kZero3;
-      to = zero || o_.optimizer_impl == OptimizerImpl::kFused
-               ? 0
-               : SatMul(r.gradients, static_cast<uint64_t>((adam ? 1 : 0) + (l2 ? 1 : 0)));
+      to = SatMul(r.gradients, static_cast<uint64_t>(memory::ShardedStepTemporaries(o_)));
     }
     for (uint64_t size : memory::BucketSizes(r.buckets, o_.parallel)) buckets.Add(size);
     e.host_bytes = r.host;

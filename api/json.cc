@@ -338,7 +338,7 @@ std::string OptionsToJson(const Options& o) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-std::string EstimateToJson(const Estimate& e) {
+std::string EstimateToJson(const Estimate& e, const Fit* fit) {
   Json j = {{"backend", e.backend}};
   j["peak"] = {
       {"allocated", e.peak_allocated}, {"reserved", e.peak_reserved}, {"device", e.peak_device}};
@@ -380,6 +380,14 @@ std::string EstimateToJson(const Estimate& e) {
                            {"op_type", d.op_type}});
   }
   j["diagnostics"] = diagnostics;
+  if (fit != nullptr) {
+    j["fit"] = {{"fits", fit->fits},
+                {"capacity", fit->capacity},
+                {"headroom", fit->headroom},
+                {"judged", fit->judged},
+                {"on", fit->on_upper ? "upper" : "point"},
+                {"margin", fit->margin}};
+  }
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 

@@ -128,14 +128,12 @@ Status ValidateParallelism(const Options& o) {
   if (o.mode != Mode::kTrain) {
     return InvalidArgument("--world-size > 1 is modelled for training only");
   }
-  const bool zero = p.sharding == Sharding::kZero1 || p.sharding == Sharding::kZero2 ||
-                    p.sharding == Sharding::kZero3;
+  const bool zero = IsZero(p.sharding);
   if (p.sharding != Sharding::kNone && dp < 2) {
     return InvalidArgument(std::string("sharding ") + ToString(p.sharding) +
                            " needs a data-parallel degree >= 2, got dp=" + n(dp));
   }
-  if (p.offload_params && p.sharding != Sharding::kZero3 && p.sharding != Sharding::kFsdpFull &&
-      p.sharding != Sharding::kFsdpGradOp && p.sharding != Sharding::kFsdpHybrid) {
+  if (p.offload_params && !GathersUnits(p.sharding)) {
     return InvalidArgument("parameter offload needs --zero 3 or an FSDP sharding");
   }
   if (p.offload_optimizer && p.sharding == Sharding::kNone) {

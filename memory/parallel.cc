@@ -344,6 +344,11 @@ int ParallelPlan::communicators() const {
 int64_t ParallelPlan::first_rank(int stage) const { return stage * p_.DataParallel() * p_.tp; }
 int64_t ParallelPlan::last_rank(int stage) const { return first_rank(stage + 1) - 1; }
 
+int ShardedStepTemporaries(const Options& o) {
+  if (IsZero(o.parallel.sharding) || o.optimizer_impl == OptimizerImpl::kFused) return 0;
+  return (HasSecondMoment(o.optimizer) ? 1 : 0) + (WeightDecayIsL2(o) ? 1 : 0);
+}
+
 uint64_t NcclBufferBytes(const ParallelPlan& plan) {
   constexpr uint64_t kLl128 = 4'915'200, kLl = 524'288;  // NCCL src/init.cc defaults
   constexpr uint64_t kGranule = uint64_t{2} << 20;       // cuMem allocation granularity
@@ -377,8 +382,7 @@ RankStates Shard(const Totals& t, const Options& o) {
   RankStates r;
   const uint64_t dp = static_cast<uint64_t>(std::max<int64_t>(1, p.DataParallel()));
   const uint64_t c = ComputeBytes(o);
-  const bool zero = p.sharding == Sharding::kZero1 || p.sharding == Sharding::kZero2 ||
-                    p.sharding == Sharding::kZero3;
+  const bool zero = IsZero(p.sharding);
   if (p.sharding == Sharding::kNone || p.sharding == Sharding::kFsdpNoShard) {
     if (p.sharding == Sharding::kNone && dp > 1 && !p.gradient_as_bucket_view) {
       r.buckets = t.trained_bytes;  // a flat copy of every gradient (split into buckets)
@@ -460,6 +464,7 @@ std::vector<ParameterShare> RankParameters(const core::BoundGraph& bound,
       continue;
     }
     ParameterShare s;
+    s.value = id;
     s.elements = facts.Share(id, bound.Numel(id).value_or(0));
     s.bytes = facts.bytes(id);
     s.trainable = facts.trainable(id);

@@ -105,6 +105,7 @@ class ParallelPlan {
 
 // One parameter tensor as a rank holds it (after the tensor-parallel split).
 struct ParameterShare {
+  int value = -1;  // the initializer's value id
   uint64_t elements = 0;
   uint64_t bytes = 0;  // in its storage dtype on this rank (the estimate's weight bytes)
   bool trainable = false;
@@ -169,12 +170,11 @@ constexpr uint64_t ComputeBytes(const Options& o) {
   return o.precision == Precision::kFp32 ? 4 : 2;
 }
 
-// Whether parameters are gathered unit by unit during forward and backward (ZeRO-3, FSDP but
-// no-shard), and whether they stay gathered from a unit's forward to its backward (fsdp-grad-op).
-constexpr bool GathersUnits(const Parallelism& p) {
-  return p.sharding == Sharding::kZero3 || p.sharding == Sharding::kFsdpFull ||
-         p.sharding == Sharding::kFsdpGradOp || p.sharding == Sharding::kFsdpHybrid;
-}
+// Shard-sized temporaries the optimizer step makes under ZeRO or FSDP: DeepSpeed steps with one
+// fused kernel on the flat partition (none); FSDP's foreach step makes Adam's sqrt list and, for
+// L2 weight decay, a copy of the gradients (memory-model.md §4.3), each the size of the rank's
+// gradient shard; fused=True makes none.
+int ShardedStepTemporaries(const Options& o);
 
 // The pieces of a rank's gradients DDP copies into buckets, in allocation order: the first bucket
 // of 1 MiB (reducer.cpp kDefaultFirstBucketBytes), then bucket_cap_mb each.

@@ -40,14 +40,7 @@ struct PyModel {
 std::string WithFit(const memest::Estimate& e, const memest::Options& o) {
   const memest::GpuProfile gpu = Unwrap(memest::ResolveGpuProfile(o));
   const memest::Fit f = memest::CheckFit(e, gpu, o.fit);
-  std::string json = memest::EstimateToJson(e);
-  json.pop_back();  // the closing brace
-  json += ",\"fit\":{\"fits\":" + std::string(f.fits ? "true" : "false") +
-          ",\"capacity\":" + std::to_string(f.capacity) +
-          ",\"headroom\":" + std::to_string(f.headroom) +
-          ",\"judged\":" + std::to_string(f.judged) + ",\"on\":\"" +
-          (f.on_upper ? "upper" : "point") + "\",\"margin\":" + std::to_string(f.margin) + "}}";
-  return json;
+  return memest::EstimateToJson(e, &f);
 }
 
 std::string Estimate(const PyModel& model, const std::string& backend,

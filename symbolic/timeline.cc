@@ -404,36 +404,36 @@ void Sim::AllocateWeights() {
 
 void Sim::PrepareParallel() {
   if (!o_.parallel.enabled()) return;
-  rank_ = memory::ShardModelStates(memory::RankParameters(b_, facts_, plan_, 0), o_);
+  const std::vector<memory::ParameterShare> params =
+      memory::RankParameters(b_, facts_, plan_, /*stage=*/0);
+  rank_ = memory::ShardModelStates(params, o_);
   sharded_ = !rank_.unsharded;
   unit_of_node_.assign(g_.nodes.size(), -1);
-  if (!train_ || !memory::GathersUnits(o_.parallel)) return;
+  if (!train_ || !GathersUnits(o_.parallel.sharding)) return;
   // ZeRO-3 gathers one module at a time, FSDP one wrap unit.
-  const std::vector<int>& unit_of =
-      o_.parallel.sharding == Sharding::kZero3 ? plan_.module_of_value() : plan_.unit_of_value();
+  auto unit_of = [&](const memory::ParameterShare& s) {
+    return o_.parallel.sharding == Sharding::kZero3 ? s.module : s.unit;
+  };
   const uint64_t c = memory::ComputeBytes(o_);
   int units = 0;
-  for (int u : unit_of) units = std::max(units, u + 1);
+  for (const memory::ParameterShare& s : params) units = std::max(units, unit_of(s) + 1);
   unit_bytes_.assign(static_cast<size_t>(units), 0);
   unit_grad_bytes_.assign(static_cast<size_t>(units), 0);
   unit_first_.assign(static_cast<size_t>(units), -1);
   unit_last_.assign(static_cast<size_t>(units), -1);
-  for (size_t i = 0; i < g_.values.size(); ++i) {
-    const core::Value& v = g_.values[i];
-    const int id = static_cast<int>(i);
-    if (!v.trainable || v.kind != core::ValueKind::kInitializer || v.consumers.empty()) continue;
-    const uint64_t bytes = core::SatMul(facts_.Share(id, b_.Numel(id).value_or(0)), c);
-    const int u = i < unit_of.size() ? unit_of[i] : -1;
+  for (const memory::ParameterShare& s : params) {
+    const uint64_t bytes = core::SatMul(s.elements, c);
+    const int u = unit_of(s);
     if (u < 0) {
       root_bytes_ = core::SatAdd(root_bytes_, bytes);
       continue;
     }
     unit_bytes_[static_cast<size_t>(u)] = core::SatAdd(unit_bytes_[static_cast<size_t>(u)], bytes);
-    if (facts_.trainable(id)) {
+    if (s.trainable) {
       unit_grad_bytes_[static_cast<size_t>(u)] =
           core::SatAdd(unit_grad_bytes_[static_cast<size_t>(u)], bytes);
     }
-    for (int k : v.consumers) {
+    for (int k : g_.value(s.value).consumers) {
       int& node_unit = unit_of_node_[static_cast<size_t>(k)];
       if (node_unit < 0) node_unit = u;
     }
@@ -822,16 +822,9 @@ void Sim::Step(int it) {
     // kernel; FSDP's foreach step makes shard-sized temporaries (memory/parallel.h).
     if (it == 1) flat_state_ = Malloc(rank_.optimizer_state, Category::kOptimizerState);
     Tensor fp32_grads = Malloc(rank_.fp32_grad_buffer, Category::kGradients);
-    const bool fsdp = o_.parallel.sharding != Sharding::kZero1 &&
-                      o_.parallel.sharding != Sharding::kZero2 &&
-                      o_.parallel.sharding != Sharding::kZero3;
-    if (fsdp && o_.optimizer_impl != OptimizerImpl::kFused) {
-      const int lists =
-          (memory::HasSecondMoment(o_.optimizer) ? 1 : 0) + (memory::WeightDecayIsL2(o_) ? 1 : 0);
-      for (int i = 0; i < lists; ++i) {
-        Tensor t = Malloc(rank_.gradients, Category::kTransient);
-        Free(&t);
-      }
+    for (int i = 0; i < memory::ShardedStepTemporaries(o_); ++i) {
+      Tensor t = Malloc(rank_.gradients, Category::kTransient);
+      Free(&t);
     }
     Free(&fp32_grads);
     return;

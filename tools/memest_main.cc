@@ -51,6 +51,7 @@
 #include "symbolic/symbolic.h"
 #include "symbolic/timeline_writer.h"
 #include "tools/calibrate_command.h"
+#include "tools/exit_codes.h"
 #include "tools/pack_command.h"
 #include "tools/parallel_flags.h"
 #include "tools/report.h"
@@ -62,12 +63,6 @@
 namespace memest::cli {
 namespace {
 
-constexpr int kExitFits = 0;
-constexpr int kExitDoesNotFit = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitBadModel = 3;
-constexpr int kExitInternal = 4;
-
 // The CLI's own defaults (not memest::Options fields).
 constexpr char kDefaultBackend[] = "analytical";
 // `--backend all`: every available estimator. The measurement backend executes the model (it can
@@ -77,33 +72,6 @@ constexpr char kMeasurementBackend[] = "measurement";
 // The only backend that records a timeline (--timeline); also the table's backend when
 // --timeline is given without --backend, so that both agree.
 constexpr char kTimelineBackend[] = "symbolic";
-
-// Which library call produced a Status; the same code can mean different things
-// (NotFound from LoadModel is a missing file, from FindGpuProfile an unknown
-// name).
-enum class Stage { kSetup, kLoad, kEstimate };
-
-int ExitCodeFor(const Status& s, Stage stage) {
-  switch (s.code()) {
-    case ErrorCode::kOk:
-      return kExitFits;
-    case ErrorCode::kInvalidArgument:
-      return stage == Stage::kLoad ? kExitBadModel : kExitUsage;
-    case ErrorCode::kNotFound:
-      return stage == Stage::kLoad ? kExitBadModel : kExitUsage;
-    case ErrorCode::kUnboundDim:
-      return kExitUsage;
-    case ErrorCode::kInvalidModel:
-    case ErrorCode::kOverflow:
-      return kExitBadModel;
-    case ErrorCode::kUnsupported:  // a model (or option) memest cannot estimate: refused
-      return kExitBadModel;
-    case ErrorCode::kUnavailable:
-    case ErrorCode::kInternal:
-      return kExitInternal;
-  }
-  return kExitInternal;
-}
 
 // ---------------------------------------------------------------------------------------------
 // stderr. Errors always; warnings and notes unless -q; info diagnostics only with -v.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "memest/memest.h"
+#include "tools/exit_codes.h"
 #include "tools/report.h"
 
 namespace memest::cli {
@@ -55,19 +56,9 @@ Result<PackJob> ParseJob(const std::string& spec) {
   return job;
 }
 
-int ExitFor(const Status& s) {
-  switch (s.code()) {
-    case ErrorCode::kInvalidArgument:
-    case ErrorCode::kNotFound:
-    case ErrorCode::kUnboundDim:
-      return 2;
-    case ErrorCode::kInternal:
-    case ErrorCode::kUnavailable:
-      return 4;
-    default:
-      return 3;
-  }
-}
+// The main CLI's mapping, at the estimate stage for every step (a job's missing model file is
+// a usage error here, its malformed model exit 3).
+int ExitFor(const Status& s) { return ExitCodeFor(s, Stage::kEstimate); }
 
 }  // namespace
 

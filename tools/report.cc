@@ -659,8 +659,8 @@ Json GpuJson(const GpuProfile& g) {
 
 Json StackJson(const StackProfile& s) { return Json::parse(StackProfileToJson(s))["stack"]; }
 
-// One backend's result: the library's estimate object (memest/json.h EstimateToJson) with the
-// CLI's own fields -- ok, the per-category maxima, the fit and the max-batch search.
+// One backend's result: the library's estimate object with its fit (memest/json.h
+// EstimateToJson) and the CLI's own fields -- ok, the per-category maxima, the max-batch search.
 Json ResultJson(const BackendResult& res, bool max_batch_mode, const std::string& max_dim) {
   if (!res.status.ok()) {
     return Json{
@@ -670,7 +670,7 @@ Json ResultJson(const BackendResult& res, bool max_batch_mode, const std::string
         {"diagnostics", Json::array()}};
   }
   const Estimate& e = res.estimate;
-  Json j = Json::parse(EstimateToJson(e));
+  Json j = Json::parse(EstimateToJson(e, &res.fit));
   j["backend"] = res.backend;
   j["ok"] = true;
   j["largest"] = nullptr;
@@ -685,12 +685,6 @@ Json ResultJson(const BackendResult& res, bool max_batch_mode, const std::string
     }
     j["largest"] = largest;
   }
-  j["fit"] = {{"fits", res.fit.fits},
-              {"capacity", res.fit.capacity},
-              {"headroom", res.fit.headroom},
-              {"judged", res.fit.judged},
-              {"on", res.fit.on_upper ? "upper" : "point"},
-              {"margin", res.fit.margin}};
   if (max_batch_mode) {
     j["max_batch"] = {{"dim", max_dim},
                       {"batch", res.max_batch.value_or(0)},

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "memest/estimate.h"
+#include "memest/estimator.h"
 #include "memest/options.h"
 #include "memest/status.h"
 
@@ -35,9 +36,10 @@ namespace memest {
 std::string OptionsToJson(const Options& options);
 
 // One estimate as a JSON object: backend, peak {allocated, reserved, device}, breakdown,
-// peak_phase, peak_node, interval, ranks and host_bytes (many GPUs only), diagnostics -- the
-// keys of a memest.estimate/1 result (docs/json-schema.md) without its fit and max_batch.
-std::string EstimateToJson(const Estimate& estimate);
+// peak_phase, peak_node, interval, ranks and host_bytes (many GPUs only), diagnostics, and with
+// `fit` its fit {fits, capacity, headroom, judged, on, margin} -- the keys of a memest.estimate/1
+// result (docs/json-schema.md) without its max_batch.
+std::string EstimateToJson(const Estimate& estimate, const Fit* fit = nullptr);
 
 }  // namespace memest
 

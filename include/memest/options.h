@@ -89,6 +89,17 @@ enum class Sharding {
   kFsdpNoShard
 };
 
+// DeepSpeed ZeRO, any stage.
+constexpr bool IsZero(Sharding s) {
+  return s == Sharding::kZero1 || s == Sharding::kZero2 || s == Sharding::kZero3;
+}
+// Whether parameters are sharded and gathered unit by unit during forward and backward (ZeRO-3,
+// FSDP but no-shard).
+constexpr bool GathersUnits(Sharding s) {
+  return s == Sharding::kZero3 || s == Sharding::kFsdpFull || s == Sharding::kFsdpGradOp ||
+         s == Sharding::kFsdpHybrid;
+}
+
 // Many GPUs: the ranks of one job and how the model is split over them (memory/parallel.h).
 // Ranks are numbered as Megatron-LM does: tensor-parallel fastest, then data-parallel, then the
 // pipeline stage (rank = stage * dp * tp + dp_rank * tp + tp_rank). `Options::batch` is the batch

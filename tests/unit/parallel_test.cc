@@ -183,7 +183,7 @@ TEST(ParallelEstimateTest, FsdpGathersTheCurrentAndNextUnitOrAllOfThemWithGradOp
   const RankStates g = ShardModelStates(
       [&] {
         std::vector<memory::ParameterShare> v;
-        for (int u = 0; u < 8; ++u) v.push_back({kUnit, kUnit * 4, true, u, u});
+        for (int u = 0; u < 8; ++u) v.push_back({-1, kUnit, kUnit * 4, true, u, u});
         return v;
       }(),
       grad_op);
