@@ -44,8 +44,9 @@ constexpr std::string_view kFormat = "memest-gpu-profiles/1";
 
 // Keys a profile object may carry; anything else is rejected (catches typos in the data).
 const std::vector<std::string_view> kProfileKeys = {
-    "name",         "display_name",  "sm_major",         "sm_minor", "sm_source",
-    "total_memory", "usable_memory", "cublas_workspace", "allocator"};
+    "name",         "display_name",  "sm_major",         "sm_minor",  "sm_source",
+    "total_memory", "usable_memory", "cublas_workspace", "allocator", "mig"};
+const std::vector<std::string_view> kMigKeys = {"parent", "profile"};
 const std::vector<std::string_view> kTopLevelKeys = {"format", "about", "profiles"};
 
 // The embedded table is memest's own data: a defect in it is an internal error.
@@ -72,6 +73,15 @@ Result<GpuProfile> ParseProfile(const json& p, size_t index) {
   MEMEST_ASSIGN_OR_RETURN(g.allocator, kFields.String(p, "allocator", where));
   if (g.allocator != "native" && g.allocator != "cudaMallocAsync") {
     return Internal(where + ": allocator must be \"native\" or \"cudaMallocAsync\"");
+  }
+  if (const auto mig = p.find("mig"); mig != p.end()) {
+    if (!mig->is_object()) return Internal(where + ": mig must be an object");
+    MEMEST_RETURN_IF_ERROR(kFields.CheckKeys(*mig, kMigKeys, where + ".mig"));
+    MEMEST_ASSIGN_OR_RETURN(g.mig_parent, kFields.String(*mig, "parent", where + ".mig"));
+    MEMEST_ASSIGN_OR_RETURN(g.mig_profile, kFields.String(*mig, "profile", where + ".mig"));
+    if (g.mig_parent.empty() || g.mig_profile.empty()) {
+      return Internal(where + ": mig needs a parent profile and a MIG profile name");
+    }
   }
   if (g.total_memory.bytes == 0) return Internal(where + ": total_memory must be > 0");
   if (g.usable_memory.bytes == 0 || g.usable_memory.bytes > g.total_memory.bytes) {
@@ -129,6 +139,47 @@ Result<std::vector<GpuProfile>> ParseGpuProfilesJson(std::string_view text) {
 namespace memest {
 
 const std::vector<GpuProfile>& GpuProfiles() { return core::GetTable().rows; }
+
+namespace {
+
+// Whether `word` occurs in `text` with no letter or digit on either side.
+bool HasWord(std::string_view text, std::string_view word) {
+  for (size_t pos = text.find(word); pos != std::string_view::npos;
+       pos = text.find(word, pos + 1)) {
+    const size_t end = pos + word.size();
+    const bool left = pos == 0 || !std::isalnum(static_cast<unsigned char>(text[pos - 1]));
+    const bool right = end == text.size() || !std::isalnum(static_cast<unsigned char>(text[end]));
+    if (left && right) return true;
+  }
+  return false;
+}
+
+// The family profile for a whole GPU the table has no display name for ("" for none).
+std::string FamilyProfile(std::string_view name) {
+  const auto has = [&](std::string_view s) { return name.find(s) != std::string_view::npos; };
+  if (has("h200")) return "h200-141gb";
+  if (has("h100")) return "h100-80gb";
+  if (has("a100")) return has("80gb") || has("80 gb") ? "a100-80gb" : "a100-40gb";
+  if (HasWord(name, "l4")) return "l4-24gb";
+  if (has("4090")) return "rtx4090-24gb";
+  return "";
+}
+
+}  // namespace
+
+Result<GpuProfile> FindGpuProfileForDevice(std::string_view device_name) {
+  const std::string name = core::ToLowerAscii(device_name);
+  for (const GpuProfile& p : GpuProfiles()) {
+    if (core::ToLowerAscii(p.display_name) == name) return p;
+  }
+  // A slice has a fraction of its GPU's memory: never answer with the whole GPU.
+  const std::string family = HasWord(name, "mig") ? "" : FamilyProfile(name);
+  if (!family.empty()) {
+    if (Result<GpuProfile> p = FindGpuProfile(family); p.ok()) return p;
+  }
+  return NotFound("no GPU profile for device '" + std::string(device_name) +
+                  "' (give one with --gpu-file or a capacity with --capacity)");
+}
 
 Result<GpuProfile> FindGpuProfile(std::string_view name) {
   const auto& table = core::GetTable();

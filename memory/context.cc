@@ -295,6 +295,14 @@ void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
                                   ": its fixed costs and band may not hold here",
                               "", ""});
   }
+  if (ctx.gpu().is_mig()) {
+    e->diagnostics.push_back(
+        {Severity::kInfo, "mig_slice",
+         "MIG " + ctx.gpu().mig_profile + " of " + ctx.gpu().mig_parent + ": the capacity is the " +
+             "slice's memory as nvidia-smi reports it; the process still creates its own CUDA " +
+             "context and library memory inside the slice",
+         "", ""});
+  }
   if (!ctx.facts().fallback_ops().empty()) {
     std::string ops;
     for (const auto& op : ctx.facts().fallback_ops()) ops += (ops.empty() ? "" : ", ") + op;

@@ -654,7 +654,9 @@ Json GpuJson(const GpuProfile& g) {
               {"allocator", g.allocator},
               {"total_memory", ValueJson(g.total_memory)},
               {"usable_memory", ValueJson(g.usable_memory)},
-              {"cublas_workspace", ValueJson(g.cublas_workspace)}};
+              {"cublas_workspace", ValueJson(g.cublas_workspace)},
+              {"mig", g.is_mig() ? Json{{"parent", g.mig_parent}, {"profile", g.mig_profile}}
+                                 : Json(nullptr)}};
 }
 
 Json StackJson(const StackProfile& s) { return Json::parse(StackProfileToJson(s))["stack"]; }

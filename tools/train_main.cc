@@ -10,9 +10,9 @@
 // (learned/mlp.h); calibrate the interval margins on out-of-group predictions; evaluate on the
 // held-out rows; write the weights with the identity of the training data and the metrics.
 // Deterministic for a seed. Exit codes: 0 ok, 2 usage, 3 data error, 4 internal.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "datasets/gpumemnet/gpumemnet.h"
 #include "core/sha256.h"
+#include "datasets/gpumemnet/gpumemnet.h"
 #include "learned/features.h"
 #include "learned/learned.h"
 #include "learned/mlp.h"
@@ -109,9 +109,15 @@ std::string Pct(std::optional<double> v) {
 
 nlohmann::json StatsJson(const eval::ErrorStats& s) {
   auto opt = [](std::optional<double> v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
-  return {{"n", s.n},           {"median", opt(s.median)}, {"mean", opt(s.mean)},
-          {"p90", opt(s.p90)},  {"max", opt(s.max)},       {"under", opt(s.under)},
-          {"within10", opt(s.within10)}, {"bin1", opt(s.bin1)}, {"bin8", opt(s.bin8)}};
+  return {{"n", s.n},
+          {"median", opt(s.median)},
+          {"mean", opt(s.mean)},
+          {"p90", opt(s.p90)},
+          {"max", opt(s.max)},
+          {"under", opt(s.under)},
+          {"within10", opt(s.within10)},
+          {"bin1", opt(s.bin1)},
+          {"bin8", opt(s.bin8)}};
 }
 
 // Nearest-rank quantile q in (0, 1] of `v` (0 when empty).
@@ -191,7 +197,8 @@ Status Trainer::LoadGpumemnet() {
     s.model = row.model_path;
     s.measured = *row.peaks.device;
     s.options = row.options;
-    MEMEST_ASSIGN_OR_RETURN(s.options.gpu, eval::ProfileForDevice(row.device_name));
+    MEMEST_ASSIGN_OR_RETURN(const GpuProfile gpu, FindGpuProfileForDevice(row.device_name));
+    s.options.gpu = gpu.name;
     s.attrs = {{"source", "gpumemnet"},
                {"family", "gpumemnet"},
                {"name", row.model_name},
@@ -229,7 +236,8 @@ Status Trainer::LoadRowsFile(const std::string& path) {
     s.model = row.model_path;
     s.measured = *row.peaks.device;
     s.options = row.options;
-    MEMEST_ASSIGN_OR_RETURN(s.options.gpu, eval::ProfileForDevice(row.device_name));
+    MEMEST_ASSIGN_OR_RETURN(const GpuProfile gpu, FindGpuProfileForDevice(row.device_name));
+    s.options.gpu = gpu.name;
     s.id = row.id.empty() ? row.model_path + "@" + std::to_string(row.line) : row.id;
     s.attrs = {{"source", fs::path(path).filename().string()},
                {"family", row.family},
@@ -255,7 +263,8 @@ Status Trainer::LoadRowsFile(const std::string& path) {
     MEMEST_RETURN_IF_ERROR(AddSample(std::move(s), *model));
     ++used;
   }
-  log_ << path << ": " << used << " rows used, " << skipped << " skipped (not ok / no device peak)\n";
+  log_ << path << ": " << used << " rows used, " << skipped
+       << " skipped (not ok / no device peak)\n";
   return Status::Ok();
 }
 
@@ -274,14 +283,15 @@ void Trainer::Split() {
 std::vector<learned::MemberSplit> Trainer::MemberSplits() const {
   std::vector<learned::MemberSplit> splits;
   const size_t n_val = std::max<size_t>(
-      1, static_cast<size_t>(std::ceil(kValidationShare * static_cast<double>(group_names_.size()))));
+      1,
+      static_cast<size_t>(std::ceil(kValidationShare * static_cast<double>(group_names_.size()))));
   for (int m = 0; m < args_.members; ++m) {
     learned::Rng rng(args_.seed * 7919ULL + static_cast<uint64_t>(m));
     std::vector<std::string> order = group_names_;
     rng.Shuffle(&order);
-    const std::set<std::string> val(order.begin(),
-                                    order.begin() + static_cast<std::ptrdiff_t>(
-                                                        std::min(n_val, order.size() - 1)));
+    const std::set<std::string> val(
+        order.begin(),
+        order.begin() + static_cast<std::ptrdiff_t>(std::min(n_val, order.size() - 1)));
     learned::MemberSplit split;
     for (int i : pool_) {
       (val.count(samples_[static_cast<size_t>(i)].group) ? split.validation : split.train)
@@ -319,8 +329,9 @@ nlohmann::json Trainer::Evaluate(const learned::Network& net) {
   for (auto& [name, set] : sets) {
     const eval::ErrorStats l = eval::Summarize(set.learned);
     nlohmann::json j = StatsJson(l);
-    j["interval_coverage"] = set.learned.empty() ? 0.0 : static_cast<double>(set.covered) /
-                                                             static_cast<double>(set.learned.size());
+    j["interval_coverage"] = set.learned.empty() ? 0.0
+                                                 : static_cast<double>(set.covered) /
+                                                       static_cast<double>(set.learned.size());
     j["device_high"] = StatsJson(eval::Summarize(set.high));
     j["symbolic"] = StatsJson(eval::Summarize(set.symbolic));
     j["analytical"] = StatsJson(eval::Summarize(set.analytical));
@@ -397,9 +408,8 @@ nlohmann::json Trainer::Bundled(const learned::Network& net) {
                      {"symbolic_peak_device", sym},
                      {"extrapolating", extrapolating}});
       log_ << fmt::format("  {:<22} batch {:>3}: learned {} [{} .. {}], symbolic {}{}\n",
-                          f.filename().string(), batch, Mib(e->peak_device),
-                          Mib(*e->device_low), Mib(*e->device_high), Mib(sym),
-                          extrapolating ? " (extrapolating)" : "");
+                          f.filename().string(), batch, Mib(e->peak_device), Mib(*e->device_low),
+                          Mib(*e->device_high), Mib(sym), extrapolating ? " (extrapolating)" : "");
     }
   }
   return out;
@@ -411,8 +421,8 @@ int Trainer::Run() {
     std::cerr << "memest-train: no data: pass --gpumemnet and/or --rows FILE.jsonl\n";
     return 2;
   }
-  std::vector<std::string> rules = args_.holdout.empty() ? std::vector<std::string>{"arch=gradual"}
-                                                         : args_.holdout;
+  std::vector<std::string> rules =
+      args_.holdout.empty() ? std::vector<std::string>{"arch=gradual"} : args_.holdout;
   if (rules.size() == 1 && rules[0] == "none") rules.clear();
   for (const std::string& r : rules) {
     auto c = ParseClause(r);
@@ -461,8 +471,8 @@ int Trainer::Run() {
   for (const learned::FeatureSpec& s : learned::FeatureSpecs()) monotone.push_back(s.monotone);
   const std::vector<learned::MemberSplit> splits = MemberSplits();
   args_.config.seed = args_.seed;
-  auto trained = learned::Train(data, splits, pool_, learned::FeatureNames(), monotone,
-                                args_.config);
+  auto trained =
+      learned::Train(data, splits, pool_, learned::FeatureNames(), monotone, args_.config);
   if (!trained.ok()) {
     std::cerr << "memest-train: " << trained.status().ToString() << "\n";
     return 4;
@@ -606,9 +616,9 @@ int Trainer::Run() {
   doc["checks"] = checks;
 
   // One top-level key per line (ASCII only: learned/CMakeLists.txt embeds the file).
-  static const char* kOrder[] = {"format",  "about",   "features",       "target",
-                                 "architecture", "interval", "known_ops", "training",
-                                 "metrics", "bundled_models", "checks", "members"};
+  static const char* kOrder[] = {"format",       "about",          "features",  "target",
+                                 "architecture", "interval",       "known_ops", "training",
+                                 "metrics",      "bundled_models", "checks",    "members"};
   std::string text = "{\n";
   for (size_t k = 0; k < std::size(kOrder); ++k) {
     text += nlohmann::json(kOrder[k]).dump() + ": " + doc[kOrder[k]].dump(-1, ' ', true);

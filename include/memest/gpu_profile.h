@@ -35,12 +35,25 @@ struct GpuProfile {
   ProfileValue
       cublas_workspace;  // one cuBLAS workspace (per thread/stream), from the caching allocator
   std::string allocator = "native";  // "native" (CUDACachingAllocator) or "cudaMallocAsync"
+  // A MIG slice (GPU instance) of another profile's GPU: the parent profile's name and the MIG
+  // profile ("3g.40gb"); both empty for a whole GPU. A slice's capacity is the instance memory
+  // nvidia-smi reports for it (docs/gpu-profiles.md, MIG slices).
+  std::string mig_parent;
+  std::string mig_profile;
+  bool is_mig() const { return !mig_profile.empty(); }
 };
 
 // All profiles, in a stable order.
 const std::vector<GpuProfile>& GpuProfiles();
 // Case-insensitive lookup by name; NotFound lists the known names.
 Result<GpuProfile> FindGpuProfile(std::string_view name);
+
+// The profile of a device as CUDA names it (torch.cuda.get_device_name(), nvidia-smi's name, a
+// measured row's device.name): the profile whose display name matches, ignoring case; else,
+// for a whole GPU of a family the table knows ("NVIDIA A100-SXM4-80GB-something"), that
+// family's profile. A MIG device ("... MIG 1g.18gb") matches only its own slice profile, never its
+// parent GPU. NotFound when nothing matches.
+[[nodiscard]] Result<GpuProfile> FindGpuProfileForDevice(std::string_view device_name);
 
 // GPU profiles given at run time, for a GPU the built-in table lacks (Options::custom_gpu): a
 // document in the built-in table's format ("memest-gpu-profiles/1", docs/gpu-profiles.md), every

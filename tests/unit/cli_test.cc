@@ -1117,6 +1117,30 @@ TEST_F(CliTest, GoldenMlpTableBatch32) {
   ExpectGolden("mlp_small_train_b32.txt", r.out);
 }
 
+TEST_F(CliTest, AMigSliceIsJudgedAgainstItsOwnMemoryAndSaysWhereThatComesFrom) {
+  CliRun r = Run(
+      {Model("resnet18_train.onnx"), "--batch", "64", "--gpu", "a100-40gb-mig-1g.5gb", "--json"});
+  ASSERT_LE(r.exit_code, 1) << r.err;
+  const json doc = json::parse(r.out);
+  const json& result = doc["results"][0];
+  EXPECT_EQ(result["fit"]["capacity"], uint64_t{4864} << 20);
+  bool said = false;
+  for (const json& d : result["diagnostics"]) said = said || d["code"] == "mig_slice";
+  EXPECT_TRUE(said) << result["diagnostics"].dump();
+  CliRun list = Run({"--list-gpus", "--json"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  bool listed = false;
+  const json gpus = json::parse(list.out)["gpus"];
+  for (const json& g : gpus) {
+    if (g["name"] == "a100-40gb-mig-1g.5gb") {
+      listed = true;
+      EXPECT_EQ(g["mig"]["parent"], "a100-40gb");
+      EXPECT_EQ(g["mig"]["profile"], "1g.5gb");
+    }
+  }
+  EXPECT_TRUE(listed);
+}
+
 TEST_F(CliTest, GoldenListGpus) {
   CliRun r = Run({"--list-gpus"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -1140,8 +1164,8 @@ TEST_F(CliTest, GpuFileAndCapacityGiveAGpuTheTableLacks) {
       "allocator": "native"}]})";
   const fs::path file = dir_ / "gpus.json";
   WriteFile(file, profile);
-  CliRun r = Run({Model("resnet18_train.onnx"), "--batch", "64", "--gpu-file", file.string(),
-                  "--json"});
+  CliRun r =
+      Run({Model("resnet18_train.onnx"), "--batch", "64", "--gpu-file", file.string(), "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["gpu"]["name"], "a30-24gb");

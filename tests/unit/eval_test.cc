@@ -510,23 +510,6 @@ TEST(EvalHeldOut, BackendsUnavailableForEveryRowAreDropped) {
 
 // ---- evaluator ---------------------------------------------------------------------------------
 
-TEST(EvalEvaluator, ProfilesFromDeviceNames) {
-  EXPECT_EQ(*ProfileForDevice("NVIDIA A100-SXM4-40GB"), "a100-40gb");
-  EXPECT_EQ(*ProfileForDevice("nvidia h100 80gb hbm3"), "h100-80gb");
-  EXPECT_EQ(*ProfileForDevice("NVIDIA A100-SXM4-80GB"), "a100-80gb");
-  // A display name of the table wins over the guesses below.
-  EXPECT_EQ(*ProfileForDevice("NVIDIA A100 80GB PCIe"), "a100-80gb-pcie");
-  EXPECT_EQ(*ProfileForDevice("NVIDIA A100-PCIE-40GB"), "a100-40gb-pcie");
-  EXPECT_EQ(*ProfileForDevice("NVIDIA A100-SXM4-80GB-something"), "a100-80gb");
-  EXPECT_EQ(*ProfileForDevice("NVIDIA H100 PCIe"), "h100-80gb");
-  EXPECT_EQ(*ProfileForDevice("NVIDIA L4"), "l4-24gb");
-  EXPECT_EQ(*ProfileForDevice("NVIDIA GeForce RTX 4090"), "rtx4090-24gb");
-  EXPECT_EQ(*ProfileForDevice("NVIDIA L40S"), "l40s-48gb");
-  EXPECT_EQ(*ProfileForDevice("Tesla T4"), "t4-16gb");
-  EXPECT_EQ(ProfileForDevice("NVIDIA A30").status().code(), ErrorCode::kNotFound);
-  EXPECT_EQ(ProfileForDevice("Tesla P100-PCIE-16GB").status().code(), ErrorCode::kNotFound);
-}
-
 TEST(EvalEvaluator, EstimatesRowsOfAModelFile) {
   // y = x W: a one-Gemm MLP with a symbolic batch.
   GraphBuilder b(17);

@@ -113,6 +113,82 @@ TEST(GpuProfileTest, UsableNeverExceedsTotal) {
   }
 }
 
+std::string ProfileForDevice(std::string_view device) {
+  Result<GpuProfile> p = FindGpuProfileForDevice(device);
+  return p.ok() ? p->name : "(" + std::string(ErrorCodeName(p.status().code())) + ")";
+}
+
+TEST(GpuProfileTest, DevicesFindTheirProfileByDisplayNameThenByFamily) {
+  EXPECT_EQ(ProfileForDevice("NVIDIA A100-SXM4-40GB"), "a100-40gb");
+  EXPECT_EQ(ProfileForDevice("nvidia h100 80gb hbm3"), "h100-80gb");
+  EXPECT_EQ(ProfileForDevice("NVIDIA A100-SXM4-80GB"), "a100-80gb");
+  // A display name of the table wins over the family guesses.
+  EXPECT_EQ(ProfileForDevice("NVIDIA A100 80GB PCIe"), "a100-80gb-pcie");
+  EXPECT_EQ(ProfileForDevice("NVIDIA A100-PCIE-40GB"), "a100-40gb-pcie");
+  EXPECT_EQ(ProfileForDevice("NVIDIA H100 PCIe"), "h100-80gb-pcie");
+  EXPECT_EQ(ProfileForDevice("NVIDIA A10G"), "a10g-24gb");
+  EXPECT_EQ(ProfileForDevice("Tesla V100-PCIE-16GB"), "v100-16gb-pcie");
+  EXPECT_EQ(ProfileForDevice("NVIDIA A100-SXM4-80GB-something"), "a100-80gb");
+  EXPECT_EQ(ProfileForDevice("NVIDIA L4"), "l4-24gb");
+  EXPECT_EQ(ProfileForDevice("NVIDIA GeForce RTX 4090"), "rtx4090-24gb");
+  EXPECT_EQ(ProfileForDevice("NVIDIA L40S"), "l40s-48gb");
+  EXPECT_EQ(ProfileForDevice("Tesla T4"), "t4-16gb");
+  EXPECT_EQ(ProfileForDevice("NVIDIA A30"), "(not_found)");
+  EXPECT_EQ(ProfileForDevice("Tesla P100-PCIE-16GB"), "(not_found)");
+}
+
+TEST(GpuProfileTest, AMigDeviceFindsItsSliceAndNeverItsWholeGpu) {
+  // torch.cuda.get_device_name() on a slice: the GPU's name, "MIG" and the profile.
+  EXPECT_EQ(ProfileForDevice("NVIDIA A100-SXM4-40GB MIG 1g.5gb"), "a100-40gb-mig-1g.5gb");
+  EXPECT_EQ(ProfileForDevice("NVIDIA H100 80GB HBM3 MIG 3g.40gb"), "h100-80gb-mig-3g.40gb");
+  // A slice the table lacks must not be answered with the whole GPU's capacity.
+  EXPECT_EQ(ProfileForDevice("NVIDIA H200 MIG 1g.18gb"), "(not_found)");
+  EXPECT_EQ(ProfileForDevice("NVIDIA A100-SXM4-80GB MIG 1g.10gb"), "(not_found)");
+}
+
+TEST(GpuProfileTest, MigSlicesNameAGpuOfTheTableAndShareItsComputeCapability) {
+  int slices = 0;
+  for (const GpuProfile& p : GpuProfiles()) {
+    if (!p.is_mig()) continue;
+    ++slices;
+    Result<GpuProfile> parent = FindGpuProfile(p.mig_parent);
+    ASSERT_TRUE(parent.ok()) << p.name << ": " << parent.status().ToString();
+    EXPECT_FALSE(parent->is_mig()) << p.name;
+    EXPECT_EQ(p.name, parent->name + "-mig-" + p.mig_profile);
+    EXPECT_EQ(p.display_name, parent->display_name + " MIG " + p.mig_profile);
+    EXPECT_EQ(p.sm_major, parent->sm_major) << p.name;
+    EXPECT_EQ(p.sm_minor, parent->sm_minor) << p.name;
+    EXPECT_EQ(p.cublas_workspace.bytes, parent->cublas_workspace.bytes) << p.name;
+    // Less than the whole GPU, more than the fraction its name promises less one eighth.
+    EXPECT_LT(p.total_memory.bytes, parent->total_memory.bytes * 101 / 100) << p.name;
+    const uint64_t gb = std::stoull(p.mig_profile.substr(p.mig_profile.find('.') + 1));
+    EXPECT_GT(p.total_memory.bytes, (gb << 30) * 7 / 8) << p.name;
+    EXPECT_LE(p.total_memory.bytes, gb << 30) << p.name;
+  }
+  EXPECT_EQ(slices, 13);
+}
+
+TEST(GpuProfileTest, ParserReadsAMigSliceAndRejectsAHalfOne) {
+  const std::string head =
+      R"({"format": "memest-gpu-profiles/1", "profiles": [{"name": "x", "display_name": "X",
+      "sm_major": 8, "sm_minor": 0, "sm_source": "cited: s", "allocator": "native",
+      "total_memory": {"bytes": 100, "source": "cited: t", "calibrated": false},
+      "usable_memory": {"bytes": 100, "source": "definition: u", "calibrated": false},
+      "cublas_workspace": {"bytes": 1, "source": "cited: c", "calibrated": false})";
+  Result<std::vector<GpuProfile>> ok =
+      ParseGpuProfiles(head + R"(, "mig": {"parent": "a100-40gb", "profile": "1g.5gb"}}]})");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(ok->front().is_mig());
+  EXPECT_EQ(ok->front().mig_parent, "a100-40gb");
+  Result<std::vector<GpuProfile>> half =
+      ParseGpuProfiles(head + R"(, "mig": {"parent": "a100-40gb"}}]})");
+  ASSERT_FALSE(half.ok());
+  EXPECT_NE(half.status().message().find("mig"), std::string::npos) << half.status().ToString();
+  Result<std::vector<GpuProfile>> typo =
+      ParseGpuProfiles(head + R"(, "mig": {"parent": "a", "profile": "b", "gi": 3}}]})");
+  EXPECT_FALSE(typo.ok());
+}
+
 TEST(GpuProfileTest, LookupIsCaseInsensitive) {
   Result<GpuProfile> p = FindGpuProfile("H100-80GB");
   ASSERT_TRUE(p.ok()) << p.status().ToString();

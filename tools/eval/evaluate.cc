@@ -19,24 +19,6 @@ namespace fs = std::filesystem;
 
 constexpr char kGpumemnetPrefix[] = "gpumemnet:";
 
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-bool HasWord(const std::string& haystack, const std::string& word) {
-  size_t pos = 0;
-  while ((pos = haystack.find(word, pos)) != std::string::npos) {
-    const bool left = pos == 0 || !std::isalnum(static_cast<unsigned char>(haystack[pos - 1]));
-    const size_t end = pos + word.size();
-    const bool right =
-        end == haystack.size() || !std::isalnum(static_cast<unsigned char>(haystack[end]));
-    if (left && right) return true;
-    pos = end;
-  }
-  return false;
-}
-
 // "gpumemnet:<index>" -> index; nullopt for other paths; error for a malformed index.
 Result<std::optional<int>> GpumemnetIndex(const std::string& path) {
   const std::string prefix = kGpumemnetPrefix;
@@ -70,29 +52,6 @@ uint64_t PredictedAt(const Estimate& e, Level level) {
       return e.peak_device;
   }
   return 0;
-}
-
-Result<std::string> ProfileForDevice(const std::string& device_name) {
-  const std::string name = Lower(device_name);
-  for (const GpuProfile& p : GpuProfiles()) {
-    if (Lower(p.display_name) == name) return p.name;
-  }
-  std::string guess;
-  if (name.find("h200") != std::string::npos) {
-    guess = "h200-141gb";
-  } else if (name.find("h100") != std::string::npos) {
-    guess = "h100-80gb";
-  } else if (name.find("a100") != std::string::npos) {
-    guess = name.find("80gb") != std::string::npos || name.find("80 gb") != std::string::npos
-                ? "a100-80gb"
-                : "a100-40gb";
-  } else if (HasWord(name, "l4")) {
-    guess = "l4-24gb";
-  } else if (name.find("4090") != std::string::npos) {
-    guess = "rtx4090-24gb";
-  }
-  if (!guess.empty() && FindGpuProfile(guess).ok()) return guess;
-  return NotFound("no GPU profile for device '" + device_name + "'");
 }
 
 Result<GpumemnetData> LoadGpumemnet(const std::string& data_dir, const std::string& root) {
@@ -249,13 +208,13 @@ Result<std::shared_ptr<const Model>> Evaluator::ResolveModel(const MeasuredRow& 
 RowOutcome Evaluator::EvaluateRow(const MeasuredRow& row) {
   RowOutcome out;
   if (row.device_kind == "cuda") {
-    Result<std::string> profile = ProfileForDevice(row.device_name);
+    Result<GpuProfile> profile = FindGpuProfileForDevice(row.device_name);
     if (!profile.ok()) {
       out.setup = profile.status();
       return out;
     }
-    out.profile = *profile;
-    out.capacity = FindGpuProfile(out.profile)->usable_memory.bytes;
+    out.profile = profile->name;
+    out.capacity = profile->usable_memory.bytes;
   } else {
     out.profile = config_.cpu_profile;
   }

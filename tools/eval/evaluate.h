@@ -7,7 +7,7 @@
 //    model found has another hash, the row is not evaluated (the measurement belongs to another
 //    model) unless `allow_sha_mismatch`;
 //  * builds Options from the row's config (mode, batch, dims, optimizer, weight_decay, precision,
-//    loss) and picks the GPU profile from the device (ProfileForDevice); CPU rows use
+//    loss) and picks the GPU profile from the device (memest::FindGpuProfileForDevice); CPU rows use
 //    `cpu_profile` (it decides the cuBLAS workspaces counted in peak_allocated, see
 //    docs/accuracy.md);
 //  * times one Estimator::Run per backend (wall clock, steady_clock) and records whether the
@@ -30,12 +30,6 @@
 #include "tools/eval/rows.h"
 
 namespace memest::eval {
-
-// The profile name for a CUDA device name: an exact (case-insensitive) match of a profile's
-// display_name, else the profile of the same GPU model ("A100" + "80GB" -> a100-80gb, other
-// "A100" -> a100-40gb, "H100" -> h100-80gb, "H200" -> h200-141gb, "L4" -> l4-24gb,
-// "4090" -> rtx4090-24gb). NotFound otherwise.
-Result<std::string> ProfileForDevice(const std::string& device_name);
 
 // GPUMemNet's 6,000 rows as measured rows, with their rebuilt ONNX bytes (index -> bytes).
 // `data_dir` "" reads <root>/datasets/gpumemnet.

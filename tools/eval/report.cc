@@ -484,7 +484,7 @@ std::string TruthSection(const Summary& s) {
          "- **CUDA rows from memest-measure** (" +
          Num(s.cuda_rows) +
          " in this run): allocated, reserved and device level, each against the prediction at "
-         "the same level, with the profile of the row's GPU (`ProfileForDevice`, "
+         "the same level, with the profile of the row's GPU (`FindGpuProfileForDevice`, "
          "tools/eval/evaluate.h).\n\n";
 }
 
