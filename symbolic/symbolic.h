@@ -12,7 +12,8 @@ namespace memest::symbolic {
 
 std::unique_ptr<Estimator> MakeSymbolicEstimator();
 
-// The whole simulation (events included when `record_events`), for --timeline.
+// The whole simulation (events included when `record_events`), for --timeline. Under pipeline
+// parallelism, of one rank of the stage with the highest device peak.
 Result<Simulation> SimulateModel(const Model& model, const Options& options, bool record_events);
 
 }  // namespace memest::symbolic

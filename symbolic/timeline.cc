@@ -38,18 +38,32 @@
 //    parameter) and frees it. Single-tensor: per parameter, the L2 copy and adam's sqrt and
 //    quotient (memory-model.md §4.3: about 2 x the largest parameter). Fused: no parameter-sized
 //    temporaries.
-//  * Many GPUs (Options::parallel, memory/parallel.h), one pipeline stage: tensor-parallel shares
-//    are in the value facts' bytes. DDP allocates its gradient buckets with the model and keeps
-//    them. Under ZeRO and FSDP the rank's parameters, gradients and optimizer state are flat
-//    buffers of memory::ShardModelStates' sizes (no autocast weight copies: the model computes
-//    in its low dtype); a parameter's gradient is written into the gradient buffer and freed.
-//    ZeRO-3 and FSDP gather each unit's parameters (ZeRO-3: one module) before its first node in
-//    forward and again in backward, FSDP full/hybrid prefetching the next unit; a unit's gathered
-//    parameters are freed after its last forward node (kept until its backward under
-//    fsdp-grad-op), and in backward the unit's unsharded gradients live from its first backward
-//    node until the reduce-scatter after its last; parameters in no unit stay gathered from the
-//    start of forward to the end of backward. ZeRO's step allocates its fp32 gradient partition
-//    for the step. NCCL's buffers are outside the allocator, like the CUDA context.
+//  * Many GPUs (Options::parallel, memory/parallel.h), one rank of the pipeline stage
+//    EstimationContext::stage(): tensor-parallel shares are in the value facts' bytes. DDP
+//    allocates its gradient buckets with the model and keeps them. Under ZeRO and FSDP the rank's
+//    parameters, gradients and optimizer state are flat buffers of memory::ShardModelStates' sizes
+//    (no autocast weight copies: the model computes in its low dtype); a parameter's gradient is
+//    written into the gradient buffer and freed. ZeRO-3 and FSDP gather each unit's parameters
+//    (ZeRO-3: one module) before its first node in forward and again in backward, FSDP full/hybrid
+//    prefetching the next unit; a unit's gathered parameters are freed after its last forward node
+//    (kept until its backward under fsdp-grad-op), and in backward the unit's unsharded gradients
+//    live from its first backward node until the reduce-scatter after its last; parameters in no
+//    unit stay gathered from the start of forward to the end of backward. ZeRO's step allocates its
+//    fp32 gradient partition for the step. NCCL's buffers are outside the allocator, like the CUDA
+//    context.
+//  * Pipeline stages (pp > 1, 1F1B): the rank runs only its stage's nodes and holds only the
+//    parameters they read (memory/parallel.h). Each micro-batch's forward first receives the
+//    activations its nodes read from earlier stages (held until its backward is done, as
+//    Megatron-LM keeps input_tensor); what it sends on is freed once sent unless a node of the
+//    stage saved it (Megatron's deallocate_output_tensor). A stage without the loss starts its
+//    backward from the received gradients of what it sent, and the gradients of what it
+//    received are sent back and freed. Under 1F1B the stage runs in_flight = min(pp - stage,
+//    micro-batches) forwards before its first backward and keeps that many in flight until the
+//    cool-down: the micro-batches' passes run one after another as with gradient accumulation,
+//    and from the first forward's end until the last backward of the iteration, in_flight - 1
+//    other micro-batches' saved tensors (the activations and AMP weight copies the first
+//    forward left alive, re-allocated tensor by tensor) are held beside the current one
+//    (Narayanan et al., 2021, §2.2). Activation checkpointing with stages is not modelled.
 //  * Inference: forward only, no saved tensors, no gradients, one cuBLAS workspace.
 //  * Every event goes through CachingAllocatorModel (symbolic/allocator.h); peaks over all
 //    simulated iterations; device peak = peak reserved + the stack's CUDA context and library
@@ -110,6 +124,8 @@ class Sim {
         facts_(ctx.facts()),
         weights_(ctx.weights()),
         plan_(ctx.parallel()),
+        stage_(ctx.stage()),
+        staged_(plan_.stages() > 1),
         record_(record),
         alloc_(AllocatorConfig{o_.allocator.expandable_segments, o_.allocator.max_split_size,
                                kLargeBuffer, o_.allocator.roundup_power2_divisions}) {}
@@ -157,6 +173,15 @@ class Sim {
   void ReduceScatter(size_t k);
   void Gather(int unit, Tensor* into);
   void FreeIfDead(int root);
+  // Pipeline stages.
+  bool OnStage(size_t node) const { return !staged_ || plan_.stage_of_node(node) == stage_; }
+  void FindStageBoundary();
+  void ReceiveActivations();
+  void ReceiveGradients();
+  void ReleaseReceived();
+  void RecordMicroBatch(size_t first_tensor);
+  void HoldOtherMicroBatches();
+  void ReleaseOtherMicroBatches();
   // Activation checkpointing (Options::checkpoint_segments).
   bool Checkpointed(size_t node) const { return !seg_of_.empty() && seg_of_[node] >= 0; }
   bool MadeIn(int root, int seg) const;
@@ -171,6 +196,8 @@ class Sim {
   const ops::ValueFacts& facts_;
   const memory::WeightStorage& weights_;
   const memory::ParallelPlan& plan_;
+  const int stage_;
+  const bool staged_;  // pp > 1: only stage_'s nodes run here
   bool record_;
   CachingAllocatorModel alloc_;
   bool train_ = true;
@@ -217,6 +244,13 @@ class Sim {
   std::vector<Tensor> gathered_, unit_grads_;
   Tensor root_gathered_ = -1, flat_weights_ = -1, flat_grads_ = -1, flat_state_ = -1;
   std::vector<Tensor> buckets_;
+  // Pipeline stages: roots read here but made on another stage; values made here and read on
+  // another; one micro-batch's tensors (bytes, category) that outlive its forward; the copies of
+  // the other micro-batches in flight.
+  std::vector<int> received_, sent_;
+  std::vector<std::pair<uint64_t, Category>> micro_batch_set_;
+  bool micro_batch_recorded_ = false;
+  std::vector<Tensor> other_micro_batches_;
 
   // Results.
   uint64_t peak_reserved_seen_ = 0;
@@ -334,6 +368,7 @@ void Sim::Prepare() {
     if (!ckpt_.empty()) seg_of_ = core::SegmentOfNode(g_, ckpt_);
   }
   for (size_t k = 0; k < nn; ++k) {
+    if (!OnStage(k)) continue;
     for (int r : InputRoots(g_.nodes[k], -1)) ++uses_[static_cast<size_t>(r)];
     if (!train_) continue;
     saved_[k] = facts_.Saved(k);
@@ -360,7 +395,12 @@ void Sim::Prepare() {
     for (int in : seg.inputs) roots.insert(facts_.root(in));
     for (int r : roots) ++saved_by_[static_cast<size_t>(r)];
   }
-  if (train_ && !g_.outputs.empty()) {
+  FindStageBoundary();
+  // The loss is computed on the stage that makes the first output (the last for a graph input).
+  const int producer = g_.outputs.empty() ? -1 : g_.value(g_.outputs.front()).producer;
+  const bool loss_here =
+      producer < 0 ? stage_ == plan_.stages() - 1 : OnStage(static_cast<size_t>(producer));
+  if (train_ && !g_.outputs.empty() && loss_here) {
     loss_value_ = g_.outputs.front();
     const auto& shape = b_.shapes[static_cast<size_t>(loss_value_)];
     const bool classes = shape && shape->size() >= 2 && shape->back() > 1;
@@ -388,6 +428,7 @@ void Sim::AllocateWeights() {
   for (size_t i = 0; i < g_.values.size(); ++i) {
     const core::Value& v = g_.values[i];
     if (v.kind != core::ValueKind::kInitializer || v.consumers.empty()) continue;
+    if (!plan_.parameter_on_stage(static_cast<int>(i), stage_)) continue;  // another stage's
     if (sharded_ && v.trainable) continue;  // in the flat buffer below
     value_[i] = Malloc(facts_.bytes(static_cast<int>(i)), Category::kWeights);
   }
@@ -405,7 +446,7 @@ void Sim::AllocateWeights() {
 void Sim::PrepareParallel() {
   if (!o_.parallel.enabled()) return;
   const std::vector<memory::ParameterShare> params =
-      memory::RankParameters(b_, facts_, plan_, /*stage=*/0);
+      memory::RankParameters(b_, facts_, plan_, stage_);
   rank_ = memory::ShardModelStates(params, o_);
   sharded_ = !rank_.unsharded;
   unit_of_node_.assign(g_.nodes.size(), -1);
@@ -434,6 +475,7 @@ void Sim::PrepareParallel() {
           core::SatAdd(unit_grad_bytes_[static_cast<size_t>(u)], bytes);
     }
     for (int k : g_.value(s.value).consumers) {
+      if (!OnStage(static_cast<size_t>(k))) continue;  // a tied weight's other stage
       int& node_unit = unit_of_node_[static_cast<size_t>(k)];
       if (node_unit < 0) node_unit = u;
     }
@@ -669,7 +711,9 @@ void Sim::Forward(int it) {
   if (train_ && root_bytes_ > 0 && root_gathered_ < 0) {
     root_gathered_ = Malloc(root_bytes_, Category::kCollective);
   }
+  ReceiveActivations();
   for (size_t k = 0; k < g_.nodes.size(); ++k) {
+    if (!OnStage(k)) continue;
     node_ = static_cast<int>(k);
     const ops::OpRule* rule = facts_.rule(k);
     if (o_.library_workspaces && ws_forward_ < 0 && rule && rule->uses_cublas) {
@@ -711,7 +755,9 @@ void Sim::Backward() {
     }
     Free(&log_probs_);
   }
+  ReceiveGradients();
   for (size_t kk = g_.nodes.size(); kk-- > 0;) {
+    if (!OnStage(kk)) continue;
     const core::Node& n = g_.nodes[kk];
     node_ = static_cast<int>(kk);
     const int seg = Checkpointed(kk) ? seg_of_[kk] : -1;
@@ -807,6 +853,7 @@ void Sim::Backward() {
     ReduceScatter(kk);
   }
   node_ = -1;
+  ReleaseReceived();
   Free(&root_gathered_);
   for (Tensor& t : grad_) Free(&t);
   for (Tensor& t : cast_) Free(&t);
@@ -831,8 +878,10 @@ void Sim::Step(int it) {
   }
   std::vector<int> params;
   for (size_t i = 0; i < g_.values.size(); ++i) {
-    if (facts_.trainable(static_cast<int>(i)) && !g_.values[i].consumers.empty())
+    if (facts_.trainable(static_cast<int>(i)) && !g_.values[i].consumers.empty() &&
+        plan_.parameter_on_stage(static_cast<int>(i), stage_)) {
       params.push_back(static_cast<int>(i));
+    }
   }
   const bool adam = memory::HasSecondMoment(o_.optimizer);
   if (it == 1) {  // lazily created state (memory-model.md §4.2, memory/optimizer.h)
@@ -879,6 +928,79 @@ void Sim::Step(int it) {
   }
 }
 
+// Pipeline stages: which roots this stage receives (read here, made on another stage; the
+// rank also gets nothing else from other stages) and which values it sends (made here, read on
+// another stage).
+void Sim::FindStageBoundary() {
+  if (!staged_) return;
+  std::set<int> received, sent;
+  for (size_t k = 0; k < g_.nodes.size(); ++k) {
+    for (int in : g_.nodes[k].inputs) {
+      if (in < 0) continue;
+      const int r = facts_.root(in);
+      const core::Value& v = g_.value(r);
+      if (v.kind != core::ValueKind::kIntermediate || v.producer < 0) continue;
+      const bool made_here = OnStage(static_cast<size_t>(v.producer));
+      if (OnStage(k) && !made_here) received.insert(r);
+      if (!OnStage(k) && made_here) sent.insert(in);
+    }
+  }
+  received_.assign(received.begin(), received.end());
+  sent_.assign(sent.begin(), sent.end());
+  // A received activation is kept until the micro-batch's backward is done.
+  for (int r : received_) ++saved_by_[static_cast<size_t>(r)];
+}
+
+void Sim::ReceiveActivations() {
+  for (int r : received_) {
+    value_[static_cast<size_t>(r)] = Malloc(facts_.bytes(r), Category::kActivations);
+  }
+}
+
+// A stage without the loss starts its backward from the gradients of what it sent.
+void Sim::ReceiveGradients() {
+  if (!staged_ || loss_value_ >= 0) return;
+  for (int v : sent_) {
+    if (facts_.requires_grad(v) && grad_[static_cast<size_t>(v)] < 0) {
+      grad_[static_cast<size_t>(v)] = Malloc(facts_.bytes(v), Category::kTransient);
+    }
+  }
+}
+
+void Sim::ReleaseReceived() {
+  for (int r : received_) {
+    if (saved_left_[static_cast<size_t>(r)] > 0) --saved_left_[static_cast<size_t>(r)];
+    FreeIfDead(r);
+  }
+}
+
+// The tensors one micro-batch leaves alive after its forward on this stage (its inputs, saved
+// activations and extras, AMP weight copies it saved), taken from the first forward.
+void Sim::RecordMicroBatch(size_t first_tensor) {
+  if (!staged_ || micro_batch_recorded_) return;
+  micro_batch_recorded_ = true;
+  for (size_t t = first_tensor; t < tensors_.size(); ++t) {
+    const Live& l = tensors_[t];
+    if (l.alive && (l.category == Category::kActivations || l.category == Category::kWeights)) {
+      micro_batch_set_.emplace_back(l.bytes, l.category);
+    }
+  }
+}
+
+void Sim::HoldOtherMicroBatches() {
+  if (!staged_) return;
+  for (int i = 1; i < plan_.in_flight(stage_); ++i) {
+    for (const auto& [bytes, category] : micro_batch_set_) {
+      other_micro_batches_.push_back(Malloc(bytes, category));
+    }
+  }
+}
+
+void Sim::ReleaseOtherMicroBatches() {
+  for (Tensor& t : other_micro_batches_) Free(&t);
+  other_micro_batches_.clear();
+}
+
 void Sim::Iteration(int it) {
   iteration_ = it;
   iteration_alloc_peak_ = alloc_.stats().allocated;
@@ -891,10 +1013,12 @@ void Sim::Iteration(int it) {
   // (memory-model.md §3.1 AccumulateGrad), then one optimizer step.
   const int64_t micro = train_ ? o_.micro_batches : 1;
   for (int64_t m = 0; m < micro; ++m) {
+    const size_t first_tensor = tensors_.size();
     // New batch before the old one is released.
     old_inputs_.swap(inputs_);
     inputs_.clear();
     for (int id : g_.data_inputs) {
+      if (!plan_.input_on_stage(id, stage_)) continue;
       Tensor t = Malloc(facts_.bytes(id), Category::kActivations);
       inputs_.push_back(t);
       value_[static_cast<size_t>(id)] = t;
@@ -903,6 +1027,10 @@ void Sim::Iteration(int it) {
     for (Tensor& t : old_inputs_) Free(&t);
     old_inputs_.clear();
     Forward(it);
+    if (train_ && m == 0) {
+      RecordMicroBatch(first_tensor);
+      HoldOtherMicroBatches();  // 1F1B warm-up: the next forwards run before this backward
+    }
     if (train_) {
       Loss();
       Backward();
@@ -910,17 +1038,18 @@ void Sim::Iteration(int it) {
       for (int out : g_.outputs) Free(&value_[static_cast<size_t>(facts_.root(out))]);
     }
   }
+  ReleaseOtherMicroBatches();  // cool-down
   if (train_) Step(it);
   sim_.iterations.push_back({it, iteration_alloc_peak_, alloc_.stats().reserved});
 }
 
 Result<Simulation> Sim::Run() {
   train_ = o_.mode == Mode::kTrain;
-  if (plan_.stages() > 1) {
+  if (staged_ && train_ && o_.checkpoint_segments > 0) {
     return InvalidArgument(
-        "the symbolic timeline replays one process without pipeline stages: pp " +
-        std::to_string(plan_.stages()) +
-        " (the 1F1B schedule) is modelled by the analytical backend only");
+        "the symbolic timeline does not model activation checkpointing together with pipeline "
+        "stages (pp " +
+        std::to_string(plan_.stages()) + "); the analytical backend does");
   }
   Prepare();
   PrepareParallel();
