@@ -17,14 +17,16 @@
 //        with activation checkpointing (core/checkpoint.h): outside the checkpointed segments as
 //        above, + the segments' inputs + the largest segment's saves and outputs (recomputed in
 //        backward one segment at a time)
-//        + the loss's saved tensors (cross-entropy: fp32 log-probs + int64 targets; mse: target)
+//        + the loss's saved tensors (memory/loss.h: cross-entropy's fp32 log-probs + int64
+//        targets; mse: the target)
 //   Tf = max over nodes of the node's outputs that are not saved (+ rule workspace, + a
 //        convolution's cuDNN workspace, memory/device.h)
 //   Tb = max over nodes of (gradients flowing into its outputs + out of its activation inputs,
-//        + a convolution's cuDNN workspace)
-//   To = optimizer temporaries (memory-model.md §4.3): foreach: adam/adamw P, +P for L2 weight
-//        decay (adam/sgd); single-tensor: 2 x (largest parameter) for adam/adamw, +1 x for L2;
-//        fused: 0
+//        + a convolution's cuDNN workspace), and the loss backward's peak (memory/loss.h)
+//   To = optimizer temporaries at the step's peak (memory/optimizer.h StepTemporariesFor):
+//        foreach: one parameter-sized list (P) when it makes any (Adam's sqrt, L2's gradient
+//        copy: one after the other); single-tensor: k x (largest parameter), k = 2 for
+//        adam/adamw + 1 for L2; fused: 0
 //   WS = cuBLAS workspace x 2 in training (forward + autograd threads), x 1 in inference, when the
 //        graph has GEMMs (memory-model.md §2.3)
 //
@@ -67,6 +69,7 @@
 #include "memory/allocator_constants.h"
 #include "memory/context.h"
 #include "memory/device.h"
+#include "memory/loss.h"
 #include "memory/optimizer.h"
 #include "memory/parallel.h"
 #include "ops/rules.h"
@@ -329,40 +332,20 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
   const int out_producer = first_out < 0 ? -1 : g_.value(first_out).producer;
   if (first_out >= 0 && (out_producer < 0 ? stage_ == plan_.stages() - 1
                                           : OnStage(static_cast<size_t>(out_producer)))) {
-    const int out = g_.outputs.front();
-    const uint64_t logits = Eff(out);
-    const auto& shape = b_.shapes[static_cast<size_t>(out)];
-    const bool rank2 = shape && shape->size() >= 2 && shape->back() > 1;
-    const bool ce = o_.loss == Loss::kCrossEntropy || (o_.loss == Loss::kAuto && rank2);
-    if (ce && shape && !shape->empty() && shape->back() > 0) {
-      const uint64_t numel = b_.Numel(out).value_or(0);
-      // Cross-entropy keeps fp32 log-probs and the targets (memory-model.md §3.2).
-      saved.Add(facts_.Share(out, SatMul(numel, 4)));  // fp32 log-probs (vocab-parallel: split)
-      saved.Add(SatMul(numel / static_cast<uint64_t>(shape->back()), 8));  // int64 targets
-    } else {
-      saved.Add(logits);  // mse: the target
-    }
-    if (logits > tb) {  // gradient of the logits next to the incoming loss gradient
-      tb = SatMul(logits, 2);
+    const memory::LossTensors loss = memory::LossTensorsFor(b_, facts_, o_, first_out);
+    if (loss.cross_entropy) saved.Add(loss.log_probs);
+    saved.Add(loss.targets);
+    if (loss.BackwardPeak() > tb) {
+      tb = loss.BackwardPeak();
       tb_node = "loss";
     }
   }
-  uint64_t to = 0;  // memory-model.md §4.3 optimizer temporaries
-  const bool l2 = memory::WeightDecayIsL2(o_);
-  const bool adam = memory::HasSecondMoment(o_.optimizer);
-  switch (o_.optimizer_impl) {
-    case OptimizerImpl::kForeach:  // a parameter-sized list per temporary
-      if (adam) to = params.requested;
-      if (l2) to = SatAdd(to, params.requested);
-      break;
-    case OptimizerImpl::kSingleTensor: {  // per parameter: sqrt and division (+ the L2 copy)
-      const uint64_t largest = LargestParameter();
-      to = SatMul(largest, static_cast<uint64_t>((adam ? 2 : 0) + (l2 ? 1 : 0)));
-      break;
-    }
-    case OptimizerImpl::kFused:  // one kernel, weight decay included
-      break;
-  }
+  // The optimizer step's temporaries at its peak (memory/optimizer.h): one parameter-sized list,
+  // or the single-tensor step's copies of the largest parameter.
+  const memory::StepTemporaries temps = memory::StepTemporariesFor(o_);
+  uint64_t to = temps.lists > 0
+                    ? params.requested
+                    : SatMul(LargestParameter(), static_cast<uint64_t>(temps.per_parameter));
   const uint64_t ws = Workspace(gpu, 2);
 
   // Many GPUs: the rank's model states and collective buffers (memory/parallel.h).
@@ -387,7 +370,7 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
       cast_cache = Blocks();  // the model runs in its low dtype: no autocast copies
       collective.Add(r.gathered);
       step_only.Add(r.fp32_grad_buffer);
-      to = SatMul(r.gradients, static_cast<uint64_t>(memory::ShardedStepTemporaries(o_)));
+      to = temps.lists > 0 ? r.gradients : 0;  // one shard-sized list
     }
     for (uint64_t size : memory::BucketSizes(r.buckets, o_.parallel)) buckets.Add(size);
     e.host_bytes = r.host;

@@ -78,8 +78,8 @@ void AddParallelDiagnostics(const EstimationContext& ctx, Estimate* e) {
   const ParallelPlan& plan = ctx.parallel();
   const Parallelism& p = ctx.options().parallel;
   std::string what = "world size " + std::to_string(p.world_size) + " = dp " +
-                     std::to_string(p.DataParallel()) + " x tp " + std::to_string(p.tp) +
-                     " x pp " + std::to_string(p.pp) + ", sharding " + ToString(p.sharding) +
+                     std::to_string(p.DataParallel()) + " x tp " + std::to_string(p.tp) + " x pp " +
+                     std::to_string(p.pp) + ", sharding " + ToString(p.sharding) +
                      (p.sequence_parallel ? ", sequence parallel" : "");
   if (plan.layers() > 0) {
     what += "; " + std::to_string(plan.layers()) + " blocks ('" + plan.layer_pattern() + "')";
@@ -96,8 +96,8 @@ void AddParallelDiagnostics(const EstimationContext& ctx, Estimate* e) {
     e->diagnostics.push_back(
         {Severity::kInfo, "nccl_buffers",
          std::to_string(plan.communicators()) + " NCCL communicator(s) x " +
-             std::to_string(p.nccl_channels) +
-             " channel(s) x 3 connections x (NCCL_BUFFSIZE " + std::to_string(p.nccl_buffsize) +
+             std::to_string(p.nccl_channels) + " channel(s) x 3 connections x (NCCL_BUFFSIZE " +
+             std::to_string(p.nccl_buffsize) +
              " + LL128 + LL buffers, in 2 MiB): a rule from NCCL's source, not measured by "
              "memest (--nccl-channels, --nccl-buffsize)",
          "", ""});
@@ -126,8 +126,9 @@ Result<Estimate> EstimateEveryStage(const Estimator& backend, EstimationContext*
     r.peak_node = e.peak_node;
     r.host_bytes = e.host_bytes;
     if (plan.stages() > 1) {
-      r.note = s == 0 ? "first stage: inputs, embedding"
-                      : s + 1 == plan.stages() ? "last stage: head, loss" : "";
+      r.note = s == 0                   ? "first stage: inputs, embedding"
+               : s + 1 == plan.stages() ? "last stage: head, loss"
+                                        : "";
     }
     ranks.push_back(std::move(r));
     if (!worst || e.peak_device > worst->peak_device) worst = std::move(e);
@@ -221,9 +222,9 @@ Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& 
   MEMEST_ASSIGN_OR_RETURN(core::BoundGraph bound, core::Bind(model.graph(), options));
   MEMEST_ASSIGN_OR_RETURN(WeightStorage weights, WeightStorage::Make(bound, trainable, options));
   MEMEST_ASSIGN_OR_RETURN(ParallelPlan plan, ParallelPlan::Make(bound, options));
-  return std::unique_ptr<EstimationContext>(new EstimationContext(
-      model, options, std::move(gpu), std::move(stack), std::move(trainable), std::move(bound),
-      std::move(weights), std::move(plan)));
+  return std::unique_ptr<EstimationContext>(
+      new EstimationContext(model, options, std::move(gpu), std::move(stack), std::move(trainable),
+                            std::move(bound), std::move(weights), std::move(plan)));
 }
 
 void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {

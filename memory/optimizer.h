@@ -72,6 +72,38 @@ constexpr bool WeightDecayIsL2(const Options& o) {
   return o.weight_decay > 0 && o.optimizer != Optimizer::kAdamW && !IsEightBit(o.optimizer);
 }
 
+// The temporaries one optimizer step makes (§4.3), over the parameters it updates -- each
+// parameter tensor, or under ZeRO/FSDP the rank's flat shard (memory/parallel.h):
+//  * foreach (torch.optim's default on CUDA): parameter-sized lists, one temporary per parameter,
+//    made one after another: L2 weight decay's copy of the gradients (`device_grads =
+//    torch._foreach_add(...)`, deleted with `del device_grads` once the moments are updated), then
+//    Adam's `torch._foreach_sqrt(exp_avg_sqs)`. Each list is freed before the next is made, so
+//    the step's peak holds one list.
+//  * single-tensor: one parameter at a time, the L2 copy and Adam's sqrt and quotient alive
+//    together.
+//  * fused, bitsandbytes' kernels and DeepSpeed's ZeRO step (one kernel over the flat
+//    partition): none.
+struct StepTemporaries {
+  int lists = 0;          // foreach: lists made in turn
+  int per_parameter = 0;  // single-tensor: parameter-sized temporaries alive at once
+};
+
+// Whether the step updates the rank's flat ZeRO/FSDP shard rather than each parameter.
+inline bool StepsAFlatShard(const Options& o) {
+  const Sharding s = o.parallel.sharding;
+  return o.parallel.enabled() && s != Sharding::kNone && s != Sharding::kFsdpNoShard;
+}
+
+inline StepTemporaries StepTemporariesFor(const Options& o) {
+  const bool l2 = WeightDecayIsL2(o), adam = HasSecondMoment(o.optimizer);
+  if (o.optimizer_impl == OptimizerImpl::kFused) return {};
+  if (StepsAFlatShard(o)) {  // DeepSpeed: one kernel; FSDP: foreach over the shard
+    return IsZero(o.parallel.sharding) ? StepTemporaries{} : StepTemporaries{adam + l2, 0};
+  }
+  if (o.optimizer_impl == OptimizerImpl::kSingleTensor) return {0, 2 * adam + l2};
+  return {adam + l2, 0};
+}
+
 }  // namespace memest::memory
 
 #endif  // MEMEST_MEMORY_OPTIMIZER_H_

@@ -344,11 +344,6 @@ int ParallelPlan::communicators() const {
 int64_t ParallelPlan::first_rank(int stage) const { return stage * p_.DataParallel() * p_.tp; }
 int64_t ParallelPlan::last_rank(int stage) const { return first_rank(stage + 1) - 1; }
 
-int ShardedStepTemporaries(const Options& o) {
-  if (IsZero(o.parallel.sharding) || o.optimizer_impl == OptimizerImpl::kFused) return 0;
-  return (HasSecondMoment(o.optimizer) ? 1 : 0) + (WeightDecayIsL2(o) ? 1 : 0);
-}
-
 uint64_t NcclBufferBytes(const ParallelPlan& plan) {
   constexpr uint64_t kLl128 = 4'915'200, kLl = 524'288;  // NCCL src/init.cc defaults
   constexpr uint64_t kGranule = uint64_t{2} << 20;       // cuMem allocation granularity

@@ -170,12 +170,6 @@ constexpr uint64_t ComputeBytes(const Options& o) {
   return o.precision == Precision::kFp32 ? 4 : 2;
 }
 
-// Shard-sized temporaries the optimizer step makes under ZeRO or FSDP: DeepSpeed steps with one
-// fused kernel on the flat partition (none); FSDP's foreach step makes Adam's sqrt list and, for
-// L2 weight decay, a copy of the gradients (memory-model.md §4.3), each the size of the rank's
-// gradient shard; fused=True makes none.
-int ShardedStepTemporaries(const Options& o);
-
 // The pieces of a rank's gradients DDP copies into buckets, in allocation order: the first bucket
 // of 1 MiB (reducer.cpp kDefaultFirstBucketBytes), then bucket_cap_mb each.
 [[nodiscard]] std::vector<uint64_t> BucketSizes(uint64_t bytes, const Parallelism& p);

@@ -83,6 +83,7 @@
 #include "core/dtype.h"
 #include "memory/context.h"
 #include "memory/device.h"
+#include "memory/loss.h"
 #include "memory/optimizer.h"
 #include "memory/parallel.h"
 #include "ops/rules.h"
@@ -216,8 +217,7 @@ class Sim {
   std::vector<core::CheckpointSegment> ckpt_;
   std::vector<int> seg_of_;  // per node: index into ckpt_, -1 when not checkpointed
   int loss_value_ = -1;
-  bool cross_entropy_ = false;
-  uint64_t log_probs_bytes_ = 0, targets_bytes_ = 0;
+  memory::LossTensors loss_tensors_;
 
   // Per-iteration state.
   std::vector<Tensor> value_;  // per root: live storage
@@ -402,17 +402,7 @@ void Sim::Prepare() {
       producer < 0 ? stage_ == plan_.stages() - 1 : OnStage(static_cast<size_t>(producer));
   if (train_ && !g_.outputs.empty() && loss_here) {
     loss_value_ = g_.outputs.front();
-    const auto& shape = b_.shapes[static_cast<size_t>(loss_value_)];
-    const bool classes = shape && shape->size() >= 2 && shape->back() > 1;
-    cross_entropy_ = o_.loss == Loss::kCrossEntropy || (o_.loss == Loss::kAuto && classes);
-    if (cross_entropy_ && shape && !shape->empty() && shape->back() > 0) {
-      const uint64_t numel = b_.Numel(loss_value_).value_or(0);
-      log_probs_bytes_ = core::SatMul(numel, 4);  // fp32 log-probs (memory-model.md §3.2)
-      targets_bytes_ = core::SatMul(numel / static_cast<uint64_t>(shape->back()), 8);
-    } else {
-      cross_entropy_ = false;
-      targets_bytes_ = facts_.bytes(loss_value_);  // mse target
-    }
+    loss_tensors_ = memory::LossTensorsFor(b_, facts_, o_, loss_value_);
   }
   value_.assign(nv, -1);
   grad_.assign(nv, -1);
@@ -729,7 +719,9 @@ void Sim::Forward(int it) {
 void Sim::Loss() {
   if (loss_value_ < 0) return;
   phase_ = Phase::kForward;
-  if (cross_entropy_) log_probs_ = Malloc(log_probs_bytes_, Category::kActivations);
+  if (loss_tensors_.cross_entropy) {
+    log_probs_ = Malloc(loss_tensors_.log_probs, Category::kActivations);
+  }
   loss_ = Malloc(4, Category::kTransient);
 }
 
@@ -738,21 +730,16 @@ void Sim::Backward() {
   if (sharded_ && flat_grads_ < 0) flat_grads_ = Malloc(rank_.gradients, Category::kGradients);
   if (loss_value_ >= 0) {
     Tensor seed = Malloc(4, Category::kTransient);  // ones_like(loss)
-    if (cross_entropy_) {
-      // NllLossBackward: a dense fp32 gradient of the log-probs; then LogSoftmaxBackward: the
-      // gradient of the logits, while both are alive; then both of the former die
-      // (memory-model.md §3.1 release_variables; measured on the CPU harness,
-      // datasets/measured/cpu/bundled.jsonl).
-      Tensor grad_log_probs = Malloc(log_probs_bytes_, Category::kTransient);
-      Free(&seed);
-      grad_[static_cast<size_t>(loss_value_)] =
-          Malloc(facts_.bytes(loss_value_), Category::kTransient);
-      Free(&grad_log_probs);
-    } else {  // MseLossBackward: one gradient the size of the output
-      grad_[static_cast<size_t>(loss_value_)] =
-          Malloc(facts_.bytes(loss_value_), Category::kTransient);
-      Free(&seed);
-    }
+    // memory/loss.h: cross-entropy's gradient of the log-probs, then of the output while both
+    // are alive (the first dies with NllLossBackward's release_variables); MSE's one gradient.
+    // Measured on the CPU harness, datasets/measured/cpu/bundled.jsonl.
+    Tensor grad_log_probs =
+        loss_tensors_.cross_entropy ? Malloc(loss_tensors_.log_probs, Category::kTransient) : -1;
+    if (loss_tensors_.cross_entropy) Free(&seed);
+    grad_[static_cast<size_t>(loss_value_)] =
+        Malloc(loss_tensors_.output_grad, Category::kTransient);
+    Free(&grad_log_probs);
+    Free(&seed);
     Free(&log_probs_);
   }
   ReceiveGradients();
@@ -869,7 +856,7 @@ void Sim::Step(int it) {
     // kernel; FSDP's foreach step makes shard-sized temporaries (memory/parallel.h).
     if (it == 1) flat_state_ = Malloc(rank_.optimizer_state, Category::kOptimizerState);
     Tensor fp32_grads = Malloc(rank_.fp32_grad_buffer, Category::kGradients);
-    for (int i = 0; i < memory::ShardedStepTemporaries(o_); ++i) {
+    for (int i = 0; i < memory::StepTemporariesFor(o_).lists; ++i) {
       Tensor t = Malloc(rank_.gradients, Category::kTransient);
       Free(&t);
     }
@@ -883,7 +870,6 @@ void Sim::Step(int it) {
       params.push_back(static_cast<int>(i));
     }
   }
-  const bool adam = memory::HasSecondMoment(o_.optimizer);
   if (it == 1) {  // lazily created state (memory-model.md §4.2, memory/optimizer.h)
     if (const uint64_t shared = memory::SharedStateBytes(o_.optimizer); shared > 0) {
       state_.push_back(Malloc(shared, Category::kOptimizerState));
@@ -895,36 +881,21 @@ void Sim::Step(int it) {
       }
     }
   }
-  const bool l2 = memory::WeightDecayIsL2(o_);
-  switch (o_.optimizer_impl) {
-    case OptimizerImpl::kForeach: {
-      auto parameter_sized_list = [&] {  // one temporary per parameter, all alive, then freed
-        std::vector<Tensor> temps;
-        for (int p : params) temps.push_back(Malloc(facts_.bytes(p), Category::kTransient));
-        for (Tensor& t : temps) Free(&t);
-      };
-      // _foreach_add(grads, params): a copy of all grads, freed by `del device_grads`.
-      if (l2) parameter_sized_list();
-      if (adam) parameter_sized_list();  // _foreach_sqrt(exp_avg_sqs), then modified in place
-      break;
+  // memory/optimizer.h: foreach makes whole lists one after another (the L2 copy of the
+  // gradients, then Adam's sqrt of the second moments), each one temporary per parameter;
+  // single-tensor holds its copies of one parameter at a time.
+  const memory::StepTemporaries temps = memory::StepTemporariesFor(o_);
+  for (int list = 0; list < temps.lists; ++list) {
+    std::vector<Tensor> made;
+    for (int p : params) made.push_back(Malloc(facts_.bytes(p), Category::kTransient));
+    for (Tensor& t : made) Free(&t);
+  }
+  for (int p : params) {
+    std::vector<Tensor> made;
+    for (int i = 0; i < temps.per_parameter; ++i) {
+      made.push_back(Malloc(facts_.bytes(p), Category::kTransient));
     }
-    case OptimizerImpl::kSingleTensor:
-      // _single_tensor_adam / _single_tensor_sgd, one parameter at a time: grad.add(param) for
-      // L2 lives through the iteration; denom = (exp_avg_sq.sqrt() / bc).add_(eps) holds the
-      // sqrt and the quotient together, then the quotient until the end of the iteration.
-      for (int p : params) {
-        Tensor wd = l2 ? Malloc(facts_.bytes(p), Category::kTransient) : -1;
-        if (adam) {
-          Tensor root = Malloc(facts_.bytes(p), Category::kTransient);
-          Tensor denom = Malloc(facts_.bytes(p), Category::kTransient);
-          Free(&root);
-          Free(&denom);
-        }
-        Free(&wd);
-      }
-      break;
-    case OptimizerImpl::kFused:  // _fused_adam_: one kernel, no parameter-sized temporaries
-      break;
+    for (Tensor& t : made) Free(&t);
   }
 }
 
@@ -1023,7 +994,7 @@ void Sim::Iteration(int it) {
       inputs_.push_back(t);
       value_[static_cast<size_t>(id)] = t;
     }
-    if (train_) inputs_.push_back(Malloc(targets_bytes_, Category::kActivations));
+    if (train_) inputs_.push_back(Malloc(loss_tensors_.targets, Category::kActivations));
     for (Tensor& t : old_inputs_) Free(&t);
     old_inputs_.clear();
     Forward(it);
