@@ -23,6 +23,22 @@ void SetType(onnx::ValueInfoProto* vi, int32_t elem_type, const std::vector<int6
   }
 }
 
+void SetType(onnx::ValueInfoProto* vi, int32_t elem_type, const std::vector<IoDim>& dims) {
+  auto* tt = vi->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(elem_type);
+  auto* shape = tt->mutable_shape();
+  for (const IoDim& d : dims) {
+    auto* dim = shape->add_dim();
+    if (!d.param.empty()) {
+      dim->set_dim_param(d.param);
+    } else if (d.value == kBatch) {
+      dim->set_dim_param("batch");
+    } else {
+      dim->set_dim_value(d.value);
+    }
+  }
+}
+
 }  // namespace
 
 Attribute Attr(const std::string& name, int64_t value) {
@@ -89,6 +105,22 @@ std::string GraphWriter::Input(const std::string& name, int32_t elem_type,
   SetType(vi, elem_type, dims);
   ++name_counts_[name];
   return name;
+}
+
+std::string GraphWriter::SymbolicInput(const std::string& name, int32_t elem_type,
+                                       const std::vector<IoDim>& dims) {
+  auto* vi = model_.mutable_graph()->add_input();
+  vi->set_name(name);
+  SetType(vi, elem_type, dims);
+  ++name_counts_[name];
+  return name;
+}
+
+void GraphWriter::SymbolicOutput(const std::string& value, int32_t elem_type,
+                                 const std::vector<IoDim>& dims) {
+  auto* vi = model_.mutable_graph()->add_output();
+  vi->set_name(value);
+  SetType(vi, elem_type, dims);
 }
 
 std::string GraphWriter::Rename(const std::string& value, const std::string& name) {
@@ -210,6 +242,20 @@ std::vector<std::string> GraphWriter::Node(const std::string& op_type,
   }
   for (const auto& a : attrs) *n->add_attribute() = a;
   return outs;
+}
+
+std::string GraphWriter::OpNamed(const std::string& output, const std::string& op_type,
+                                 const std::vector<std::string>& inputs,
+                                 const std::vector<Attribute>& attrs) {
+  const std::string name = UniqueName(scope_.empty() ? op_type : scope_ + "/" + op_type);
+  auto* n = model_.mutable_graph()->add_node();
+  n->set_name(name);
+  n->set_op_type(op_type);
+  for (const auto& in : inputs) n->add_input(in);
+  n->add_output(output);
+  ++name_counts_[output];
+  for (const auto& a : attrs) *n->add_attribute() = a;
+  return output;
 }
 
 onnx::ModelProto GraphWriter::Finish() const { return model_; }

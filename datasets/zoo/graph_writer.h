@@ -35,6 +35,16 @@ inline constexpr int64_t kIrVersion = 8;
 // A dim value that stands for the dynamic batch dim ("batch") in Input()/Output().
 inline constexpr int64_t kBatch = -1;
 
+// A dim of a graph input or output for SymbolicInput()/SymbolicOutput(): a concrete value
+// (kBatch: dim_param "batch"), or a dim_param name ("seq", "past").
+struct IoDim {
+  IoDim(int64_t v) : value(v) {}                 // NOLINT(google-explicit-constructor)
+  IoDim(const char* p) : param(p) {}             // NOLINT(google-explicit-constructor)
+  IoDim(std::string p) : param(std::move(p)) {}  // NOLINT(google-explicit-constructor)
+  int64_t value = 0;
+  std::string param;  // non-empty: a dim_param
+};
+
 inline constexpr int32_t kFloat = onnx::TensorProto_DataType_FLOAT;
 inline constexpr int32_t kInt64 = onnx::TensorProto_DataType_INT64;
 inline constexpr int32_t kBool = onnx::TensorProto_DataType_BOOL;
@@ -62,6 +72,10 @@ class GraphWriter {
   std::string Rename(const std::string& value, const std::string& name);
   // Marks `value` as a graph output with the given type (kBatch allowed in `dims`).
   void Output(const std::string& value, int32_t elem_type, const std::vector<int64_t>& dims);
+  // The same with named dims anywhere (dim_param), e.g. {kBatch, "seq"}.
+  std::string SymbolicInput(const std::string& name, int32_t elem_type,
+                            const std::vector<IoDim>& dims);
+  void SymbolicOutput(const std::string& value, int32_t elem_type, const std::vector<IoDim>& dims);
 
   // A weightless external float initializer "<scope>/<what>": a parameter, or a buffer (BatchNorm
   // running statistics) when `trainable` is false.
@@ -77,6 +91,10 @@ class GraphWriter {
   // optional input.
   std::vector<std::string> Node(const std::string& op_type, const std::vector<std::string>& inputs,
                                 int num_outputs = 1, const std::vector<Attribute>& attrs = {});
+  // A one-output node whose output is named `output` (a graph output name, e.g. "present.0.key").
+  std::string OpNamed(const std::string& output, const std::string& op_type,
+                      const std::vector<std::string>& inputs,
+                      const std::vector<Attribute>& attrs = {});
   // One-output shorthand.
   std::string Op(const std::string& op_type, const std::vector<std::string>& inputs,
                  const std::vector<Attribute>& attrs = {}) {

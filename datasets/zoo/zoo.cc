@@ -158,7 +158,7 @@ Status InferStrict(onnx::ModelProto& m, const std::string& what) {
 
 }  // namespace
 
-Status Validate(const onnx::ModelProto& model, int64_t batch) {
+Status ValidateStructure(const onnx::ModelProto& model) {
   const std::string name = model.graph().name();
   try {
     onnx::checker::check_model(WeightsAsInputs(model));
@@ -166,7 +166,12 @@ Status Validate(const onnx::ModelProto& model, int64_t batch) {
     return InvalidModel(name + ": ONNX checker: " + e.what());
   }
   onnx::ModelProto m = model;
-  MEMEST_RETURN_IF_ERROR(InferStrict(m, name));
+  return InferStrict(m, name);
+}
+
+Status Validate(const onnx::ModelProto& model, int64_t batch) {
+  const std::string name = model.graph().name();
+  MEMEST_RETURN_IF_ERROR(ValidateStructure(model));
 
   onnx::ModelProto bound = model;
   auto bind = [&](onnx::ValueInfoProto& vi) {

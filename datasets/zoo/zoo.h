@@ -65,6 +65,11 @@ nlohmann::json IndexEntry(const GeneratedModel& m);
 // Returns InvalidModel with the first failure.
 Status Validate(const onnx::ModelProto& model, int64_t batch = 4);
 
+// Checks 1 and 2 only, over the model's symbolic dims: for graphs whose sizes come from Shape()
+// of an input through ops ONNX's data propagation does not follow (Range over a computed bound),
+// such as the Hugging Face graphs of hf.h.
+Status ValidateStructure(const onnx::ModelProto& model);
+
 // Writes `bytes` to `path` (binary, truncating). Errors as Status.
 Status WriteFile(const std::string& path, std::string_view bytes);
 
