@@ -8,6 +8,10 @@
 //       GPUMemNet's 6,000 MLP measurements as measured rows (docs/measured-row-schema.md).
 //   memest-zoo manifest --preset cpu-ci|gpu-h100 [--root DIR] [--data DIR] --out FILE.jsonl
 //       a sweep manifest for the measurement harness (datasets/README.md).
+//   memest-zoo hf --config config.json [--phase train|prefill|decode] [--logits all|last]
+//              [--check] -o FILE.onnx
+//       the weightless graph of a Hugging Face config (docs/hf-config.md); prints the module
+//       and its parameter count.
 // Exit codes: 0 ok, 1 a model failed --check, 2 usage error, 3 I/O or data error.
 #include <CLI/CLI.hpp>
 #include <cerrno>
@@ -20,6 +24,8 @@
 
 #include "datasets/gpumemnet/gpumemnet.h"
 #include "datasets/zoo/chain.h"
+#include "datasets/zoo/graph_writer.h"
+#include "datasets/zoo/hf.h"
 #include "datasets/zoo/manifest.h"
 #include "datasets/zoo/zoo.h"
 
@@ -164,6 +170,38 @@ int WriteChain(int blocks, const std::string& out) {
   return 0;
 }
 
+// `memest-zoo hf`: exit 0 written, 1 failed --check, 2 bad --phase/--logits, 3 a config that
+// does not build or an unwritable output.
+int WriteHf(const std::string& config_path, const std::string& phase, const std::string& logits,
+            bool check, const std::string& out) {
+  using namespace memest;
+  zoo::HfGraphOptions options;
+  auto p = zoo::ParsePhase(phase);
+  if (!p.ok()) return Fail(p.status().WithContext("--phase"), 2);
+  options.phase = *p;
+  if (logits != "all" && logits != "last") {
+    return Fail(InvalidArgument("--logits: expected all or last, not '" + logits + "'"), 2);
+  }
+  options.logits_last_only = logits == "last";
+  options.name = fs::path(out).stem().string();
+  options.source = config_path;
+  auto config = zoo::LoadHfConfig(config_path);
+  if (!config.ok()) return Fail(config.status(), 3);
+  auto built = zoo::BuildHfModel(*config, options);
+  if (!built.ok()) {
+    return Fail(built.status(), built.status().code() == ErrorCode::kInvalidArgument ? 2 : 3);
+  }
+  for (const std::string& note : built->notes) std::cerr << "memest-zoo: note: " << note << "\n";
+  if (check) {
+    if (Status st = zoo::ValidateStructure(built->model); !st.ok()) return Fail(st, 1);
+  }
+  if (Status st = zoo::WriteFile(out, zoo::SerializeModel(built->model)); !st.ok()) {
+    return Fail(st, 3);
+  }
+  std::cout << out << ": " << zoo::DescribeHfModel(*built) << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -212,6 +250,19 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::Range(1, 10'000'000));
   chain->add_option("--out", chain_out, "output .onnx file")->required();
+  auto* hf = app.add_subcommand(
+      "hf", "the weightless graph of a Hugging Face config.json (docs/hf-config.md)");
+  std::string hf_config, hf_phase = "train", hf_logits = "all", hf_out;
+  bool hf_check = false;
+  hf->add_option("--config,--hf-config", hf_config, "the model's config.json")->required();
+  hf->add_option("--phase", hf_phase,
+                 "train (training forward), prefill or decode (inference with the KV cache)")
+      ->capture_default_str();
+  hf->add_option("--logits", hf_logits, "all positions, or the last one only (prefill/decode)")
+      ->capture_default_str();
+  hf->add_flag("--check", hf_check,
+               "run the ONNX checker and strict shape inference on the graph first");
+  hf->add_option("-o,--out", hf_out, "output .onnx file")->required();
   app.require_subcommand(0, 1);
 
   try {
@@ -223,6 +274,7 @@ int main(int argc, char** argv) {
   if (gmn->parsed()) return Gpumemnet(gmn_data, gmn_out, gmn_models, gmn_check);
   if (man->parsed()) return Manifest(preset, root, man_data, man_out);
   if (chain->parsed()) return WriteChain(chain_blocks, chain_out);
+  if (hf->parsed()) return WriteHf(hf_config, hf_phase, hf_logits, hf_check, hf_out);
   if (out.empty()) {
     std::cerr << "memest-zoo: --out is required (see --help)\n";
     return 2;
