@@ -5,6 +5,8 @@
 //          [--checkpoint SEGMENTS] [--precision ...] [--loss ...] [--gpu NAME]
 //          [--expandable-segments] [--backend NAME[,NAME...]|all] [--max-batch]
 //          [--timeline FILE] [-o table|json|csv|md] [--json] [-q|-v]
+//   memest --hf-config config.json [--phase train|prefill|decode] [--logits all|last] ...
+//          (the graph of a Hugging Face config, built in memory: datasets/zoo/hf.h)
 //   memest --list-backends | --list-gpus | --show-coverage [MODEL.onnx]
 //
 // Results go to stdout; diagnostics, warnings and errors go to stderr (-q: errors only; -v: info
@@ -46,6 +48,8 @@
 #include <string>
 #include <vector>
 
+#include "datasets/zoo/graph_writer.h"
+#include "datasets/zoo/hf.h"
 #include "memest/memest.h"
 #include "memory/context.h"
 #include "symbolic/symbolic.h"
@@ -279,6 +283,9 @@ struct Flags {
         expandable(d.allocator.expandable_segments) {}
 
   std::string model_path;
+  std::string hf_config;  // --hf-config: the model is built from this config.json
+  std::string phase = "train";
+  std::string logits = "all";
   std::string batch_text;
   std::vector<std::string> dim_args;
   std::string mode;
@@ -316,6 +323,9 @@ struct Flags {
   ParallelFlags parallel;
 
   CLI::Option* batch_opt = nullptr;
+  CLI::Option* mode_opt = nullptr;
+  CLI::Option* phase_opt = nullptr;
+  CLI::Option* logits_opt = nullptr;
   CLI::Option* gpu_opt = nullptr;
   CLI::Option* micro_batches_opt = nullptr;
   CLI::Option* checkpoint_opt = nullptr;
@@ -326,6 +336,21 @@ struct Flags {
 
 void AddEstimationFlags(CLI::App& app, Flags& f, HelpDefaults& help) {
   app.add_option("model", f.model_path, "the ONNX model file")->type_name("MODEL.onnx");
+  app.add_option("--hf-config", f.hf_config,
+                 "instead of MODEL.onnx: the weightless graph of a Hugging Face config.json "
+                 "(llama, mistral, mixtral, qwen2, gemma, phi, phi3, gpt2, gpt_neox, falcon, "
+                 "bert, roberta, t5; docs/hf-config.md), built in memory; bind its dims with "
+                 "--dim seq=N (decode: also --dim past=N; t5: --dim tgt_seq=N)")
+      ->type_name("config.json");
+  f.phase_opt = app.add_option("--phase", f.phase,
+                               "with --hf-config: train (the training forward), prefill or "
+                               "decode (inference with the KV cache; implies --mode infer) "
+                               "(default: train)")
+                    ->type_name("train|prefill|decode");
+  f.logits_opt = app.add_option("--logits", f.logits,
+                                "with --hf-config: the LM head on all positions or on the last "
+                                "one only, as a serving engine computes it (default: all)")
+                     ->type_name("all|last");
   f.batch_opt = app.add_option("-b,--batch", f.batch_text,
                                help.With("binds the leading symbolic dim (batch) of every data "
                                          "input",
@@ -336,9 +361,10 @@ void AddEstimationFlags(CLI::App& app, Flags& f, HelpDefaults& help) {
                            "--batch)",
                            {"dims", "dim"}))
       ->type_name("NAME=VALUE");
-  app.add_option("--mode", f.mode,
-                 help.With("train: one training step; infer: one forward pass", {"mode"}))
-      ->type_name("train|infer");
+  f.mode_opt =
+      app.add_option("--mode", f.mode,
+                     help.With("train: one training step; infer: one forward pass", {"mode"}))
+          ->type_name("train|infer");
   auto training = [&](CLI::Option* o) {
     f.training_only.push_back(o);
     return o;
@@ -916,6 +942,74 @@ int ReportLoadFailure(const Status& s, const std::string& path) {
   return ExitCodeFor(s, Stage::kLoad);
 }
 
+// --hf-config: builds the config's graph (datasets/zoo/hf.h) and loads it like a file. The model
+// line names the config, the module and the phase. A config that does not build is a bad model
+// (exit 3); a phase the family lacks is a usage error (exit 2).
+Result<std::shared_ptr<const Model>> LoadHfModel(const Flags& f, std::string* display) {
+  zoo::HfGraphOptions options;
+  MEMEST_ASSIGN_OR_RETURN(options.phase, zoo::ParsePhase(f.phase));
+  options.logits_last_only = f.logits == "last";
+  options.source = f.hf_config;
+  std::string stem = f.hf_config.substr(f.hf_config.find_last_of('/') + 1);
+  if (stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".json") == 0) {
+    stem.resize(stem.size() - 5);
+  }
+  options.name = stem;
+  MEMEST_ASSIGN_OR_RETURN(const nlohmann::json config, zoo::LoadHfConfig(f.hf_config));
+  MEMEST_ASSIGN_OR_RETURN(zoo::HfModel built, zoo::BuildHfModel(config, options));
+  for (const std::string& note : built.notes) PrintNote("note: " + f.hf_config + ": " + note);
+  *display = fmt::format("{} ({}, {}{})", f.hf_config, built.architecture,
+                         zoo::PhaseName(built.phase), f.logits == "last" ? ", last logits" : "");
+  return LoadModelFromBytes(zoo::SerializeModel(built.model), ".", *display);
+}
+
+// The model to estimate: MODEL.onnx, or the graph of --hf-config. `display` is how the report
+// names it. Prints why it failed and sets `exit_code` on an error.
+std::shared_ptr<const Model> LoadInput(const Flags& f, std::string* display, int* exit_code) {
+  *display = f.model_path;
+  if (f.hf_config.empty()) {
+    Result<std::shared_ptr<const Model>> m = LoadModel(f.model_path);
+    if (m.ok()) return *m;
+    *exit_code = ReportLoadFailure(m.status(), f.model_path);
+    return nullptr;
+  }
+  Result<std::shared_ptr<const Model>> m = LoadHfModel(f, display);
+  if (m.ok()) return *m;
+  const Status& s = m.status();
+  PrintError(fmt::format("--hf-config {}: {}", f.hf_config, s.ToString()));
+  *exit_code = s.code() == ErrorCode::kInvalidArgument ? kExitUsage : kExitBadModel;
+  return nullptr;
+}
+
+// --hf-config against MODEL.onnx, --phase/--logits without it, and --phase against --mode. A
+// prefill or decode graph is inference: --mode defaults to infer for it.
+Status CheckHfFlags(Flags* f) {
+  if (f->hf_config.empty()) {
+    for (const CLI::Option* o : {f->phase_opt, f->logits_opt}) {
+      if (o->count() > 0) return InvalidArgument(o->get_name() + " needs --hf-config");
+    }
+    return Status::Ok();
+  }
+  if (!f->model_path.empty()) {
+    return InvalidArgument(fmt::format("--hf-config {} replaces MODEL.onnx ({}): give one",
+                                       f->hf_config, f->model_path));
+  }
+  MEMEST_RETURN_IF_ERROR(zoo::ParsePhase(f->phase).status().WithContext("--phase"));
+  if (f->logits != "all" && f->logits != "last") {
+    return InvalidArgument("--logits: expected all or last, not '" + f->logits + "'");
+  }
+  if (f->phase != "train") {
+    if (f->mode_opt->count() == 0) {
+      f->mode = ToString(Mode::kInfer);
+    } else if (f->mode != ToString(Mode::kInfer)) {
+      return InvalidArgument(fmt::format(
+          "--phase {} is an inference graph (KV cache): use --mode infer or --phase train",
+          f->phase));
+    }
+  }
+  return Status::Ok();
+}
+
 // Checks that `path` can be opened for writing before any estimate runs (a
 // missing folder, a read-only one, a directory); a file the check creates is
 // removed again.
@@ -1038,14 +1132,16 @@ std::optional<int> RunListings(const Flags& f, Format format) {
   }
   if (!f.show_coverage) return std::nullopt;
   const OpCoverage all = RuleCoverage();
-  if (f.model_path.empty()) {
+  if (f.model_path.empty() && f.hf_config.empty()) {
     PrintResult(RenderCoverage(all, nullptr, "", format, MEMEST_VERSION));
     return kExitFits;
   }
-  Result<std::shared_ptr<const Model>> m = LoadModel(f.model_path);
-  if (!m.ok()) return ReportLoadFailure(m.status(), f.model_path);
-  const ModelCoverage mc = RuleCoverage(**m);
-  PrintResult(RenderCoverage(all, &mc, f.model_path, format, MEMEST_VERSION));
+  std::string display;
+  int code = kExitInternal;
+  const std::shared_ptr<const Model> m = LoadInput(f, &display, &code);
+  if (m == nullptr) return code;
+  const ModelCoverage mc = RuleCoverage(*m);
+  PrintResult(RenderCoverage(all, &mc, display, format, MEMEST_VERSION));
   return kExitFits;
 }
 
@@ -1159,7 +1255,8 @@ int VerdictExitCode(const std::vector<BackendResult>& results) {
 }
 
 // Estimates, the timeline, the report; returns the exit code.
-int EstimateAndReport(const Flags& f, const Plan& plan, const Model& model, Format format) {
+int EstimateAndReport(const Flags& f, const Plan& plan, const Model& model,
+                      const std::string& model_name, Format format) {
   const int64_t limit = int64_t{1} << 24;
   const std::string searched = f.max_batch ? "batch" : f.max_dim;
   const std::vector<BackendResult> results = RunBackends(plan, model, searched, limit);
@@ -1168,7 +1265,7 @@ int EstimateAndReport(const Flags& f, const Plan& plan, const Model& model, Form
   Report report;
   if (!f.timeline_path.empty()) {
     Result<TimelineInfo> t = WriteTimelineFile(
-        model, TimelineOptions(plan.options, results, searched), f.model_path, f.timeline_path);
+        model, TimelineOptions(plan.options, results, searched), model_name, f.timeline_path);
     if (!t.ok()) {
       PrintError("timeline: " + t.status().ToString());
       return ExitCodeFor(t.status(), Stage::kEstimate);
@@ -1178,7 +1275,7 @@ int EstimateAndReport(const Flags& f, const Plan& plan, const Model& model, Form
   }
 
   report.memest_version = MEMEST_VERSION;
-  report.model_path = f.model_path;
+  report.model_path = model_name;
   report.model = model.summary();
   report.options = plan.options;
   report.gpu = plan.gpu;
@@ -1234,9 +1331,13 @@ int RunCli(int argc, char** argv) {
     PrintError(format.status().message());
     return kExitUsage;
   }
+  if (Status s = CheckHfFlags(&f); !s.ok()) {
+    PrintError(s.message());
+    return kExitUsage;
+  }
   if (std::optional<int> code = RunListings(f, *format)) return *code;
-  if (f.model_path.empty()) {
-    PrintError("missing MODEL.onnx (run memest --help for usage)");
+  if (f.model_path.empty() && f.hf_config.empty()) {
+    PrintError("missing MODEL.onnx or --hf-config (run memest --help for usage)");
     return kExitUsage;
   }
   Plan plan;
@@ -1245,15 +1346,17 @@ int RunCli(int argc, char** argv) {
     return ExitCodeFor(s, Stage::kSetup);
   }
 
-  Result<std::shared_ptr<const Model>> loaded = LoadModel(f.model_path);
-  if (!loaded.ok()) return ReportLoadFailure(loaded.status(), f.model_path);
-  const Model& model = **loaded;
+  std::string model_name;
+  int load_code = kExitInternal;
+  const std::shared_ptr<const Model> loaded = LoadInput(f, &model_name, &load_code);
+  if (loaded == nullptr) return load_code;
+  const Model& model = *loaded;
   PrintDiagnostics(model.summary().diagnostics, "");
   if (Status s = CheckCheckpointSegments(plan.options, model.summary()); !s.ok()) {
     PrintError(s.message());
     return kExitUsage;
   }
-  return EstimateAndReport(f, plan, model, *format);
+  return EstimateAndReport(f, plan, model, model_name, *format);
 }
 
 }  // namespace

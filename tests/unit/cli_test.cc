@@ -1224,3 +1224,99 @@ TEST_F(CliTest, PackChecksColocationAndPlacesJobs) {
 
 }  // namespace
 }  // namespace memest
+
+// --hf-config: the graph of a Hugging Face config.json, built in memory and estimated like a file
+// (datasets/zoo/hf.h). The model line names the config, the module and the phase.
+namespace memest {
+namespace {
+
+std::string HfConfig(const std::string& file) {
+  return std::string(MEMEST_SOURCE_DIR) + "/tests/data/hf/" + file;
+}
+
+TEST_F(CliTest, HfConfigEstimatesTheGraphOfAConfig) {
+  const std::string config = HfConfig("tinyllama-1.1b-chat-v1.0.json");
+  CliRun r = Run({"--hf-config", config, "--batch", "2", "--dim", "seq=64", "--backend",
+                  "analytical,symbolic"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("1,100,048,384 parameters"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(config + " (LlamaForCausalLM, train)"), std::string::npos) << r.out;
+  CliRun big =
+      Run({"--hf-config", HfConfig("llama-2-70b-shape.json"), "--batch", "1", "--dim", "seq=4096"});
+  EXPECT_EQ(big.exit_code, 1) << big.err;  // 69 B parameters with Adam: not on one H100
+  EXPECT_NE(big.out.find("68,976,648,192 parameters"), std::string::npos) << big.out;
+  // A decode step is inference: --mode infer is implied, and the cache's dims bind.
+  CliRun d = Run({"--hf-config", config, "--phase", "decode", "--logits", "last", "--batch", "4",
+                  "--dim", "seq=1", "--dim", "past=2047", "--json"});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  const json doc = json::parse(d.out);
+  EXPECT_EQ(doc["options"]["mode"], "infer");
+  EXPECT_NE(doc["model"]["path"].get<std::string>().find("decode, last logits"), std::string::npos);
+  // The sequence must be bound, like any named dim.
+  CliRun unbound = Run({"--hf-config", config, "--batch", "2"});
+  EXPECT_EQ(unbound.exit_code, 2) << unbound.err;
+  EXPECT_NE(unbound.err.find("seq"), std::string::npos) << unbound.err;
+}
+
+TEST_F(CliTest, HfConfigErrorsNameTheField) {
+  const fs::path bad = dir_ / "config.json";
+  json c = json::parse(ReadFile(HfConfig("llama-2-7b-hf.json")));
+  c.erase("num_attention_heads");
+  WriteFile(bad, c.dump());
+  CliRun r = Run({"--hf-config", bad.string(), "--batch", "1", "--dim", "seq=8"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("missing 'num_attention_heads' (llama)"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+  c = json::parse(ReadFile(HfConfig("llama-2-7b-hf.json")));
+  c["model_type"] = "mamba";
+  WriteFile(bad, c.dump());
+  r = Run({"--hf-config", bad.string(), "--batch", "1", "--dim", "seq=8"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("unsupported model_type 'mamba' (supported: llama"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(Run({"--hf-config", (dir_ / "none.json").string(), "--batch", "1"}).exit_code, 3);
+  // Usage errors: a phase the family lacks, an unknown phase, --phase without --hf-config, a
+  // model file and a config at once, --mode train on an inference graph.
+  const std::string bert = HfConfig("bert-base-uncased.json");
+  r = Run({"--hf-config", bert, "--phase", "prefill", "--batch", "1", "--dim", "seq=8"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("train phase only"), std::string::npos) << r.err;
+  EXPECT_EQ(Run({"--hf-config", bert, "--phase", "sample"}).exit_code, 2);
+  EXPECT_EQ(Run({Model("mlp_small_train.onnx"), "--phase", "decode"}).exit_code, 2);
+  EXPECT_EQ(Run({Model("mlp_small_train.onnx"), "--hf-config", bert}).exit_code, 2);
+  r = Run({"--hf-config", HfConfig("gpt2.json"), "--phase", "decode", "--mode", "train"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--mode infer"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, ZooWritesTheGraphOfAConfig) {
+  const fs::path out = dir_ / "gpt2.onnx";
+  CliRun z =
+      RunProgram(MEMEST_ZOO_PATH, {"hf", "--config", HfConfig("gpt2.json"), "-o", out.string()});
+  ASSERT_EQ(z.exit_code, 0) << z.err;
+  EXPECT_NE(z.out.find("GPT2LMHeadModel (gpt2)"), std::string::npos) << z.out;
+  EXPECT_NE(z.out.find("124,439,808 parameters"), std::string::npos) << z.out;
+  CliRun r =
+      Run({out.string(), "--batch", "2", "--dim", "seq=128", "--backend", "analytical,symbolic"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("124,439,808 parameters"), std::string::npos) << r.out;
+  z = RunProgram(MEMEST_ZOO_PATH, {"hf", "--config", HfConfig("mistral-7b-v0.1.json"), "--phase",
+                                   "prefill", "--logits", "last", "-o", out.string()});
+  EXPECT_EQ(z.exit_code, 0) << z.err;
+  EXPECT_NE(z.err.find("sliding_window 4096 is not modelled"), std::string::npos) << z.err;
+  const fs::path bad = dir_ / "config.json";
+  json c = json::parse(ReadFile(HfConfig("qwen2-7b.json")));
+  c["num_key_value_heads"] = 5;
+  WriteFile(bad, c.dump());
+  z = RunProgram(MEMEST_ZOO_PATH, {"hf", "--config", bad.string(), "-o", out.string()});
+  EXPECT_EQ(z.exit_code, 3) << z.err;
+  EXPECT_NE(z.err.find("'num_attention_heads' = 28 is not divisible by 'num_key_value_heads' = 5"),
+            std::string::npos)
+      << z.err;
+  z = RunProgram(MEMEST_ZOO_PATH, {"hf", "--config", HfConfig("t5-small.json"), "--phase", "decode",
+                                   "-o", out.string()});
+  EXPECT_EQ(z.exit_code, 2) << z.err;
+}
+
+}  // namespace
+}  // namespace memest
