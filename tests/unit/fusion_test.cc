@@ -289,6 +289,51 @@ TEST(FusionTest, AttentionIsFusedOnlyUnderAFusedSdpaKernel) {
   EXPECT_LT(Symbolic(*m, sdpa).peak_allocated, Symbolic(*m, eager).peak_allocated);
 }
 
+// Grouped-query attention as transformers writes it: 4 query heads over 2 key/value heads,
+// k and v repeated by repeat_kv (Unsqueeze, Expand, Reshape) before MatMul(q, k^T). The chain
+// from the Softmax is the same; the fused kernel saves the repeated k and v, as SDPA receives
+// them from repeat_kv.
+TEST(FusionTest, GroupedQueryAttentionWithRepeatedKvIsFused) {
+  GraphBuilder b(17);
+  b.AddInput("Q", kFloat, {"N", 4, 32, 8});
+  b.AddInput("K", kFloat, {"N", 2, 32, 8});
+  b.AddInput("V", kFloat, {"N", 2, 32, 8});
+  b.AddInitializer("Wq", {8, 8});
+  b.AddInt64Initializer("axis2", {2});
+  b.AddInt64Initializer("rep", {1, 1, 2, 1, 1});
+  b.AddInt64Initializer("heads", {0, 4, -1, 8});
+  Scalar(b, "scale", 0.35f);
+  b.AddNode("MatMul", {"Q", "Wq"}, {"q"});
+  for (const std::string t : {"K", "V"}) {
+    b.AddNode("Unsqueeze", {t, "axis2"}, {t + "u"});
+    b.AddNode("Expand", {t + "u", "rep"}, {t + "e"});
+    b.AddNode("Reshape", {t + "e", "heads"}, {t + "r"});
+  }
+  testing::SetIntsAttr(b.AddNode("Transpose", {"Kr"}, {"kt"}), "perm", {0, 1, 3, 2});
+  b.AddNode("MatMul", {"q", "kt"}, {"s"});
+  b.AddNode("Mul", {"s", "scale"}, {"s2"});
+  testing::SetIntAttr(b.AddNode("Softmax", {"s2"}, {"p"}), "axis", -1);
+  b.AddNode("MatMul", {"p", "Vr"}, {"Y"});
+  b.AddOutput("Y", kFloat);
+  auto m = Load(b);
+  ASSERT_NE(m, nullptr);
+  const core::Graph& g = m->graph();
+  Options o = Batch(2);
+  o.attention = Attention::kSdpaMemEfficient;
+  auto ctx = Context(*m, o);
+  ASSERT_EQ(ctx->facts().fusion().chains().size(), 1u);
+  const ops::FusedChain& c = ctx->facts().fusion().chains()[0];
+  EXPECT_EQ(c.kind, ops::FusedKind::kAttention);
+  EXPECT_TRUE(ctx->facts().fusion().unmatched_attention().empty());
+  for (const char* v : {"s", "s2", "p"}) EXPECT_EQ(ctx->facts().bytes(g.FindValue(v)), 0u) << v;
+  const std::vector<ops::SavedTensor> saved = ctx->facts().Saved(c.nodes.back());
+  ASSERT_GE(saved.size(), 4u);
+  EXPECT_EQ(saved[1].value, g.FindValue("kt"));
+  EXPECT_EQ(saved[2].value, g.FindValue("Vr"));
+  EXPECT_EQ(ctx->bound().shapes[static_cast<size_t>(g.FindValue("Vr"))],
+            (std::vector<int64_t>{2, 4, 32, 8}));
+}
+
 TEST(FusionTest, TheMemoryEfficientKernelPadsItsLogsumexpRows) {
   auto m = Load(AttentionGraph(0.0f, /*tokens=*/33));
   ASSERT_NE(m, nullptr);
