@@ -3,9 +3,14 @@
 //
 // Models: the bundled weightless exports (datasets/models/: ResNet-18, ResNet-50, GPT-2 tiny, all
 // training mode) and a generated 100,000-node chain (MatMul, Add, Relu, LayerNormalization blocks
-// over a symbolic batch) built here in memory. Load includes the symbolic shape inference, which
-// runs once per model; Estimate is one backend run at batch 64 (binding dims only evaluates the
-// inferred shapes); MaxBatch is FindMaxBatch on h100-80gb (analytical unless named).
+// over a symbolic batch) built here in memory. Hugging Face configs (datasets/zoo/hf.h, from
+// tests/data/hf/): Llama-2-7B and a Llama-2-70B-shaped config (80 layers), generated, loaded and
+// estimated at batch 1, seq 4096 (training, symbolic), each next to the protobuf parse of the
+// same graph; and a Llama-3-8B prefill graph estimated at seq 2,048 and 32,768 (the time does not
+// depend on the sequence length: binding evaluates the shapes inferred once). Load includes the
+// symbolic shape inference, which runs once per model; Estimate is one backend run at batch 64
+// (binding dims only evaluates the inferred shapes); MaxBatch is FindMaxBatch on h100-80gb
+// (analytical unless named).
 //
 //   cmake -S . -B build -DMEMEST_BUILD_BENCH=ON && ninja -C build memest_bench
 //   ./build/bench/memest_bench --benchmark_min_time=0.2
@@ -19,6 +24,8 @@
 
 #include "datasets/zoo/chain.h"
 #include "datasets/zoo/families.h"
+#include "datasets/zoo/graph_writer.h"
+#include "datasets/zoo/hf.h"
 #include "memest/memest.h"
 #include "memest/memest_c.h"
 
@@ -49,17 +56,48 @@ std::string Gpt70b() {
   return memest::zoo::BuildTransformer(c, "gpt70b").model.SerializeAsString();
 }
 
-// The bytes of a model: a bundled file, or "chain100k" / "gpt70b" (generated once per process).
+std::string HfConfigPath(const std::string& file) {
+  return std::string(MEMEST_SOURCE_DIR) + "/tests/data/hf/" + file + ".json";
+}
+
+// The graph of a Hugging Face config (tests/data/hf/<file>.json) in `phase`, or an error.
+memest::Result<memest::zoo::HfModel> BuildHf(const std::string& file,
+                                             memest::zoo::HfGraphOptions::Phase phase) {
+  static std::map<std::string, nlohmann::json>* configs =
+      new std::map<std::string, nlohmann::json>();
+  auto it = configs->find(file);
+  if (it == configs->end()) {
+    auto j = memest::zoo::LoadHfConfig(HfConfigPath(file));
+    if (!j.ok()) return j.status();
+    it = configs->emplace(file, *j).first;
+  }
+  memest::zoo::HfGraphOptions o;
+  o.phase = phase;
+  o.logits_last_only = phase != memest::zoo::HfGraphOptions::kTrain;
+  o.name = file;
+  return memest::zoo::BuildHfModel(it->second, o);
+}
+
+std::string HfBytes(const std::string& file, memest::zoo::HfGraphOptions::Phase phase) {
+  auto m = BuildHf(file, phase);
+  return m.ok() ? memest::zoo::SerializeModel(m->model) : std::string();
+}
+
+// The bytes of a model: a bundled file, "chain100k" / "gpt70b", or "hf:<config>" (a training
+// graph) / "hf-prefill:<config>" (generated once per process).
 const std::string& ModelBytes(const std::string& name) {
   static std::map<std::string, std::string>* cache = new std::map<std::string, std::string>();
   auto it = cache->find(name);
   if (it == cache->end()) {
-    it =
-        cache
-            ->emplace(name, name == "chain100k" ? memest::zoo::ChainModel(25000)
-                            : name == "gpt70b"  ? Gpt70b()
-                                                : ReadFile(ModelPath(name)))
-            .first;
+    it = cache
+             ->emplace(name, name == "chain100k" ? memest::zoo::ChainModel(25000)
+                             : name == "gpt70b"  ? Gpt70b()
+                             : name.rfind("hf:", 0) == 0
+                                 ? HfBytes(name.substr(3), memest::zoo::HfGraphOptions::kTrain)
+                             : name.rfind("hf-prefill:", 0) == 0
+                                 ? HfBytes(name.substr(11), memest::zoo::HfGraphOptions::kPrefill)
+                                 : ReadFile(ModelPath(name)))
+             .first;
   }
   return it->second;
 }
@@ -205,6 +243,84 @@ void BM_CApiEstimate(benchmark::State& state, const std::string& name) {
   (void)memest_model_free(model);
 }
 
+// Generating the graph of a config (BuildHfModel and the serialization the loader reads).
+void BM_HfGenerate(benchmark::State& state, const std::string& file) {
+  size_t bytes = 0;
+  for (auto _ : state) {
+    auto m = BuildHf(file, memest::zoo::HfGraphOptions::kTrain);
+    if (!m.ok()) {
+      state.SkipWithError(m.status().ToString().c_str());
+      break;
+    }
+    const std::string serialized = memest::zoo::SerializeModel(m->model);
+    bytes = serialized.size();
+    benchmark::DoNotOptimize(serialized);
+  }
+  state.counters["bytes"] = static_cast<double>(bytes);
+}
+
+// What `memest --hf-config` does: generate, load (parse, validate, infer shapes) and estimate one
+// training step at batch 1, seq 4096.
+void BM_HfGenerateAndEstimate(benchmark::State& state, const std::string& file,
+                              const std::string& backend) {
+  auto est = memest::MakeEstimator(backend);
+  if (!est.ok()) {
+    state.SkipWithError(est.status().ToString().c_str());
+    return;
+  }
+  memest::Options o;
+  o.batch = 1;
+  o.dims["seq"] = 4096;
+  uint64_t peak = 0;
+  int64_t nodes = 0;
+  for (auto _ : state) {
+    auto m = BuildHf(file, memest::zoo::HfGraphOptions::kTrain);
+    if (!m.ok()) {
+      state.SkipWithError(m.status().ToString().c_str());
+      break;
+    }
+    auto model = memest::LoadModelFromBytes(memest::zoo::SerializeModel(m->model), ".", file);
+    if (!model.ok()) {
+      state.SkipWithError(model.status().ToString().c_str());
+      break;
+    }
+    auto e = (*est)->Run(**model, o);
+    if (!e.ok()) {
+      state.SkipWithError(e.status().ToString().c_str());
+      break;
+    }
+    peak = e->peak_device;
+    nodes = (*model)->summary().node_count;
+  }
+  state.counters["nodes"] = static_cast<double>(nodes);
+  state.counters["peak_GiB"] = static_cast<double>(peak) / (1 << 30);
+}
+
+// One inference estimate of a loaded prefill graph at batch 1 and `seq` positions.
+void BM_HfPrefillEstimate(benchmark::State& state, const std::string& name, int64_t seq) {
+  auto model = LoadForBench(name);
+  auto est = memest::MakeEstimator("symbolic");
+  if (model == nullptr || !est.ok()) {
+    state.SkipWithError("setup failed");
+    return;
+  }
+  memest::Options o;
+  o.mode = memest::Mode::kInfer;
+  o.batch = 1;
+  o.dims["seq"] = seq;
+  uint64_t peak = 0;
+  for (auto _ : state) {
+    auto e = (*est)->Run(*model, o);
+    if (!e.ok()) {
+      state.SkipWithError(e.status().ToString().c_str());
+      break;
+    }
+    peak = e->peak_device;
+    benchmark::DoNotOptimize(e);
+  }
+  state.counters["peak_GiB"] = static_cast<double>(peak) / (1 << 30);
+}
+
 using memest::Mode;
 const std::string kAnalytical = "analytical";
 const std::string kSymbolic = "symbolic";
@@ -241,5 +357,18 @@ BENCHMARK_CAPTURE(BM_Estimate, chain100k_train_symbolic, std::string("chain100k"
 BENCHMARK_CAPTURE(BM_Load, gpt70b, std::string("gpt70b"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Parallel, gpt70b_one_gpu, std::string("gpt70b"), 1)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Parallel, gpt70b_world1024, std::string("gpt70b"), 1024)->Unit(benchmark::kMillisecond);
+
+// clang-format off
+BENCHMARK_CAPTURE(BM_HfGenerate, llama2_7b, std::string("llama-2-7b-hf"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ProtobufParse, hf_llama2_7b, std::string("hf:llama-2-7b-hf"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Load, hf_llama2_7b, std::string("hf:llama-2-7b-hf"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_HfGenerateAndEstimate, llama2_7b_seq4096_symbolic, std::string("llama-2-7b-hf"), kSymbolic)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_HfGenerateAndEstimate, llama2_7b_seq4096_analytical, std::string("llama-2-7b-hf"), kAnalytical)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_HfGenerate, llama2_70b_shape, std::string("llama-2-70b-shape"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ProtobufParse, hf_llama2_70b_shape, std::string("hf:llama-2-70b-shape"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_HfGenerateAndEstimate, llama2_70b_shape_seq4096_symbolic, std::string("llama-2-70b-shape"), kSymbolic)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_HfPrefillEstimate, llama3_8b_prefill_seq2k, std::string("hf-prefill:meta-llama-3-8b"), 2048)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_HfPrefillEstimate, llama3_8b_prefill_seq32k, std::string("hf-prefill:meta-llama-3-8b"), 32768)->Unit(benchmark::kMillisecond);
+// clang-format on
 
 BENCHMARK_MAIN();
