@@ -69,6 +69,7 @@
 #include "memory/allocator_constants.h"
 #include "memory/context.h"
 #include "memory/device.h"
+#include "memory/kv_cache.h"
 #include "memory/loss.h"
 #include "memory/optimizer.h"
 #include "memory/parallel.h"
@@ -138,6 +139,7 @@ class Accounting {
         facts_(ctx.facts()),
         stack_(ctx.stack()),
         weights_(ctx.weights()),
+        kept_outputs_(memory::KeptOutputs(*b_.graph, ctx.kv_cache())),
         plan_(ctx.parallel()),
         stage_(ctx.stage()) {}
 
@@ -163,6 +165,7 @@ class Accounting {
   const ops::ValueFacts& facts_;
   const StackProfile& stack_;
   const memory::WeightStorage& weights_;
+  const std::vector<int> kept_outputs_;  // outputs kept to the end (memory/kv_cache.h)
   const memory::ParallelPlan& plan_;
   const int stage_;
 };
@@ -435,7 +438,7 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
         last_use[static_cast<size_t>(root(static_cast<size_t>(in)))] = static_cast<int>(k);
     }
   }
-  for (int out : g_.outputs)
+  for (int out : kept_outputs_)
     last_use[static_cast<size_t>(root(static_cast<size_t>(out)))] = INT32_MAX;
   std::vector<uint64_t> size(nv, 0);
   uint64_t live = 0, live_alloc = 0, peak = 0, peak_alloc = 0;

@@ -49,6 +49,11 @@ constexpr std::pair<const char*, WeightDtype> kWeightDtypes[] = {
     {"auto", WeightDtype::kAuto}, {"fp16", WeightDtype::kFp16},
     {"bf16", WeightDtype::kBf16}, {"int8", WeightDtype::kInt8},
     {"nf4", WeightDtype::kNf4},   {"nf4-dq", WeightDtype::kNf4DoubleQuant}};
+constexpr std::pair<const char*, KvCacheDtype> kKvCacheDtypes[] = {{"auto", KvCacheDtype::kAuto},
+                                                                   {"fp16", KvCacheDtype::kFp16},
+                                                                   {"bf16", KvCacheDtype::kBf16},
+                                                                   {"fp8", KvCacheDtype::kFp8},
+                                                                   {"int8", KvCacheDtype::kInt8}};
 constexpr std::pair<const char*, Sharding> kShardings[] = {
     {"none", Sharding::kNone},
     {"zero1", Sharding::kZero1},
@@ -98,6 +103,11 @@ Result<WeightDtype> ParseWeightDtype(std::string_view s) {
   return ParseEnum(s, "weight dtype", kWeightDtypes);
 }
 const char* ToString(WeightDtype w) { return NameOf(w, kWeightDtypes); }
+Result<KvCacheDtype> ParseKvCacheDtype(std::string_view s) {
+  if (s == "fp8_e4m3" || s == "fp8_e5m2") return KvCacheDtype::kFp8;  // vLLM's spellings
+  return ParseEnum(s, "KV cache dtype", kKvCacheDtypes);
+}
+const char* ToString(KvCacheDtype k) { return NameOf(k, kKvCacheDtypes); }
 
 Result<Sharding> ParseSharding(std::string_view s) { return ParseEnum(s, "sharding", kShardings); }
 const char* ToString(Sharding s) { return NameOf(s, kShardings); }
@@ -240,6 +250,10 @@ Status Validate(const Options& o) {
                              ToString(o.precision));
     }
   }
+  if ((o.kv_cache_dtype != KvCacheDtype::kAuto || o.paged_kv_cache) && o.mode != Mode::kInfer) {
+    // A training step recomputes keys and values; a cache is kept by generation only.
+    return InvalidArgument("a KV cache dtype or paged KV cache applies to --mode infer only");
+  }
   if (o.optimizer_impl == OptimizerImpl::kFused && o.optimizer != Optimizer::kAdam &&
       o.optimizer != Optimizer::kAdamW) {
     // torch.optim has fused kernels for Adam and AdamW only (memory-model.md §4.3).
@@ -296,6 +310,10 @@ std::vector<OptionDoc> DescribeOptions() {
        "regex searched in initializer names: matching parameters are frozen"},
       {"weight_dtype", ToString(d.weight_dtype),
        "auto | fp16 | bf16 | int8 | nf4 | nf4-dq: storage of the parameters that do not train"},
+      {"kv_cache_dtype", ToString(d.kv_cache_dtype),
+       "auto | fp16 | bf16 | fp8 | int8: storage of the graph's past/present key-value cache"},
+      {"paged_kv_cache", d.paged_kv_cache ? "true" : "false",
+       "the KV cache is a pool sized apart (vLLM): past/present tensors take no memory"},
       {"allow_unknown_shapes", d.allow_unknown_shapes ? "true" : "false",
        "estimate even when some tensor's shape cannot be inferred (default: refuse)"},
       {"world_size", std::to_string(d.parallel.world_size),

@@ -37,6 +37,7 @@ class Learned final : public Estimator {
     // Nor were its training runs quantized or 8-bit: it would correct what it never saw.
     s.low_bit_storage = false;
     s.parallelism = false;  // trained on single-GPU runs
+    s.kv_cache = false;     // trained on training steps (GPUMemNet's MLPs)
     return s;
   }
 

@@ -30,6 +30,7 @@ class MeasurementEstimator final : public Estimator {
     s.trainable_set = false;    // the harness trains every float parameter (measurement/plan.cc)
     s.low_bit_storage = false;  // LibTorch has no bitsandbytes kernels
     s.parallelism = false;      // one process, one device
+    s.kv_cache = false;         // the harness runs the graph's tensors in its own dtypes
     return s;
   }
 

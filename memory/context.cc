@@ -50,6 +50,10 @@ std::string FirstUnmodelledOption(const Options& o, const OptionSupport& support
   if (!support.low_bit_storage && o.weight_dtype != WeightDtype::kAuto) {
     return std::string("weight_dtype ") + ToString(o.weight_dtype);
   }
+  if (!support.kv_cache && (o.kv_cache_dtype != KvCacheDtype::kAuto || o.paged_kv_cache)) {
+    return o.paged_kv_cache ? std::string("paged_kv_cache")
+                            : std::string("kv_cache_dtype ") + ToString(o.kv_cache_dtype);
+  }
   if (train && !support.low_bit_storage && IsEightBit(o.optimizer)) {
     return std::string("optimizer ") + ToString(o.optimizer);
   }
@@ -194,10 +198,28 @@ void AddAttentionDiagnostics(const EstimationContext& ctx, Estimate* e) {
 
 }  // namespace
 
+namespace {
+
+// Per value id, the bytes a value is stored in when not as its dtype says: a quantized parameter
+// (memory/weight_storage.h) or a KV cache tensor (memory/kv_cache.h).
+std::vector<std::optional<uint64_t>> StoredBytes(const WeightStorage& weights, const KvCache& kv,
+                                                 size_t values) {
+  std::vector<std::optional<uint64_t>> stored(values);
+  for (size_t i = 0; i < values && i < weights.stored_bytes().size(); ++i) {
+    if (weights.stored_bytes()[i] > 0) stored[i] = weights.stored_bytes()[i];
+  }
+  for (size_t i = 0; i < values && i < kv.stored_bytes().size(); ++i) {
+    if (kv.stored_bytes()[i]) stored[i] = kv.stored_bytes()[i];
+  }
+  return stored;
+}
+
+}  // namespace
+
 EstimationContext::EstimationContext(const Model& model, const Options& options, GpuProfile gpu,
                                      StackProfile stack, TrainableSet trainable,
                                      core::BoundGraph bound, WeightStorage weights,
-                                     ParallelPlan plan)
+                                     KvCache kv_cache, ParallelPlan plan)
     : model_(model),
       options_(options),
       gpu_(std::move(gpu)),
@@ -205,9 +227,11 @@ EstimationContext::EstimationContext(const Model& model, const Options& options,
       trainable_(std::move(trainable)),
       bound_(std::move(bound)),
       weights_(std::move(weights)),
+      kv_cache_(std::move(kv_cache)),
       plan_(std::move(plan)),
       facts_(bound_, options.precision, KernelChoices(options, gpu_), trainable_.trainable,
-             weights_.stored_bytes(), plan_.shard_divisor()) {}
+             StoredBytes(weights_, kv_cache_, bound_.graph->values.size()), plan_.shard_divisor()) {
+}
 
 Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& model,
                                                                    const Options& options) {
@@ -221,10 +245,11 @@ Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& 
   MEMEST_ASSIGN_OR_RETURN(TrainableSet trainable, SelectTrainable(model.graph(), options));
   MEMEST_ASSIGN_OR_RETURN(core::BoundGraph bound, core::Bind(model.graph(), options));
   MEMEST_ASSIGN_OR_RETURN(WeightStorage weights, WeightStorage::Make(bound, trainable, options));
+  MEMEST_ASSIGN_OR_RETURN(KvCache kv_cache, KvCache::Make(bound, options));
   MEMEST_ASSIGN_OR_RETURN(ParallelPlan plan, ParallelPlan::Make(bound, options));
-  return std::unique_ptr<EstimationContext>(
-      new EstimationContext(model, options, std::move(gpu), std::move(stack), std::move(trainable),
-                            std::move(bound), std::move(weights), std::move(plan)));
+  return std::unique_ptr<EstimationContext>(new EstimationContext(
+      model, options, std::move(gpu), std::move(stack), std::move(trainable), std::move(bound),
+      std::move(weights), std::move(kv_cache), std::move(plan)));
 }
 
 void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {

@@ -28,6 +28,7 @@
 #include "memest/options.h"
 #include "memest/stack.h"
 #include "memest/status.h"
+#include "memory/kv_cache.h"
 #include "memory/parallel.h"
 #include "memory/trainable.h"
 #include "memory/weight_storage.h"
@@ -54,6 +55,8 @@ class EstimationContext {
   const TrainableSet& trainable() const { return trainable_; }
   // How the parameters that do not train are stored (options.weight_dtype).
   const WeightStorage& weights() const { return weights_; }
+  // The graph's key/value cache (options.kv_cache_dtype, options.paged_kv_cache).
+  const KvCache& kv_cache() const { return kv_cache_; }
   const core::BoundGraph& bound() const { return bound_; }
   const ops::ValueFacts& facts() const { return facts_; }
   // Many GPUs (options.parallel): the plan, and the pipeline stage the backend estimates now
@@ -65,7 +68,7 @@ class EstimationContext {
  private:
   EstimationContext(const Model& model, const Options& options, GpuProfile gpu, StackProfile stack,
                     TrainableSet trainable, core::BoundGraph bound, WeightStorage weights,
-                    ParallelPlan plan);
+                    KvCache kv_cache, ParallelPlan plan);
 
   const Model& model_;
   const Options options_;
@@ -74,6 +77,7 @@ class EstimationContext {
   const TrainableSet trainable_;
   const core::BoundGraph bound_;
   const WeightStorage weights_;
+  const KvCache kv_cache_;
   const ParallelPlan plan_;
   const ops::ValueFacts facts_;
   int stage_ = 0;

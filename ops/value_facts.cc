@@ -64,7 +64,7 @@ std::optional<Strides> ViewStrides(const std::vector<int64_t>& from, const Strid
 
 ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
                        const FusionChoices& fusion, std::vector<bool> trainable,
-                       const std::vector<uint64_t>& stored_bytes,
+                       const std::vector<std::optional<uint64_t>>& stored_bytes,
                        std::vector<uint32_t> shard_divisor)
     : graph_(graph),
       precision_(precision),
@@ -228,7 +228,7 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
     fallback_ops_.insert(n.op_type);
   }
   for (size_t i = 0; i < nv && i < stored_bytes.size(); ++i) {
-    if (stored_bytes[i] > 0) bytes_[i] = stored_bytes[i];
+    if (stored_bytes[i]) bytes_[i] = *stored_bytes[i];
   }
   for (size_t i = 0; i < nv && i < shard_.size(); ++i) {
     bytes_[i] = Share(static_cast<int>(i), bytes_[i]);

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -38,12 +39,14 @@ class ValueFacts {
  public:
   // `fusion`: which exported chains run as PyTorch's fused kernels (ops/fusion.h).
   // `trainable`: the parameters that require grad, per value id (frozen ones do not); empty:
-  // the loader's Value::trainable. `stored_bytes`: per value id, the bytes of an initializer
-  // stored other than its dtype says (memory/weight_storage.h), 0 or empty: as its dtype says.
+  // the loader's Value::trainable. `stored_bytes`: per value id, the bytes of a value stored other
+  // than its dtype says (a quantized parameter, memory/weight_storage.h; a KV cache tensor,
+  // memory/kv_cache.h); nullopt or empty: as its dtype says.
   // `shard_divisor`: per value id, the number of tensor-parallel ranks the value is split over
   // (memory/parallel.h); every byte count below is one rank's share, ceil(bytes / divisor).
   ValueFacts(const core::BoundGraph& graph, Precision precision, const FusionChoices& fusion = {},
-             std::vector<bool> trainable = {}, const std::vector<uint64_t>& stored_bytes = {},
+             std::vector<bool> trainable = {},
+             const std::vector<std::optional<uint64_t>>& stored_bytes = {},
              std::vector<uint32_t> shard_divisor = {});
 
   const std::vector<bool>& requires_grad() const { return requires_grad_; }

@@ -83,6 +83,7 @@
 #include "core/dtype.h"
 #include "memory/context.h"
 #include "memory/device.h"
+#include "memory/kv_cache.h"
 #include "memory/loss.h"
 #include "memory/optimizer.h"
 #include "memory/parallel.h"
@@ -124,6 +125,7 @@ class Sim {
         stack_(ctx.stack()),
         facts_(ctx.facts()),
         weights_(ctx.weights()),
+        kept_outputs_(memory::KeptOutputs(g_, ctx.kv_cache())),
         plan_(ctx.parallel()),
         stage_(ctx.stage()),
         staged_(plan_.stages() > 1),
@@ -196,6 +198,7 @@ class Sim {
   const StackProfile& stack_;
   const ops::ValueFacts& facts_;
   const memory::WeightStorage& weights_;
+  const std::vector<int> kept_outputs_;  // graph outputs kept to the end (memory/kv_cache.h)
   const memory::ParallelPlan& plan_;
   const int stage_;
   const bool staged_;  // pp > 1: only stage_'s nodes run here
@@ -544,7 +547,7 @@ void Sim::FreeIfDead(int root) {
   if (uses_left_[static_cast<size_t>(root)] > 0 || saved_left_[static_cast<size_t>(root)] > 0) {
     return;
   }
-  for (int out : g_.outputs) {
+  for (int out : kept_outputs_) {
     if (facts_.root(out) == root) return;  // graph outputs live until the iteration ends
   }
   Free(&value_[static_cast<size_t>(root)]);

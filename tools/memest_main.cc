@@ -57,6 +57,7 @@
 #include "tools/calibrate_command.h"
 #include "tools/exit_codes.h"
 #include "tools/pack_command.h"
+#include "tools/serve_command.h"
 #include "tools/parallel_flags.h"
 #include "tools/report.h"
 
@@ -279,6 +280,7 @@ struct Flags {
         stack_name(d.stack),
         attention(ToString(d.attention)),
         weight_dtype(ToString(d.weight_dtype)),
+        kv_cache_dtype(ToString(d.kv_cache_dtype)),
         fit_on(ToString(d.fit.on)),
         expandable(d.allocator.expandable_segments) {}
 
@@ -301,6 +303,7 @@ struct Flags {
   std::string stack_name;
   std::string attention;
   std::string weight_dtype;
+  std::string kv_cache_dtype;
   std::string trainable;
   std::string freeze;
   std::string stack_file;
@@ -421,6 +424,11 @@ void AddEstimationFlags(CLI::App& app, Flags& f, HelpDefaults& help) {
                            "(nf4-dq: with double quantization) for Linear weights",
                            {"weight_dtype"}))
       ->type_name("auto|fp16|bf16|int8|nf4|nf4-dq");
+  app.add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                 help.With("storage of the graph's key/value cache (past_key_values.* inputs, "
+                           "present.* outputs; inference): fp8/int8 take 1 byte per element",
+                           {"kv_cache_dtype"}))
+      ->type_name("auto|fp16|bf16|fp8|int8");
   app.add_option("--stack", f.stack_name,
                  help.With("software-stack profile: CUDA context, library memory, convolution "
                            "workspaces, residual band (see --list-gpus)",
@@ -610,6 +618,8 @@ Status ParseEnumFlags(const Flags& f, Options* o) {
                           ForFlag("--optimizer-impl", ParseOptimizerImpl(f.optimizer_impl)));
   MEMEST_ASSIGN_OR_RETURN(o->weight_dtype,
                           ForFlag("--weight-dtype", ParseWeightDtype(f.weight_dtype)));
+  MEMEST_ASSIGN_OR_RETURN(o->kv_cache_dtype,
+                          ForFlag("--kv-cache-dtype", ParseKvCacheDtype(f.kv_cache_dtype)));
   return Status::Ok();
 }
 
@@ -1305,6 +1315,7 @@ int RunCli(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "calibrate")
     return RunCalibrate(argc - 1, argv + 1);
   if (argc >= 2 && std::string_view(argv[1]) == "pack") return RunPack(argc - 1, argv + 1);
+  if (argc >= 2 && std::string_view(argv[1]) == "serve") return RunServe(argc - 1, argv + 1);
   const Options defaults;
   HelpDefaults help(DescribeOptions());
   Flags f(defaults);

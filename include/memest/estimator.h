@@ -40,6 +40,8 @@ struct OptionSupport {
   bool low_bit_storage = true;
   // Options::parallel with a world size > 1 (many GPUs, per-rank estimates).
   bool parallelism = true;
+  // Options::kv_cache_dtype other than auto, or Options::paged_kv_cache (inference).
+  bool kv_cache = true;
 };
 
 class Estimator {

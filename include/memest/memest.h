@@ -11,6 +11,7 @@
 #include "memest/model.h"
 #include "memest/options.h"
 #include "memest/pack.h"
+#include "memest/serving.h"
 #include "memest/stack.h"
 #include "memest/status.h"
 

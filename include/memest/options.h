@@ -51,6 +51,11 @@ enum class Attention { kEager, kSdpaMath, kSdpaFlash, kSdpaMemEfficient, kAuto }
 // with its block scales quantized again (bnb_4bit_use_double_quant).
 enum class WeightDtype { kAuto, kFp16, kBf16, kInt8, kNf4, kNf4DoubleQuant };
 
+// How an exported decoder's key/value cache is stored (memory/kv_cache.h): its past_key_values.*
+// inputs and present.* outputs. kAuto: as `precision` says. kFp16 / kBf16: 2 bytes per element;
+// kFp8 (vLLM's fp8_e4m3 / fp8_e5m2 kv_cache_dtype) and kInt8: 1 byte.
+enum class KvCacheDtype { kAuto, kFp16, kBf16, kFp8, kInt8 };
+
 // Which device-level figure decides "fits" (CheckFit, FindMaxBatch, the CLI's exit code).
 // kUpper: the top of the estimate's interval (device_high) when it has one, else the point
 // estimate; kPoint: always the point estimate (peak_device).
@@ -200,6 +205,13 @@ struct Options {
   // kFp16/kBf16 the compute must be half precision too (precision amp-fp16 / amp-bf16 or bf16);
   // in training something must be frozen, or no parameter is affected (an error, never a no-op).
   WeightDtype weight_dtype = WeightDtype::kAuto;
+  // Storage of the graph's key/value cache (inference; memory/kv_cache.h). A graph without one is
+  // an error when this is not kAuto or `paged_kv_cache` is set (never a no-op).
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
+  // The cache is a pool allocated once (vLLM's paged KV cache blocks, sized by EstimateServing,
+  // memest/serving.h): the graph's past inputs and present outputs are views into it and take
+  // no memory of their own in the estimate.
+  bool paged_kv_cache = false;
   // An estimate that rests on tensors whose shape no rule can infer (data-dependent sizes:
   // NonZero, Range over computed bounds, string ops; sequence values) is refused with
   // Unsupported naming the ops. true: estimate anyway, counting those tensors conservatively
@@ -220,6 +232,7 @@ Result<FitOn> ParseFitOn(std::string_view s);  // point | upper
 Result<Attention> ParseAttention(std::string_view s);
 Result<WeightDtype> ParseWeightDtype(
     std::string_view s);  // auto | fp16 | bf16 | int8 | nf4 | nf4-dq
+Result<KvCacheDtype> ParseKvCacheDtype(std::string_view s);  // auto | fp16 | bf16 | fp8 | int8
 const char* ToString(Mode m);
 const char* ToString(Optimizer o);
 const char* ToString(OptimizerImpl i);
@@ -228,6 +241,7 @@ const char* ToString(Loss l);
 const char* ToString(FitOn f);
 const char* ToString(Attention a);
 const char* ToString(WeightDtype w);
+const char* ToString(KvCacheDtype k);
 // none | zero1 | zero2 | zero3 | fsdp-full | fsdp-grad-op | fsdp-hybrid | fsdp-no-shard
 Result<Sharding> ParseSharding(std::string_view s);
 const char* ToString(Sharding s);

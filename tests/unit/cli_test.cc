@@ -1234,6 +1234,34 @@ std::string HfConfig(const std::string& file) {
   return std::string(MEMEST_SOURCE_DIR) + "/tests/data/hf/" + file;
 }
 
+// memest serve: the KV cache a vLLM server gets (docs/serving.md); exit 0 when it starts, 1 when a
+// request of --max-model-len does not fit, 2 for usage errors.
+TEST_F(CliTest, ServeSizesTheKvCacheAndSaysWhetherTheServerStarts) {
+  const std::string config = HfConfig("meta-llama-3-8b.json");
+  CliRun r = Run({"serve", "--hf-config", config, "--gpu", "h100-80gb", "--max-model-len", "16000",
+                  "--block-size", "128", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(r.out);
+  EXPECT_EQ(doc["schema"], "memest.serve/1");
+  EXPECT_EQ(doc["kv_cache"]["bytes_per_token"], 32 * 2 * 8 * 128 * 2);
+  EXPECT_EQ(doc["kv_cache"]["tokens"].get<int64_t>(),
+            doc["kv_cache"]["blocks"].get<int64_t>() * 128);
+  EXPECT_TRUE(doc["kv_cache"]["starts"].get<bool>());
+  CliRun table =
+      Run({"serve", "--hf-config", config, "--gpu", "h100-80gb", "--max-model-len", "16000"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("maximum concurrency for 16000 tokens per request"), std::string::npos);
+  CliRun too_long =
+      Run({"serve", "--hf-config", config, "--gpu", "l4-24gb", "--max-model-len", "1048576"});
+  EXPECT_EQ(too_long.exit_code, 1) << too_long.err;
+  EXPECT_NE(too_long.out.find("does NOT start"), std::string::npos) << too_long.out;
+  EXPECT_EQ(Run({"serve", "--hf-config", config}).exit_code, 2);  // no --max-model-len
+  CliRun bad = Run(
+      {"serve", "--hf-config", config, "--max-model-len", "64", "--gpu-memory-utilization", "1.5"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("gpu_memory_utilization"), std::string::npos) << bad.err;
+}
+
 TEST_F(CliTest, HfConfigEstimatesTheGraphOfAConfig) {
   const std::string config = HfConfig("tinyllama-1.1b-chat-v1.0.json");
   CliRun r = Run({"--hf-config", config, "--batch", "2", "--dim", "seq=64", "--backend",

@@ -1,0 +1,62 @@
+// memory/kv_cache.h -- an exported decoder's key/value cache (Options::kv_cache_dtype,
+// Options::paged_kv_cache), stated once for every backend and for EstimateServing.
+//
+// Policy (docs/memory-model.md §10):
+//  * Which values: graph inputs named past_key_values.<i>.key / .value and graph outputs named
+//    present.<i>.key / .value (the names Hugging Face optimum's ONNX export and memest-zoo hf
+//    give the cache), each [batch, kv_heads, tokens, head_dim].
+//  * kv_cache_dtype: every cache element in that many bytes (fp16/bf16 2, fp8/int8 1; vLLM's
+//    fp8 cache keeps one scalar scale per layer, nothing per element); auto: as the precision
+//    says (the dtype's size under fp32, 2 bytes under amp-fp16/amp-bf16/bf16, where keys and
+//    values come out of lower-precision matmuls).
+//  * paged_kv_cache: the cache is one pool allocated before any request (vLLM's KV cache
+//    blocks); the graph's past inputs and present outputs are views of it, 0 bytes of their own,
+//    and a present output does not keep the tensor it was computed in alive to the end of the
+//    step (its keys and values are written into the pool's blocks): KeptOutputs().
+//  * A graph without a cache given either option is InvalidArgument: never a silent no-op.
+#ifndef MEMEST_MEMORY_KV_CACHE_H_
+#define MEMEST_MEMORY_KV_CACHE_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/bind.h"
+#include "memest/options.h"
+#include "memest/status.h"
+
+namespace memest::memory {
+
+class KvCache {
+ public:
+  KvCache() = default;
+  [[nodiscard]] static Result<KvCache> Make(const core::BoundGraph& graph, const Options& options);
+
+  // The cache's value ids (past inputs, then present outputs).
+  const std::vector<int>& values() const { return values_; }
+  bool empty() const { return values_.empty(); }
+  // Per value id, the bytes the options give a cache tensor (nullopt: as sized otherwise);
+  // empty when neither option is set.
+  const std::vector<std::optional<uint64_t>>& stored_bytes() const { return stored_; }
+  // One token of one sequence, keys and values of every layer, in the cache's dtype: the sum over
+  // the present outputs (else the past inputs) of kv_heads x head_dim x element bytes.
+  uint64_t bytes_per_token() const { return bytes_per_token_; }
+  // Layers: present (else past) tensors / 2.
+  int layers() const { return layers_; }
+  bool paged() const { return paged_; }
+
+ private:
+  std::vector<int> values_;
+  std::vector<std::optional<uint64_t>> stored_;
+  uint64_t bytes_per_token_ = 0;
+  int layers_ = 0;
+  bool paged_ = false;
+};
+
+// The graph outputs whose storage the step keeps until it ends: every output but the present
+// tensors of a paged cache. Both backends keep these (and their roots) alive to the end.
+[[nodiscard]] std::vector<int> KeptOutputs(const core::Graph& graph, const KvCache& kv);
+
+}  // namespace memest::memory
+
+#endif  // MEMEST_MEMORY_KV_CACHE_H_
