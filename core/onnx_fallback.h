@@ -1,6 +1,6 @@
 // core/onnx_fallback.h -- ONNX's own shape inference for what memest's shape rules cannot know.
 //
-// memest infers shapes with its own per-op rules (ops/shape_rules.cc). ONNX's inference
+// memest infers shapes with its own per-op rules (ops/shape_rules*.cc). ONNX's inference
 // functions are still needed for ops without a memest rule (If, Loop, Scan, a few rarer ops)
 // and for the values downstream of them. They are written for trusted models and crash on
 // malformed ones, so memest hands them as little as possible, and only after checking it:

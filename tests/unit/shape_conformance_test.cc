@@ -1,4 +1,4 @@
-// Shape conformance of memest's OWN shape rules (ops/shape_rules.cc) against ONNX's test models
+// Shape conformance of memest's OWN shape rules (ops/shape_rules*.cc) against ONNX's test models
 // (Debian's libonnx-testdata): for every model whose ops all have a shape rule, bind the data
 // inputs' dims to the reference inputs (test_data_set_0/input_K.pb) and compare the dtype and
 // shape memest infers for each graph output (core::EvaluateShapes: no ONNX inference involved)

@@ -1,4 +1,4 @@
-// Tests for the shape rules (ops/shape_rules.cc) and the symbolic pass (core/symbolic_shapes.cc):
+// Tests for the shape rules (ops/shape_rules*.cc) and the symbolic pass (core/symbolic_shapes.cc):
 // one case per op with a shape rule (a small model, loaded through the real loader, whose output
 // types are printed with their symbolic dims), so a rule added without a case fails
 // ShapeRulesRegistry.EveryShapeRuleHasACase; then folding of exporter shape sub-graphs, the
