@@ -567,17 +567,17 @@ std::vector<Case> ConvPool() {
                      SetIntsAttr(n, "pads", {1, 0, 0, 1});
                    },
                    {"float32[N,64,7,7]"}});
-  cases.push_back({"MaxUnpool",
-                   11,
-                   [](GraphBuilder& b) {
-                     X(b, {"N", 64, 4, 4});
-                     b.AddInput("I", kInt64, {"N", 64, 4, 4});
-                     b.AddInput("Z", kFloat, {"N", 64, 9, 9});
-                     b.AddNode("Shape", {"Z"}, {"z_shape"});
-                     SetIntsAttr(Node(b, "MaxUnpool", {"X", "I", "z_shape"}), "kernel_shape",
-                                 {2, 2});
-                   },
-                   {"float32[N,64,9,9]"}});
+  cases.push_back(
+      {"MaxUnpool",
+       11,
+       [](GraphBuilder& b) {
+         X(b, {"N", 64, 4, 4});
+         b.AddInput("I", kInt64, {"N", 64, 4, 4});
+         b.AddInput("Z", kFloat, {"N", 64, 9, 9});
+         b.AddNode("Shape", {"Z"}, {"z_shape"});
+         SetIntsAttr(Node(b, "MaxUnpool", {"X", "I", "z_shape"}), "kernel_shape", {2, 2});
+       },
+       {"float32[N,64,9,9]"}});
   cases.push_back({"RoiAlign",
                    16,
                    [](GraphBuilder& b) {
