@@ -31,6 +31,7 @@ using internal::kI64;
 using internal::kMaxExactDouble;
 using internal::NormAxes;
 using internal::NormAxis;
+using internal::UnknownDims;
 
 namespace {
 
@@ -428,11 +429,7 @@ Status Reduce(InferContext& c) {
   const bool keep = c.attr_int("keepdims", 1) != 0;
   const IntList axes = AttrOrInput(c, "axes", 1);
   if (axes.given && !axes.values) {
-    if (keep) {  // rank known, which dims become 1 is not
-      Dims d;
-      for (size_t i = 0; i < x->size(); ++i) d.push_back(c.Unknown());
-      y.shape = std::move(d);
-    }
+    if (keep) y.shape = UnknownDims(c, x->size());  // rank known, which dims become 1 is not
     return Status::Ok();
   }
   std::vector<size_t> reduced;

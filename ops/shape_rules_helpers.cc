@@ -99,6 +99,20 @@ std::optional<Dims> BroadcastTwo(InferContext& c, const Dims& a, const Dims& b) 
   return out;
 }
 
+Dims UnknownDims(InferContext& c, size_t n) {
+  Dims d;
+  for (size_t i = 0; i < n; ++i) d.push_back(c.Unknown());
+  return d;
+}
+
+std::optional<size_t> ShapeInputRank(const InferContext& c, size_t i) {
+  const Dims* s = c.shape(i);
+  if (s == nullptr || s->size() != 1) return std::nullopt;
+  const auto n = (*s)[0].AsConstant();
+  if (!n || *n < 0 || *n > static_cast<int64_t>(core::kMaxRank)) return std::nullopt;
+  return static_cast<size_t>(*n);
+}
+
 void KeepValues(InferContext& c, size_t from) {
   SymTensor& o = c.out(0);
   const SymTensor* in = c.input(from);

@@ -57,6 +57,13 @@ std::optional<Dims> IntegralValues(const std::vector<double>& f);
 // Multidirectional (numpy) broadcasting of two shapes; nullopt when they do not broadcast.
 std::optional<Dims> BroadcastTwo(InferContext& c, const Dims& a, const Dims& b);
 
+// `n` fresh unknown dims (InferContext::Unknown), in order.
+Dims UnknownDims(InferContext& c, size_t n);
+
+// The length of input `i` when it is 1-D with a constant length of at most core::kMaxRank: the
+// rank a shape input (Reshape's, Expand's, ConstantOfShape's) gives when its elements are unknown.
+std::optional<size_t> ShapeInputRank(const InferContext& c, size_t i);
+
 // Copies input `from`'s known elements to output 0 when output 0's shape (already set) is
 // constant and holds as many elements: the ops that keep the elements and change the shape.
 void KeepValues(InferContext& c, size_t from);

@@ -26,7 +26,9 @@ using internal::KeepValues;
 using internal::kMaxExactDouble;
 using internal::NormAxes;
 using internal::NormAxis;
+using internal::ShapeInputRank;
 using internal::StridedAxis;
+using internal::UnknownDims;
 
 // -------------------------------------------------------------------------------------------
 // Shape manipulation.
@@ -42,15 +44,7 @@ Status Reshape(InferContext& c) {
     target = *v;
   }
   if (!target) {
-    const Dims* ts = c.shape(1);
-    if (ts != nullptr && ts->size() == 1) {
-      if (auto n = (*ts)[0].AsConstant();
-          n && *n >= 0 && *n <= static_cast<int64_t>(core::kMaxRank)) {
-        Dims d;
-        for (int64_t i = 0; i < *n; ++i) d.push_back(c.Unknown());
-        y.shape = std::move(d);
-      }
-    }
+    if (auto n = ShapeInputRank(c, 1)) y.shape = UnknownDims(c, *n);
     return Status::Ok();
   }
   const bool allowzero = c.attr_int("allowzero", 0) != 0;
@@ -188,17 +182,7 @@ Status Expand(InferContext& c) {
   const Dims* target = c.values(1);
   if (x == nullptr) return Status::Ok();
   if (target == nullptr) {
-    const Dims* ts = c.shape(1);
-    if (ts != nullptr && ts->size() == 1) {
-      if (auto n = (*ts)[0].AsConstant();
-          n && *n >= 0 && *n <= static_cast<int64_t>(core::kMaxRank)) {
-        Dims d;
-        for (size_t i = 0; i < std::max(x->size(), static_cast<size_t>(*n)); ++i) {
-          d.push_back(c.Unknown());
-        }
-        y.shape = std::move(d);
-      }
-    }
+    if (auto n = ShapeInputRank(c, 1)) y.shape = UnknownDims(c, std::max(x->size(), *n));
     return Status::Ok();
   }
   if (target->size() > core::kMaxRank) return Bad(c, "rank too large");
@@ -322,9 +306,7 @@ Status Resize(InferContext& c) {
       return Status::Ok();
     }
     if (sizes == nullptr && !(ss != nullptr && ss->size() == 1 && (*ss)[0] == DimExpr(0))) {
-      Dims d;
-      for (size_t i = 0; i < r; ++i) d.push_back(c.Unknown());
-      y.shape = std::move(d);
+      y.shape = UnknownDims(c, r);
       return Status::Ok();
     }
   }
@@ -335,9 +317,7 @@ Status Resize(InferContext& c) {
     scales = *f;
   }
   if (!scales) {
-    Dims d;
-    for (size_t i = 0; i < r; ++i) d.push_back(c.Unknown());
-    y.shape = std::move(d);
+    y.shape = UnknownDims(c, r);
     return Status::Ok();
   }
   if (scales->size() != r) return Bad(c, "scales do not match the rank");

@@ -22,6 +22,8 @@ using internal::IntegralValues;
 using internal::kI64;
 using internal::kMaxExactDouble;
 using internal::NormAxis;
+using internal::ShapeInputRank;
+using internal::UnknownDims;
 
 // -------------------------------------------------------------------------------------------
 // Shape values and generators.
@@ -106,15 +108,7 @@ Status ConstantOfShape(InferContext& c) {
   }
   const Dims* target = c.values(0);
   if (target == nullptr) {
-    const Dims* ts = c.shape(0);
-    if (ts != nullptr && ts->size() == 1) {
-      if (auto n = (*ts)[0].AsConstant();
-          n && *n >= 0 && *n <= static_cast<int64_t>(core::kMaxRank)) {
-        Dims d;
-        for (int64_t i = 0; i < *n; ++i) d.push_back(c.Unknown());
-        y.shape = std::move(d);
-      }
-    }
+    if (auto n = ShapeInputRank(c, 0)) y.shape = UnknownDims(c, *n);
     return Status::Ok();
   }
   if (target->size() > core::kMaxRank) return Bad(c, "rank too large");
