@@ -188,6 +188,13 @@ std::optional<std::vector<int64_t>> IntPayload(const onnx::TensorProto& t, size_
     out.assign(v.begin(), v.end());
     return true;
   };
+  auto narrow = [&](const auto& v) {  // uint64 elements: each must fit in int64
+    for (uint64_t x : v) {
+      if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+      out.push_back(static_cast<int64_t>(x));
+    }
+    return true;
+  };
   bool ok = false;
   switch (t.data_type()) {
     case core::kInt64:
@@ -226,22 +233,13 @@ std::optional<std::vector<int64_t>> IntPayload(const onnx::TensorProto& t, size_
     case core::kUInt32:
     case core::kUInt64:
       if (t.uint64_data_size() > 0) {
-        for (uint64_t x : t.uint64_data()) {
-          if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
-          out.push_back(static_cast<int64_t>(x));
-        }
-        ok = true;
+        ok = narrow(t.uint64_data());
       } else if (t.data_type() == core::kUInt32) {
         std::vector<uint32_t> v;
         ok = ReadRaw(raw, n, &v) && widen(v);
       } else {
         std::vector<uint64_t> v;
-        if (!ReadRaw(raw, n, &v)) return std::nullopt;
-        for (uint64_t x : v) {
-          if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
-          out.push_back(static_cast<int64_t>(x));
-        }
-        ok = true;
+        ok = ReadRaw(raw, n, &v) && narrow(v);
       }
       break;
     default:

@@ -24,6 +24,7 @@ using internal::BroadcastTwo;
 using internal::Dims;
 using internal::FoldBroadcast;
 using internal::FoldElementwise;
+using internal::IntegralValues;
 using internal::IntList;
 using internal::kBoolT;
 using internal::KeepValues;
@@ -63,12 +64,7 @@ void FoldFloat(InferContext& c, size_t n, Fn fn) {
       },
       [&](std::vector<double> result) {
         SymTensor& o = c.out(0);
-        Dims ints;
-        for (double x : result) {
-          if (std::floor(x) != x || std::fabs(x) > kMaxExactDouble) break;
-          ints.emplace_back(static_cast<int64_t>(x));
-        }
-        if (!o.values && ints.size() == result.size()) o.values = std::move(ints);
+        if (!o.values) o.values = IntegralValues(result);
         o.float_values = std::move(result);
       });
 }

@@ -327,7 +327,11 @@ Status Resize(InferContext& c) {
   return Status::Ok();
 }
 
-Status DepthToSpace(InferContext& c) {
+namespace {
+
+// DepthToSpace (`to_space`) and SpaceToDepth over [N, C, H, W]: blocks of b*b channels become
+// b x b spatial tiles, or back.
+Status BlockRearrange(InferContext& c, bool to_space) {
   SymTensor& y = c.out(0);
   y.dtype = c.dtype(0);
   const Dims* x = c.shape(0);
@@ -335,20 +339,17 @@ Status DepthToSpace(InferContext& c) {
   const int64_t b = c.attr_int("blocksize", 0);
   if (x->size() != 4 || b < 1 || b > (int64_t{1} << 20))
     return Bad(c, "needs rank 4, blocksize >= 1");
-  y.shape = Dims{(*x)[0], c.ExactDiv((*x)[1], b * b), c.Mul((*x)[2], b), c.Mul((*x)[3], b)};
+  if (to_space) {
+    y.shape = Dims{(*x)[0], c.ExactDiv((*x)[1], b * b), c.Mul((*x)[2], b), c.Mul((*x)[3], b)};
+  } else {
+    y.shape = Dims{(*x)[0], c.Mul((*x)[1], b * b), c.ExactDiv((*x)[2], b), c.ExactDiv((*x)[3], b)};
+  }
   return Status::Ok();
 }
 
-Status SpaceToDepth(InferContext& c) {
-  SymTensor& y = c.out(0);
-  y.dtype = c.dtype(0);
-  const Dims* x = c.shape(0);
-  if (x == nullptr) return Status::Ok();
-  const int64_t b = c.attr_int("blocksize", 0);
-  if (x->size() != 4 || b < 1 || b > (int64_t{1} << 20))
-    return Bad(c, "needs rank 4, blocksize >= 1");
-  y.shape = Dims{(*x)[0], c.Mul((*x)[1], b * b), c.ExactDiv((*x)[2], b), c.ExactDiv((*x)[3], b)};
-  return Status::Ok();
-}
+}  // namespace
+
+Status DepthToSpace(InferContext& c) { return BlockRearrange(c, /*to_space=*/true); }
+Status SpaceToDepth(InferContext& c) { return BlockRearrange(c, /*to_space=*/false); }
 
 }  // namespace memest::ops::shape

@@ -23,6 +23,7 @@ using internal::FoldStrided;
 using internal::IntList;
 using internal::NormAxis;
 using internal::StridedAxis;
+using internal::UnknownDims;
 
 // -------------------------------------------------------------------------------------------
 // Shape manipulation: joining, cutting, gathering.
@@ -155,6 +156,18 @@ DimExpr Clamp(InferContext& c, const DimExpr& v, const DimExpr& lo, const DimExp
   return c.Min(c.Max(v, lo), hi);
 }
 
+// x's dims with those on `axes` (every one when nullopt) unknown: a slice whose starts, ends or
+// steps are not known.
+Dims UnknownOnAxes(InferContext& c, const Dims& x,
+                   const std::optional<std::vector<int64_t>>& axes) {
+  if (!axes) return UnknownDims(c, x.size());
+  Dims d = x;
+  for (int64_t a : *axes) {
+    if (auto n = NormAxis(a, x.size())) d[*n] = c.Unknown();
+  }
+  return d;
+}
+
 }  // namespace
 
 Status Slice(InferContext& c) {
@@ -180,29 +193,13 @@ Status Slice(InferContext& c) {
     if (c.has_input(4)) {
       steps = c.ints(4);
       if (!steps) {
-        Dims d = *x;
-        if (axes) {
-          for (int64_t a : *axes) {
-            if (auto n = NormAxis(a, r)) d[*n] = c.Unknown();
-          }
-        } else {
-          for (auto& e : d) e = c.Unknown();
-        }
-        y.shape = std::move(d);
+        y.shape = UnknownOnAxes(c, *x, axes);
         return Status::Ok();
       }
     }
   }
   if (!starts || !ends || axes_unknown) {
-    Dims d = *x;
-    if (axes) {
-      for (int64_t a : *axes) {
-        if (auto n = NormAxis(a, r)) d[*n] = c.Unknown();
-      }
-    } else {
-      for (auto& e : d) e = c.Unknown();
-    }
-    y.shape = std::move(d);
+    y.shape = UnknownOnAxes(c, *x, axes);
     return Status::Ok();
   }
   const size_t n = starts->size();
