@@ -69,6 +69,7 @@ void FoldFloat(InferContext& c, size_t n, Fn fn) {
       });
 }
 
+// The integer element types, bool included (Cast and Div keep integer elements exact).
 bool IsIntegerDType(int32_t t) {
   switch (t) {
     case core::kInt8:
