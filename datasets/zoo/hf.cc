@@ -34,6 +34,7 @@ const std::vector<Family>& Families() {
       {"mistral", {"MistralForCausalLM"}},
       {"mixtral", {"MixtralForCausalLM"}},
       {"qwen2", {"Qwen2ForCausalLM"}},
+      {"qwen3", {"Qwen3ForCausalLM"}},
       {"gemma", {"GemmaForCausalLM"}},
       {"phi", {"PhiForCausalLM"}},
       {"phi3", {"Phi3ForCausalLM"}},

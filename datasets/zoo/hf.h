@@ -3,8 +3,8 @@
 // Contract:
 //  * BuildHfModel(config, options) writes the graph of the module Hugging Face `transformers`
 //    builds from the config: decoder-only language models (llama, mistral, mixtral, qwen2,
-//    gemma, phi, phi3, gpt2, gpt_neox, falcon) as *ForCausalLM, encoders (bert, roberta) as
-//    BertModel/RobertaModel with the pooler, and t5 as T5ForConditionalGeneration
+//    qwen3, gemma, phi, phi3, gpt2, gpt_neox, falcon) as *ForCausalLM, encoders (bert,
+//    roberta) as BertModel/RobertaModel with the pooler, and t5 as T5ForConditionalGeneration
 //    (docs/hf-config.md says what each graph holds and what it leaves out).
 //  * The graph follows GraphWriter's rules (graph_writer.h): opset 17, every parameter a
 //    weightless EXTERNAL float initializer named as in the model's state_dict

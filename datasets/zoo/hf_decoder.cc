@@ -1,5 +1,5 @@
 // datasets/zoo/hf_decoder.cc -- decoder-only language models from a Hugging Face config:
-// llama, mistral, mixtral, qwen2, gemma, phi, phi3, gpt2, gpt_neox, falcon (*ForCausalLM).
+// llama, mistral, mixtral, qwen2, qwen3, gemma, phi, phi3, gpt2, gpt_neox, falcon (*ForCausalLM).
 //
 // Policy (what the graph is; docs/hf-config.md has the per-family table):
 //  * One block structure per family, as modeling_<family>.py writes it: sequential
@@ -12,6 +12,8 @@
 //    MatMul with v. Grouped-query attention repeats k and v as repeat_kv does (Unsqueeze,
 //    Expand, Reshape) before the MatMul. Rotary embeddings (full or partial) are applied with
 //    rotate_half (Slice, Neg, Concat); cos/sin come from Range over the positions in the graph.
+//    Per-head norms on q and k (phi's qk_layernorm: LayerNorm; qwen3's q_norm/k_norm: RMSNorm
+//    over head_dim, on [b, s, heads, head_dim] before the transpose) come before the rotary.
 //  * Mixture of experts (mixtral): router Linear -> Softmax -> TopK -> renormalised weights.
 //    Routing is modelled as balanced: each expert takes ceil(tokens * top_k / experts) token rows
 //    (Gather by a Range), runs its SwiGLU MLP, scales by its routing weights and adds into the
@@ -67,11 +69,14 @@ struct Common {
   int64_t vocab, hidden, layers, heads, kv_heads, head_dim;
 };
 
-// vocab, hidden, layers, heads, kv heads and head_dim with their consistency checks.
+// vocab, hidden, layers, heads, kv heads and head_dim with their consistency checks. Absent kv
+// heads are `kv_default` (0: as many as heads); an absent head_dim is `head_dim_default` (0:
+// hidden / heads).
 Result<Common> ReadCommon(const ConfigReader& r, std::initializer_list<const char*> hidden_keys,
                           std::initializer_list<const char*> layer_keys,
                           std::initializer_list<const char*> head_keys,
-                          std::initializer_list<const char*> kv_keys) {
+                          std::initializer_list<const char*> kv_keys, int64_t kv_default = 0,
+                          int64_t head_dim_default = 0) {
   Common c{};
   MEMEST_ASSIGN_OR_RETURN(c.vocab, r.Int({"vocab_size"}, 1, kMaxVocab));
   MEMEST_ASSIGN_OR_RETURN(c.hidden, r.Int(hidden_keys, 1, kMaxHidden));
@@ -79,7 +84,8 @@ Result<Common> ReadCommon(const ConfigReader& r, std::initializer_list<const cha
   MEMEST_ASSIGN_OR_RETURN(c.heads, r.Int(head_keys, 1, kMaxHeads));
   c.kv_heads = c.heads;
   if (kv_keys.size() > 0) {
-    MEMEST_ASSIGN_OR_RETURN(c.kv_heads, r.IntOr(kv_keys, c.heads, 1, kMaxHeads));
+    MEMEST_ASSIGN_OR_RETURN(c.kv_heads,
+                            r.IntOr(kv_keys, kv_default > 0 ? kv_default : c.heads, 1, kMaxHeads));
   }
   const std::string heads_key = *head_keys.begin();
   if (c.heads % c.kv_heads != 0) {
@@ -88,6 +94,8 @@ Result<Common> ReadCommon(const ConfigReader& r, std::initializer_list<const cha
   }
   if (r.Has("head_dim")) {
     MEMEST_ASSIGN_OR_RETURN(c.head_dim, r.Int({"head_dim"}, 1, kMaxHeadDim));
+  } else if (head_dim_default > 0) {
+    c.head_dim = head_dim_default;
   } else {
     if (c.hidden % c.heads != 0) {
       return r.Error(*hidden_keys.begin(),
@@ -132,15 +140,19 @@ void NoteSlidingWindow(const ConfigReader& r, const nlohmann::json& window, Deco
                      "memory up to that many positions; eager attention beyond it too)");
 }
 
-// llama, mistral, mixtral, qwen2, gemma, phi3.
+// llama, mistral, mixtral, qwen2, qwen3, gemma, phi3.
 Result<DecoderSpec> ReadLlamaLike(const ConfigReader& r) {
   const std::string& t = r.model_type();
   const nlohmann::json& j = r.json();
   DecoderSpec s;
   s.names = LlamaNames();
+  // Qwen3Config: head_dim 128 and num_key_value_heads 32 when absent (null kv heads: as many as
+  // the heads), not hidden / heads.
+  const bool qwen3 = t == "qwen3";
+  const int64_t kv_default = qwen3 && !j.contains("num_key_value_heads") ? 32 : 0;
   MEMEST_ASSIGN_OR_RETURN(
       const Common c, ReadCommon(r, {"hidden_size"}, {"num_hidden_layers"}, {"num_attention_heads"},
-                                 {"num_key_value_heads"}));
+                                 {"num_key_value_heads"}, kv_default, qwen3 ? 128 : 0));
   Apply(c, &s);
   MEMEST_ASSIGN_OR_RETURN(s.intermediate, r.Int({"intermediate_size"}, 1, kMaxIntermediate));
   MEMEST_ASSIGN_OR_RETURN(s.norm_eps, r.NumberOr({"rms_norm_eps"}, 1e-6, 0.0, 1.0));
@@ -172,6 +184,14 @@ Result<DecoderSpec> ReadLlamaLike(const ConfigReader& r) {
     s.qkv_bias = true;  // Qwen2Attention: q/k/v_proj bias=True, o_proj bias=False
     s.o_bias = false;
   }
+  if (qwen3) {
+    // Qwen3Attention: q/k/v/o_proj bias = attention_bias (default false); q_norm and k_norm
+    // RMSNorm(head_dim, rms_norm_eps) per head.
+    s.architecture = "Qwen3ForCausalLM";
+    s.qk_rmsnorm = true;
+    s.names.q_norm = "self_attn.q_norm";
+    s.names.k_norm = "self_attn.k_norm";
+  }
   if (t == "phi3") {
     s.architecture = "Phi3ForCausalLM";
     s.qkv = QkvLayout::kFused;
@@ -198,10 +218,18 @@ Result<DecoderSpec> ReadLlamaLike(const ConfigReader& r) {
                       std::to_string(s.experts_per_token) + " / " + std::to_string(s.experts) +
                       " rows; imbalance is not modelled");
   }
+  // Qwen2/Qwen3: the window applies only with use_sliding_window (Qwen3Config's sliding_window
+  // is 4096 when absent; without use_sliding_window it is None, whatever layer_types says).
   auto use_window = j.find("use_sliding_window");
-  const bool windowed = t != "qwen2" || (use_window != j.end() && use_window->is_boolean() &&
-                                         use_window->get<bool>());
-  if (windowed && j.contains("sliding_window")) NoteSlidingWindow(r, j["sliding_window"], &s);
+  const bool qwen = t == "qwen2" || qwen3;
+  const bool use = use_window != j.end() && use_window->is_boolean() && use_window->get<bool>();
+  if (!qwen || use) {
+    if (j.contains("sliding_window")) {
+      NoteSlidingWindow(r, j["sliding_window"], &s);
+    } else if (qwen3) {
+      NoteSlidingWindow(r, nlohmann::json(4096), &s);
+    }
+  }
   return s;
 }
 
@@ -441,14 +469,19 @@ std::string DecoderGraph::SelfAttention(const std::string& h, int64_t i) {
   w_.SetScope(At(s_.names.layer, i) + "/attn");
   std::string q, k, v;
   switch (s_.qkv) {
-    case QkvLayout::kSeparate:
-      q = b_.SplitHeads(b_.Linear(h, s_.hidden, q_out, s_.qkv_bias, prefix + s_.names.q), s_.heads,
-                        hd);
-      k = b_.SplitHeads(b_.Linear(h, s_.hidden, kv_out, s_.qkv_bias, prefix + s_.names.k),
-                        s_.kv_heads, hd);
-      v = b_.SplitHeads(b_.Linear(h, s_.hidden, kv_out, s_.qkv_bias, prefix + s_.names.v),
-                        s_.kv_heads, hd);
+    case QkvLayout::kSeparate: {
+      // [b, s, n * hd] -> [b, s, n, hd] -> (qwen3: RMSNorm over hd) -> [b, n, s, hd].
+      auto heads = [&](const std::string& name, int64_t n, const std::string& norm) {
+        std::string x = b_.Linear(h, s_.hidden, n * hd, s_.qkv_bias, prefix + name);
+        x = w_.Op("Reshape", {x, w_.Int64s({0, 0, n, hd})});
+        if (!norm.empty()) x = b_.RmsNorm(x, hd, s_.norm_eps, prefix + norm, false);
+        return b_.Transpose(x, {0, 2, 1, 3});
+      };
+      q = heads(s_.names.q, s_.heads, s_.qk_rmsnorm ? s_.names.q_norm : "");
+      k = heads(s_.names.k, s_.kv_heads, s_.qk_rmsnorm ? s_.names.k_norm : "");
+      v = heads(s_.names.v, s_.kv_heads, "");
       break;
+    }
     case QkvLayout::kFused: {
       const std::string qkv =
           b_.Linear(h, s_.hidden, q_out + 2 * kv_out, s_.qkv_bias, prefix + s_.names.qkv);
@@ -671,7 +704,7 @@ Result<DecoderSpec> ReadDecoder(const ConfigReader& r) {
   } else if (t == "falcon") {
     s = ReadFalcon(r);
   } else {
-    s = ReadLlamaLike(r);  // llama, mistral, mixtral, qwen2, gemma, phi3
+    s = ReadLlamaLike(r);  // llama, mistral, mixtral, qwen2, qwen3, gemma, phi3
   }
   if (!s.ok()) return s;
   s->model_type = t;

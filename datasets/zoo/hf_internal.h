@@ -104,6 +104,7 @@ struct DecoderSpec {
   QkvLayout qkv = QkvLayout::kSeparate;
   bool qkv_bias = false, o_bias = false, mlp_bias = false, lm_head_bias = false;
   bool qk_layernorm = false;  // phi: LayerNorm(head_dim) on q and k
+  bool qk_rmsnorm = false;    // qwen3: RMSNorm(head_dim) on q and k per head (separate q/k/v)
   MlpKind mlp = MlpKind::kGated;
   std::string act = "silu";  // layers.h Activation() name
   BlockKind block = BlockKind::kSequential;

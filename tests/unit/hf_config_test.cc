@@ -69,6 +69,9 @@ const std::vector<Published>& PublishedCounts() {
       {"qwen2.5-0.5b.json", "Qwen2ForCausalLM", 494'032'768, true},
       {"qwen2-1.5b-instruct.json", "Qwen2ForCausalLM", 1'543'714'304, true},
       {"qwen2-7b.json", "Qwen2ForCausalLM", 7'615'616'512, false},
+      {"qwen3-0.6b.json", "Qwen3ForCausalLM", 596'049'920, true},
+      {"qwen3-8b.json", "Qwen3ForCausalLM", 8'190'735'360, false},
+      {"qwen3-32b.json", "Qwen3ForCausalLM", 32'762'123'264, false},
       {"gemma-2b.json", "GemmaForCausalLM", 2'506'172'416, true},
       {"gemma-7b.json", "GemmaForCausalLM", 8'537'680'896, true},
       {"phi-2.json", "PhiForCausalLM", 2'779'683'840, false},
@@ -144,6 +147,7 @@ TEST(HfConfigTest, EveryFamilyEstimatesAtBatch2Seq64) {
                          "mistral-7b-v0.1.json",
                          "mixtral-8x7b-v0.1.json",
                          "qwen2-0.5b-instruct.json",
+                         "qwen3-0.6b.json",
                          "gemma-2b.json",
                          "phi-2.json",
                          "phi-3.5-mini-instruct.json",
@@ -181,7 +185,8 @@ TEST(HfConfigTest, AttentionFusesInEveryLayerUnderSdpa) {
     size_t chains;
   };
   for (const Case& c :
-       {Case{"tinyllama-1.1b-chat-v1.0.json", 22}, Case{"gemma-2b.json", 18}, Case{"gpt2.json", 12},
+       {Case{"tinyllama-1.1b-chat-v1.0.json", 22}, Case{"qwen3-0.6b.json", 28},
+        Case{"gemma-2b.json", 18}, Case{"gpt2.json", 12},
         Case{"pythia-160m.RECONSTRUCTED.json", 12}, Case{"falcon-7b.RECONSTRUCTED.json", 32},
         Case{"bert-base-uncased.json", 12}, Case{"t5-small.json", 18}}) {
     SCOPED_TRACE(c.file);
@@ -267,6 +272,104 @@ TEST(HfConfigTest, KvCacheOutputsHaveTheirShapes) {
   EXPECT_GT(e->peak_allocated, static_cast<uint64_t>(dm.parameters) * 4 + cache);
 }
 
+// Qwen3: the per-head q_norm/k_norm ([head_dim] RMSNorm weights, state_dict names) sit between the
+// projections and the rotary, decomposed in fp32 like the other RMSNorms; q/k/v/o have no bias;
+// head_dim (128) is the config's, not hidden / heads (1024 / 16 = 64); the head reads the tied
+// embedding on 0.6B and its own lm_head.weight on 8B.
+TEST(HfConfigTest, Qwen3HasPerHeadQkNormsBeforeTheRotary) {
+  const zoo::HfModel m = Build(Config("qwen3-0.6b.json"));
+  EXPECT_EQ(m.model_type, "qwen3");
+  EXPECT_EQ(m.head_dim, 128);
+  EXPECT_EQ(m.kv_heads, 8);
+  EXPECT_TRUE(m.notes.empty());  // use_sliding_window false: no window note
+  std::map<std::string, std::vector<int64_t>> params;
+  for (const auto& t : m.model.graph().initializer()) {
+    if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+      params[t.name()] = std::vector<int64_t>(t.dims().begin(), t.dims().end());
+    }
+  }
+  EXPECT_EQ(params["model.layers.0.self_attn.q_norm.weight"], (std::vector<int64_t>{128}));
+  EXPECT_EQ(params["model.layers.27.self_attn.k_norm.weight"], (std::vector<int64_t>{128}));
+  EXPECT_EQ(params["model.layers.0.self_attn.q_proj.weight"], (std::vector<int64_t>{1024, 2048}));
+  EXPECT_EQ(params["model.layers.0.self_attn.k_proj.weight"], (std::vector<int64_t>{1024, 1024}));
+  EXPECT_EQ(params["model.layers.0.self_attn.o_proj.weight"], (std::vector<int64_t>{2048, 1024}));
+  for (const auto& [name, dims] : params) {
+    EXPECT_EQ(name.find(".bias"), std::string::npos) << name;
+  }
+  EXPECT_EQ(params.count("lm_head.weight"), 0u);  // tied: read through a Transpose
+  EXPECT_EQ(params.size(), 1u + 28 * 11 + 1);     // embedding, 11 per layer, final norm
+
+  // q_norm's weight multiplies a Reshape'd [b, s, 16, 128] projection normalised over its last
+  // axis; the result is transposed to [b, 16, s, 128] and fed to the rotary (Mul by cos).
+  auto model = Load(m);
+  ASSERT_NE(model, nullptr);
+  const core::Graph& g = model->graph();
+  auto shapes = core::EvaluateShapes(g, *g.symbolic, {{"batch", 2}, {"seq", 64}});
+  ASSERT_TRUE(shapes.ok()) << shapes.status().ToString();
+  auto shape = [&](int id) { return shapes->shapes[static_cast<size_t>(id)]; };
+  const int w = g.FindValue("model.layers.0.self_attn.q_norm.weight");
+  ASSERT_GE(w, 0);
+  ASSERT_EQ(g.value(w).consumers.size(), 1u);
+  const core::Node& scale = g.nodes[static_cast<size_t>(g.value(w).consumers.front())];
+  EXPECT_EQ(scale.op_type, "Mul");
+  ASSERT_TRUE(shape(scale.outputs[0]));
+  EXPECT_EQ(*shape(scale.outputs[0]), (std::vector<int64_t>{2, 64, 16, 128}));
+  ASSERT_EQ(g.value(scale.outputs[0]).consumers.size(), 1u);
+  const core::Node& transpose =
+      g.nodes[static_cast<size_t>(g.value(scale.outputs[0]).consumers.front())];
+  EXPECT_EQ(transpose.op_type, "Transpose");
+  EXPECT_EQ(*shape(transpose.outputs[0]), (std::vector<int64_t>{2, 16, 64, 128}));
+  bool rotary = false;
+  for (int c : g.value(transpose.outputs[0]).consumers) {
+    rotary |= g.nodes[static_cast<size_t>(c)].op_type == "Mul";
+  }
+  EXPECT_TRUE(rotary);
+
+  // Untied from 8B on.
+  const zoo::HfModel big = Build(Config("qwen3-8b.json"));
+  EXPECT_FALSE(big.tied);
+  EXPECT_EQ(big.head_dim, 128);
+  bool head = false;
+  for (const auto& t : big.model.graph().initializer()) head |= t.name() == "lm_head.weight";
+  EXPECT_TRUE(head);
+}
+
+// Qwen3's prefill and decode: present.{i}.key/value [batch, 8, ., 128] (head_dim from the
+// config), the keys after q/k norm and rotary; every phase has the published count.
+TEST(HfConfigTest, Qwen3PrefillAndDecodeHaveTheirShapes) {
+  const json c = Config("qwen3-0.6b.json");
+  HfGraphOptions prefill;
+  prefill.phase = HfGraphOptions::kPrefill;
+  auto p = Load(Build(c, prefill));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->summary().parameter_count, 596'049'920);
+  EXPECT_EQ(OutputShape(*p, "present.27.key", {{"batch", 2}, {"seq", 64}}),
+            (std::vector<int64_t>{2, 8, 64, 128}));
+  EXPECT_EQ(OutputShape(*p, "logits", {{"batch", 2}, {"seq", 64}}),
+            (std::vector<int64_t>{2, 64, 151936}));
+
+  HfGraphOptions decode;
+  decode.phase = HfGraphOptions::kDecode;
+  decode.logits_last_only = true;
+  auto d = Load(Build(c, decode));
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->summary().parameter_count, 596'049'920);
+  EXPECT_EQ(d->summary().data_inputs.size(), 1u + 2 * 28);
+  const std::map<std::string, int64_t> dims = {{"batch", 3}, {"seq", 1}, {"past", 4095}};
+  EXPECT_EQ(OutputShape(*d, "present.0.key", dims), (std::vector<int64_t>{3, 8, 4096, 128}));
+  EXPECT_EQ(OutputShape(*d, "present.27.value", dims), (std::vector<int64_t>{3, 8, 4096, 128}));
+  EXPECT_EQ(OutputShape(*d, "logits", dims), (std::vector<int64_t>{3, 1, 151936}));
+  auto est = MakeEstimator("symbolic");
+  Options o;
+  o.mode = Mode::kInfer;
+  o.batch = 3;
+  o.dims = {{"seq", 1}, {"past", 4095}};
+  auto e = (*est)->Run(*d, o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const uint64_t cache = uint64_t{2} * 28 * 3 * 8 * 4096 * 128 * 4;  // k and v, fp32
+  EXPECT_GT(e->peak_allocated, uint64_t{596'049'920} * 4 + cache);
+}
+
 // A decode step of GPT-2 (learned positions from past to past + seq) and of a mixture of experts
 // bind for any batch and seq: routing divides nothing exactly.
 TEST(HfConfigTest, DecodeBindsForEveryBatchAndSeq) {
@@ -332,6 +435,14 @@ TEST(HfConfigTest, SmallGraphsPassTheOnnxChecker) {
        {"num_key_value_heads", 2},
        {"num_local_experts", 4},
        {"num_experts_per_tok", 2}},
+      {{"model_type", "qwen3"},
+       {"vocab_size", 100},
+       {"hidden_size", 32},
+       {"intermediate_size", 64},
+       {"num_hidden_layers", 2},
+       {"num_attention_heads", 4},
+       {"num_key_value_heads", 2},
+       {"head_dim", 16}},
       {{"model_type", "phi"},
        {"vocab_size", 100},
        {"hidden_size", 32},
@@ -394,6 +505,40 @@ Status BuildError(const json& config, HfGraphOptions o = {}) {
 void ExpectError(const Status& s, ErrorCode code, const std::string& text) {
   EXPECT_EQ(s.code(), code) << s.ToString();
   EXPECT_NE(s.message().find(text), std::string::npos) << s.message();
+}
+
+// Qwen3Config's defaults where the file says nothing: head_dim 128 (not hidden / heads), 32 kv
+// heads, untied, no attention bias; attention_bias true adds q/k/v/o biases; a sliding window
+// is noted only with use_sliding_window.
+TEST(HfConfigTest, Qwen3Defaults) {
+  json c = {{"model_type", "qwen3"},   {"vocab_size", 100},      {"hidden_size", 64},
+            {"intermediate_size", 96}, {"num_hidden_layers", 2}, {"num_attention_heads", 32}};
+  const zoo::HfModel m = Build(c);
+  EXPECT_EQ(m.architecture, "Qwen3ForCausalLM");
+  EXPECT_EQ(m.head_dim, 128);
+  EXPECT_EQ(m.kv_heads, 32);
+  EXPECT_FALSE(m.tied);
+  // embed + head 2 * 100 * 64; per layer q/k/v/o 4 * 64 * 4096, MLP 3 * 64 * 96, norms
+  // 2 * 64 + 2 * 128; final norm 64.
+  const int64_t layer = 4 * 64 * 4096 + 3 * 64 * 96 + 2 * 64 + 2 * 128;
+  EXPECT_EQ(m.parameters, 2 * 100 * 64 + 2 * layer + 64);
+  EXPECT_TRUE(m.notes.empty());
+
+  c["attention_bias"] = true;
+  EXPECT_EQ(Build(c).parameters, m.parameters + 2 * (4096 + 4096 + 4096 + 64));
+  c["num_key_value_heads"] = nullptr;  // null: as many as the heads
+  EXPECT_EQ(Build(c).kv_heads, 32);
+  c["num_key_value_heads"] = 8;
+  c["head_dim"] = 16;
+  EXPECT_EQ(Build(c).head_dim, 16);
+
+  c["use_sliding_window"] = true;
+  const zoo::HfModel windowed = Build(c);
+  ASSERT_EQ(windowed.notes.size(), 1u);
+  EXPECT_NE(windowed.notes[0].find("sliding_window 4096"), std::string::npos) << windowed.notes[0];
+  c["num_attention_heads"] = 12;
+  ExpectError(BuildError(c), ErrorCode::kInvalidModel,
+              "'num_attention_heads' = 12 is not divisible by 'num_key_value_heads' = 8 (qwen3)");
 }
 
 TEST(HfConfigTest, BadConfigsNameTheField) {
