@@ -57,9 +57,9 @@
 #include "tools/calibrate_command.h"
 #include "tools/exit_codes.h"
 #include "tools/pack_command.h"
-#include "tools/serve_command.h"
 #include "tools/parallel_flags.h"
 #include "tools/report.h"
+#include "tools/serve_command.h"
 
 #ifndef MEMEST_VERSION
 #define MEMEST_VERSION "unknown"
@@ -341,9 +341,9 @@ void AddEstimationFlags(CLI::App& app, Flags& f, HelpDefaults& help) {
   app.add_option("model", f.model_path, "the ONNX model file")->type_name("MODEL.onnx");
   app.add_option("--hf-config", f.hf_config,
                  "instead of MODEL.onnx: the weightless graph of a Hugging Face config.json "
-                 "(llama, mistral, mixtral, qwen2, qwen3, gemma, phi, phi3, gpt2, gpt_neox, falcon, "
-                 "bert, roberta, t5; docs/hf-config.md), built in memory; bind its dims with "
-                 "--dim seq=N (decode: also --dim past=N; t5: --dim tgt_seq=N)")
+                 "(llama, mistral, mixtral, qwen2, qwen3, gemma, phi, phi3, gpt2, gpt_neox, "
+                 "falcon, bert, roberta, t5; docs/hf-config.md), built in memory; bind its dims "
+                 "with --dim seq=N (decode: also --dim past=N; t5: --dim tgt_seq=N)")
       ->type_name("config.json");
   f.phase_opt = app.add_option("--phase", f.phase,
                                "with --hf-config: train (the training forward), prefill or "
