@@ -65,8 +65,8 @@ Result<GpuProfile> ParseProfile(const json& p, size_t index) {
   MEMEST_ASSIGN_OR_RETURN(g.display_name, kFields.String(p, "display_name", where));
   MEMEST_ASSIGN_OR_RETURN(g.sm_major, kFields.SmallInt(p, "sm_major", where));
   MEMEST_ASSIGN_OR_RETURN(g.sm_minor, kFields.SmallInt(p, "sm_minor", where));
-  MEMEST_ASSIGN_OR_RETURN(std::string sm_source, kFields.String(p, "sm_source", where));
-  if (sm_source.empty()) return Internal(where + ": empty sm_source");
+  MEMEST_ASSIGN_OR_RETURN(g.sm_source, kFields.String(p, "sm_source", where));
+  if (g.sm_source.empty()) return Internal(where + ": empty sm_source");
   MEMEST_ASSIGN_OR_RETURN(g.total_memory, kFields.Bytes(p, "total_memory", where));
   MEMEST_ASSIGN_OR_RETURN(g.usable_memory, kFields.Bytes(p, "usable_memory", where));
   MEMEST_ASSIGN_OR_RETURN(g.cublas_workspace, kFields.Bytes(p, "cublas_workspace", where));
@@ -216,6 +216,26 @@ Result<std::vector<GpuProfile>> LoadGpuProfiles(const std::string& path) {
   Result<std::vector<GpuProfile>> r = ParseGpuProfiles(text);
   if (!r.ok()) return r.status().WithContext(path);
   return r;
+}
+
+std::string GpuProfilesToJson(const std::vector<GpuProfile>& profiles) {
+  using nlohmann::json;
+  json list = json::array();
+  for (const GpuProfile& g : profiles) {
+    json p = {{"name", g.name},
+              {"display_name", g.display_name},
+              {"sm_major", g.sm_major},
+              {"sm_minor", g.sm_minor},
+              {"sm_source", g.sm_source},
+              {"total_memory", core::BytesJson(g.total_memory)},
+              {"usable_memory", core::BytesJson(g.usable_memory)},
+              {"cublas_workspace", core::BytesJson(g.cublas_workspace)},
+              {"allocator", g.allocator}};
+    if (g.is_mig()) p["mig"] = {{"parent", g.mig_parent}, {"profile", g.mig_profile}};
+    list.push_back(std::move(p));
+  }
+  const json doc = {{"format", "memest-gpu-profiles/1"}, {"profiles", list}};
+  return doc.dump(2, ' ', false, json::error_handler_t::replace);
 }
 
 GpuProfile WithCapacity(GpuProfile p, uint64_t bytes) {

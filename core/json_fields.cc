@@ -9,6 +9,10 @@ namespace memest::core {
 
 using nlohmann::json;
 
+nlohmann::json BytesJson(const ProfileValue& v) {
+  return {{"bytes", v.bytes}, {"source", v.source}, {"calibrated", v.calibrated}};
+}
+
 std::string ToLowerAscii(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -47,6 +47,10 @@ class JsonFields {
 
 std::string ToLowerAscii(std::string_view s);
 
+// A byte value with its provenance, as the data files write it: {"bytes", "source", "calibrated"}
+// (the writer of JsonFields::Bytes).
+nlohmann::json BytesJson(const ProfileValue& value);
+
 // A list parsed once from JSON compiled into the library (the GPU and stack profile tables):
 // its rows, or why they could not be parsed (rows then empty). Callers keep it in a
 // function-local static, so it is built on first use and immutable afterwards.

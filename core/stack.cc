@@ -55,8 +55,10 @@ Result<StackCoefficient> ReadCoefficient(const JsonFields& f, const json& obj, c
   if (c.value < 0 || c.value > kMaxConvWorkspace) {
     return f.Error(here + ": 'value' must be in [0, 64]");
   }
-  if (c.calibrated != c.source.starts_with("fitted: ")) {
-    return f.Error(here + ": calibrated=true exactly when the source starts with 'fitted: '");
+  if (c.calibrated != (c.source.starts_with("measured: ") || c.source.starts_with("fitted: "))) {
+    return f.Error(here +
+                   ": calibrated=true exactly when the source starts with 'measured: ' or "
+                   "'fitted: '");
   }
   return c;
 }
@@ -183,10 +185,6 @@ const EmbeddedTable<StackProfile>& GetTable() {
   static const auto* const table =
       MakeEmbeddedTable(ParseTable(kStacksJson), "embedded stacks.json");
   return *table;
-}
-
-json BytesJson(const ProfileValue& v) {
-  return {{"bytes", v.bytes}, {"source", v.source}, {"calibrated", v.calibrated}};
 }
 
 }  // namespace

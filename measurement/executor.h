@@ -17,6 +17,7 @@
 #include "measurement/plan.h"
 #include "measurement/tracker.h"
 #include "memest/estimate.h"
+#include "memest/measured_row.h"
 #include "memest/options.h"
 #include "memest/status.h"
 
@@ -40,13 +41,9 @@ struct ExecuteOptions {
   bool keep_trace = false;  // CPU: return every allocation event in Measurement::trace
 };
 
-// The four levels of docs/measured-row-schema.md; nullopt = not measured on this device.
-struct Peaks {
-  std::optional<uint64_t> tensor;     // sum of live tensor nbytes (CPU tracker / CUDA requested)
-  std::optional<uint64_t> allocated;  // CUDA caching allocator allocated_bytes peak
-  std::optional<uint64_t> reserved;   // CUDA caching allocator reserved_bytes peak
-  std::optional<uint64_t> device;     // max (total - free) from cudaMemGetInfo
-};
+// The four levels of docs/measured-row-schema.md (memest/measured_row.h); nullopt = not measured
+// on this device. tensor: the CPU tracker's live nbytes, or CUDA's requested bytes.
+using Peaks = MeasuredPeaks;
 
 struct PhaseStats {
   bool ran = false;

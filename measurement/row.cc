@@ -30,23 +30,7 @@ Json PeaksJson(const Peaks& p) {
 
 Json PhaseJson(const PhaseStats& s) { return s.ran ? PeaksJson(s.peaks) : Json(nullptr); }
 
-Json ConfigObject(const RowRequest& r) {
-  const Options& o = r.options;
-  const bool train = o.mode == Mode::kTrain;
-  Json dims = Json::object();
-  for (const auto& [name, value] : r.dims) dims[name] = value;
-  Json c{{"mode", ToString(o.mode)},
-         {"batch", o.batch ? Json(*o.batch) : Json(nullptr)},
-         {"dims", dims},
-         {"optimizer", train ? Json(ToString(o.optimizer)) : Json(nullptr)},
-         {"weight_decay", train ? Json(o.weight_decay) : Json(nullptr)},
-         {"precision", ToString(o.precision)},
-         {"loss", ToString(o.loss)},
-         {"iterations", r.iterations}};
-  // Written only when used, so that the ids of rows without checkpointing stay as they were.
-  if (train && o.checkpoint_segments > 1) c["checkpoint_segments"] = o.checkpoint_segments;
-  return c;
-}
+Json ConfigObject(const RowRequest& r) { return Json::parse(MeasuredConfigJson(ConfigOf(r))); }
 
 std::string NowUtc() {
   std::time_t t = std::time(nullptr);
@@ -69,12 +53,14 @@ bool IsUint(const Json& j) {
 
 }  // namespace
 
-std::string ConfigJson(const RowRequest& request) { return ConfigObject(request).dump(); }
+MeasuredConfig ConfigOf(const RowRequest& request) {
+  return MeasuredConfig{request.options, request.dims, request.iterations};
+}
+
+std::string ConfigJson(const RowRequest& request) { return MeasuredConfigJson(ConfigOf(request)); }
 
 std::string RowId(const RowRequest& request) {
-  // nlohmann::json objects keep keys sorted and dump() writes no spaces: canonical text.
-  Json key{{"config", ConfigObject(request)}, {"model_sha256", request.model_sha256}};
-  return core::Sha256Hex(key.dump());
+  return MeasuredRowId(ConfigOf(request), request.model_sha256);
 }
 
 std::string GitCommit() { return MEMEST_GIT_COMMIT; }
@@ -83,7 +69,7 @@ std::string MakeRow(const RowRequest& r, const Measurement* m, const std::string
                     const DeviceInfo& device) {
   const DeviceInfo& d = m != nullptr ? m->device : device;
   Json row;
-  row["schema"] = kRowSchema;
+  row["schema"] = kMeasuredRowSchema;
   row["id"] = RowId(r);
   row["model"] = Json{{"path", r.model_path},
                       {"sha256", r.model_sha256},
@@ -203,7 +189,9 @@ Status ValidateRow(const std::string& line) {
     return Status::Ok();
   };
   MEMEST_RETURN_IF_ERROR(check(j, "", "schema", kString));
-  if (j["schema"] != kRowSchema) return InvalidArgument("schema is not " + std::string(kRowSchema));
+  if (j["schema"] != kMeasuredRowSchema) {
+    return InvalidArgument("schema is not " + std::string(kMeasuredRowSchema));
+  }
   MEMEST_RETURN_IF_ERROR(check(j, "", "id", kString));
   if (j["id"].get<std::string>().size() != 64) return InvalidArgument("id is not a sha256");
   MEMEST_RETURN_IF_ERROR(check(j, "", "model", kObject));

@@ -19,8 +19,6 @@
 
 namespace memest::measurement {
 
-inline constexpr char kRowSchema[] = "memest.measurement/1";
-
 struct RowRequest {
   std::string model_path;    // relative to the repository root when inside it
   std::string model_sha256;  // of the .onnx file
@@ -35,10 +33,10 @@ struct RowRequest {
   std::string optimizer_impl;  // "single-tensor" | "foreach"
 };
 
-// The configuration object of a row (canonical JSON text: sorted keys, no spaces).
+// The configuration a row records (memest/measured_row.h MeasuredConfig).
+MeasuredConfig ConfigOf(const RowRequest& request);
+// Its canonical JSON (MeasuredConfigJson) and the row's id (MeasuredRowId).
 std::string ConfigJson(const RowRequest& request);
-
-// sha256 of the canonical JSON {"config": <config>, "model_sha256": "<hex>"}: the resume key.
 std::string RowId(const RowRequest& request);
 
 // One row, as a single line of JSON (no trailing newline). `measurement` is the result of a run

@@ -782,8 +782,9 @@ OpCoverage OpsWithoutRules() {
     c.onnx_ops.push_back(name);
     const OpRule* rule = FindRule("", name);
     if (rule == nullptr) c.without_rule.push_back(name);
-    if (rule == nullptr || rule->infer == nullptr) c.without_infer.push_back(name);
+    if (rule == nullptr || rule->infer == nullptr) c.without_shape_rule.push_back(name);
   }
+  c.rules = static_cast<int>(kRules.size());
   return c;
 }
 

@@ -26,6 +26,7 @@
 
 #include "core/bind.h"
 #include "core/graph.h"
+#include "memest/coverage.h"
 #include "ops/shape_rules.h"
 
 namespace memest::ops {
@@ -106,14 +107,8 @@ void ConservativeSaved(const RuleContext& ctx, std::vector<SavedTensor>* out);
 std::vector<SavedTensor> SavedTensors(const core::Node& node, const core::BoundGraph& graph,
                                       const std::vector<bool>& requires_grad);
 
-// ONNX default-domain operators (newest version of each, deprecated and experimental ones
-// left out) that the table lacks: `without_rule` have no entry at all, `without_infer` have no
-// shape rule (with or without an entry). Sorted. For `memest --show-coverage`.
-struct OpCoverage {
-  std::vector<std::string> onnx_ops;  // every operator considered
-  std::vector<std::string> without_rule;
-  std::vector<std::string> without_infer;
-};
+// The table against every ONNX default-domain operator (memest/coverage.h RuleCoverage, which
+// this implements; `memest --show-coverage`).
 OpCoverage OpsWithoutRules();
 
 // Per value id: true for trainable parameters and for every output of a differentiable node

@@ -268,18 +268,6 @@ std::string Html(const Simulation& sim, std::string_view title) {
 
 }  // namespace
 
-Result<TimelineFormat> TimelineFormatFor(std::string_view path) {
-  auto ends = [&](std::string_view ext) {
-    return path.size() >= ext.size() && path.substr(path.size() - ext.size()) == ext;
-  };
-  if (ends(".json")) return TimelineFormat::kJson;
-  if (ends(".csv")) return TimelineFormat::kCsv;
-  if (ends(".svg")) return TimelineFormat::kSvg;
-  if (ends(".html") || ends(".htm")) return TimelineFormat::kHtml;
-  return InvalidArgument("timeline file '" + std::string(path) +
-                         "' must end in .json, .csv, .svg or .html");
-}
-
 std::string RenderTimeline(const Simulation& sim, TimelineFormat format, std::string_view title) {
   switch (format) {
     case TimelineFormat::kJson:
@@ -292,17 +280,6 @@ std::string RenderTimeline(const Simulation& sim, TimelineFormat format, std::st
       return Html(sim, title);
   }
   return {};
-}
-
-Status WriteTimeline(const Simulation& sim, const std::string& path, std::string_view title) {
-  MEMEST_ASSIGN_OR_RETURN(TimelineFormat format, TimelineFormatFor(path));
-  std::ofstream out(path, std::ios::binary);
-  if (!out) {
-    return InvalidArgument("cannot write timeline file '" + path + "': " + std::strerror(errno));
-  }
-  out << RenderTimeline(sim, format, title);
-  if (!out) return Internal("error writing timeline file '" + path + "'");
-  return Status::Ok();
 }
 
 }  // namespace memest::symbolic

@@ -11,19 +11,14 @@
 #include <string_view>
 
 #include "memest/status.h"
+#include "memest/timeline.h"
 #include "symbolic/timeline.h"
 
 namespace memest::symbolic {
 
-enum class TimelineFormat { kJson, kCsv, kSvg, kHtml };
-
-// Picks the format from a file name's extension (.json, .csv, .svg, .html/.htm).
-Result<TimelineFormat> TimelineFormatFor(std::string_view path);
-
+// The text of a simulation in one of memest/timeline.h's formats (the public API renders and
+// writes through this).
 std::string RenderTimeline(const Simulation& sim, TimelineFormat format, std::string_view title);
-
-// Renders and writes `path` (format from its extension).
-Status WriteTimeline(const Simulation& sim, const std::string& path, std::string_view title);
 
 }  // namespace memest::symbolic
 

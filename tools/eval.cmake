@@ -2,7 +2,6 @@
 # library (rows reader, metrics, held-out rules, evaluator, report, plots) that the unit tests link too.
 # Included from tools/CMakeLists.txt.
 add_library(memest_eval STATIC
-  ${CMAKE_CURRENT_LIST_DIR}/eval/rows.cc
   ${CMAKE_CURRENT_LIST_DIR}/eval/metrics.cc
   ${CMAKE_CURRENT_LIST_DIR}/eval/evaluate.cc
   ${CMAKE_CURRENT_LIST_DIR}/eval/heldout.cc

@@ -51,9 +51,6 @@
 #include "datasets/zoo/graph_writer.h"
 #include "datasets/zoo/hf.h"
 #include "memest/memest.h"
-#include "memory/context.h"
-#include "symbolic/symbolic.h"
-#include "symbolic/timeline_writer.h"
 #include "tools/calibrate_command.h"
 #include "tools/exit_codes.h"
 #include "tools/pack_command.h"
@@ -863,62 +860,15 @@ std::string BatchWords(const Options& o) {
   return dims.empty() ? "the model's own shapes" : fmt::format("{}", fmt::join(dims, " "));
 }
 
-// Wraps the measurement backend so that each run it makes (one, or one per batch --max-batch
-// probes) is announced on stderr before it starts and completed with its time and peak: the
-// backend executes the model, which can take minutes, and must never look hung.
-class ProgressEstimator final : public Estimator {
- public:
-  explicit ProgressEstimator(std::unique_ptr<Estimator> inner) : inner_(std::move(inner)) {}
-
-  std::string_view name() const override { return inner_->name(); }
-  OptionSupport supports() const override { return inner_->supports(); }
-
-  Result<Estimate> EstimateIn(const memory::EstimationContext& ctx) const override {
-    const Options& options = ctx.options();
-    const bool show = verbosity != Verbosity::kQuiet;
-    if (show) {
-      std::cerr << fmt::format(
-                       "memest: measuring with LibTorch, {} (this executes the model, on CUDA "
-                       "when usable, else on the CPU) ...",
-                       BatchWords(options))
-                << std::flush;
-    }
-    const auto start = std::chrono::steady_clock::now();
-    Result<Estimate> e = inner_->EstimateIn(ctx);
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    if (show) {
-      std::cerr << fmt::format(" {:.1f} s, {}\n", took.count(),
-                               e.ok() ? "device peak " + FormatBytes(e->peak_device) + Where(*e)
-                                      : std::string("failed"));
-    }
-    return e;
-  }
-
- private:
-  // Where the measurement ran, from the backend's info diagnostic.
-  static std::string Where(const Estimate& e) {
-    for (const auto& d : e.diagnostics) {
-      if (d.code == "cpu_measurement") return " (measured on the CPU: tensor bytes only)";
-      if (d.code == "cuda_measurement") return " (measured on CUDA)";
-    }
-    return "";
-  }
-
-  std::unique_ptr<Estimator> inner_;
-};
-
-// One estimator per name; the measurement backend announces its runs.
+// One estimator per name. (The measurement backend runs in memest-measure only: this program
+// never registers it, so ResolveBackends has refused it by now.)
 Result<std::vector<std::unique_ptr<Estimator>>> MakeEstimators(
     const std::vector<std::string>& names) {
   std::vector<std::unique_ptr<Estimator>> estimators;
   for (const auto& name : names) {
     Result<std::unique_ptr<Estimator>> e = MakeEstimator(name);
     if (!e.ok()) return e.status().WithContext("--backend " + name);
-    std::unique_ptr<Estimator> estimator = std::move(e).value();
-    if (name == kMeasurementBackend) {
-      estimator = std::make_unique<ProgressEstimator>(std::move(estimator));
-    }
-    estimators.push_back(std::move(estimator));
+    estimators.push_back(std::move(e).value());
   }
   return estimators;
 }
@@ -1039,7 +989,7 @@ Status CheckWritable(const std::string& path) {
 // A --timeline path must have a known extension and be writable.
 Status CheckTimelinePath(const std::string& path) {
   if (path.empty()) return Status::Ok();
-  MEMEST_RETURN_IF_ERROR(symbolic::TimelineFormatFor(path).status());
+  MEMEST_RETURN_IF_ERROR(TimelineFormatFor(path).status());
   if (Status s = CheckWritable(path); !s.ok()) return InvalidArgument("--timeline " + s.message());
   return Status::Ok();
 }
@@ -1071,19 +1021,10 @@ Options TimelineOptions(const Options& options, const std::vector<BackendResult>
 // `path`. A failed write carries errno's reason; the title names the backend.
 Result<TimelineInfo> WriteTimelineFile(const Model& model, const Options& options,
                                        const std::string& model_path, const std::string& path) {
-  MEMEST_ASSIGN_OR_RETURN(symbolic::Simulation sim,
-                          symbolic::SimulateModel(model, options, /*record_events=*/true));
   const std::string title =
       fmt::format("{} -- {} {} -- drawn by the {} backend", model_path, ToString(options.mode),
                   BatchWords(options), kTimelineBackend);
-  errno = 0;
-  Status written = symbolic::WriteTimeline(sim, path, ReplaceInvalidUtf8(title));
-  const int err = errno;
-  if (!written.ok()) {
-    const std::string reason = err == 0 ? "" : std::strerror(err);
-    if (reason.empty() || written.message().find(reason) != std::string::npos) return written;
-    return Status(written.code(), written.message() + ": " + reason);
-  }
+  MEMEST_RETURN_IF_ERROR(WriteTimeline(model, options, path, ReplaceInvalidUtf8(title)));
   TimelineInfo info;
   info.path = path;
   info.backend = kTimelineBackend;

@@ -643,20 +643,13 @@ Json ModelJson(const Report& r) {
 // The options object: the library's encoding (memest/json.h), so that a program can send it back.
 Json OptionsJson(const Options& o) { return Json::parse(OptionsToJson(o)); }
 
-Json ValueJson(const ProfileValue& v) {
-  return Json{{"bytes", v.bytes}, {"source", v.source}, {"calibrated", v.calibrated}};
-}
-
+// One profile in the table's own format (GpuProfilesToJson, what --gpu-file reads back), with
+// the compute capability also as one string and "mig" null for a whole GPU.
 Json GpuJson(const GpuProfile& g) {
-  return Json{{"name", g.name},
-              {"display_name", g.display_name},
-              {"compute_capability", fmt::format("{}.{}", g.sm_major, g.sm_minor)},
-              {"allocator", g.allocator},
-              {"total_memory", ValueJson(g.total_memory)},
-              {"usable_memory", ValueJson(g.usable_memory)},
-              {"cublas_workspace", ValueJson(g.cublas_workspace)},
-              {"mig", g.is_mig() ? Json{{"parent", g.mig_parent}, {"profile", g.mig_profile}}
-                                 : Json(nullptr)}};
+  Json j = Json::parse(GpuProfilesToJson({g}))["profiles"][0];
+  j["compute_capability"] = fmt::format("{}.{}", g.sm_major, g.sm_minor);
+  if (!j.contains("mig")) j["mig"] = nullptr;
+  return j;
 }
 
 Json StackJson(const StackProfile& s) { return Json::parse(StackProfileToJson(s))["stack"]; }

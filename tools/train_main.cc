@@ -225,7 +225,7 @@ Status Trainer::LoadGpumemnet() {
 Status Trainer::LoadRowsFile(const std::string& path) {
   MEMEST_ASSIGN_OR_RETURN(std::string text, ReadFileBytes(path));
   inputs_.push_back({{"file", path}, {"sha256", core::Sha256Hex(text)}, {"bytes", text.size()}});
-  MEMEST_ASSIGN_OR_RETURN(std::vector<eval::MeasuredRow> rows, eval::ParseRows(text, path));
+  MEMEST_ASSIGN_OR_RETURN(std::vector<eval::MeasuredRow> rows, ParseMeasuredRows(text, path));
   int used = 0, skipped = 0;
   for (const eval::MeasuredRow& row : rows) {
     if (row.status != eval::RowStatus::kOk || !row.peaks.device || row.device_kind != "cuda") {

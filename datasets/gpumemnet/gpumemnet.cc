@@ -11,9 +11,10 @@
 #include <map>
 #include <sstream>
 
+#include "core/sha256.h"
 #include "datasets/zoo/graph_writer.h"
 #include "datasets/zoo/layers.h"
-#include "core/sha256.h"
+#include "memest/measured_row.h"
 
 namespace memest::gpumemnet {
 namespace {
@@ -342,9 +343,18 @@ Result<Rebuilt> Rebuild(const Row& row) {
   return out;
 }
 
-std::string RowId(const std::string& model_sha256, const nlohmann::json& config) {
-  const nlohmann::json key = {{"config", config}, {"model_sha256", model_sha256}};
-  return core::Sha256Hex(key.dump());
+// The run every GPUMemNet row records: a training step of Adam in fp32 at the row's batch; the
+// script trained for 60 s, an iteration count it did not record.
+MeasuredConfig ConfigOf(const Rebuilt& rebuilt) {
+  MeasuredConfig c;
+  c.options.mode = Mode::kTrain;
+  c.options.batch = rebuilt.batch;
+  c.options.optimizer = Optimizer::kAdam;
+  c.options.weight_decay = 0.0;
+  c.options.precision = Precision::kFp32;
+  c.options.loss = Loss::kAuto;
+  c.iterations = std::nullopt;
+  return c;
 }
 
 std::string KnownIssue(const Row& row) {
@@ -358,20 +368,18 @@ std::string KnownIssue(const Row& row) {
 
 nlohmann::json MeasuredRow(const Row& row, const Rebuilt& rebuilt) {
   using nlohmann::json;
-  json config = {{"mode", "train"},     {"batch", rebuilt.batch}, {"dims", json::object()},
-                 {"optimizer", "adam"}, {"weight_decay", 0.0},    {"precision", "fp32"},
-                 {"loss", "auto"},      {"iterations", nullptr}};
+  const MeasuredConfig config = ConfigOf(rebuilt);
   std::string stem = row.filename;
   if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".out") == 0)
     stem.resize(stem.size() - 4);
   json j;
-  j["schema"] = "memest.measurement/1";
-  j["id"] = RowId(rebuilt.sha256, config);
+  j["schema"] = kMeasuredRowSchema;
+  j["id"] = MeasuredRowId(config, rebuilt.sha256);
   j["model"] = {{"path", "gpumemnet:" + std::to_string(row.index)},
                 {"sha256", rebuilt.sha256},
                 {"name", stem},
                 {"family", "gpumemnet"}};
-  j["config"] = config;
+  j["config"] = json::parse(MeasuredConfigJson(config));
   j["device"] = {{"kind", "cuda"},      {"name", kDevice},   {"total_memory", nullptr},
                  {"capability", "8.0"}, {"driver", nullptr}, {"cuda", nullptr},
                  {"torch", nullptr}};

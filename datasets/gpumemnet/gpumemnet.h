@@ -97,10 +97,6 @@ std::string KnownIssue(const Row& row);
 // KnownIssue() get status "error" and the issue as `error` (the peak is kept: it was measured).
 nlohmann::json MeasuredRow(const Row& row, const Rebuilt& rebuilt);
 
-// The resume key of a measured row: sha256 of the compact, key-sorted JSON
-// {"config": config, "model_sha256": model_sha256}.
-std::string RowId(const std::string& model_sha256, const nlohmann::json& config);
-
 }  // namespace memest::gpumemnet
 
 #endif  // MEMEST_DATASETS_GPUMEMNET_GPUMEMNET_H_

@@ -29,6 +29,7 @@ struct GpuProfile {
   std::string display_name;  // "NVIDIA H100 80GB HBM3"
   int sm_major = 0;
   int sm_minor = 0;
+  std::string sm_source;  // where the compute capability comes from
   ProfileValue
       total_memory;  // cudaMemGetInfo total (= torch.cuda.get_device_properties().total_memory)
   ProfileValue usable_memory;  // the capacity a job may fill (device-level peak must stay <= this)
@@ -61,6 +62,11 @@ Result<GpuProfile> FindGpuProfile(std::string_view name);
 // for a missing file; files above 1 MiB are refused.
 [[nodiscard]] Result<std::vector<GpuProfile>> ParseGpuProfiles(std::string_view json);
 [[nodiscard]] Result<std::vector<GpuProfile>> LoadGpuProfiles(const std::string& path);
+
+// `profiles` as a document in the table's own format ("memest-gpu-profiles/1", the format
+// ParseGpuProfiles and --gpu-file read): the writer of that reader, so a listed profile can be
+// saved, edited and given back.
+std::string GpuProfilesToJson(const std::vector<GpuProfile>& profiles);
 
 // `profile` with its total and usable memory set to `bytes` (a MIG slice or a capacity the
 // scheduler imposes), the source saying so.

@@ -10,9 +10,11 @@
 #include "memest/json.h"
 #include "memest/model.h"
 #include "memest/options.h"
+#include "memest/measured_row.h"
 #include "memest/pack.h"
 #include "memest/serving.h"
 #include "memest/stack.h"
+#include "memest/timeline.h"
 #include "memest/status.h"
 
 #endif  // MEMEST_MEMEST_H_

@@ -162,7 +162,7 @@ std::string CpuRow(const std::string& path, uint64_t tensor, const std::string& 
 }
 
 TEST(EvalRows, ParsesEveryFieldTheTablesUse) {
-  auto row = ParseRow(OneLine(kGoodRow), "rows.jsonl", 1);
+  auto row = ParseMeasuredRow(OneLine(kGoodRow), "rows.jsonl", 1);
   ASSERT_TRUE(row.ok()) << row.status().ToString();
   EXPECT_EQ(row->id, "abc");
   EXPECT_EQ(row->model_path, "m.onnx");
@@ -190,7 +190,7 @@ TEST(EvalRows, ParsesEveryFieldTheTablesUse) {
 TEST(EvalRows, NullsKeepDefaultsAndBlankLinesAreSkipped) {
   const std::string text =
       "\n" + CpuRow("a.onnx", 10) + "\n   \n" + CpuRow("b.onnx", 20, R"(,"used_for":null)") + "\n";
-  auto rows = ParseRows(text, "cpu.jsonl");
+  auto rows = ParseMeasuredRows(text, "cpu.jsonl");
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();
   ASSERT_EQ(rows->size(), 2u);
   EXPECT_EQ((*rows)[0].line, 2);
@@ -228,7 +228,7 @@ TEST(EvalRows, MalformedRowsNameFileLineAndField) {
       {replace(R"(,"peaks":{)", R"(,"peakz":{)"), "peaks: missing"},
   };
   for (const Case& c : cases) {
-    auto rows = ParseRows(good + "\n" + c.line + "\n" + good + "\n", "rows.jsonl");
+    auto rows = ParseMeasuredRows(good + "\n" + c.line + "\n" + good + "\n", "rows.jsonl");
     ASSERT_FALSE(rows.ok()) << c.line;
     EXPECT_EQ(rows.status().code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(rows.status().message().find("rows.jsonl:2: "), std::string::npos)
@@ -242,13 +242,13 @@ TEST(EvalRows, OomRowsMayHaveNoPeaks) {
   const std::string oom =
       Replace(Replace(CpuRow("a.onnx", 10), R"("status":"ok")", R"("status":"oom")"),
               R"("tensor":10)", R"("tensor":null)");
-  auto row = ParseRow(oom, "x", 1);
+  auto row = ParseMeasuredRow(oom, "x", 1);
   ASSERT_TRUE(row.ok()) << row.status().ToString();
   EXPECT_EQ(row->status, RowStatus::kOom);
 }
 
 TEST(EvalRows, MissingFileIsNotFound) {
-  auto rows = ReadRowsFile("/nonexistent/rows.jsonl");
+  auto rows = ReadMeasuredRows("/nonexistent/rows.jsonl");
   ASSERT_FALSE(rows.ok());
   EXPECT_EQ(rows.status().code(), ErrorCode::kNotFound);
 }
@@ -525,7 +525,7 @@ TEST(EvalEvaluator, EstimatesRowsOfAModelFile) {
                         Replace(CpuRow("models/mlp.onnx", 7), R"("kind":"cpu","name":null)",
                                 R"("kind":"cuda","name":"TPU")") +
                         "\n");
-  auto rows = ReadRowsFile(rows_path);
+  auto rows = ReadMeasuredRows(rows_path);
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();
   EvalConfig config;
   config.backends = {"analytical"};
@@ -550,9 +550,9 @@ TEST(EvalEvaluator, EstimatesRowsOfAModelFile) {
   EXPECT_EQ(g->stats.n, 1);
 
   // A row measured on another model (sha256 differs) is not evaluated.
-  auto other =
-      ParseRow(Replace(CpuRow("models/mlp.onnx", 9), R"("family")", R"("sha256":"ff","family")"),
-               rows_path, 9);
+  auto other = ParseMeasuredRow(
+      Replace(CpuRow("models/mlp.onnx", 9), R"("family")", R"("sha256":"ff","family")"), rows_path,
+      9);
   ASSERT_TRUE(other.ok()) << other.status().ToString();
   RowOutcome mismatch = (*evaluator)->EvaluateRow(*other);
   EXPECT_EQ(mismatch.setup.code(), ErrorCode::kInvalidArgument);
@@ -562,7 +562,7 @@ TEST(EvalEvaluator, EstimatesRowsOfAModelFile) {
 TEST(EvalEvaluator, GpumemnetRowsAreRebuiltInMemory) {
   const std::string on_a100 = Replace(CpuRow("gpumemnet:0", 1), R"("kind":"cpu","name":null)",
                                       R"("kind":"cuda","name":"NVIDIA A100-SXM4-40GB")");
-  auto rows = ParseRows(
+  auto rows = ParseMeasuredRows(
       on_a100 + "\n" + CpuRow("gpumemnet:x1", 1) + "\n" + CpuRow("gpumemnet:999999", 1) + "\n",
       "g.jsonl");
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();

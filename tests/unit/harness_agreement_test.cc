@@ -32,7 +32,7 @@ namespace fs = std::filesystem;
 // Prints each row; returns |error| per row.
 std::vector<double> Compare(const std::string& name) {
   const fs::path file = fs::path(MEMEST_SOURCE_DIR) / "datasets/measured/cpu" / name;
-  auto rows = eval::ReadRowsFile(file.string());
+  auto rows = ReadMeasuredRows(file.string());
   EXPECT_TRUE(rows.ok()) << rows.status().ToString();
   if (!rows.ok()) return {};
   auto symbolic = MakeEstimator("symbolic");

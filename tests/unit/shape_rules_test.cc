@@ -1220,24 +1220,24 @@ TEST(ShapeRules, EveryCaseInfersTheExpectedTypes) {
 }
 
 TEST(ShapeRulesRegistry, OpsWithoutRulesListsOnnxOperatorsTheTableLacks) {
-  const ops::OpCoverage c = ops::OpsWithoutRules();
+  const OpCoverage c = ops::OpsWithoutRules();
   EXPECT_GE(c.onnx_ops.size(), 150u);
   auto has = [](const std::vector<std::string>& v, const std::string& op) {
     return std::find(v.begin(), v.end(), op) != v.end();
   };
   EXPECT_TRUE(has(c.onnx_ops, "Relu"));
   EXPECT_FALSE(has(c.without_rule, "Relu"));
-  EXPECT_FALSE(has(c.without_infer, "Reshape"));
+  EXPECT_FALSE(has(c.without_shape_rule, "Reshape"));
   EXPECT_TRUE(has(c.without_rule, "Det"));  // no rule at all yet
-  EXPECT_TRUE(has(c.without_infer, "Det"));
-  EXPECT_TRUE(std::is_sorted(c.without_infer.begin(), c.without_infer.end()));
-  for (const std::string& op : c.without_rule) EXPECT_TRUE(has(c.without_infer, op)) << op;
+  EXPECT_TRUE(has(c.without_shape_rule, "Det"));
+  EXPECT_TRUE(std::is_sorted(c.without_shape_rule.begin(), c.without_shape_rule.end()));
+  for (const std::string& op : c.without_rule) EXPECT_TRUE(has(c.without_shape_rule, op)) << op;
   std::cout << "ONNX " << c.onnx_ops.size() << " ops; without a rule: " << c.without_rule.size()
-            << "; without a shape rule: " << c.without_infer.size() << ":";
-  for (const std::string& op : c.without_infer) std::cout << " " << op;
+            << "; without a shape rule: " << c.without_shape_rule.size() << ":";
+  for (const std::string& op : c.without_shape_rule) std::cout << " " << op;
   std::cout << "\n";
   RecordProperty("onnx_ops", static_cast<int>(c.onnx_ops.size()));
-  RecordProperty("onnx_ops_without_shape_rule", static_cast<int>(c.without_infer.size()));
+  RecordProperty("onnx_ops_without_shape_rule", static_cast<int>(c.without_shape_rule.size()));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -3,12 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "core/bind.h"
 #include "memest/memest.h"
 #include "symbolic/symbolic.h"
 #include "symbolic/timeline_writer.h"
-
-#include <nlohmann/json.hpp>
 #include "testing/onnx_builder.h"
 
 namespace memest::symbolic {
@@ -124,7 +125,8 @@ TEST(TimelineTest, LinearReluLinearSgdPeaksInBackward) {
   // Iteration 1 backward, at the first Gemm (W1's gradients): weights, both workspaces, the
   // batch, H's gradient (8,192) and the new W1/B1 gradients (526,336) next to the W2/B2 grads
   // (20,992), with Y (512) and the loss (512) still alive: weights + grads = 2 P.
-  EXPECT_EQ(sim->estimate.peak_allocated, 2 * kParams + 2 * kWorkspace + kBatch + 8'192 + 512 + 512);
+  EXPECT_EQ(sim->estimate.peak_allocated,
+            2 * kParams + 2 * kWorkspace + kBatch + 8'192 + 512 + 512);
   EXPECT_EQ(sim->estimate.peak_phase, Phase::kBackward);
 }
 
@@ -240,6 +242,26 @@ TEST(TimelineWriterTest, FormatsFollowTheExtension) {
   EXPECT_EQ(TimelineFormatFor("a.txt").status().code(), ErrorCode::kInvalidArgument);
 }
 
+// The public API (memest/timeline.h) simulates and writes in one call; a path that cannot be
+// written names the path and the system's reason.
+TEST(TimelineWriterTest, ThePublicApiWritesTheFileOrSaysWhyNot) {
+  auto model = LinearReluLinear();
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 4;
+  const std::string path = ::testing::TempDir() + "memest_timeline_test.csv";
+  ASSERT_TRUE(memest::WriteTimeline(*model, o, path, "t").ok());
+  std::ifstream in(path);
+  std::string header;
+  std::getline(in, header);
+  EXPECT_EQ(header.rfind("index,kind,bytes", 0), 0u) << header;
+  const Status bad = memest::WriteTimeline(*model, o, "/nonexistent/dir/t.csv", "t");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("/nonexistent/dir/t.csv"), std::string::npos);
+  EXPECT_NE(bad.message().find("No such file"), std::string::npos) << bad.message();
+  EXPECT_EQ(memest::WriteTimeline(*model, o, "t.txt", "t").code(), ErrorCode::kInvalidArgument);
+}
+
 TEST(TimelineWriterTest, EveryEventIsWrittenAndThePictureMarksThePeak) {
   auto model = LinearReluLinear();
   ASSERT_NE(model, nullptr);
@@ -251,7 +273,8 @@ TEST(TimelineWriterTest, EveryEventIsWrittenAndThePictureMarksThePeak) {
   EXPECT_EQ(json["schema"], "memest.timeline/1");
   ASSERT_EQ(json["events"].size(), sim->events.size());
   uint64_t max_allocated = 0;
-  for (const auto& e : json["events"]) max_allocated = std::max<uint64_t>(max_allocated, e["allocated"]);
+  for (const auto& e : json["events"])
+    max_allocated = std::max<uint64_t>(max_allocated, e["allocated"]);
   EXPECT_EQ(max_allocated, sim->estimate.peak_allocated);
   const std::string csv = RenderTimeline(*sim, TimelineFormat::kCsv, "t");
   EXPECT_EQ(static_cast<size_t>(std::count(csv.begin(), csv.end(), '\n')), sim->events.size() + 1);

@@ -221,7 +221,7 @@ int Run(const Args& args) {
   Result<std::vector<std::string>> files = ExpandRows(args.rows, &notes);
   if (!files.ok()) return Fail(files.status(), kExitInput);
   for (const std::string& f : *files) {
-    Result<std::vector<MeasuredRow>> r = ReadRowsFile(f);
+    Result<std::vector<MeasuredRow>> r = ReadMeasuredRows(f);
     if (!r.ok()) return Fail(r.status(), kExitInput);
     int64_t ok = 0, oom = 0, err = 0;
     for (const MeasuredRow& row : *r) {

@@ -68,7 +68,7 @@ Result<GpumemnetData> LoadGpumemnet(const std::string& data_dir, const std::stri
   for (const gpumemnet::Row& r : csv_rows) {
     MEMEST_ASSIGN_OR_RETURN(gpumemnet::Rebuilt rebuilt, gpumemnet::Rebuild(r));
     const std::string text = gpumemnet::MeasuredRow(r, rebuilt).dump();
-    MEMEST_ASSIGN_OR_RETURN(MeasuredRow row, ParseRow(text, "gpumemnet", r.index + 1));
+    MEMEST_ASSIGN_OR_RETURN(MeasuredRow row, ParseMeasuredRow(text, "gpumemnet", r.index + 1));
     data.rows.push_back(std::move(row));
     data.bytes.emplace(r.index, std::move(rebuilt.bytes));
     data.attrs[r.index] = {{"arch", r.arch},

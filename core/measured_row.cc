@@ -1,12 +1,14 @@
-// tools/eval/rows.cc -- see rows.h.
-#include "tools/eval/rows.h"
+// core/measured_row.cc -- see memest/measured_row.h.
+#include "memest/measured_row.h"
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
 
-namespace memest::eval {
+#include "core/sha256.h"
+
+namespace memest {
 namespace {
 
 using Json = nlohmann::json;
@@ -117,17 +119,36 @@ Status ParseConfig(const Json& config, const RowContext& ctx, Options* o) {
   return Status::Ok();
 }
 
+// The `config` object (the writer's side of ParseConfig above).
+Json ConfigObject(const MeasuredConfig& c) {
+  const Options& o = c.options;
+  const bool train = o.mode == Mode::kTrain;
+  Json dims = Json::object();
+  for (const auto& [name, value] : c.dims) dims[name] = value;
+  Json j{{"mode", ToString(o.mode)},
+         {"batch", o.batch ? Json(*o.batch) : Json(nullptr)},
+         {"dims", dims},
+         {"optimizer", train ? Json(ToString(o.optimizer)) : Json(nullptr)},
+         {"weight_decay", train ? Json(o.weight_decay) : Json(nullptr)},
+         {"precision", ToString(o.precision)},
+         {"loss", ToString(o.loss)},
+         {"iterations", c.iterations ? Json(*c.iterations) : Json(nullptr)}};
+  // Written only when used, so that the ids of rows without checkpointing stay as they were.
+  if (train && o.checkpoint_segments > 1) j["checkpoint_segments"] = o.checkpoint_segments;
+  return j;
+}
+
 }  // namespace
 
-const char* ToString(Level level) {
+const char* ToString(TruthLevel level) {
   switch (level) {
-    case Level::kTensor:
+    case TruthLevel::kTensor:
       return "tensor";
-    case Level::kAllocated:
+    case TruthLevel::kAllocated:
       return "allocated";
-    case Level::kReserved:
+    case TruthLevel::kReserved:
       return "reserved";
-    case Level::kDevice:
+    case TruthLevel::kDevice:
       return "device";
   }
   return "?";
@@ -145,21 +166,21 @@ const char* ToString(RowStatus status) {
   return "?";
 }
 
-std::optional<uint64_t> Peaks::Get(Level level) const {
+std::optional<uint64_t> MeasuredPeaks::Get(TruthLevel level) const {
   switch (level) {
-    case Level::kTensor:
+    case TruthLevel::kTensor:
       return tensor;
-    case Level::kAllocated:
+    case TruthLevel::kAllocated:
       return allocated;
-    case Level::kReserved:
+    case TruthLevel::kReserved:
       return reserved;
-    case Level::kDevice:
+    case TruthLevel::kDevice:
       return device;
   }
   return std::nullopt;
 }
 
-Result<MeasuredRow> ParseRow(std::string_view text, const std::string& source, int line) {
+Result<MeasuredRow> ParseMeasuredRow(std::string_view text, const std::string& source, int line) {
   const RowContext ctx(source, line);
   Json j;
   try {
@@ -173,9 +194,9 @@ Result<MeasuredRow> ParseRow(std::string_view text, const std::string& source, i
   row.source = source;
   row.line = line;
   MEMEST_ASSIGN_OR_RETURN(std::string schema, GetString(j, "schema", "schema", ctx, true));
-  if (schema != kRowSchema) {
+  if (schema != kMeasuredRowSchema) {
     return ctx.Bad("schema",
-                   "expected \"" + std::string(kRowSchema) + "\", got \"" + schema + "\"");
+                   "expected \"" + std::string(kMeasuredRowSchema) + "\", got \"" + schema + "\"");
   }
   MEMEST_ASSIGN_OR_RETURN(row.id, GetString(j, "id", "id", ctx, false));
 
@@ -194,8 +215,8 @@ Result<MeasuredRow> ParseRow(std::string_view text, const std::string& source, i
   // The optimizer implementation the harness ran (run.optimizer_impl, "foreach" or
   // "single-tensor"): estimates are made with the same one. Absent: the default (foreach).
   if (const Json* run = Find(j, "run"); run != nullptr && run->is_object()) {
-    MEMEST_RETURN_IF_ERROR(GetEnum<OptimizerImpl>(*run, "optimizer_impl", "run.optimizer_impl",
-                                                  ctx, &ParseOptimizerImpl,
+    MEMEST_RETURN_IF_ERROR(GetEnum<OptimizerImpl>(*run, "optimizer_impl", "run.optimizer_impl", ctx,
+                                                  &ParseOptimizerImpl,
                                                   &row.options.optimizer_impl));
   }
 
@@ -246,7 +267,8 @@ Result<MeasuredRow> ParseRow(std::string_view text, const std::string& source, i
   return row;
 }
 
-Result<std::vector<MeasuredRow>> ParseRows(std::string_view text, const std::string& source) {
+Result<std::vector<MeasuredRow>> ParseMeasuredRows(std::string_view text,
+                                                   const std::string& source) {
   std::vector<MeasuredRow> rows;
   int line = 0;
   size_t pos = 0;
@@ -258,19 +280,26 @@ Result<std::vector<MeasuredRow>> ParseRows(std::string_view text, const std::str
     ++line;
     if (!body.empty() && body.back() == '\r') body.remove_suffix(1);
     if (body.find_first_not_of(" \t") == std::string_view::npos) continue;
-    MEMEST_ASSIGN_OR_RETURN(MeasuredRow row, ParseRow(body, source, line));
+    MEMEST_ASSIGN_OR_RETURN(MeasuredRow row, ParseMeasuredRow(body, source, line));
     rows.push_back(std::move(row));
   }
   return rows;
 }
 
-Result<std::vector<MeasuredRow>> ReadRowsFile(const std::string& path) {
+Result<std::vector<MeasuredRow>> ReadMeasuredRows(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("cannot open rows file '" + path + "'");
   std::ostringstream buffer;
   buffer << in.rdbuf();
   if (in.bad()) return NotFound("cannot read rows file '" + path + "'");
-  return ParseRows(buffer.str(), path);
+  return ParseMeasuredRows(buffer.str(), path);
 }
 
-}  // namespace memest::eval
+std::string MeasuredConfigJson(const MeasuredConfig& config) { return ConfigObject(config).dump(); }
+
+std::string MeasuredRowId(const MeasuredConfig& config, const std::string& model_sha256) {
+  // nlohmann::json objects keep keys sorted and dump() writes no spaces: canonical text.
+  const Json key{{"config", ConfigObject(config)}, {"model_sha256", model_sha256}};
+  return core::Sha256Hex(key.dump());
+}
+}  // namespace memest
