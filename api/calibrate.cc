@@ -19,6 +19,7 @@
 #include "core/graph.h"
 #include "core/sha256.h"
 #include "memest/estimator.h"
+#include "memest/json.h"
 #include "ops/rules.h"
 
 namespace memest {
@@ -127,10 +128,7 @@ Status CheckJobs(const std::vector<MeasuredJob>& jobs) {
   // The same job measured twice must agree.
   std::map<std::string, const MeasuredJob*> seen;
   for (const MeasuredJob& j : jobs) {
-    const Options& o = j.options;
-    const std::string key = j.model_name + "|" + std::to_string(o.batch.value_or(0)) + "|" +
-                            ToString(o.mode) + "|" + ToString(o.optimizer) + "|" +
-                            ToString(o.optimizer_impl) + "|" + ToString(o.precision);
+    const std::string key = j.model_name + "|" + OptionsToJson(j.options);  // every knob
     auto [it, fresh] = seen.emplace(key, &j);
     if (fresh) continue;
     const double a = static_cast<double>(it->second->measured_bytes);

@@ -168,6 +168,9 @@ Result<std::vector<MeasuredJob>> ReadMeasuredJobsCsv(const std::string& path, in
     MEMEST_RETURN_IF_ERROR(ApplyKnobs(row, &job.options, where));
     job.measured_bytes = static_cast<uint64_t>(std::llround(mib * 1048576.0));
     job.id = job.model_name + ":" + std::to_string(*job.options.batch);
+    if (job.options.attention != Options{}.attention) {
+      job.id += std::string(":") + ToString(job.options.attention);  // eager and fused rows differ
+    }
     jobs.push_back(std::move(job));
   }
   if (header.empty()) return InvalidArgument(path + ": empty (no header)");

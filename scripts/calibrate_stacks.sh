@@ -7,7 +7,9 @@
 #      rewrites jobs.csv from rows.csv, and runs `memest calibrate` (held out: leave one family out);
 #   3. GPUMemNet's MLPs on an A100-40GB (datasets/gpumemnet/): rebuilds the 6,000 graphs and rows
 #      with memest-zoo, turns them into jobs, calibrates (held out: leave one architecture out);
-#   4. scripts/stacks_report.py puts both stacks into core/stacks.json (the hand-written stacks
+#   4. our H200 rows (datasets/h200-torch211/): calibrated from the measured stack
+#      h200-pytorch2.11-lazy (held out: leave one family out);
+#   5. scripts/stacks_report.py puts both stacks into core/stacks.json (the hand-written stacks
 #      stay first) and writes docs/accuracy-device.md: before/after calibration, held out, with
 #      FakeTensor's published estimate on the same timm rows beside memest's.
 # Work files go to build/stacks/. Rebuild afterwards to compile the new stacks in.
@@ -42,6 +44,17 @@ build/datasets/memest-zoo gpumemnet --out "$OUT/gpumemnet/rows.jsonl" \
   --data-name "GPUMemNet MLP rows (datasets/gpumemnet, CC BY 4.0)" \
   --software "pytorch=unknown (GPUMemNet's 2024-25 runs)" --software "model=nn.Sequential MLPs" \
   --jobs-out "$OUT/a100-40gb-gpumemnet.jobs.csv" -q
+
+echo "== timm and torchvision on an H200 (measured for this project)"
+/usr/bin/python3 datasets/h200-torch211/make_jobs.py
+"$MEMEST" calibrate datasets/h200-torch211/jobs.csv -o "$OUT/h200-timm.json" --gpu h200-141gb \
+  --base-stack h200-pytorch2.11-lazy --name h200-timm \
+  --display-name "timm 1.0.29 and torchvision 0.26 training (Adam, fp32) on an H200, PyTorch 2.11 + CUDA 13.0 + cuDNN 9.19; calibrated on 83 models measured for this project" \
+  --data-name "datasets/h200-torch211/jobs.csv (scripts/gpu_device_truth.py on a lent H200, 2026-11-26)" \
+  --software "pytorch=2.11.0+cu130" --software "cudnn=9.19.0" --software "timm=1.0.29" \
+  --software "attention=both: timm's F.scaled_dot_product_attention (auto) and eager rows" \
+  --software "cudnn_benchmark=false" \
+  --jobs-out "$OUT/h200-timm.jobs.csv" -q
 
 echo "== core/stacks.json and docs/accuracy-device.md"
 /usr/bin/python3 scripts/stacks_report.py "$OUT"

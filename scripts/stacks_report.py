@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-STACKS = ["a100-40gb-timm", "a100-40gb-gpumemnet"]
+STACKS = ["a100-40gb-timm", "a100-40gb-gpumemnet", "h200-timm"]
 TARGETS = {"median": 0.08, "p90": 0.20, "upper_under_5pct": 0.05}
 GPUMEMNET_MEDIAN_TARGET = 0.02
 
@@ -148,6 +148,22 @@ def main():
             "datasets/timm-a100/README.md). They are not fitted. With the calibrated stack and the "
             f"upper bound, memest says \"does not fit\" (exit 1) for {no} of them.", ""]
 
+    levels = subprocess.run(["/usr/bin/python3", str(ROOT / "datasets/h200-torch211/compare_levels.py"),
+                             "--stack", "h200-pytorch2.11-lazy"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    out += ["## Measured on an H200, level by level, nothing fitted", "",
+            "`datasets/h200-torch211/` holds our own measurements on a lent H200 (PyTorch 2.11, "
+            "CUDA 13.0, cuDNN 9.19; timm and torchvision models trained with Adam in fp32, each in "
+            "its own process; README there). Every level is known there: the caching allocator's "
+            "peaks (`max_memory_allocated`, `max_memory_reserved`) and NVML's per-process peak. "
+            "Below, memest with the measured stack `h200-pytorch2.11-lazy` (context, library "
+            "memory and convolution workspace read off the same GPU, no value fitted to these "
+            "rows), so every row is held out. Allocated and reserved depend on no stack constant: "
+            "they check the graph, the training step and the allocator model alone.", "",
+            "```", levels, "```", "",
+            "Reproduce: `datasets/h200-torch211/compare_levels.py --stack h200-pytorch2.11-lazy` "
+            "(after `datasets/timm-a100/unpack.sh`).", ""]
+
     out += ["## What was fitted", ""]
     for name in STACKS:
         s = stacks[name]
@@ -164,6 +180,8 @@ def main():
                 f"- data: {c['data']}; {c['jobs']:,} jobs; rows SHA-256 `{c['rows_sha256']}`; "
                 f"fitted {c['date']}", ""]
     out += ["## Sources", "",
+            "- H200 rows: measured for this project with `scripts/gpu_device_truth.py` on a lent "
+            "NVIDIA H200 on 2026-11-26 (`datasets/h200-torch211/README.md`).",
             "- timm rows: GPUMemNet repository (itu-rad/GPUMemNet, Apache-2.0), the FakeTensor "
             "comparison table of E. Yousefzadeh-Asl-Miandoab et al.; the developers' half of its "
             "families, `datasets/timm-a100/README.md`.",

@@ -584,6 +584,40 @@ TEST(EvalEvaluator, GpumemnetRowsAreRebuiltInMemory) {
   EXPECT_EQ((*evaluator)->EvaluateRow((*rows)[2]).setup.code(), ErrorCode::kNotFound);
 }
 
+TEST(EvalEvaluator, TheStackAppliesToCudaRowsOnly) {
+  GraphBuilder b(17);
+  b.AddInput("x", kFloat, {"batch", 64});
+  b.AddInitializer("w", {64, 32});
+  b.AddNode("MatMul", {"x", "w"}, {"y"});
+  b.AddOutput("y", kFloat, {"batch", 32});
+  TempDir dir;
+  dir.WriteFile("models/mlp.onnx", b.Serialize());
+  const std::string rows_path = dir.WriteFile(
+      "rows.jsonl", Replace(CpuRow("models/mlp.onnx", 7), R"("kind":"cpu","name":null)",
+                            R"("kind":"cuda","name":"NVIDIA H200")") +
+                        "\n" + CpuRow("models/mlp.onnx", 7) + "\n");
+  auto rows = ReadMeasuredRows(rows_path);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  auto device_of = [&](const std::string& stack, size_t row) {
+    EvalConfig config;
+    config.backends = {"analytical"};
+    config.gpu_stacks = {{"h200-141gb", stack}, {"a100-40gb", "pytorch-eager"}};
+    auto evaluator = Evaluator::Create(config);
+    EXPECT_TRUE(evaluator.ok());
+    RowOutcome o = (*evaluator)->EvaluateRow((*rows)[row]);
+    EXPECT_TRUE(o.setup.ok()) << o.setup.ToString();
+    EXPECT_TRUE(o.predictions[0].status.ok()) << o.predictions[0].status.ToString();
+    return o.predictions[0].estimate.peak_device;
+  };
+  const StackProfile measured = *ResolveStack("h200-pytorch2.11-lazy");
+  const StackProfile fallback = *ResolveStack("");
+  const uint64_t outside_measured = measured.cuda_context.bytes + measured.library_memory.bytes;
+  const uint64_t outside_default = fallback.cuda_context.bytes + fallback.library_memory.bytes;
+  EXPECT_EQ(device_of("h200-pytorch2.11-lazy", 0) - device_of("", 0),
+            outside_measured - outside_default);
+  EXPECT_EQ(device_of("h200-pytorch2.11-lazy", 1), device_of("", 1));  // a CPU row
+}
+
 TEST(EvalEvaluator, UnknownBackendFails) {
   EvalConfig config;
   config.backends = {"nope"};

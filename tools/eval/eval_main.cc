@@ -64,6 +64,7 @@ struct Args {
   int64_t sample = 0;
   uint64_t seed = 1;
   std::string cpu_profile;  // "" = DefaultCpuProfile()
+  std::vector<std::string> gpu_stacks;  // [PROFILE=]STACK
   bool allow_sha_mismatch = false;
   std::string predictions;
   bool quiet = false;
@@ -312,6 +313,17 @@ int Run(const Args& args) {
   config.root = args.root;
   config.gpumemnet_dir = args.gpumemnet_data;
   config.cpu_profile = args.cpu_profile.empty() ? DefaultCpuProfile() : args.cpu_profile;
+  for (const std::string& s : args.gpu_stacks) {
+    const size_t eq = s.find('=');
+    const std::string profile = eq == std::string::npos ? "" : s.substr(0, eq);
+    const std::string stack = eq == std::string::npos ? s : s.substr(eq + 1);
+    Result<StackProfile> known = ResolveStack(stack);
+    if (!known.ok()) {
+      std::cerr << "memest-eval: --stack " << s << ": " << known.status().message() << "\n";
+      return 2;
+    }
+    config.gpu_stacks[profile] = stack;
+  }
   config.allow_sha_mismatch = args.allow_sha_mismatch;
   Result<std::unique_ptr<Evaluator>> evaluator = Evaluator::Create(config);
   if (!evaluator.ok()) return Fail(evaluator.status(), kExitUsage);
@@ -422,6 +434,10 @@ int main(int argc, char** argv) {
   app.add_option("--cpu-profile", args.cpu_profile,
                  "GPU profile used to predict CPU rows (decides the cuBLAS workspaces counted); "
                  "default: \"cpu\" when that profile exists, else a100-40gb");
+  app.add_option("--stack", args.gpu_stacks,
+                 "[PROFILE=]STACK: the software stack CUDA rows of GPU profile PROFILE (of every "
+                 "profile, without PROFILE=) are predicted with (memest --list-gpus); repeatable; "
+                 "default: the default stack");
   app.add_flag("--allow-sha-mismatch", args.allow_sha_mismatch,
                "evaluate rows whose model file no longer has the sha256 they were measured on");
   app.add_option("--predictions", args.predictions,

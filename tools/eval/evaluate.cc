@@ -228,6 +228,11 @@ RowOutcome Evaluator::EvaluateRow(const MeasuredRow& row) {
   }
   Options options = row.options;
   options.gpu = out.profile;
+  if (row.device_kind == "cuda") {
+    auto stack = config_.gpu_stacks.find(out.profile);
+    if (stack == config_.gpu_stacks.end()) stack = config_.gpu_stacks.find("");
+    if (stack != config_.gpu_stacks.end()) options.stack = stack->second;
+  }
   // CPU rows: tensor bytes without GPU library workspaces (the harness runs none).
   options.library_workspaces = row.device_kind == "cuda";
   // memest-measure executes the ONNX graph op by op, so its rows are compared with the chains

@@ -55,6 +55,9 @@ struct EvalConfig {
   std::string root = ".";             // the repository root (relative model paths)
   std::string gpumemnet_dir;          // "" = default search (see LoadGpumemnet)
   std::string cpu_profile;            // "" = DefaultCpuProfile()
+  // The stack CUDA rows are predicted with, per GPU profile name ("" for every profile not
+  // named); a profile with no entry gets the default stack.
+  std::map<std::string, std::string> gpu_stacks;
   bool allow_sha_mismatch = false;
 };
 

@@ -1,0 +1,496 @@
+#!/usr/bin/env python3
+"""Device-level truth measured with PyTorch itself on a lent GPU (no memest build needed).
+
+Policy: every number here is read off the GPU by the process that used it -- NVML's per-process
+used memory (what nvidia-smi shows for the process), the caching allocator's statistics
+(torch.cuda.memory_stats) -- never computed. Each model runs in its own process, so every row
+starts from a fresh CUDA context and an empty caching allocator. The output of the run of
+2026-11-26 is datasets/h200-torch211/device-truth.jsonl; its README says how it is used and what
+it does not cover.
+
+What it measures, one JSON object per line on stdout of the orchestrator (and in $OUT/results.jsonl):
+  kind=env      the machine: GPU, driver, PyTorch, CUDA, cuDNN, timm, allocator settings.
+  kind=context  per CUDA_MODULE_LOADING (LAZY, EAGER): the process's device memory after the
+                context, after the first fp32 and bf16 matmul (cuBLAS/cuBLASLt), after the first
+                convolution forward+backward (cuDNN) and after one ResNet-50 training step; with the
+                allocator's reserved bytes beside it, so "used - reserved" is memory PyTorch does
+                not own (context, loaded kernels, library handles).
+  kind=conv     cuDNN convolution workspaces: for each shape, the allocator's peak during the
+                forward and during the backward minus the tensors that call returns, with
+                cudnn.benchmark off and on (first call and steady state).
+  kind=train    one training configuration (Adam, fp32, cross-entropy, 3 iterations, inputs
+                random): per iteration the allocator's peaks and the process's NVML used bytes.
+                Models: torchvision CNNs/ViT and the timm models of datasets/timm-a100/models.csv,
+                at the batches of that table; attention models again with timm's fused attention
+                switched off.
+
+Usage (on the device machine, from the repository root):
+  python3 scripts/gpu_device_truth.py --out "$OUT" --deadline 430
+A worker runs as: python3 scripts/gpu_device_truth.py worker '<task json>'.
+"""
+import argparse
+import csv
+import gc
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GIB = 1 << 30
+
+# ---------------------------------------------------------------------------------------------
+# Worker side (runs in a fresh process per task)
+# ---------------------------------------------------------------------------------------------
+_NVML = None
+
+
+def nvml_handle():
+    global _NVML
+    if _NVML is None:
+        import pynvml
+        pynvml.nvmlInit()
+        _NVML = pynvml.nvmlDeviceGetHandleByIndex(0)
+    return _NVML
+
+
+def process_used():
+    """NVML's used bytes of this process on GPU 0 (nvidia-smi's per-process column), or None."""
+    try:
+        import pynvml
+        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(nvml_handle()):
+            if p.pid == os.getpid():
+                return int(p.usedGpuMemory) if p.usedGpuMemory is not None else None
+    except Exception:  # noqa: BLE001 -- NVML absent or refusing is recorded as None
+        return None
+    return None
+
+
+def device_used():
+    """Whole-GPU used bytes (cudaMemGetInfo), or None."""
+    import torch
+    try:
+        free, total = torch.cuda.mem_get_info()
+        return int(total - free)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def snapshot(torch):
+    torch.cuda.synchronize()
+    st = torch.cuda.memory_stats()
+    used = process_used()
+    reserved = int(st.get("reserved_bytes.all.current", 0))
+    return {
+        "process_used": used,
+        "device_used": device_used(),
+        "allocated": int(st.get("allocated_bytes.all.current", 0)),
+        "reserved": reserved,
+        "peak_allocated": int(st.get("allocated_bytes.all.peak", 0)),
+        "peak_reserved": int(st.get("reserved_bytes.all.peak", 0)),
+        "peak_requested": int(st.get("requested_bytes.all.peak", 0)),
+        "outside_allocator": (used - reserved) if used is not None else None,
+    }
+
+
+def emit(rec):
+    sys.stdout.write(json.dumps(rec, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def task_env(task):
+    import torch
+    rec = {"kind": "env", "torch": torch.__version__, "cuda": torch.version.cuda,
+           "cudnn": torch.backends.cudnn.version(), "python": sys.version.split()[0],
+           "cuda_module_loading": os.environ.get("CUDA_MODULE_LOADING"),
+           "pytorch_cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+           "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+           "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+           "hostname": os.uname().nodename, "kernel": os.uname().release}
+    for mod in ("torchvision", "timm", "pynvml"):
+        try:
+            rec[mod] = __import__(mod).__version__
+        except Exception as e:  # noqa: BLE001
+            rec[mod] = f"unavailable: {e}"
+    p = torch.cuda.get_device_properties(0)
+    rec.update({"gpu": p.name, "total_memory": int(p.total_memory),
+                "compute_capability": f"{p.major}.{p.minor}",
+                "multiprocessors": p.multi_processor_count})
+    try:
+        import pynvml
+        h = nvml_handle()
+        rec["driver"] = pynvml.nvmlSystemGetDriverVersion()
+        if isinstance(rec["driver"], bytes):
+            rec["driver"] = rec["driver"].decode()
+        rec["nvml_total"] = int(pynvml.nvmlDeviceGetMemoryInfo(h).total)
+    except Exception as e:  # noqa: BLE001
+        rec["driver"] = f"unavailable: {e}"
+    # Does NVML report this process? (decides whether workers may share the GPU)
+    x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    rec["probe"] = snapshot(torch)
+    rec["per_process_nvml"] = rec["probe"]["process_used"] is not None
+    del x
+    emit(rec)
+
+
+def task_context(task):
+    import torch
+    import torch.nn.functional as F
+    rec = {"kind": "context", "cuda_module_loading": os.environ.get("CUDA_MODULE_LOADING"),
+           "stages": {}}
+    torch.cuda.init()
+    x = torch.empty(1, device="cuda")
+    rec["stages"]["context"] = snapshot(torch)
+    a = torch.randn(1024, 1024, device="cuda")
+    before = torch.cuda.memory_allocated()
+    c = a @ a
+    rec["stages"]["matmul_fp32"] = snapshot(torch)
+    rec["stages"]["matmul_fp32"]["held_beyond_output"] = (
+        torch.cuda.memory_allocated() - before - c.numel() * 4)
+    ab = a.bfloat16()
+    lin_w = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    lin_b = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
+    before = torch.cuda.memory_allocated()
+    cb = F.linear(ab, lin_w, lin_b)  # addmm with bias: the cuBLASLt path
+    rec["stages"]["linear_bf16"] = snapshot(torch)
+    rec["stages"]["linear_bf16"]["held_beyond_output"] = (
+        torch.cuda.memory_allocated() - before - cb.numel() * 2)
+    xi = torch.randn(8, 64, 56, 56, device="cuda", requires_grad=True)
+    wi = torch.randn(64, 64, 3, 3, device="cuda", requires_grad=True)
+    y = F.conv2d(xi, wi, padding=1)
+    y.sum().backward()
+    rec["stages"]["conv_fwd_bwd"] = snapshot(torch)
+    del y, xi, wi
+    try:
+        import torchvision
+        m = torchvision.models.resnet50().cuda().train()
+        opt = torch.optim.Adam(m.parameters())
+        inp = torch.randn(8, 3, 224, 224, device="cuda")
+        tgt = torch.randint(0, 1000, (8,), device="cuda")
+        loss = F.cross_entropy(m(inp), tgt)
+        loss.backward()
+        opt.step()
+        rec["stages"]["resnet50_step"] = snapshot(torch)
+    except Exception as e:  # noqa: BLE001
+        rec["stages"]["resnet50_step"] = {"error": repr(e)}
+    emit(rec)
+
+
+CONV_SHAPES = [
+    # name, N, C, H, W, K, R, stride, pad, groups
+    ("vgg_conv1_2", 32, 64, 224, 224, 64, 3, 1, 1, 1),
+    ("vgg_conv2_2", 32, 128, 112, 112, 128, 3, 1, 1, 1),
+    ("vgg_conv3_2", 32, 256, 56, 56, 256, 3, 1, 1, 1),
+    ("vgg_conv4_2", 32, 512, 28, 28, 512, 3, 1, 1, 1),
+    ("vgg_conv5_2", 32, 512, 14, 14, 512, 3, 1, 1, 1),
+    ("vgg_conv1_1", 32, 3, 224, 224, 64, 3, 1, 1, 1),
+    ("resnet_stem7x7s2", 32, 3, 224, 224, 64, 7, 2, 3, 1),
+    ("resnet_1x1_256_64", 32, 256, 56, 56, 64, 1, 1, 0, 1),
+    ("resnet_3x3_64", 32, 64, 56, 56, 64, 3, 1, 1, 1),
+    ("resnet_3x3_128_s2", 32, 128, 56, 56, 128, 3, 2, 1, 1),
+    ("resnet_1x1_1024_256", 32, 1024, 14, 14, 256, 1, 1, 0, 1),
+    ("mbv2_dw3x3_96", 32, 96, 112, 112, 96, 3, 2, 1, 96),
+    ("mbv2_dw3x3_144", 32, 144, 56, 56, 144, 3, 1, 1, 144),
+    ("vgg_conv1_2_b8", 8, 64, 224, 224, 64, 3, 1, 1, 1),
+    ("vgg_conv1_2_b128", 128, 64, 224, 224, 64, 3, 1, 1, 1),
+    ("vgg_conv3_2_b8", 8, 256, 56, 56, 256, 3, 1, 1, 1),
+    ("vgg_conv3_2_b128", 128, 256, 56, 56, 256, 3, 1, 1, 1),
+]
+
+
+def conv_once(torch, F, shape, dtype):
+    _, n, c, h, w, k, r, stride, pad, groups = shape
+    x = torch.randn(n, c, h, w, device="cuda", dtype=dtype, requires_grad=True)
+    wt = torch.randn(k, c // groups, r, r, device="cuda", dtype=dtype, requires_grad=True)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    y = F.conv2d(x, wt, None, stride, pad, 1, groups)
+    torch.cuda.synchronize()
+    out_bytes = y.numel() * y.element_size()
+    fwd = torch.cuda.max_memory_allocated() - base - out_bytes
+    gy = torch.randn_like(y)
+    torch.cuda.synchronize()
+    base2 = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    gx, gw = torch.autograd.grad(y, (x, wt), gy)
+    torch.cuda.synchronize()
+    grad_bytes = gx.numel() * gx.element_size() + gw.numel() * gw.element_size()
+    bwd = torch.cuda.max_memory_allocated() - base2 - grad_bytes
+    res = {"fwd_workspace": int(fwd), "bwd_workspace": int(bwd), "output_bytes": int(out_bytes),
+           "input_bytes": int(x.numel() * x.element_size()), "reserved": torch.cuda.memory_reserved()}
+    del x, wt, y, gy, gx, gw
+    return res
+
+
+def task_conv(task):
+    import torch
+    import torch.nn.functional as F
+    torch.backends.cudnn.benchmark = bool(task["benchmark"])
+    for shape in CONV_SHAPES:
+        for dtype_name in task["dtypes"]:
+            dtype = getattr(torch, dtype_name)
+            rec = {"kind": "conv", "name": shape[0], "shape": list(shape[1:]), "dtype": dtype_name,
+                   "benchmark": bool(task["benchmark"])}
+            try:
+                rec["first"] = conv_once(torch, F, shape, dtype)
+                rec["steady"] = conv_once(torch, F, shape, dtype)
+            except Exception as e:  # noqa: BLE001
+                rec["error"] = repr(e)[:300]
+            gc.collect()
+            torch.cuda.empty_cache()
+            emit(rec)
+
+
+def make_model(task):
+    import torch
+    if task["source"] == "torchvision":
+        import torchvision
+        return getattr(torchvision.models, task["name"])(), "default"
+    import timm
+    try:
+        return timm.create_model(task["name"], pretrained=False, drop_path_rate=0.0), "drop_path_rate=0"
+    except TypeError:
+        return timm.create_model(task["name"], pretrained=False), "default"
+
+
+def logits_of(out):
+    if hasattr(out, "logits"):
+        return out.logits
+    if isinstance(out, (tuple, list)):
+        return out[0]
+    return out
+
+
+def run_batch(torch, model, task, batch):
+    """One configuration: fresh Adam, 3 iterations; the allocator is emptied before and after."""
+    c, h, w = task["input"]
+    rec = {"batch": batch, "iterations": []}
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    x = torch.randn(batch, c, h, w, device="cuda")
+    y = torch.randint(0, task["num_classes"], (batch,), device="cuda")
+    crit = torch.nn.CrossEntropyLoss()
+    status = "ok"
+    try:
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            loss = crit(logits_of(model(x)), y)
+            loss.backward()
+            opt.step()
+            del loss
+            rec["iterations"].append(snapshot(torch))
+    except torch.cuda.OutOfMemoryError:
+        status = "over_cap"
+    rec["status"] = status
+    rec["final"] = snapshot(torch)
+    del opt, x, y
+    model.zero_grad(set_to_none=True)
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    rec["after_release"] = snapshot(torch)
+    return rec
+
+
+def task_train(task):
+    import torch
+    torch.cuda.set_per_process_memory_fraction(task["cap_fraction"])
+    torch.backends.cudnn.benchmark = False
+    t0 = time.time()
+    model, how = make_model(task)
+    params = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    buffers = sum(b.numel() for b in model.buffers())
+    # (vit_small_patch8_224 reported 0 classes in timm 1.0.29 and failed the 2026-11-26 run.)
+    task["num_classes"] = getattr(model, "num_classes", 0) or 1000
+    model = model.cuda().train()
+    fused_modules = [m for m in model.modules() if getattr(m, "fused_attn", None) is True]
+    base = {"kind": "train", "source": task["source"], "model": task["name"],
+            "input": task["input"], "params": params, "trainable": trainable, "buffers": buffers,
+            "created_with": how, "optimizer": "adam", "precision": "fp32", "loss": "cross-entropy",
+            "cudnn_benchmark": False, "cap_bytes": task["cap_bytes"],
+            "create_seconds": round(time.time() - t0, 2), "after_weights": snapshot(torch)}
+    variants = [("fused" if fused_modules else "n/a", None)]
+    if fused_modules and task.get("attn_toggle"):
+        variants.append(("eager", False))
+    for attn, flag in variants:
+        if flag is not None:
+            for m in fused_modules:
+                m.fused_attn = flag
+        for batch in task["batches"]:
+            if time.time() > task["stop_at"]:
+                emit(dict(base, batch=batch, attention=attn, status="skipped_deadline"))
+                continue
+            t1 = time.time()
+            rec = run_batch(torch, model, task, batch)
+            rec.update(base, attention=attn, seconds=round(time.time() - t1, 2))
+            emit(rec)
+            if rec["status"] != "ok":
+                break
+
+
+def task_fake(task):
+    """MEMEST_DEVICE_TRUTH_FAKE=1: stub rows, to test the orchestrator on a machine without a GPU."""
+    kind = task["task"]
+    if kind == "env":
+        emit({"kind": "env", "gpu": "fake", "total_memory": 80 * GIB, "per_process_nvml": True})
+    elif kind == "train":
+        for b in task["batches"]:
+            emit({"kind": "train", "model": task["name"], "batch": b, "status": "ok"})
+        time.sleep(0.3)
+    else:
+        emit({"kind": kind, "fake": True})
+
+
+def worker_main(task_json):
+    task = json.loads(task_json)
+    if os.environ.get("MEMEST_DEVICE_TRUTH_FAKE") == "1":
+        task_fake(task)
+        return
+    fn = {"env": task_env, "context": task_context, "conv": task_conv, "train": task_train}[task["task"]]
+    try:
+        fn(task)
+    except Exception as e:  # noqa: BLE001 -- the orchestrator records the failure as a row
+        emit({"kind": "error", "task": task, "error": repr(e)[:500],
+              "trace": traceback.format_exc()[-2000:]})
+        sys.exit(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Orchestrator
+# ---------------------------------------------------------------------------------------------
+TORCHVISION = [("resnet50", (3, 224, 224)), ("vgg16", (3, 224, 224)),
+               ("mobilenet_v2", (3, 224, 224)), ("resnet18", (3, 224, 224)),
+               ("vit_b_16", (3, 224, 224)), ("densenet121", (3, 224, 224))]
+
+
+def timm_models():
+    path = os.path.join(ROOT, "datasets", "timm-a100", "models.csv")
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    out = []
+    for r in rows:
+        out.append((r["model"], tuple(int(v) for v in r["input_shape"].split(","))))
+    random.Random(7).shuffle(out)  # a spread of families if the deadline stops the list early
+    return out
+
+
+class Pool:
+    def __init__(self, results, log, slots, worker_timeout):
+        self.results, self.log, self.slots, self.worker_timeout = results, log, slots, worker_timeout
+        self.running = []
+        self.count = 0
+        self.tmp = tempfile.mkdtemp(prefix="device_truth_")
+
+    def start(self, task, env=None):
+        while len(self.running) >= self.slots:
+            self.poll()
+            time.sleep(0.2)
+        full_env = dict(os.environ, **(env or {}))
+        self.count += 1
+        out_path = os.path.join(self.tmp, f"worker{self.count}.jsonl")
+        with open(out_path, "w") as out:
+            p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "worker",
+                                  json.dumps(task)], stdout=out, stderr=self.log, env=full_env)
+        self.running.append((p, task, time.time(), out_path))
+
+    def poll(self):
+        still = []
+        for p, task, t0, out_path in self.running:
+            if p.poll() is None and time.time() - t0 < self.worker_timeout:
+                still.append((p, task, t0, out_path))
+                continue
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+                self.record({"kind": "error", "task": task, "error": "worker timed out"})
+            for line in open(out_path).read().splitlines():
+                line = line.strip()
+                if line.startswith("{"):
+                    self.record(json.loads(line))
+            if p.returncode not in (0, 1, -9):
+                self.record({"kind": "error", "task": task, "error": f"exit {p.returncode}"})
+        self.running = still
+
+    def record(self, rec):
+        self.results.write(json.dumps(rec, sort_keys=True) + "\n")
+        self.results.flush()
+        brief = {k: rec.get(k) for k in ("kind", "model", "name", "batch", "status", "attention",
+                                         "error") if k in rec}
+        print(json.dumps(brief), flush=True)
+
+    def drain(self, hard_stop):
+        """Waits for every running worker; those still running at hard_stop are killed."""
+        while self.running and time.time() < hard_stop:
+            self.poll()
+            time.sleep(0.2)
+        saved, self.worker_timeout = self.worker_timeout, 0
+        self.poll()
+        self.worker_timeout = saved
+
+
+def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "worker":
+        worker_main(sys.argv[2])
+        return
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "out"))
+    ap.add_argument("--deadline", type=float, default=430, help="seconds: no new task after")
+    ap.add_argument("--hard-stop", type=float, default=500, help="seconds: workers killed")
+    ap.add_argument("--cap-gib", type=float, default=32)
+    ap.add_argument("--batches", default="8,32,128")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N models")
+    args = ap.parse_args()
+    t0 = time.time()
+    os.makedirs(args.out, exist_ok=True)
+    results = open(os.path.join(args.out, "results.jsonl"), "a")
+    log = open(os.path.join(args.out, "workers.log"), "a")
+    pool = Pool(results, log, 1, 120)
+
+    pool.start({"task": "env"})
+    pool.drain(t0 + 60)
+    env_rows = [json.loads(l) for l in open(os.path.join(args.out, "results.jsonl"))
+                if '"kind": "env"' in l]
+    if not env_rows:
+        print("no env row: the GPU or PyTorch did not start; stopping", flush=True)
+        sys.exit(2)
+    env = env_rows[-1]
+    total = env["total_memory"]
+    cap = int(args.cap_gib * GIB)
+    slots = 1
+    if env.get("per_process_nvml"):
+        slots = max(1, min(4, int(total // (cap + 2 * GIB))))
+    print(f"GPU {env['gpu']} {total / GIB:.1f} GiB; per-process NVML {env.get('per_process_nvml')};"
+          f" {slots} workers at a cap of {args.cap_gib} GiB", flush=True)
+
+    # Context and library memory first, alone on the GPU.
+    for loading in ("LAZY", "EAGER"):
+        pool.start({"task": "context"}, env={"CUDA_MODULE_LOADING": loading})
+        pool.drain(time.time() + 90)
+    pool.slots = slots
+    pool.worker_timeout = 150
+    pool.start({"task": "conv", "benchmark": False, "dtypes": ["float32", "bfloat16"]})
+    pool.start({"task": "conv", "benchmark": True, "dtypes": ["float32"]})
+
+    batches = [int(b) for b in args.batches.split(",")]
+    models = [("torchvision", n, s) for n, s in TORCHVISION] + [("timm", n, s) for n, s in timm_models()]
+    if args.limit:
+        models = models[:args.limit]
+    stop_at = t0 + args.deadline
+    for source, name, shape in models:
+        if time.time() > stop_at:
+            pool.record({"kind": "train", "source": source, "model": name, "status": "not_started"})
+            continue
+        pool.start({"task": "train", "source": source, "name": name, "input": list(shape),
+                    "batches": batches, "cap_bytes": cap, "cap_fraction": min(1.0, cap / total),
+                    "attn_toggle": True, "stop_at": stop_at})
+    pool.drain(t0 + args.hard_stop)
+    print(f"done in {time.time() - t0:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
