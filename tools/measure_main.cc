@@ -611,8 +611,9 @@ int Sweep(const SweepSettings& sw, const RunSettings& s) {
     for (Config& c : configs) {
       if (ShardOf(c, s, sw.shard_count) == sw.shard_index) mine.push_back(std::move(c));
     }
-    std::cerr << fmt::format("memest-measure: shard {}/{}: {} of the manifest's {} configurations\n",
-                             sw.shard_index, sw.shard_count, mine.size(), configs.size());
+    std::cerr << fmt::format(
+        "memest-measure: shard {}/{}: {} of the manifest's {} configurations\n", sw.shard_index,
+        sw.shard_count, mine.size(), configs.size());
     configs = std::move(mine);
   }
   if (sw.dry_run) {
@@ -925,8 +926,9 @@ int Merge(const std::vector<std::string>& inputs, const std::string& out_file,
       skipped);
   if (!manifest.empty()) {
     if (missing.empty()) {
-      std::cerr << fmt::format("memest-measure: every one of the {} configurations of {} has a row\n",
-                               manifest_configs, manifest);
+      std::cerr << fmt::format(
+          "memest-measure: every one of the {} configurations of {} has a row\n", manifest_configs,
+          manifest);
     } else {
       std::cerr << fmt::format(
           "memest-measure: {} of the {} configurations of {} have no row (run their shards "
@@ -1050,8 +1052,9 @@ int Main(int argc, char** argv) {
       return kExitUsage;
     }
     if (!shard.empty() || !model.empty()) {
-      PrintError("--merge takes row files, --out and optionally --sweep MANIFEST (no --shard, "
-                 "no model)");
+      PrintError(
+          "--merge takes row files, --out and optionally --sweep MANIFEST (no --shard, "
+          "no model)");
       return kExitUsage;
     }
     return Merge(merge_inputs, sw.out, sw.manifest, s);
