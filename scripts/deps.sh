@@ -11,6 +11,7 @@ PACKAGES=(
   python3-dev python3-pybind11 python3-torch  # the Python module and its from_torch test (python/)
   rustc  # the C API from Rust (tests/install/rust_consumer.rs)
   libtorch-dev libopenblas0-pthread  # measurement harness (docs/measurement.md); OpenBLAS: 10x faster CPU matmuls
+  slurmctld slurmd slurm-client munge  # SlurmTest.*: a real single-node Slurm (docs/slurm.md); never started as services
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -19,6 +20,15 @@ done
 if ((${#missing[@]})); then
   echo "memest: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
+  # Packages with daemons (slurmctld, slurmd, munge) must not start them here: the tests start
+  # their own, on their own ports. Where nothing says so yet (no policy-rc.d, as in a container),
+  # deny service starts for the time of the install.
+  policy=/usr/sbin/policy-rc.d
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy"
+    chmod 0755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi

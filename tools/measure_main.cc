@@ -10,20 +10,33 @@
 //
 //   memest-measure --sweep MANIFEST.jsonl --out ROWS.jsonl [--device ...] [--no-isolate]
 //                  [--row-timeout S] [--retry-errors] [--limit N] [--time-budget S]
+//                  [--shard I/N]
 //     runs every configuration of the manifest (one JSON object per line: model, family, batch,
 //     dims, mode, optimizer, weight_decay, precision, loss, iterations) and appends one row per
 //     configuration to ROWS.jsonl. Resumable: configurations whose row id is already in ROWS.jsonl
-//     are skipped (with --retry-errors, rows with status "error" are run again). Progress (done /
-//     total, rate, ETA) goes to stderr. By default every configuration runs in a fresh child
-//     process (clean CUDA context and allocator; a crash or a timeout becomes an error row).
+//     are skipped (with --retry-errors, rows with status "error" are run again); a partial last
+//     line left by a killed sweep is cut off first. One sweep at a time per output file (a lock).
+//     Progress (done / total, rate, ETA) goes to stderr. By default every configuration runs in a
+//     fresh child process (clean CUDA context and allocator; a crash or a timeout becomes an error
+//     row). --shard I/N runs only the configurations whose row id falls in shard I of N (0 <= I <
+//     N; the id's first 64 bits modulo N), so N jobs (a Slurm array) split a manifest the same way
+//     on every run. --dry-run lists the configurations (of the shard) and their rows' status.
+//
+//   memest-measure --merge ROWS.jsonl... --out MERGED.jsonl [--sweep MANIFEST.jsonl]
+//     merges row files (the shards of a sweep) into one: each row id once (an ok row wins over an
+//     oom row, which wins over an error row; else the first), rows copied verbatim. With --sweep,
+//     in manifest order, and every configuration without a row is listed.
 //
 // Exit codes (single run): 0 ok, 1 out of memory, 2 usage error or unbound dim, 3 bad model,
 // 4 the run failed (unsupported op, LibTorch error). Sweep: 0 when every row was written, 2 for
-// usage errors, 4 when the manifest or the output could not be read or written.
+// usage errors, 4 when the manifest or the output could not be read or written (or another sweep
+// holds the output). Merge: 0 merged (with --sweep: every configuration has a row), 1 merged but
+// some configurations have no row, 2 usage, 4 a file could not be read or written.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,6 +44,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -103,6 +117,7 @@ struct Config {
   std::string family;
   Options options;
   int iterations = 3;
+  int line_no = 0;  // in the manifest (0: the command line)
 };
 
 struct RunSettings {
@@ -152,10 +167,19 @@ DeviceKind ResolvedDevice(DeviceKind requested) {
   return requested;
 }
 
+// SHA-256 of a model file, each file hashed once per process (a sweep names a model many times).
+Result<std::string> ModelSha256(const std::string& file) {
+  static std::map<std::string, std::string> cache;
+  if (auto it = cache.find(file); it != cache.end()) return it->second;
+  MEMEST_ASSIGN_OR_RETURN(std::string sha, core::Sha256File(file));
+  cache[file] = sha;
+  return sha;
+}
+
 Result<RowRequest> MakeRequest(const Config& c, const RunSettings& s) {
   RowRequest r;
   r.model_path = RecordedPath(c.model_file);
-  MEMEST_ASSIGN_OR_RETURN(r.model_sha256, core::Sha256File(c.model_file));
+  MEMEST_ASSIGN_OR_RETURN(r.model_sha256, ModelSha256(c.model_file));
   r.model_name = fs::path(c.model_file).stem().string();
   r.family = c.family;
   r.options = c.options;
@@ -443,25 +467,197 @@ struct SweepSettings {
   bool retry_errors = false;
   int64_t limit = 0;      // 0 = all
   int time_budget_s = 0;  // 0 = none: stop starting rows after this many seconds
+  int64_t shard_index = 0;
+  int64_t shard_count = 0;  // 0 = no sharding
+  bool dry_run = false;     // list the configurations and whether each has a row; run nothing
 };
 
-int Sweep(const SweepSettings& sw, const RunSettings& s) {
-  std::ifstream in(sw.manifest);
+// Reads a manifest into `configs`; an exit code (kExitOk when read).
+int ReadManifest(const std::string& manifest, std::vector<Config>& configs) {
+  std::ifstream in(manifest);
   if (!in) {
-    PrintError("cannot open manifest '" + sw.manifest + "'");
+    PrintError("cannot open manifest '" + manifest + "'");
     return kExitFailed;
   }
-  const fs::path dir = fs::path(sw.manifest).parent_path();
-  std::vector<Config> configs;
+  const fs::path dir = fs::path(manifest).parent_path();
   std::string line;
   for (int line_no = 1; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     auto c = ParseManifestLine(line, dir);
     if (!c.ok()) {
-      PrintError(fmt::format("{}:{}: {}", sw.manifest, line_no, c.status().ToString()));
+      PrintError(fmt::format("{}:{}: {}", manifest, line_no, c.status().ToString()));
       return kExitUsage;
     }
+    c->line_no = line_no;
     configs.push_back(std::move(c).value());
+  }
+  return kExitOk;
+}
+
+// "I/N" -> (I, N) with 0 <= I < N.
+Result<std::pair<int64_t, int64_t>> ParseShard(const std::string& text) {
+  const size_t slash = text.find('/');
+  int64_t i = -1, n = 0;
+  if (slash != std::string::npos) {
+    const char* b = text.data();
+    const auto [p1, e1] = std::from_chars(b, b + slash, i);
+    const auto [p2, e2] = std::from_chars(b + slash + 1, b + text.size(), n);
+    if (e1 != std::errc() || p1 != b + slash || e2 != std::errc() || p2 != b + text.size()) {
+      i = -1;
+    }
+  }
+  if (i < 0 || n < 1 || i >= n || n > 1000000) {
+    return InvalidArgument("--shard '" + text +
+                           "': expected I/N with 0 <= I < N (e.g. 0/4 ... 3/4; a Slurm array "
+                           "task: $SLURM_ARRAY_TASK_ID/N with --array=0-(N-1))");
+  }
+  return std::make_pair(i, n);
+}
+
+// The shard of a configuration: its row id's first 64 bits modulo N; a configuration without an
+// id (its model cannot be hashed) by its manifest line. The same on every run of a manifest.
+int64_t ShardOf(const Config& c, const RunSettings& s, int64_t n) {
+  auto request = MakeRequest(c, s);
+  if (!request.ok()) return c.line_no % n;
+  const std::string id = measurement::RowId(*request);
+  uint64_t v = 0;
+  std::from_chars(id.data(), id.data() + std::min<size_t>(16, id.size()), v, 16);
+  return static_cast<int64_t>(v % static_cast<uint64_t>(n));
+}
+
+// Holds an exclusive lock on `file` (created when missing) for the life of the process, so that
+// two sweeps never append to one file (a requeued array task next to its old self). Closed on
+// exec: the children never hold it. Fails when another process holds it.
+Status LockOutput(const std::string& file) {
+  const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Internal("cannot write '" + file + "': " + std::strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    close(fd);
+    if (e == EWOULDBLOCK) {
+      return Internal("another memest-measure is writing '" + file +
+                      "' (it holds the file's lock); two sweeps must not append to one file");
+    }
+    return Internal("cannot lock '" + file + "': " + std::strerror(e));
+  }
+  return Status::Ok();  // fd stays open: the lock lasts until the process ends
+}
+
+// Cuts off a partial last line (a row whose writer was killed mid-write), so that the next row
+// starts on a line of its own. Returns the number of bytes dropped.
+Result<uint64_t> DropPartialLastLine(const std::string& file) {
+  std::error_code ec;
+  const uint64_t size = fs::exists(file, ec) ? fs::file_size(file, ec) : 0;
+  if (ec || size == 0) return uint64_t{0};
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return Internal("cannot read '" + file + "'");
+  // Find the last newline, reading backwards in blocks.
+  uint64_t end = size;
+  std::string block;
+  bool last_is_newline = false;
+  uint64_t keep = 0;
+  while (end > 0) {
+    const uint64_t begin = end > 65536 ? end - 65536 : 0;
+    block.resize(end - begin);
+    in.seekg(static_cast<std::streamoff>(begin));
+    in.read(block.data(), static_cast<std::streamsize>(block.size()));
+    if (!in) return Internal("cannot read '" + file + "'");
+    if (end == size && block.back() == '\n') {
+      last_is_newline = true;
+      break;
+    }
+    const size_t nl = block.rfind('\n');
+    if (nl != std::string::npos) {
+      keep = begin + nl + 1;
+      break;
+    }
+    end = begin;
+  }
+  if (last_is_newline) return uint64_t{0};
+  fs::resize_file(file, keep, ec);
+  if (ec) return Internal("cannot cut the partial last line of '" + file + "': " + ec.message());
+  return size - keep;
+}
+
+// Provenance a sweep adds to its rows: the shard, and the Slurm job that ran it.
+void AddSweepProvenance(Json& row, const SweepSettings& sw) {
+  if (!row.is_object() || !row.contains("provenance") || !row["provenance"].is_object()) return;
+  Json& p = row["provenance"];
+  if (sw.shard_count > 0) p["shard"] = fmt::format("{}/{}", sw.shard_index, sw.shard_count);
+  auto env_value = [](const char* name) -> Json {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return Json(nullptr);
+    uint64_t n = 0;
+    const char* e = v + std::strlen(v);
+    const auto [ptr, ec] = std::from_chars(v, e, n);
+    if (ec == std::errc() && ptr == e) return Json(n);
+    return Json(std::string(v));
+  };
+  if (std::getenv("SLURM_JOB_ID") != nullptr) {
+    Json slurm{{"job_id", env_value("SLURM_JOB_ID")},
+               {"array_job_id", env_value("SLURM_ARRAY_JOB_ID")},
+               {"array_task_id", env_value("SLURM_ARRAY_TASK_ID")},
+               {"cluster", env_value("SLURM_CLUSTER_NAME")}};
+    p["slurm"] = slurm;
+  }
+}
+
+int Sweep(const SweepSettings& sw, const RunSettings& s) {
+  std::vector<Config> configs;
+  if (int rc = ReadManifest(sw.manifest, configs); rc != kExitOk) return rc;
+  std::string line;
+  if (sw.shard_count > 0) {
+    std::vector<Config> mine;
+    for (Config& c : configs) {
+      if (ShardOf(c, s, sw.shard_count) == sw.shard_index) mine.push_back(std::move(c));
+    }
+    std::cerr << fmt::format(
+        "memest-measure: shard {}/{}: {} of the manifest's {} configurations\n", sw.shard_index,
+        sw.shard_count, mine.size(), configs.size());
+    configs = std::move(mine);
+  }
+  if (sw.dry_run) {
+    std::map<std::string, std::string> have;  // id -> status
+    std::ifstream prev(sw.out);
+    while (std::getline(prev, line)) {
+      Json j = Json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("id") && j["id"].is_string()) {
+        have[j["id"].get<std::string>()] = j.value("status", "");
+      }
+    }
+    const size_t n = sw.limit > 0 ? std::min<size_t>(configs.size(), static_cast<size_t>(sw.limit))
+                                  : configs.size();
+    for (size_t i = 0; i < n; ++i) {
+      const Config& c = configs[i];
+      auto request = MakeRequest(c, s);
+      const std::string id = request.ok() ? measurement::RowId(*request) : "";
+      auto it = have.find(id);
+      Json j{{"line", c.line_no},
+             {"id", request.ok() ? Json(id) : Json(nullptr)},
+             {"model", c.model},
+             {"batch", c.options.batch ? Json(*c.options.batch) : Json(nullptr)},
+             {"mode", ToString(c.options.mode)},
+             {"row", it == have.end() ? Json(nullptr) : Json(it->second)}};
+      if (sw.shard_count > 0) j["shard"] = fmt::format("{}/{}", sw.shard_index, sw.shard_count);
+      if (!request.ok()) j["error"] = request.status().message();
+      std::cout << j.dump() << '\n';
+    }
+    return kExitOk;
+  }
+  if (Status lock = LockOutput(sw.out); !lock.ok()) {
+    PrintError(lock.message());
+    return kExitFailed;
+  }
+  auto dropped = DropPartialLastLine(sw.out);
+  if (!dropped.ok()) {
+    PrintError(dropped.status().message());
+    return kExitFailed;
+  }
+  if (*dropped > 0) {
+    std::cerr << fmt::format(
+        "memest-measure: note: cut off a partial last line ({} bytes) of {}: a row whose "
+        "writer was killed mid-write (a configuration without a whole row runs again)\n",
+        *dropped, sw.out);
   }
   // Rows already written (resume).
   std::map<std::string, std::string> done;  // id -> status
@@ -552,6 +748,10 @@ int Sweep(const SweepSettings& sw, const RunSettings& s) {
       }
     }
     if (!row.empty()) {
+      if (Json j = Json::parse(row, nullptr, false); j.is_object()) {
+        AddSweepProvenance(j, sw);
+        row = j.dump();
+      }
       if (!measurement::ValidateRow(row).ok()) {
         PrintError(what +
                    ": the row does not validate: " + measurement::ValidateRow(row).ToString());
@@ -600,6 +800,150 @@ int Sweep(const SweepSettings& sw, const RunSettings& s) {
   return kExitOk;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Merging row files (the shards of a sweep).
+
+int StatusRank(const std::string& status) {
+  if (status == "ok") return 0;
+  if (status == "oom") return 1;
+  return 2;
+}
+
+int Merge(const std::vector<std::string>& inputs, const std::string& out_file,
+          const std::string& manifest, const RunSettings& s) {
+  struct Kept {
+    std::string line;
+    std::string status;
+  };
+  std::vector<std::string> order;  // ids, first appearance
+  std::map<std::string, Kept> rows;
+  size_t read = 0, duplicates = 0, replaced = 0, skipped = 0;
+  for (const std::string& file : inputs) {
+    std::ifstream in(file);
+    if (!in) {
+      PrintError("cannot read '" + file + "'");
+      return kExitFailed;
+    }
+    std::string line;
+    for (int line_no = 1; std::getline(in, line); ++line_no) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      Json j = Json::parse(line, nullptr, false);
+      const Status valid = measurement::ValidateRow(line);
+      if (!j.is_object() || !valid.ok()) {
+        ++skipped;
+        std::cerr << fmt::format(
+            "memest-measure: note: {}:{}: not a row, skipped ({}; a partial line of a killed "
+            "sweep?)\n",
+            file, line_no, valid.ok() ? "not a JSON object" : valid.message());
+        continue;
+      }
+      ++read;
+      const std::string id = j["id"].get<std::string>();
+      const std::string status = j.value("status", "");
+      auto it = rows.find(id);
+      if (it == rows.end()) {
+        order.push_back(id);
+        rows[id] = Kept{line, status};
+        continue;
+      }
+      ++duplicates;
+      if (StatusRank(status) < StatusRank(it->second.status)) {
+        it->second = Kept{line, status};
+        ++replaced;
+      }
+    }
+  }
+  // With a manifest: its order, and what has no row.
+  std::vector<std::string> missing;
+  size_t manifest_configs = 0;
+  if (!manifest.empty()) {
+    std::vector<Config> configs;
+    if (int rc = ReadManifest(manifest, configs); rc != kExitOk) return rc;
+    std::vector<std::string> sorted;
+    std::map<std::string, bool> placed;
+    for (const Config& c : configs) {
+      ++manifest_configs;
+      const std::string what = fmt::format(
+          "{}:{}: {} b={} {} {} {}", manifest, c.line_no, fs::path(c.model).stem().string(),
+          c.options.batch ? std::to_string(*c.options.batch) : "-", ToString(c.options.mode),
+          ToString(c.options.optimizer), ToString(c.options.precision));
+      auto request = MakeRequest(c, s);
+      if (!request.ok()) {
+        missing.push_back(what + " (" + request.status().message() + ")");
+        continue;
+      }
+      const std::string id = measurement::RowId(*request);
+      if (rows.count(id) == 0) {
+        missing.push_back(what + " (id " + id.substr(0, 12) + ")");
+      } else if (!placed[id]) {
+        placed[id] = true;
+        sorted.push_back(id);
+      }
+    }
+    size_t extra = 0;
+    for (const std::string& id : order) {
+      if (!placed[id]) {
+        sorted.push_back(id);
+        ++extra;
+      }
+    }
+    if (extra > 0) {
+      std::cerr << fmt::format(
+          "memest-measure: note: {} rows are not configurations of {}; kept after the others\n",
+          extra, manifest);
+    }
+    order = std::move(sorted);
+  }
+  // Write next to the output and rename: the output is never half written, and may be an input.
+  const std::string tmp = out_file + fmt::format(".tmp.{}", getpid());
+  size_t n_ok = 0, n_oom = 0, n_err = 0;
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (const std::string& id : order) {
+      const Kept& k = rows[id];
+      out << k.line << '\n';
+      (k.status == "ok" ? n_ok : k.status == "oom" ? n_oom : n_err)++;
+    }
+    out.flush();
+    if (!out) {
+      PrintError("cannot write '" + tmp + "'");
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      return kExitFailed;
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, out_file, ec);
+  if (ec) {
+    PrintError("cannot rename '" + tmp + "' to '" + out_file + "': " + ec.message());
+    fs::remove(tmp, ec);
+    return kExitFailed;
+  }
+  std::cerr << fmt::format(
+      "memest-measure: merged {} files ({} rows read) into {}: {} rows ({} ok, {} oom, {} "
+      "error); {} duplicate ids dropped ({} replaced by a better status); {} lines skipped\n",
+      inputs.size(), read, out_file, order.size(), n_ok, n_oom, n_err, duplicates, replaced,
+      skipped);
+  if (!manifest.empty()) {
+    if (missing.empty()) {
+      std::cerr << fmt::format(
+          "memest-measure: every one of the {} configurations of {} has a row\n", manifest_configs,
+          manifest);
+    } else {
+      std::cerr << fmt::format(
+          "memest-measure: {} of the {} configurations of {} have no row (run their shards "
+          "again: the sweep resumes):\n",
+          missing.size(), manifest_configs, manifest);
+      for (size_t i = 0; i < missing.size() && i < 20; ++i) {
+        std::cerr << "  " << missing[i] << '\n';
+      }
+      if (missing.size() > 20) std::cerr << fmt::format("  ... and {} more\n", missing.size() - 20);
+      return 1;
+    }
+  }
+  return kExitOk;
+}
+
 Result<std::pair<std::string, int64_t>> ParseDim(const std::string& text) {
   const size_t eq = text.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
@@ -631,6 +975,8 @@ int Main(int argc, char** argv) {
   uint64_t host_limit_mb = 0;
   SweepSettings sw;
   bool no_isolate = false;
+  std::string shard;
+  std::vector<std::string> merge_inputs;
   const Options defaults;
   optimizer = ToString(defaults.optimizer);
   precision = ToString(defaults.precision);
@@ -670,6 +1016,15 @@ int Main(int argc, char** argv) {
   app.add_option("--limit", sw.limit, "sweep: only the first N configurations");
   app.add_option("--time-budget", sw.time_budget_s,
                  "sweep: start no new configuration after this many seconds (resume later)");
+  app.add_option("--shard", shard,
+                 "sweep: only shard I of N, I/N with 0 <= I < N (by row id: the same split on "
+                 "every run; one Slurm array task each)");
+  app.add_flag("--dry-run", sw.dry_run,
+               "sweep: print the configurations (of this shard) as JSON lines, with the status "
+               "of their row in --out (null: none yet); run nothing");
+  app.add_option("--merge", merge_inputs,
+                 "merge row files (a sweep's shards) into --out, each row id once; with --sweep "
+                 "MANIFEST, in manifest order, listing configurations without a row");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -691,6 +1046,32 @@ int Main(int argc, char** argv) {
     return kExitUsage;
   }
   s.optimizer_impl = *impl;
+  if (!merge_inputs.empty()) {
+    if (sw.out.empty()) {
+      PrintError("--merge needs --out FILE.jsonl");
+      return kExitUsage;
+    }
+    if (!shard.empty() || !model.empty()) {
+      PrintError(
+          "--merge takes row files, --out and optionally --sweep MANIFEST (no --shard, "
+          "no model)");
+      return kExitUsage;
+    }
+    return Merge(merge_inputs, sw.out, sw.manifest, s);
+  }
+  if (!shard.empty()) {
+    if (sw.manifest.empty()) {
+      PrintError("--shard needs --sweep MANIFEST.jsonl");
+      return kExitUsage;
+    }
+    auto parsed = ParseShard(shard);
+    if (!parsed.ok()) {
+      PrintError(parsed.status().message());
+      return kExitUsage;
+    }
+    sw.shard_index = parsed->first;
+    sw.shard_count = parsed->second;
+  }
   if (!sw.manifest.empty()) {
     if (sw.out.empty()) {
       PrintError("--sweep needs --out FILE.jsonl");

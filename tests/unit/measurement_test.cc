@@ -516,6 +516,114 @@ TEST(MeasureToolTest, SweepWritesOneRowPerConfigurationAndResumes) {
   EXPECT_EQ(Lines(memest::testing::ReadFileBytes(dir.path() + "/rows.jsonl")).size(), 4u);
 }
 
+// --shard I/N splits a manifest by row id, the same way on every run, into N disjoint parts that
+// cover it; --merge joins the shards' files (each id once, manifest order, what is missing
+// listed); a partial last line is cut off before a sweep appends; a locked output is refused.
+TEST(MeasureToolTest, ShardsSplitTheManifestAndMergeJoinsThem) {
+  if (!fs::exists(MeasureTool())) GTEST_SKIP() << "memest-measure not built";
+  TempDir dir;
+  const std::string mlp = std::string(MEMEST_SOURCE_DIR) + "/datasets/models/mlp_small_train.onnx";
+  std::string manifest;
+  for (int b = 1; b <= 5; ++b) {
+    manifest +=
+        "{\"model\": \"" + mlp + "\", \"batch\": " + std::to_string(b) + ", \"iterations\": 1}\n";
+  }
+  dir.WriteFile("manifest.jsonl", manifest);
+  const std::string sweep = "--sweep " + dir.path() + "/manifest.jsonl --device cpu --no-isolate";
+  auto shard_file = [&](int i) { return dir.path() + "/shard-" + std::to_string(i) + ".jsonl"; };
+  auto ids_of = [](const std::vector<std::string>& lines) {
+    std::vector<std::string> ids;
+    for (const std::string& l : lines) ids.push_back(Json::parse(l)["id"]);
+    return ids;
+  };
+  std::string out;
+  // The split: disjoint, complete, and the same twice.
+  std::set<std::string> all;
+  size_t listed = 0;
+  for (int i = 0; i < 3; ++i) {
+    const std::string args =
+        sweep + " --shard " + std::to_string(i) + "/3 --out " + shard_file(i) + " --dry-run";
+    ASSERT_EQ(RunTool(args, dir, &out), 0)
+        << memest::testing::ReadFileBytes(dir.path() + "/stderr.txt");
+    const auto ids = ids_of(Lines(out));
+    std::string again;
+    ASSERT_EQ(RunTool(args, dir, &again), 0);
+    EXPECT_EQ(out, again);
+    for (const std::string& l : Lines(out)) {
+      EXPECT_TRUE(Json::parse(l)["row"].is_null()) << l;
+      EXPECT_EQ(Json::parse(l)["shard"], std::to_string(i) + "/3");
+    }
+    listed += ids.size();
+    all.insert(ids.begin(), ids.end());
+  }
+  EXPECT_EQ(listed, 5u);
+  EXPECT_EQ(all.size(), 5u);
+  EXPECT_FALSE(fs::exists(shard_file(0)));  // a dry run writes nothing
+  // Run shards 0 and 1; a merge with the manifest lists what shard 2 has not done, exit 1.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(
+        RunTool(sweep + " --shard " + std::to_string(i) + "/3 --out " + shard_file(i), dir, &out),
+        0)
+        << memest::testing::ReadFileBytes(dir.path() + "/stderr.txt");
+    for (const std::string& row : Lines(memest::testing::ReadFileBytes(shard_file(i)))) {
+      EXPECT_EQ(Json::parse(row)["provenance"]["shard"], std::to_string(i) + "/3");
+    }
+  }
+  const std::string merged = dir.path() + "/rows.jsonl";
+  const std::string merge = "--merge " + shard_file(0) + " " + shard_file(1) + " --out " + merged +
+                            " --sweep " + dir.path() + "/manifest.jsonl";
+  const size_t done = Lines(memest::testing::ReadFileBytes(shard_file(0))).size() +
+                      Lines(memest::testing::ReadFileBytes(shard_file(1))).size();
+  EXPECT_EQ(RunTool(merge, dir, &out), done == 5 ? 0 : 1);
+  EXPECT_EQ(Lines(memest::testing::ReadFileBytes(merged)).size(), done);
+  if (done < 5) {
+    EXPECT_NE(memest::testing::ReadFileBytes(dir.path() + "/stderr.txt").find("have no row"),
+              std::string::npos);
+  }
+  // Shard 2 runs; shard 1's file gets a copy of a shard-0 row (a duplicate) and a partial line.
+  ASSERT_EQ(RunTool(sweep + " --shard 2/3 --out " + shard_file(2), dir, &out), 0);
+  const auto rows0 = Lines(memest::testing::ReadFileBytes(shard_file(0)));
+  ASSERT_FALSE(rows0.empty());
+  {
+    std::ofstream f(shard_file(1), std::ios::app);
+    f << rows0[0] << '\n' << rows0[0].substr(0, 40);
+  }
+  ASSERT_EQ(RunTool("--merge " + shard_file(0) + " " + shard_file(1) + " " + shard_file(2) +
+                        " --out " + merged + " --sweep " + dir.path() + "/manifest.jsonl",
+                    dir, &out),
+            0)
+      << memest::testing::ReadFileBytes(dir.path() + "/stderr.txt");
+  const auto rows = Lines(memest::testing::ReadFileBytes(merged));
+  ASSERT_EQ(rows.size(), 5u);
+  std::vector<int64_t> batches;
+  for (const std::string& row : rows) batches.push_back(Json::parse(row)["config"]["batch"]);
+  EXPECT_EQ(batches, (std::vector<int64_t>{1, 2, 3, 4, 5}));  // manifest order
+  const std::string merge_err = memest::testing::ReadFileBytes(dir.path() + "/stderr.txt");
+  EXPECT_NE(merge_err.find("1 duplicate ids dropped"), std::string::npos) << merge_err;
+  EXPECT_NE(merge_err.find("1 lines skipped"), std::string::npos) << merge_err;
+  // Resuming shard 1 cuts the partial line off and runs nothing.
+  ASSERT_EQ(RunTool(sweep + " --shard 1/3 --out " + shard_file(1), dir, &out), 0);
+  const std::string text = memest::testing::ReadFileBytes(shard_file(1));
+  EXPECT_EQ(text.back(), '\n');
+  for (const std::string& row : Lines(text)) EXPECT_TRUE(ValidateRow(row).ok()) << row;
+  EXPECT_NE(memest::testing::ReadFileBytes(dir.path() + "/stderr.txt")
+                .find("cut off a partial last line (40 bytes)"),
+            std::string::npos);
+  // A second sweep on a file another one holds stops.
+  EXPECT_EQ(RunTool("--help > /dev/null; flock " + shard_file(1) + " " + MeasureTool() + " " +
+                        sweep + " --shard 1/3 --out " + shard_file(1),
+                    dir, &out),
+            4);
+  EXPECT_NE(memest::testing::ReadFileBytes(dir.path() + "/stderr.txt")
+                .find("another memest-measure is writing"),
+            std::string::npos);
+  // Usage errors.
+  EXPECT_EQ(RunTool(sweep + " --shard 3/3 --out " + shard_file(0), dir, &out), 2);
+  EXPECT_EQ(RunTool(sweep + " --shard x --out " + shard_file(0), dir, &out), 2);
+  EXPECT_EQ(RunTool("--shard 0/2 --out " + shard_file(0), dir, &out), 2);
+  EXPECT_EQ(RunTool("--merge " + shard_file(0), dir, &out), 2);
+}
+
 // Activation checkpointing in the harness (a reentrant checkpoint as a LibTorch custom function):
 // every parameter still gets its gradient, the measured peak drops, and the symbolic backend's
 // simulation of the same cuts (core/checkpoint.h) matches the measured tensor peak.
