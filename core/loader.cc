@@ -27,11 +27,14 @@
 //    of a Linear/Conv with one output (Gemm/Conv/ConvTranspose input 2), a PReLU slope (PRelu
 //    input 1), a 1-channel norm's scale/bias (inputs 1/2). Other 1-element and rank-0
 //    initializers are constants (eps, scales) that exporters write as initializers.
+#include "core/loader.h"
+
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -43,7 +46,6 @@
 #include "core/checked.h"
 #include "core/dtype.h"
 #include "core/graph.h"
-#include "core/loader.h"
 #include "core/validate.h"
 #include "memest/model.h"
 
@@ -672,7 +674,9 @@ Result<std::unique_ptr<Graph>> LoadGraphFromBytes(std::string_view bytes,
 Result<std::unique_ptr<Graph>> LoadGraph(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
-    return NotFound("model file '" + path + "' not found");
+    const int err = errno;
+    if (err == ENOENT) return NotFound("model file '" + path + "' not found");
+    return NotFound(path + ": cannot be read: " + std::strerror(err));  // ENOTDIR, EACCES, ...
   }
   if (S_ISDIR(st.st_mode)) {
     return InvalidModel("'" + path + "' is a directory, not an ONNX file");
@@ -686,7 +690,11 @@ Result<std::unique_ptr<Graph>> LoadGraph(const std::string& path) {
                         "weights as external data");
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("model file '" + path + "' cannot be opened");
+  if (!in) {
+    const int err = errno;
+    return NotFound(path + ": cannot be read: " +
+                    (err != 0 ? std::strerror(err) : "the file cannot be opened"));
+  }
   std::string bytes;
   try {
     bytes.resize(static_cast<size_t>(st.st_size));

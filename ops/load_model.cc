@@ -14,17 +14,24 @@
 namespace memest {
 namespace {
 
+// Every error names the model (its path or display name) and is about the model.
+Status AboutTheModel(const Status& s, const std::string& display_name) {
+  const bool named = s.message().find(display_name) != std::string::npos;
+  return (named ? s : s.WithContext(display_name)).About(Subject::kModel);
+}
+
 Result<std::shared_ptr<const Model>> WithShapes(Result<std::unique_ptr<core::Graph>> loaded,
                                                 const std::string& display_name) {
-  if (!loaded.ok()) return loaded.status();
+  if (!loaded.ok()) return AboutTheModel(loaded.status(), display_name);
   std::unique_ptr<core::Graph> graph = std::move(loaded).value();
   try {
     // Shapes over symbolic dims, once per model: binding dims later only evaluates them.
     graph->symbolic = ops::InferSymbolicShapes(*graph);
   } catch (const std::bad_alloc&) {
-    return Internal(display_name + ": out of memory while inferring shapes");
+    return Internal(display_name + ": out of memory while inferring shapes").About(Subject::kModel);
   } catch (const std::exception& e) {
-    return Internal(display_name + ": unexpected error while inferring shapes: " + e.what());
+    return Internal(display_name + ": unexpected error while inferring shapes: " + e.what())
+        .About(Subject::kModel);
   }
   return std::shared_ptr<const Model>(std::make_shared<Model>(std::move(graph)));
 }

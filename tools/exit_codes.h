@@ -13,19 +13,16 @@ inline constexpr int kExitUsage = 2;
 inline constexpr int kExitBadModel = 3;
 inline constexpr int kExitInternal = 4;
 
-// Which library call produced a Status; the same code can mean different things
-// (NotFound from LoadModel is a missing file, from FindGpuProfile an unknown
-// name).
-enum class Stage { kSetup, kLoad, kEstimate };
-
-inline int ExitCodeFor(const Status& s, Stage stage) {
+// The same code can mean different things: NotFound about the model is a missing file (bad
+// model), about a GPU profile an unknown name (usage). The Status says which (Status::subject).
+inline int ExitCodeFor(const Status& s) {
+  const bool about_model = s.subject() == Subject::kModel;
   switch (s.code()) {
     case ErrorCode::kOk:
       return kExitFits;
     case ErrorCode::kInvalidArgument:
-      return stage == Stage::kLoad ? kExitBadModel : kExitUsage;
     case ErrorCode::kNotFound:
-      return stage == Stage::kLoad ? kExitBadModel : kExitUsage;
+      return about_model ? kExitBadModel : kExitUsage;
     case ErrorCode::kUnboundDim:
       return kExitUsage;
     case ErrorCode::kInvalidModel:

@@ -885,21 +885,16 @@ int OpenErrno(const std::string& path) {
   return 0;
 }
 
-// Prints why the model did not load and returns the exit code. LoadModel says
-// not_found for a file that exists but cannot be opened too; errno tells them
-// apart, so an unreadable file is reported as such, with the reason.
+// Prints why the model did not load and returns the exit code. LoadModel's message names the
+// path and the reason; it says not_found for a file that exists but cannot be opened too, which
+// the label tells apart by asking the file system again (errno), never the message.
 int ReportLoadFailure(const Status& s, const std::string& path) {
-  std::string message = s.message();
   std::string code = ErrorCodeName(s.code());
   if (s.code() == ErrorCode::kNotFound) {
-    if (const int err = OpenErrno(path); err != 0 && err != ENOENT) {
-      message = fmt::format("cannot be read: {}", std::strerror(err));
-      code = "unreadable";
-    }
+    if (const int err = OpenErrno(path); err != 0 && err != ENOENT) code = "unreadable";
   }
-  if (message.find(path) == std::string::npos) message = path + ": " + message;
-  PrintError(fmt::format("cannot load model: {} ({})", message, code));
-  return ExitCodeFor(s, Stage::kLoad);
+  PrintError(fmt::format("cannot load model: {} ({})", s.message(), code));
+  return ExitCodeFor(s);
 }
 
 // --hf-config: builds the config's graph (datasets/zoo/hf.h) and loads it like a file. The model
@@ -1199,7 +1194,7 @@ int VerdictExitCode(const std::vector<BackendResult>& results) {
   }
   for (const auto& r : results) {
     if (!r.status.ok() && r.status.code() != ErrorCode::kUnavailable) {
-      return ExitCodeFor(r.status, Stage::kEstimate);
+      return ExitCodeFor(r.status);
     }
   }
   return kExitInternal;  // every backend unavailable
@@ -1219,7 +1214,7 @@ int EstimateAndReport(const Flags& f, const Plan& plan, const Model& model,
         model, TimelineOptions(plan.options, results, searched), model_name, f.timeline_path);
     if (!t.ok()) {
       PrintError("timeline: " + t.status().ToString());
-      return ExitCodeFor(t.status(), Stage::kEstimate);
+      return ExitCodeFor(t.status());
     }
     NoteTimeline(*t, results);
     report.timeline = *t;
@@ -1295,7 +1290,7 @@ int RunCli(int argc, char** argv) {
   Plan plan;
   if (Status s = PreparePlan(f, &plan); !s.ok()) {
     PrintError(s.message());
-    return ExitCodeFor(s, Stage::kSetup);
+    return ExitCodeFor(s);
   }
 
   std::string model_name;

@@ -58,7 +58,7 @@ Result<PackJob> ParseJob(const std::string& spec) {
 
 // The main CLI's mapping, at the estimate stage for every step (a job's missing model file is
 // a usage error here, its malformed model exit 3).
-int ExitFor(const Status& s) { return ExitCodeFor(s, Stage::kEstimate); }
+int ExitFor(const Status& s) { return ExitCodeFor(s); }
 
 }  // namespace
 

@@ -166,9 +166,9 @@ int RunServe(int argc, char** argv) {
   if (!est.ok()) return fail(est.status(), kExitUsage);
   std::string display;
   Result<std::shared_ptr<const Model>> model = LoadServed(f, &display);
-  if (!model.ok()) return fail(model.status(), ExitCodeFor(model.status(), Stage::kLoad));
+  if (!model.ok()) return fail(model.status(), ExitCodeFor(model.status()));
   Result<ServingEstimate> s = EstimateServing(**est, **model, *options, f.serving);
-  if (!s.ok()) return fail(s.status(), ExitCodeFor(s.status(), Stage::kEstimate));
+  if (!s.ok()) return fail(s.status(), ExitCodeFor(s.status()));
   const Result<GpuProfile> gpu = ResolveGpuProfile(*options);
   std::cout << (f.output == "json" ? ServingToJson(*s, f.serving) + "\n"
                                    : Table(*s, f.serving, display, gpu.ok() ? gpu->name : f.gpu));

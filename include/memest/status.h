@@ -28,26 +28,44 @@ enum class ErrorCode {
 // Stable lower-case name of a code ("invalid_model", ...), used in JSON output.
 const char* ErrorCodeName(ErrorCode code);
 
+// What a failure is about, when the code alone does not say: kNotFound about the model is a
+// missing file, about a GPU profile an unknown name. Set by the call that knows (LoadModel tags
+// its errors kModel), read by callers that map errors to exit codes, never parsed from messages.
+enum class Subject {
+  kUnspecified = 0,
+  kModel,       // the model file or graph (LoadModel, LoadModelFromBytes)
+  kOption,      // an option's value
+  kGpuProfile,  // a GPU profile name or file
+  kStack,       // a stack name or file
+  kBackend,     // a backend name
+};
+
 // [[nodiscard]]: a Status dropped on the floor is an error ignored; the compiler says so.
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
   Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(ErrorCode code, std::string message, Subject subject)
+      : code_(code), message_(std::move(message)), subject_(subject) {}
 
   static Status Ok() { return Status(); }
 
   bool ok() const { return code_ == ErrorCode::kOk; }
   ErrorCode code() const { return code_; }
   const std::string& message() const { return message_; }
+  Subject subject() const { return subject_; }
   // "invalid_model: <message>", or "ok".
   std::string ToString() const;
 
-  // Returns a copy whose message is prefixed by `context + ": "`.
+  // Returns a copy whose message is prefixed by `context + ": "` (the subject is kept).
   Status WithContext(const std::string& context) const;
+  // Returns a copy that says what the failure is about (an OK status stays OK).
+  Status About(Subject subject) const;
 
  private:
   ErrorCode code_ = ErrorCode::kOk;
   std::string message_;
+  Subject subject_ = Subject::kUnspecified;
 };
 
 inline Status InvalidArgument(std::string m) { return {ErrorCode::kInvalidArgument, std::move(m)}; }
@@ -70,7 +88,7 @@ namespace internal {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (status_.ok()) status_ = Internal("Result constructed from an OK status without a value");
   }
@@ -102,10 +120,10 @@ class [[nodiscard]] Result {
 }  // namespace memest
 
 // Internal convenience: return early on error. Usable in functions returning Status or Result<U>.
-#define MEMEST_RETURN_IF_ERROR(expr)              \
-  do {                                            \
-    ::memest::Status _memest_st = (expr);         \
-    if (!_memest_st.ok()) return _memest_st;      \
+#define MEMEST_RETURN_IF_ERROR(expr)         \
+  do {                                       \
+    ::memest::Status _memest_st = (expr);    \
+    if (!_memest_st.ok()) return _memest_st; \
   } while (0)
 
 #define MEMEST_CONCAT_INNER(a, b) a##b

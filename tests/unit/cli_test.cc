@@ -1212,12 +1212,13 @@ TEST_F(CliTest, PackChecksColocationAndPlacesJobs) {
   r = Run({"pack", "--gpu", "l4-24gb", "--gpus", "2", a, b, big});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.out.find("unplaced"), std::string::npos) << r.out;
-  // Usage errors: an unknown option key in a job, a missing model, an unknown GPU.
+  // Usage errors: an unknown option key in a job, an unknown GPU; a missing model is a bad model
+  // (exit 3), as for `memest MODEL`.
   r = Run({"pack", "--gpu", "l4-24gb", Model("resnet18_train.onnx") + ":batchsize=8"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("batchsize"), std::string::npos) << r.err;
   r = Run({"pack", "--gpu", "l4-24gb", "/nonexistent.onnx:batch=8"});
-  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.exit_code, 3) << r.err;
   r = Run({"pack", "--gpu", "no-such-gpu", a});
   EXPECT_EQ(r.exit_code, 2);
 }

@@ -2,6 +2,8 @@
 // one loaded model from many threads. Every bad input must give an error value with a clear code
 // and message: never a crash, a hang or an exception.
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,15 +13,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <future>
-#include <memory>
 #include <iostream>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "core/bind.h"
 #include "core/graph.h"
@@ -66,6 +65,27 @@ TEST(LoaderTest, MissingFileIsNotFoundNamingThePath) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ErrorCode::kNotFound) << Describe(r.status());
   EXPECT_THAT(r.status().message(), HasSubstr(path));
+  EXPECT_EQ(r.status().subject(), Subject::kModel);
+}
+
+// Every load error names the model and is about it, whatever layer produced it: a caller maps
+// it to "bad model" from the status alone (tools/exit_codes.h), never from its wording.
+TEST(LoaderTest, EveryLoadErrorNamesTheModelAndIsAboutIt) {
+  TempDir dir;
+  const std::string under_a_file = dir.WriteFile("plain", "x") + "/model.onnx";
+  const std::string garbage = dir.WriteFile("garbage.onnx", "<html>not a model</html>");
+  for (const std::string& path : {under_a_file, garbage, dir.path()}) {
+    auto r = LoadModel(path);
+    ASSERT_FALSE(r.ok()) << path;
+    EXPECT_EQ(r.status().subject(), Subject::kModel) << Describe(r.status());
+    EXPECT_THAT(r.status().message(), HasSubstr(path));
+  }
+  auto under = LoadModel(under_a_file);
+  EXPECT_THAT(under.status().message(), HasSubstr(": cannot be read: "));
+  auto bytes = LoadModelFromBytes("junk", "", "inline model");
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_EQ(bytes.status().subject(), Subject::kModel);
+  EXPECT_THAT(bytes.status().message(), HasSubstr("inline model"));
 }
 
 TEST(LoaderTest, DirectoryIsAnError) {
@@ -122,11 +142,11 @@ TEST(LoaderTest, HtmlPageIsInvalidModel) {
 
 TEST(LoaderTest, GitLfsPointerIsInvalidModel) {
   TempDir dir;
-  const std::string path = dir.WriteFile(
-      "model.onnx",
-      "version https://git-lfs.github.com/spec/v1\n"
-      "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
-      "size 102502400\n");
+  const std::string path =
+      dir.WriteFile("model.onnx",
+                    "version https://git-lfs.github.com/spec/v1\n"
+                    "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+                    "size 102502400\n");
   auto r = LoadModel(path);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ErrorCode::kInvalidModel) << Describe(r.status());
@@ -229,9 +249,15 @@ TEST(LoaderTest, MutatedModelsNeverCrash) {
     for (int f = 0; f < flips; ++f) {
       size_t at = rng() % bytes.size();
       switch (rng() % 3) {
-        case 0: bytes[at] = static_cast<char>(rng() & 0xff); break;
-        case 1: bytes[at] = static_cast<char>(bytes[at] ^ (1 << (rng() % 8))); break;
-        default: bytes[at] = static_cast<char>(0xff); break;  // huge varints
+        case 0:
+          bytes[at] = static_cast<char>(rng() & 0xff);
+          break;
+        case 1:
+          bytes[at] = static_cast<char>(bytes[at] ^ (1 << (rng() % 8)));
+          break;
+        default:
+          bytes[at] = static_cast<char>(0xff);
+          break;  // huge varints
       }
     }
     auto r = LoadModelFromBytes(bytes, dir.path(), "mutant " + std::to_string(trial));
@@ -1041,9 +1067,8 @@ bool SameEstimate(const Estimate& a, const Estimate& b) {
          a.breakdown.transient == b.breakdown.transient &&
          a.breakdown.allocator_overhead == b.breakdown.allocator_overhead &&
          a.breakdown.cached_free == b.breakdown.cached_free &&
-         a.breakdown.cuda_context == b.breakdown.cuda_context &&
-         a.peak_phase == b.peak_phase && a.peak_node == b.peak_node &&
-         a.diagnostics.size() == b.diagnostics.size();
+         a.breakdown.cuda_context == b.breakdown.cuda_context && a.peak_phase == b.peak_phase &&
+         a.peak_node == b.peak_node && a.diagnostics.size() == b.diagnostics.size();
 }
 
 TEST(LoaderConcurrencyTest, OneModelEstimatedFromEightThreadsGivesIdenticalResults) {

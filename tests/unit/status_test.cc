@@ -14,6 +14,15 @@ TEST(StatusTest, OkAndErrorsCarryCodeAndContext) {
   EXPECT_EQ(s.ToString(), "invalid_model: model.onnx: truncated protobuf");
 }
 
+TEST(StatusTest, TheSubjectSaysWhatAFailureIsAboutAndSurvivesContext) {
+  EXPECT_EQ(NotFound("x").subject(), Subject::kUnspecified);
+  Status s = NotFound("model file 'm.onnx' not found").About(Subject::kModel).WithContext("job 3");
+  EXPECT_EQ(s.subject(), Subject::kModel);
+  EXPECT_EQ(s.code(), ErrorCode::kNotFound);
+  EXPECT_EQ(s.message(), "job 3: model file 'm.onnx' not found");
+  EXPECT_TRUE(Status::Ok().About(Subject::kModel).ok());
+}
+
 TEST(StatusTest, ResultHoldsValueOrError) {
   Result<int> good(3);
   ASSERT_TRUE(good.ok());
@@ -30,7 +39,8 @@ TEST(StatusTest, ResultHoldsValueOrError) {
 TEST(StatusDeathTest, ValueOfAnErrorResultAbortsNamingTheStatus) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const Result<int> bad(NotFound("no such gpu 'x'"));
-  EXPECT_DEATH((void)bad.value(), "value\\(\\) of an error Result \\(not_found: no such gpu 'x'\\)");
+  EXPECT_DEATH((void)bad.value(),
+               "value\\(\\) of an error Result \\(not_found: no such gpu 'x'\\)");
   Result<std::string> bad_string(Internal("boom"));
   EXPECT_DEATH((void)bad_string->size(), "internal: boom");
 }
