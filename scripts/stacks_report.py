@@ -158,8 +158,9 @@ def main():
             "peaks (`max_memory_allocated`, `max_memory_reserved`) and NVML's per-process peak. "
             "Below, memest with the measured stack `h200-pytorch2.11-lazy` (context, library "
             "memory and convolution workspace read off the same GPU, no value fitted to these "
-            "rows), so every row is held out. Allocated and reserved depend on no stack constant: "
-            "they check the graph, the training step and the allocator model alone.", "",
+            "rows), so every row is held out. Allocated and reserved depend on no fitted value "
+            "(only the measured convolution workspace enters them): they check the graph, the "
+            "training step and the allocator model.", "",
             "```", levels, "```", "",
             "Reproduce: `datasets/h200-torch211/compare_levels.py --stack h200-pytorch2.11-lazy` "
             "(after `datasets/timm-a100/unpack.sh`).", ""]
