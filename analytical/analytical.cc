@@ -297,26 +297,45 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
     // Forward transient: outputs of this node that nobody keeps, plus its workspace.
     const uint64_t conv_ws =
         memory::ConvWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces);
-    uint64_t out_bytes = rule && rule->workspace
-                             ? rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()})
-                             : 0;
+    uint64_t out_bytes = facts_.Workspace(k);
     out_bytes = SatAdd(SatAdd(out_bytes, conv_ws), weights_.forward_transient(k));
     for (int out : n.outputs) {
       if (out < 0 || saved_here.count(out) || facts_.is_view(k)) continue;
       out_bytes = SatAdd(out_bytes, Eff(out));
     }
     tf = std::max(tf, out_bytes);
-    // Backward transient: incoming gradients of outputs + outgoing gradients of activations.
+    // Backward transient: incoming gradients of outputs + outgoing gradients of activations. A
+    // fused attention chain's backward is one kernel call (ops/fusion.h), run at its last node:
+    // the gradients of the chain's own outputs and of its inputs from outside, all at once.
     uint64_t grad_bytes = 0;
-    for (int out : n.outputs) {
-      if (facts_.requires_grad(out)) grad_bytes = SatAdd(grad_bytes, Eff(out));
-    }
-    for (int in : n.inputs) {
-      if (facts_.requires_grad(in) && g_.value(in).kind != core::ValueKind::kInitializer) {
-        grad_bytes = SatAdd(grad_bytes, Eff(in));
+    const ops::FusedChain* chain = facts_.fusion().chain_of(k);
+    const bool fused_attention = chain != nullptr && chain->kind == ops::FusedKind::kAttention;
+    if (!fused_attention || chain->nodes.back() == k) {
+      std::vector<int> outs(n.outputs), ins(n.inputs);
+      if (fused_attention) {
+        std::set<int> o, i;
+        for (size_t m : chain->nodes) {
+          for (int out : g_.nodes[m].outputs) {
+            if (out >= 0 && !facts_.fusion().interior(out)) o.insert(out);
+          }
+          for (int in : g_.nodes[m].inputs) {
+            if (in >= 0 && !facts_.fusion().interior(in)) i.insert(in);
+          }
+        }
+        outs.assign(o.begin(), o.end());
+        ins.assign(i.begin(), i.end());
+      }
+      for (int out : outs) {
+        if (facts_.requires_grad(out)) grad_bytes = SatAdd(grad_bytes, Eff(out));
+      }
+      for (int in : ins) {
+        if (facts_.requires_grad(in) && g_.value(in).kind != core::ValueKind::kInitializer) {
+          grad_bytes = SatAdd(grad_bytes, Eff(in));
+        }
       }
     }
-    if (grad_bytes > 0) grad_bytes = SatAdd(grad_bytes, conv_ws);
+    if (grad_bytes > 0)
+      grad_bytes = SatAdd(SatAdd(grad_bytes, conv_ws), facts_.BackwardWorkspace(k));
     if (!n.inputs.empty() && facts_.requires_grad(n.inputs[0])) {
       grad_bytes = SatAdd(grad_bytes, weights_.backward_transient(k));
     }
@@ -455,11 +474,8 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
   std::vector<int> live_ids(g_.data_inputs.begin(), g_.data_inputs.end());
   for (size_t k = 0; k < g_.nodes.size(); ++k) {
     const core::Node& n = g_.nodes[k];
-    const ops::OpRule* rule = facts_.rule(k);
     const uint64_t ws =
-        SatAdd(SatAdd(rule && rule->workspace
-                          ? rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()})
-                          : 0,
+        SatAdd(SatAdd(facts_.Workspace(k),
                       memory::ConvWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces)),
                weights_.forward_transient(k));
     for (int out : n.outputs) {

@@ -15,6 +15,7 @@
 #include "memory/device.h"
 #include "memory/optimizer.h"
 #include "memory/trainable.h"
+#include "ops/attention.h"
 #include "ops/rules.h"
 
 namespace memest {
@@ -161,14 +162,50 @@ Result<Estimate> RunInContext(const Estimator& backend, const Model& model,
   return e;
 }
 
-// Under a fused attention kernel (Options::attention, memory/device.h KernelChoices): Softmax
-// nodes shaped like attention that the chain matcher could not classify are costed as written,
-// and a graph with no attention chain at all gains nothing from the option. Both are said, so
-// that the option is never silently without effect.
+// Attention under Options::attention (memory/device.h KernelChoices, ops/attention.h): which
+// kernel each attention call runs and why, whenever a kernel was chosen (a fused attention op
+// under any option; a chain under sdpa-flash, sdpa-mem-efficient or auto); under a fused option,
+// the Softmax nodes shaped like attention that the chain matcher could not classify (costed as
+// written), and a graph with no attention at all. Said so that the option is never silently
+// without effect, and a kernel choice never silent.
 void AddAttentionDiagnostics(const EstimationContext& ctx, Estimate* e) {
   const ops::Fusion& f = ctx.facts().fusion();
   const core::Graph& g = *ctx.bound().graph;
   const std::string option = std::string("--attention ") + ToString(ctx.options().attention);
+  const bool fuses = KernelChoices(ctx.options(), ctx.gpu()).attention.FusesChains();
+  if (!f.attention_calls().empty()) {
+    // Group by (kernel, reason), in order of first appearance.
+    struct Group {
+      std::string what;
+      std::vector<size_t> nodes;
+    };
+    std::vector<Group> groups;
+    for (const ops::AttentionCall& c : f.attention_calls()) {
+      std::string what =
+          std::string(ops::ToString(c.kernel)) + " (" + c.reason +
+          (c.chain && c.kernel == ops::AttentionKernel::kMath ? "; the chain costed as written"
+                                                              : "") +
+          ")";
+      auto it = std::find_if(groups.begin(), groups.end(),
+                             [&](const Group& gr) { return gr.what == what; });
+      if (it == groups.end()) it = groups.insert(groups.end(), Group{what, {}});
+      it->nodes.push_back(c.node);
+    }
+    std::string text = option + " on sm " + std::to_string(ctx.gpu().sm_major) + "." +
+                       std::to_string(ctx.gpu().sm_minor) + ": " +
+                       std::to_string(f.attention_calls().size()) + " attention call(s)";
+    for (const Group& gr : groups) {
+      text += "; " + std::to_string(gr.nodes.size()) + " " + gr.what + ": ";
+      const size_t shown = std::min<size_t>(gr.nodes.size(), 3);
+      for (size_t i = 0; i < shown; ++i)
+        text += (i ? ", '" : "'") + g.nodes[gr.nodes[i]].name + "'";
+      if (shown < gr.nodes.size()) text += ", ...";
+    }
+    const core::Node& first = g.nodes[groups.front().nodes.front()];
+    e->diagnostics.push_back(
+        {Severity::kInfo, "attention_kernel", text, first.name, first.op_type});
+  }
+  if (!fuses) return;
   if (!f.unmatched_attention().empty()) {
     std::string names;
     const size_t shown = std::min<size_t>(f.unmatched_attention().size(), 5);
@@ -185,13 +222,10 @@ void AddAttentionDiagnostics(const EstimationContext& ctx, Estimate* e) {
              option + ": " + names,
          g.nodes[f.unmatched_attention().front()].name, "Softmax"});
   }
-  const bool any = std::any_of(f.chains().begin(), f.chains().end(), [](const ops::FusedChain& c) {
-    return c.kind == ops::FusedKind::kAttention;
-  });
-  if (!any && f.unmatched_attention().empty()) {
+  if (f.attention_calls().empty() && f.unmatched_attention().empty()) {
     e->diagnostics.push_back({Severity::kWarning, "attention_not_found",
                               option + " has no effect: the graph has no attention chain "
-                                       "(MatMul, Softmax, MatMul)",
+                                       "(MatMul, Softmax, MatMul) and no fused attention op",
                               "", ""});
   }
 }
@@ -247,9 +281,19 @@ Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& 
   MEMEST_ASSIGN_OR_RETURN(WeightStorage weights, WeightStorage::Make(bound, trainable, options));
   MEMEST_ASSIGN_OR_RETURN(KvCache kv_cache, KvCache::Make(bound, options));
   MEMEST_ASSIGN_OR_RETURN(ParallelPlan plan, ParallelPlan::Make(bound, options));
-  return std::unique_ptr<EstimationContext>(new EstimationContext(
+  auto ctx = std::unique_ptr<EstimationContext>(new EstimationContext(
       model, options, std::move(gpu), std::move(stack), std::move(trainable), std::move(bound),
       std::move(weights), std::move(kv_cache), std::move(plan)));
+  // A kernel --attention forces that cannot run a call: PyTorch raises "No available kernel"
+  // (sdp_utils.cpp select_sdp_backend), so there is no number to give (ops/attention.h).
+  for (const ops::AttentionCall& c : ctx->facts().fusion().attention_calls()) {
+    if (c.refusal.empty()) continue;
+    const core::Node& n = model.graph().nodes[c.node];
+    return InvalidArgument("--attention " + std::string(ToString(options.attention)) +
+                           " cannot run node '" + n.name + "' (" + n.op_type + "): " + c.refusal +
+                           "; PyTorch would raise \"No available kernel\" (use --attention auto)");
+  }
+  return ctx;
 }
 
 void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
@@ -286,9 +330,7 @@ void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
                               "exported op chains costed as PyTorch's fused kernels: " + list, "",
                               ""});
   }
-  if (KernelChoices(ctx.options(), ctx.gpu()).fused_attention) {
-    AddAttentionDiagnostics(ctx, e);
-  }
+  AddAttentionDiagnostics(ctx, e);
   const TrainableSet& t = ctx.trainable();
   const Options& o = ctx.options();
   if (o.mode == Mode::kTrain && (!o.trainable.empty() || !o.freeze.empty())) {

@@ -40,26 +40,14 @@ uint64_t ConvWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& fa
 }
 
 ops::FusionChoices KernelChoices(const Options& o, const GpuProfile& gpu) {
-  constexpr uint64_t kMemEfficientAlign = 32;  // kAlignLSE (memory-model.md §3.2)
   ops::FusionChoices c;
   c.fused_kernels = o.fused_kernels;
-  const bool half = o.precision != Precision::kFp32;
-  switch (o.attention) {
-    case Attention::kEager:
-    case Attention::kSdpaMath:
-      break;
-    case Attention::kSdpaFlash:
-      c.fused_attention = true;
-      break;
-    case Attention::kSdpaMemEfficient:
-      c.fused_attention = true;
-      c.logsumexp_align = kMemEfficientAlign;
-      break;
-    case Attention::kAuto:
-      c.fused_attention = gpu.sm_major >= 5;
-      if (!(half && gpu.sm_major >= 8)) c.logsumexp_align = kMemEfficientAlign;
-      break;
-  }
+  c.attention.requested = o.attention;
+  c.attention.sm_major = gpu.sm_major;
+  c.attention.sm_minor = gpu.sm_minor;
+  c.attention.half = o.precision != Precision::kFp32;
+  c.attention.bf16 = o.precision == Precision::kAmpBf16 || o.precision == Precision::kBf16;
+  c.attention.training = o.mode == Mode::kTrain;
   return c;
 }
 

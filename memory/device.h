@@ -41,8 +41,8 @@ uint64_t ConvWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& fa
                             const core::Node& node, size_t index, bool library_workspaces);
 
 // Which exported chains run as fused kernels under these options on this GPU (memest/options.h:
-// fused_kernels, Attention; ops/fusion.h). kAuto follows sdp_utils.cpp: flash for fp16/bf16 on
-// compute capability >= 8.0, else memory-efficient on >= 5.0, else the math composite.
+// fused_kernels, Attention; ops/fusion.h), and the attention policy every attention call's kernel
+// is chosen by (ops/attention.h).
 ops::FusionChoices KernelChoices(const Options& options, const GpuProfile& gpu);
 
 // device_low/high from the stack's band for estimate->backend, when the estimate has no interval

@@ -9,6 +9,7 @@
 #include <set>
 #include <string_view>
 
+#include "core/dtype.h"
 #include "core/graph.h"
 #include "core/symbolic_shapes.h"
 
@@ -21,15 +22,13 @@ constexpr double kTolerance = 1e-3;
 
 class Matcher {
  public:
-  Matcher(const core::BoundGraph& b, const std::vector<bool>& requires_grad, uint64_t lse_align)
-      : b_(b),
-        g_(*b.graph),
-        requires_grad_(requires_grad),
-        lse_align_(std::max<uint64_t>(1, lse_align)) {}
+  Matcher(const core::BoundGraph& b, const std::vector<bool>& requires_grad)
+      : b_(b), g_(*b.graph), requires_grad_(requires_grad) {}
 
   std::optional<FusedChain> LayerNorm(size_t sub) const;
   std::optional<FusedChain> Gelu(size_t erf) const;
-  std::optional<FusedChain> Attention(size_t softmax) const;
+  // The chain and the call it makes (its kernel not chosen yet; the chain's saved list empty).
+  std::optional<FusedChain> Attention(size_t softmax, AttentionSite* site) const;
   bool LooksLikeAttention(size_t softmax) const;
   bool IdentityDropout(size_t n) const;
 
@@ -85,10 +84,23 @@ class Matcher {
     c->nodes.push_back(static_cast<size_t>(n - g.nodes.data()));
   }
 
+  // Mask or bias `id` of a chain, for the kernel that takes it as attn_mask.
+  AttentionMask MaskOf(int id, const char* what) const {
+    AttentionMask m;
+    m.value = id;
+    m.boolean = !core::IsFloatDType(b_.dtypes[static_cast<size_t>(id)]);
+    m.what = what;
+    const auto& shape = b_.shapes[static_cast<size_t>(id)];
+    if (shape && !shape->empty() && shape->back() > 0) {
+      m.numel = Numel(id);
+      m.last = static_cast<uint64_t>(shape->back());
+    }
+    return m;
+  }
+
   const core::BoundGraph& b_;
   const core::Graph& g_;
   const std::vector<bool>& requires_grad_;
-  const uint64_t lse_align_;
 };
 
 bool Matcher::Closed(const FusedChain& c) const {
@@ -220,8 +232,10 @@ bool Matcher::LooksLikeAttention(size_t k) const {
 }
 
 // MatMul(q, k^T) [* or / scale] [masked_fill as Where] [+ bias] -> Softmax -> [Dropout] ->
-// MatMul(., v).
-std::optional<FusedChain> Matcher::Attention(size_t k) const {
+// MatMul(., v). The call: the probabilities [..., L, S] give the rows (batch times heads) and the
+// lengths, q the head dim, v its own; k and v arrive repeated to the query heads (repeat_kv), so
+// the call has one head per row.
+std::optional<FusedChain> Matcher::Attention(size_t k, AttentionSite* site) const {
   const Node& softmax = g_.nodes[k];
   if (softmax.inputs.empty() || softmax.outputs.empty()) return std::nullopt;
   FusedChain c{FusedKind::kAttention, {}, {}, {}};
@@ -259,8 +273,15 @@ std::optional<FusedChain> Matcher::Attention(size_t k) const {
   int probs = softmax.outputs[0];
   c.interior.push_back(probs);
   const Node* next = SoleConsumer(probs);
+  double dropout = 0;
   if (Is(next, "Dropout")) {
     Add(&c, next, g_);
+    // ratio: input 1 (opset >= 12) or the attribute (0.5 by default); unknown: assume dropout.
+    if (IdentityDropout(static_cast<size_t>(Index(next)))) {
+      dropout = 0;
+    } else {
+      dropout = next->inputs.size() > 1 ? Scalar(next->inputs[1]).value_or(0.5) : 0.5;
+    }
     probs = next->outputs[0];
     c.interior.push_back(probs);
     if (next->outputs.size() > 1 && next->outputs[1] >= 0) c.interior.push_back(next->outputs[1]);
@@ -272,23 +293,36 @@ std::optional<FusedChain> Matcher::Attention(size_t k) const {
   Add(&c, next, g_);
   if (!Closed(c)) return std::nullopt;
   const int q = qk->inputs[0], key = qk->inputs[1], v = next->inputs[1], out = next->outputs[0];
-  if (RequiresGrad(q) || RequiresGrad(key) || RequiresGrad(v) || RequiresGrad(bias)) {
-    c.saved = {{q, 0, "q"}, {key, 0, "k"}, {v, 0, "v"}, {out, 0, "out"}};
-    if (bias >= 0) c.saved.push_back({bias, 0, "attn_bias"});
-    // A boolean mask is passed as attn_mask and kept; is_causal would keep nothing (a graph
-    // cannot tell them apart, so the mask is counted).
-    if (mask >= 0) c.saved.push_back({mask, 0, "attn_mask"});
-    // [..., Lq, Lk] probabilities: one fp32 per query row, rows padded to the kernel's multiple.
-    const auto& shape = b_.shapes[static_cast<size_t>(softmax.outputs[0])];
-    uint64_t lse = 0;
-    if (shape && shape->size() >= 2 && shape->back() > 0 && (*shape)[shape->size() - 2] > 0) {
-      const uint64_t lk = static_cast<uint64_t>(shape->back());
-      const uint64_t lq = static_cast<uint64_t>((*shape)[shape->size() - 2]);
-      const uint64_t heads = Numel(softmax.outputs[0]) / lk / lq;
-      lse = heads * ((lq + lse_align_ - 1) / lse_align_ * lse_align_) * 4;
-    }
-    c.saved.push_back({-1, lse, "logsumexp(fp32)"});
+  AttentionSite s;
+  s.q = q;
+  s.k = key;
+  s.v = v;
+  s.out = out;
+  if (bias >= 0) s.masks.push_back(MaskOf(bias, "attn_bias"));
+  // A boolean mask is passed as attn_mask and kept; is_causal would keep nothing (a graph
+  // cannot tell them apart, so the mask is counted).
+  if (mask >= 0) s.masks.push_back(MaskOf(mask, "attn_mask"));
+  s.dropout = dropout;
+  s.training = RequiresGrad(q) || RequiresGrad(key) || RequiresGrad(v) || RequiresGrad(bias);
+  const int32_t dt = b_.dtypes[static_cast<size_t>(q)];
+  s.elem = core::DTypeSize(dt) == 0 ? 4 : core::DTypeSize(dt);
+  s.bf16 = dt == core::kBFloat16;
+  const auto& p_shape = b_.shapes[static_cast<size_t>(softmax.outputs[0])];
+  const auto& q_shape = b_.shapes[static_cast<size_t>(q)];
+  const auto& v_shape = b_.shapes[static_cast<size_t>(v)];
+  if (p_shape && p_shape->size() >= 2 && q_shape && !q_shape->empty() && v_shape &&
+      !v_shape->empty() && p_shape->back() > 0 && (*p_shape)[p_shape->size() - 2] > 0) {
+    const uint64_t lk = static_cast<uint64_t>(p_shape->back());
+    const uint64_t lq = static_cast<uint64_t>((*p_shape)[p_shape->size() - 2]);
+    s.batch = Numel(softmax.outputs[0]) / lk / lq;
+    s.q_heads = s.kv_heads = 1;
+    s.q_len = lq;
+    s.kv_len = lk;
+    s.head_dim = q_shape->back() > 0 ? static_cast<uint64_t>(q_shape->back()) : 0;
+    s.v_head_dim = v_shape->back() > 0 ? static_cast<uint64_t>(v_shape->back()) : 0;
+    s.known = s.batch > 0 && s.head_dim > 0 && s.v_head_dim > 0;
   }
+  *site = std::move(s);
   std::sort(c.nodes.begin(), c.nodes.end());
   return c;
 }
@@ -316,24 +350,67 @@ Fusion::Fusion(const core::BoundGraph& b, const std::vector<bool>& requires_grad
                const FusionChoices& choices) {
   const core::Graph& g = *b.graph;
   chain_of_.assign(g.nodes.size(), -1);
+  call_of_.assign(g.nodes.size(), -1);
+  backward_of_.assign(g.nodes.size(), -1);
   interior_.assign(g.values.size(), false);
   identity_dropout_.assign(g.nodes.size(), false);
-  const Matcher m(b, requires_grad, choices.logsumexp_align);
+  const AttentionPolicy& policy = choices.attention;
+  // The call as the run sees it: the precision's dtype, autograd recording only in training.
+  auto as_run = [&](AttentionSite* s) {
+    if (policy.half) {
+      s->elem = 2;
+      s->bf16 = policy.bf16;
+    }
+    s->training = s->training && policy.training;
+  };
+  const Matcher m(b, requires_grad);
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     identity_dropout_[k] = m.IdentityDropout(k);
-    const std::string& op = g.nodes[k].op_type;
+    const core::Node& node = g.nodes[k];
+    const std::string& op = node.op_type;
+    if (const OpRule* rule = FindRule(node.domain, op); rule && rule->attention_site) {
+      AttentionCall call;
+      call.node = k;
+      rule->attention_site(RuleContext{node, b, requires_grad}, &call.site);
+      call.site.training = std::any_of(node.inputs.begin(), node.inputs.end(), [&](int id) {
+        return id >= 0 && static_cast<size_t>(id) < requires_grad.size() &&
+               requires_grad[static_cast<size_t>(id)];
+      });
+      as_run(&call.site);
+      call.kernel = ChooseAttentionKernel(policy, call.site, &call.reason);
+      call.refusal = ForcedRefusal(policy, call.site);
+      call_of_[k] = backward_of_[k] = static_cast<int>(calls_.size());
+      calls_.push_back(std::move(call));
+      continue;
+    }
     std::optional<FusedChain> c;
+    std::optional<AttentionCall> call;
     if (choices.fused_kernels && op == "Sub") c = m.LayerNorm(k);
     if (choices.fused_kernels && op == "Erf") c = m.Gelu(k);
-    if (choices.fused_attention && op == "Softmax") {
-      c = m.Attention(k);
+    if (policy.FusesChains() && op == "Softmax") {
+      call.emplace();
+      c = m.Attention(k, &call->site);
       if (!c && m.LooksLikeAttention(k)) unmatched_attention_.push_back(k);
+      if (c) {
+        call->node = k;
+        call->chain = true;
+        as_run(&call->site);
+        call->kernel = ChooseAttentionKernel(policy, call->site, &call->reason);
+        call->refusal = ForcedRefusal(policy, call->site);
+        c->saved = AttentionKernelSaved(call->kernel, call->site);
+      }
     }
     if (!c) continue;
     // A node already in another chain keeps its first chain.
     if (std::any_of(c->nodes.begin(), c->nodes.end(),
                     [&](size_t n) { return chain_of_[n] >= 0; })) {
       continue;
+    }
+    if (call) {
+      const bool fused = call->kernel != AttentionKernel::kMath;  // math: the chain as written
+      if (fused) backward_of_[c->nodes.back()] = static_cast<int>(calls_.size());
+      calls_.push_back(std::move(*call));
+      if (!fused) continue;
     }
     for (size_t n : c->nodes) chain_of_[n] = static_cast<int>(chains_.size());
     for (int id : c->interior) interior_[static_cast<size_t>(id)] = true;

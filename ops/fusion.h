@@ -16,11 +16,20 @@
 //    values is used outside it (a graph output, or read by another node): then PyTorch could not
 //    have computed it as one kernel either.
 //  * The interior values of a fused chain do not exist at run time: they are 0 bytes. The last
-//    node of the chain saves the fused kernel's list; the other nodes save nothing.
+//    node of the chain saves the fused kernel's list; the other nodes save nothing. A fused
+//    attention chain's backward is one kernel call at its last node (backward_call): its buffers
+//    (ops/attention.h), and in the analytical backend the gradients of the chain's outputs and of
+//    its inputs from outside, held together.
 //  * LayerNorm and GELU chains are fused whenever `fused_kernels` is set (the default: what a
-//    PyTorch module does). Attention chains are fused only with `fused_attention` (the model calls
-//    F.scaled_dot_product_attention and PyTorch picks the flash or memory-efficient kernel:
-//    Options::attention). With the math backend or eager attention the chain stays as written.
+//    PyTorch module does). Attention chains are fused only when the attention policy fuses chains
+//    (Options::attention sdpa-flash, sdpa-mem-efficient or auto: the model calls
+//    F.scaled_dot_product_attention) and the kernel ops/attention.h picks for the chain is flash
+//    or memory-efficient; that kernel's list is what the chain saves. With eager attention,
+//    sdpa-math, or a chain auto gives the math kernel, the chain stays as written (the math
+//    composite is the same computation).
+//  * Fused attention ops (a rule with an attention_site: ONNX Attention, the com.microsoft
+//    attention ops) get their kernel from the same choice, per node (attention_call()); their
+//    rules then say what that kernel saves and allocates.
 //  * Dropout with a constant ratio of 0 is an identity in PyTorch (aten::dropout returns its input
 //    when p == 0, without a mask): its output 0 aliases input 0, the mask output is 0 bytes, and
 //    it saves nothing. This holds with or without fused kernels.
@@ -32,6 +41,7 @@
 #include <vector>
 
 #include "core/bind.h"
+#include "ops/attention.h"
 #include "ops/rules.h"
 
 namespace memest::ops {
@@ -47,11 +57,8 @@ struct FusedChain {
 };
 
 struct FusionChoices {
-  bool fused_kernels = true;     // LayerNorm and GELU chains
-  bool fused_attention = false;  // attention chains (SDPA flash / memory-efficient)
-  // Rows of the logsumexp are padded to a multiple of this: 32 for the memory-efficient kernel
-  // (kAlignLSE), 1 for flash (docs/memory-model.md §3.2).
-  uint64_t logsumexp_align = 1;
+  bool fused_kernels = true;  // LayerNorm and GELU chains
+  AttentionPolicy attention;  // attention chains and fused attention ops (ops/attention.h)
 };
 
 class Fusion {
@@ -70,10 +77,25 @@ class Fusion {
   // optional Dropout), i.e. look like attention, but whose chain does not match the one above
   // (a Cast, a second mask, ...). They are costed as written (eager); the context reports them.
   const std::vector<size_t>& unmatched_attention() const { return unmatched_attention_; }
+  // Every attention call the policy decided a kernel for, in node order: the matched chains
+  // (fused, or left as written when the math kernel was chosen) and the fused attention ops.
+  const std::vector<AttentionCall>& attention_calls() const { return calls_; }
+  // The call of fused attention op `n`, or nullptr (not such an op).
+  const AttentionCall* attention_call(size_t n) const {
+    return call_of_[n] < 0 ? nullptr : &calls_[static_cast<size_t>(call_of_[n])];
+  }
+  // The call whose kernel's backward runs at node `n`, or nullptr: a fused attention op's, or a
+  // fused chain's at the chain's last node (the one that saves its list).
+  const AttentionCall* backward_call(size_t n) const {
+    return backward_of_[n] < 0 ? nullptr : &calls_[static_cast<size_t>(backward_of_[n])];
+  }
 
  private:
   std::vector<FusedChain> chains_;
   std::vector<int> chain_of_;  // per node: index in chains_, or -1
+  std::vector<AttentionCall> calls_;
+  std::vector<int> call_of_;      // per node: index in calls_ of a fused op's call, or -1
+  std::vector<int> backward_of_;  // per node: index in calls_ whose backward runs there, or -1
   std::vector<bool> interior_;
   std::vector<bool> identity_dropout_;
   std::vector<size_t> unmatched_attention_;

@@ -22,8 +22,15 @@
 //  * RequiresGrad assumes an unknown dtype is floating point (over-estimate
 //    rather than under-estimate).
 //  * No workspace constants: forward workspaces (cuDNN, memory-model.md §2.5) depend on
-//    the plan chosen at run time and must come from measurements, so every
-//    rule here has workspace == nullptr.
+//    the plan chosen at run time and must come from measurements. The one workspace a rule
+//    states is the fused attention ops': tensors the source shows the chosen kernel allocating
+//    and freeing within the call, sized from the node's shapes (ops/attention.h), never a
+//    constant.
+//  * Fused attention ops (ONNX Attention; ONNX Runtime's com.microsoft Attention,
+//    MultiHeadAttention, GroupQueryAttention): the rule describes the node as one
+//    scaled_dot_product_attention call (`attention_site`); ops/attention.h picks the kernel
+//    under Options::attention (eager: the math composite) and says what it saves and
+//    allocates (memory-model.md §3.5). ONNX Runtime graphs are costed as if PyTorch ran them.
 //  * AMP policies follow the CUDA autocast op lists (memory-model.md §5.2); ops not
 //    listed pass through.
 //  * Ops without a rule are assumed differentiable and use ConservativeSaved.
@@ -44,6 +51,7 @@
 
 #include "core/checked.h"
 #include "core/dtype.h"
+#include "ops/attention.h"
 
 namespace memest::ops {
 namespace {
@@ -123,6 +131,11 @@ int64_t IntAttr(const Node& n, std::string_view name, int64_t def) {
 std::string StringAttr(const Node& n, std::string_view name, std::string_view def) {
   const onnx::AttributeProto* a = FindAttr(n, name);
   return a != nullptr && a->type() == onnx::AttributeProto::STRING ? a->s() : std::string(def);
+}
+std::optional<std::vector<int64_t>> IntsAttr(const Node& n, std::string_view name) {
+  const onnx::AttributeProto* a = FindAttr(n, name);
+  if (a == nullptr || a->type() != onnx::AttributeProto::INTS) return std::nullopt;
+  return std::vector<int64_t>(a->ints().begin(), a->ints().end());
 }
 
 // Normalizes an ONNX axis attribute against `rank`; nullopt when out of range.
@@ -398,26 +411,239 @@ void SaveSoftmaxCrossEntropy(const RuleContext& c, std::vector<SavedTensor>* out
   SaveValue(out, InputId(c, 2), "weight");
 }
 
-// ONNX Attention (opset 23) as SDPA flash (memory-model.md §3.2 SDPA flash): q, k, v,
-// mask, out and the fp32 logsumexp [B, H, Lq]. INF: the backend PyTorch picks
-// is not known statically (memory-model.md §8.4).
-void SaveAttention(const RuleContext& c, std::vector<SavedTensor>* out) {
-  SaveValue(out, InputId(c, 0), "q");
-  SaveValue(out, InputId(c, 1), "k");
-  SaveValue(out, InputId(c, 2), "v");
-  SaveValue(out, InputId(c, 3), "mask");
-  SaveValue(out, OutputId(c, 0), "out");
-  const auto* q = ShapeOf(c.graph, InputId(c, 0));
-  if (q == nullptr) return;
-  std::optional<uint64_t> rows;
-  if (q->size() == 4) {
-    rows = DimProduct(*q, 0, 3);  // [B, H, L, D]
-  } else if (q->size() == 3) {
-    const int64_t heads = IntAttr(c.node, "q_num_heads", -1);
-    auto bl = DimProduct(*q, 0, 2);  // [B, L, H*D]
-    if (bl && heads > 0) rows = core::CheckedMul(*bl, static_cast<uint64_t>(heads));
+// -----------------------------------------------------------------------------
+// Fused attention ops (ops/attention.h). Each site function describes its node as one
+// scaled_dot_product_attention call -- q [B, Hq, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv] --
+// naming the graph values that hold q, k, v and the output (or -1 for a tensor the op makes
+// inside: a projection, a rotary embedding, a cache concatenated without a present output).
+// SaveFusedAttention and AttentionWorkspace then ask the chosen kernel.
+
+// Dim i of value `id`, when known and >= 0.
+std::optional<uint64_t> DimAt(const RuleContext& c, int id, size_t i) {
+  const std::vector<int64_t>* s = ShapeOf(c.graph, id);
+  if (s == nullptr || i >= s->size() || (*s)[i] < 0) return std::nullopt;
+  return static_cast<uint64_t>((*s)[i]);
+}
+uint64_t Dim(const RuleContext& c, int id, size_t i) { return DimAt(c, id, i).value_or(0); }
+size_t Rank(const RuleContext& c, int id) {
+  const std::vector<int64_t>* s = ShapeOf(c.graph, id);
+  return s == nullptr ? 0 : s->size();
+}
+// a / b when b divides a, else 0 (unknown).
+uint64_t ExactDiv(uint64_t a, uint64_t b) { return b > 0 && a % b == 0 ? a / b : 0; }
+// A head-count attribute, 0 when absent or absurd.
+uint64_t Heads(const RuleContext& c, std::string_view name, int64_t def = 0) {
+  const int64_t h = IntAttr(c.node, name, def);
+  return h > 0 && h <= (int64_t{1} << 20) ? static_cast<uint64_t>(h) : 0;
+}
+
+void SetDims(AttentionSite* s, uint64_t b, uint64_t hq, uint64_t hkv, uint64_t l, uint64_t kv_len,
+             uint64_t d, uint64_t dv) {
+  s->batch = b;
+  s->q_heads = hq;
+  s->kv_heads = hkv;
+  s->q_len = l;
+  s->kv_len = kv_len;
+  s->head_dim = d;
+  s->v_head_dim = dv;
+  s->known = b > 0 && hq > 0 && hkv > 0 && l > 0 && kv_len > 0 && d > 0 && dv > 0;
+}
+// q's element size as the graph types it (the caller applies the precision).
+void SetElem(const RuleContext& c, int q, AttentionSite* s) {
+  const int32_t dt = DTypeOf(c.graph, q);
+  const uint64_t size = core::DTypeSize(dt);
+  s->elem = size == 0 ? 4 : size;
+  s->bf16 = dt == core::kBFloat16;
+}
+// An explicit mask or bias input; one not of a float type (bool, an int32 mask index) is
+// converted by the fused kernels.
+void AddMask(const RuleContext& c, int id, const char* what, AttentionSite* s) {
+  if (id < 0) return;
+  AttentionMask m;
+  m.value = id;
+  m.boolean = !core::IsFloatDType(DTypeOf(c.graph, id));
+  m.what = what;
+  if (const std::vector<int64_t>* shape = ShapeOf(c.graph, id);
+      shape != nullptr && !shape->empty()) {
+    m.numel = NumelOf(c.graph, id).value_or(0);
+    m.last = shape->back() > 0 ? static_cast<uint64_t>(shape->back()) : 0;
   }
-  SaveExtra(out, TimesSize(rows, 4), "logsumexp(fp32)");
+  s->masks.push_back(std::move(m));
+}
+
+// ONNX Attention (opset 23): Q, K, V [B, H, L, D] or [B, L, H*D] (q_num_heads, kv_num_heads),
+// attn_mask, past_key/past_value [B, Hkv, P, D] concatenated into present_key/present_value.
+void OnnxAttentionSite(const RuleContext& c, AttentionSite* s) {
+  const int q = InputId(c, 0), k = InputId(c, 1), v = InputId(c, 2), past = InputId(c, 4);
+  SetElem(c, q, s);
+  s->causal = IntAttr(c.node, "is_causal", 0) != 0;
+  AddMask(c, InputId(c, 3), "attn_mask", s);
+  s->q = q;
+  s->k = past >= 0 ? OutputId(c, 1) : k;
+  s->v = InputId(c, 5) >= 0 ? OutputId(c, 2) : v;
+  s->out = OutputId(c, 0);
+  s->scores_output = OutputId(c, 3) >= 0;  // qk_matmul_output
+  uint64_t hq = 0, hkv = 0, l = 0, sk = 0, d = 0, dv = 0;
+  if (Rank(c, q) == 4) {  // [B, H, L, D]
+    hq = Dim(c, q, 1);
+    l = Dim(c, q, 2);
+    d = Dim(c, q, 3);
+    hkv = Dim(c, k, 1);
+    sk = Dim(c, k, 2);
+    dv = Dim(c, v, 3);
+  } else if (Rank(c, q) == 3) {  // [B, L, H * D]
+    hq = Heads(c, "q_num_heads");
+    hkv = Heads(c, "kv_num_heads");
+    l = Dim(c, q, 1);
+    d = ExactDiv(Dim(c, q, 2), hq);
+    sk = Dim(c, k, 1);
+    dv = ExactDiv(Dim(c, v, 2), hkv);
+  } else {
+    return;
+  }
+  if (past >= 0) {
+    const std::optional<uint64_t> p = DimAt(c, past, 2);
+    if (!p) return;
+    sk += *p;
+  }
+  SetDims(s, Dim(c, q, 0), hq, hkv, l, sk, d, dv);
+}
+
+// com.microsoft Attention: input [B, L, Din] times the packed weights [Din, Nq + Nk + Nv]
+// (qkv_hidden_sizes, else thirds) inside the op; past [2, B, H, P, D] and present
+// [2, B, H, P + L, D] hold keys and values together (bert_defs.cc).
+void MsAttentionSite(const RuleContext& c, AttentionSite* s) {
+  const int x = InputId(c, 0), w = InputId(c, 1), bias = InputId(c, 2), past = InputId(c, 4);
+  SetElem(c, x, s);
+  s->causal = IntAttr(c.node, "unidirectional", 0) != 0;
+  AddMask(c, InputId(c, 3), "mask_index", s);
+  AddMask(c, InputId(c, 5), "attn_bias", s);
+  s->q = -1;  // the projection's output
+  s->k = s->v = OutputId(c, 1);
+  s->out = OutputId(c, 0);
+  const uint64_t heads = Heads(c, "num_heads");
+  uint64_t qh = 0, vh = 0;
+  const std::optional<std::vector<int64_t>> sizes = IntsAttr(c.node, "qkv_hidden_sizes");
+  if (sizes && sizes->size() == 3 && (*sizes)[0] > 0 && (*sizes)[2] > 0) {
+    qh = static_cast<uint64_t>((*sizes)[0]);
+    vh = static_cast<uint64_t>((*sizes)[2]);
+  } else if (Rank(c, w) == 2) {
+    qh = vh = ExactDiv(Dim(c, w, 1), 3);
+  } else if (Rank(c, bias) == 1) {
+    qh = vh = ExactDiv(Dim(c, bias, 0), 3);
+  }
+  if (Rank(c, x) != 3) return;
+  const uint64_t l = Dim(c, x, 1);
+  uint64_t total = l;
+  if (past >= 0) {
+    const std::optional<uint64_t> p = DimAt(c, past, 3);
+    if (Rank(c, past) != 5 || !p) return;
+    total = IntAttr(c.node, "past_present_share_buffer", 0) != 0 ? *p : *p + l;
+  }
+  SetDims(s, Dim(c, x, 0), heads, heads, l, total, ExactDiv(qh, heads), ExactDiv(vh, heads));
+}
+
+// com.microsoft MultiHeadAttention: query [B, L, H*D] or packed QKV [B, L, H, 3, D]; key
+// [B, S, H*D], packed KV [B, S, H, 2, D] or already [B, H, S, D] (cross attention); a bias
+// makes q, k, v new tensors; past_key [B, H, P, D] is concatenated into present_key, or shares
+// its buffer when past_sequence_length is given.
+void MultiHeadAttentionSite(const RuleContext& c, AttentionSite* s) {
+  const int q = InputId(c, 0), k = InputId(c, 1), v = InputId(c, 2), past = InputId(c, 6);
+  SetElem(c, q, s);
+  s->causal = IntAttr(c.node, "unidirectional", 0) != 0;
+  AddMask(c, InputId(c, 4), "key_padding_mask", s);
+  AddMask(c, InputId(c, 5), "attn_bias", s);
+  s->out = OutputId(c, 0);
+  s->scores_output = OutputId(c, 3) >= 0;  // qk
+  const uint64_t heads = Heads(c, "num_heads");
+  const size_t rq = Rank(c, q), rk = Rank(c, k), rv = Rank(c, v);
+  uint64_t d = 0, dv = 0, sk = 0;
+  int qv = q, kv = k, vv = v;
+  if (rq == 5) {  // packed QKV: q, k and v are views of the query input
+    d = dv = Dim(c, q, 4);
+    sk = Dim(c, q, 1);
+    kv = vv = q;
+  } else if (rq == 3) {
+    d = ExactDiv(Dim(c, q, 2), heads);
+    if (rk == 5) {  // packed KV: k and v are views of the key input
+      sk = Dim(c, k, 1);
+      dv = Dim(c, k, 4);
+      vv = k;
+    } else if (rk == 3 || rk == 4) {
+      sk = Dim(c, k, rk == 3 ? 1 : 2);
+      dv = rv == 3 ? ExactDiv(Dim(c, v, 2), heads) : rv == 4 ? Dim(c, v, 3) : 0;
+    }
+  } else {
+    return;
+  }
+  const bool concat = past >= 0 && rk != 4;
+  uint64_t total = sk;
+  if (concat) {
+    const std::optional<uint64_t> p = DimAt(c, past, 2);
+    if (!p) return;
+    total = InputId(c, 8) >= 0 ? *p : *p + sk;
+  }
+  if (InputId(c, 3) >= 0) qv = kv = vv = -1;  // q + bias, k + bias, v + bias
+  s->q = qv;
+  s->k = concat ? OutputId(c, 1) : kv;
+  s->v = concat ? OutputId(c, 2) : vv;
+  SetDims(s, Dim(c, q, 0), heads, heads, Dim(c, q, 1), total, d, dv);
+}
+
+// com.microsoft GroupQueryAttention: query [B, L, H*D] (or packed with key and value,
+// [B, L, (H + 2 Hkv) * D]), key/value [B, L, Hkv*D], past_key [B, Hkv, P, D]; present_key /
+// present_value are the cache the call attends over; do_rotary (or q_norm_weight) makes q and k
+// inside. The combinations no SDPA call computes (softcap, smooth_softmax, a sliding window, a
+// quantized cache) are refused by its shape rule.
+void GroupQueryAttentionSite(const RuleContext& c, AttentionSite* s) {
+  const int q = InputId(c, 0), k = InputId(c, 1), v = InputId(c, 2), past = InputId(c, 3);
+  const int present_k = OutputId(c, 1), present_v = OutputId(c, 2);
+  SetElem(c, q, s);
+  s->causal = IntAttr(c.node, "causal", 1) != 0;
+  AddMask(c, InputId(c, 10), "attn_bias", s);
+  s->out = OutputId(c, 0);
+  const uint64_t hq = Heads(c, "num_heads"), hkv = Heads(c, "kv_num_heads");
+  s->scores_output = OutputId(c, 3) >= 0;  // output_qk
+  const bool packed = k < 0;
+  // do_rotary, or q_norm_weight/k_norm_weight (a per-head RMS norm): q and k made inside.
+  const bool rotary = IntAttr(c.node, "do_rotary", 0) != 0 || InputId(c, 14) >= 0;
+  s->q = packed || rotary ? -1 : q;
+  s->k = present_k >= 0 ? present_k : packed || rotary ? -1 : k;
+  s->v = present_v >= 0 ? present_v : packed ? -1 : v;
+  if (Rank(c, q) != 3) return;
+  const uint64_t d = packed ? ExactDiv(Dim(c, q, 2), hq + 2 * hkv) : ExactDiv(Dim(c, k, 2), hkv);
+  const uint64_t sk = packed ? Dim(c, q, 1) : Dim(c, k, 1);
+  uint64_t total = sk;
+  if (const std::optional<uint64_t> t = DimAt(c, present_k, 2)) {
+    total = *t;
+  } else if (past >= 0) {
+    const std::optional<uint64_t> p = DimAt(c, past, 2);
+    if (!p) return;
+    total = *p + sk;
+  }
+  SetDims(s, Dim(c, q, 0), hq, hkv, Dim(c, q, 1), total, d, d);
+}
+
+// What the chosen kernel keeps (ops/attention.h).
+void SaveFusedAttention(const RuleContext& c, std::vector<SavedTensor>* out) {
+  const std::optional<AttentionCall> call = AttentionCallOf(c);
+  if (!call) return;
+  const std::vector<SavedTensor> saved = AttentionKernelSaved(call->kernel, call->site);
+  out->insert(out->end(), saved.begin(), saved.end());
+}
+
+// com.microsoft Attention projects its input first: linear keeps x and W (memory-model.md §3.2
+// linear), then the attention kernel's list.
+void SaveMsAttention(const RuleContext& c, std::vector<SavedTensor>* out) {
+  SaveValue(out, InputId(c, 0), "x");
+  SaveValue(out, InputId(c, 1), "W");
+  SaveFusedAttention(c, out);
+}
+
+// What the chosen kernel allocates and frees within the call (ops/attention.h).
+uint64_t AttentionWorkspace(const RuleContext& c) {
+  const std::optional<AttentionCall> call = AttentionCallOf(c);
+  return call ? AttentionKernelWorkspace(call->kernel, call->site) : 0;
 }
 
 // -----------------------------------------------------------------------------
@@ -431,6 +657,11 @@ constexpr AmpPolicy kPromote = AmpPolicy::kPromote;
 constexpr OpRule Saves(std::string_view op, SavedFn fn, std::string_view cite,
                        AmpPolicy amp = kPass) {
   return OpRule{.domain = "", .op_type = op, .amp = amp, .saved = fn, .cite = cite};
+}
+// An ONNX Runtime contrib op (domain com.microsoft).
+constexpr OpRule MsSaves(std::string_view op, SavedFn fn, std::string_view cite,
+                         AmpPolicy amp = kPass) {
+  return OpRule{.domain = "com.microsoft", .op_type = op, .amp = amp, .saved = fn, .cite = cite};
 }
 // Backward needs the result (relu, sigmoid, tanh, exp, sqrt, softmax, ...).
 constexpr OpRule SavesOutput(std::string_view op, std::string_view cite, AmpPolicy amp = kPass) {
@@ -678,8 +909,10 @@ constexpr auto kRules = [] {
       Saves("RMSNormalization", SaveRmsNorm, "INF: like §3.2 layer_norm, rstd only")
           .Infers(shape::Unary),
       Saves("Dropout", SaveDropout, "§3.2 dropout").Infers(shape::Dropout),
-      Saves("Attention", SaveAttention, "§3.2 SDPA flash; §5.2 LOWER_PRECISION; INF backend", kLow)
-          .Infers(shape::Attention),
+      Saves("Attention", SaveFusedAttention, "§3.2 SDPA rows; §3.5; §5.2 LOWER_PRECISION", kLow)
+          .Infers(shape::Attention)
+          .Attends(OnnxAttentionSite)
+          .Allocates(AttentionWorkspace),
 
       // -- Recurrent (conservative).
       Saves("LSTM", SaveRecurrent, "INF: all inputs/outputs + gates reserve; §5.2 RNN cells", kLow)
@@ -739,6 +972,24 @@ constexpr auto kRules = [] {
       NoGrad("ConvInteger", kQuant).Infers(shape::ConvInteger),
       NoGrad("QLinearConv", kQuant).Infers(shape::QLinearConv),
       NoGrad("QLinearMatMul", kQuant).Infers(shape::QLinearMatMul),
+
+      // -- ONNX Runtime contrib ops (com.microsoft), costed as the SDPA call they make.
+      MsSaves("Attention", SaveMsAttention, "§3.2 linear, SDPA rows; §3.5; §5.2 LOWER_PRECISION",
+              kLow)
+          .Infers(shape::MsAttention)
+          .Attends(MsAttentionSite)
+          .Allocates(AttentionWorkspace)
+          .UsesCublas(),
+      MsSaves("MultiHeadAttention", SaveFusedAttention,
+              "§3.2 SDPA rows; §3.5; §5.2 LOWER_PRECISION", kLow)
+          .Infers(shape::MultiHeadAttention)
+          .Attends(MultiHeadAttentionSite)
+          .Allocates(AttentionWorkspace),
+      MsSaves("GroupQueryAttention", SaveFusedAttention,
+              "§3.2 SDPA rows; §3.5; §5.2 LOWER_PRECISION", kLow)
+          .Infers(shape::GroupQueryAttention)
+          .Attends(GroupQueryAttentionSite)
+          .Allocates(AttentionWorkspace),
   };
   std::sort(rules.begin(), rules.end(), RuleLess);
   return rules;
@@ -800,7 +1051,8 @@ void ConservativeSaved(const RuleContext& ctx, std::vector<SavedTensor>* out) {
 }
 
 std::vector<SavedTensor> SavedTensors(const core::Node& node, const core::BoundGraph& graph,
-                                      const std::vector<bool>& requires_grad) {
+                                      const std::vector<bool>& requires_grad,
+                                      const AttentionCall* attention) {
   std::vector<SavedTensor> saved;
   // memory-model.md §3.1: autograd records nothing when no input requires grad.
   const bool active = std::any_of(node.inputs.begin(), node.inputs.end(),
@@ -808,7 +1060,7 @@ std::vector<SavedTensor> SavedTensors(const core::Node& node, const core::BoundG
   if (!active) return saved;
   const OpRule* rule = FindRule(node.domain, node.op_type);
   if (rule != nullptr && !rule->differentiable) return saved;
-  const RuleContext ctx{node, graph, requires_grad};
+  const RuleContext ctx{node, graph, requires_grad, attention};
   if (rule == nullptr) {
     ConservativeSaved(ctx, &saved);
   } else if (rule->saved != nullptr) {

@@ -8,7 +8,8 @@
 //   * whether the output is a view of input 0 (no new memory in PyTorch),
 //   * whether gradients flow through it (differentiable) -- integer/shape/comparison ops do not,
 //   * how autocast treats it (AMP policy),
-//   * temporary workspace in the forward pass (bytes, beyond its outputs),
+//   * temporary workspace in the forward pass (bytes, beyond its outputs and what it keeps),
+//   * for a fused attention op, how to describe its call (ops/attention.h picks the kernel),
 //   * its shape and dtype rule over symbolic dims (`infer`, ops/shape_rules.h), run once per
 //     model at load time (ops/shape_pass.h).
 // Adding an op = one entry in ops/rules.cc + one test in tests/unit/rules_test.cc (and, for its
@@ -45,16 +46,24 @@ struct SavedTensor {
   std::string what;    // short description, e.g. "x", "mask(bool)", "indices(int64)"
 };
 
+struct AttentionCall;  // ops/attention.h
+struct AttentionSite;
+
 struct RuleContext {
   const core::Node& node;
   const core::BoundGraph& graph;
   // Per value id: does it require grad (a trainable parameter, or computed from one through
   // differentiable ops)? See RequiresGrad().
   const std::vector<bool>& requires_grad;
+  // A fused attention op's call with the kernel chosen for it (ops/attention.h, ops/fusion.h);
+  // nullptr: the default policy's (the math composite).
+  const AttentionCall* attention = nullptr;
 };
 
 using SavedFn = void (*)(const RuleContext&, std::vector<SavedTensor>*);
 using WorkspaceFn = uint64_t (*)(const RuleContext&);
+// Describes a fused attention op's call (ops/attention.h); fills what the node says.
+using AttentionSiteFn = void (*)(const RuleContext&, AttentionSite*);
 
 struct OpRule {
   std::string_view domain;  // "" for ai.onnx
@@ -64,8 +73,11 @@ struct OpRule {
   AmpPolicy amp = AmpPolicy::kPassThrough;
   SavedFn saved = nullptr;          // nullptr: saves nothing
   WorkspaceFn workspace = nullptr;  // nullptr: no forward workspace
-  std::string_view cite;            // e.g. "§3.2 relu" (docs/memory-model.md sections)
-  InferFn infer = nullptr;          // shape/dtype rule; nullptr: outputs unknown (ONNX inference)
+  // A fused attention op (ONNX Attention, com.microsoft Attention/MultiHeadAttention/
+  // GroupQueryAttention): how to describe its call, so that ops/attention.h picks its kernel.
+  AttentionSiteFn attention_site = nullptr;
+  std::string_view cite;    // e.g. "§3.2 relu" (docs/memory-model.md sections)
+  InferFn infer = nullptr;  // shape/dtype rule; nullptr: outputs unknown (ONNX inference)
   // Runs on cuBLAS (GEMMs, einsum, RNN cells): the first such node on a thread creates that
   // thread's cuBLAS workspace (memory-model.md §2.3).
   bool uses_cublas = false;
@@ -90,6 +102,16 @@ struct OpRule {
     r.uses_cudnn_conv = true;
     return r;
   }
+  constexpr OpRule Allocates(WorkspaceFn fn) const {
+    OpRule r = *this;
+    r.workspace = fn;
+    return r;
+  }
+  constexpr OpRule Attends(AttentionSiteFn fn) const {
+    OpRule r = *this;
+    r.attention_site = fn;
+    return r;
+  }
 };
 
 // The rule for (domain, op_type), or nullptr. "ai.onnx" is treated as "".
@@ -104,8 +126,10 @@ void ConservativeSaved(const RuleContext& ctx, std::vector<SavedTensor>* out);
 
 // The tensors autograd would save for `node`: the rule's answer when the node takes part in
 // autograd (some input requires grad), empty otherwise. Unknown ops use ConservativeSaved.
+// `attention`: for a fused attention op, its call and kernel (RuleContext::attention).
 std::vector<SavedTensor> SavedTensors(const core::Node& node, const core::BoundGraph& graph,
-                                      const std::vector<bool>& requires_grad);
+                                      const std::vector<bool>& requires_grad,
+                                      const AttentionCall* attention = nullptr);
 
 // The table against every ONNX default-domain operator (memest/coverage.h RuleCoverage, which
 // this implements; `memest --show-coverage`).

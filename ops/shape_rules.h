@@ -194,6 +194,10 @@ Status SoftmaxCrossEntropyLoss(InferContext& c);
 Status NegativeLogLikelihoodLoss(InferContext& c);
 Status Recurrent(InferContext& c);  // LSTM, GRU, RNN
 Status Attention(InferContext& c);
+// ONNX Runtime contrib ops (com.microsoft; onnxruntime/core/graph/contrib_ops/bert_defs.cc).
+Status MsAttention(InferContext& c);  // Attention: packed QKV weights, past/present [2, B, H, T, D]
+Status MultiHeadAttention(InferContext& c);
+Status GroupQueryAttention(InferContext& c);
 Status GridSample(InferContext& c);
 // Quantization.
 Status QuantizeLinear(InferContext& c);

@@ -262,7 +262,8 @@ std::vector<SavedTensor> ValueFacts::Saved(size_t k) const {
     return k == c->nodes.back() ? share_unnamed(c->saved) : std::vector<SavedTensor>{};
   }
   if (fusion_->identity_dropout(k)) return {};
-  std::vector<SavedTensor> saved = share_unnamed(SavedTensors(n, graph_, requires_grad_));
+  std::vector<SavedTensor> saved =
+      share_unnamed(SavedTensors(n, graph_, requires_grad_, fusion_->attention_call(k)));
   if (n.op_type != "MatMul" || !n.domain.empty()) return saved;
   for (SavedTensor& s : saved) {
     if (s.value < 0 || contiguous(s.value)) continue;
@@ -274,6 +275,24 @@ std::vector<SavedTensor> ValueFacts::Saved(size_t k) const {
     s.value = -1;
   }
   return saved;
+}
+
+uint64_t ValueFacts::Workspace(size_t k) const {
+  const OpRule* rule = rules_[k];
+  if (rule == nullptr || rule->workspace == nullptr) return 0;
+  const core::Node& n = graph_.graph->nodes[k];
+  const uint64_t bytes =
+      rule->workspace(RuleContext{n, graph_, requires_grad_, fusion_->attention_call(k)});
+  const int out0 = n.outputs.empty() ? -1 : n.outputs[0];
+  return Share(out0, bytes);  // split over tensor-parallel ranks as the node's output is
+}
+
+uint64_t ValueFacts::BackwardWorkspace(size_t k) const {
+  const AttentionCall* call = fusion_->backward_call(k);
+  if (call == nullptr) return 0;
+  const core::Node& n = graph_.graph->nodes[k];
+  const int out0 = n.outputs.empty() ? -1 : n.outputs[0];
+  return Share(out0, AttentionKernelBackwardWorkspace(call->kernel, call->site));
 }
 
 uint64_t ValueFacts::amp_cast_bytes(int id) const {

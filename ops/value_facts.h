@@ -77,6 +77,13 @@ class ValueFacts {
   // non-contiguous operands as extra tensors (layout policy above); for a node of a fused chain
   // (ops/fusion.h), the fused kernel's list at the chain's last node and nothing elsewhere.
   std::vector<SavedTensor> Saved(size_t n) const;
+  // The forward workspace of node `n` beyond its outputs and what it saves: the rule's (a fused
+  // attention op's chosen kernel, ops/attention.h), 0 for most ops.
+  uint64_t Workspace(size_t n) const;
+  // What node `n`'s backward allocates beyond the gradients of its inputs and outputs: the
+  // attention kernel's (ops/attention.h) for a fused attention op or a fused chain's last node,
+  // 0 otherwise.
+  uint64_t BackwardWorkspace(size_t n) const;
   // Whether the graph runs GEMMs (cuBLAS workspace, memory-model.md §2.3).
   bool has_gemm() const { return has_gemm_; }
   // The fused chains found in the graph (their interior values are 0 bytes above).

@@ -654,11 +654,9 @@ void Sim::ForwardNode(size_t k, int seg) {
                                                                             : Category::kTransient);
   }
   Free(&dequantized);
-  if (rule && rule->workspace) {
-    Tensor ws = Malloc(rule->workspace(ops::RuleContext{n, b_, facts_.requires_grad()}),
-                       Category::kTransient);
-    Free(&ws);
-  }
+  // The rule's workspace (a fused attention kernel's scores) lives while the kernel writes what it
+  // keeps: freed after the saved extras exist.
+  Tensor ws = Malloc(facts_.Workspace(k), Category::kTransient);
   ConvWorkspace(k);
   if (train_ && (seg >= 0 || !Checkpointed(k))) {
     for (const auto& sv : saved_[k]) {
@@ -670,6 +668,7 @@ void Sim::ForwardNode(size_t k, int seg) {
       }
     }
   }
+  Free(&ws);
   for (int r : InputRoots(n, seg)) {
     --uses_left_[static_cast<size_t>(r)];
     FreeIfDead(r);
@@ -801,10 +800,14 @@ void Sim::Backward() {
         Tensor dequantized = !n.inputs.empty() && facts_.requires_grad(n.inputs[0])
                                  ? Malloc(weights_.backward_transient(kk), Category::kTransient)
                                  : -1;
+        // An attention kernel's backward buffers (ops/attention.h), alive while the input
+        // gradients are made.
+        Tensor bws = Malloc(facts_.BackwardWorkspace(kk), Category::kTransient);
         for (int in : n.inputs) {
           if (!facts_.requires_grad(in)) continue;
           deliver(in, Malloc(facts_.bytes(in), Category::kTransient));
         }
+        Free(&bws);
         Free(&dequantized);
       }
       // cuDNN's backward calls run while the output's and the inputs' gradients are alive.

@@ -35,13 +35,14 @@ enum class Precision { kFp32, kAmpFp16, kAmpBf16, kBf16 };
 // has rank 2 (logits [N, C]), mean-squared error otherwise.
 enum class Loss { kAuto, kCrossEntropy, kMse };
 
-// How the model's attention runs (ops/fusion.h). kEager: as the graph is written (MatMul, Softmax,
-// MatMul: the L x S attention matrix is saved). kSdpaMath: F.scaled_dot_product_attention with the
-// math backend, which is the same computation. kSdpaFlash / kSdpaMemEfficient: the fused kernels,
-// which save q, k, v, the output and an fp32 logsumexp, never the matrix. kAuto: the model calls
-// F.scaled_dot_product_attention and PyTorch picks the kernel (flash for fp16/bf16,
-// memory-efficient otherwise, on compute capability >= 5.0; math below:
-// aten/src/ATen/native/transformers/cuda/ sdp_utils.cpp).
+// How the model's attention runs (docs/memory-model.md §3.5; ops/attention.h states the policy).
+// kEager: as the graph is written (MatMul, Softmax, MatMul: the L x S attention matrix is saved);
+// a fused attention op (ONNX Attention, com.microsoft Attention/MultiHeadAttention/
+// GroupQueryAttention) as the math composite. kSdpaMath: F.scaled_dot_product_attention with the
+// math backend, the same computation. kSdpaFlash / kSdpaMemEfficient: that fused kernel, forced
+// (a call it cannot run is refused). kAuto: PyTorch's own choice per call
+// (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp); an `attention_kernel` diagnostic says
+// which kernel each call got and why.
 enum class Attention { kEager, kSdpaMath, kSdpaFlash, kSdpaMemEfficient, kAuto };
 
 // How the parameters that do not train are stored (memory/weight_storage.h): the frozen ones in

@@ -353,6 +353,74 @@ TEST(FusionTest, TheMemoryEfficientKernelPadsItsLogsumexpRows) {
   EXPECT_EQ(lse(Attention::kAuto, Precision::kAmpBf16), 2u * 33 * 4);
 }
 
+// Under auto, PyTorch's dispatcher takes flash only without an explicit attention mask
+// (sdp_utils.cpp, check_for_attn_mask): a chain with a masked_fill (GPT-2's causal mask, written
+// as Where) runs the memory-efficient kernel -- its logsumexp rows padded to 32, the mask kept in
+// q's dtype -- and the attention_kernel diagnostic says so; the same chain without the mask runs
+// flash in bf16.
+TEST(FusionTest, AMaskedChainRunsMemoryEfficientUnderAutoAnUnmaskedOneFlash) {
+  auto masked = Load(AttentionGraph(0.0f, /*tokens=*/33, BeforeSoftmax::kWhereMask));
+  auto plain = Load(AttentionGraph(0.0f, /*tokens=*/33));
+  ASSERT_NE(masked, nullptr);
+  ASSERT_NE(plain, nullptr);
+  Options o = Batch(2);
+  o.attention = Attention::kAuto;
+  o.precision = Precision::kAmpBf16;
+  auto ctx = Context(*masked, o);
+  ASSERT_EQ(ctx->facts().fusion().attention_calls().size(), 1u);
+  const ops::AttentionCall& call = ctx->facts().fusion().attention_calls()[0];
+  EXPECT_TRUE(call.chain);
+  EXPECT_EQ(call.kernel, ops::AttentionKernel::kMemEfficient);
+  ASSERT_EQ(ctx->facts().fusion().chains().size(), 1u);
+  const std::vector<ops::SavedTensor> saved =
+      ctx->facts().Saved(ctx->facts().fusion().chains()[0].nodes.back());
+  ASSERT_FALSE(saved.empty());
+  EXPECT_EQ(saved.back().bytes, 2u * 64 * 4);  // 33 rows padded to 64
+  bool mask_copy = false;  // the bool [1] mask as bf16, its last dim padded to 8
+  for (const ops::SavedTensor& t : saved) mask_copy |= t.what == "attn_mask" && t.bytes == 16;
+  EXPECT_TRUE(mask_copy);
+  const Estimate e = Symbolic(*masked, o);
+  std::string kernel;
+  for (const Diagnostic& d : e.diagnostics) {
+    if (d.code == "attention_kernel") kernel = d.message;
+  }
+  EXPECT_NE(kernel.find("1 memory-efficient"), std::string::npos) << kernel;
+  EXPECT_NE(kernel.find("explicit attention mask"), std::string::npos) << kernel;
+  EXPECT_NE(kernel.find("'attn_softmax'"), std::string::npos) << kernel;
+
+  auto flash = Context(*plain, o);
+  ASSERT_EQ(flash->facts().fusion().attention_calls().size(), 1u);
+  EXPECT_EQ(flash->facts().fusion().attention_calls()[0].kernel, ops::AttentionKernel::kFlash);
+  EXPECT_EQ(flash->facts().Saved(flash->facts().fusion().chains()[0].nodes.back()).back().bytes,
+            2u * 33 * 4);
+}
+
+// Under auto, a call no fused kernel takes stays as written: on a GPU below compute capability
+// 5.0 only the math composite runs, so the chain is not fused, and the diagnostic says why.
+TEST(FusionTest, AChainAutoGivesTheMathKernelStaysAsWritten) {
+  auto m = Load(AttentionGraph(0.1f));
+  ASSERT_NE(m, nullptr);
+  Options o = Batch(2);
+  o.attention = Attention::kAuto;
+  GpuProfile old = *FindGpuProfile("h100-80gb");
+  old.name = "sm37";
+  old.sm_major = 3;
+  old.sm_minor = 7;
+  o.custom_gpu = std::make_shared<const GpuProfile>(old);
+  auto ctx = Context(*m, o);
+  ASSERT_NE(ctx, nullptr);
+  EXPECT_TRUE(ctx->facts().fusion().chains().empty());
+  ASSERT_EQ(ctx->facts().fusion().attention_calls().size(), 1u);
+  EXPECT_EQ(ctx->facts().fusion().attention_calls()[0].kernel, ops::AttentionKernel::kMath);
+  EXPECT_EQ(Symbolic(*m, o).peak_allocated, Symbolic(*m,
+                                                     [&] {
+                                                       Options eager = o;
+                                                       eager.attention = Attention::kEager;
+                                                       return eager;
+                                                     }())
+                                                .peak_allocated);
+}
+
 TEST(FusionTest, FlashAttentionInFp32IsRefused) {
   auto m = Load(AttentionGraph(0.0f));
   ASSERT_NE(m, nullptr);

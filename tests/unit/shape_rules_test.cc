@@ -15,6 +15,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/bind.h"
@@ -35,6 +36,7 @@ using testing::Int64Tensor;
 using testing::kBool;
 using testing::kFloat;
 using testing::kInt64;
+using testing::SetFloatAttr;
 using testing::SetIntAttr;
 using testing::SetIntsAttr;
 using testing::TestDim;
@@ -108,13 +110,28 @@ struct Case {
   int64_t opset;
   std::function<void(GraphBuilder&)> build;
   std::vector<std::string> want;
+  std::string domain = "";  // "" is ai.onnx; "com.microsoft" for ONNX Runtime's contrib ops
 };
+
+// "Op" for ai.onnx, "domain::Op" otherwise.
+std::string Key(std::string_view domain, std::string_view op) {
+  return domain.empty() ? std::string(op) : std::string(domain) + "::" + std::string(op);
+}
 
 onnx::NodeProto& Node(GraphBuilder& b, const std::string& op, std::vector<std::string> in,
                       int outputs = 1) {
   std::vector<std::string> out;
   for (int i = 0; i < outputs; ++i) out.push_back("y" + std::to_string(i));
   return b.AddNode(op, in, out, op + "_node");
+}
+
+// A com.microsoft contrib node (the domain imported at version 1).
+onnx::NodeProto& MsNode(GraphBuilder& b, const std::string& op, std::vector<std::string> in,
+                        int outputs = 1) {
+  b.AddOpset("com.microsoft", 1);
+  std::vector<std::string> out;
+  for (int i = 0; i < outputs; ++i) out.push_back("y" + std::to_string(i));
+  return b.AddNode(op, in, out, op + "_node", "com.microsoft");
 }
 
 // X: float [N, 3, 4].
@@ -1136,6 +1153,103 @@ std::vector<Case> Others() {
                    },
                    {"float32[B,L,512]", "float32[B,2,T + P,64]", "float32[B,2,T + P,64]",
                     "float32[B,8,L,T + P]"}});
+  // ONNX Runtime's contrib attention ops (onnxruntime/core/graph/contrib_ops/bert_defs.cc).
+  cases.push_back(
+      {"Attention",
+       17,
+       [](GraphBuilder& b) {  // packed QKV weights, a past: present grows by L
+         X(b, {"B", "L", 64});
+         b.AddInitializer("W", {64, 192});
+         b.AddInitializer("Bias", {192});
+         b.AddInput("M", kInt32, {"B", "T"});
+         b.AddInput("Past", kFloat, {2, "B", 4, "P", 16});
+         SetIntAttr(MsNode(b, "Attention", {"X", "W", "Bias", "M", "Past"}, 2), "num_heads", 4);
+       },
+       {"float32[B,L,64]", "float32[2,B,4,L + P,16]"},
+       "com.microsoft"});
+  cases.push_back({"Attention",
+                   17,
+                   [](GraphBuilder& b) {  // qkv_hidden_sizes, no past: present of L
+                     X(b, {"B", "L", 64});
+                     b.AddInitializer("W", {64, 160});
+                     auto& n = MsNode(b, "Attention", {"X", "W"}, 2);
+                     SetIntAttr(n, "num_heads", 4);
+                     SetIntsAttr(n, "qkv_hidden_sizes", {64, 64, 32});
+                   },
+                   {"float32[B,L,32]", "float32[2,B,4,L,16]"},
+                   "com.microsoft"});
+  cases.push_back(
+      {"MultiHeadAttention",
+       17,
+       [](GraphBuilder& b) {  // self attention with a past
+         X(b, {"B", "L", 64});
+         b.AddInput("K", kFloat, {"B", "L", 64});
+         b.AddInput("V", kFloat, {"B", "L", 32});
+         b.AddInput("PK", kFloat, {"B", 4, "P", 16});
+         b.AddInput("PV", kFloat, {"B", 4, "P", 8});
+         SetIntAttr(MsNode(b, "MultiHeadAttention", {"X", "K", "V", "", "", "", "PK", "PV"}, 4),
+                    "num_heads", 4);
+       },
+       {"float32[B,L,32]", "float32[B,4,L + P,16]", "float32[B,4,L + P,8]", "float32[B,4,L,L + P]"},
+       "com.microsoft"});
+  cases.push_back({"MultiHeadAttention",
+                   17,
+                   [](GraphBuilder& b) {  // packed QKV
+                     X(b, {"B", "L", 4, 3, 16});
+                     SetIntAttr(MsNode(b, "MultiHeadAttention", {"X"}, 3), "num_heads", 4);
+                   },
+                   {"float32[B,L,64]", "float32[B,4,L,16]", "float32[B,4,L,16]"},
+                   "com.microsoft"});
+  cases.push_back({"GroupQueryAttention",
+                   17,
+                   [](GraphBuilder& b) {  // decode: a past of P, present of P + L, fp16 cache
+                     X(b, {"B", "L", 256}, onnx::TensorProto::FLOAT16);
+                     b.AddInput("K", onnx::TensorProto::FLOAT16, {"B", "L", 64});
+                     b.AddInput("V", onnx::TensorProto::FLOAT16, {"B", "L", 64});
+                     b.AddInput("PK", onnx::TensorProto::FLOAT16, {"B", 2, "P", 32});
+                     b.AddInput("PV", onnx::TensorProto::FLOAT16, {"B", 2, "P", 32});
+                     b.AddInput("SeqLens", kInt32, {"B"});
+                     b.AddInput("Total", kInt32, {});
+                     auto& n = MsNode(b, "GroupQueryAttention",
+                                      {"X", "K", "V", "PK", "PV", "SeqLens", "Total"}, 3);
+                     SetIntAttr(n, "num_heads", 8);
+                     SetIntAttr(n, "kv_num_heads", 2);
+                   },
+                   {"float16[B,L,256]", "float16[B,2,L + P,32]", "float16[B,2,L + P,32]"},
+                   "com.microsoft"});
+  cases.push_back(
+      {"GroupQueryAttention",
+       17,
+       [](GraphBuilder& b) {  // packed QKV, a known total length, no past
+         X(b, {"B", 16, 384});
+         b.AddInput("SeqLens", kInt32, {"B"});
+         onnx::TensorProto& total = b.AddInitializer("Total", {}, kInt32);
+         total.add_int32_data(16);
+         auto& n = MsNode(b, "GroupQueryAttention", {"X", "", "", "", "", "SeqLens", "Total"}, 3);
+         SetIntAttr(n, "num_heads", 8);
+         SetIntAttr(n, "kv_num_heads", 2);
+       },
+       {"float32[B,16,256]", "float32[B,2,16,32]", "float32[B,2,16,32]"},
+       "com.microsoft"});
+  cases.push_back(
+      {"GroupQueryAttention",
+       17,
+       [](GraphBuilder& b) {  // a past and a known total: max(P, total)
+         X(b, {"B", 1, 256});
+         b.AddInput("K", kFloat, {"B", 1, 64});
+         b.AddInput("V", kFloat, {"B", 1, 64});
+         b.AddInput("PK", kFloat, {"B", 2, 128, 32});
+         b.AddInput("PV", kFloat, {"B", 2, 128, 32});
+         b.AddInput("SeqLens", kInt32, {"B"});
+         onnx::TensorProto& total = b.AddInitializer("Total", {}, kInt32);
+         total.add_int32_data(200);
+         auto& n =
+             MsNode(b, "GroupQueryAttention", {"X", "K", "V", "PK", "PV", "SeqLens", "Total"}, 4);
+         SetIntAttr(n, "num_heads", 8);
+         SetIntAttr(n, "kv_num_heads", 2);
+       },
+       {"float32[B,1,256]", "float32[B,2,200,32]", "float32[B,2,200,32]", "float32[B,8,1,200]"},
+       "com.microsoft"});
   cases.push_back({"GridSample",
                    16,
                    [](GraphBuilder& b) {
@@ -1182,16 +1296,18 @@ std::vector<Case> AllCases() {
 
 TEST(ShapeRulesRegistry, EveryShapeRuleHasACase) {
   std::set<std::string> tested;
-  for (const Case& c : AllCases()) tested.insert(c.op);
+  for (const Case& c : AllCases()) tested.insert(Key(c.domain, c.op));
   int with_infer = 0;
   for (const ops::OpRule& r : ops::AllRules()) {
     if (r.infer == nullptr) continue;
     ++with_infer;
-    EXPECT_TRUE(tested.count(std::string(r.op_type))) << "shape rule without a case: " << r.op_type;
+    EXPECT_TRUE(tested.count(Key(r.domain, r.op_type)))
+        << "shape rule without a case: " << Key(r.domain, r.op_type);
   }
-  for (const std::string& op : tested) {
-    const ops::OpRule* r = ops::FindRule("", op);
-    EXPECT_TRUE(r != nullptr && r->infer != nullptr) << "case for an op without a rule: " << op;
+  for (const Case& c : AllCases()) {
+    const ops::OpRule* r = ops::FindRule(c.domain, c.op);
+    EXPECT_TRUE(r != nullptr && r->infer != nullptr)
+        << "case for an op without a rule: " << Key(c.domain, c.op);
   }
   EXPECT_GE(with_infer, 150);
   RecordProperty("ops_with_shape_rule", with_infer);
@@ -1209,12 +1325,13 @@ TEST(ShapeRules, EveryCaseInfersTheExpectedTypes) {
       ADD_FAILURE() << c.op << ": did not load";
       continue;
     }
+    const std::string op = Key(c.domain, c.op);
     EXPECT_EQ(m.sym().rule_failures, 0)
-        << c.op << ": " << (m.sym().failure_examples.empty() ? "" : m.sym().failure_examples[0]);
+        << op << ": " << (m.sym().failure_examples.empty() ? "" : m.sym().failure_examples[0]);
     for (size_t i = 0; i < c.want.size(); ++i) {
       const std::string y = "y" + std::to_string(i);
-      EXPECT_EQ(m.Type(y), c.want[i]) << c.op << " (opset " << c.opset << ") output " << y;
-      EXPECT_FALSE(m.Fallback(y)) << c.op << " output " << y;
+      EXPECT_EQ(m.Type(y), c.want[i]) << op << " (opset " << c.opset << ") output " << y;
+      EXPECT_FALSE(m.Fallback(y)) << op << " output " << y;
     }
   }
 }
@@ -1334,6 +1451,116 @@ TEST(SymbolicShapes, MalformedNodesAreCountedNeverReachOnnxAndFailBinding) {
       << bound.status().ToString();
 }
 
+// Attention nodes whose attributes ask for what no scaled_dot_product_attention call computes
+// (or that break their schema) are refused by their rule, naming the node, never costed as a
+// plain attention call.
+TEST(SymbolicShapes, AttentionOpsWithUnmodelledAttributesAreRefusedNamingTheNode) {
+  struct Refused {
+    std::string what;  // expected in the message
+    std::function<void(GraphBuilder&)> build;
+    int64_t opset = 17;
+  };
+  constexpr int32_t kInt8 = onnx::TensorProto::INT8;
+  auto qkv = [](GraphBuilder& b, int64_t heads_dim = 64) {
+    X(b, {"B", 4, 256});
+    b.AddInput("K", kFloat, {"B", 4, heads_dim});
+    b.AddInput("V", kFloat, {"B", 4, heads_dim});
+    b.AddInput("SeqLens", kInt32, {"B"});
+    b.AddInput("Total", kInt32, {});
+  };
+  auto gqa = [](GraphBuilder& b, std::vector<std::string> in = {"X", "K", "V", "", "", "SeqLens",
+                                                                "Total"}) -> onnx::NodeProto& {
+    auto& n = MsNode(b, "GroupQueryAttention", in, 3);
+    SetIntAttr(n, "num_heads", 8);
+    SetIntAttr(n, "kv_num_heads", 2);
+    return n;
+  };
+  const std::vector<Refused> cases = {
+      {"softcap",
+       [](GraphBuilder& b) {
+         X(b, {"B", 2, 8, 16});
+         SetFloatAttr(Node(b, "Attention", {"X", "X", "X"}), "softcap", 30.0f);
+       },
+       23},
+      {"past_key and past_value",
+       [](GraphBuilder& b) {
+         X(b, {"B", 2, 8, 16});
+         b.AddInput("P", kFloat, {"B", 2, 4, 16});
+         Node(b, "Attention", {"X", "X", "X", "", "P"}, 2);
+       },
+       23},
+      {"multiple of kv_num_heads",
+       [](GraphBuilder& b) {
+         X(b, {"B", 8, 48});
+         auto& n = Node(b, "Attention", {"X", "X", "X"});
+         SetIntAttr(n, "q_num_heads", 3);
+         SetIntAttr(n, "kv_num_heads", 2);
+       },
+       23},
+      {"num_heads",
+       [](GraphBuilder& b) {
+         X(b, {"B", 8, 32});
+         b.AddInitializer("W", {32, 96});
+         MsNode(b, "Attention", {"X", "W"});
+       }},
+      {"same hidden size",
+       [](GraphBuilder& b) {
+         X(b, {"B", 8, 32});
+         b.AddInitializer("W", {32, 96});
+         auto& n = MsNode(b, "Attention", {"X", "W"});
+         SetIntAttr(n, "num_heads", 4);
+         SetIntsAttr(n, "qkv_hidden_sizes", {32, 48, 16});
+       }},
+      {"cache_indirection",
+       [](GraphBuilder& b) {
+         X(b, {"B", 8, 32});
+         b.AddInput("I", kInt32, {"B", 1, 16});
+         SetIntAttr(MsNode(b, "MultiHeadAttention", {"X", "X", "X", "", "", "", "", "", "", "I"}),
+                    "num_heads", 4);
+       }},
+      {"softcap",
+       [&](GraphBuilder& b) {
+         qkv(b);
+         SetFloatAttr(gqa(b), "softcap", 50.0f);
+       }},
+      {"smooth_softmax",
+       [&](GraphBuilder& b) {
+         qkv(b);
+         SetIntAttr(gqa(b), "smooth_softmax", 1);
+       }},
+      {"local_window_size",
+       [&](GraphBuilder& b) {
+         qkv(b);
+         SetIntAttr(gqa(b), "local_window_size", 4096);
+       }},
+      {"quantized KV cache",
+       [&](GraphBuilder& b) {
+         qkv(b);
+         b.AddInput("PK", kInt8, {"B", 2, 16, 32});
+         b.AddInput("PV", kInt8, {"B", 2, 16, 32});
+         gqa(b, {"X", "K", "V", "PK", "PV", "SeqLens", "Total"});
+       }},
+  };
+  for (const Refused& r : cases) {
+    SCOPED_TRACE(r.what);
+    GraphBuilder b(r.opset);
+    r.build(b);
+    b.AddOutput("y0", kFloat);
+    Loaded m = Load(b);
+    ASSERT_NE(m.model, nullptr);
+    EXPECT_EQ(m.sym().rule_failures, 1);
+    Options o;
+    o.dims["B"] = 2;
+    auto bound = core::Bind(m.graph(), o);
+    ASSERT_FALSE(bound.ok());
+    EXPECT_EQ(bound.status().code(), ErrorCode::kInvalidModel) << bound.status().ToString();
+    EXPECT_NE(bound.status().message().find("_node"), std::string::npos)
+        << bound.status().ToString();
+    EXPECT_NE(bound.status().message().find(r.what), std::string::npos)
+        << bound.status().ToString();
+  }
+}
+
 // ONNX 1.12's MaxUnpool inference reads the indices' dim 1 unchecked (a fuzzer crash on rank-1
 // indices): memest's own rule rejects the node, which never reaches ONNX.
 TEST(SymbolicShapes, MaxUnpoolWithRankOneIndicesIsRejectedByMemestsRule) {
@@ -1388,14 +1615,15 @@ TEST(ShapeRules, EveryRuleSurvivesHostileNodes) {
   onnx::NodeProto proto;
   auto add_int = [&](const char* name, int64_t v) { SetIntAttr(proto, name, v); };
   auto add_ints = [&](const char* name, std::vector<int64_t> v) { SetIntsAttr(proto, name, v); };
-  for (const char* a : {"axis", "to", "dtype", "blocksize", "group", "k", "hidden_size",
-                        "sample_size", "batch_dims", "start", "end", "q_num_heads", "kv_num_heads",
-                        "stash_type", "keepdims", "num_outputs"}) {
+  for (const char* a :
+       {"axis", "to", "dtype", "blocksize", "group", "k", "hidden_size", "sample_size",
+        "batch_dims", "start", "end", "q_num_heads", "kv_num_heads", "stash_type", "keepdims",
+        "num_outputs", "num_heads", "past_present_share_buffer", "sliding_window_cache"}) {
     add_int(a, std::numeric_limits<int64_t>::min());
   }
   for (const char* a :
        {"axes", "perm", "kernel_shape", "strides", "pads", "dilations", "output_shape",
-        "output_padding", "shape", "starts", "ends", "split", "value_ints"}) {
+        "output_padding", "shape", "starts", "ends", "split", "value_ints", "qkv_hidden_sizes"}) {
     add_ints(a, {std::numeric_limits<int64_t>::max(), -7, 0});
   }
   SetStringAttr(proto, "equation", "...a...,->...zz");
