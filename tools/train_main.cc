@@ -34,6 +34,7 @@
 #include "tools/eval/evaluate.h"
 #include "tools/eval/metrics.h"
 #include "tools/eval/rows.h"
+#include "tools/train_device.h"
 
 namespace memest {
 namespace {
@@ -575,6 +576,9 @@ int Trainer::Run() {
   if (c.batch_size != defaults.batch_size) {
     command += " --batch-size " + std::to_string(c.batch_size);
   }
+  if (c.weight_decay != defaults.weight_decay) {
+    command += fmt::format(" --weight-decay {}", c.weight_decay);
+  }
 
   const double secs_features = std::chrono::duration<double>(t_features - t0).count();
   const double secs_train = std::chrono::duration<double>(t_train - t_features).count();
@@ -664,7 +668,19 @@ int main(int argc, char** argv) {
   app.add_option("--gpumemnet-dir", args.gpumemnet_dir,
                  "folder of the GPUMemNet CSVs (default: <root>/datasets/gpumemnet)");
   app.add_option("--rows", args.rows, "measured rows (docs/measured-row-schema.md), repeatable");
-  app.add_option("--out", args.out, "weights file to write")->required();
+  app.add_option("--out", args.out, "weights file to write (required unless --device-truth)");
+  bool device_truth = false;
+  memest::DeviceTrainArgs device;
+  app.add_flag("--device-truth", device_truth,
+               "leave-one-family-out evaluation of a residual over the symbolic backend under a "
+               "calibrated stack, on the timm A100, H200 and GPUMemNet device rows "
+               "(tools/train_device.h); writes no weights");
+  app.add_option("--gpumemnet-stride", device.gpumemnet_stride,
+                 "with --device-truth: every Nth GPUMemNet row joins the training rows (default "
+                 "10; 0: none)");
+  app.add_option("--predictions", device.predictions,
+                 "with --device-truth: write the held-out predictions per row (CSV)");
+  app.add_option("--weight-decay", args.config.weight_decay, "L2 on weights (default 1e-4)");
   app.add_option("--seed", args.seed, "seed (initialization, shuffling, validation groups)");
   app.add_option("--members", args.members, "ensemble members (default 5)");
   app.add_option("--hidden", args.config.hidden, "hidden units per member (default 16)");
@@ -682,6 +698,18 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (device_truth) {
+    device.root = args.root;
+    device.report = args.report;
+    device.seed = args.seed;
+    device.members = args.members;
+    device.config = args.config;
+    return memest::RunDeviceTraining(device);
+  }
+  if (args.out.empty()) {
+    std::cerr << "memest-train: --out is required\n";
+    return 2;
   }
   return memest::Trainer(std::move(args)).Run();
 }

@@ -1,0 +1,512 @@
+// tools/train_device.cc -- memest-train --device-truth (tools/train_device.h).
+#include "tools/train_device.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+#include "memest/calibrate.h"
+#include "memest/memest.h"
+#include "ops/rules.h"
+#include "tools/eval/evaluate.h"
+
+namespace memest {
+namespace {
+
+// The calibration grid of memest calibrate (memest/calibrate.h).
+const std::vector<double>& Grid() {
+  static const std::vector<double> kGrid = CalibrationSettings{}.conv_workspace_grid;
+  return kGrid;
+}
+
+struct DatasetSpec {
+  std::string name, csv, gpu, base_stack;
+};
+
+// The device-level datasets and the stacks memest calibrate fits them from
+// (scripts/calibrate_stacks.sh).
+const std::vector<DatasetSpec>& Datasets() {
+  static const std::vector<DatasetSpec> kSpecs = {
+      {"timm-a100", "datasets/timm-a100/jobs.csv", "a100-40gb", "pytorch2-lazy"},
+      {"h200-torch211", "datasets/h200-torch211/jobs.csv", "h200-141gb", "h200-pytorch2.11-lazy"},
+  };
+  return kSpecs;
+}
+
+// --- memest calibrate's fit (api/calibrate.cc), reproduced on the same table
+// -------------------
+
+double Quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+double Median(std::vector<double> v) { return Quantile(std::move(v), 0.5); }
+
+double TrimmedMean(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t keep = std::max<size_t>(1, v.size() - v.size() / 10);
+  double sum = 0;
+  for (size_t i = 0; i < keep; ++i) sum += v[i];
+  return sum / static_cast<double>(keep);
+}
+
+// The symbolic estimate of one row at one grid coefficient, library memory 0.
+struct Components {
+  double device = 0;
+  Breakdown breakdown;
+};
+
+// Op-class mix of a graph (shares of its nodes).
+constexpr const char* kOpClasses[] = {"conv",    "matmul", "norm", "softmax", "activation",
+                                      "eltwise", "shape",  "pool", "reduce",  "other"};
+constexpr size_t kNumOpClasses = std::size(kOpClasses);
+
+size_t OpClass(const std::string& op) {
+  static const std::map<std::string, size_t> kClass = [] {
+    std::map<std::string, size_t> m;
+    for (const char* o : {"Conv", "ConvTranspose"}) m[o] = 0;
+    for (const char* o : {"Gemm", "MatMul"}) m[o] = 1;
+    for (const char* o :
+         {"BatchNormalization", "LayerNormalization", "InstanceNormalization", "GroupNormalization",
+          "SimplifiedLayerNormalization", "RMSNormalization"}) {
+      m[o] = 2;
+    }
+    for (const char* o : {"Softmax", "LogSoftmax"}) m[o] = 3;
+    for (const char* o : {"Relu", "LeakyRelu", "Elu", "Celu", "Selu", "PRelu", "Sigmoid", "Tanh",
+                          "Softplus", "Erf", "Gelu", "HardSigmoid", "HardSwish", "Mish", "Clip"}) {
+      m[o] = 4;
+    }
+    for (const char* o : {"Add", "Sub", "Mul",        "Div",   "Pow",   "Sqrt", "Neg",
+                          "Exp", "Log", "Reciprocal", "Where", "Equal", "Less", "Greater",
+                          "Not", "Abs", "Max",        "Min",   "Floor", "Ceil", "Round"}) {
+      m[o] = 5;
+    }
+    for (const char* o : {"Reshape", "Transpose", "Concat", "Gather", "Slice", "Flatten", "Squeeze",
+                          "Unsqueeze", "Expand", "Shape", "Split", "Identity", "Cast", "Constant",
+                          "ConstantOfShape", "Pad", "Tile", "Range", "Dropout"}) {
+      m[o] = 6;
+    }
+    for (const char* o : {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}) {
+      m[o] = 7;
+    }
+    for (const char* o : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2", "ArgMax",
+                          "TopK", "CumSum"}) {
+      m[o] = 8;
+    }
+    return m;
+  }();
+  auto it = kClass.find(op);
+  return it == kClass.end() ? kNumOpClasses - 1 : it->second;
+}
+
+struct Row {
+  size_t dataset = 0;  // index into Datasets(); Datasets().size() for GPUMemNet
+  std::string id, family;
+  uint64_t measured = 0;
+  Options options;
+  std::vector<Components> grid;  // per grid coefficient (all equal without convolutions)
+  double params = 0, nodes = 0;
+  std::vector<double> mix;  // kNumOpClasses shares
+  double gpu_total = 0, context = 0;
+};
+
+std::vector<std::string> FeatureNamesV2() {
+  std::vector<std::string> n = {"log_symbolic_device",
+                                "log_batch",
+                                "share_weights",
+                                "share_gradients",
+                                "share_optimizer",
+                                "share_saved_activations",
+                                "share_transient",
+                                "share_allocator_overhead",
+                                "share_cached_free",
+                                "share_context",
+                                "share_library",
+                                "log_parameters",
+                                "log_nodes",
+                                "attention_fused",
+                                "log_gpu_total_memory",
+                                "conv_workspace_coefficient"};
+  for (const char* c : kOpClasses) n.push_back(std::string("mix_") + c);
+  return n;
+}
+
+// The feature vector of `r` under the stack (grid index g, library bytes L).
+std::vector<double> FeaturesOf(const Row& r, size_t g, double library) {
+  const Components& c = r.grid[g];
+  const double s = c.device + library;
+  const Breakdown& b = c.breakdown;
+  auto share = [&](uint64_t v) { return static_cast<double>(v) / s; };
+  std::vector<double> v = {std::log(s),
+                           std::log1p(static_cast<double>(r.options.batch.value_or(1))),
+                           share(b.weights),
+                           share(b.gradients),
+                           share(b.optimizer_state),
+                           share(b.saved_activations),
+                           share(b.transient),
+                           share(b.allocator_overhead),
+                           share(b.cached_free),
+                           share(b.cuda_context),
+                           library / s,
+                           std::log1p(r.params),
+                           std::log1p(r.nodes),
+                           r.options.attention == Attention::kEager ? 0.0 : 1.0,
+                           std::log(r.gpu_total),
+                           Grid()[g]};
+  v.insert(v.end(), r.mix.begin(), r.mix.end());
+  return v;
+}
+
+bool HasConvolution(const Model& m) {
+  for (const core::Node& n : m.graph().nodes) {
+    const ops::OpRule* rule = ops::FindRule(n.domain, n.op_type);
+    if (rule != nullptr && rule->uses_cudnn_conv) return true;
+  }
+  return false;
+}
+
+// Fills r.grid, the graph facts and the GPU size.
+Status Describe(const Estimator& sym, const Model& model, const StackProfile& base,
+                const GpuProfile& gpu, Row* r) {
+  const bool conv = HasConvolution(model);
+  for (size_t g = 0; g < Grid().size(); ++g) {
+    if (g >= 1 && !conv) {
+      r->grid.push_back(r->grid[0]);
+      continue;
+    }
+    StackProfile stack = base;
+    stack.library_memory.bytes = 0;
+    stack.conv_workspace.value = Grid()[g];
+    stack.bands.clear();
+    Options o = r->options;
+    o.gpu = gpu.name;
+    o.custom_stack = std::make_shared<const StackProfile>(stack);
+    MEMEST_ASSIGN_OR_RETURN(Estimate e, sym.Run(model, o));
+    r->grid.push_back({static_cast<double>(e.peak_device), e.breakdown});
+  }
+  r->params = static_cast<double>(model.summary().parameter_count);
+  const auto& nodes = model.graph().nodes;
+  r->nodes = static_cast<double>(nodes.size());
+  r->mix.assign(kNumOpClasses, 0.0);
+  for (const core::Node& n : nodes) {
+    r->mix[n.domain.empty() ? OpClass(n.op_type) : kNumOpClasses - 1] += 1.0;
+  }
+  for (double& m : r->mix) m /= std::max(1.0, r->nodes);
+  r->gpu_total = static_cast<double>(gpu.total_memory.bytes);
+  r->context = static_cast<double>(base.cuda_context.bytes);
+  return Status::Ok();
+}
+
+struct FoldFit {
+  size_t grid = 0;
+  double library = 0;
+};
+
+// memest calibrate's FitStack over rows[i] with use[i].
+FoldFit FitStack(const std::vector<Row>& rows, const std::vector<size_t>& idx,
+                 const std::vector<bool>& use) {
+  FoldFit best;
+  double best_score = 0;
+  bool first = true;
+  for (size_t g = 0; g < Grid().size(); ++g) {
+    std::vector<double> gaps;
+    for (size_t k = 0; k < idx.size(); ++k) {
+      if (use[k])
+        gaps.push_back(static_cast<double>(rows[idx[k]].measured) - rows[idx[k]].grid[g].device);
+    }
+    const double library = std::max(0.0, Median(gaps));
+    std::vector<double> errors;
+    for (size_t k = 0; k < idx.size(); ++k) {
+      if (!use[k]) continue;
+      const Row& r = rows[idx[k]];
+      errors.push_back(
+          std::abs((r.grid[g].device + library) / static_cast<double>(r.measured) - 1));
+    }
+    const double score = TrimmedMean(errors);
+    if (first || score < best_score - 1e-12) {
+      best = {g, library};
+      best_score = score;
+    }
+    first = false;
+  }
+  return best;
+}
+
+struct Summary {
+  size_t n = 0;
+  double median = 0, p90 = 0, under = 0, under5 = 0;
+};
+
+Summary Summarize(const std::vector<double>& errors) {
+  Summary s;
+  s.n = errors.size();
+  if (errors.empty()) return s;
+  std::vector<double> abs_errors;
+  for (double e : errors) abs_errors.push_back(std::abs(e));
+  s.median = Median(abs_errors);
+  s.p90 = Quantile(abs_errors, 0.9);
+  const double n = static_cast<double>(errors.size());
+  s.under = std::count_if(errors.begin(), errors.end(), [](double e) { return e < 0; }) / n;
+  s.under5 = std::count_if(errors.begin(), errors.end(), [](double e) { return e < -0.05; }) / n;
+  return s;
+}
+
+std::string Line(const std::string& what, const Summary& s) {
+  return fmt::format(
+      "  {:<44} n={:<4} median {:5.1f} %  P90 {:5.1f} %  under {:5.1f} %  "
+      "under by > 5 % {:5.1f} %\n",
+      what, s.n, 100 * s.median, 100 * s.p90, 100 * s.under, 100 * s.under5);
+}
+
+}  // namespace
+
+int RunDeviceTraining(const DeviceTrainArgs& args) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::ostringstream log;
+  auto sym_or = MakeEstimator("symbolic");
+  if (!sym_or.ok()) {
+    std::cerr << "memest-train: " << sym_or.status().ToString() << "\n";
+    return 4;
+  }
+  const Estimator& sym = **sym_or;
+  std::vector<Row> rows;
+  auto fail = [&](const Status& st) {
+    std::cerr << "memest-train: " << st.ToString() << "\n";
+    return 3;
+  };
+
+  // The timm datasets.
+  for (size_t d = 0; d < Datasets().size(); ++d) {
+    const DatasetSpec& spec = Datasets()[d];
+    int excluded = 0;
+    auto jobs = ReadMeasuredJobsCsv(args.root + "/" + spec.csv, &excluded);
+    if (!jobs.ok()) return fail(jobs.status());
+    auto base = ResolveStack(spec.base_stack);
+    if (!base.ok()) return fail(base.status());
+    auto gpu = FindGpuProfile(spec.gpu);
+    if (!gpu.ok()) return fail(gpu.status());
+    for (const MeasuredJob& j : *jobs) {
+      Row r;
+      r.dataset = d;
+      r.id = spec.name + "/" + j.id;
+      r.family = j.group.empty() ? j.model_name : j.group;
+      r.measured = j.measured_bytes;
+      r.options = j.options;
+      if (Status st = Describe(sym, *j.model, *base, *gpu, &r); !st.ok()) {
+        return fail(st.WithContext(r.id));
+      }
+      rows.push_back(std::move(r));
+    }
+    log << fmt::format("{}: {} jobs ({} censored, not used), gpu {}, base stack {}\n", spec.name,
+                       jobs->size(), excluded, spec.gpu, spec.base_stack);
+  }
+
+  // GPUMemNet: every Nth row, never scored (its stack fitted on these rows).
+  const size_t gpumemnet_index = Datasets().size();
+  if (args.gpumemnet_stride > 0) {
+    auto data = eval::LoadGpumemnet("", args.root);
+    if (!data.ok()) return fail(data.status());
+    auto base = ResolveStack("pytorch2-lazy");
+    auto gpu = FindGpuProfile("a100-40gb");
+    if (!base.ok() || !gpu.ok()) return fail(base.ok() ? gpu.status() : base.status());
+    int used = 0, seen = 0;
+    for (const eval::MeasuredRow& row : data->rows) {
+      if (row.status != eval::RowStatus::kOk || !row.peaks.device) continue;
+      if (seen++ % args.gpumemnet_stride != 0) continue;
+      const int index = std::stoi(row.model_path.substr(std::string("gpumemnet:").size()));
+      auto model = LoadModelFromBytes(data->bytes.at(index), "/", row.model_path);
+      if (!model.ok()) return fail(model.status());
+      Row r;
+      r.dataset = gpumemnet_index;
+      r.id = "gpumemnet/" + row.id;
+      const eval::RowAttrs& a = data->attrs.at(index);
+      r.family = "gpumemnet/" + a.at("arch") + "/step" + a.at("step");
+      r.measured = *row.peaks.device;
+      r.options = row.options;
+      if (Status st = Describe(sym, **model, *base, *gpu, &r); !st.ok()) {
+        return fail(st.WithContext(r.id));
+      }
+      rows.push_back(std::move(r));
+      ++used;
+    }
+    log << fmt::format(
+        "GPUMemNet: {} of {} rows (every {}th), gpu a100-40gb, base stack "
+        "pytorch2-lazy; training only, never scored\n",
+        used, seen, args.gpumemnet_stride);
+  }
+  const auto t_features = std::chrono::steady_clock::now();
+
+  // Rows per dataset, families.
+  const size_t n_sets = gpumemnet_index + 1;
+  std::vector<std::vector<size_t>> by_set(n_sets);
+  std::set<std::string> family_set;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    by_set[rows[i].dataset].push_back(i);
+    if (rows[i].dataset != gpumemnet_index) family_set.insert(rows[i].family);
+  }
+  const std::vector<std::string> families(family_set.begin(), family_set.end());
+  std::vector<std::string> groups_all;  // validation units
+  {
+    std::set<std::string> g;
+    for (const Row& r : rows) g.insert(r.family);
+    groups_all.assign(g.begin(), g.end());
+  }
+
+  const std::vector<std::string> names = FeatureNamesV2();
+  const size_t nf = names.size();
+  std::vector<double> predicted_learned(rows.size(), 0), predicted_symbolic(rows.size(), 0);
+  std::map<size_t, int> grid_choices;  // per dataset, folds that chose a coefficient other than
+                                       // the all-rows fit
+  std::vector<FoldFit> all_fit(n_sets);
+  for (size_t d = 0; d < n_sets; ++d) {
+    if (!by_set[d].empty()) {
+      all_fit[d] = FitStack(rows, by_set[d], std::vector<bool>(by_set[d].size(), true));
+    }
+  }
+
+  for (size_t fi = 0; fi < families.size(); ++fi) {
+    const std::string& held = families[fi];
+    // The fold's stacks.
+    std::vector<FoldFit> fit(n_sets);
+    for (size_t d = 0; d < n_sets; ++d) {
+      if (by_set[d].empty()) continue;
+      std::vector<bool> use(by_set[d].size());
+      for (size_t k = 0; k < use.size(); ++k) use[k] = rows[by_set[d][k]].family != held;
+      fit[d] = FitStack(rows, by_set[d], use);
+      if (fit[d].grid != all_fit[d].grid) ++grid_choices[d];
+    }
+    learned::Dataset data;
+    data.x.resize(static_cast<Eigen::Index>(rows.size()), static_cast<Eigen::Index>(nf));
+    data.y.resize(static_cast<Eigen::Index>(rows.size()));
+    std::vector<int> train, test;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      const FoldFit& f = fit[r.dataset];
+      const std::vector<double> x = FeaturesOf(r, f.grid, f.library);
+      for (size_t k = 0; k < nf; ++k) {
+        data.x(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(k)) = x[k];
+      }
+      const double base = r.grid[f.grid].device + f.library;
+      data.y(static_cast<Eigen::Index>(i)) = std::log(static_cast<double>(r.measured) / base);
+      (r.family == held ? test : train).push_back(static_cast<int>(i));
+      if (r.family == held) predicted_symbolic[i] = base;
+    }
+    // Members: each validates on its own 20 % of the training families.
+    std::vector<std::string> groups;
+    for (const std::string& g : groups_all) {
+      if (g != held) groups.push_back(g);
+    }
+    const size_t n_val = std::max<size_t>(1, static_cast<size_t>(std::ceil(0.2 * groups.size())));
+    std::vector<learned::MemberSplit> splits;
+    for (int m = 0; m < args.members; ++m) {
+      learned::Rng rng(args.seed * 7919ULL + static_cast<uint64_t>(m));
+      std::vector<std::string> order = groups;
+      rng.Shuffle(&order);
+      const std::set<std::string> val(order.begin(),
+                                      order.begin() + static_cast<std::ptrdiff_t>(n_val));
+      learned::MemberSplit split;
+      for (int i : train) {
+        (val.count(rows[static_cast<size_t>(i)].family) ? split.validation : split.train)
+            .push_back(i);
+      }
+      splits.push_back(std::move(split));
+    }
+    learned::TrainConfig config = args.config;
+    config.seed = args.seed;
+    auto net = learned::Train(data, splits, train, names, std::vector<bool>(nf, false), config);
+    if (!net.ok()) {
+      std::cerr << "memest-train: fold " << held << ": " << net.status().ToString() << "\n";
+      return 4;
+    }
+    for (int i : test) {
+      std::vector<double> x(nf);
+      for (size_t k = 0; k < nf; ++k) {
+        x[k] = data.x(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(k));
+      }
+      double mean = 0;
+      for (double l : net->Predict(x)) mean += l;
+      mean /= static_cast<double>(net->members.size());
+      predicted_learned[static_cast<size_t>(i)] =
+          predicted_symbolic[static_cast<size_t>(i)] * std::exp(mean);
+    }
+    if ((fi + 1) % 10 == 0) {
+      std::cerr << "memest-train: " << fi + 1 << " of " << families.size() << " folds\n";
+    }
+  }
+  const auto t_folds = std::chrono::steady_clock::now();
+
+  // Report.
+  log << fmt::format("leave one family out: {} families; {} features: {}\n", families.size(), nf,
+                     fmt::join(names, ", "));
+  for (size_t d = 0; d < Datasets().size(); ++d) {
+    log << fmt::format(
+        "stack fit on all {} rows: workspace coefficient {}, library {:.0f} "
+        "MiB; "
+        "{} folds chose another coefficient\n",
+        Datasets()[d].name, Grid()[all_fit[d].grid], all_fit[d].library / 1048576.0,
+        grid_choices[d]);
+  }
+  std::vector<double> all_l, all_s, all_c;
+  for (size_t d = 0; d < Datasets().size(); ++d) {
+    std::vector<double> el, es, ec;
+    for (size_t i : by_set[d]) {
+      const double m = static_cast<double>(rows[i].measured);
+      el.push_back(predicted_learned[i] / m - 1);
+      es.push_back(predicted_symbolic[i] / m - 1);
+      ec.push_back(std::max(predicted_learned[i], predicted_symbolic[i]) / m - 1);
+    }
+    log << Datasets()[d].name << " (held out by family):\n";
+    log << Line("symbolic, stack fitted without the family", Summarize(es));
+    log << Line("learned residual over that estimate", Summarize(el));
+    log << Line("max(symbolic, learned)", Summarize(ec));
+    all_l.insert(all_l.end(), el.begin(), el.end());
+    all_s.insert(all_s.end(), es.begin(), es.end());
+    all_c.insert(all_c.end(), ec.begin(), ec.end());
+  }
+  log << "both GPUs:\n";
+  log << Line("symbolic, stack fitted without the family", Summarize(all_s));
+  log << Line("learned residual over that estimate", Summarize(all_l));
+  log << Line("max(symbolic, learned)", Summarize(all_c));
+  log << fmt::format(
+      "config: members {}, hidden {}, weight decay {}, learning rate {}, batch "
+      "{}, epochs {}, "
+      "patience {}, seed {}\n",
+      args.members, args.config.hidden, args.config.weight_decay, args.config.learning_rate,
+      args.config.batch_size, args.config.max_epochs, args.config.patience, args.seed);
+  log << fmt::format("rows: {}; features {:.1f} s, folds {:.1f} s\n", rows.size(),
+                     std::chrono::duration<double>(t_features - t0).count(),
+                     std::chrono::duration<double>(t_folds - t_features).count());
+  std::cout << log.str();
+  if (!args.report.empty()) {
+    std::ofstream rep(args.report);
+    rep << log.str();
+  }
+  if (!args.predictions.empty()) {
+    std::ofstream out(args.predictions);
+    out << "id,family,measured_bytes,symbolic_held_out_bytes,learned_held_out_"
+           "bytes\n";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i].dataset == gpumemnet_index) continue;
+      out << fmt::format("{},{},{},{:.0f},{:.0f}\n", rows[i].id, rows[i].family, rows[i].measured,
+                         predicted_symbolic[i], predicted_learned[i]);
+    }
+  }
+  return 0;
+}
+
+}  // namespace memest
