@@ -285,8 +285,11 @@ Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& 
       model, options, std::move(gpu), std::move(stack), std::move(trainable), std::move(bound),
       std::move(weights), std::move(kv_cache), std::move(plan)));
   // A kernel --attention forces that cannot run a call: PyTorch raises "No available kernel"
-  // (sdp_utils.cpp select_sdp_backend), so there is no number to give (ops/attention.h).
+  // (sdp_utils.cpp select_sdp_backend), so there is no number to give (ops/attention.h). Not
+  // under a paged KV cache: that is vLLM's forward (memest/serving.h), whose own flash kernel
+  // applies the causal mask itself, not PyTorch's dispatcher.
   for (const ops::AttentionCall& c : ctx->facts().fusion().attention_calls()) {
+    if (options.paged_kv_cache) break;
     if (c.refusal.empty()) continue;
     const core::Node& n = model.graph().nodes[c.node];
     return InvalidArgument("--attention " + std::string(ToString(options.attention)) +
