@@ -18,6 +18,7 @@
 
 #include "core/graph.h"
 #include "core/sha256.h"
+#include "core/stats.h"
 #include "memest/estimator.h"
 #include "memest/json.h"
 #include "ops/rules.h"
@@ -31,26 +32,9 @@ constexpr double kInconsistent = 0.10;  // same job measured twice, more than 10
 constexpr double kBandLow = 0.025;      // band quantiles of the held-out residuals
 constexpr double kBandHigh = 0.975;
 
-// Linear-interpolated quantile of `v` (not empty).
-double Quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
-
-double Median(std::vector<double> v) { return Quantile(std::move(v), 0.5); }
-
-// The mean of the smallest 90 % of `v` (robust to a few bad rows, yet every row that the
-// coefficient moves counts, where a median would ignore a minority of convolutional models).
-double TrimmedMean(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t keep = std::max<size_t>(1, v.size() - v.size() / 10);
-  double sum = 0;
-  for (size_t i = 0; i < keep; ++i) sum += v[i];
-  return sum / static_cast<double>(keep);
-}
+using core::Median;
+using core::Quantile;
+using core::TrimmedMean;
 
 std::string GroupOf(const MeasuredJob& j) { return j.group.empty() ? j.model_name : j.group; }
 

@@ -16,6 +16,8 @@
 #include <string>
 #include <type_traits>
 
+#include "core/json_fields.h"
+
 namespace memest {
 namespace {
 
@@ -375,15 +377,7 @@ std::string EstimateToJson(const Estimate& e, const Fit* fit) {
     j["ranks"] = ranks;
     j["host_bytes"] = e.host_bytes;
   }
-  Json diagnostics = Json::array();
-  for (const Diagnostic& d : e.diagnostics) {
-    diagnostics.push_back({{"severity", d.severity == Severity::kWarning ? "warning" : "info"},
-                           {"code", d.code},
-                           {"message", d.message},
-                           {"node", d.node},
-                           {"op_type", d.op_type}});
-  }
-  j["diagnostics"] = diagnostics;
+  j["diagnostics"] = core::DiagnosticsJson(e.diagnostics);
   if (fit != nullptr) {
     j["fit"] = {{"fits", fit->fits},
                 {"capacity", fit->capacity},

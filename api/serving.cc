@@ -168,15 +168,7 @@ std::string ServingToJson(const ServingEstimate& s, const ServingOptions& o) {
                    {"starts", s.starts}};
   j["model"] = {{"vocab", s.vocab}, {"hidden", s.hidden}};
   j["forward"] = Json::parse(EstimateToJson(s.forward));
-  Json diagnostics = Json::array();
-  for (const Diagnostic& d : s.diagnostics) {
-    diagnostics.push_back({{"severity", d.severity == Severity::kWarning ? "warning" : "info"},
-                           {"code", d.code},
-                           {"message", d.message},
-                           {"node", d.node},
-                           {"op_type", d.op_type}});
-  }
-  j["diagnostics"] = diagnostics;
+  j["diagnostics"] = core::DiagnosticsJson(s.diagnostics);
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 

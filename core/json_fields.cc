@@ -13,6 +13,18 @@ nlohmann::json BytesJson(const ProfileValue& v) {
   return {{"bytes", v.bytes}, {"source", v.source}, {"calibrated", v.calibrated}};
 }
 
+nlohmann::ordered_json DiagnosticsJson(const std::vector<Diagnostic>& diagnostics) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const Diagnostic& d : diagnostics) {
+    out.push_back({{"severity", d.severity == Severity::kWarning ? "warning" : "info"},
+                   {"code", d.code},
+                   {"message", d.message},
+                   {"node", d.node},
+                   {"op_type", d.op_type}});
+  }
+  return out;
+}
+
 std::string ToLowerAscii(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "memest/estimate.h"
 #include "memest/gpu_profile.h"
 #include "memest/status.h"
 
@@ -50,6 +51,10 @@ std::string ToLowerAscii(std::string_view s);
 // A byte value with its provenance, as the data files write it: {"bytes", "source", "calibrated"}
 // (the writer of JsonFields::Bytes).
 nlohmann::json BytesJson(const ProfileValue& value);
+
+// Diagnostics as every memest JSON document writes them: an array of {"severity" ("warning" or
+// "info"), "code", "message", "node", "op_type"}, in that key order.
+nlohmann::ordered_json DiagnosticsJson(const std::vector<Diagnostic>& diagnostics);
 
 // A list parsed once from JSON compiled into the library (the GPU and stack profile tables):
 // its rows, or why they could not be parsed (rows then empty). Callers keep it in a

@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/json_fields.h"
+
 namespace memest::cli {
 namespace {
 
@@ -593,20 +595,6 @@ std::string RenderReportTable(const Report& r, bool markdown) {
 // ---------------------------------------------------------------------------------------------
 // JSON.
 
-Json DiagnosticJson(const Diagnostic& d) {
-  return Json{{"severity", d.severity == Severity::kWarning ? "warning" : "info"},
-              {"code", d.code},
-              {"message", d.message},
-              {"node", d.node},
-              {"op_type", d.op_type}};
-}
-
-Json DiagnosticsJson(const std::vector<Diagnostic>& ds) {
-  Json arr = Json::array();
-  for (const auto& d : ds) arr.push_back(DiagnosticJson(d));
-  return arr;
-}
-
 Json ModelJson(const Report& r) {
   const ModelSummary& m = r.model;
   Json opsets = Json::object();
@@ -637,7 +625,7 @@ Json ModelJson(const Report& r) {
               {"inputs", inputs},
               {"symbolic_dims", m.symbolic_dims},
               {"op_types", m.op_types},
-              {"diagnostics", DiagnosticsJson(m.diagnostics)}};
+              {"diagnostics", core::DiagnosticsJson(m.diagnostics)}};
 }
 
 // The options object: the library's encoding (memest/json.h), so that a program can send it back.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/graph.h"
+#include "core/stats.h"
 #include "memest/calibrate.h"
 #include "memest/memest.h"
 #include "tools/eval/evaluate.h"
@@ -46,23 +47,9 @@ const std::vector<DatasetSpec>& Datasets() {
 // --- memest calibrate's fit (api/calibrate.cc), reproduced on the same table
 // -------------------
 
-double Quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
-
-double Median(std::vector<double> v) { return Quantile(std::move(v), 0.5); }
-
-double TrimmedMean(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t keep = std::max<size_t>(1, v.size() - v.size() / 10);
-  double sum = 0;
-  for (size_t i = 0; i < keep; ++i) sum += v[i];
-  return sum / static_cast<double>(keep);
-}
+using core::Median;  // the same summaries as api/calibrate.cc (core/stats.h)
+using core::Quantile;
+using core::TrimmedMean;
 
 // The symbolic estimate of one row at one grid coefficient, library memory 0.
 struct Components {

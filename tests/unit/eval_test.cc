@@ -510,15 +510,19 @@ TEST(EvalHeldOut, BackendsUnavailableForEveryRowAreDropped) {
 
 // ---- evaluator ---------------------------------------------------------------------------------
 
-TEST(EvalEvaluator, EstimatesRowsOfAModelFile) {
-  // y = x W: a one-Gemm MLP with a symbolic batch.
+// y = x W: a one-MatMul MLP with a symbolic batch, written to <dir>/models/mlp.onnx.
+void WriteOneMatMulModel(const TempDir& dir) {
   GraphBuilder b(17);
   b.AddInput("x", kFloat, {"batch", 64});
   b.AddInitializer("w", {64, 32});
   b.AddNode("MatMul", {"x", "w"}, {"y"});
   b.AddOutput("y", kFloat, {"batch", 32});
-  TempDir dir;
   dir.WriteFile("models/mlp.onnx", b.Serialize());
+}
+
+TEST(EvalEvaluator, EstimatesRowsOfAModelFile) {
+  TempDir dir;
+  WriteOneMatMulModel(dir);
   const std::string rows_path = dir.WriteFile(
       "rows.jsonl", CpuRow("models/mlp.onnx", 100000) + "\n" + CpuRow("models/absent.onnx", 5) +
                         "\n" +
@@ -585,13 +589,8 @@ TEST(EvalEvaluator, GpumemnetRowsAreRebuiltInMemory) {
 }
 
 TEST(EvalEvaluator, TheStackAppliesToCudaRowsOnly) {
-  GraphBuilder b(17);
-  b.AddInput("x", kFloat, {"batch", 64});
-  b.AddInitializer("w", {64, 32});
-  b.AddNode("MatMul", {"x", "w"}, {"y"});
-  b.AddOutput("y", kFloat, {"batch", 32});
   TempDir dir;
-  dir.WriteFile("models/mlp.onnx", b.Serialize());
+  WriteOneMatMulModel(dir);
   const std::string rows_path = dir.WriteFile(
       "rows.jsonl", Replace(CpuRow("models/mlp.onnx", 7), R"("kind":"cpu","name":null)",
                             R"("kind":"cuda","name":"NVIDIA H200")") +
