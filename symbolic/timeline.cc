@@ -163,7 +163,8 @@ class Sim {
   // A cuDNN convolution call's workspace, allocated and freed around the call (memory/device.h).
   void ConvWorkspace(size_t k);
   // Roots of the node's inputs; in a recomputation (seg >= 0) only those the segment makes.
-  std::set<int> InputRoots(const core::Node& n, int seg) const;
+  // Sorted, each root once.
+  std::vector<int> InputRoots(const core::Node& n, int seg) const;
   void Loss();
   void Backward();
   void Step(int it);
@@ -412,6 +413,10 @@ void Sim::Prepare() {
   param_grad_.assign(nv, -1);
   cast_.assign(nv, -1);
   extras_.assign(nn, {});
+  // A few tensors per value and iteration (output, gradient, optimizer temporaries), reserved
+  // once so that the vector does not move while the walk grows it.
+  tensors_.reserve(std::min<size_t>(4 * nv * kSimulatedIterations + 64, size_t{1} << 24));
+  if (!record_) return;
   sim_.node_names.reserve(nn);
   for (const auto& n : g_.nodes) sim_.node_names.push_back(n.name);
 }
@@ -617,11 +622,14 @@ void Sim::ReleaseSegment(int seg) {
   }
 }
 
-std::set<int> Sim::InputRoots(const core::Node& n, int seg) const {
-  std::set<int> roots;
+std::vector<int> Sim::InputRoots(const core::Node& n, int seg) const {
+  std::vector<int> roots;
+  roots.reserve(n.inputs.size());
   for (int in : n.inputs) {
-    if (in >= 0 && (seg < 0 || MadeIn(facts_.root(in), seg))) roots.insert(facts_.root(in));
+    if (in >= 0 && (seg < 0 || MadeIn(facts_.root(in), seg))) roots.push_back(facts_.root(in));
   }
+  std::sort(roots.begin(), roots.end());
+  roots.erase(std::unique(roots.begin(), roots.end()), roots.end());
   return roots;
 }
 
