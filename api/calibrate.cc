@@ -339,7 +339,9 @@ Result<CalibrationResult> Calibrate(const std::vector<MeasuredJob>& jobs,
                                     [](const MeasuredJob& j) { return HasConvolution(*j.model); });
   if (any_conv) {
     st.conv_workspace = {s.conv_workspace_grid[all.grid],
-                         "fitted: the grid value with the smallest trimmed mean error over " + from,
+                         "fitted: the grid value (x input + output + weight bytes of each spatial "
+                         "convolution call) with the smallest trimmed mean error over " +
+                             from,
                          true};
   } else {
     st.conv_workspace = s.base.conv_workspace;

@@ -7,8 +7,8 @@
 //  - The embedded table is memest's own data: a defect in it is kInternal (the unit tests parse
 //    it). A user's file is input: a defect is kInvalidArgument naming the field; a missing file
 //    is kNotFound. Nothing throws; files over kMaxStackFileBytes are refused unread.
-//  - Values are checked for meaning, not only type: bytes below 64 GiB, a convolution workspace
-//    coefficient in [0, 64], bands (per backend) with low <= 0 <= high, coverage in [0, 1] and
+//  - Values are checked for meaning, not only type: bytes below 64 GiB, convolution workspace
+//    coefficients in [0, 64], bands (per backend) with low <= 0 <= high, coverage in [0, 1] and
 //    held-out rows > 0.
 #include "memest/stack.h"
 
@@ -32,13 +32,20 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::string_view kTableFormat = "memest-stacks/1";
-constexpr std::string_view kFileFormat = "memest-stack/1";
+constexpr std::string_view kTableFormat = "memest-stacks/2";
+constexpr std::string_view kFileFormat = "memest-stack/2";
+// The format before the workspace followed the kind of convolution (memest/stack.h).
+constexpr std::string_view kFileFormatV1 = "memest-stack/1";
 constexpr uint64_t kMaxStackFileBytes = uint64_t{1} << 20;
 constexpr uint64_t kMaxStackBytes = uint64_t{64} << 30;  // no context or library is this large
 constexpr double kMaxConvWorkspace = 64.0;
 
 const std::vector<std::string_view> kStackKeys = {
+    "name",           "display_name",   "gpu",
+    "software",       "lazy_loading",   "cuda_context",
+    "library_memory", "conv_workspace", "conv_workspace_pointwise",
+    "bands",          "calibration"};
+const std::vector<std::string_view> kStackKeysV1 = {
     "name",           "display_name",   "gpu",   "software",   "lazy_loading", "cuda_context",
     "library_memory", "conv_workspace", "bands", "calibration"};
 
@@ -117,10 +124,31 @@ Result<std::map<std::string, std::string>> ReadSoftware(const JsonFields& f, con
   return out;
 }
 
-Result<StackProfile> ReadStack(const JsonFields& f, const json& s, const std::string& at) {
+// A memest-stack/1 coefficient (value x max(input, output) bytes of every convolution) as the two
+// of memest-stack/2: exact when it is 0; otherwise refused (memest/stack.h).
+Result<StackCoefficient> ConvWorkspaceFromV1(const JsonFields& f, const StackCoefficient& c,
+                                             const std::string& where) {
+  if (c.value != 0) {
+    return f.Error(where + ".conv_workspace: a " + std::string(kFileFormatV1) +
+                   " file sizes every convolution's workspace as value x the larger of its input "
+                   "and output bytes; " +
+                   std::string(kFileFormat) +
+                   " sizes spatial and pointwise/depthwise convolutions apart, by input + output "
+                   "+ weight bytes (docs/stacks.md). A non-zero old value has no exact "
+                   "equivalent: run `memest calibrate` on the same rows again");
+  }
+  StackCoefficient out = c;
+  out.source += " (read from a " + std::string(kFileFormatV1) +
+                " file: 0 for every convolution, so 0 for each kind)";
+  return out;
+}
+
+// `v1`: a memest-stack/1 file's stack (one conv_workspace coefficient).
+Result<StackProfile> ReadStack(const JsonFields& f, const json& s, const std::string& at,
+                               bool v1 = false) {
   std::string where = at;
   if (!s.is_object()) return f.Error(where + ": not an object");
-  MEMEST_RETURN_IF_ERROR(f.CheckKeys(s, kStackKeys, where));
+  MEMEST_RETURN_IF_ERROR(f.CheckKeys(s, v1 ? kStackKeysV1 : kStackKeys, where));
   StackProfile st;
   MEMEST_ASSIGN_OR_RETURN(st.name, f.String(s, "name", where));
   if (st.name.empty() || st.name != ToLowerAscii(st.name) || st.name.size() > 64) {
@@ -138,6 +166,13 @@ Result<StackProfile> ReadStack(const JsonFields& f, const json& s, const std::st
     if (v->bytes > kMaxStackBytes) return f.Error(where + ": a byte value above 64 GiB");
   }
   MEMEST_ASSIGN_OR_RETURN(st.conv_workspace, ReadCoefficient(f, s, "conv_workspace", where));
+  if (v1) {
+    MEMEST_ASSIGN_OR_RETURN(st.conv_workspace, ConvWorkspaceFromV1(f, st.conv_workspace, where));
+    st.conv_workspace_pointwise = st.conv_workspace;
+  } else {
+    MEMEST_ASSIGN_OR_RETURN(st.conv_workspace_pointwise,
+                            ReadCoefficient(f, s, "conv_workspace_pointwise", where));
+  }
   MEMEST_ASSIGN_OR_RETURN(st.bands, ReadBands(f, s, where));
   if (auto c = s.find("calibration"); c != s.end()) {
     if (!c->is_object()) return f.Error(where + ".calibration: not an object");
@@ -219,13 +254,14 @@ Result<StackProfile> ParseStackProfile(std::string_view json_text, const std::st
   MEMEST_ASSIGN_OR_RETURN(nlohmann::json doc, core::ParseJson(f, json_text, where));
   MEMEST_RETURN_IF_ERROR(f.CheckKeys(doc, {"format", "stack"}, where));
   MEMEST_ASSIGN_OR_RETURN(std::string format, f.String(doc, "format", where));
-  if (format != core::kFileFormat) {
+  const bool v1 = format == core::kFileFormatV1;
+  if (format != core::kFileFormat && !v1) {
     return f.Error(where + ": format is '" + format + "', expected '" +
                    std::string(core::kFileFormat) + "'");
   }
   auto s = doc.find("stack");
   if (s == doc.end()) return f.Error(where + ": no 'stack' object");
-  return core::ReadStack(f, *s, where + ": stack");
+  return core::ReadStack(f, *s, where + ": stack", v1);
 }
 
 Result<StackProfile> LoadStackProfile(const std::string& path) {
@@ -241,6 +277,14 @@ Result<StackProfile> LoadStackProfile(const std::string& path) {
   text << in.rdbuf();
   return ParseStackProfile(text.str(), path);
 }
+
+namespace {
+
+nlohmann::json CoefficientJson(const StackCoefficient& c) {
+  return {{"value", c.value}, {"source", c.source}, {"calibrated", c.calibrated}};
+}
+
+}  // namespace
 
 std::string StackProfileToJson(const StackProfile& s) {
   using nlohmann::json;
@@ -261,10 +305,8 @@ std::string StackProfileToJson(const StackProfile& s) {
                 {"lazy_loading", s.lazy_loading},
                 {"cuda_context", core::BytesJson(s.cuda_context)},
                 {"library_memory", core::BytesJson(s.library_memory)},
-                {"conv_workspace",
-                 {{"value", s.conv_workspace.value},
-                  {"source", s.conv_workspace.source},
-                  {"calibrated", s.conv_workspace.calibrated}}},
+                {"conv_workspace", CoefficientJson(s.conv_workspace)},
+                {"conv_workspace_pointwise", CoefficientJson(s.conv_workspace_pointwise)},
                 {"bands", bands}};
   if (!s.calibration_json.empty()) {
     json c = json::parse(s.calibration_json, nullptr, /*allow_exceptions=*/false);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/checked.h"
 #include "ops/rules.h"
 
 namespace memest::memory {
@@ -19,6 +20,15 @@ uint64_t Scale(uint64_t bytes, double factor) {
   return static_cast<uint64_t>(v);
 }
 
+// An INT attribute of `n`, or `fallback`.
+int64_t IntAttribute(const core::Node& n, const char* name, int64_t fallback) {
+  if (n.proto == nullptr) return fallback;
+  for (const auto& a : n.proto->attribute()) {
+    if (a.name() == name && a.type() == onnx::AttributeProto::INT) return a.i();
+  }
+  return fallback;
+}
+
 }  // namespace
 
 void SetOutsideAllocator(const StackProfile& stack, Breakdown* bd) {
@@ -26,17 +36,41 @@ void SetOutsideAllocator(const StackProfile& stack, Breakdown* bd) {
   bd->library_memory = stack.library_memory.bytes;
 }
 
+ConvKind ClassifyConv(bool transposed, const std::vector<int64_t>* w, int64_t group) {
+  if (w == nullptr || w->size() < 3) return ConvKind::kSpatial;
+  if (std::all_of(w->begin() + 2, w->end(), [](int64_t k) { return k == 1; })) {
+    return ConvKind::kPointwise;
+  }
+  // One input channel per group: C/group == 1 (Conv), C == group (ConvTranspose).
+  const bool one_channel_per_group = transposed ? (*w)[0] == group : (*w)[1] == 1;
+  return group > 1 && one_channel_per_group ? ConvKind::kDepthwise : ConvKind::kSpatial;
+}
+
+uint64_t ConvWorkspaceRule(const StackProfile& stack, const ConvCall& call) {
+  const StackCoefficient& c =
+      call.kind == ConvKind::kSpatial ? stack.conv_workspace : stack.conv_workspace_pointwise;
+  if (c.value <= 0) return 0;
+  const uint64_t bytes =
+      core::SatAdd(core::SatAdd(call.input_bytes, call.output_bytes), call.weight_bytes);
+  return Scale(bytes, c.value);
+}
+
 uint64_t ConvWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& facts,
                             const core::Node& node, size_t index, bool library_workspaces) {
   const ops::OpRule* rule = facts.rule(index);
-  if (!library_workspaces || rule == nullptr || !rule->uses_cudnn_conv ||
-      stack.conv_workspace.value <= 0) {
-    return 0;
-  }
-  uint64_t largest = 0;
-  if (!node.inputs.empty()) largest = facts.bytes(node.inputs[0]);
-  if (!node.outputs.empty()) largest = std::max(largest, facts.bytes(node.outputs[0]));
-  return Scale(largest, stack.conv_workspace.value);
+  if (!library_workspaces || rule == nullptr || !rule->uses_cudnn_conv) return 0;
+  const int x = node.inputs.empty() ? -1 : node.inputs[0];
+  const int w = node.inputs.size() < 2 ? -1 : node.inputs[1];
+  const int y = node.outputs.empty() ? -1 : node.outputs[0];
+  ConvCall call;
+  call.kind =
+      ClassifyConv(node.op_type == "ConvTranspose", facts.dims(w), IntAttribute(node, "group", 1));
+  call.input_bytes = facts.bytes(x);
+  call.output_bytes = facts.bytes(y);
+  // Under autocast the call reads the weight's low-precision copy (memory-model.md §5.1).
+  const uint64_t cast = w >= 0 ? facts.amp_cast_bytes(w) : 0;
+  call.weight_bytes = cast > 0 ? cast : facts.bytes(w);
+  return ConvWorkspaceRule(stack, call);
 }
 
 ops::FusionChoices KernelChoices(const Options& o, const GpuProfile& gpu) {

@@ -9,12 +9,17 @@
 //    from the GPU profile: they depend on the software (lazy module loading, cuDNN/cuBLAS
 //    versions), not on the GPU alone.
 //  * A cuDNN convolution call (forward; in backward, the data and the weight gradients, one call
-//    at a time) allocates its algorithm's workspace through the caching allocator and frees it
-//    when the call returns (aten/src/ATen/native/cudnn/Conv_v8.cpp, run_conv_plan). Its size is
-//    the stack's coefficient times the larger of the call's input and output activation bytes:
-//    the shape the workspaces of implicit-GEMM and FFT algorithms grow with. The coefficient is
-//    fitted per stack from device-level measurements (memest calibrate); 0 in an uncalibrated
-//    stack.
+//    at a time) allocates its plan's workspace through the caching allocator and frees it when
+//    the call returns (aten/src/ATen/native/cudnn/Conv_v8.cpp, run_conv_plan). The rule, stated
+//    here once for every backend (ConvWorkspaceRule):
+//      workspace = coefficient(kind) x (input + output + weight bytes of the call)
+//    with kind = pointwise (every kernel dimension 1) or depthwise (one input channel per group):
+//    the stack's conv_workspace_pointwise; otherwise spatial (grouped convolutions included): the
+//    stack's conv_workspace. Measured on an H200 with cuDNN 9.19, benchmark off
+//    (datasets/h200-torch211, kind=conv; tests/unit/conv_workspace_test.cc): spatial 1, pointwise
+//    and depthwise 0 -- the workspace of converting input, output and weight to the layout the
+//    chosen kernel reads (memory-model.md §2.5). Forward and backward calls take the same size;
+//    benchmark=True probing (a first-call spike) is not modelled. An uncalibrated stack has 0.
 //  * The interval: a backend that has its own (learned) keeps it; otherwise, when the stack has
 //    a residual band measured for this backend on held-out rows, device_low/high =
 //    peak_device x (1 + band). A band is never borrowed from another backend.
@@ -22,6 +27,7 @@
 #define MEMEST_MEMORY_DEVICE_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "core/graph.h"
 #include "memest/estimate.h"
@@ -35,8 +41,27 @@ namespace memest::memory {
 // Sets breakdown.cuda_context and breakdown.library_memory from the stack.
 void SetOutsideAllocator(const StackProfile& stack, Breakdown* breakdown);
 
+// What a convolution's workspace follows (policy above).
+enum class ConvKind { kSpatial, kPointwise, kDepthwise };
+
+// The kind from the weight's dims ([M, C/group, k...] for Conv, [C, M/group, k...] for
+// ConvTranspose) and the `group` attribute; spatial when the dims are unknown (the larger
+// workspace).
+ConvKind ClassifyConv(bool transposed, const std::vector<int64_t>* weight_dims, int64_t group);
+
+// One cuDNN convolution call, as the rule sees it.
+struct ConvCall {
+  ConvKind kind = ConvKind::kSpatial;
+  uint64_t input_bytes = 0;
+  uint64_t output_bytes = 0;
+  uint64_t weight_bytes = 0;
+};
+
+// The rule: the workspace one call allocates under `stack` (policy above).
+uint64_t ConvWorkspaceRule(const StackProfile& stack, const ConvCall& call);
+
 // The workspace one cuDNN call of convolution node `node` allocates (0 when the node is not a
-// convolution, the stack has no coefficient, or workspaces are off).
+// convolution, the stack's coefficient for its kind is 0, or workspaces are off).
 uint64_t ConvWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& facts,
                             const core::Node& node, size_t index, bool library_workspaces);
 

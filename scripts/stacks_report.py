@@ -174,8 +174,11 @@ def main():
                 f"({s['cuda_context']['source']})",
                 f"- library memory: {s['library_memory']['bytes'] / 2**20:.0f} MiB "
                 f"({s['library_memory']['source']})",
-                f"- convolution workspace: {s['conv_workspace']['value']:g} × the larger of a call's "
-                f"input and output ({s['conv_workspace']['source']})",
+                f"- convolution workspace, spatial: {s['conv_workspace']['value']:g} × a call's "
+                f"input + output + weight ({s['conv_workspace']['source']})",
+                f"- convolution workspace, pointwise and depthwise: "
+                f"{s['conv_workspace_pointwise']['value']:g} × the same "
+                f"({s['conv_workspace_pointwise']['source']})",
                 *[f"- {b} band: {100 * v['low']:+.1f} % .. {100 * v['high']:+.1f} % "
                   f"({v['source']})" for b, v in s["bands"].items()],
                 f"- data: {c['data']}; {c['jobs']:,} jobs; rows SHA-256 `{c['rows_sha256']}`; "

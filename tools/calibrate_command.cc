@@ -137,8 +137,11 @@ int RunCalibrate(int argc, char** argv) {
   }
   PrintSummary(*r, *base);
   const StackProfile& st = r->stack;
-  std::cout << fmt::format("\nstack {}: library memory {:.0f} MiB, conv workspace {:.3g} x\n",
-                           st.name, st.library_memory.bytes / 1048576.0, st.conv_workspace.value);
+  std::cout << fmt::format(
+      "\nstack {}: library memory {:.0f} MiB, conv workspace {:.3g} x (pointwise/depthwise "
+      "{:.3g} x) of a call's input + output + weight\n",
+      st.name, st.library_memory.bytes / 1048576.0, st.conv_workspace.value,
+      st.conv_workspace_pointwise.value);
   for (const auto& [backend, b] : st.bands) {
     std::cout << fmt::format("  {} band {} .. {} (covered {:.1f} % of {} held-out rows)\n", backend,
                              Pct(b.low), Pct(b.high), 100 * b.coverage, b.rows);

@@ -952,15 +952,16 @@ std::string RenderGpus(const std::vector<GpuProfile>& gpus, const std::vector<St
                       Calibration(p)});
   }
   Grid s;
-  s.header = {"stack",          "calibrated on", "context", "library",
-              "conv workspace", "symbolic band", "rows"};
+  s.header = {"stack",           "calibrated on", "context", "library",
+              "conv ws sp / pw", "symbolic band", "rows"};
   s.align = {Align::kLeft,  Align::kLeft,  Align::kRight, Align::kRight,
              Align::kRight, Align::kRight, Align::kRight};
   for (const auto& st : stacks) {
     const ResidualBand* b = st.band("symbolic");
     s.rows.push_back({st.name, st.gpu.empty() ? "(any GPU)" : st.gpu,
                       FormatBytes(st.cuda_context.bytes), FormatBytes(st.library_memory.bytes),
-                      fmt::format("{:.3g} x", st.conv_workspace.value),
+                      fmt::format("{:.3g} x / {:.3g} x", st.conv_workspace.value,
+                                  st.conv_workspace_pointwise.value),
                       b ? fmt::format("{:+.1f} % .. {:+.1f} %", 100 * b->low, 100 * b->high) : "-",
                       b ? std::to_string(b->rows) : "0"});
   }
@@ -970,7 +971,9 @@ std::string RenderGpus(const std::vector<GpuProfile>& gpus, const std::vector<St
   out += md ? RenderMarkdown(s) : RenderText(s);
   if (format == Format::kTable) {
     out +=
-        "\nthe first stack is the default (--stack NAME, or --stack-file FILE from memest "
+        "\nconv ws sp / pw: the cuDNN workspace of a spatial / a pointwise or depthwise "
+        "convolution call, x its input + output + weight bytes\n"
+        "the first stack is the default (--stack NAME, or --stack-file FILE from memest "
         "calibrate); exact bytes and the source of every value: memest --list-gpus -o json\n";
   }
   return out;

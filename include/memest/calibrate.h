@@ -3,11 +3,14 @@
 // A user measures 10-20 training jobs on their own cluster (nvidia-smi's per-process peak, or
 // torch.cuda.max_memory_reserved() plus the context), and memest fits what its models cannot
 // know about that software stack: the memory outside the allocator (library memory) and the
-// cuDNN convolution workspace coefficient. Everything else stays memest's simulation.
+// cuDNN workspace coefficient of spatial convolutions (memest/stack.h conv_workspace). The
+// pointwise/depthwise coefficient (conv_workspace_pointwise) is kept from the base stack: those
+// workspaces are small where measured, and device-level rows cannot tell the two apart.
+// Everything else stays memest's simulation.
 //
 // The fit (api/calibrate.cc; docs/stacks.md has the recipe):
-//  * For each workspace coefficient c on a fixed grid, every job is estimated by the symbolic
-//    backend with the base stack's CUDA context, no library memory and coefficient c. The
+//  * For each spatial workspace coefficient c on a fixed grid, every job is estimated by the
+//    symbolic backend with the base stack's CUDA context, no library memory and coefficient c. The
 //    library memory is the median of (measured - estimated) over the jobs, at least 0 (robust to
 //    a few bad rows); c is the grid value with the smallest mean relative error over the best
 //    90 % of the jobs (a median would ignore the convolutional minority of a mixed set).
@@ -50,6 +53,7 @@ struct CalibrationSettings {
   std::string gpu;          // the GPU profile the jobs ran on
   StackProfile base;        // context, lazy loading and software to start from
   std::string data_source;  // where the rows came from (file name), for provenance
+  // Values tried for the spatial coefficient (x input + output + weight bytes of a call).
   std::vector<double> conv_workspace_grid = {0, 0.25, 0.5, 1, 1.5, 2, 3, 4, 6, 8};
 };
 

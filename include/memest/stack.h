@@ -59,10 +59,16 @@ struct StackProfile {
   // Memory cuBLAS/cuDNN and their lazily loaded kernels take outside PyTorch's allocator after
   // one training step: device level minus context minus reserved.
   ProfileValue library_memory;
-  // cuDNN convolution workspace of one call, as a multiple of the larger of the call's input and
-  // output activation bytes (memory-model.md §2.5): allocated through the caching allocator for
-  // the call and freed after it. 0: none.
+  // cuDNN convolution workspace of one call (forward, data gradient or weight gradient), allocated
+  // through the caching allocator for the call and freed after it (memory-model.md §2.5). The rule
+  // is memory::ConvWorkspaceRule (memory/device.h): a multiple of the call's input + output +
+  // weight bytes, with one coefficient per kind of convolution. 0: none.
+  //   conv_workspace: spatial convolutions (a kernel larger than 1 in some dimension, not
+  //     depthwise), grouped ones included;
+  //   conv_workspace_pointwise: pointwise (every kernel dimension 1) and depthwise (one input
+  //     channel per group) convolutions.
   StackCoefficient conv_workspace;
+  StackCoefficient conv_workspace_pointwise;
   // The residual band of each backend it was measured for ("symbolic", "analytical"); empty: no
   // interval. A backend without a band here gives no interval under this stack.
   std::map<std::string, ResidualBand> bands;
@@ -85,11 +91,14 @@ Result<StackProfile> FindStackProfile(std::string_view name);
 // The stack `name`, or the default stack (the first) when `name` is empty.
 Result<StackProfile> ResolveStack(std::string_view name);
 
-// Parses a stack file (format memest-stack/1, as `memest calibrate` writes it). InvalidArgument
-// names the field at fault.
+// Parses a stack file (format memest-stack/2, as `memest calibrate` writes it). InvalidArgument
+// names the field at fault. A memest-stack/1 file (one `conv_workspace` coefficient times the
+// larger of a call's input and output, for every convolution) is read when that coefficient is 0,
+// which means the same under both formats (both coefficients 0, same source); a non-zero one has
+// no exact equivalent and is refused with an error that says to run `memest calibrate` again.
 Result<StackProfile> ParseStackProfile(std::string_view json_text, const std::string& where);
 Result<StackProfile> LoadStackProfile(const std::string& path);
-// The JSON text of a stack (format memest-stack/1); ParseStackProfile reads it back unchanged.
+// The JSON text of a stack (format memest-stack/2); ParseStackProfile reads it back unchanged.
 std::string StackProfileToJson(const StackProfile& stack);
 
 }  // namespace memest

@@ -52,6 +52,7 @@ TEST(StackTest, TheDefaultIsTheFirstCitedStackForAnyGpu) {
     EXPECT_FALSE(s.cuda_context.source.empty()) << s.name;
     EXPECT_FALSE(s.library_memory.source.empty()) << s.name;
     EXPECT_FALSE(s.conv_workspace.source.empty()) << s.name;
+    EXPECT_FALSE(s.conv_workspace_pointwise.source.empty()) << s.name;
     for (const auto& [backend, b] : s.bands) EXPECT_GT(b.coverage, 0.8) << s.name << " " << backend;
   }
   EXPECT_EQ(FindStackProfile("PYTORCH2-LAZY")->name, "pytorch2-lazy");
@@ -66,6 +67,7 @@ TEST(StackTest, AFileRoundTrips) {
   s.gpu = "a100-40gb";
   s.library_memory = {123456789, "fitted: test rows", true};
   s.conv_workspace = {1.5, "fitted: test rows", true};
+  s.conv_workspace_pointwise = {0.25, "measured: test rows", true};
   s.bands["symbolic"] = {-0.1, 0.2, 0.93, 40, "held out: test"};
   s.calibration_json = R"({"jobs":40})";
   auto back = ParseStackProfile(StackProfileToJson(s), "mine.json");
@@ -75,6 +77,7 @@ TEST(StackTest, AFileRoundTrips) {
   EXPECT_EQ(back->library_memory.bytes, 123456789u);
   EXPECT_TRUE(back->library_memory.calibrated);
   EXPECT_DOUBLE_EQ(back->conv_workspace.value, 1.5);
+  EXPECT_DOUBLE_EQ(back->conv_workspace_pointwise.value, 0.25);
   ASSERT_NE(back->band("symbolic"), nullptr);
   EXPECT_DOUBLE_EQ(back->band("symbolic")->high, 0.2);
   EXPECT_EQ(back->band("symbolic")->rows, 40);
@@ -89,7 +92,7 @@ TEST(StackTest, ABadFileNamesTheFieldAndNeverCrashes) {
     std::string from, to, expect;
   };
   const std::vector<Case> cases = {
-      {"\"memest-stack/1\"", "\"memest-stack/9\"", "format"},
+      {"\"memest-stack/2\"", "\"memest-stack/9\"", "format"},
       {"\"bytes\": 446693376", "\"bytes\": -1", "cuda_context"},
       {"\"lazy_loading\": true", "\"lazy_loading\": 1", "lazy_loading"},
       {"\"bands\": {}", "\"bands\": {\"learned\": {}}", "bands"},
@@ -130,10 +133,41 @@ TEST(StackTest, LibraryMemoryAddsToTheDevicePeakOnly) {
   }
 }
 
+// A memest-stack/1 file had one coefficient x max(input, output) for every convolution: read when
+// it is 0 (the same meaning), refused otherwise (memest/stack.h).
+TEST(StackTest, AnOldFileIsReadOnlyWhereItMeansTheSame) {
+  std::string v1 = StackProfileToJson(*ResolveStack(""));
+  auto replace = [](std::string* text, const std::string& from, const std::string& to) {
+    const size_t at = text->find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text->replace(at, from.size(), to);
+  };
+  replace(&v1, "\"memest-stack/2\"", "\"memest-stack/1\"");
+  const size_t pw = v1.find("\"conv_workspace_pointwise\"");
+  ASSERT_NE(pw, std::string::npos);
+  v1.erase(pw, v1.find('}', pw) + 2 - pw);  // the object and its comma
+  auto zero = ParseStackProfile(v1, "old.json");
+  ASSERT_TRUE(zero.ok()) << zero.status().ToString() << "\n" << v1;
+  EXPECT_EQ(zero->conv_workspace.value, 0.0);
+  EXPECT_EQ(zero->conv_workspace_pointwise.value, 0.0);
+  EXPECT_NE(zero->conv_workspace_pointwise.source.find("memest-stack/1"), std::string::npos);
+  std::string nonzero = v1;
+  replace(&nonzero, "\"value\": 0.0", "\"value\": 4.0");
+  auto refused = ParseStackProfile(nonzero, "old.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("memest calibrate"), std::string::npos)
+      << refused.status().message();
+  // A current file must name both coefficients.
+  std::string missing = v1;
+  replace(&missing, "\"memest-stack/1\"", "\"memest-stack/2\"");
+  EXPECT_FALSE(ParseStackProfile(missing, "new.json").ok());
+}
+
 TEST(StackTest, ConvolutionWorkspacesRaiseOnlyConvolutionModels) {
   StackProfile base = *ResolveStack("");
   StackProfile ws = base;
-  ws.conv_workspace.value = 8.0;  // 8 x the largest activation: larger than any moment's slack
+  ws.conv_workspace.value = 8.0;  // 8 x (input + output + weight): larger than any moment's slack
   auto cnn = Bundled("resnet18_train");
   auto mlp = Bundled("mlp_small_train");
   ASSERT_TRUE(cnn && mlp);
