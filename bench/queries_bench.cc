@@ -1,0 +1,151 @@
+// Google Benchmark: what a scheduler pays -- many estimates of one loaded model, estimates on
+// several threads, and the memest CLI as a process started cold.
+//
+//  * BM_Queries: 1,000 estimates of the bundled ResNet-50 (training) over 25 batches x 5 GPUs x
+//    8 option sets (precision, optimizer, weight decay), each one Estimator::Run on the loaded
+//    model; the counter `per_query_us` is the cost of one, to compare with BM_Estimate in the same
+//    run.
+//  * BM_EstimateThreads: the same estimate on 1, 2 and 4 threads sharing one model and one
+//    estimator (Estimator::Run is const and thread-safe); `items_per_second` is the estimates
+//    per second of all threads together (2 cores here: 4 threads show the oversubscription, not
+//    more cores).
+//  * BM_CliColdStart: `memest datasets/models/resnet50_train.onnx --batch 64` as a new process
+//    each time (posix_spawn, stdout to /dev/null, wall time until it exits), next to
+//    BM_CliVersion, the same binary printing its version: the cost of starting the process and
+//    loading its libraries alone.
+//
+//   ninja -C build memest_bench && ./build/bench/memest_bench --benchmark_filter='Queries|Threads|Cli'
+#include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "memest/memest.h"
+
+extern char** environ;
+
+namespace {
+
+std::string BundledModel(const std::string& name) {
+  return std::string(MEMEST_SOURCE_DIR) + "/datasets/models/" + name + ".onnx";
+}
+
+struct Loaded {
+  std::shared_ptr<const memest::Model> model;
+  std::unique_ptr<memest::Estimator> estimator;
+};
+
+Loaded LoadResnet50(const std::string& backend) {
+  Loaded l;
+  auto m = memest::LoadModel(BundledModel("resnet50_train"));
+  auto e = memest::MakeEstimator(backend);
+  if (m.ok()) l.model = *m;
+  if (e.ok()) l.estimator = std::move(e).value();
+  return l;
+}
+
+// The 1,000 queries: 25 batches x 5 GPUs x 8 option sets.
+std::vector<memest::Options> Queries() {
+  std::vector<memest::Options> out;
+  const std::array<const char*, 5> gpus = {"h100-80gb", "a100-40gb", "a100-80gb", "l4-24gb",
+                                           "v100-32gb"};
+  for (int64_t batch = 8; batch <= 200; batch += 8) {
+    for (const char* gpu : gpus) {
+      for (int variant = 0; variant < 8; ++variant) {
+        memest::Options o;
+        o.batch = batch;
+        o.gpu = gpu;
+        o.precision = variant % 2 == 0 ? memest::Precision::kFp32 : memest::Precision::kAmpBf16;
+        o.optimizer = variant / 2 % 2 == 0 ? memest::Optimizer::kAdam : memest::Optimizer::kMomentum;
+        o.weight_decay = variant / 4 == 0 ? 0.0 : 0.01;
+        out.push_back(o);
+      }
+    }
+  }
+  return out;
+}
+
+void BM_Queries(benchmark::State& state, const std::string& backend) {
+  Loaded l = LoadResnet50(backend);
+  if (l.model == nullptr || l.estimator == nullptr) {
+    state.SkipWithError("setup failed");
+    return;
+  }
+  const std::vector<memest::Options> queries = Queries();
+  for (auto _ : state) {
+    for (const memest::Options& o : queries) {
+      auto e = l.estimator->Run(*l.model, o);
+      if (!e.ok()) {
+        state.SkipWithError(e.status().ToString().c_str());
+        return;
+      }
+      benchmark::DoNotOptimize(e);
+    }
+  }
+  state.counters["queries"] = static_cast<double>(queries.size());
+  state.counters["per_query_us"] = benchmark::Counter(
+      static_cast<double>(queries.size()) * 1e-6,
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+void BM_EstimateThreads(benchmark::State& state, const std::string& backend) {
+  static Loaded* shared = new Loaded(LoadResnet50(backend));
+  if (shared->model == nullptr || shared->estimator == nullptr) {
+    state.SkipWithError("setup failed");
+    return;
+  }
+  memest::Options o;
+  o.batch = 64;
+  for (auto _ : state) {
+    auto e = shared->estimator->Run(*shared->model, o);
+    benchmark::DoNotOptimize(e);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// Starts `argv` as a new process with its output thrown away; its exit status.
+int RunProcess(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  int status = -1;
+  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) == 0) {
+    waitpid(pid, &status, 0);
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void BM_CliProcess(benchmark::State& state, const std::vector<std::string>& args) {
+  for (auto _ : state) {
+    const int rc = RunProcess(args);
+    if (rc != 0) {
+      state.SkipWithError(("memest exited with " + std::to_string(rc)).c_str());
+      return;
+    }
+  }
+}
+
+const std::vector<std::string> kCliEstimate = {MEMEST_CLI, BundledModel("resnet50_train"),
+                                               "--batch", "64"};
+const std::vector<std::string> kCliVersion = {MEMEST_CLI, "--version"};
+
+}  // namespace
+
+// clang-format off
+BENCHMARK_CAPTURE(BM_Queries, resnet50_analytical, std::string("analytical"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Queries, resnet50_symbolic, std::string("symbolic"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_EstimateThreads, resnet50_symbolic, std::string("symbolic"))->Threads(1)->Threads(2)->Threads(4)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_CliProcess, cold_start_resnet50_batch64, kCliEstimate)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CliProcess, cold_start_version_only, kCliVersion)->UseRealTime()->Unit(benchmark::kMillisecond);
+// clang-format on
