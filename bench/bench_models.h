@@ -10,8 +10,8 @@
 
 #include <string>
 
-#include "memest/status.h"
 #include "datasets/zoo/hf.h"
+#include "memest/status.h"
 
 namespace memest::bench {
 

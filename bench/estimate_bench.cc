@@ -38,9 +38,9 @@ using memest::bench::ModelBytes;
 // Time per node of a graph of `nodes` nodes: shown next to each chain's time, so that a cost per
 // node that stays flat from 10k to 1M nodes (no quadratic pass) is visible in one run.
 benchmark::Counter PerNode(int64_t nodes) {
-  return benchmark::Counter(static_cast<double>(nodes),
-                            benchmark::Counter::kIsIterationInvariantRate |
-                                benchmark::Counter::kInvert);
+  return benchmark::Counter(
+      static_cast<double>(nodes),
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
 std::shared_ptr<const memest::Model> LoadForBench(const std::string& name) {

@@ -32,7 +32,8 @@
 
 namespace {
 
-// The bound stated in README.md (Speed): memest's peak over the bytes of a chain, per node.
+// The bound stated in README.md (Speed): memest's peak RSS (load and both estimates) per node of
+// a chain; measured 3.1-3.7 KB from 10k to 1M nodes.
 constexpr double kMaxBytesPerNode = 4096;
 
 // A field of /proc/self/status ("VmRSS", "VmHWM") in bytes; 0 when absent.
@@ -41,7 +42,8 @@ uint64_t ProcStatusBytes(const char* field) {
   std::string line;
   const std::string prefix = std::string(field) + ":";
   while (std::getline(in, line)) {
-    if (line.rfind(prefix, 0) == 0) return std::strtoull(line.c_str() + prefix.size(), nullptr, 10) * 1024;
+    if (line.rfind(prefix, 0) == 0)
+      return std::strtoull(line.c_str() + prefix.size(), nullptr, 10) * 1024;
   }
   return 0;
 }
@@ -115,11 +117,21 @@ Sample InChild(const std::string& name, Stage stage) {
 }
 
 const std::vector<std::string>& AllModels() {
-  static const std::vector<std::string> models = {
-      "mlp_small_train", "resnet18_train", "resnet50_train", "gpt2_tiny_train",
-      "real/resnet50_train", "real/vgg16_train", "real/bert_base_train", "real/vit_b_16_train",
-      "real/densenet121_train", "gpt70b", "hf:llama-2-7b-hf", "hf:llama-2-70b-shape",
-      "chain10k", "chain100k", "chain1m"};
+  static const std::vector<std::string> models = {"mlp_small_train",
+                                                  "resnet18_train",
+                                                  "resnet50_train",
+                                                  "gpt2_tiny_train",
+                                                  "real/resnet50_train",
+                                                  "real/vgg16_train",
+                                                  "real/bert_base_train",
+                                                  "real/vit_b_16_train",
+                                                  "real/densenet121_train",
+                                                  "gpt70b",
+                                                  "hf:llama-2-7b-hf",
+                                                  "hf:llama-2-70b-shape",
+                                                  "chain10k",
+                                                  "chain100k",
+                                                  "chain1m"};
   return models;
 }
 
@@ -149,12 +161,12 @@ int main(int argc, char** argv) {
       continue;
     }
     const double per_node = static_cast<double>(run.peak) / static_cast<double>(run.nodes);
-    std::printf("%-24s %9" PRId64 " %10" PRIu64 " %10.1f %10.1f %10.1f %8.0f %8.2f\n",
-                name.c_str(), run.nodes, run.model_bytes,
-                static_cast<double>(parse.peak) / (1 << 20),
-                static_cast<double>(load.peak) / (1 << 20),
-                static_cast<double>(run.peak) / (1 << 20), per_node,
-                static_cast<double>(run.peak) / static_cast<double>(std::max<uint64_t>(parse.peak, 1)));
+    std::printf(
+        "%-24s %9" PRId64 " %10" PRIu64 " %10.1f %10.1f %10.1f %8.0f %8.2f\n", name.c_str(),
+        run.nodes, run.model_bytes, static_cast<double>(parse.peak) / (1 << 20),
+        static_cast<double>(load.peak) / (1 << 20), static_cast<double>(run.peak) / (1 << 20),
+        per_node,
+        static_cast<double>(run.peak) / static_cast<double>(std::max<uint64_t>(parse.peak, 1)));
     if (check && name.rfind("chain", 0) == 0 && per_node > kMaxBytesPerNode) {
       std::printf("  over the bound: %.0f > %.0f bytes per node\n", per_node, kMaxBytesPerNode);
       ++failures;
