@@ -2,8 +2,10 @@
 // of the same bytes (the floor any ONNX tool pays), so ratios from one run can be quoted.
 //
 // Models: the bundled weightless exports (datasets/models/: ResNet-18, ResNet-50, GPT-2 tiny, all
-// training mode) and a generated 100,000-node chain (MatMul, Add, Relu, LayerNormalization blocks
-// over a symbolic batch) built here in memory. Hugging Face configs (datasets/zoo/hf.h, from
+// training mode) and generated chains of 10,000, 100,000 and 1,000,000 nodes (MatMul, Add, Relu,
+// LayerNormalization blocks over a symbolic batch, datasets/zoo/chain.h) built in memory; each
+// chain row has a per_node counter (time per node), which stays flat from 10k to 1M nodes when no
+// pass is worse than linear. Hugging Face configs (datasets/zoo/hf.h, from
 // tests/data/hf/): Llama-2-7B and a Llama-2-70B-shaped config (80 layers), generated, loaded and
 // estimated at batch 1, seq 4096 (training, symbolic), each next to the protobuf parse of the
 // same graph; and a Llama-3-8B prefill graph estimated at seq 2,048 and 32,768 (the time does not
@@ -14,16 +16,15 @@
 //
 //   cmake -S . -B build -DMEMEST_BUILD_BENCH=ON && ninja -C build memest_bench
 //   ./build/bench/memest_bench --benchmark_min_time=0.2
+//   python3 scripts/bench_ratios.py   # the chains' table, each figure as a ratio to its parse
+//
+// Memory of memest itself: bench/peak_rss.cc (memest_peak_rss).
 #include <benchmark/benchmark.h>
 #include <onnx/onnx_pb.h>
 
-#include <fstream>
-#include <map>
-#include <sstream>
 #include <string>
 
-#include "datasets/zoo/chain.h"
-#include "datasets/zoo/families.h"
+#include "bench/bench_models.h"
 #include "datasets/zoo/graph_writer.h"
 #include "datasets/zoo/hf.h"
 #include "memest/memest.h"
@@ -31,75 +32,15 @@
 
 namespace {
 
-std::string ModelPath(const std::string& name) {
-  return std::string(MEMEST_SOURCE_DIR) + "/datasets/models/" + name + ".onnx";
-}
+using memest::bench::BuildHf;
+using memest::bench::ModelBytes;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// A GPT-style decoder of 70.3 B parameters: 80 layers, d_model 8192, 64 heads, FFN 36864,
-// vocabulary 32000, sequence 4096, untied head (datasets/zoo: weightless, concrete dims).
-std::string Gpt70b() {
-  memest::zoo::TransformerConfig c;
-  c.arch = "decoder";
-  c.layers = 80;
-  c.d_model = 8192;
-  c.heads = 64;
-  c.ffn = 36864;
-  c.seq = 4096;
-  c.vocab = 32000;
-  return memest::zoo::BuildTransformer(c, "gpt70b").model.SerializeAsString();
-}
-
-std::string HfConfigPath(const std::string& file) {
-  return std::string(MEMEST_SOURCE_DIR) + "/tests/data/hf/" + file + ".json";
-}
-
-// The graph of a Hugging Face config (tests/data/hf/<file>.json) in `phase`, or an error.
-memest::Result<memest::zoo::HfModel> BuildHf(const std::string& file,
-                                             memest::zoo::HfGraphOptions::Phase phase) {
-  static std::map<std::string, nlohmann::json>* configs =
-      new std::map<std::string, nlohmann::json>();
-  auto it = configs->find(file);
-  if (it == configs->end()) {
-    auto j = memest::zoo::LoadHfConfig(HfConfigPath(file));
-    if (!j.ok()) return j.status();
-    it = configs->emplace(file, *j).first;
-  }
-  memest::zoo::HfGraphOptions o;
-  o.phase = phase;
-  o.logits_last_only = phase != memest::zoo::HfGraphOptions::kTrain;
-  o.name = file;
-  return memest::zoo::BuildHfModel(it->second, o);
-}
-
-std::string HfBytes(const std::string& file, memest::zoo::HfGraphOptions::Phase phase) {
-  auto m = BuildHf(file, phase);
-  return m.ok() ? memest::zoo::SerializeModel(m->model) : std::string();
-}
-
-// The bytes of a model: a bundled file, "chain100k" / "gpt70b", or "hf:<config>" (a training
-// graph) / "hf-prefill:<config>" (generated once per process).
-const std::string& ModelBytes(const std::string& name) {
-  static std::map<std::string, std::string>* cache = new std::map<std::string, std::string>();
-  auto it = cache->find(name);
-  if (it == cache->end()) {
-    it = cache
-             ->emplace(name, name == "chain100k" ? memest::zoo::ChainModel(25000)
-                             : name == "gpt70b"  ? Gpt70b()
-                             : name.rfind("hf:", 0) == 0
-                                 ? HfBytes(name.substr(3), memest::zoo::HfGraphOptions::kTrain)
-                             : name.rfind("hf-prefill:", 0) == 0
-                                 ? HfBytes(name.substr(11), memest::zoo::HfGraphOptions::kPrefill)
-                                 : ReadFile(ModelPath(name)))
-             .first;
-  }
-  return it->second;
+// Time per node of a graph of `nodes` nodes: shown next to each chain's time, so that a cost per
+// node that stays flat from 10k to 1M nodes (no quadratic pass) is visible in one run.
+benchmark::Counter PerNode(int64_t nodes) {
+  return benchmark::Counter(
+      static_cast<double>(nodes),
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
 std::shared_ptr<const memest::Model> LoadForBench(const std::string& name) {
@@ -109,11 +50,15 @@ std::shared_ptr<const memest::Model> LoadForBench(const std::string& name) {
 
 void BM_ProtobufParse(benchmark::State& state, const std::string& name) {
   const std::string& bytes = ModelBytes(name);
+  int64_t nodes = 0;
   for (auto _ : state) {
     onnx::ModelProto m;
     benchmark::DoNotOptimize(m.ParseFromString(bytes));
+    nodes = m.graph().node_size();
   }
   state.counters["bytes"] = static_cast<double>(bytes.size());
+  state.counters["nodes"] = static_cast<double>(nodes);
+  state.counters["per_node"] = PerNode(nodes);
 }
 
 void BM_Load(benchmark::State& state, const std::string& name) {
@@ -129,6 +74,7 @@ void BM_Load(benchmark::State& state, const std::string& name) {
     benchmark::DoNotOptimize(m);
   }
   state.counters["nodes"] = static_cast<double>(nodes);
+  state.counters["per_node"] = PerNode(nodes);
 }
 
 void BM_Estimate(benchmark::State& state, const std::string& name, memest::Mode mode,
@@ -151,6 +97,8 @@ void BM_Estimate(benchmark::State& state, const std::string& name, memest::Mode 
     }
     benchmark::DoNotOptimize(e);
   }
+  state.counters["nodes"] = static_cast<double>(model->summary().node_count);
+  state.counters["per_node"] = PerNode(model->summary().node_count);
 }
 
 void BM_MaxBatch(benchmark::State& state, const std::string& name,
@@ -348,10 +296,18 @@ BENCHMARK_CAPTURE(BM_Load, gpt2_tiny, std::string("gpt2_tiny_train"))->Unit(benc
 BENCHMARK_CAPTURE(BM_Estimate, gpt2_tiny_train, std::string("gpt2_tiny_train"), Mode::kTrain, kAnalytical)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MaxBatch, gpt2_tiny, std::string("gpt2_tiny_train"))->Unit(benchmark::kMillisecond);
 
+BENCHMARK_CAPTURE(BM_ProtobufParse, chain10k, std::string("chain10k"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Load, chain10k, std::string("chain10k"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Estimate, chain10k_train_analytical, std::string("chain10k"), Mode::kTrain, kAnalytical)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Estimate, chain10k_train_symbolic, std::string("chain10k"), Mode::kTrain, kSymbolic)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_ProtobufParse, chain100k, std::string("chain100k"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Load, chain100k, std::string("chain100k"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Estimate, chain100k_train_analytical, std::string("chain100k"), Mode::kTrain, kAnalytical)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Estimate, chain100k_train_symbolic, std::string("chain100k"), Mode::kTrain, kSymbolic)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ProtobufParse, chain1m, std::string("chain1m"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Load, chain1m, std::string("chain1m"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Estimate, chain1m_train_analytical, std::string("chain1m"), Mode::kTrain, kAnalytical)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Estimate, chain1m_train_symbolic, std::string("chain1m"), Mode::kTrain, kSymbolic)->Unit(benchmark::kMillisecond);
 // clang-format on
 
 BENCHMARK_CAPTURE(BM_Load, gpt70b, std::string("gpt70b"))->Unit(benchmark::kMillisecond);

@@ -143,13 +143,17 @@ Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
   bool batch_used = false;
   std::vector<std::vector<int64_t>> input_dims(graph.data_inputs.size());
   std::vector<std::optional<int64_t>> by_atom(sym->table.size());
+  std::unordered_map<int, size_t> data_input_position;  // value id -> index in data_inputs
+  data_input_position.reserve(graph.data_inputs.size());
+  for (size_t k = 0; k < graph.data_inputs.size(); ++k) {
+    data_input_position.emplace(graph.data_inputs[k], k);
+  }
   for (const auto& in : graph.proto.graph().input()) {
     const int id = graph.FindValue(in.name());
     if (id < 0 || graph.value(id).kind != ValueKind::kDataInput) continue;
-    const auto k =
-        static_cast<size_t>(std::find(graph.data_inputs.begin(), graph.data_inputs.end(), id) -
-                            graph.data_inputs.begin());
-    if (k >= input_dims.size()) continue;
+    const auto position = data_input_position.find(id);
+    if (position == data_input_position.end()) continue;
+    const size_t k = position->second;
     const Value& v = graph.value(id);
     if (!v.dims.empty() && !v.dims[0].known() && options.batch) batch_used = true;
     MEMEST_RETURN_IF_ERROR(BindInput(v, in, options, &input_dims[k], &b.bindings, &unbound));

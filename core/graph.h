@@ -13,9 +13,10 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
+#include <string_view>
 #include <vector>
 
+#include "core/name_index.h"
 #include "memest/model.h"
 
 namespace memest::core {
@@ -68,7 +69,7 @@ struct Graph {
   onnx::ModelProto proto;  // nodes in topological order, large weights stripped
   std::vector<Node> nodes;
   std::vector<Value> values;
-  std::unordered_map<std::string, int> value_index;
+  NameIndex value_index;         // name -> value id
   std::vector<int> data_inputs;  // value ids, in graph-input order
   std::vector<int> outputs;      // value ids, in graph-output order
   ModelSummary summary;
@@ -77,10 +78,8 @@ struct Graph {
   std::shared_ptr<const SymbolicShapes> symbolic;
 
   const Value& value(int id) const { return values[static_cast<size_t>(id)]; }
-  int FindValue(const std::string& name) const {
-    auto it = value_index.find(name);
-    return it == value_index.end() ? -1 : it->second;
-  }
+  // The id of the value named `name`, or -1.
+  int FindValue(std::string_view name) const { return value_index.Find(name); }
 };
 
 }  // namespace memest::core

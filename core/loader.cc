@@ -167,6 +167,7 @@ class Loader {
 
  private:
   Status Parse(std::string_view bytes);
+  void ReserveValues();
   Status ReadInitializers();
   Status ReadInputs();
   Status ReadNodes();
@@ -185,14 +186,13 @@ class Loader {
 };
 
 int Loader::AddValue(const std::string& name, ValueKind kind) {
-  auto [it, inserted] = g_->value_index.emplace(name, static_cast<int>(g_->values.size()));
+  auto [id, inserted] = g_->value_index.Insert(name, static_cast<int>(g_->values.size()));
   if (inserted) {
-    Value v;
+    Value& v = g_->values.emplace_back();
     v.name = name;
     v.kind = kind;
-    g_->values.push_back(std::move(v));
   }
-  return it->second;
+  return id;
 }
 
 Status Loader::Parse(std::string_view bytes) {
@@ -230,25 +230,38 @@ Status Loader::Parse(std::string_view bytes) {
   return ValidateModelProto(m);
 }
 
+// Room for every value the file can name (initializers, inputs, node outputs), so that reading
+// them never grows a table.
+void Loader::ReserveValues() {
+  const auto& graph = g_->proto.graph();
+  size_t names = static_cast<size_t>(graph.initializer_size()) +
+                 static_cast<size_t>(graph.sparse_initializer_size()) +
+                 static_cast<size_t>(graph.input_size());
+  for (const auto& n : graph.node()) names += static_cast<size_t>(n.output_size());
+  g_->value_index.Reserve(names);
+  g_->values.reserve(names);
+}
+
 Status Loader::ReadInitializers() {
-  auto read_one = [&](const onnx::TensorProto& t, const std::string& kind) -> Status {
+  // `validated`: ValidateModelProto has checked the tensor already (dense initializers).
+  auto read_one = [&](const onnx::TensorProto& t, const char* kind, bool validated) -> Status {
     if (t.name().empty()) return InvalidModel("an initializer has no name");
-    const std::string what = kind + " " + Quote(t.name());
-    MEMEST_RETURN_IF_ERROR(ValidateTensor(t, what));  // dtype, dims, payload length
+    auto what = [&] { return kind + (" " + Quote(t.name())); };
+    if (!validated) MEMEST_RETURN_IF_ERROR(ValidateTensor(t, what()));  // dtype, dims, payload
     const size_t before = g_->values.size();
     const int id = AddValue(t.name(), ValueKind::kInitializer);
-    if (g_->values.size() == before) return InvalidModel(what + " is defined twice");
-    std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+    if (g_->values.size() == before) return InvalidModel(what() + " is defined twice");
+    const std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
     auto numel = CheckedNumel(dims);
     if (!CheckedMul(*numel, std::max<uint64_t>(DTypeSize(t.data_type()), 1))) {
-      return Overflow(what + ": byte size overflows 64 bits");
+      return Overflow(what() + ": byte size overflows 64 bits");
     }
     bool external = t.data_location() == onnx::TensorProto::EXTERNAL;
     for (const auto& kv : t.external_data()) {
       if (kv.key() == "location") {
         external = true;
         if (!LocationStaysInside(kv.value())) {
-          return InvalidModel(what + ": external data location '" + kv.value() +
+          return InvalidModel(what() + ": external data location '" + kv.value() +
                               "' leaves the model's folder; refusing it");
         }
       }
@@ -256,34 +269,26 @@ Status Loader::ReadInitializers() {
     if (t.data_location() == onnx::TensorProto::EXTERNAL &&
         std::none_of(t.external_data().begin(), t.external_data().end(),
                      [](const auto& kv) { return kv.key() == "location"; })) {
-      return InvalidModel(what + ": external data without a location");
+      return InvalidModel(what() + ": external data without a location");
     }
     Value& v = g_->values[static_cast<size_t>(id)];
     v.dtype = t.data_type();
     v.has_shape = true;
+    v.dims.reserve(dims.size());
     for (int64_t d : dims) v.dims.push_back(Dim{d, {}});
     v.external = external;
     v.int_data = SmallIntData(t, *numel);
     return Status::Ok();
   };
-  const auto& graph = g_->proto.graph();
-  size_t outputs = 0;
-  for (const auto& n : graph.node()) outputs += static_cast<size_t>(n.output_size());
-  const size_t expected =
-      static_cast<size_t>(graph.initializer_size() + graph.sparse_initializer_size() +
-                          graph.input_size()) +
-      outputs;
-  g_->value_index.reserve(expected);
-  g_->values.reserve(expected);
-  for (const auto& t : graph.initializer()) {
-    MEMEST_RETURN_IF_ERROR(read_one(t, "initializer"));
+  for (const auto& t : g_->proto.graph().initializer()) {
+    MEMEST_RETURN_IF_ERROR(read_one(t, "initializer", /*validated=*/true));
   }
   for (const auto& s : g_->proto.graph().sparse_initializer()) {
     onnx::TensorProto dense_shape;  // dims and type of the dense tensor; payload not read
     dense_shape.set_name(s.values().name());
     dense_shape.set_data_type(s.values().data_type());
     for (int64_t d : s.dims()) dense_shape.add_dims(d);
-    MEMEST_RETURN_IF_ERROR(read_one(dense_shape, "sparse initializer"));
+    MEMEST_RETURN_IF_ERROR(read_one(dense_shape, "sparse initializer", /*validated=*/false));
   }
   return Status::Ok();
 }
@@ -322,37 +327,40 @@ Status Loader::ReadInputs() {
 
 Status Loader::ReadNodes() {
   const auto& graph = g_->proto.graph();
-  // First pass: every produced name, so inputs may refer to later nodes (unsorted files).
-  std::vector<std::string> names(static_cast<size_t>(graph.node_size()));
-  for (int i = 0; i < graph.node_size(); ++i) {
-    const auto& n = graph.node(i);
-    names[static_cast<size_t>(i)] =
-        n.name().empty() ? n.op_type() + "_" + std::to_string(i) : n.name();
-    if (n.op_type().empty()) {
-      return InvalidModel("node " + Quote(names[static_cast<size_t>(i)]) + " has no op_type");
-    }
-    for (const auto& out : n.output()) {
-      if (out.empty()) continue;
-      const size_t before = g_->values.size();
-      const int id = AddValue(out, ValueKind::kIntermediate);
-      if (g_->values.size() == before) {
-        const Value& v = g_->value(id);
-        std::string by = v.producer >= 0 ? " (also produced by node " +
-                                               Quote(names[static_cast<size_t>(v.producer)]) + ")"
-                         : v.kind == ValueKind::kInitializer ? " (also an initializer)"
-                                                             : " (also a graph input)";
-        return InvalidModel("node " + Quote(names[static_cast<size_t>(i)]) + " (" + n.op_type() +
-                            ") produces tensor " + Quote(out) + " that already exists" + by);
-      }
-      g_->values[static_cast<size_t>(id)].producer = i;
-    }
-  }
-  std::set<std::string> undeclared_domains;
+  // First pass: every node's name and outputs, so inputs may refer to later nodes (unsorted
+  // files).
   g_->nodes.resize(static_cast<size_t>(graph.node_size()));
   for (int i = 0; i < graph.node_size(); ++i) {
     const auto& n = graph.node(i);
     Node& node = g_->nodes[static_cast<size_t>(i)];
-    node.name = names[static_cast<size_t>(i)];
+    node.name = n.name().empty() ? n.op_type() + "_" + std::to_string(i) : n.name();
+    if (n.op_type().empty()) return InvalidModel("node " + Quote(node.name) + " has no op_type");
+    node.outputs.reserve(static_cast<size_t>(n.output_size()));
+    for (const auto& out : n.output()) {
+      if (out.empty()) {
+        node.outputs.push_back(-1);
+        continue;
+      }
+      const size_t before = g_->values.size();
+      const int id = AddValue(out, ValueKind::kIntermediate);
+      if (g_->values.size() == before) {
+        const Value& v = g_->value(id);
+        const std::string producer =
+            v.producer >= 0 ? g_->nodes[static_cast<size_t>(v.producer)].name : "";
+        std::string by = v.producer >= 0 ? " (also produced by node " + Quote(producer) + ")"
+                         : v.kind == ValueKind::kInitializer ? " (also an initializer)"
+                                                             : " (also a graph input)";
+        return InvalidModel("node " + Quote(node.name) + " (" + n.op_type() + ") produces tensor " +
+                            Quote(out) + " that already exists" + by);
+      }
+      g_->values[static_cast<size_t>(id)].producer = i;
+      node.outputs.push_back(id);
+    }
+  }
+  std::set<std::string> undeclared_domains;
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const auto& n = graph.node(i);
+    Node& node = g_->nodes[static_cast<size_t>(i)];
     node.op_type = n.op_type();
     node.domain = NormalizeDomain(n.domain());
     auto op = opsets_.find(node.domain);
@@ -361,6 +369,7 @@ Status Loader::ReadNodes() {
     } else {
       node.opset = op->second;
     }
+    node.inputs.reserve(static_cast<size_t>(n.input_size()));
     for (const auto& in : n.input()) {
       if (in.empty()) {
         node.inputs.push_back(-1);
@@ -374,8 +383,6 @@ Status Loader::ReadNodes() {
       node.inputs.push_back(id);
       g_->values[static_cast<size_t>(id)].consumers.push_back(i);
     }
-    for (const auto& out : n.output())
-      node.outputs.push_back(out.empty() ? -1 : g_->FindValue(out));
     node.subgraph_nodes = CountSubgraphNodes(n);
     // Constant nodes: keep small integer values (shape computations need them).
     if (node.op_type == "Constant" && node.domain.empty() && !node.outputs.empty() &&
@@ -413,19 +420,45 @@ Status Loader::ReadNodes() {
   return Status::Ok();
 }
 
+// Whether every node reads only values made by earlier nodes: the file's order is then the
+// topological order Kahn's algorithm below would produce (it always takes the lowest ready
+// index), and there is no cycle. Exporters write sorted files; this check costs one read of
+// every edge and no allocation.
+bool AlreadySorted(const Graph& g) {
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (int in : g.nodes[i].inputs) {
+      if (in >= 0 && g.value(in).producer >= static_cast<int>(i)) return false;
+    }
+  }
+  return true;
+}
+
 Status Loader::SortNodes() {
+  if (AlreadySorted(*g_)) return Status::Ok();
   const size_t n = g_->nodes.size();
-  std::vector<int> pending(n, 0);
-  std::vector<std::vector<int>> users(n);
+  // Each node's distinct producers, as edges producer -> user in one flat array (by producer).
+  std::vector<std::pair<int, int>> edges;
+  std::vector<int> producers;
   for (size_t i = 0; i < n; ++i) {
-    std::set<int> producers;
+    producers.clear();
     for (int in : g_->nodes[i].inputs) {
-      if (in >= 0 && g_->value(in).producer >= 0) producers.insert(g_->value(in).producer);
+      if (in >= 0 && g_->value(in).producer >= 0) producers.push_back(g_->value(in).producer);
     }
-    for (int p : producers) {
-      users[static_cast<size_t>(p)].push_back(static_cast<int>(i));
-      ++pending[i];
-    }
+    std::sort(producers.begin(), producers.end());
+    producers.erase(std::unique(producers.begin(), producers.end()), producers.end());
+    for (int p : producers) edges.emplace_back(p, static_cast<int>(i));
+  }
+  std::vector<int> pending(n, 0);
+  std::vector<size_t> first_user(n + 1, 0);
+  for (const auto& [p, u] : edges) {
+    ++pending[static_cast<size_t>(u)];
+    ++first_user[static_cast<size_t>(p) + 1];
+  }
+  for (size_t i = 0; i < n; ++i) first_user[i + 1] += first_user[i];
+  std::vector<int> users(edges.size());
+  {
+    std::vector<size_t> next(first_user.begin(), first_user.end() - 1);
+    for (const auto& [p, u] : edges) users[next[static_cast<size_t>(p)]++] = u;
   }
   // Kahn's algorithm; a min-heap keeps the file's order among ready nodes (stable output).
   std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
@@ -438,7 +471,9 @@ Status Loader::SortNodes() {
     const int i = ready.top();
     ready.pop();
     order.push_back(i);
-    for (int u : users[static_cast<size_t>(i)]) {
+    for (size_t k = first_user[static_cast<size_t>(i)]; k < first_user[static_cast<size_t>(i) + 1];
+         ++k) {
+      const int u = users[k];
       if (--pending[static_cast<size_t>(u)] == 0) ready.push(u);
     }
   }
@@ -639,6 +674,7 @@ void Loader::Summarize() {
 
 Result<std::unique_ptr<Graph>> Loader::Load(std::string_view bytes) {
   MEMEST_RETURN_IF_ERROR(Parse(bytes));
+  ReserveValues();
   MEMEST_RETURN_IF_ERROR(ReadInitializers());
   MEMEST_RETURN_IF_ERROR(ReadInputs());
   MEMEST_RETURN_IF_ERROR(ReadNodes());

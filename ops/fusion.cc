@@ -106,7 +106,7 @@ class Matcher {
 bool Matcher::Closed(const FusedChain& c) const {
   const std::set<size_t> members(c.nodes.begin(), c.nodes.end());
   for (int id : c.interior) {
-    if (std::find(g_.outputs.begin(), g_.outputs.end(), id) != g_.outputs.end()) return false;
+    if (g_.value(id).graph_output) return false;
     for (int consumer : g_.value(id).consumers) {
       if (!members.count(static_cast<size_t>(consumer))) return false;
     }

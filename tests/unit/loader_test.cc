@@ -386,6 +386,31 @@ TEST(LoaderTest, CycleIsInvalidModelNamingANode) {
   EXPECT_THAT(r.status().message(), AnyOf(HasSubstr("node_a"), HasSubstr("node_b")));
 }
 
+TEST(LoaderTest, NodesOutOfOrderAreSortedStablyWithTheirProtos) {
+  // Written consumers first: the loader sorts them (Kahn's algorithm, lowest file index first
+  // among ready nodes), renumbers producers and consumers, and reorders the kept protos.
+  GraphBuilder b(13);
+  b.AddInput("X", kFloat, {"N", 4});
+  b.AddNode("Relu", {"c_out"}, {"d_out"}, "node_d");
+  b.AddNode("Neg", {"a_out"}, {"c_out"}, "node_c");
+  b.AddNode("Abs", {"X"}, {"b_out"}, "node_b");
+  b.AddNode("Sigmoid", {"X"}, {"a_out"}, "node_a");
+  b.AddOutput("d_out", kFloat);
+  b.AddOutput("b_out", kFloat);
+  auto r = LoadBuilt(b.model());
+  ASSERT_TRUE(r.ok()) << Describe(r.status());
+  const core::Graph& g = (*r)->graph();
+  std::vector<std::string> order;
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    order.push_back(g.nodes[n].name);
+    EXPECT_EQ(g.nodes[n].proto->name(), g.nodes[n].name);
+    for (int in : g.nodes[n].inputs) EXPECT_LT(g.value(in).producer, static_cast<int>(n));
+    for (int out : g.nodes[n].outputs) EXPECT_EQ(g.value(out).producer, static_cast<int>(n));
+  }
+  EXPECT_THAT(order, ElementsAre("node_b", "node_a", "node_c", "node_d"));
+  EXPECT_THAT(g.value(g.FindValue("a_out")).consumers, ElementsAre(2));
+}
+
 TEST(LoaderTest, SelfLoopIsInvalidModel) {
   GraphBuilder b(13);
   b.AddInput("X", kFloat, {"N", 4});

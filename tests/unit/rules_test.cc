@@ -64,7 +64,7 @@ class GraphBuilder {
     v.has_shape = shape.has_value();
     const int id = static_cast<int>(graph_.values.size());
     graph_.values.push_back(v);
-    graph_.value_index[name] = id;
+    graph_.value_index.Insert(name, id);
     bound_.dtypes.push_back(dtype);
     std::optional<uint64_t> bytes;
     if (shape) {
