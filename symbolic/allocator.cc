@@ -83,30 +83,14 @@ int64_t CachingAllocatorModel::NewBlock(const Block& b) {
   return static_cast<int64_t>(blocks_.size()) - 1;
 }
 
-namespace {
-
-// The first entry of a sorted free list at or after `key`.
-auto LowerBound(std::vector<std::pair<std::pair<uint64_t, uint64_t>, int64_t>>& list,
-                std::pair<uint64_t, uint64_t> key) {
-  return std::lower_bound(list.begin(), list.end(), key,
-                          [](const auto& entry, const auto& k) { return entry.first < k; });
-}
-
-}  // namespace
-
 void CachingAllocatorModel::InsertFree(int64_t id) {
   const Block& b = blocks_[static_cast<size_t>(id)];
-  FreeList& list = b.small ? free_small_ : free_large_;
-  const FreeKey key{b.size, b.addr};
-  list.insert(LowerBound(list, key), {key, id});
+  (b.small ? free_small_ : free_large_).Insert(FreeKey{b.size, b.addr}, id);
 }
 
 void CachingAllocatorModel::EraseFree(int64_t id) {
   const Block& b = blocks_[static_cast<size_t>(id)];
-  FreeList& list = b.small ? free_small_ : free_large_;
-  const FreeKey key{b.size, b.addr};
-  const auto it = LowerBound(list, key);
-  if (it != list.end() && it->first == key) list.erase(it);
+  (b.small ? free_small_ : free_large_).Erase(FreeKey{b.size, b.addr});
 }
 
 uint64_t CachingAllocatorModel::BlockSize(Handle h) const {
@@ -114,16 +98,15 @@ uint64_t CachingAllocatorModel::BlockSize(Handle h) const {
 }
 
 int64_t CachingAllocatorModel::FindFree(uint64_t rounded, bool small) {
-  FreeList& pool = small ? free_small_ : free_large_;
-  const auto it = LowerBound(pool, FreeKey{rounded, 0});
-  if (it == pool.end()) return -1;
-  const uint64_t size = it->first.first;
+  const auto found = (small ? free_small_ : free_large_).LowerBound(FreeKey{rounded, 0});
+  if (!found) return -1;
+  const uint64_t size = found->first.first;
   if (config_.max_split_size) {
     const uint64_t max_split = *config_.max_split_size;
     if (rounded < max_split && size >= max_split) return -1;
     if (rounded >= max_split && size >= rounded + config_.max_non_split_rounding_size) return -1;
   }
-  return it->second;
+  return found->second;
 }
 
 bool CachingAllocatorModel::ShouldSplit(const Block& b, uint64_t rounded) const {

@@ -17,6 +17,7 @@
 
 #include "memest/status.h"
 #include "memory/allocator_constants.h"
+#include "symbolic/free_list.h"
 
 namespace memest::symbolic {
 
@@ -115,10 +116,7 @@ class CachingAllocatorModel {
   std::vector<Block> blocks_;
   std::vector<int64_t> free_ids_;  // recycled block ids
   std::vector<Segment> segments_;
-  // Free blocks by (size, addr) -> block id, sorted. A sorted vector, not a tree: a pool holds
-  // tens of free blocks (75 at most for ResNet-50 at batch 898), and the list changes at every
-  // malloc and free, where a tree would ask the heap for a node each time.
-  using FreeList = std::vector<std::pair<FreeKey, int64_t>>;
+  // Free blocks -> block id, by (size, addr), per pool.
   FreeList free_small_, free_large_;
   uint64_t next_addr_ = kRoundLarge;  // virtual addresses of new segments
   int expandable_segment_[2] = {-1, -1};  // [small?] segment id in expandable mode

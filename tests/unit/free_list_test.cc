@@ -1,0 +1,62 @@
+// The allocator model's free list: the same best fit before and after it turns into a tree.
+#include "symbolic/free_list.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+namespace memest::symbolic {
+namespace {
+
+// Checks `list` against a std::map holding the same entries, at sizes between and beyond them.
+void ExpectSameAsMap(const FreeList& list, const std::map<FreeList::Key, int64_t>& reference) {
+  ASSERT_EQ(list.size(), reference.size());
+  for (uint64_t size = 0; size <= 70 * 512; size += 256) {
+    const FreeList::Key key{size, 0};
+    const auto want = reference.lower_bound(key);
+    const auto got = list.LowerBound(key);
+    if (want == reference.end()) {
+      EXPECT_FALSE(got.has_value()) << size;
+    } else {
+      ASSERT_TRUE(got.has_value()) << size;
+      EXPECT_EQ(got->first, want->first) << size;
+      EXPECT_EQ(got->second, want->second) << size;
+    }
+  }
+}
+
+TEST(FreeListTest, BestFitIsTheSameAsATreeBeforeAndAfterTheSwitch) {
+  FreeList list;
+  std::map<FreeList::Key, int64_t> reference;
+  std::mt19937_64 random(7);
+  int64_t id = 0;
+  // Grow past the switch, erasing now and then, and check on both sides of it.
+  for (int step = 0; step < 3 * static_cast<int>(FreeList::kTreeAbove); ++step) {
+    const FreeList::Key key{512 * (1 + random() % 64), 2097152 * (random() % 4096)};
+    if (reference.count(key) == 0) {
+      list.Insert(key, id);
+      reference.emplace(key, id++);
+    }
+    if (step % 5 == 4) {
+      const FreeList::Key gone = std::next(reference.begin(), random() % reference.size())->first;
+      list.Erase(gone);
+      reference.erase(gone);
+    }
+    if (step == 100 || step == 2 * static_cast<int>(FreeList::kTreeAbove)) {
+      ExpectSameAsMap(list, reference);
+    }
+  }
+  ExpectSameAsMap(list, reference);
+}
+
+TEST(FreeListTest, ErasingAnAbsentKeyChangesNothing) {
+  FreeList list;
+  list.Insert({1024, 0}, 3);
+  list.Erase({1024, 512});
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list.LowerBound({1, 0})->second, 3);
+}
+
+}  // namespace
+}  // namespace memest::symbolic
