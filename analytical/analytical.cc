@@ -147,7 +147,58 @@ class Accounting {
   Result<Estimate> Infer(const GpuProfile& gpu);
 
  private:
+  class SavedSet;
+  // What backward keeps, and the largest forward and backward transients with the backward's
+  // node (the loss's when its backward is the largest).
+  struct Activations {
+    Blocks saved;
+    uint64_t forward = 0, backward = 0;
+    std::string backward_node;
+  };
+  // The step's model states as this rank holds them.
+  struct ModelStates {
+    Blocks weights, cast_cache, grads, state;
+    Blocks collective;  // gathered units: live in forward and backward
+    Blocks buckets;     // DDP's gradient buckets: allocated once, kept
+    Blocks step_only;   // ZeRO's fp32 gradient partition, made for the step
+    uint64_t step_temporaries = 0;  // the optimizer step's temporaries at its peak
+
+    // What is allocated at the peak of forward/backward, with `saved` activations, the largest
+    // `transient` and the cuBLAS workspaces `ws`; and at the optimizer step's peak.
+    Blocks AtBackward(const Blocks& saved, uint64_t transient, uint64_t ws) const {
+      Blocks all = weights;
+      all.Add(cast_cache);
+      all.Add(state);
+      all.Add(saved);
+      all.Add(grads);
+      all.Add(transient);
+      all.Add(ws);
+      all.Add(collective);
+      all.Add(buckets);
+      return all;
+    }
+    Blocks AtStep(uint64_t ws) const {
+      Blocks all = weights;
+      all.Add(buckets);
+      all.Add(state);
+      all.Add(grads);
+      all.Add(step_only);
+      if (step_temporaries) all.Add(step_temporaries);
+      all.Add(ws);
+      return all;
+    }
+  };
+
   void Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cache) const;
+  Blocks OptimizerState() const;
+  Activations SavedAndTransients() const;
+  // Node k's outputs nobody keeps, its workspace and its cuDNN workspace `conv_ws`.
+  uint64_t ForwardTransient(const core::Node& n, size_t k, uint64_t conv_ws,
+                            const std::set<int>& saved_here) const;
+  // The gradients node k's backward holds at once, with its workspaces.
+  uint64_t BackwardTransient(const core::Node& n, size_t k, uint64_t conv_ws) const;
+  // Many GPUs: the rank's sharded states, DDP buckets and NCCL buffers (memory/parallel.h).
+  void ShardStates(const memory::StepTemporaries& temps, ModelStates* m, Estimate* e) const;
   uint64_t Workspace(const GpuProfile& gpu, int count) const;
   uint64_t LargestParameter() const;
   void Finish(const Blocks& all, const GpuProfile& gpu, Estimate* e) const;
@@ -214,14 +265,7 @@ void Accounting::Finish(const Blocks& all, const GpuProfile& gpu, Estimate* e) c
   e->peak_device = bd.Total();
 }
 
-Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
-  Estimate e;
-  e.backend = "analytical";
-  Blocks weights, params, cast_cache;
-  Weights(&weights, &params, &cast_cache);
-  // Gradients: one block per parameter tensor, like the parameters; optimizer state: the
-  // optimizer's tensors per parameter (memory/optimizer.h).
-  Blocks grads = params;
+Blocks Accounting::OptimizerState() const {
   Blocks state;
   state.Add(memory::SharedStateBytes(o_.optimizer));
   for (size_t i = 0; i < g_.values.size(); ++i) {
@@ -232,209 +276,247 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
       state.Add(bytes);
     }
   }
+  return state;
+}
 
-  // Saved activations (deduplicated by value), the input batch and the loss.
-  Blocks saved;
-  std::vector<bool> counted(g_.values.size(), false);
-  auto save_value = [&](int id) {
-    id = facts_.root(id);  // a view keeps its source alive
-    if (id < 0 || counted[static_cast<size_t>(id)]) return;
-    if (g_.value(id).kind == core::ValueKind::kInitializer) return;  // counted as weights
-    counted[static_cast<size_t>(id)] = true;
-    saved.Add(Eff(id));
-  };
-  for (int id : g_.data_inputs) {
-    if (plan_.input_on_stage(id, stage_)) save_value(id);
-  }
-  // Activation checkpointing: a checkpointed segment keeps only its inputs; what its nodes save
-  // exists for one segment at a time, when backward recomputes it (with its outputs).
-  const std::vector<core::CheckpointSegment> segs =
-      core::CheckpointSegments(g_, o_.checkpoint_segments);
-  const std::vector<int> seg_of = core::SegmentOfNode(g_, segs);
-  std::vector<Blocks> seg_saved(segs.size());
-  std::vector<std::set<int>> seg_counted(segs.size());
-  auto save_in_segment = [&](int id, int seg) {
-    id = facts_.root(id);
-    const core::Value& v = g_.value(id);
-    if (v.kind == core::ValueKind::kInitializer) return;
-    const core::CheckpointSegment& c = segs[static_cast<size_t>(seg)];
-    if (v.kind != core::ValueKind::kIntermediate || v.producer < c.begin || v.producer >= c.end) {
-      save_value(id);  // made outside: a segment input, kept by the checkpoint
-    } else if (seg_counted[static_cast<size_t>(seg)].insert(id).second) {
-      seg_saved[static_cast<size_t>(seg)].Add(Eff(id));
+// What backward needs kept, each value once (a view keeps its source). Under activation
+// checkpointing a segment keeps only its inputs; what its nodes save exists for one segment at a
+// time, when backward recomputes it (with its outputs), so the largest segment's set counts.
+class Accounting::SavedSet {
+ public:
+  SavedSet(const Accounting& a, std::vector<core::CheckpointSegment> segments)
+      : a_(a),
+        segs_(std::move(segments)),
+        counted_(a.g_.values.size(), false),
+        seg_saved_(segs_.size()),
+        seg_counted_(segs_.size()) {
+    for (size_t sg = 0; sg < segs_.size(); ++sg) {
+      for (int in : segs_[sg].inputs) Save(in);
+      for (int out : segs_[sg].outputs) SaveInSegment(out, static_cast<int>(sg));
     }
-  };
-  for (size_t sg = 0; sg < segs.size(); ++sg) {
-    for (int in : segs[sg].inputs) save_value(in);
-    for (int out : segs[sg].outputs) save_in_segment(out, static_cast<int>(sg));
   }
-  uint64_t tf = 0, tb = 0;
-  std::string tb_node;
+  const std::vector<core::CheckpointSegment>& segments() const { return segs_; }
+
+  // Kept outside any segment (a graph input, a segment's input, a node's save).
+  void Save(int id) {
+    id = a_.facts_.root(id);
+    if (id < 0 || counted_[static_cast<size_t>(id)]) return;
+    if (a_.g_.value(id).kind == core::ValueKind::kInitializer) return;  // counted as weights
+    counted_[static_cast<size_t>(id)] = true;
+    saved_.Add(a_.Eff(id));
+  }
+  // Saved by a node of segment `seg`: the segment's own if the segment makes it.
+  void SaveInSegment(int id, int seg) {
+    id = a_.facts_.root(id);
+    const core::Value& v = a_.g_.value(id);
+    if (v.kind == core::ValueKind::kInitializer) return;
+    const core::CheckpointSegment& c = segs_[static_cast<size_t>(seg)];
+    if (v.kind != core::ValueKind::kIntermediate || v.producer < c.begin || v.producer >= c.end) {
+      Save(id);  // made outside: a segment input, kept by the checkpoint
+    } else if (seg_counted_[static_cast<size_t>(seg)].insert(id).second) {
+      seg_saved_[static_cast<size_t>(seg)].Add(a_.Eff(id));
+    }
+  }
+  // Where bytes saved by a node of segment `seg` (-1: none) go.
+  Blocks& Into(int seg) { return seg >= 0 ? seg_saved_[static_cast<size_t>(seg)] : saved_; }
+  // Everything kept outside the segments, plus the largest segment's own.
+  Blocks Total() const {
+    Blocks all = saved_;
+    if (!seg_saved_.empty()) {
+      all.Add(*std::max_element(
+          seg_saved_.begin(), seg_saved_.end(),
+          [](const Blocks& x, const Blocks& y) { return x.allocated < y.allocated; }));
+    }
+    return all;
+  }
+
+ private:
+  const Accounting& a_;
+  const std::vector<core::CheckpointSegment> segs_;
+  std::vector<bool> counted_;
+  Blocks saved_;
+  std::vector<Blocks> seg_saved_;
+  std::vector<std::set<int>> seg_counted_;
+};
+
+uint64_t Accounting::ForwardTransient(const core::Node& n, size_t k, uint64_t conv_ws,
+                                      const std::set<int>& saved_here) const {
+  uint64_t bytes = facts_.Workspace(k);
+  bytes = SatAdd(SatAdd(bytes, conv_ws), weights_.forward_transient(k));
+  for (int out : n.outputs) {
+    if (out < 0 || saved_here.count(out) || facts_.is_view(k)) continue;
+    bytes = SatAdd(bytes, Eff(out));
+  }
+  return bytes;
+}
+
+uint64_t Accounting::BackwardTransient(const core::Node& n, size_t k, uint64_t conv_ws) const {
+  // A fused attention chain's backward is one kernel call (ops/fusion.h), run at its last node:
+  // the gradients of the chain's own outputs and of its inputs from outside, all at once.
+  uint64_t grad_bytes = 0;
+  const ops::FusedChain* chain = facts_.fusion().chain_of(k);
+  const bool fused_attention = chain != nullptr && chain->kind == ops::FusedKind::kAttention;
+  if (!fused_attention || chain->nodes.back() == k) {
+    std::vector<int> outs(n.outputs), ins(n.inputs);
+    if (fused_attention) {
+      std::set<int> o, i;
+      for (size_t m : chain->nodes) {
+        for (int out : g_.nodes[m].outputs) {
+          if (out >= 0 && !facts_.fusion().interior(out)) o.insert(out);
+        }
+        for (int in : g_.nodes[m].inputs) {
+          if (in >= 0 && !facts_.fusion().interior(in)) i.insert(in);
+        }
+      }
+      outs.assign(o.begin(), o.end());
+      ins.assign(i.begin(), i.end());
+    }
+    for (int out : outs) {
+      if (facts_.requires_grad(out)) grad_bytes = SatAdd(grad_bytes, Eff(out));
+    }
+    for (int in : ins) {
+      if (facts_.requires_grad(in) && g_.value(in).kind != core::ValueKind::kInitializer) {
+        grad_bytes = SatAdd(grad_bytes, Eff(in));
+      }
+    }
+  }
+  if (grad_bytes > 0) {
+    grad_bytes = SatAdd(SatAdd(grad_bytes, conv_ws), facts_.BackwardWorkspace(k));
+  }
+  if (!n.inputs.empty() && facts_.requires_grad(n.inputs[0])) {
+    grad_bytes = SatAdd(grad_bytes, weights_.backward_transient(k));
+  }
+  return grad_bytes;
+}
+
+Accounting::Activations Accounting::SavedAndTransients() const {
+  Activations a;
+  SavedSet saved(*this, core::CheckpointSegments(g_, o_.checkpoint_segments));
+  for (int id : g_.data_inputs) {
+    if (plan_.input_on_stage(id, stage_)) saved.Save(id);
+  }
+  const std::vector<int> seg_of = core::SegmentOfNode(g_, saved.segments());
   for (const core::Node& n : g_.nodes) {
     const size_t k = static_cast<size_t>(&n - g_.nodes.data());
     if (!OnStage(k)) continue;
     const ops::OpRule* rule = facts_.rule(k);
     std::set<int> saved_here;
     const int seg = seg_of[k];
-    Blocks& into = seg >= 0 ? seg_saved[static_cast<size_t>(seg)] : saved;
     for (const ops::SavedTensor& s : facts_.Saved(k)) {
-      if (s.value >= 0) {
-        if (seg >= 0) {
-          save_in_segment(s.value, seg);
-        } else {
-          save_value(s.value);
-        }
-        saved_here.insert(s.value);
-        // fp32-policy op on a low-precision input saves an fp32 copy (memory-model.md §5.3).
-        if (rule && rule->amp == ops::AmpPolicy::kFp32 && facts_.low(s.value) &&
-            o_.precision != Precision::kBf16) {
-          into.Add(b_.Bytes(s.value));
-        }
+      if (s.value < 0) {
+        saved.Into(seg).Add(s.bytes);
+        continue;
+      }
+      if (seg >= 0) {
+        saved.SaveInSegment(s.value, seg);
       } else {
-        into.Add(s.bytes);
+        saved.Save(s.value);
+      }
+      saved_here.insert(s.value);
+      // fp32-policy op on a low-precision input saves an fp32 copy (memory-model.md §5.3).
+      if (rule && rule->amp == ops::AmpPolicy::kFp32 && facts_.low(s.value) &&
+          o_.precision != Precision::kBf16) {
+        saved.Into(seg).Add(b_.Bytes(s.value));
       }
     }
-    // Forward transient: outputs of this node that nobody keeps, plus its workspace.
     const uint64_t conv_ws =
         memory::ConvWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces);
-    uint64_t out_bytes = facts_.Workspace(k);
-    out_bytes = SatAdd(SatAdd(out_bytes, conv_ws), weights_.forward_transient(k));
-    for (int out : n.outputs) {
-      if (out < 0 || saved_here.count(out) || facts_.is_view(k)) continue;
-      out_bytes = SatAdd(out_bytes, Eff(out));
-    }
-    tf = std::max(tf, out_bytes);
-    // Backward transient: incoming gradients of outputs + outgoing gradients of activations. A
-    // fused attention chain's backward is one kernel call (ops/fusion.h), run at its last node:
-    // the gradients of the chain's own outputs and of its inputs from outside, all at once.
-    uint64_t grad_bytes = 0;
-    const ops::FusedChain* chain = facts_.fusion().chain_of(k);
-    const bool fused_attention = chain != nullptr && chain->kind == ops::FusedKind::kAttention;
-    if (!fused_attention || chain->nodes.back() == k) {
-      std::vector<int> outs(n.outputs), ins(n.inputs);
-      if (fused_attention) {
-        std::set<int> o, i;
-        for (size_t m : chain->nodes) {
-          for (int out : g_.nodes[m].outputs) {
-            if (out >= 0 && !facts_.fusion().interior(out)) o.insert(out);
-          }
-          for (int in : g_.nodes[m].inputs) {
-            if (in >= 0 && !facts_.fusion().interior(in)) i.insert(in);
-          }
-        }
-        outs.assign(o.begin(), o.end());
-        ins.assign(i.begin(), i.end());
-      }
-      for (int out : outs) {
-        if (facts_.requires_grad(out)) grad_bytes = SatAdd(grad_bytes, Eff(out));
-      }
-      for (int in : ins) {
-        if (facts_.requires_grad(in) && g_.value(in).kind != core::ValueKind::kInitializer) {
-          grad_bytes = SatAdd(grad_bytes, Eff(in));
-        }
-      }
-    }
-    if (grad_bytes > 0)
-      grad_bytes = SatAdd(SatAdd(grad_bytes, conv_ws), facts_.BackwardWorkspace(k));
-    if (!n.inputs.empty() && facts_.requires_grad(n.inputs[0])) {
-      grad_bytes = SatAdd(grad_bytes, weights_.backward_transient(k));
-    }
-    if (grad_bytes > tb) {
-      tb = grad_bytes;
-      tb_node = n.name;
+    a.forward = std::max(a.forward, ForwardTransient(n, k, conv_ws, saved_here));
+    const uint64_t backward = BackwardTransient(n, k, conv_ws);
+    if (backward > a.backward) {
+      a.backward = backward;
+      a.backward_node = n.name;
     }
   }
-  if (!seg_saved.empty()) {
-    saved.Add(*std::max_element(
-        seg_saved.begin(), seg_saved.end(),
-        [](const Blocks& a, const Blocks& b) { return a.allocated < b.allocated; }));
-  }
+  a.saved = saved.Total();
   // Loss on the first graph output (options.h Loss), on the stage that computes it.
   const int first_out = g_.outputs.empty() ? -1 : g_.outputs.front();
   const int out_producer = first_out < 0 ? -1 : g_.value(first_out).producer;
   if (first_out >= 0 && (out_producer < 0 ? stage_ == plan_.stages() - 1
                                           : OnStage(static_cast<size_t>(out_producer)))) {
     const memory::LossTensors loss = memory::LossTensorsFor(b_, facts_, o_, first_out);
-    if (loss.cross_entropy) saved.Add(loss.log_probs);
-    saved.Add(loss.targets);
-    if (loss.BackwardPeak() > tb) {
-      tb = loss.BackwardPeak();
-      tb_node = "loss";
+    if (loss.cross_entropy) a.saved.Add(loss.log_probs);
+    a.saved.Add(loss.targets);
+    if (loss.BackwardPeak() > a.backward) {
+      a.backward = loss.BackwardPeak();
+      a.backward_node = "loss";
     }
   }
+  return a;
+}
+
+void Accounting::ShardStates(const memory::StepTemporaries& temps, ModelStates* m,
+                             Estimate* e) const {
+  if (!o_.parallel.enabled()) return;
+  const memory::RankStates r =
+      memory::ShardModelStates(memory::RankParameters(b_, facts_, plan_, stage_), o_);
+  if (!r.unsharded) {
+    Blocks others;  // buffers and constants: never sharded
+    for (size_t i = 0; i < g_.values.size(); ++i) {
+      const core::Value& v = g_.values[i];
+      if (!v.trainable && Held(v, static_cast<int>(i))) others.Add(Eff(static_cast<int>(i)));
+    }
+    m->weights = others;
+    m->weights.Add(r.weights);
+    m->grads = Blocks();
+    m->grads.Add(r.gradients);
+    m->state = Blocks();
+    m->state.Add(r.optimizer_state);
+    m->cast_cache = Blocks();  // the model runs in its low dtype: no autocast copies
+    m->collective.Add(r.gathered);
+    m->step_only.Add(r.fp32_grad_buffer);
+    m->step_temporaries = temps.lists > 0 ? r.gradients : 0;  // one shard-sized list
+  }
+  for (uint64_t size : memory::BucketSizes(r.buckets, o_.parallel)) m->buckets.Add(size);
+  e->host_bytes = r.host;
+  e->breakdown.nccl_buffers = memory::NcclBufferBytes(plan_);
+}
+
+Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
+  Estimate e;
+  e.backend = "analytical";
+  ModelStates m;
+  Blocks params;
+  Weights(&m.weights, &params, &m.cast_cache);
+  // Gradients: one block per parameter tensor, like the parameters; optimizer state: the
+  // optimizer's tensors per parameter (memory/optimizer.h).
+  m.grads = params;
+  m.state = OptimizerState();
+  const Activations act = SavedAndTransients();
   // The optimizer step's temporaries at its peak (memory/optimizer.h): one parameter-sized list,
   // or the single-tensor step's copies of the largest parameter.
   const memory::StepTemporaries temps = memory::StepTemporariesFor(o_);
-  uint64_t to = temps.lists > 0
-                    ? params.requested
-                    : SatMul(LargestParameter(), static_cast<uint64_t>(temps.per_parameter));
+  m.step_temporaries =
+      temps.lists > 0 ? params.requested
+                      : SatMul(LargestParameter(), static_cast<uint64_t>(temps.per_parameter));
   const uint64_t ws = Workspace(gpu, 2);
-
   // Many GPUs: the rank's model states and collective buffers (memory/parallel.h).
-  Blocks collective;  // gathered units: live in forward and backward
-  Blocks buckets;     // DDP's gradient buckets: allocated once, kept
-  Blocks step_only;   // ZeRO's fp32 gradient partition, made for the step
-  if (o_.parallel.enabled()) {
-    const memory::RankStates r =
-        memory::ShardModelStates(memory::RankParameters(b_, facts_, plan_, stage_), o_);
-    if (!r.unsharded) {
-      Blocks others;  // buffers and constants: never sharded
-      for (size_t i = 0; i < g_.values.size(); ++i) {
-        const core::Value& v = g_.values[i];
-        if (!v.trainable && Held(v, static_cast<int>(i))) others.Add(Eff(static_cast<int>(i)));
-      }
-      weights = others;
-      weights.Add(r.weights);
-      grads = Blocks();
-      grads.Add(r.gradients);
-      state = Blocks();
-      state.Add(r.optimizer_state);
-      cast_cache = Blocks();  // the model runs in its low dtype: no autocast copies
-      collective.Add(r.gathered);
-      step_only.Add(r.fp32_grad_buffer);
-      to = temps.lists > 0 ? r.gradients : 0;  // one shard-sized list
-    }
-    for (uint64_t size : memory::BucketSizes(r.buckets, o_.parallel)) buckets.Add(size);
-    e.host_bytes = r.host;
-    e.breakdown.nccl_buffers = memory::NcclBufferBytes(plan_);
-  }
+  ShardStates(temps, &m, &e);
   // 1F1B: the stage holds the saved activations of this many micro-batches at once.
   Blocks saved_all;
-  for (int i = 0; i < plan_.in_flight(stage_); ++i) saved_all.Add(saved);
+  for (int i = 0; i < plan_.in_flight(stage_); ++i) saved_all.Add(act.saved);
+  const uint64_t transient = std::max(act.forward, act.backward);
 
-  Blocks fwdbwd = weights;
-  fwdbwd.Add(cast_cache);
-  fwdbwd.Add(state);
-  fwdbwd.Add(saved_all);
-  fwdbwd.Add(grads);
-  fwdbwd.Add(std::max(tf, tb));
-  fwdbwd.Add(ws);
-  fwdbwd.Add(collective);
-  fwdbwd.Add(buckets);
-  Blocks step = weights;
-  step.Add(buckets);
-  step.Add(state);
-  step.Add(grads);
-  step.Add(step_only);
-  if (to) step.Add(to);
-  step.Add(ws);
+  const Blocks fwdbwd = m.AtBackward(saved_all, transient, ws);
+  const Blocks step = m.AtStep(ws);
 
   Breakdown& bd = e.breakdown;
-  bd.weights = SatAdd(weights.requested, 0);
-  bd.gradients = grads.requested;
-  bd.optimizer_state = state.requested;
+  bd.weights = SatAdd(m.weights.requested, 0);
+  bd.gradients = m.grads.requested;
+  bd.optimizer_state = m.state.requested;
   if (fwdbwd.Reserved() >= step.Reserved()) {
-    bd.weights = SatAdd(bd.weights, cast_cache.requested);
+    bd.weights = SatAdd(bd.weights, m.cast_cache.requested);
     bd.saved_activations = saved_all.requested;
-    bd.transient = SatAdd(std::max(tf, tb), ws);
-    bd.collective_buffers = SatAdd(collective.requested, buckets.requested);
+    bd.transient = SatAdd(transient, ws);
+    bd.collective_buffers = SatAdd(m.collective.requested, m.buckets.requested);
     e.peak_phase = Phase::kBackward;
-    e.peak_node = tb >= tf ? tb_node : "";
+    e.peak_node = act.backward >= act.forward ? act.backward_node : "";
+
     Finish(fwdbwd, gpu, &e);
   } else {
-    bd.gradients = SatAdd(bd.gradients, step_only.requested);
-    bd.collective_buffers = buckets.requested;
-    bd.transient = SatAdd(to, ws);
+    bd.gradients = SatAdd(bd.gradients, m.step_only.requested);
+    bd.collective_buffers = m.buckets.requested;
+    bd.transient = SatAdd(m.step_temporaries, ws);
     e.peak_phase = Phase::kOptimizerStep;
     Finish(step, gpu, &e);
   }
