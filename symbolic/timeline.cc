@@ -167,6 +167,17 @@ class Sim {
   std::vector<int> InputRoots(const core::Node& n, int seg) const;
   void Loss();
   void Backward();
+  // The loss's backward: its seed and the gradient of the first output (memory/loss.h).
+  void LossBackward();
+  // One node of the backward, in reverse order: its input gradients, workspaces, and the
+  // release of what it saved.
+  void BackwardNode(size_t kk);
+  // The gradients of node kk's inputs, made from its output gradients.
+  void InputGradients(size_t kk);
+  // Accumulates gradient g into input `in`'s gradient (a parameter's .grad, or an activation's).
+  void Deliver(int in, Tensor g);
+  // release_variables: node kk's saved tensors, AMP weight copies and extras.
+  void ReleaseSaved(size_t kk, int seg);
   void Step(int it);
   void Infer();
   // Many GPUs: the rank's sharded states and the units ZeRO-3/FSDP gather (memory/parallel.h).
@@ -735,123 +746,140 @@ void Sim::Loss() {
   loss_ = Malloc(4, Category::kTransient);
 }
 
+void Sim::LossBackward() {
+  if (loss_value_ < 0) return;
+  Tensor seed = Malloc(4, Category::kTransient);  // ones_like(loss)
+  // memory/loss.h: cross-entropy's gradient of the log-probs, then of the output while both
+  // are alive (the first dies with NllLossBackward's release_variables); MSE's one gradient.
+  // Measured on the CPU harness, datasets/measured/cpu/bundled.jsonl.
+  Tensor grad_log_probs =
+      loss_tensors_.cross_entropy ? Malloc(loss_tensors_.log_probs, Category::kTransient) : -1;
+  if (loss_tensors_.cross_entropy) Free(&seed);
+  grad_[static_cast<size_t>(loss_value_)] = Malloc(loss_tensors_.output_grad, Category::kTransient);
+  Free(&grad_log_probs);
+  Free(&seed);
+  Free(&log_probs_);
+}
+
+void Sim::Deliver(int in, Tensor g) {
+  if (sharded_ && facts_.trainable(in)) {
+    Free(&g);  // written into the rank's gradient buffer (or the unit's, then scattered)
+    return;
+  }
+  Tensor& slot =
+      facts_.trainable(in) ? param_grad_[static_cast<size_t>(in)] : grad_[static_cast<size_t>(in)];
+  if (slot < 0) {
+    if (facts_.trainable(in) && g >= 0) {
+      // Stolen into .grad (memory-model.md §3.1): re-label it as a parameter gradient.
+      Relabel(g, Category::kGradients);
+    }
+    slot = g;
+  } else {
+    Free(&g);  // added in place into the existing buffer
+  }
+}
+
+void Sim::InputGradients(size_t kk) {
+  const core::Node& n = g_.nodes[kk];
+  const ops::OpRule* rule = facts_.rule(kk);
+  if (rule && rule->view) {
+    // The gradient of a view is a view of the output gradient: pass the buffer through.
+    Tensor g = -1;
+    for (int out : n.outputs) {
+      if (out >= 0 && grad_[static_cast<size_t>(out)] >= 0 && g < 0) {
+        g = grad_[static_cast<size_t>(out)];
+        grad_[static_cast<size_t>(out)] = -1;
+      }
+    }
+    if (!n.inputs.empty() && facts_.requires_grad(n.inputs[0])) {
+      Deliver(n.inputs[0], g);
+    } else {
+      Free(&g);
+    }
+    return;
+  }
+  // The input's gradient is computed from the dequantized weight (memory/weight_storage.h).
+  Tensor dequantized = !n.inputs.empty() && facts_.requires_grad(n.inputs[0])
+                           ? Malloc(weights_.backward_transient(kk), Category::kTransient)
+                           : -1;
+  // An attention kernel's backward buffers (ops/attention.h), alive while the input gradients
+  // are made.
+  Tensor bws = Malloc(facts_.BackwardWorkspace(kk), Category::kTransient);
+  for (int in : n.inputs) {
+    if (!facts_.requires_grad(in)) continue;
+    Deliver(in, Malloc(facts_.bytes(in), Category::kTransient));
+  }
+  Free(&bws);
+  Free(&dequantized);
+}
+
+void Sim::ReleaseSaved(size_t kk, int seg) {
+  const ops::OpRule* rule = facts_.rule(kk);
+  std::set<int> released;
+  for (const auto& s : saved_[kk]) {
+    if (s.value < 0) continue;
+    const core::Value& v = g_.value(s.value);
+    if (v.kind == core::ValueKind::kInitializer) {
+      const size_t p = static_cast<size_t>(s.value);
+      if (cast_[p] >= 0 && rule && rule->amp == ops::AmpPolicy::kLowerPrecision &&
+          --cast_left_[p] == 0) {
+        Free(&cast_[p]);
+      }
+      continue;
+    }
+    const int r = facts_.root(s.value);
+    // In a recomputed segment, only what the recomputation made is counted per node; the
+    // segment's inputs are held by the checkpoint until ReleaseSegment.
+    if (seg >= 0 && !MadeIn(r, seg)) continue;
+    if (released.insert(r).second) {
+      --saved_left_[static_cast<size_t>(r)];
+      FreeIfDead(r);
+    }
+  }
+  for (Tensor& t : extras_[kk]) Free(&t);
+  extras_[kk].clear();
+}
+
+void Sim::BackwardNode(size_t kk) {
+  const core::Node& n = g_.nodes[kk];
+  node_ = static_cast<int>(kk);
+  const int seg = Checkpointed(kk) ? seg_of_[kk] : -1;
+  if (seg >= 0 && static_cast<int>(kk) == ckpt_[static_cast<size_t>(seg)].end - 1) {
+    Recompute(seg);
+    node_ = static_cast<int>(kk);
+  }
+  GatherBackward(kk);
+  const ops::OpRule* rule = facts_.rule(kk);
+  bool needs = false, has_out_grad = false;
+  for (int in : n.inputs) needs = needs || facts_.requires_grad(in);
+  for (int out : n.outputs)
+    has_out_grad = has_out_grad || (out >= 0 && grad_[static_cast<size_t>(out)] >= 0);
+  if (needs && has_out_grad) {
+    if (o_.library_workspaces && ws_backward_ < 0 && rule && rule->uses_cublas) {
+      ws_backward_ = Malloc(gpu_.cublas_workspace.bytes, Category::kTransient);
+    }
+    InputGradients(kk);
+    // cuDNN's backward calls run while the output's and the inputs' gradients are alive.
+    ConvWorkspace(kk);
+  }
+  for (int out : n.outputs) {
+    if (out >= 0) Free(&grad_[static_cast<size_t>(out)]);
+  }
+  // release_variables: saved tensors die with their node (memory-model.md §3.1).
+  ReleaseSaved(kk, seg);
+  if (seg >= 0 && static_cast<int>(kk) == ckpt_[static_cast<size_t>(seg)].begin) {
+    ReleaseSegment(seg);
+  }
+  ReduceScatter(kk);
+}
+
 void Sim::Backward() {
   phase_ = Phase::kBackward;
   if (sharded_ && flat_grads_ < 0) flat_grads_ = Malloc(rank_.gradients, Category::kGradients);
-  if (loss_value_ >= 0) {
-    Tensor seed = Malloc(4, Category::kTransient);  // ones_like(loss)
-    // memory/loss.h: cross-entropy's gradient of the log-probs, then of the output while both
-    // are alive (the first dies with NllLossBackward's release_variables); MSE's one gradient.
-    // Measured on the CPU harness, datasets/measured/cpu/bundled.jsonl.
-    Tensor grad_log_probs =
-        loss_tensors_.cross_entropy ? Malloc(loss_tensors_.log_probs, Category::kTransient) : -1;
-    if (loss_tensors_.cross_entropy) Free(&seed);
-    grad_[static_cast<size_t>(loss_value_)] =
-        Malloc(loss_tensors_.output_grad, Category::kTransient);
-    Free(&grad_log_probs);
-    Free(&seed);
-    Free(&log_probs_);
-  }
+  LossBackward();
   ReceiveGradients();
   for (size_t kk = g_.nodes.size(); kk-- > 0;) {
-    if (!OnStage(kk)) continue;
-    const core::Node& n = g_.nodes[kk];
-    node_ = static_cast<int>(kk);
-    const int seg = Checkpointed(kk) ? seg_of_[kk] : -1;
-    if (seg >= 0 && static_cast<int>(kk) == ckpt_[static_cast<size_t>(seg)].end - 1) {
-      Recompute(seg);
-      node_ = static_cast<int>(kk);
-    }
-    GatherBackward(kk);
-    const ops::OpRule* rule = facts_.rule(kk);
-    bool needs = false, has_out_grad = false;
-    for (int in : n.inputs) needs = needs || facts_.requires_grad(in);
-    for (int out : n.outputs)
-      has_out_grad = has_out_grad || (out >= 0 && grad_[static_cast<size_t>(out)] >= 0);
-    if (needs && has_out_grad) {
-      if (o_.library_workspaces && ws_backward_ < 0 && rule && rule->uses_cublas) {
-        ws_backward_ = Malloc(gpu_.cublas_workspace.bytes, Category::kTransient);
-      }
-      auto deliver = [&](int in, Tensor g) {  // accumulate into the input's gradient
-        if (sharded_ && facts_.trainable(in)) {
-          Free(&g);  // written into the rank's gradient buffer (or the unit's, then scattered)
-          return;
-        }
-        Tensor& slot = facts_.trainable(in) ? param_grad_[static_cast<size_t>(in)]
-                                            : grad_[static_cast<size_t>(in)];
-        if (slot < 0) {
-          if (facts_.trainable(in) && g >= 0) {
-            // Stolen into .grad (memory-model.md §3.1): re-label it as a parameter gradient.
-            Relabel(g, Category::kGradients);
-          }
-          slot = g;
-        } else {
-          Free(&g);  // added in place into the existing buffer
-        }
-      };
-      if (rule && rule->view) {
-        // The gradient of a view is a view of the output gradient: pass the buffer through.
-        Tensor g = -1;
-        for (int out : n.outputs) {
-          if (out >= 0 && grad_[static_cast<size_t>(out)] >= 0 && g < 0) {
-            g = grad_[static_cast<size_t>(out)];
-            grad_[static_cast<size_t>(out)] = -1;
-          }
-        }
-        if (!n.inputs.empty() && facts_.requires_grad(n.inputs[0])) {
-          deliver(n.inputs[0], g);
-        } else {
-          Free(&g);
-        }
-      } else {
-        // The input's gradient is computed from the dequantized weight (memory/weight_storage.h).
-        Tensor dequantized = !n.inputs.empty() && facts_.requires_grad(n.inputs[0])
-                                 ? Malloc(weights_.backward_transient(kk), Category::kTransient)
-                                 : -1;
-        // An attention kernel's backward buffers (ops/attention.h), alive while the input
-        // gradients are made.
-        Tensor bws = Malloc(facts_.BackwardWorkspace(kk), Category::kTransient);
-        for (int in : n.inputs) {
-          if (!facts_.requires_grad(in)) continue;
-          deliver(in, Malloc(facts_.bytes(in), Category::kTransient));
-        }
-        Free(&bws);
-        Free(&dequantized);
-      }
-      // cuDNN's backward calls run while the output's and the inputs' gradients are alive.
-      ConvWorkspace(kk);
-    }
-    for (int out : n.outputs) {
-      if (out >= 0) Free(&grad_[static_cast<size_t>(out)]);
-    }
-    // release_variables: saved tensors die with their node (memory-model.md §3.1).
-    std::set<int> released;
-    for (const auto& s : saved_[kk]) {
-      if (s.value < 0) continue;
-      const core::Value& v = g_.value(s.value);
-      if (v.kind == core::ValueKind::kInitializer) {
-        const size_t p = static_cast<size_t>(s.value);
-        if (cast_[p] >= 0 && rule && rule->amp == ops::AmpPolicy::kLowerPrecision &&
-            --cast_left_[p] == 0) {
-          Free(&cast_[p]);
-        }
-        continue;
-      }
-      const int r = facts_.root(s.value);
-      // In a recomputed segment, only what the recomputation made is counted per node; the
-      // segment's inputs are held by the checkpoint until ReleaseSegment.
-      if (seg >= 0 && !MadeIn(r, seg)) continue;
-      if (released.insert(r).second) {
-        --saved_left_[static_cast<size_t>(r)];
-        FreeIfDead(r);
-      }
-    }
-    for (Tensor& t : extras_[kk]) Free(&t);
-    extras_[kk].clear();
-    if (seg >= 0 && static_cast<int>(kk) == ckpt_[static_cast<size_t>(seg)].begin) {
-      ReleaseSegment(seg);
-    }
-    ReduceScatter(kk);
+    if (OnStage(kk)) BackwardNode(kk);
   }
   node_ = -1;
   ReleaseReceived();
