@@ -124,25 +124,18 @@ std::string DescribeUnbound(const std::vector<Unbound>& unbound) {
 
 }  // namespace
 
-Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
-  MEMEST_RETURN_IF_ERROR(Validate(options));
-  BoundGraph b;
-  b.graph = &graph;
-  const size_t n = graph.values.size();
-  b.dtypes.assign(n, 0);
-  b.shapes.assign(n, std::nullopt);
-  b.bytes.assign(n, std::nullopt);
+namespace {
 
-  const SymbolicShapes* sym = graph.symbolic.get();
-  if (sym == nullptr || sym->types.size() != n) {
-    return Internal("the graph has no inferred shapes: load models with LoadModel");
-  }
-
-  // Data inputs: their dims, and the symbols they bind.
+// Binds the data inputs' dims (options.batch, options.dims) into b->bindings, and gives each atom
+// of the symbolic shapes that an input dim is its value (nullopt: not an input dim).
+Result<std::vector<std::optional<int64_t>>> BindDataInputs(const Graph& graph,
+                                                           const SymbolicShapes& sym,
+                                                           const Options& options,
+                                                           BoundGraph* b) {
   std::vector<Unbound> unbound;
   bool batch_used = false;
   std::vector<std::vector<int64_t>> input_dims(graph.data_inputs.size());
-  std::vector<std::optional<int64_t>> by_atom(sym->table.size());
+  std::vector<std::optional<int64_t>> by_atom(sym.table.size());
   std::unordered_map<int, size_t> data_input_position;  // value id -> index in data_inputs
   data_input_position.reserve(graph.data_inputs.size());
   for (size_t k = 0; k < graph.data_inputs.size(); ++k) {
@@ -156,9 +149,9 @@ Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
     const size_t k = position->second;
     const Value& v = graph.value(id);
     if (!v.dims.empty() && !v.dims[0].known() && options.batch) batch_used = true;
-    MEMEST_RETURN_IF_ERROR(BindInput(v, in, options, &input_dims[k], &b.bindings, &unbound));
+    MEMEST_RETURN_IF_ERROR(BindInput(v, in, options, &input_dims[k], &b->bindings, &unbound));
     const std::vector<AtomId>& atoms =
-        k < sym->input_atoms.size() ? sym->input_atoms[k] : std::vector<AtomId>();
+        k < sym.input_atoms.size() ? sym.input_atoms[k] : std::vector<AtomId>();
     for (size_t i = 0; i < atoms.size() && i < input_dims[k].size(); ++i) {
       if (atoms[i] >= 0 && input_dims[k][i] >= 0) {
         by_atom[static_cast<size_t>(atoms[i])] = input_dims[k][i];
@@ -168,31 +161,34 @@ Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
   if (!unbound.empty()) return UnboundDim(DescribeUnbound(unbound));
   MEMEST_RETURN_IF_ERROR(CheckBatchApplies(graph, options, batch_used));
   for (const auto& [name, value] : options.dims) {
-    if (!b.bindings.count(name)) {
+    if (!b->bindings.count(name)) {
       return InvalidArgument("dim '" + name + "' does not appear in the model's inputs" +
                              DescribeSymbols(graph) + ": --dim " + name + "=" +
                              std::to_string(value) + " would be ignored");
     }
   }
+  return by_atom;
+}
 
-  // Evaluate the symbolic shapes at these dims.
-  const AtomValues atoms = sym->table.Evaluate(by_atom);
-  if (auto broken = sym->table.CheckAssumptions(atoms)) {
+// Every non-initializer's dims from its symbolic shape at `atoms`, into b->shapes (dtypes too).
+Status EvaluateShapes(const Graph& graph, const SymbolicShapes& sym, const AtomValues& atoms,
+                      BoundGraph* b) {
+  if (auto broken = sym.table.CheckAssumptions(atoms)) {
     const int64_t site = broken->assumption->site;
     const std::string where = site >= 0 && static_cast<size_t>(site) < graph.nodes.size()
                                   ? graph.nodes[static_cast<size_t>(site)].Describe()
                                   : std::string("a broadcast");
-    return InvalidArgument(where + ": " + broken->Describe(sym->table) +
+    return InvalidArgument(where + ": " + broken->Describe(sym.table) +
                            ": the model cannot take these dims");
   }
-  for (size_t id = 0; id < n; ++id) {
+  for (size_t id = 0; id < graph.values.size(); ++id) {
     const Value& v = graph.values[id];
-    const SymTensor& t = sym->types[id];
-    b.dtypes[id] = t.dtype;
+    const SymTensor& t = sym.types[id];
+    b->dtypes[id] = t.dtype;
     if (v.kind == ValueKind::kInitializer || !t.shape) continue;
     auto dims = EvaluateDims(*t.shape, atoms);
     if (dims.ok()) {
-      b.shapes[id] = std::move(dims).value();
+      b->shapes[id] = std::move(dims).value();
     } else if (dims.status().code() == ErrorCode::kOverflow) {
       return Overflow("tensor '" + v.name + "' has a dim that overflows 64 bits at these dims (" +
                       dims.status().message() + "): check the batch and dim values");
@@ -204,103 +200,146 @@ Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
                              " at these dims: the model cannot take them");
     }
   }
-
-  if (sym->rule_failures > 0) {  // a node its shape rule rejects is malformed: never estimated
+  if (sym.rule_failures > 0) {  // a node its shape rule rejects is malformed: never estimated
     std::string examples;
-    for (const auto& e : sym->failure_examples) examples += (examples.empty() ? "" : "; ") + e;
-    return InvalidModel(std::to_string(sym->rule_failures) +
+    for (const auto& e : sym.failure_examples) examples += (examples.empty() ? "" : "; ") + e;
+    return InvalidModel(std::to_string(sym.rule_failures) +
                         " node(s) rejected by their shape rule: " + examples);
   }
+  return Status::Ok();
+}
 
-  // What the shape rules left unknown: ONNX's shape inference, only when it may help.
-  if (sym->any_fallback) {
-    std::vector<bool> wanted(n, false);
-    int count = 0;
-    for (size_t id = 0; id < n; ++id) {
-      wanted[id] = sym->needs_fallback[id] && (!b.shapes[id] || b.dtypes[id] == 0);
-      count += wanted[id] ? 1 : 0;
-    }
-    if (count > 0) {
-      MEMEST_RETURN_IF_ERROR(
-          InferWithOnnx(graph, *sym, atoms, wanted, {&b.dtypes, &b.shapes, &b.diagnostics}));
-      std::string ops;
-      for (const auto& op : sym->ops_without_rule) ops += (ops.empty() ? "" : ", ") + op;
-      b.diagnostics.push_back(
-          {Severity::kInfo, "shape_fallback",
-           std::to_string(count) +
-               " tensor(s) were sized by ONNX shape inference, not memest's "
-               "shape rules" +
-               (ops.empty() ? std::string() : " (ops without a shape rule: " + ops + ")"),
-           "", ""});
+// What the shape rules left unknown: ONNX's shape inference, only when it may help.
+Status FallBackOnOnnx(const Graph& graph, const SymbolicShapes& sym, const AtomValues& atoms,
+                      BoundGraph* b) {
+  if (!sym.any_fallback) return Status::Ok();
+  const size_t n = graph.values.size();
+  std::vector<bool> wanted(n, false);
+  int count = 0;
+  for (size_t id = 0; id < n; ++id) {
+    wanted[id] = sym.needs_fallback[id] && (!b->shapes[id] || b->dtypes[id] == 0);
+    count += wanted[id] ? 1 : 0;
+  }
+  if (count == 0) return Status::Ok();
+  MEMEST_RETURN_IF_ERROR(
+      InferWithOnnx(graph, sym, atoms, wanted, {&b->dtypes, &b->shapes, &b->diagnostics}));
+  std::string ops;
+  for (const auto& op : sym.ops_without_rule) ops += (ops.empty() ? "" : ", ") + op;
+  b->diagnostics.push_back(
+      {Severity::kInfo, "shape_fallback",
+       std::to_string(count) +
+           " tensor(s) were sized by ONNX shape inference, not memest's "
+           "shape rules" +
+           (ops.empty() ? std::string() : " (ops without a shape rule: " + ops + ")"),
+       "", ""});
+  return Status::Ok();
+}
+
+// The file's declared shape of a value inference left without dims, with the bindings
+// substituted (nullopt when a dim stays unknown).
+std::optional<std::vector<int64_t>> DeclaredDims(const Value& v, const BoundGraph& b) {
+  std::vector<int64_t> dims;
+  for (const Dim& d : v.dims) {
+    if (d.known()) {
+      dims.push_back(d.value);
+    } else if (auto it = b.bindings.find(d.param); d.symbolic() && it != b.bindings.end()) {
+      dims.push_back(it->second);
+    } else {
+      return std::nullopt;
     }
   }
-  std::set<std::string> unknown_ops;
-  for (size_t id = 0; id < n; ++id) {
+  return dims;
+}
+
+// Sizes every value whose shape and dtype are known (b->bytes); counts the intermediates left
+// unknown, with the ops that make them.
+Status SizeTensors(const Graph& graph, BoundGraph* b, std::set<std::string>* unknown_ops) {
+  for (size_t id = 0; id < graph.values.size(); ++id) {
     const Value& v = graph.values[id];
     if (v.kind == ValueKind::kInitializer) {
-      b.dtypes[id] = v.dtype;
+      b->dtypes[id] = v.dtype;
       std::vector<int64_t> dims;
       for (const Dim& d : v.dims) dims.push_back(d.value);
-      b.shapes[id] = std::move(dims);
-    } else if (!b.shapes[id] && v.has_shape) {
-      // Fall back on the file's declared shape, with bindings substituted.
-      std::vector<int64_t> dims;
-      bool ok = true;
-      for (const Dim& d : v.dims) {
-        if (d.known()) {
-          dims.push_back(d.value);
-        } else if (auto it = b.bindings.find(d.param); d.symbolic() && it != b.bindings.end()) {
-          dims.push_back(it->second);
-        } else {
-          ok = false;
-          break;
-        }
-      }
-      if (ok) b.shapes[id] = std::move(dims);
+      b->shapes[id] = std::move(dims);
+    } else if (!b->shapes[id] && v.has_shape) {
+      b->shapes[id] = DeclaredDims(v, *b);
     }
-    if (!b.dtypes[id] && v.dtype) b.dtypes[id] = v.dtype;
-    if (b.shapes[id] && DTypeSize(b.dtypes[id]) > 0) {
-      auto numel = CheckedNumel(*b.shapes[id]);
-      auto bytes = numel ? CheckedMul(*numel, DTypeSize(b.dtypes[id])) : std::nullopt;
+    if (!b->dtypes[id] && v.dtype) b->dtypes[id] = v.dtype;
+    if (b->shapes[id] && DTypeSize(b->dtypes[id]) > 0) {
+      auto numel = CheckedNumel(*b->shapes[id]);
+      auto bytes = numel ? CheckedMul(*numel, DTypeSize(b->dtypes[id])) : std::nullopt;
       if (!bytes) {
         std::string dims;
-        for (int64_t d : *b.shapes[id]) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+        for (int64_t d : *b->shapes[id]) dims += (dims.empty() ? "" : ",") + std::to_string(d);
         return Overflow("tensor '" + v.name + "' with dims [" + dims +
                         "] has a byte size that overflows 64 bits");
       }
-      b.bytes[id] = *bytes;
+      b->bytes[id] = *bytes;
     } else if (v.kind == ValueKind::kIntermediate && (!v.consumers.empty() || v.graph_output)) {
-      ++b.unknown_shapes;
-      if (v.producer >= 0) unknown_ops.insert(graph.nodes[static_cast<size_t>(v.producer)].op_type);
+      ++b->unknown_shapes;
+      if (v.producer >= 0) {
+        unknown_ops->insert(graph.nodes[static_cast<size_t>(v.producer)].op_type);
+      }
     }
   }
   // Sums of many tensors must stay far from 64 bits too. A training step holds a few times the
   // sum (gradients, optimizer state, gradients of activations, workspaces), so the bound is
   // 64 PiB -- a million times any GPU -- which keeps every backend's total below 2^60.
   uint64_t total = 0;
-  for (const auto& bytes : b.bytes) {
+  for (const auto& bytes : b->bytes) {
     if (bytes && (!CheckedAdd(total, *bytes) || (total += *bytes) > kMaxTotalTensorBytes)) {
       return Overflow(
           "the model's tensors at these dims add up to more than 64 PiB: check the "
           "batch and dim values");
     }
   }
-  if (b.unknown_shapes > 0) {
-    std::string ops;
-    for (const auto& op : unknown_ops) ops += (ops.empty() ? "" : ", ") + op;
-    if (!options.allow_unknown_shapes) {  // never a number that rests on guessed sizes
-      return Unsupported(std::to_string(b.unknown_shapes) +
-                         " tensor(s) have no inferred shape (produced by: " + ops +
-                         "): their sizes depend on data or on ops memest cannot size; refusing "
-                         "to guess (Options::allow_unknown_shapes / --allow-unknown-shapes "
-                         "estimates them conservatively)");
-    }
-    b.diagnostics.push_back({Severity::kWarning, "unknown_shapes",
-                             std::to_string(b.unknown_shapes) +
-                                 " tensor(s) have no inferred shape (produced by: " + ops +
-                                 "); they are counted conservatively",
-                             "", ""});
+  return Status::Ok();
+}
+
+// Tensors without a size: refused (never a number that rests on guessed sizes) unless the
+// options allow them, then counted conservatively with a warning.
+Status CheckUnknownShapes(const std::set<std::string>& unknown_ops, const Options& options,
+                          BoundGraph* b) {
+  if (b->unknown_shapes == 0) return Status::Ok();
+  std::string ops;
+  for (const auto& op : unknown_ops) ops += (ops.empty() ? "" : ", ") + op;
+  if (!options.allow_unknown_shapes) {
+    return Unsupported(std::to_string(b->unknown_shapes) +
+                       " tensor(s) have no inferred shape (produced by: " + ops +
+                       "): their sizes depend on data or on ops memest cannot size; refusing "
+                       "to guess (Options::allow_unknown_shapes / --allow-unknown-shapes "
+                       "estimates them conservatively)");
   }
+  b->diagnostics.push_back({Severity::kWarning, "unknown_shapes",
+                            std::to_string(b->unknown_shapes) +
+                                " tensor(s) have no inferred shape (produced by: " + ops +
+                                "); they are counted conservatively",
+                            "", ""});
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
+  MEMEST_RETURN_IF_ERROR(Validate(options));
+  BoundGraph b;
+  b.graph = &graph;
+  const size_t n = graph.values.size();
+  b.dtypes.assign(n, 0);
+  b.shapes.assign(n, std::nullopt);
+  b.bytes.assign(n, std::nullopt);
+  const SymbolicShapes* sym = graph.symbolic.get();
+  if (sym == nullptr || sym->types.size() != n) {
+    return Internal("the graph has no inferred shapes: load models with LoadModel");
+  }
+  MEMEST_ASSIGN_OR_RETURN(std::vector<std::optional<int64_t>> by_atom,
+                          BindDataInputs(graph, *sym, options, &b));
+  const AtomValues atoms = sym->table.Evaluate(by_atom);  // the symbolic shapes at these dims
+  MEMEST_RETURN_IF_ERROR(EvaluateShapes(graph, *sym, atoms, &b));
+  MEMEST_RETURN_IF_ERROR(FallBackOnOnnx(graph, *sym, atoms, &b));
+  std::set<std::string> unknown_ops;
+  MEMEST_RETURN_IF_ERROR(SizeTensors(graph, &b, &unknown_ops));
+  MEMEST_RETURN_IF_ERROR(CheckUnknownShapes(unknown_ops, options, &b));
   return b;
 }
 
