@@ -60,6 +60,38 @@ std::optional<Strides> ViewStrides(const std::vector<int64_t>& from, const Strid
   return out;
 }
 
+// Transpose's output strides: the input's, permuted by `perm` (reversed when absent); nullopt
+// when the permutation does not fit the input.
+std::optional<Strides> TransposeStrides(const core::Node& n, const std::vector<int64_t>& xs,
+                                        const Strides& xst) {
+  std::vector<int64_t> perm;
+  if (n.proto != nullptr) {
+    for (const auto& a : n.proto->attribute()) {
+      if (a.name() == "perm") perm.assign(a.ints().begin(), a.ints().end());
+    }
+  }
+  if (perm.empty()) {
+    for (size_t i = xs.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+  }
+  if (perm.size() != xs.size()) return std::nullopt;
+  Strides st;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(xs.size())) break;
+    st.push_back(xst[static_cast<size_t>(p)]);
+  }
+  if (st.size() != perm.size()) return std::nullopt;
+  return st;
+}
+
+// Expand's output strides: 0 along every broadcast dim.
+Strides ExpandStrides(const std::vector<int64_t>& xs, const Strides& xst,
+                      const std::vector<int64_t>& ys) {
+  Strides st(ys.size(), 0);
+  const size_t lead = ys.size() - xs.size();
+  for (size_t i = 0; i < xs.size(); ++i) st[lead + i] = xs[i] == ys[lead + i] ? xst[i] : 0;
+  return st;
+}
+
 }  // namespace
 
 ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
@@ -83,53 +115,66 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
   }
   requires_grad_ = RequiresGrad(graph, &trainable_);
   fusion_ = std::make_unique<Fusion>(graph, requires_grad_, fusion);
+  MarkLowPrecision();
+  FindLayout();
+  FindStorageRoots();
+  SizeValues(stored_bytes);
+}
 
-  // Run-time precision (memory-model.md §5.2/5.3).
+// Run-time precision (memory-model.md §5.2/5.3).
+void ValueFacts::MarkLowPrecision() {
+  const core::Graph& g = *graph_.graph;
+  const size_t nv = g.values.size();
   low_.assign(nv, false);
-  if (precision == Precision::kBf16) {
-    for (size_t i = 0; i < nv; ++i) low_[i] = graph.dtypes[i] == core::kFloat;
-  } else if (precision != Precision::kFp32) {
-    for (size_t k = 0; k < g.nodes.size(); ++k) {
-      const core::Node& n = g.nodes[k];
-      const AmpPolicy policy = rules_[k] ? rules_[k]->amp : AmpPolicy::kPassThrough;
-      bool any_low = false, all_low = true, any_float = false;
-      for (int in : n.inputs) {
-        if (in < 0 || !core::IsFloatDType(graph.dtypes[static_cast<size_t>(in)])) continue;
-        any_float = true;
-        any_low = any_low || low_[static_cast<size_t>(in)];
-        all_low = all_low && low_[static_cast<size_t>(in)];
-      }
-      bool out_low = false;
-      switch (policy) {
-        case AmpPolicy::kLowerPrecision:
-          out_low = true;
-          break;
-        case AmpPolicy::kPassThrough:
-          out_low = any_low;
-          break;
-        case AmpPolicy::kPromote:
-          out_low = any_float && all_low;
-          break;
-        case AmpPolicy::kFp32:
-          out_low = false;
-          break;
-      }
-      for (int out : n.outputs) {
-        if (out >= 0 && graph.dtypes[static_cast<size_t>(out)] == core::kFloat) {
-          low_[static_cast<size_t>(out)] = out_low;
-        }
+  if (precision_ == Precision::kBf16) {
+    for (size_t i = 0; i < nv; ++i) low_[i] = graph_.dtypes[i] == core::kFloat;
+    return;
+  }
+  if (precision_ == Precision::kFp32) return;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const core::Node& n = g.nodes[k];
+    const AmpPolicy policy = rules_[k] ? rules_[k]->amp : AmpPolicy::kPassThrough;
+    bool any_low = false, all_low = true, any_float = false;
+    for (int in : n.inputs) {
+      if (in < 0 || !core::IsFloatDType(graph_.dtypes[static_cast<size_t>(in)])) continue;
+      any_float = true;
+      any_low = any_low || low_[static_cast<size_t>(in)];
+      all_low = all_low && low_[static_cast<size_t>(in)];
+    }
+    bool out_low = false;
+    switch (policy) {
+      case AmpPolicy::kLowerPrecision:
+        out_low = true;
+        break;
+      case AmpPolicy::kPassThrough:
+        out_low = any_low;
+        break;
+      case AmpPolicy::kPromote:
+        out_low = any_float && all_low;
+        break;
+      case AmpPolicy::kFp32:
+        out_low = false;
+        break;
+    }
+    for (int out : n.outputs) {
+      if (out >= 0 && graph_.dtypes[static_cast<size_t>(out)] == core::kFloat) {
+        low_[static_cast<size_t>(out)] = out_low;
       }
     }
   }
+}
 
-  // Layout: strides of views, and which view ops copy (policy in the header). A value without
-  // strides here is contiguous (or of unknown shape: treated as contiguous).
+// Layout: strides of views, and which view ops copy (policy in the header). A value without
+// strides here is contiguous (or of unknown shape: treated as contiguous).
+void ValueFacts::FindLayout() {
+  const core::Graph& g = *graph_.graph;
+  const size_t nv = g.values.size();
   contiguous_.assign(nv, true);
   is_view_.assign(g.nodes.size(), false);
   std::vector<std::optional<Strides>> strides(nv);
   auto strides_of = [&](int id) -> std::optional<Strides> {
     if (strides[static_cast<size_t>(id)]) return strides[static_cast<size_t>(id)];
-    const std::vector<int64_t>* shape = ShapeOf(graph, id);
+    const std::vector<int64_t>* shape = ShapeOf(graph_, id);
     if (shape == nullptr) return std::nullopt;
     return ContiguousStrides(*shape);
   };
@@ -142,42 +187,21 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
     if (!rules_[k] || !rules_[k]->view || n.inputs.empty() || n.inputs[0] < 0) continue;
     is_view_[k] = true;
     const int x = n.inputs[0];
-    const std::vector<int64_t>* xs = ShapeOf(graph, x);
+    const std::vector<int64_t>* xs = ShapeOf(graph_, x);
     const std::optional<Strides> xst = strides_of(x);
     if (xs == nullptr || !xst) continue;  // unknown: a view of unknown layout, contiguous
     const std::string& op = n.op_type;
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       const int out = n.outputs[o];
-      const std::vector<int64_t>* ys = ShapeOf(graph, out);
+      const std::vector<int64_t>* ys = ShapeOf(graph_, out);
       if (out < 0 || ys == nullptr) continue;
       std::optional<Strides> yst;
       if (op == "Transpose") {
-        std::vector<int64_t> perm;
-        if (n.proto != nullptr) {
-          for (const auto& a : n.proto->attribute()) {
-            if (a.name() == "perm") perm.assign(a.ints().begin(), a.ints().end());
-          }
-        }
-        if (perm.empty()) {
-          for (size_t i = xs->size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
-        }
-        if (perm.size() == xs->size()) {
-          Strides st;
-          for (int64_t p : perm) {
-            if (p < 0 || p >= static_cast<int64_t>(xs->size())) break;
-            st.push_back((*xst)[static_cast<size_t>(p)]);
-          }
-          if (st.size() == perm.size()) yst = st;
-        }
+        yst = TransposeStrides(n, *xs, *xst);
       } else if ((op == "Slice" || op == "Split") && ys->size() == xs->size()) {
         yst = xst;  // same strides, smaller extent (steps of 1)
       } else if (op == "Expand" && ys->size() >= xs->size()) {
-        Strides st(ys->size(), 0);
-        const size_t lead = ys->size() - xs->size();
-        for (size_t i = 0; i < xs->size(); ++i) {
-          st[lead + i] = (*xs)[i] == (*ys)[lead + i] ? (*xst)[i] : 0;
-        }
-        yst = st;
+        yst = ExpandStrides(*xs, *xst, *ys);
       } else {  // Reshape, Flatten, Squeeze, Unsqueeze, Identity
         yst = ViewStrides(*xs, *xst, *ys);
         if (!yst) {
@@ -190,8 +214,12 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
       contiguous_[static_cast<size_t>(out)] = IsContiguous(*ys, *yst);
     }
   }
+}
 
-  // Storage owners (views share their source's storage).
+// Storage owners (views share their source's storage).
+void ValueFacts::FindStorageRoots() {
+  const core::Graph& g = *graph_.graph;
+  const size_t nv = g.values.size();
   root_.resize(nv);
   for (size_t i = 0; i < nv; ++i) root_[i] = static_cast<int>(i);
   for (size_t k = 0; k < g.nodes.size(); ++k) {
@@ -201,16 +229,22 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
       if (out >= 0) root_[static_cast<size_t>(out)] = root_[static_cast<size_t>(n.inputs[0])];
     }
   }
+}
 
-  // Run-time bytes; unknown sizes take the largest known tensor of their producer.
+// Run-time bytes; unknown sizes take the largest known tensor of their producer. Then the
+// stored bytes of weights kept in another dtype, the rank's shares, and zero for what a fused
+// kernel never materialises and dropout(p=0)'s absent mask (ops/fusion.h).
+void ValueFacts::SizeValues(const std::vector<std::optional<uint64_t>>& stored_bytes) {
+  const core::Graph& g = *graph_.graph;
+  const size_t nv = g.values.size();
   bytes_.assign(nv, 0);
   auto known = [&](int id) {
-    const uint64_t b = graph.Bytes(id);
+    const uint64_t b = graph_.Bytes(id);
     return low_[static_cast<size_t>(id)] ? b / 2 : b;
   };
   for (size_t i = 0; i < nv; ++i) {
     const int id = static_cast<int>(i);
-    if (graph.known(id)) {
+    if (graph_.known(id)) {
       bytes_[i] = known(id);
       continue;
     }
@@ -219,10 +253,10 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
     const core::Node& n = g.nodes[static_cast<size_t>(v.producer)];
     uint64_t guess = 0;
     for (int x : n.inputs) {
-      if (x >= 0 && graph.known(x)) guess = std::max(guess, known(x));
+      if (x >= 0 && graph_.known(x)) guess = std::max(guess, known(x));
     }
     for (int x : n.outputs) {
-      if (x >= 0 && graph.known(x)) guess = std::max(guess, known(x));
+      if (x >= 0 && graph_.known(x)) guess = std::max(guess, known(x));
     }
     bytes_[i] = guess;
     fallback_ops_.insert(n.op_type);
@@ -233,7 +267,6 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
   for (size_t i = 0; i < nv && i < shard_.size(); ++i) {
     bytes_[i] = Share(static_cast<int>(i), bytes_[i]);
   }
-  // What a fused kernel never materialises, and dropout(p=0)'s absent mask (ops/fusion.h).
   for (size_t i = 0; i < nv; ++i) {
     if (fusion_->interior(static_cast<int>(i))) bytes_[i] = 0;
   }

@@ -99,6 +99,12 @@ class ValueFacts {
   uint64_t amp_cast_bytes(int id) const;
 
  private:
+  // The constructor's steps, in order.
+  void MarkLowPrecision();
+  void FindLayout();
+  void FindStorageRoots();
+  void SizeValues(const std::vector<std::optional<uint64_t>>& stored_bytes);
+
   const core::BoundGraph& graph_;
   Precision precision_;
   std::vector<const OpRule*> rules_;
