@@ -107,6 +107,18 @@ struct Blocks {
       small = SatAdd(small, SatMul(block, count));
     }
   }
+  // Takes back one Add(bytes) (never below zero).
+  void Remove(uint64_t bytes) {
+    if (bytes == 0) return;
+    const uint64_t block = bytes < kMinBlockSize ? kMinBlockSize : RoundUp(bytes, kMinBlockSize);
+    requested -= std::min(requested, bytes);
+    allocated -= std::min(allocated, block);
+    if (block > kSmallSize) {
+      large -= std::min(large, RoundUp(block, kRoundLarge));
+    } else {
+      small -= std::min(small, block);
+    }
+  }
   void Add(const Blocks& o) {
     requested = SatAdd(requested, o.requested);
     allocated = SatAdd(allocated, o.allocated);
@@ -158,9 +170,9 @@ class Accounting {
   // The step's model states as this rank holds them.
   struct ModelStates {
     Blocks weights, cast_cache, grads, state;
-    Blocks collective;  // gathered units: live in forward and backward
-    Blocks buckets;     // DDP's gradient buckets: allocated once, kept
-    Blocks step_only;   // ZeRO's fp32 gradient partition, made for the step
+    Blocks collective;              // gathered units: live in forward and backward
+    Blocks buckets;                 // DDP's gradient buckets: allocated once, kept
+    Blocks step_only;               // ZeRO's fp32 gradient partition, made for the step
     uint64_t step_temporaries = 0;  // the optimizer step's temporaries at its peak
 
     // What is allocated at the peak of forward/backward, with `saved` activations, the largest
@@ -192,6 +204,9 @@ class Accounting {
   void Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cache) const;
   Blocks OptimizerState() const;
   Activations SavedAndTransients() const;
+  // Inference: per node, the storage roots whose last use (by any alias) it is; graph outputs
+  // kept to the end are in none.
+  std::vector<std::vector<int>> LastUses() const;
   // Node k's outputs nobody keeps, its workspace and its cuDNN workspace `conv_ws`.
   uint64_t ForwardTransient(const core::Node& n, size_t k, uint64_t conv_ws,
                             const std::set<int>& saved_here) const;
@@ -486,9 +501,9 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
   // The optimizer step's temporaries at its peak (memory/optimizer.h): one parameter-sized list,
   // or the single-tensor step's copies of the largest parameter.
   const memory::StepTemporaries temps = memory::StepTemporariesFor(o_);
-  m.step_temporaries =
-      temps.lists > 0 ? params.requested
-                      : SatMul(LargestParameter(), static_cast<uint64_t>(temps.per_parameter));
+  m.step_temporaries = temps.lists > 0
+                           ? params.requested
+                           : SatMul(LargestParameter(), static_cast<uint64_t>(temps.per_parameter));
   const uint64_t ws = Workspace(gpu, 2);
   // Many GPUs: the rank's model states and collective buffers (memory/parallel.h).
   ShardStates(temps, &m, &e);
@@ -523,37 +538,41 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
   return e;
 }
 
+std::vector<std::vector<int>> Accounting::LastUses() const {
+  // Views share their source's storage: a source lives until the last use of any alias.
+  std::vector<int> last_use(g_.values.size(), -1);
+  for (size_t k = 0; k < g_.nodes.size(); ++k) {
+    for (int in : g_.nodes[k].inputs) {
+      if (in >= 0) last_use[static_cast<size_t>(facts_.root(in))] = static_cast<int>(k);
+    }
+  }
+  for (int out : kept_outputs_) last_use[static_cast<size_t>(facts_.root(out))] = -1;
+  std::vector<std::vector<int>> dies_after(g_.nodes.size());
+  for (size_t id = 0; id < last_use.size(); ++id) {
+    if (last_use[id] >= 0)
+      dies_after[static_cast<size_t>(last_use[id])].push_back(static_cast<int>(id));
+  }
+  return dies_after;
+}
+
 Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
   Estimate e;
   e.backend = "analytical";
   e.peak_phase = Phase::kInference;
   Blocks weights, params, cast_cache;
   Weights(&weights, &params, &cast_cache);
-  const size_t nv = g_.values.size();
-  // Views share their source's storage: a source lives until the last use of any alias.
-  auto root = [&](size_t id) { return facts_.root(static_cast<int>(id)); };
-  std::vector<int> last_use(nv, -1);
-  for (size_t k = 0; k < g_.nodes.size(); ++k) {
-    for (int in : g_.nodes[k].inputs) {
-      if (in >= 0)
-        last_use[static_cast<size_t>(root(static_cast<size_t>(in)))] = static_cast<int>(k);
-    }
-  }
-  for (int out : kept_outputs_)
-    last_use[static_cast<size_t>(root(static_cast<size_t>(out)))] = INT32_MAX;
-  std::vector<uint64_t> size(nv, 0);
-  uint64_t live = 0, live_alloc = 0, peak = 0, peak_alloc = 0;
-  auto block = [](uint64_t bytes) {
-    return bytes == 0 ? 0 : bytes < kMinBlockSize ? kMinBlockSize : RoundUp(bytes, kMinBlockSize);
+  // The live activations node by node: a root from its producer (a data input from the start)
+  // until its last use, graph outputs to the end; the peak is the fullest moment, with the
+  // node's workspaces.
+  const std::vector<std::vector<int>> dies_after = LastUses();
+  std::vector<bool> live_now(g_.values.size(), false);
+  Blocks live, peak_set;
+  uint64_t peak_alloc = 0;
+  auto make = [&](int id) {
+    live_now[static_cast<size_t>(id)] = true;
+    live.Add(Eff(id));
   };
-  for (int id : g_.data_inputs) {
-    size[static_cast<size_t>(id)] = Eff(id);
-    live = SatAdd(live, size[static_cast<size_t>(id)]);
-    live_alloc = SatAdd(live_alloc, block(size[static_cast<size_t>(id)]));
-  }
-  Blocks peak_set;
-  std::string peak_node;
-  std::vector<int> live_ids(g_.data_inputs.begin(), g_.data_inputs.end());
+  for (int id : g_.data_inputs) make(id);
   for (size_t k = 0; k < g_.nodes.size(); ++k) {
     const core::Node& n = g_.nodes[k];
     const uint64_t ws =
@@ -561,31 +580,20 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
                       memory::ConvWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces)),
                weights_.forward_transient(k));
     for (int out : n.outputs) {
-      if (out < 0 || root(static_cast<size_t>(out)) != out) continue;  // views: no new memory
-      size[static_cast<size_t>(out)] = Eff(out);
-      live = SatAdd(live, size[static_cast<size_t>(out)]);
-      live_alloc = SatAdd(live_alloc, block(size[static_cast<size_t>(out)]));
-      live_ids.push_back(out);
+      if (out >= 0 && facts_.root(out) == out) make(out);  // views: no new memory
     }
-    if (SatAdd(live_alloc, block(ws)) > peak_alloc) {
-      peak_alloc = SatAdd(live_alloc, block(ws));
-      peak = SatAdd(live, ws);
-      peak_node = n.name;
-      peak_set = Blocks();
-      for (int id : live_ids) peak_set.Add(size[static_cast<size_t>(id)]);
-      peak_set.Add(ws);
+    Blocks here = live;
+    here.Add(ws);
+    if (here.allocated > peak_alloc) {
+      peak_alloc = here.allocated;
+      peak_set = here;
+      e.peak_node = n.name;
     }
-    // Free sources whose last use was this node.
-    std::vector<int> still;
-    for (int id : live_ids) {
-      if (last_use[static_cast<size_t>(id)] == static_cast<int>(k)) {
-        live -= std::min(live, size[static_cast<size_t>(id)]);
-        live_alloc -= std::min(live_alloc, block(size[static_cast<size_t>(id)]));
-      } else {
-        still.push_back(id);
-      }
+    for (int id : dies_after[k]) {
+      if (!live_now[static_cast<size_t>(id)]) continue;
+      live_now[static_cast<size_t>(id)] = false;
+      live.Remove(Eff(id));
     }
-    live_ids.swap(still);
   }
   const uint64_t ws = Workspace(gpu, 1);
   Blocks all = weights;
@@ -595,8 +603,7 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
   Breakdown& bd = e.breakdown;
   bd.weights = SatAdd(weights.requested, cast_cache.requested);
   bd.saved_activations = 0;
-  bd.transient = SatAdd(peak, ws);  // live activations at the peak + workspace
-  e.peak_node = peak_node;
+  bd.transient = SatAdd(peak_set.requested, ws);  // live activations at the peak + workspace
   Finish(all, gpu, &e);
   return e;
 }

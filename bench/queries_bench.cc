@@ -14,7 +14,8 @@
 //    BM_CliVersion, the same binary printing its version: the cost of starting the process and
 //    loading its libraries alone.
 //
-//   ninja -C build memest_bench && ./build/bench/memest_bench --benchmark_filter='Queries|Threads|Cli'
+//   ninja -C build memest_bench
+//   ./build/bench/memest_bench --benchmark_filter='Queries|Threads|Cli'
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -61,7 +62,8 @@ std::vector<memest::Options> Queries() {
         o.batch = batch;
         o.gpu = gpu;
         o.precision = variant % 2 == 0 ? memest::Precision::kFp32 : memest::Precision::kAmpBf16;
-        o.optimizer = variant / 2 % 2 == 0 ? memest::Optimizer::kAdam : memest::Optimizer::kMomentum;
+        o.optimizer =
+            variant / 2 % 2 == 0 ? memest::Optimizer::kAdam : memest::Optimizer::kMomentum;
         o.weight_decay = variant / 4 == 0 ? 0.0 : 0.01;
         out.push_back(o);
       }

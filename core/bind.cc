@@ -130,8 +130,7 @@ namespace {
 // of the symbolic shapes that an input dim is its value (nullopt: not an input dim).
 Result<std::vector<std::optional<int64_t>>> BindDataInputs(const Graph& graph,
                                                            const SymbolicShapes& sym,
-                                                           const Options& options,
-                                                           BoundGraph* b) {
+                                                           const Options& options, BoundGraph* b) {
   std::vector<Unbound> unbound;
   bool batch_used = false;
   std::vector<std::vector<int64_t>> input_dims(graph.data_inputs.size());

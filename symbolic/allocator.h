@@ -31,10 +31,10 @@ using memory::kSmallBuffer;
 using memory::kSmallSize;
 
 struct AllocatorConfig {
-  bool expandable_segments = false;        // memory-model.md §1.6
-  std::optional<uint64_t> max_split_size;  // memory-model.md §1.2 (unset = unlimited)
+  bool expandable_segments = false;                     // memory-model.md §1.6
+  std::optional<uint64_t> max_split_size;               // memory-model.md §1.2 (unset = unlimited)
   uint64_t max_non_split_rounding_size = kLargeBuffer;  // memory-model.md §1.2
-  uint32_t roundup_power2_divisions = 0;   // memory-model.md §1.2/1.3 (same for all size bands)
+  uint32_t roundup_power2_divisions = 0;  // memory-model.md §1.2/1.3 (same for all size bands)
   // Device bytes the allocator may reserve before a request fails (cudaMalloc fails); unlimited
   // by default.
   uint64_t capacity = std::numeric_limits<uint64_t>::max();
@@ -88,8 +88,8 @@ class CachingAllocatorModel {
     int segment = -1;
     int64_t prev = -1, next = -1;  // neighbours in the same segment
     bool free = true;
-    bool small = false;            // pool
-    bool alive = true;             // false once merged away (id reusable)
+    bool small = false;  // pool
+    bool alive = true;   // false once merged away (id reusable)
   };
   struct Segment {
     uint64_t addr = 0;
@@ -118,7 +118,7 @@ class CachingAllocatorModel {
   std::vector<Segment> segments_;
   // Free blocks -> block id, by (size, addr), per pool.
   FreeList free_small_, free_large_;
-  uint64_t next_addr_ = kRoundLarge;  // virtual addresses of new segments
+  uint64_t next_addr_ = kRoundLarge;      // virtual addresses of new segments
   int expandable_segment_[2] = {-1, -1};  // [small?] segment id in expandable mode
   bool oom_ = false;
   Status misuse_;

@@ -8,8 +8,9 @@ namespace {
 
 auto VectorLowerBound(const std::vector<std::pair<FreeList::Key, int64_t>>& entries,
                       FreeList::Key key) {
-  return std::lower_bound(entries.begin(), entries.end(), key,
-                          [](const auto& entry, const FreeList::Key& k) { return entry.first < k; });
+  return std::lower_bound(
+      entries.begin(), entries.end(), key,
+      [](const auto& entry, const FreeList::Key& k) { return entry.first < k; });
 }
 
 }  // namespace

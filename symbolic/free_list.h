@@ -33,7 +33,7 @@ class FreeList {
  private:
   bool tree_ = false;
   std::vector<std::pair<Key, int64_t>> entries_;  // sorted, while !tree_
-  std::map<Key, int64_t> tree_entries_;            // once tree_
+  std::map<Key, int64_t> tree_entries_;           // once tree_
 };
 
 }  // namespace memest::symbolic
