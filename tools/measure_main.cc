@@ -1,12 +1,15 @@
 // tools/measure_main.cc -- `memest-measure`, the measurement harness (docs/measurement.md).
 //
-//   memest-measure MODEL.onnx [--batch N] [--dim name=value]... [--mode train|infer]
-//                  [--optimizer sgd|momentum|adam|adamw] [--weight-decay X]
-//                  [--precision fp32|bf16|amp-fp16|amp-bf16] [--loss auto|cross-entropy|mse]
-//                  [--iterations N] [--device auto|cpu|cuda] [--family NAME] [--seed N]
-//                  [--host-limit-mb N] [--optimizer-impl auto|foreach|single-tensor]
-//     (--loss ce and --optimizer-impl single are accepted too: the same spellings as memest.)
-//     runs the model and prints one measured row (docs/measured-row-schema.md) on stdout.
+//   memest-measure MODEL.onnx [-b|--batch N] [-d|--dim name=value]... [--mode train|infer]
+//                  [--optimizer ...] [--weight-decay X] [--precision ...] [--loss ...]
+//                  [--checkpoint SEGMENTS] [--iterations N] [--device auto|cpu|cuda]
+//                  [--family NAME] [--seed N] [--host-limit-mb N]
+//                  [--optimizer-impl auto|foreach|single-tensor] [--print-options]
+//     runs the model and prints one measured row (docs/measured-row-schema.md) on stdout. The
+//     estimation flags (--batch to --checkpoint) are rows of memest's own options table
+//     (tools/options_flags.h): the same spellings, defaults, help and errors as memest (--loss ce,
+//     --optimizer-impl single are accepted in both). --print-options prints the memest::Options
+//     they give as JSON and exits without running.
 //
 //   memest-measure --sweep MANIFEST.jsonl --out ROWS.jsonl [--device ...] [--no-isolate]
 //                  [--row-timeout S] [--retry-errors] [--limit N] [--time-budget S]
@@ -1064,7 +1067,10 @@ int Main(int argc, char** argv) {
   c.model = c.model_file = model;
   c.family = family;
   c.iterations = iterations;
-  if (Status st = options.ApplyTo(&c.options); !st.ok()) {
+  // Not refused with --mode infer: a sweep's child gets a manifest line's whole configuration,
+  // and the row id covers the training fields of an inference row too.
+  if (Status st = options.ApplyTo(&c.options, /*refuse_training_in_inference=*/false);
+      !st.ok()) {
     PrintError(st.message());
     return kExitUsage;
   }

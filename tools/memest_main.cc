@@ -56,7 +56,6 @@
 #include "tools/exit_codes.h"
 #include "tools/options_flags.h"
 #include "tools/pack_command.h"
-#include "tools/parallel_flags.h"
 #include "tools/report.h"
 #include "tools/serve_command.h"
 
@@ -199,7 +198,7 @@ struct Flags {
   std::string timeline_path;
   bool quiet = false;
   bool verbose = false;
-  ParallelFlags parallel;
+  bool per_rank = false;  // --per-rank: one row per group of ranks
 
   CLI::Option* phase_opt = nullptr;
   CLI::Option* logits_opt = nullptr;
@@ -226,6 +225,9 @@ void AddEstimationFlags(CLI::App& app, Flags& f, HelpDefaults& help) {
                                 "one only, as a serving engine computes it (default: all)")
                      ->type_name("all|last");
   f.options.AddTo(app, help);
+  app.add_flag("--per-rank", f.per_rank,
+               "print one row per group of ranks that hold the same memory (pipeline stage)")
+      ->group(kManyGpuGroup);
 }
 
 void AddOutputFlags(CLI::App& app, Flags& f) {
@@ -315,13 +317,12 @@ Result<Options> BuildOptions(const Flags& f) {
         "data input)");
   }
   Options options;
-  MEMEST_RETURN_IF_ERROR(f.options.ApplyTo(&options));
-  MEMEST_RETURN_IF_ERROR(f.options.CheckTrainingOnly(options.mode));
+  MEMEST_RETURN_IF_ERROR(f.options.ApplyTo(&options, /*refuse_training_in_inference=*/true));
   if (f.max_batch && options.batch) {
     PrintWarning("--batch is ignored with --max-batch");
     options.batch.reset();
   }
-  MEMEST_RETURN_IF_ERROR(ApplyParallelFlags(f.parallel, &options));
+  if (f.per_rank && !options.parallel.enabled()) return ManyGpuFlagsNeedAWorld();
   MEMEST_RETURN_IF_ERROR(Validate(options));
   return options;
 }
@@ -792,7 +793,7 @@ int EstimateAndReport(const Flags& f, const Plan& plan, const Model& model,
   report.backend_request = plan.backend_request;
   report.results = results;
   report.max_batch_mode = !searched.empty();
-  report.per_rank = f.parallel.per_rank;
+  report.per_rank = f.per_rank;
   if (!searched.empty()) report.max_dim = searched;
   report.max_batch_limit = limit;
   // A table of nothing but failures helps nobody; programs still get their document.
@@ -822,10 +823,6 @@ int RunCli(int argc, char** argv) {
       "model, and whether it fits a GPU."};
   app.name("memest");
   AddEstimationFlags(app, f, help);
-  AddParallelFlags(app, f.parallel,
-                   [&help](std::string text, std::initializer_list<const char*> keys) {
-                     return help.With(std::move(text), keys);
-                   });
   AddOutputFlags(app, f);
   app.footer(HelpFooter(help));
   if (std::optional<int> code = ParseCommandLine(app, argc, argv)) return *code;

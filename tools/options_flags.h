@@ -7,12 +7,13 @@
 // and `memest-measure` both build these flags from the table, so a flag they share has the same
 // spellings, default, help and validation in both. A program offers the whole table or a subset
 // (memest-measure offers only the options its harness executes: a flag it would ignore is not
-// offered) and adds its own program-specific flags beside it. The many-GPU flags
-// (tools/parallel_flags.h) are memest's only.
+// offered) and adds its own program-specific flags beside it. The many-GPU rows (Parallelism)
+// are memest's only.
 #ifndef MEMEST_TOOLS_OPTIONS_FLAGS_H_
 #define MEMEST_TOOLS_OPTIONS_FLAGS_H_
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -49,21 +50,35 @@ class HelpDefaults {
   std::set<const OptionDoc*> used_;
 };
 
+// The --help section of the many-GPU rows (memest::Parallelism).
+inline constexpr char kManyGpuGroup[] = "Many GPUs (training; the estimate is the worst rank's)";
+
+// InvalidArgument: the many-GPU flags (memest's --per-rank among them) given with a world size of
+// one.
+Status ManyGpuFlagsNeedAWorld();
+
 // How a flag takes its value on the command line.
 enum class FlagValue {
   kText,      // one value, parsed by the table (an integer, a name, a regular expression)
   kTexts,     // repeatable: every occurrence's value, in order
   kNumber,    // one decimal number, parsed by CLI11
+  kInteger,   // one signed integer, parsed by CLI11
+  kUnsigned,  // one unsigned integer, parsed by CLI11
   kSwitch,    // no value: present or not
 };
+
+// When a row is applied. kParse rows only read their text; kResolve rows read files or the GPU
+// table (--gpu-file, --capacity, --stack-file) and run after every kParse row and after the
+// training-only check, so that a usage error is reported before a file is opened.
+enum class FlagStage { kParse, kResolve };
 
 class OptionFlags;
 
 // One row of the table.
 struct OptionFlag {
-  const char* names;      // CLI11 spelling: "-b,--batch"
-  const char* type_name;  // the value's name in --help ("N"); empty for a switch
-  const char* help;       // what the flag does, without its default
+  const char* names;                  // CLI11 spelling: "-b,--batch"
+  const char* type_name;              // the value's name in --help ("N"); empty for a switch
+  const char* help;                   // what the flag does, without its default
   std::vector<const char*> doc_keys;  // DescribeOptions() names: "(default: ...)"
   FlagValue value;
   bool training_only;  // describes a training step: refused with --mode infer (CheckTrainingOnly)
@@ -73,6 +88,8 @@ struct OptionFlag {
   // Parses the flag's value into `options`; reads other flags of `all` where two flags make one
   // option (--gpu-file with --gpu).
   Status (*apply)(const OptionFlags& all, Options* options);
+  const char* group = nullptr;  // --help section; nullptr: the program's main one
+  FlagStage stage = FlagStage::kParse;
 };
 
 // The whole table, in --help order.
@@ -95,8 +112,10 @@ class OptionFlags {
   void AddTo(CLI::App& app, HelpDefaults& help);
 
   // Sets `options` from every offered flag, in the table's order (a flag not given leaves its
-  // default). InvalidArgument naming the flag for a bad value.
-  Status ApplyTo(Options* options) const;
+  // default): the kParse rows, then the training-only check when `refuse_training_in_inference`,
+  // then the kResolve rows, then the checks across the many-GPU rows. InvalidArgument naming the
+  // flag for a bad value.
+  Status ApplyTo(Options* options, bool refuse_training_in_inference) const;
 
   // InvalidArgument naming the training-only flags given with `mode` infer.
   Status CheckTrainingOnly(Mode mode) const;
@@ -109,6 +128,8 @@ class OptionFlags {
   void SetText(std::string_view long_name, std::string text);
   const std::vector<std::string>& Texts(std::string_view long_name) const;
   double Number(std::string_view long_name) const;
+  int64_t Integer(std::string_view long_name) const;
+  uint64_t Unsigned(std::string_view long_name) const;
   bool Switch(std::string_view long_name) const;
 
   // The long names offered ("batch", "dim", ...), in the table's order.
@@ -121,11 +142,14 @@ class OptionFlags {
     std::string text;
     std::vector<std::string> texts;
     double number = 0;
+    int64_t integer = 0;
+    uint64_t unsigned_value = 0;
     bool on = false;
     CLI::Option* option = nullptr;
   };
   const Slot& Find(std::string_view long_name) const;
   Slot& Find(std::string_view long_name);
+  bool Offers(std::string_view long_name) const;
 
   std::vector<std::unique_ptr<Slot>> slots_;
 };
