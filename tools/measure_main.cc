@@ -1,12 +1,15 @@
 // tools/measure_main.cc -- `memest-measure`, the measurement harness (docs/measurement.md).
 //
-//   memest-measure MODEL.onnx [--batch N] [--dim name=value]... [--mode train|infer]
-//                  [--optimizer sgd|momentum|adam|adamw] [--weight-decay X]
-//                  [--precision fp32|bf16|amp-fp16|amp-bf16] [--loss auto|cross-entropy|mse]
-//                  [--iterations N] [--device auto|cpu|cuda] [--family NAME] [--seed N]
-//                  [--host-limit-mb N] [--optimizer-impl auto|foreach|single-tensor]
-//     (--loss ce and --optimizer-impl single are accepted too: the same spellings as memest.)
-//     runs the model and prints one measured row (docs/measured-row-schema.md) on stdout.
+//   memest-measure MODEL.onnx [-b|--batch N] [-d|--dim name=value]... [--mode train|infer]
+//                  [--optimizer ...] [--weight-decay X] [--precision ...] [--loss ...]
+//                  [--checkpoint SEGMENTS] [--iterations N] [--device auto|cpu|cuda]
+//                  [--family NAME] [--seed N] [--host-limit-mb N]
+//                  [--optimizer-impl auto|foreach|single-tensor] [--print-options]
+//     runs the model and prints one measured row (docs/measured-row-schema.md) on stdout. The
+//     estimation flags (--batch to --checkpoint) are rows of memest's own options table
+//     (tools/options_flags.h): the same spellings, defaults, help and errors as memest (--loss ce,
+//     --optimizer-impl single are accepted in both). --print-options prints the memest::Options
+//     they give as JSON and exits without running.
 //
 //   memest-measure --sweep MANIFEST.jsonl --out ROWS.jsonl [--device ...] [--no-isolate]
 //                  [--row-timeout S] [--retry-errors] [--limit N] [--time-budget S]
@@ -59,7 +62,9 @@
 #include "measurement/plan.h"
 #include "measurement/row.h"
 #include "core/sha256.h"
+#include "memest/json.h"
 #include "memest/memest.h"
+#include "tools/options_flags.h"
 
 #ifndef MEMEST_VERSION
 #define MEMEST_VERSION "unknown"
@@ -944,32 +949,14 @@ int Merge(const std::vector<std::string>& inputs, const std::string& out_file,
   return kExitOk;
 }
 
-Result<std::pair<std::string, int64_t>> ParseDim(const std::string& text) {
-  const size_t eq = text.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
-    return InvalidArgument("--dim '" + text + "': expected NAME=VALUE");
-  }
-  int64_t v = 0;
-  const std::string value = text.substr(eq + 1);
-  const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || ptr != value.data() + value.size() || v < 0) {
-    return InvalidArgument("--dim '" + text + "': the value must be a non-negative integer");
-  }
-  return std::make_pair(text.substr(0, eq), v);
-}
-
 int Main(int argc, char** argv) {
   CLI::App app{
       "memest-measure: runs ONNX training graphs with LibTorch and records the memory "
       "they take, as measured rows (docs/measured-row-schema.md)"};
   std::string model;
-  std::optional<int64_t> batch;
-  std::vector<std::string> dims;
-  std::string mode = "train", optimizer, precision, loss, device = "auto", family;
+  std::string device = "auto", family;
   std::string optimizer_impl = "auto";
   std::string s_trace;
-  double weight_decay = 0.0;
-  int64_t checkpoint_segments = 0;
   int iterations = 3;
   uint64_t seed = 0;
   uint64_t host_limit_mb = 0;
@@ -977,23 +964,12 @@ int Main(int argc, char** argv) {
   bool no_isolate = false;
   std::string shard;
   std::vector<std::string> merge_inputs;
-  const Options defaults;
-  optimizer = ToString(defaults.optimizer);
-  precision = ToString(defaults.precision);
-  loss = ToString(defaults.loss);
+  bool print_options = false;
   app.add_option("model", model, "ONNX model to run");
-  app.add_option("--batch,-b", batch, "binds the leading symbolic dim of every data input");
-  app.add_option("--dim", dims, "binds a named symbolic dim, NAME=VALUE (repeatable)");
-  app.add_option("--mode", mode, "train | infer")->capture_default_str();
-  app.add_option("--optimizer", optimizer, "sgd | momentum | adam | adamw")->capture_default_str();
-  app.add_option("--weight-decay", weight_decay, "weight decay")->capture_default_str();
-  app.add_option("--checkpoint", checkpoint_segments,
-                 "activation checkpointing: checkpoint_sequential segments (0: off)")
-      ->capture_default_str();
-  app.add_option("--precision", precision, "fp32 | bf16 | amp-fp16 | amp-bf16 (amp: CUDA only)")
-      ->capture_default_str();
-  app.add_option("--loss", loss, "auto | cross-entropy (or ce) | mse: loss on the first output")
-      ->capture_default_str();
+  // The estimation options the harness executes, from the table memest's flags come from.
+  cli::OptionFlags options(cli::MeasureOptionFlagNames());
+  cli::HelpDefaults help(DescribeOptions());
+  options.AddTo(app, help);
   app.add_option("--iterations", iterations, "training iterations (or inference passes)")
       ->capture_default_str();
   app.add_option("--device", device, "auto | cpu | cuda")->capture_default_str();
@@ -1022,6 +998,9 @@ int Main(int argc, char** argv) {
   app.add_flag("--dry-run", sw.dry_run,
                "sweep: print the configurations (of this shard) as JSON lines, with the status "
                "of their row in --out (null: none yet); run nothing");
+  app.add_flag("--print-options", print_options,
+               "print the memest::Options the flags above give, as JSON (memest/json.h, the "
+               "\"options\" of memest --json), and exit without running");
   app.add_option("--merge", merge_inputs,
                  "merge row files (a sweep's shards) into --out, each row id once; with --sweep "
                  "MANIFEST, in manifest order, listing configurations without a row");
@@ -1088,31 +1067,13 @@ int Main(int argc, char** argv) {
   c.model = c.model_file = model;
   c.family = family;
   c.iterations = iterations;
-  c.options.batch = batch;
-  for (const std::string& text : dims) {
-    auto dim = ParseDim(text);
-    if (!dim.ok()) {
-      PrintError(dim.status().message());
-      return kExitUsage;
-    }
-    c.options.dims[dim->first] = dim->second;
+  // Not refused with --mode infer: a sweep's child gets a manifest line's whole configuration,
+  // and the row id covers the training fields of an inference row too.
+  if (Status st = options.ApplyTo(&c.options, /*refuse_training_in_inference=*/false);
+      !st.ok()) {
+    PrintError(st.message());
+    return kExitUsage;
   }
-  auto m = ParseMode(mode);
-  auto o = ParseOptimizer(optimizer);
-  auto p = ParsePrecision(precision);
-  auto l = ParseLossFlag(loss);
-  for (const Status* st : {&m.status(), &o.status(), &p.status(), &l.status()}) {
-    if (!st->ok()) {
-      PrintError(st->message());
-      return kExitUsage;
-    }
-  }
-  c.options.mode = *m;
-  c.options.optimizer = *o;
-  c.options.precision = *p;
-  c.options.loss = *l;
-  c.options.weight_decay = weight_decay;
-  c.options.checkpoint_segments = checkpoint_segments;
   if (iterations < 1) {
     PrintError("--iterations must be >= 1");
     return kExitUsage;
@@ -1120,6 +1081,10 @@ int Main(int argc, char** argv) {
   if (Status v = Validate(c.options); !v.ok()) {
     PrintError(v.message());
     return kExitUsage;
+  }
+  if (print_options) {
+    std::cout << OptionsToJson(c.options) << std::endl;
+    return kExitOk;
   }
   return RunOne(c, s);
 }

@@ -20,8 +20,9 @@
 //   3  bad model (missing or unreadable file, not ONNX, truncated, invalid graph, overflow) or a
 //      model memest refuses to estimate (unsupported: shapes no rule can size, named)
 //   4  a backend unavailable while running, a failed write to stdout, or an internal error
-// Option defaults shown by --help come from memest::DescribeOptions(), i.e. from a
-// default-constructed memest::Options; this file never repeats them.
+// The estimation options' flags come from one table shared with memest-measure
+// (tools/options_flags.h); the defaults --help shows come from memest::DescribeOptions(), i.e.
+// from a default-constructed memest::Options; this file never repeats them.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -29,11 +30,8 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -53,8 +51,8 @@
 #include "memest/memest.h"
 #include "tools/calibrate_command.h"
 #include "tools/exit_codes.h"
+#include "tools/options_flags.h"
 #include "tools/pack_command.h"
-#include "tools/parallel_flags.h"
 #include "tools/report.h"
 #include "tools/serve_command.h"
 
@@ -166,149 +164,26 @@ std::string UnexpectedArguments(const std::vector<std::string>& extras,
 }
 
 // ---------------------------------------------------------------------------------------------
-// --help text from memest::DescribeOptions().
-
-std::string Normalize(std::string_view s) {
-  std::string out;
-  for (char ch : s) {
-    if (ch == '-' || ch == '.' || ch == ' ' || ch == '/') {
-      out += '_';
-    } else {
-      out += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    }
-  }
-  while (!out.empty() && out.front() == '_') out.erase(out.begin());
-  return out;
-}
-
-// The OptionDoc for an Options field: exact name match, else a doc whose name
-// ends in the key ("allocator.expandable_segments" for "expandable_segments").
-const OptionDoc* FindDoc(const std::vector<OptionDoc>& docs,
-                         std::initializer_list<const char*> keys) {
-  for (const char* key : keys) {
-    for (const auto& d : docs) {
-      if (Normalize(d.name) == key) return &d;
-    }
-  }
-  for (const char* key : keys) {
-    const std::string suffix = std::string("_") + key;
-    for (const auto& d : docs) {
-      const std::string n = Normalize(d.name);
-      if (n.size() > suffix.size() &&
-          n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) {
-        return &d;
-      }
-    }
-  }
-  return nullptr;
-}
-
-// A decimal written with a fixed six places (std::to_string of a double: "0.000000",
-// "0.010000") in its shortest form ("0", "0.01"); any other text unchanged.
-std::string ReadableNumber(const std::string& text) {
-  if (text.find('.') == std::string::npos) return text;
-  double v = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
-  if (ec != std::errc() || ptr != end) return text;
-  return fmt::format("{}", v);
-}
-
-std::string DefaultText(const OptionDoc& d) {
-  std::string value = d.default_value.empty() ? "unset" : d.default_value;
-  if (value.size() >= 2 && value.front() == '(' && value.back() == ')') {
-    value = value.substr(1, value.size() - 2);
-  }
-  return ReadableNumber(value);
-}
-
-// Help texts with the defaults of memest::DescribeOptions() appended; the
-// footer lists the documented options no flag has claimed, so every default
-// the library documents shows up in --help exactly once.
-class HelpDefaults {
- public:
-  explicit HelpDefaults(std::vector<OptionDoc> docs) : docs_(std::move(docs)) {}
-
-  std::string With(std::string text, std::initializer_list<const char*> keys) {
-    if (const OptionDoc* d = FindDoc(docs_, keys)) {
-      used_.insert(d);
-      text += " (default: " + DefaultText(*d) + ")";
-    }
-    return text;
-  }
-
-  std::string Footer() const {
-    std::string out;
-    for (const auto& d : docs_) {
-      if (used_.count(&d)) continue;
-      if (out.empty()) {
-        out = "Other estimation options (no flag; library defaults):\n";
-      }
-      out += fmt::format("  {} = {}  {}\n", d.name, DefaultText(d), d.help);
-    }
-    if (!out.empty()) out += '\n';
-    out +=
-        "Exit codes: 0 fits, 1 does not fit, 2 usage error, 3 bad model, "
-        "4 backend failed on the model or internal error.\n"
-        "Results go to stdout; diagnostics and errors to stderr. Defaults come "
-        "from memest::DescribeOptions(). See docs/cli.md.";
-    return out;
-  }
-
- private:
-  std::vector<OptionDoc> docs_;
-  std::set<const OptionDoc*> used_;
-};
-
-// ---------------------------------------------------------------------------------------------
 // Flags.
 
-// The command line as given: raw texts (parsed and range-checked later) and the options whose
-// presence matters.
-struct Flags {
-  explicit Flags(const Options& d)
-      : mode(ToString(d.mode)),
-        optimizer(ToString(d.optimizer)),
-        optimizer_impl(ToString(d.optimizer_impl)),
-        weight_decay(d.weight_decay),
-        precision(ToString(d.precision)),
-        loss(ToString(d.loss)),
-        gpu_name(d.gpu),
-        stack_name(d.stack),
-        attention(ToString(d.attention)),
-        weight_dtype(ToString(d.weight_dtype)),
-        kv_cache_dtype(ToString(d.kv_cache_dtype)),
-        fit_on(ToString(d.fit.on)),
-        expandable(d.allocator.expandable_segments) {}
+// The footer of --help: the documented options no flag claimed, the exit codes, where the
+// defaults come from.
+std::string HelpFooter(const HelpDefaults& help) {
+  return help.Unclaimed() +
+         "Exit codes: 0 fits, 1 does not fit, 2 usage error, 3 bad model, "
+         "4 backend failed on the model or internal error.\n"
+         "Results go to stdout; diagnostics and errors to stderr. Defaults come "
+         "from memest::DescribeOptions(). See docs/cli.md.";
+}
 
+// The command line as given: the estimation options' flags (tools/options_flags.h), raw texts of
+// the program's own flags, and the options whose presence matters.
+struct Flags {
   std::string model_path;
   std::string hf_config;  // --hf-config: the model is built from this config.json
   std::string phase = "train";
   std::string logits = "all";
-  std::string batch_text;
-  std::vector<std::string> dim_args;
-  std::string mode;
-  std::string optimizer;
-  std::string optimizer_impl;
-  std::string checkpoint_text;
-  double weight_decay;
-  std::string precision;
-  std::string loss;
-  std::string gpu_name;
-  std::string gpu_file;
-  std::string capacity;
-  std::string stack_name;
-  std::string attention;
-  std::string weight_dtype;
-  std::string kv_cache_dtype;
-  std::string trainable;
-  std::string freeze;
-  std::string stack_file;
-  std::string fit_on;
-  std::string safety_margin;
-  bool expandable;
-  bool allow_unknown_shapes = false;
-  std::string micro_batches_text;
+  OptionFlags options;  // every flag of the options table
   std::string backend = kDefaultBackend;
   bool max_batch = false;
   std::string max_dim;  // --max-dim NAME
@@ -320,20 +195,15 @@ struct Flags {
   std::string timeline_path;
   bool quiet = false;
   bool verbose = false;
-  ParallelFlags parallel;
+  bool per_rank = false;  // --per-rank: one row per group of ranks
 
-  CLI::Option* batch_opt = nullptr;
-  CLI::Option* mode_opt = nullptr;
   CLI::Option* phase_opt = nullptr;
   CLI::Option* logits_opt = nullptr;
-  CLI::Option* gpu_opt = nullptr;
-  CLI::Option* micro_batches_opt = nullptr;
-  CLI::Option* checkpoint_opt = nullptr;
   CLI::Option* output_opt = nullptr;
   CLI::Option* backend_opt = nullptr;
-  std::vector<const CLI::Option*> training_only;  // flags that only describe a training step
 };
 
+// MODEL.onnx or --hf-config (memest's own), then the options table's flags.
 void AddEstimationFlags(CLI::App& app, Flags& f, HelpDefaults& help) {
   app.add_option("model", f.model_path, "the ONNX model file")->type_name("MODEL.onnx");
   app.add_option("--hf-config", f.hf_config,
@@ -351,117 +221,10 @@ void AddEstimationFlags(CLI::App& app, Flags& f, HelpDefaults& help) {
                                 "with --hf-config: the LM head on all positions or on the last "
                                 "one only, as a serving engine computes it (default: all)")
                      ->type_name("all|last");
-  f.batch_opt = app.add_option("-b,--batch", f.batch_text,
-                               help.With("binds the leading symbolic dim (batch) of every data "
-                                         "input",
-                                         {"batch"}))
-                    ->type_name("N");
-  app.add_option("-d,--dim", f.dim_args,
-                 help.With("binds a named symbolic dim, e.g. --dim seq=128 (repeatable; wins over "
-                           "--batch)",
-                           {"dims", "dim"}))
-      ->type_name("NAME=VALUE");
-  f.mode_opt =
-      app.add_option("--mode", f.mode,
-                     help.With("train: one training step; infer: one forward pass", {"mode"}))
-          ->type_name("train|infer");
-  auto training = [&](CLI::Option* o) {
-    f.training_only.push_back(o);
-    return o;
-  };
-  training(app.add_option("--optimizer", f.optimizer,
-                          help.With("optimizer of the training step", {"optimizer"}))
-               ->type_name("sgd|momentum|adam|adamw|adam8bit|adamw8bit"));
-  training(app.add_option("--optimizer-impl", f.optimizer_impl,
-                          help.With("how torch.optim runs the step (foreach=False is "
-                                    "single-tensor, fused=True is fused)",
-                                    {"optimizer_impl"}))
-               ->type_name("foreach|single-tensor|fused"));
-  training(app.add_option("--weight-decay", f.weight_decay,
-                          help.With("weight decay (L2 for sgd/momentum/adam, decoupled for adamw)",
-                                    {"weight_decay"}))
-               ->type_name("X"));
-  app.add_option("--precision", f.precision, help.With("numeric precision", {"precision"}))
-      ->type_name("fp32|amp-fp16|amp-bf16|bf16");
-  training(app.add_option(
-                  "--loss", f.loss,
-                  help.With("loss on the first output in training (ce: cross-entropy)", {"loss"}))
-               ->type_name("auto|cross-entropy|mse"));
-  f.gpu_opt =
-      app.add_option("--gpu", f.gpu_name, help.With("GPU profile (see --list-gpus)", {"gpu"}))
-          ->type_name("NAME");
-  app.add_option("--gpu-file", f.gpu_file,
-                 "GPU profiles in the built-in table's format (docs/gpu-profiles.md) for GPUs "
-                 "memest does not list; --gpu picks one (default: the file's first)")
-      ->type_name("FILE.json");
-  app.add_option("--capacity", f.capacity,
-                 "the GPU's usable memory, overriding the profile's (a MIG slice, a limit the "
-                 "scheduler imposes): bytes with an optional unit, e.g. 23.5GiB")
-      ->type_name("BYTES");
-  app.add_option("--attention", f.attention,
-                 help.With("how attention runs: as the graph is written (eager, sdpa-math) or as "
-                           "a fused SDPA kernel that never stores the attention matrix "
-                           "(sdpa-flash, sdpa-mem-efficient; auto: PyTorch's choice for the GPU "
-                           "and precision)",
-                           {"attention"}))
-      ->type_name("eager|sdpa-math|sdpa-flash|sdpa-mem-efficient|auto");
-  training(app.add_option("--trainable", f.trainable,
-                          help.With("only parameters whose initializer name matches this regular "
-                                    "expression train (searched, like re.search)",
-                                    {"trainable"}))
-               ->type_name("REGEX"));
-  training(app.add_option("--freeze", f.freeze,
-                          help.With("parameters whose initializer name matches this regular "
-                                    "expression are frozen: no gradient, no optimizer state",
-                                    {"freeze"}))
-               ->type_name("REGEX"));
-  app.add_option("--weight-dtype", f.weight_dtype,
-                 help.With("storage of the parameters that do not train (frozen ones; all in "
-                           "inference): half precision, or bitsandbytes int8 / 4-bit NormalFloat "
-                           "(nf4-dq: with double quantization) for Linear weights",
-                           {"weight_dtype"}))
-      ->type_name("auto|fp16|bf16|int8|nf4|nf4-dq");
-  app.add_option("--kv-cache-dtype", f.kv_cache_dtype,
-                 help.With("storage of the graph's key/value cache (past_key_values.* inputs, "
-                           "present.* outputs; inference): fp8/int8 take 1 byte per element",
-                           {"kv_cache_dtype"}))
-      ->type_name("auto|fp16|bf16|fp8|int8");
-  app.add_option("--stack", f.stack_name,
-                 help.With("software-stack profile: CUDA context, library memory, convolution "
-                           "workspaces, residual band (see --list-gpus)",
-                           {"stack"}))
-      ->type_name("NAME");
-  app.add_option("--stack-file", f.stack_file,
-                 "a stack profile file written by memest calibrate (wins over --stack)")
-      ->type_name("FILE.json");
-  app.add_option("--fit-on", f.fit_on,
-                 help.With("what decides 'fits' and the exit code: the top of the estimate's "
-                           "interval where it has one (upper), or the point estimate",
-                           {"fit_on"}))
-      ->type_name("point|upper");
-  app.add_option("--safety-margin", f.safety_margin,
-                 "memory kept free on top of the judged peak: a percentage of the GPU (5%) or "
-                 "bytes (512MiB, 2GiB) (default: 0)")
-      ->type_name("PCT|BYTES");
-  app.add_flag("--allow-unknown-shapes", f.allow_unknown_shapes,
-               help.With("estimate even when some tensor's shape cannot be inferred, counting it "
-                         "conservatively (default: refuse, exit 3)",
-                         {"allow_unknown_shapes"}));
-  app.add_flag("--expandable-segments", f.expandable,
-               help.With("PyTorch caching allocator with expandable_segments:True",
-                         {"expandable_segments", "allocator_expandable_segments"}));
-  f.micro_batches_opt =
-      training(app.add_option("--micro-batches", f.micro_batches_text,
-                              help.With("gradient accumulation: micro-batches per optimizer step "
-                                        "(--batch must divide)",
-                                        {"micro_batches"}))
-                   ->type_name("K"));
-  f.checkpoint_opt = training(
-      app.add_option("--checkpoint", f.checkpoint_text,
-                     help.With("activation checkpointing: checkpoint_sequential with this many "
-                               "segments, at most the graph's node count (0: off)",
-                               {"checkpoint_segments"}))
-          ->type_name("SEGMENTS"));
+  f.options.AddTo(app, help);
+  app.add_flag("--per-rank", f.per_rank,
+               "print one row per group of ranks that hold the same memory (pipeline stage)")
+      ->group(kManyGpuGroup);
 }
 
 void AddOutputFlags(CLI::App& app, Flags& f) {
@@ -538,203 +301,10 @@ Result<Format> OutputFormat(const Flags& f) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Argument helpers.
-
-// Parses a decimal integer in [min, 2^63-1]. `what` names the flag in the
-// error, which always states the accepted range: the value is never clamped.
-Result<int64_t> ParseInteger(std::string_view what, const std::string& text, int64_t min) {
-  const std::string range =
-      fmt::format("an integer from {} to {}", min, std::numeric_limits<int64_t>::max());
-  if (text.empty()) {
-    return InvalidArgument(fmt::format("{}: the value is empty; expected {}", what, range));
-  }
-  int64_t v = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
-  if (ec == std::errc::result_out_of_range || (ec == std::errc() && v < min)) {
-    return InvalidArgument(fmt::format("{}: {} is out of range; expected {}", what, text, range));
-  }
-  if (ec != std::errc() || ptr != end) {
-    return InvalidArgument(
-        fmt::format("{}: '{}' is not an integer; expected {}", what, text, range));
-  }
-  return v;
-}
-
-// Parses an integer flag into `*out` when the user gave it.
-Status ParseIntegerFlag(const CLI::Option* opt, const std::string& text, int64_t min,
-                        int64_t* out) {
-  if (opt->count() == 0) return Status::Ok();
-  MEMEST_ASSIGN_OR_RETURN(*out, ParseInteger(opt->get_name(), text, min));
-  return Status::Ok();
-}
-
-Result<std::pair<std::string, int64_t>> ParseDim(const std::string& text) {
-  const size_t eq = text.find('=');
-  if (eq == std::string::npos || eq == 0) {
-    return InvalidArgument(
-        fmt::format("--dim '{}': expected NAME=VALUE, e.g. --dim seq=128", text));
-  }
-  const std::string name = text.substr(0, eq);
-  Result<int64_t> v = ParseInteger("--dim " + name, text.substr(eq + 1), 0);
-  if (!v.ok()) return v.status();
-  return std::make_pair(name, *v);
-}
-
-// Flags that only describe a training step. With --mode infer they would be
-// ignored, so giving one is a mistake the user should hear about.
-Status CheckInferenceFlags(Mode mode, const std::vector<const CLI::Option*>& training) {
-  if (mode != Mode::kInfer) return Status::Ok();
-  std::vector<std::string> given;
-  for (const CLI::Option* o : training) {
-    if (o->count() > 0) given.push_back(o->get_name());
-  }
-  if (given.empty()) return Status::Ok();
-  return InvalidArgument(fmt::format(
-      "{} conflict{} with --mode infer: {} only to training (drop {} or use "
-      "--mode train)",
-      fmt::join(given, ", "), given.size() == 1 ? "s" : "",
-      given.size() == 1 ? "it applies" : "they apply", given.size() == 1 ? "it" : "them"));
-}
-
-// Prefixes a failed parse with its flag.
-template <typename T>
-Result<T> ForFlag(const char* flag, Result<T> parsed) {
-  if (parsed.ok()) return parsed;
-  return InvalidArgument(fmt::format("{}: {}", flag, parsed.status().message()));
-}
-
-// The enum-valued flags. "ce" is accepted for cross-entropy, as memest-measure does.
-Status ParseEnumFlags(const Flags& f, Options* o) {
-  const std::string loss = f.loss == "ce" ? "cross-entropy" : f.loss;
-  MEMEST_ASSIGN_OR_RETURN(o->mode, ForFlag("--mode", ParseMode(f.mode)));
-  MEMEST_ASSIGN_OR_RETURN(o->optimizer, ForFlag("--optimizer", ParseOptimizer(f.optimizer)));
-  MEMEST_ASSIGN_OR_RETURN(o->precision, ForFlag("--precision", ParsePrecision(f.precision)));
-  MEMEST_ASSIGN_OR_RETURN(o->loss, ForFlag("--loss", ParseLoss(loss)));
-  MEMEST_ASSIGN_OR_RETURN(o->optimizer_impl,
-                          ForFlag("--optimizer-impl", ParseOptimizerImpl(f.optimizer_impl)));
-  MEMEST_ASSIGN_OR_RETURN(o->weight_dtype,
-                          ForFlag("--weight-dtype", ParseWeightDtype(f.weight_dtype)));
-  MEMEST_ASSIGN_OR_RETURN(o->kv_cache_dtype,
-                          ForFlag("--kv-cache-dtype", ParseKvCacheDtype(f.kv_cache_dtype)));
-  return Status::Ok();
-}
-
-Status ParseDims(const std::vector<std::string>& args, Options* o) {
-  for (const auto& arg : args) {
-    MEMEST_ASSIGN_OR_RETURN(auto dim, ParseDim(arg));
-    if (o->dims.count(dim.first)) {
-      return InvalidArgument(fmt::format("--dim {} given twice", dim.first));
-    }
-    o->dims[dim.first] = dim.second;
-  }
-  return Status::Ok();
-}
-
-// Bytes with an optional unit: "1000000", "512MiB", "23.5GiB" (KiB, MiB, GiB, B). nullopt when
-// the text is not that, or is 10^18 bytes or more.
-std::optional<uint64_t> ParseByteSize(const std::string& text) {
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-  if (!std::isfinite(value) || value < 0) return std::nullopt;
-  const std::string unit = text.substr(used);
-  const std::pair<const char*, double> units[] = {
-      {"", 1.0}, {"B", 1.0}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
-  for (const auto& [name, scale] : units) {
-    if (unit != name) continue;
-    const double bytes = value * scale;
-    if (bytes >= 1e18) return std::nullopt;
-    return static_cast<uint64_t>(bytes);
-  }
-  return std::nullopt;
-}
-
-// --safety-margin: "5%" (a share of the GPU's usable memory) or bytes with an optional unit
-// ("512MiB", "2GiB", "1000000"). Empty: no margin.
-Status ParseSafetyMargin(const std::string& text, FitPolicy* fit) {
-  if (text.empty()) return Status::Ok();
-  const auto bad = [&] {
-    return InvalidArgument(fmt::format(
-        "--safety-margin {}: expected a percentage below 100 (5%) or bytes (512MiB, 2GiB)", text));
-  };
-  if (!text.empty() && text.back() == '%') {
-    size_t used = 0;
-    double value = 0;
-    try {
-      value = std::stod(text, &used);
-    } catch (const std::exception&) {
-      return bad();
-    }
-    if (used + 1 != text.size() || !std::isfinite(value) || value < 0 || value >= 100) {
-      return bad();
-    }
-    fit->margin_fraction = value / 100.0;
-    return Status::Ok();
-  }
-  const std::optional<uint64_t> bytes = ParseByteSize(text);
-  if (!bytes) return bad();
-  fit->margin_bytes = *bytes;
-  return Status::Ok();
-}
-
-// --gpu-file and --capacity: a GPU given whole (Options::custom_gpu). --gpu names a profile of the
-// file (else of the built-in table); without --gpu, the file's first profile.
-Status ApplyGpuFlags(const Flags& f, Options* options) {
-  if (!f.gpu_file.empty()) {
-    Result<std::vector<GpuProfile>> profiles = LoadGpuProfiles(f.gpu_file);
-    if (!profiles.ok()) return profiles.status().WithContext("--gpu-file");
-    auto lower = [](std::string s) {
-      std::transform(s.begin(), s.end(), s.begin(),
-                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-      return s;
-    };
-    const GpuProfile* pick = f.gpu_opt->count() == 0 ? &profiles->front() : nullptr;
-    for (const GpuProfile& p : *profiles) {
-      if (!pick && lower(p.name) == lower(f.gpu_name)) pick = &p;
-    }
-    if (pick) {
-      options->custom_gpu = std::make_shared<const GpuProfile>(*pick);
-      options->gpu = pick->name;
-    }
-  }
-  if (!f.capacity.empty()) {
-    const std::optional<uint64_t> bytes = ParseByteSize(f.capacity);
-    if (!bytes || *bytes == 0) {
-      return InvalidArgument(fmt::format(
-          "--capacity {}: expected bytes above 0 with an optional unit (23.5GiB, 40960MiB)",
-          f.capacity));
-    }
-    Result<GpuProfile> base = ResolveGpuProfile(*options);
-    if (!base.ok()) return base.status().WithContext("--gpu " + options->gpu);
-    options->custom_gpu = std::make_shared<const GpuProfile>(WithCapacity(*base, *bytes));
-  }
-  return Status::Ok();
-}
+// Options.
 
 // memest::Options from the flags, validated.
 Result<Options> BuildOptions(const Flags& f) {
-  Options options;
-  MEMEST_RETURN_IF_ERROR(ParseEnumFlags(f, &options));
-  MEMEST_RETURN_IF_ERROR(CheckInferenceFlags(options.mode, f.training_only));
-  int64_t batch = 0;
-  MEMEST_RETURN_IF_ERROR(ParseIntegerFlag(f.batch_opt, f.batch_text, 1, &batch));
-  MEMEST_RETURN_IF_ERROR(
-      ParseIntegerFlag(f.micro_batches_opt, f.micro_batches_text, 1, &options.micro_batches));
-  MEMEST_RETURN_IF_ERROR(
-      ParseIntegerFlag(f.checkpoint_opt, f.checkpoint_text, 0, &options.checkpoint_segments));
-  if (f.batch_opt->count() > 0) {
-    if (f.max_batch) {
-      PrintWarning("--batch is ignored with --max-batch");
-    } else {
-      options.batch = batch;
-    }
-  }
-  MEMEST_RETURN_IF_ERROR(ParseDims(f.dim_args, &options));
   if (f.max_batch && !f.max_dim.empty()) {
     return InvalidArgument("--max-batch and --max-dim search different dims: give one");
   }
@@ -743,26 +313,17 @@ Result<Options> BuildOptions(const Flags& f) {
         "--max-dim batch: use --max-batch (it binds the leading dim of every "
         "data input)");
   }
-  options.weight_decay = f.weight_decay;
-  options.gpu = f.gpu_name;
-  MEMEST_RETURN_IF_ERROR(ApplyGpuFlags(f, &options));
-  options.stack = f.stack_name;
-  options.trainable = f.trainable;
-  options.freeze = f.freeze;
-  MEMEST_ASSIGN_OR_RETURN(options.attention, ParseAttention(f.attention));
-  MEMEST_ASSIGN_OR_RETURN(options.fit.on, ParseFitOn(f.fit_on));
-  MEMEST_RETURN_IF_ERROR(ParseSafetyMargin(f.safety_margin, &options.fit));
-  if (!f.stack_file.empty()) {
-    Result<StackProfile> stack = LoadStackProfile(f.stack_file);
-    if (!stack.ok()) return stack.status().WithContext("--stack-file");
-    options.custom_stack = std::make_shared<const StackProfile>(std::move(stack).value());
+  Options options;
+  MEMEST_RETURN_IF_ERROR(f.options.ApplyTo(&options, /*refuse_training_in_inference=*/true));
+  if (f.max_batch && options.batch) {
+    PrintWarning("--batch is ignored with --max-batch");
+    options.batch.reset();
   }
-  options.allocator.expandable_segments = f.expandable;
-  options.allow_unknown_shapes = f.allow_unknown_shapes;
-  MEMEST_RETURN_IF_ERROR(ApplyParallelFlags(f.parallel, &options));
+  if (f.per_rank && !options.parallel.enabled()) return ManyGpuFlagsNeedAWorld();
   MEMEST_RETURN_IF_ERROR(Validate(options));
   return options;
 }
+
 
 // --checkpoint cuts the node order into segments; with more segments than nodes
 // checkpoint_sequential has nothing to cut and core/checkpoint.h turns it off. That would be a
@@ -954,9 +515,9 @@ Status CheckHfFlags(Flags* f) {
     return InvalidArgument("--logits: expected all or last, not '" + f->logits + "'");
   }
   if (f->phase != "train") {
-    if (f->mode_opt->count() == 0) {
-      f->mode = ToString(Mode::kInfer);
-    } else if (f->mode != ToString(Mode::kInfer)) {
+    if (!f->options.Given("mode")) {
+      f->options.SetText("mode", ToString(Mode::kInfer));
+    } else if (f->options.Text("mode") != ToString(Mode::kInfer)) {
       return InvalidArgument(fmt::format(
           "--phase {} is an inference graph (KV cache): use --mode infer or --phase train",
           f->phase));
@@ -1229,7 +790,7 @@ int EstimateAndReport(const Flags& f, const Plan& plan, const Model& model,
   report.backend_request = plan.backend_request;
   report.results = results;
   report.max_batch_mode = !searched.empty();
-  report.per_rank = f.parallel.per_rank;
+  report.per_rank = f.per_rank;
   if (!searched.empty()) report.max_dim = searched;
   report.max_batch_limit = limit;
   // A table of nothing but failures helps nobody; programs still get their document.
@@ -1252,20 +813,15 @@ int RunCli(int argc, char** argv) {
     return RunCalibrate(argc - 1, argv + 1);
   if (argc >= 2 && std::string_view(argv[1]) == "pack") return RunPack(argc - 1, argv + 1);
   if (argc >= 2 && std::string_view(argv[1]) == "serve") return RunServe(argc - 1, argv + 1);
-  const Options defaults;
   HelpDefaults help(DescribeOptions());
-  Flags f(defaults);
+  Flags f;
   CLI::App app{
       "memest -- predicts the peak GPU memory of one training step (or inference) of an ONNX "
       "model, and whether it fits a GPU."};
   app.name("memest");
   AddEstimationFlags(app, f, help);
-  AddParallelFlags(app, f.parallel,
-                   [&help](std::string text, std::initializer_list<const char*> keys) {
-                     return help.With(std::move(text), keys);
-                   });
   AddOutputFlags(app, f);
-  app.footer(help.Footer());
+  app.footer(HelpFooter(help));
   if (std::optional<int> code = ParseCommandLine(app, argc, argv)) return *code;
   if (f.quiet && f.verbose) {
     PrintError("--quiet conflicts with --verbose");
