@@ -96,9 +96,13 @@ struct Blocks {
   uint64_t large = 0;      // reserved bytes of blocks > 1 MiB (2 MiB-rounded)
   uint64_t small = 0;      // allocated bytes of blocks <= 1 MiB
 
+  // The block the allocator hands out for a request of `bytes` (512-byte rounded).
+  static uint64_t BlockOf(uint64_t bytes) {
+    return bytes < kMinBlockSize ? kMinBlockSize : RoundUp(bytes, kMinBlockSize);
+  }
   void Add(uint64_t bytes, uint64_t count = 1) {
     if (bytes == 0 || count == 0) return;
-    const uint64_t block = bytes < kMinBlockSize ? kMinBlockSize : RoundUp(bytes, kMinBlockSize);
+    const uint64_t block = BlockOf(bytes);
     requested = SatAdd(requested, SatMul(bytes, count));
     allocated = SatAdd(allocated, SatMul(block, count));
     if (block > kSmallSize) {
@@ -110,7 +114,7 @@ struct Blocks {
   // Takes back one Add(bytes) (never below zero).
   void Remove(uint64_t bytes) {
     if (bytes == 0) return;
-    const uint64_t block = bytes < kMinBlockSize ? kMinBlockSize : RoundUp(bytes, kMinBlockSize);
+    const uint64_t block = BlockOf(bytes);
     requested -= std::min(requested, bytes);
     allocated -= std::min(allocated, block);
     if (block > kSmallSize) {

@@ -19,11 +19,6 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-std::string ModelPath(const std::string& name) {
-  const std::string root = std::string(MEMEST_SOURCE_DIR) + "/datasets/";
-  return name.rfind("real/", 0) == 0 ? root + name + ".onnx" : root + "models/" + name + ".onnx";
-}
-
 // A GPT-style decoder of 70.3 B parameters: 80 layers, d_model 8192, 64 heads, FFN 36864,
 // vocabulary 32000, sequence 4096, untied head (datasets/zoo: weightless, concrete dims).
 std::string Gpt70b() {
@@ -52,6 +47,11 @@ int ChainBlocks(const std::string& name) {
 }
 
 }  // namespace
+
+std::string ModelPath(const std::string& name) {
+  const std::string root = std::string(MEMEST_SOURCE_DIR) + "/datasets/";
+  return name.rfind("real/", 0) == 0 ? root + name + ".onnx" : root + "models/" + name + ".onnx";
+}
 
 Result<zoo::HfModel> BuildHf(const std::string& file, zoo::HfGraphOptions::Phase phase) {
   static auto* configs = new std::map<std::string, nlohmann::json>();

@@ -15,6 +15,9 @@
 
 namespace memest::bench {
 
+// The file of a bundled model name ("resnet50_train", "real/<name>").
+std::string ModelPath(const std::string& name);
+
 // The serialized ModelProto of `name` (empty when a file is missing or a config fails).
 std::string BuildModelBytes(const std::string& name);
 

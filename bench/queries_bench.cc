@@ -26,15 +26,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_models.h"
 #include "memest/memest.h"
 
 extern char** environ;
 
 namespace {
-
-std::string BundledModel(const std::string& name) {
-  return std::string(MEMEST_SOURCE_DIR) + "/datasets/models/" + name + ".onnx";
-}
 
 struct Loaded {
   std::shared_ptr<const memest::Model> model;
@@ -43,7 +40,7 @@ struct Loaded {
 
 Loaded LoadResnet50(const std::string& backend) {
   Loaded l;
-  auto m = memest::LoadModel(BundledModel("resnet50_train"));
+  auto m = memest::LoadModel(memest::bench::ModelPath("resnet50_train"));
   auto e = memest::MakeEstimator(backend);
   if (m.ok()) l.model = *m;
   if (e.ok()) l.estimator = std::move(e).value();
@@ -138,8 +135,8 @@ void BM_CliProcess(benchmark::State& state, const std::vector<std::string>& args
   }
 }
 
-const std::vector<std::string> kCliEstimate = {MEMEST_CLI, BundledModel("resnet50_train"),
-                                               "--batch", "64"};
+const std::vector<std::string> kCliEstimate = {
+    MEMEST_CLI, memest::bench::ModelPath("resnet50_train"), "--batch", "64"};
 const std::vector<std::string> kCliVersion = {MEMEST_CLI, "--version"};
 
 }  // namespace

@@ -20,15 +20,6 @@ uint64_t Scale(uint64_t bytes, double factor) {
   return static_cast<uint64_t>(v);
 }
 
-// An INT attribute of `n`, or `fallback`.
-int64_t IntAttribute(const core::Node& n, const char* name, int64_t fallback) {
-  if (n.proto == nullptr) return fallback;
-  for (const auto& a : n.proto->attribute()) {
-    if (a.name() == name && a.type() == onnx::AttributeProto::INT) return a.i();
-  }
-  return fallback;
-}
-
 }  // namespace
 
 void SetOutsideAllocator(const StackProfile& stack, Breakdown* bd) {
@@ -64,7 +55,7 @@ uint64_t ConvWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& fa
   const int y = node.outputs.empty() ? -1 : node.outputs[0];
   ConvCall call;
   call.kind =
-      ClassifyConv(node.op_type == "ConvTranspose", facts.dims(w), IntAttribute(node, "group", 1));
+      ClassifyConv(node.op_type == "ConvTranspose", facts.dims(w), ops::IntAttr(node, "group", 1));
   call.input_bytes = facts.bytes(x);
   call.output_bytes = facts.bytes(y);
   // Under autocast the call reads the weight's low-precision copy (memory-model.md §5.1).

@@ -7,6 +7,7 @@
 
 #include "core/checked.h"
 #include "core/dtype.h"
+#include "ops/rules.h"
 
 namespace memest::memory {
 namespace {
@@ -15,14 +16,6 @@ using core::SatAdd;
 using core::SatMul;
 
 uint64_t CeilDiv(uint64_t n, uint64_t d) { return n / d + (n % d != 0 ? 1 : 0); }
-
-int64_t IntAttribute(const core::Node& n, const char* name, int64_t fallback) {
-  if (n.proto == nullptr) return fallback;
-  for (const auto& a : n.proto->attribute()) {
-    if (a.name() == name) return a.i();
-  }
-  return fallback;
-}
 
 bool IsQuantized(WeightDtype d) {
   return d == WeightDtype::kInt8 || d == WeightDtype::kNf4 || d == WeightDtype::kNf4DoubleQuant;
@@ -55,7 +48,7 @@ std::optional<LinearWeight> AsLinearWeight(const core::BoundGraph& b, int id) {
   LinearWeight w;
   for (int c : g.value(id).consumers) {
     const core::Node& n = g.nodes[static_cast<size_t>(c)];
-    bool transposed = n.op_type == "Gemm" && IntAttribute(n, "transB", 0) != 0;
+    bool transposed = n.op_type == "Gemm" && ops::IntAttr(n, "transB", 0) != 0;
     int weight = id;
     const core::Node* use = &n;
     if (n.op_type == "Transpose" && n.domain.empty() && n.outputs.size() == 1 &&
@@ -64,7 +57,7 @@ std::optional<LinearWeight> AsLinearWeight(const core::BoundGraph& b, int id) {
       transposed = true;
       for (int cc : g.value(weight).consumers) {
         const core::Node& m = g.nodes[static_cast<size_t>(cc)];
-        if (!IsLinearUse(g, m, weight) || IntAttribute(m, "transB", 0) != 0) return std::nullopt;
+        if (!IsLinearUse(g, m, weight) || ops::IntAttr(m, "transB", 0) != 0) return std::nullopt;
         w.matmuls.push_back(static_cast<size_t>(cc));
       }
     } else if (IsLinearUse(g, *use, weight)) {

@@ -51,9 +51,33 @@
 
 #include "core/checked.h"
 #include "core/dtype.h"
+#include "core/name_index.h"
 #include "ops/attention.h"
 
 namespace memest::ops {
+
+// Attributes (node.proto may be null for hand-built graphs: defaults apply).
+const onnx::AttributeProto* FindAttr(const core::Node& n, std::string_view name) {
+  if (n.proto == nullptr) return nullptr;
+  for (const auto& a : n.proto->attribute()) {
+    if (a.name() == name) return &a;
+  }
+  return nullptr;
+}
+int64_t IntAttr(const core::Node& n, std::string_view name, int64_t def) {
+  const onnx::AttributeProto* a = FindAttr(n, name);
+  return a != nullptr && a->type() == onnx::AttributeProto::INT ? a->i() : def;
+}
+std::string StringAttr(const core::Node& n, std::string_view name, std::string_view def) {
+  const onnx::AttributeProto* a = FindAttr(n, name);
+  return a != nullptr && a->type() == onnx::AttributeProto::STRING ? a->s() : std::string(def);
+}
+std::optional<std::vector<int64_t>> IntsAttr(const core::Node& n, std::string_view name) {
+  const onnx::AttributeProto* a = FindAttr(n, name);
+  if (a == nullptr || a->type() != onnx::AttributeProto::INTS) return std::nullopt;
+  return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+}
+
 namespace {
 
 using core::BoundGraph;
@@ -114,28 +138,6 @@ std::optional<uint64_t> DimProduct(const std::vector<int64_t>& dims, size_t begi
     n = *m;
   }
   return n;
-}
-
-// Attributes (node.proto may be null for hand-built graphs: defaults apply).
-const onnx::AttributeProto* FindAttr(const Node& n, std::string_view name) {
-  if (n.proto == nullptr) return nullptr;
-  for (const auto& a : n.proto->attribute()) {
-    if (a.name() == name) return &a;
-  }
-  return nullptr;
-}
-int64_t IntAttr(const Node& n, std::string_view name, int64_t def) {
-  const onnx::AttributeProto* a = FindAttr(n, name);
-  return a != nullptr && a->type() == onnx::AttributeProto::INT ? a->i() : def;
-}
-std::string StringAttr(const Node& n, std::string_view name, std::string_view def) {
-  const onnx::AttributeProto* a = FindAttr(n, name);
-  return a != nullptr && a->type() == onnx::AttributeProto::STRING ? a->s() : std::string(def);
-}
-std::optional<std::vector<int64_t>> IntsAttr(const Node& n, std::string_view name) {
-  const onnx::AttributeProto* a = FindAttr(n, name);
-  if (a == nullptr || a->type() != onnx::AttributeProto::INTS) return std::nullopt;
-  return std::vector<int64_t>(a->ints().begin(), a->ints().end());
 }
 
 // Normalizes an ONNX axis attribute against `rank`; nullopt when out of range.
@@ -1004,44 +1006,26 @@ constexpr bool StrictlySorted() {
 static_assert(StrictlySorted(), "duplicate op in the rule table");
 
 // The rules of the default domain by op type: every pass over a graph asks for each node's rule
-// (the shape pass, requires-grad, saved tensors, fusion), and one probe of a small open-addressing
-// table (FNV-1a, a quarter full) beats the binary search's eight string compares. Other domains
-// (a handful of rules) keep the binary search.
-class DefaultDomainIndex {
- public:
-  DefaultDomainIndex() {
-    for (const OpRule& r : kRules) {
-      if (!r.domain.empty()) continue;
-      size_t i = Hash(r.op_type) & kMask;
-      while (slots_[i] != nullptr) i = (i + 1) & kMask;
-      slots_[i] = &r;
-    }
+// (the shape pass, requires-grad, saved tensors, fusion), and one probe of a flat hash table
+// (core/name_index.h) beats the binary search's eight string compares. Other domains (a handful of
+// rules) keep the binary search.
+core::NameIndex DefaultDomainIndex() {
+  core::NameIndex index;
+  index.Reserve(kRules.size());
+  for (size_t i = 0; i < kRules.size(); ++i) {
+    if (kRules[i].domain.empty()) index.Insert(kRules[i].op_type, static_cast<int>(i));
   }
-  const OpRule* Find(std::string_view op_type) const {
-    for (size_t i = Hash(op_type) & kMask;; i = (i + 1) & kMask) {
-      if (slots_[i] == nullptr || slots_[i]->op_type == op_type) return slots_[i];
-    }
-  }
-
- private:
-  static constexpr size_t kSlots = 1024;
-  static constexpr size_t kMask = kSlots - 1;
-  static_assert(kRules.size() * 4 <= kSlots, "grow the rule index");
-  static size_t Hash(std::string_view s) {
-    uint64_t h = 14695981039346656037ull;
-    for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-    return static_cast<size_t>(h ^ (h >> 32));
-  }
-  std::array<const OpRule*, kSlots> slots_{};
-};
+  return index;
+}
 
 }  // namespace
 
 const OpRule* FindRule(std::string_view domain, std::string_view op_type) {
   if (domain == "ai.onnx") domain = "";
   if (domain.empty()) {
-    static const DefaultDomainIndex* index = new DefaultDomainIndex();
-    return index->Find(op_type);
+    static const core::NameIndex* index = new core::NameIndex(DefaultDomainIndex());
+    const int i = index->Find(op_type);
+    return i < 0 ? nullptr : &kRules[static_cast<size_t>(i)];
   }
   OpRule key;
   key.domain = domain;

@@ -20,6 +20,7 @@
 #define MEMEST_OPS_RULES_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -113,6 +114,13 @@ struct OpRule {
     return r;
   }
 };
+
+// A node's attributes by name, with their ONNX type checked: the default (nullopt) when the
+// attribute is absent, of another type, or the node has no proto (a hand-built graph).
+const onnx::AttributeProto* FindAttr(const core::Node& n, std::string_view name);
+int64_t IntAttr(const core::Node& n, std::string_view name, int64_t def);
+std::string StringAttr(const core::Node& n, std::string_view name, std::string_view def);
+std::optional<std::vector<int64_t>> IntsAttr(const core::Node& n, std::string_view name);
 
 // The rule for (domain, op_type), or nullptr. "ai.onnx" is treated as "".
 const OpRule* FindRule(std::string_view domain, std::string_view op_type);

@@ -64,12 +64,7 @@ std::optional<Strides> ViewStrides(const std::vector<int64_t>& from, const Strid
 // when the permutation does not fit the input.
 std::optional<Strides> TransposeStrides(const core::Node& n, const std::vector<int64_t>& xs,
                                         const Strides& xst) {
-  std::vector<int64_t> perm;
-  if (n.proto != nullptr) {
-    for (const auto& a : n.proto->attribute()) {
-      if (a.name() == "perm") perm.assign(a.ints().begin(), a.ints().end());
-    }
-  }
+  std::vector<int64_t> perm = IntsAttr(n, "perm").value_or(std::vector<int64_t>());
   if (perm.empty()) {
     for (size_t i = xs.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
   }

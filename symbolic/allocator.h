@@ -98,7 +98,7 @@ class CachingAllocatorModel {
     bool small = false;
     bool alive = true;
   };
-  using FreeKey = std::pair<uint64_t, uint64_t>;  // (size, addr): best fit, lowest address
+  using FreeKey = FreeList::Key;  // (size, addr): best fit, lowest address
 
   Handle MallocExpandable(uint64_t rounded, uint64_t bytes, bool small);
   int64_t FindFree(uint64_t rounded, bool small);
