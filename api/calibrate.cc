@@ -328,6 +328,8 @@ Result<CalibrationResult> Calibrate(const std::vector<MeasuredJob>& jobs,
   st.name = s.name;
   st.display_name = s.display_name.empty() ? "calibrated from " + s.data_source : s.display_name;
   st.gpu = gpu.name;
+  // The base's replicates vouch for its own measured values, not for the values fitted here.
+  st.also_measured_on.clear();
   const std::string date = TodayUtc();
   const std::string from = std::to_string(n) + " jobs (" + std::to_string(groups.size()) +
                            " groups) of " + s.data_source + ", memest calibrate " + date;

@@ -42,12 +42,44 @@ constexpr double kMaxConvWorkspace = 64.0;
 
 const std::vector<std::string_view> kStackKeys = {
     "name",           "display_name",   "gpu",
-    "software",       "lazy_loading",   "cuda_context",
-    "library_memory", "conv_workspace", "conv_workspace_pointwise",
-    "bands",          "calibration"};
+    "also_measured_on", "software",     "lazy_loading",
+    "cuda_context",   "library_memory", "conv_workspace",
+    "conv_workspace_pointwise", "bands", "calibration"};
 const std::vector<std::string_view> kStackKeysV1 = {
     "name",           "display_name",   "gpu",   "software",   "lazy_loading", "cuda_context",
     "library_memory", "conv_workspace", "bands", "calibration"};
+
+// "also_measured_on": [{"gpu": NAME, "source": TEXT}, ...]: optional; each a known GPU profile,
+// none the stack's own, none twice, and only on a stack bound to a GPU.
+Result<std::vector<StackReplicate>> ReadReplicates(const JsonFields& f, const json& s,
+                                                   const std::string& own_gpu,
+                                                   const std::string& where) {
+  std::vector<StackReplicate> out;
+  auto it = s.find("also_measured_on");
+  if (it == s.end()) return out;
+  const std::string here = where + ".also_measured_on";
+  if (!it->is_array() || it->size() > 64) return f.Error(here + ": not an array (at most 64)");
+  if (own_gpu.empty() && !it->empty()) return f.Error(here + ": the stack names no gpu");
+  for (size_t i = 0; i < it->size(); ++i) {
+    const std::string at = here + "[" + std::to_string(i) + "]";
+    const json& r = (*it)[i];
+    if (!r.is_object()) return f.Error(at + ": not an object");
+    MEMEST_RETURN_IF_ERROR(f.CheckKeys(r, {"gpu", "source"}, at));
+    StackReplicate rep;
+    MEMEST_ASSIGN_OR_RETURN(rep.gpu, f.String(r, "gpu", at));
+    rep.gpu = ToLowerAscii(rep.gpu);
+    MEMEST_ASSIGN_OR_RETURN(rep.source, f.Source(r, "source", at));
+    if (auto gpu = FindGpuProfile(rep.gpu); !gpu.ok()) {
+      return f.Error(at + ".gpu: " + gpu.status().message());
+    }
+    if (rep.gpu == own_gpu) return f.Error(at + ": the stack's own gpu");
+    for (const StackReplicate& earlier : out) {
+      if (earlier.gpu == rep.gpu) return f.Error(at + ": '" + rep.gpu + "' named twice");
+    }
+    out.push_back(std::move(rep));
+  }
+  return out;
+}
 
 Result<StackCoefficient> ReadCoefficient(const JsonFields& f, const json& obj, const char* key,
                                          const std::string& where) {
@@ -183,6 +215,9 @@ Result<StackProfile> ReadStack(const JsonFields& f, const json& s, const std::st
       return f.Error(where + ".gpu: " + gpu.status().message());
     }
   }
+  if (!v1) {
+    MEMEST_ASSIGN_OR_RETURN(st.also_measured_on, ReadReplicates(f, s, st.gpu, where));
+  }
   return st;
 }
 
@@ -298,6 +333,10 @@ std::string StackProfileToJson(const StackProfile& s) {
   }
   json software = json::object();
   for (const auto& [k, v] : s.software) software[k] = v;
+  json replicates = json::array();
+  for (const StackReplicate& r : s.also_measured_on) {
+    replicates.push_back({{"gpu", r.gpu}, {"source", r.source}});
+  }
   json stack = {{"name", s.name},
                 {"display_name", s.display_name},
                 {"gpu", s.gpu},
@@ -308,6 +347,7 @@ std::string StackProfileToJson(const StackProfile& s) {
                 {"conv_workspace", CoefficientJson(s.conv_workspace)},
                 {"conv_workspace_pointwise", CoefficientJson(s.conv_workspace_pointwise)},
                 {"bands", bands}};
+  if (!replicates.empty()) stack["also_measured_on"] = replicates;
   if (!s.calibration_json.empty()) {
     json c = json::parse(s.calibration_json, nullptr, /*allow_exceptions=*/false);
     if (!c.is_discarded()) stack["calibration"] = c;

@@ -359,7 +359,7 @@ void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
                               "", ""});
   }
   const StackProfile& stack = ctx.stack();
-  if (!stack.gpu.empty() && stack.gpu != ctx.gpu().name) {
+  if (!stack.HoldsOn(ctx.gpu().name)) {
     e->diagnostics.push_back({Severity::kWarning, "stack_gpu_mismatch",
                               "stack '" + stack.name + "' was calibrated on " + stack.gpu +
                                   ", not on " + ctx.gpu().name +

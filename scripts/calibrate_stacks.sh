@@ -8,7 +8,8 @@
 #   3. GPUMemNet's MLPs on an A100-40GB (datasets/gpumemnet/): rebuilds the 6,000 graphs and rows
 #      with memest-zoo, turns them into jobs, calibrates (held out: leave one architecture out);
 #   4. our H200 rows (datasets/h200-torch211/): calibrated from the measured stack
-#      h200-pytorch2.11-lazy (held out: leave one family out);
+#      h200-pytorch2.11-lazy (held out: leave one family out); our H100 rows
+#      (datasets/h100-torch211/, the same software) are only scored, never fitted;
 #   5. scripts/stacks_report.py puts both stacks into core/stacks.json (the hand-written stacks
 #      stay first) and writes docs/accuracy-device.md: before/after calibration, held out, with
 #      FakeTensor's published estimate on the same timm rows beside memest's.
@@ -46,7 +47,8 @@ build/datasets/memest-zoo gpumemnet --out "$OUT/gpumemnet/rows.jsonl" \
   --jobs-out "$OUT/a100-40gb-gpumemnet.jobs.csv" -q
 
 echo "== timm and torchvision on an H200 (measured for this project)"
-/usr/bin/python3 datasets/h200-torch211/make_jobs.py
+/usr/bin/python3 scripts/device_truth_jobs.py datasets/h200-torch211
+/usr/bin/python3 scripts/device_truth_jobs.py datasets/h100-torch211
 "$MEMEST" calibrate datasets/h200-torch211/jobs.csv -o "$OUT/h200-timm.json" --gpu h200-141gb \
   --base-stack h200-pytorch2.11-lazy --name h200-timm \
   --display-name "timm 1.0.29 and torchvision 0.26 training (Adam, fp32) on an H200, PyTorch 2.11 + CUDA 13.0 + cuDNN 9.19; calibrated on 83 models measured for this project" \

@@ -379,6 +379,20 @@ def timm_models():
     return out
 
 
+def finished_models(path):
+    """Models whose train rows in an earlier results.jsonl all finished (ok or over_cap)."""
+    seen, unfinished = set(), set()
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            if row.get("kind") != "train":
+                continue
+            seen.add(row["model"])
+            if row.get("status") not in ("ok", "over_cap"):
+                unfinished.add(row["model"])
+    return seen - unfinished
+
+
 class Pool:
     def __init__(self, results, log, slots, worker_timeout):
         self.results, self.log, self.slots, self.worker_timeout = results, log, slots, worker_timeout
@@ -444,6 +458,9 @@ def main():
     ap.add_argument("--cap-gib", type=float, default=32)
     ap.add_argument("--batches", default="8,32,128")
     ap.add_argument("--limit", type=int, default=0, help="only the first N models")
+    ap.add_argument("--resume", default="",
+                    help="results.jsonl of an earlier call: skip the context and conv tasks and"
+                         " every model whose rows there all finished (ok or over_cap)")
     args = ap.parse_args()
     t0 = time.time()
     os.makedirs(args.out, exist_ok=True)
@@ -467,17 +484,21 @@ def main():
     print(f"GPU {env['gpu']} {total / GIB:.1f} GiB; per-process NVML {env.get('per_process_nvml')};"
           f" {slots} workers at a cap of {args.cap_gib} GiB", flush=True)
 
+    finished = finished_models(args.resume) if args.resume else None
     # Context and library memory first, alone on the GPU.
-    for loading in ("LAZY", "EAGER"):
+    for loading in (() if finished is not None else ("LAZY", "EAGER")):
         pool.start({"task": "context"}, env={"CUDA_MODULE_LOADING": loading})
         pool.drain(time.time() + 90)
     pool.slots = slots
     pool.worker_timeout = 150
-    pool.start({"task": "conv", "benchmark": False, "dtypes": ["float32", "bfloat16"]})
-    pool.start({"task": "conv", "benchmark": True, "dtypes": ["float32"]})
+    if finished is None:
+        pool.start({"task": "conv", "benchmark": False, "dtypes": ["float32", "bfloat16"]})
+        pool.start({"task": "conv", "benchmark": True, "dtypes": ["float32"]})
 
     batches = [int(b) for b in args.batches.split(",")]
     models = [("torchvision", n, s) for n, s in TORCHVISION] + [("timm", n, s) for n, s in timm_models()]
+    if finished is not None:
+        models = [m for m in models if m[1] not in finished]
     if args.limit:
         models = models[:args.limit]
     stop_at = t0 + args.deadline

@@ -39,6 +39,26 @@ def summary(errors):
             "under_5pct": sum(e < -0.05 for e in errors) / len(errors)}
 
 
+def compare_levels(dataset):
+    return subprocess.run(["/usr/bin/python3", str(ROOT / "scripts/compare_levels.py"),
+                           str(ROOT / "datasets" / dataset), "--stack", "h200-pytorch2.11-lazy"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def replicate_agreement():
+    """How closely the H100's NVML peaks repeat the H200's, job by job (uncensored in both)."""
+    def jobs(dataset):
+        with open(ROOT / "datasets" / dataset / "jobs.csv") as f:
+            return {(r["model"], r["batch"], r["attention"]): float(r["measured_mib"])
+                    for r in csv.DictReader(f) if r["censored"] == "0"}
+    h200, h100 = jobs("h200-torch211"), jobs("h100-torch211")
+    both = sorted(set(h200) & set(h100))
+    diff = [abs(h100[k] / h200[k] - 1) for k in both]
+    return (f"of the {len(both)} jobs in both files, {sum(d == 0 for d in diff)} read the same "
+            f"NVIDIA-SMI peak to the MiB, {sum(d <= 0.01 for d in diff)} within 1 %, and the "
+            f"largest difference is {pct(max(diff))}")
+
+
 def merge_stacks(work):
     path = ROOT / "core/stacks.json"
     table = json.loads(path.read_text())
@@ -148,21 +168,25 @@ def main():
             "datasets/timm-a100/README.md). They are not fitted. With the calibrated stack and the "
             f"upper bound, memest says \"does not fit\" (exit 1) for {no} of them.", ""]
 
-    levels = subprocess.run(["/usr/bin/python3", str(ROOT / "datasets/h200-torch211/compare_levels.py"),
-                             "--stack", "h200-pytorch2.11-lazy"],
-                            capture_output=True, text=True, check=True).stdout.strip()
-    out += ["## Measured on an H200, level by level, nothing fitted", "",
-            "`datasets/h200-torch211/` holds our own measurements on a lent H200 (PyTorch 2.11, "
-            "CUDA 13.0, cuDNN 9.19; timm and torchvision models trained with Adam in fp32, each in "
-            "its own process; README there). Every level is known there: the caching allocator's "
-            "peaks (`max_memory_allocated`, `max_memory_reserved`) and NVML's per-process peak. "
+    levels = {d: compare_levels(d) for d in ("h200-torch211", "h100-torch211")}
+    out += ["## Measured on an H200 and an H100, level by level, nothing fitted", "",
+            "`datasets/h200-torch211/` and `datasets/h100-torch211/` hold our own measurements on "
+            "a lent H200 and a lent H100 with the same software (PyTorch 2.11, CUDA 13.0, cuDNN "
+            "9.19; timm and torchvision models trained with Adam in fp32, each in its own process; "
+            "READMEs there). Every level is known there: the caching allocator's peaks "
+            "(`max_memory_allocated`, `max_memory_reserved`) and NVML's per-process peak. "
             "Below, memest with the measured stack `h200-pytorch2.11-lazy` (context, library "
-            "memory and convolution workspace read off the same GPU, no value fitted to these "
-            "rows), so every row is held out. Allocated and reserved depend on no fitted value "
-            "(only the measured convolution workspace enters them): they check the graph, the "
-            "training step and the allocator model.", "",
-            "```", levels, "```", "",
-            "Reproduce: `datasets/h200-torch211/compare_levels.py --stack h200-pytorch2.11-lazy` "
+            "memory and convolution workspace read off the GPU, no value fitted to these rows), so "
+            "every row is held out. Allocated and reserved depend on no fitted value (only the "
+            "measured convolution workspace enters them): they check the graph, the training step "
+            "and the allocator model.", "",
+            "```", levels["h200-torch211"], "", levels["h100-torch211"], "```", "",
+            f"The two GPUs read the same memory: {replicate_agreement()} "
+            "(`datasets/h100-torch211/README.md`). The H100 rows are a "
+            "second draw of the same jobs, not a new population; they confirm that the stack, "
+            "measured on one Hopper GPU, holds on the other.", "",
+            "Reproduce: `scripts/compare_levels.py datasets/h200-torch211 --stack "
+            "h200-pytorch2.11-lazy` and the same with `datasets/h100-torch211` "
             "(after `datasets/timm-a100/unpack.sh`).", ""]
 
     out += ["## What was fitted", ""]
@@ -184,8 +208,9 @@ def main():
                 f"- data: {c['data']}; {c['jobs']:,} jobs; rows SHA-256 `{c['rows_sha256']}`; "
                 f"fitted {c['date']}", ""]
     out += ["## Sources", "",
-            "- H200 rows: measured for this project with `scripts/gpu_device_truth.py` on a lent "
-            "NVIDIA H200 on 2026-11-26 (`datasets/h200-torch211/README.md`).",
+            "- H200 and H100 rows: measured for this project with `scripts/gpu_device_truth.py` on "
+            "a lent NVIDIA H200 and a lent NVIDIA H100 on 2026-11-26 "
+            "(`datasets/h200-torch211/README.md`, `datasets/h100-torch211/README.md`).",
             "- timm rows: GPUMemNet repository (itu-rad/GPUMemNet, Apache-2.0), the FakeTensor "
             "comparison table of E. Yousefzadeh-Asl-Miandoab et al.; the developers' half of its "
             "families, `datasets/timm-a100/README.md`.",

@@ -241,8 +241,21 @@ std::string Grouped(int64_t v) {
   return out;
 }
 
+// "h200-141gb", "h200-141gb + h100-80gb" (also measured there), or "(any GPU)".
+std::string StackGpus(const StackProfile& s) {
+  if (s.gpu.empty()) return "(any GPU)";
+  std::string out = s.gpu;
+  for (const StackReplicate& r : s.also_measured_on) out += " + " + r.gpu;
+  return out;
+}
+
 std::string StackText(const StackProfile& s) {
-  std::string out = s.name + (s.gpu.empty() ? "" : " (calibrated on " + s.gpu + ")");
+  std::string out = s.name;
+  if (!s.gpu.empty()) {
+    out += " (calibrated on " + s.gpu;
+    for (const StackReplicate& r : s.also_measured_on) out += "; also measured on " + r.gpu;
+    out += ")";
+  }
   if (s.bands.empty()) return out + ", uncalibrated: no interval";
   for (const auto& [backend, b] : s.bands) {
     out +=
@@ -958,7 +971,7 @@ std::string RenderGpus(const std::vector<GpuProfile>& gpus, const std::vector<St
              Align::kRight, Align::kRight, Align::kRight};
   for (const auto& st : stacks) {
     const ResidualBand* b = st.band("symbolic");
-    s.rows.push_back({st.name, st.gpu.empty() ? "(any GPU)" : st.gpu,
+    s.rows.push_back({st.name, StackGpus(st),
                       FormatBytes(st.cuda_context.bytes), FormatBytes(st.library_memory.bytes),
                       fmt::format("{:.3g} x / {:.3g} x", st.conv_workspace.value,
                                   st.conv_workspace_pointwise.value),

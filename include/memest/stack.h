@@ -45,11 +45,30 @@ struct ResidualBand {
   std::string source;
 };
 
+// Another GPU the same software stack was measured on, with the same fixed costs as on the
+// stack's own `gpu` (a replicate of its measurements, not a second calibration).
+struct StackReplicate {
+  std::string gpu;  // a GPU profile name ("h100-80gb")
+  std::string source;
+};
+
 struct StackProfile {
   std::string name;          // "pytorch2-lazy"
   std::string display_name;  // one line for --list-gpus
   // The GPU profile this stack was calibrated on ("a100-40gb"); empty: any GPU.
   std::string gpu;
+  // Other GPU profiles its measurements were repeated on with the same results; an estimate for
+  // one of them is not warned about (stack_gpu_mismatch). Optional in the file.
+  std::vector<StackReplicate> also_measured_on;
+  // True when the stack holds for `gpu_name`: made for any GPU, calibrated on it, or measured
+  // again on it (also_measured_on).
+  [[nodiscard]] bool HoldsOn(std::string_view gpu_name) const {
+    if (gpu.empty() || gpu == gpu_name) return true;
+    for (const StackReplicate& r : also_measured_on) {
+      if (r.gpu == gpu_name) return true;
+    }
+    return false;
+  }
   // Software versions and settings as known ("pytorch": "2.4", "cuda": "12.4", "cudnn": "9",
   // "cudnn_benchmark": "false", ...); free text, for provenance and --list-gpus.
   std::map<std::string, std::string> software;

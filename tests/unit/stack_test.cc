@@ -8,6 +8,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memest/memest.h"
@@ -115,6 +116,63 @@ TEST(StackTest, ABadFileNamesTheFieldAndNeverCrashes) {
   EXPECT_FALSE(ParseStackProfile("[]", "x").ok());
   EXPECT_EQ(LoadStackProfile("/nonexistent/stack.json").status().code(), ErrorCode::kNotFound);
   EXPECT_EQ(LoadStackProfile("/").status().code(), ErrorCode::kInvalidArgument);
+}
+
+// A stack measured again on another GPU with the same results holds there without a warning;
+// everywhere else an estimate says the stack was made for another GPU.
+TEST(StackTest, AStackMeasuredOnAnotherGpuHoldsThereToo) {
+  auto measured = FindStackProfile("h200-pytorch2.11-lazy");
+  ASSERT_TRUE(measured.ok()) << measured.status().ToString();
+  ASSERT_EQ(measured->also_measured_on.size(), 1u);
+  EXPECT_EQ(measured->also_measured_on[0].gpu, "h100-80gb");
+  EXPECT_NE(measured->also_measured_on[0].source.find("measured:"), std::string::npos);
+  EXPECT_TRUE(measured->HoldsOn("h200-141gb"));
+  EXPECT_TRUE(measured->HoldsOn("h100-80gb"));
+  EXPECT_FALSE(measured->HoldsOn("a100-40gb"));
+  EXPECT_TRUE(ResolveStack("")->HoldsOn("a100-40gb"));  // made for any GPU
+
+  auto back = ParseStackProfile(StackProfileToJson(*measured), "again.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(StackProfileToJson(*back), StackProfileToJson(*measured));
+
+  auto model = Bundled("resnet18_train");
+  ASSERT_NE(model, nullptr);
+  auto mismatch = [&](const std::string& gpu) {
+    Options o = At(8, *measured);
+    o.gpu = gpu;
+    for (const Diagnostic& d : EstimateWith("analytical", *model, o).diagnostics) {
+      if (d.code == "stack_gpu_mismatch") return true;
+    }
+    return false;
+  };
+  EXPECT_FALSE(mismatch("h200-141gb"));
+  EXPECT_FALSE(mismatch("h100-80gb"));
+  EXPECT_TRUE(mismatch("a100-40gb"));
+
+  const std::string good = StackProfileToJson(*measured);
+  const std::string from = "\"gpu\": \"h100-80gb\"";
+  for (const auto& [to, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"\"gpu\": \"no-such-gpu\"", "also_measured_on[0].gpu"},
+           {"\"gpu\": \"h200-141gb\"", "the stack's own gpu"},
+           {"\"gpu\": 7", "also_measured_on[0]"}}) {
+    std::string text = good;
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, from.size(), to);
+    auto r = ParseStackProfile(text, "bad.json");
+    ASSERT_FALSE(r.ok()) << to;
+    EXPECT_NE(r.status().message().find(expect), std::string::npos) << r.status().message();
+  }
+  StackProfile any = *ResolveStack("");
+  any.also_measured_on.push_back({"h100-80gb", "measured: test"});
+  auto refused = ParseStackProfile(StackProfileToJson(any), "any.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("names no gpu"), std::string::npos);
+  StackProfile twice = *measured;
+  twice.also_measured_on.push_back(twice.also_measured_on[0]);
+  auto duplicate = ParseStackProfile(StackProfileToJson(twice), "twice.json");
+  ASSERT_FALSE(duplicate.ok());
+  EXPECT_NE(duplicate.status().message().find("named twice"), std::string::npos);
 }
 
 TEST(StackTest, LibraryMemoryAddsToTheDevicePeakOnly) {

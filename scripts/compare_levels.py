@@ -1,14 +1,16 @@
 #!/usr/bin/python3
-"""memest's estimates against the H200 rows at each level: allocated, reserved, device.
+"""memest's estimates against measured training rows at each level: allocated, reserved, device.
 
-    datasets/h200-torch211/compare_levels.py [MEMEST] [--stack NAME|--stack-file F] [--csv OUT]
+    scripts/compare_levels.py DIR [--memest BIN] [--gpu NAME] [--stack NAME|--stack-file F]
+                              [--csv OUT]
 
-Reads jobs.csv (make_jobs.py), runs MEMEST (default build/tools/memest) once per job and backend
-(analytical, symbolic) with the job's knobs on the h200-141gb profile, and prints per level the
-median and P90 absolute error and the share of under-estimates. "allocated" and "reserved" are
+Reads DIR/jobs.csv (scripts/device_truth_jobs.py), runs memest (default build/tools/memest) once
+per job and backend (analytical, symbolic) with the job's knobs on the GPU profile whose display
+name is the GPU of DIR/device-truth.jsonl (or --gpu), and prints per level the median and P90
+absolute error and the share of under-estimates. "allocated" and "reserved" are
 the caching allocator's peaks (torch.cuda.max_memory_allocated / max_memory_reserved): no stack
 constant enters them, so they check the graph, the training step and the allocator model alone.
-Rows over the 32 GiB cap are skipped.
+Rows over the per-process cap are skipped.
 """
 import argparse
 import csv
@@ -17,17 +19,27 @@ import pathlib
 import statistics
 import subprocess
 
-HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 MIB = 1 << 20
 LEVELS = {"allocated": "allocated_mib", "reserved": "reserved_mib", "device": "measured_mib"}
 
 
-def estimate(memest, job, backend, extra):
+def profile_of(here):
+    """The memest GPU profile whose display name is the GPU that measured DIR's rows."""
+    with open(here / "device-truth.jsonl") as f:
+        gpu = next(json.loads(line)["gpu"] for line in f if '"kind": "env"' in line)
+    profiles = json.load(open(ROOT / "core/gpu_profiles.json"))["profiles"]
+    names = [p["name"] for p in profiles if p["display_name"] == gpu]
+    if len(names) != 1:
+        raise SystemExit(f"{gpu}: {len(names)} GPU profiles have that display name; pass --gpu")
+    return names[0]
+
+
+def estimate(memest, here, gpu, job, backend, extra):
     cmd = [str(memest), job["model"], "--batch", job["batch"], "--optimizer", job["optimizer"],
            "--precision", job["precision"], "--attention", job["attention"],
-           "--gpu", "h200-141gb", "--backend", backend, "--json"] + extra
-    out = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True)
+           "--gpu", gpu, "--backend", backend, "--json"] + extra
+    out = subprocess.run(cmd, cwd=here, capture_output=True, text=True)
     if out.returncode not in (0, 1):  # 1: does not fit -- still an estimate
         raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()}")
     return json.loads(out.stdout)["results"][0]["peak"]
@@ -42,22 +54,26 @@ def summary(errors):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("memest", nargs="?", default=str(ROOT / "build/tools/memest"))
+    ap.add_argument("dir", type=pathlib.Path, help="folder holding jobs.csv and device-truth.jsonl")
+    ap.add_argument("--memest", default=str(ROOT / "build/tools/memest"))
+    ap.add_argument("--gpu", help="memest GPU profile (default: from device-truth.jsonl)")
     ap.add_argument("--stack")
     ap.add_argument("--stack-file")
     ap.add_argument("--csv", help="write every job's estimates here")
     args = ap.parse_args()
+    here = args.dir.resolve()
+    gpu = args.gpu or profile_of(here)
     extra = []
     if args.stack:
         extra += ["--stack", args.stack]
     if args.stack_file:
         extra += ["--stack-file", str(pathlib.Path(args.stack_file).resolve())]
-    jobs = [j for j in csv.DictReader(open(HERE / "jobs.csv")) if j["censored"] == "0"]
+    jobs = [j for j in csv.DictReader(open(here / "jobs.csv")) if j["censored"] == "0"]
     errors = {}
     rows = []
     for j in jobs:
         for backend in ("analytical", "symbolic"):
-            peak = estimate(args.memest, j, backend, extra)
+            peak = estimate(args.memest, here, gpu, j, backend, extra)
             row = {"model": j["model"], "batch": j["batch"], "attention": j["attention"],
                    "backend": backend}
             for level, column in LEVELS.items():
@@ -66,6 +82,7 @@ def main():
                 errors.setdefault((backend, level), []).append(e)
                 row[level] = round(e, 4)
             rows.append(row)
+    print(f"{here.name} on {gpu}")
     print("backend     level       rows  median      P90      under")
     for (backend, level), errs in sorted(errors.items()):
         print(f"{backend:11} {level:10} {summary(errs)}")
