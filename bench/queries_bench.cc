@@ -3,11 +3,14 @@
 //
 //  * BM_Queries: 1,000 estimates of the bundled ResNet-50 (training) over 25 batches x 5 GPUs x
 //    8 option sets (precision, optimizer, weight decay), each one Estimator::Run on the loaded
-//    model; the counter `per_query_us` is the cost of one, to compare with BM_Estimate in the same
-//    run.
-//  * BM_EstimateThreads: the same estimate on 1, 2 and 4 threads sharing one model and one
-//    estimator (Estimator::Run is const and thread-safe); `items_per_second` is the estimates
-//    per second of all threads together (2 cores here: 4 threads show the oversubscription, not
+//    model; the counter `per_query_us` is the cost of one, to compare with BM_Estimate (a cold
+//    estimate) in the same run. "grouped" asks the 40 queries of a batch one after another (a
+//    scheduler trying GPUs and options for a job), so the model's bound-graph cache
+//    (core/bind_cache.h) binds each batch once; "shuffled" asks them in a fixed random order, so
+//    the cache rarely holds the batch asked for (its worst case).
+//  * BM_EstimateThreads: cold estimates (batches 64..71 in turn, more than the cache keeps) on
+//    1, 2 and 4 threads sharing one model and one estimator (Estimator::Run is const and
+//    thread-safe); `items_per_second` is the estimates per second of all threads together (2 cores here: 4 threads show the oversubscription, not
 //    more cores).
 //  * BM_CliColdStart: `memest datasets/models/resnet50_train.onnx --batch 64` as a new process
 //    each time (posix_spawn, stdout to /dev/null, wall time until it exits), next to
@@ -22,7 +25,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -69,13 +74,14 @@ std::vector<memest::Options> Queries() {
   return out;
 }
 
-void BM_Queries(benchmark::State& state, const std::string& backend) {
+void BM_Queries(benchmark::State& state, const std::string& backend, bool shuffled) {
   Loaded l = LoadResnet50(backend);
   if (l.model == nullptr || l.estimator == nullptr) {
     state.SkipWithError("setup failed");
     return;
   }
-  const std::vector<memest::Options> queries = Queries();
+  std::vector<memest::Options> queries = Queries();
+  if (shuffled) std::shuffle(queries.begin(), queries.end(), std::mt19937(20261126));
   for (auto _ : state) {
     for (const memest::Options& o : queries) {
       auto e = l.estimator->Run(*l.model, o);
@@ -99,8 +105,9 @@ void BM_EstimateThreads(benchmark::State& state, const std::string& backend) {
     return;
   }
   memest::Options o;
-  o.batch = 64;
+  int64_t i = state.thread_index();
   for (auto _ : state) {
+    o.batch = 64 + i++ % 8;
     auto e = shared->estimator->Run(*shared->model, o);
     benchmark::DoNotOptimize(e);
   }
@@ -142,8 +149,10 @@ const std::vector<std::string> kCliVersion = {MEMEST_CLI, "--version"};
 }  // namespace
 
 // clang-format off
-BENCHMARK_CAPTURE(BM_Queries, resnet50_analytical, std::string("analytical"))->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Queries, resnet50_symbolic, std::string("symbolic"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Queries, resnet50_analytical_grouped, std::string("analytical"), false)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Queries, resnet50_analytical_shuffled, std::string("analytical"), true)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Queries, resnet50_symbolic_grouped, std::string("symbolic"), false)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Queries, resnet50_symbolic_shuffled, std::string("symbolic"), true)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_EstimateThreads, resnet50_symbolic, std::string("symbolic"))->Threads(1)->Threads(2)->Threads(4)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_CliProcess, cold_start_resnet50_batch64, kCliEstimate)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CliProcess, cold_start_version_only, kCliVersion)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -43,6 +43,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/bind_cache.h"
 #include "core/checked.h"
 #include "core/dtype.h"
 #include "core/graph.h"
@@ -51,10 +52,12 @@
 
 namespace memest {
 
-Model::Model(std::unique_ptr<core::Graph> graph) : graph_(std::move(graph)) {}
+Model::Model(std::unique_ptr<core::Graph> graph)
+    : graph_(std::move(graph)), bind_cache_(std::make_unique<core::BindCache>()) {}
 Model::~Model() = default;
 const ModelSummary& Model::summary() const { return graph_->summary; }
 const core::Graph& Model::graph() const { return *graph_; }
+core::BindCache& Model::bind_cache() const { return *bind_cache_; }
 
 namespace core {
 namespace {

@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <exception>
 #include <map>
+#include <memory>
 #include <new>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/bind_cache.h"
 #include "memest/estimator.h"
 #include "memory/device.h"
 #include "memory/optimizer.h"
@@ -252,7 +254,8 @@ std::vector<std::optional<uint64_t>> StoredBytes(const WeightStorage& weights, c
 
 EstimationContext::EstimationContext(const Model& model, const Options& options, GpuProfile gpu,
                                      StackProfile stack, TrainableSet trainable,
-                                     core::BoundGraph bound, WeightStorage weights,
+                                     std::shared_ptr<const core::BoundGraph> bound,
+                                     WeightStorage weights,
                                      KvCache kv_cache, ParallelPlan plan)
     : model_(model),
       options_(options),
@@ -263,8 +266,9 @@ EstimationContext::EstimationContext(const Model& model, const Options& options,
       weights_(std::move(weights)),
       kv_cache_(std::move(kv_cache)),
       plan_(std::move(plan)),
-      facts_(bound_, options.precision, KernelChoices(options, gpu_), trainable_.trainable,
-             StoredBytes(weights_, kv_cache_, bound_.graph->values.size()), plan_.shard_divisor()) {
+      facts_(*bound_, options.precision, KernelChoices(options, gpu_), trainable_.trainable,
+             StoredBytes(weights_, kv_cache_, bound_->graph->values.size()),
+             plan_.shard_divisor()) {
 }
 
 Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& model,
@@ -277,10 +281,11 @@ Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& 
     MEMEST_ASSIGN_OR_RETURN(stack, ResolveStack(options.stack));
   }
   MEMEST_ASSIGN_OR_RETURN(TrainableSet trainable, SelectTrainable(model.graph(), options));
-  MEMEST_ASSIGN_OR_RETURN(core::BoundGraph bound, core::Bind(model.graph(), options));
-  MEMEST_ASSIGN_OR_RETURN(WeightStorage weights, WeightStorage::Make(bound, trainable, options));
-  MEMEST_ASSIGN_OR_RETURN(KvCache kv_cache, KvCache::Make(bound, options));
-  MEMEST_ASSIGN_OR_RETURN(ParallelPlan plan, ParallelPlan::Make(bound, options));
+  MEMEST_ASSIGN_OR_RETURN(std::shared_ptr<const core::BoundGraph> bound,
+                          model.bind_cache().Get(model.graph(), options));
+  MEMEST_ASSIGN_OR_RETURN(WeightStorage weights, WeightStorage::Make(*bound, trainable, options));
+  MEMEST_ASSIGN_OR_RETURN(KvCache kv_cache, KvCache::Make(*bound, options));
+  MEMEST_ASSIGN_OR_RETURN(ParallelPlan plan, ParallelPlan::Make(*bound, options));
   auto ctx = std::unique_ptr<EstimationContext>(new EstimationContext(
       model, options, std::move(gpu), std::move(stack), std::move(trainable), std::move(bound),
       std::move(weights), std::move(kv_cache), std::move(plan)));

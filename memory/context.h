@@ -57,7 +57,9 @@ class EstimationContext {
   const WeightStorage& weights() const { return weights_; }
   // The graph's key/value cache (options.kv_cache_dtype, options.paged_kv_cache).
   const KvCache& kv_cache() const { return kv_cache_; }
-  const core::BoundGraph& bound() const { return bound_; }
+  // The graph bound at options' dims; shared with other estimates of the model at the same dims
+  // (core/bind_cache.h).
+  const core::BoundGraph& bound() const { return *bound_; }
   const ops::ValueFacts& facts() const { return facts_; }
   // Many GPUs (options.parallel): the plan, and the pipeline stage the backend estimates now
   // (0 on one GPU). Run() estimates every stage in turn (set_stage) and keeps the worst.
@@ -67,7 +69,8 @@ class EstimationContext {
 
  private:
   EstimationContext(const Model& model, const Options& options, GpuProfile gpu, StackProfile stack,
-                    TrainableSet trainable, core::BoundGraph bound, WeightStorage weights,
+                    TrainableSet trainable, std::shared_ptr<const core::BoundGraph> bound,
+                    WeightStorage weights,
                     KvCache kv_cache, ParallelPlan plan);
 
   const Model& model_;
@@ -75,7 +78,7 @@ class EstimationContext {
   const GpuProfile gpu_;
   const StackProfile stack_;
   const TrainableSet trainable_;
-  const core::BoundGraph bound_;
+  const std::shared_ptr<const core::BoundGraph> bound_;  // never null
   const WeightStorage weights_;
   const KvCache kv_cache_;
   const ParallelPlan plan_;

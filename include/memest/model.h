@@ -24,6 +24,7 @@ namespace memest {
 
 namespace core {
 struct Graph;  // internal representation (core/graph.h)
+class BindCache;  // bound graphs of recent estimates (core/bind_cache.h)
 }  // namespace core
 
 // A dim as written in the file: a value, a name (dim_param), or neither (unknown).
@@ -62,12 +63,16 @@ class Model {
   const ModelSummary& summary() const;
   // Internal graph, for backends inside memest. Not part of the stable API.
   const core::Graph& graph() const;
+  // The graph bound at recent estimates' dims, shared by later estimates at the same dims
+  // (core/bind_cache.h; thread-safe). Internal, like graph().
+  core::BindCache& bind_cache() const;
 
   // For LoadModel (ops/load_model.cc) only.
   explicit Model(std::unique_ptr<core::Graph> graph);
 
  private:
   std::unique_ptr<core::Graph> graph_;
+  std::unique_ptr<core::BindCache> bind_cache_;  // never null
 };
 
 // Loads and validates `path`. Errors: NotFound (missing file), InvalidModel (not ONNX, truncated,

@@ -1,0 +1,61 @@
+// core/bind_cache.h -- the bound graphs of one model, kept for the next estimate at the same dims.
+//
+// A scheduler asks one loaded model many questions: batches x GPUs x option sets. Binding the
+// dims (core/bind.h) depends on four options only -- batch, micro_batches, dims and
+// allow_unknown_shapes -- so every query that shares them shares one BoundGraph.
+//
+// Policy:
+//  * The key is exactly those four options; anything else an estimate reads is not bound here.
+//  * The cache keeps the kEntries most recently used bound graphs (each as large as the graph's
+//    value table: it is bounded by entries, never by the number of queries). Errors are not
+//    kept: a failing bind runs again and fails again with the same message.
+//  * Thread-safe: one mutex around the table; Bind itself runs outside it, so two threads that
+//    miss the same key both bind and the later one's result replaces the earlier (equal) one.
+#ifndef MEMEST_CORE_BIND_CACHE_H_
+#define MEMEST_CORE_BIND_CACHE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/bind.h"
+#include "core/graph.h"
+#include "memest/options.h"
+#include "memest/status.h"
+
+namespace memest::core {
+
+class BindCache {
+ public:
+  static constexpr size_t kEntries = 4;
+
+  // Bind(graph, options), or the bound graph an earlier call made at the same key. `graph` must
+  // be the same graph on every call (the model that owns this cache).
+  [[nodiscard]] Result<std::shared_ptr<const BoundGraph>> Get(const Graph& graph,
+                                                              const Options& options);
+
+ private:
+  struct Key {
+    std::optional<int64_t> batch;
+    int64_t micro_batches = 1;
+    std::map<std::string, int64_t> dims;
+    bool allow_unknown_shapes = false;
+    bool operator==(const Key& o) const {
+      return batch == o.batch && micro_batches == o.micro_batches && dims == o.dims &&
+             allow_unknown_shapes == o.allow_unknown_shapes;
+    }
+  };
+  static Key KeyOf(const Options& options);
+
+  std::mutex mu_;
+  // Most recently used first; at most kEntries.
+  std::vector<std::pair<Key, std::shared_ptr<const BoundGraph>>> entries_;
+};
+
+}  // namespace memest::core
+
+#endif  // MEMEST_CORE_BIND_CACHE_H_
