@@ -59,6 +59,11 @@ struct Node {
   const onnx::NodeProto* proto = nullptr;  // into Graph::proto
   int64_t opset = 0;                       // opset version of the node's domain
   int64_t subgraph_nodes = 0;              // nodes inside If/Loop/Scan bodies (recursive)
+  // The node's per-op rule, resolved once by LoadModel (ops/rules.h RuleOf): an index into the
+  // rule table, kNoRule when memest has none, kRuleUnresolved before LoadModel resolved it.
+  static constexpr int32_t kRuleUnresolved = -2;
+  static constexpr int32_t kNoRule = -1;
+  int32_t rule = kRuleUnresolved;
   // "node '<name>' (<op_type>)", as errors name a node.
   std::string Describe() const { return "node '" + name + "' (" + op_type + ")"; }
 };

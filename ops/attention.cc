@@ -328,7 +328,7 @@ uint64_t AttentionKernelBackwardWorkspace(AttentionKernel kernel, const Attentio
 }
 
 std::optional<AttentionCall> AttentionCallOf(const RuleContext& ctx) {
-  const OpRule* rule = FindRule(ctx.node.domain, ctx.node.op_type);
+  const OpRule* rule = RuleOf(ctx.node);
   if (rule == nullptr || rule->attention_site == nullptr) return std::nullopt;
   if (ctx.attention != nullptr) return *ctx.attention;
   AttentionCall call;

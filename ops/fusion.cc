@@ -368,7 +368,7 @@ Fusion::Fusion(const core::BoundGraph& b, const std::vector<bool>& requires_grad
     identity_dropout_[k] = m.IdentityDropout(k);
     const core::Node& node = g.nodes[k];
     const std::string& op = node.op_type;
-    if (const OpRule* rule = FindRule(node.domain, op); rule && rule->attention_site) {
+    if (const OpRule* rule = RuleOf(node); rule && rule->attention_site) {
       AttentionCall call;
       call.node = k;
       rule->attention_site(RuleContext{node, b, requires_grad}, &call.site);

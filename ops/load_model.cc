@@ -9,6 +9,7 @@
 
 #include "core/loader.h"
 #include "memest/model.h"
+#include "ops/rules.h"
 #include "ops/shape_pass.h"
 
 namespace memest {
@@ -24,6 +25,7 @@ Result<std::shared_ptr<const Model>> WithShapes(Result<std::unique_ptr<core::Gra
                                                 const std::string& display_name) {
   if (!loaded.ok()) return AboutTheModel(loaded.status(), display_name);
   std::unique_ptr<core::Graph> graph = std::move(loaded).value();
+  ops::ResolveRules(graph.get());  // each node's rule, once per model
   try {
     // Shapes over symbolic dims, once per model: binding dims later only evaluates them.
     graph->symbolic = ops::InferSymbolicShapes(*graph);

@@ -1035,6 +1035,19 @@ const OpRule* FindRule(std::string_view domain, std::string_view op_type) {
   return &*it;
 }
 
+const OpRule* RuleOf(const core::Node& node) {
+  if (node.rule == core::Node::kRuleUnresolved) return FindRule(node.domain, node.op_type);
+  if (node.rule == core::Node::kNoRule) return nullptr;
+  return &kRules[static_cast<size_t>(node.rule)];
+}
+
+void ResolveRules(core::Graph* graph) {
+  for (core::Node& node : graph->nodes) {
+    const OpRule* rule = FindRule(node.domain, node.op_type);
+    node.rule = rule == nullptr ? core::Node::kNoRule : static_cast<int32_t>(rule - kRules.data());
+  }
+}
+
 std::span<const OpRule> AllRules() { return kRules; }
 
 OpCoverage OpsWithoutRules() {
@@ -1078,7 +1091,7 @@ std::vector<SavedTensor> SavedTensors(const core::Node& node, const core::BoundG
   const bool active = std::any_of(node.inputs.begin(), node.inputs.end(),
                                   [&](int id) { return RequiresGradAt(requires_grad, id); });
   if (!active) return saved;
-  const OpRule* rule = FindRule(node.domain, node.op_type);
+  const OpRule* rule = RuleOf(node);
   if (rule != nullptr && !rule->differentiable) return saved;
   const RuleContext ctx{node, graph, requires_grad, attention};
   if (rule == nullptr) {
@@ -1107,7 +1120,7 @@ std::vector<bool> RequiresGrad(const core::BoundGraph& graph, const std::vector<
     rg[i] = trainable != nullptr && i < trainable->size() ? (*trainable)[i] : g.values[i].trainable;
   }
   for (const core::Node& node : g.nodes) {
-    const OpRule* rule = FindRule(node.domain, node.op_type);
+    const OpRule* rule = RuleOf(node);
     if (rule != nullptr && !rule->differentiable) continue;
     // If/Loop/Scan bodies may read outer values that node.inputs does not
     // list: assume one of them requires grad (over-estimate).

@@ -124,6 +124,11 @@ std::optional<std::vector<int64_t>> IntsAttr(const core::Node& n, std::string_vi
 
 // The rule for (domain, op_type), or nullptr. "ai.onnx" is treated as "".
 const OpRule* FindRule(std::string_view domain, std::string_view op_type);
+// The rule of a graph node, or nullptr: the one LoadModel resolved (core::Node::rule, no lookup
+// by name), or FindRule's for a node it has not resolved.
+const OpRule* RuleOf(const core::Node& node);
+// Resolves core::Node::rule for every node of `graph` (LoadModel, once per model).
+void ResolveRules(core::Graph* graph);
 
 // Every rule, sorted by (domain, op_type).
 std::span<const OpRule> AllRules();

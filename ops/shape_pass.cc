@@ -240,7 +240,7 @@ class Pass {
     std::vector<SymTensor>& outputs = outputs_;
     outputs.clear();
     outputs.resize(node.outputs.size());
-    const ops::OpRule* rule = ops::FindRule(node.domain, node.op_type);
+    const ops::OpRule* rule = ops::RuleOf(node);
     const bool has_infer = rule != nullptr && rule->infer != nullptr;
     // A node memest has a rule for goes to ONNX only when an input of it waits for ONNX: never
     // when its rule rejected it or gave up on known inputs (core/onnx_fallback.h).

@@ -101,7 +101,7 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
   const size_t nv = g.values.size();
   rules_.reserve(g.nodes.size());
   for (const core::Node& n : g.nodes) {
-    rules_.push_back(FindRule(n.domain, n.op_type));
+    rules_.push_back(RuleOf(n));
     has_gemm_ = has_gemm_ || (rules_.back() != nullptr && rules_.back()->uses_cublas);
   }
   if (trainable_.size() != nv) {

@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/graph.h"
+#include "memest/memest.h"
 #include "ops/attention.h"
 #include "ops/value_facts.h"
 
@@ -238,6 +240,29 @@ TEST(RulesRegistry, FindRuleTreatsAiOnnxAsDefaultDomain) {
   EXPECT_EQ(FindRule("", "NoSuchOp"), nullptr);
   EXPECT_EQ(FindRule("", ""), nullptr);
   for (const OpRule& r : AllRules()) EXPECT_EQ(FindRule(r.domain, r.op_type), &r);
+}
+
+// LoadModel resolves every node's rule once (core::Node::rule); RuleOf gives what FindRule gives,
+// without a lookup by name, and still looks up a node nobody resolved.
+TEST(RulesRegistry, LoadModelResolvesEachNodesRuleOnce) {
+  auto model = LoadModel(std::string(MEMEST_SOURCE_DIR) + "/datasets/models/gpt2_tiny_train.onnx");
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const core::Graph& g = (*model)->graph();
+  ASSERT_FALSE(g.nodes.empty());
+  for (const core::Node& n : g.nodes) {
+    EXPECT_NE(n.rule, core::Node::kRuleUnresolved) << n.Describe();
+    EXPECT_EQ(RuleOf(n), FindRule(n.domain, n.op_type)) << n.Describe();
+  }
+  core::Node fresh;
+  fresh.op_type = "Relu";
+  EXPECT_EQ(RuleOf(fresh), FindRule("", "Relu"));
+  fresh.op_type = "NoSuchOp";
+  EXPECT_EQ(RuleOf(fresh), nullptr);
+  core::Graph graph;
+  graph.nodes.push_back(fresh);
+  ResolveRules(&graph);
+  EXPECT_EQ(graph.nodes[0].rule, core::Node::kNoRule);
+  EXPECT_EQ(RuleOf(graph.nodes[0]), nullptr);
 }
 
 TEST(RulesRegistry, AmpPolicies) {
