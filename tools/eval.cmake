@@ -8,7 +8,7 @@ add_library(memest_eval STATIC
   ${CMAKE_CURRENT_LIST_DIR}/eval/report.cc
   ${CMAKE_CURRENT_LIST_DIR}/eval/plots.cc)
 target_include_directories(memest_eval PUBLIC ${PROJECT_SOURCE_DIR})
-target_link_libraries(memest_eval PUBLIC memest memest_gpumemnet nlohmann_json::nlohmann_json
+target_link_libraries(memest_eval PUBLIC memest memest_gpumemnet memest_output nlohmann_json::nlohmann_json
                                   PRIVATE fmt::fmt)
 
 add_executable(memest-eval ${CMAKE_CURRENT_LIST_DIR}/eval/eval_main.cc)

@@ -835,28 +835,6 @@ std::string Calibration(const GpuProfile& g) {
 // ---------------------------------------------------------------------------------------------
 // Public functions.
 
-Result<Format> ParseFormat(std::string_view s) {
-  if (s == "table") return Format::kTable;
-  if (s == "json") return Format::kJson;
-  if (s == "csv") return Format::kCsv;
-  if (s == "md") return Format::kMd;
-  return InvalidArgument(
-      fmt::format("unknown output format '{}' (expected table, json, csv or md)", s));
-}
-
-const char* ToString(Format f) {
-  switch (f) {
-    case Format::kTable:
-      return "table";
-    case Format::kJson:
-      return "json";
-    case Format::kCsv:
-      return "csv";
-    case Format::kMd:
-      return "md";
-  }
-  return "table";
-}
 
 Verdict OverallVerdict(const std::vector<BackendResult>& results) {
   bool any_ok = false;

@@ -20,16 +20,16 @@
 
 #include "memest/memest.h"
 #include "memest/stack.h"
+#include "tools/output_format.h"
 
 namespace memest::cli {
 
-// Output formats of -o.
-enum class Format { kTable, kJson, kCsv, kMd };
-
-// "table", "json", "csv", "md" (case-sensitive). InvalidArgument names the
-// accepted values.
-Result<Format> ParseFormat(std::string_view s);
-const char* ToString(Format f);
+// Output formats of -o: every one (tools/output_format.h).
+using output::Format;
+using output::ToString;
+inline Result<Format> ParseFormat(std::string_view s) {
+  return output::ParseFormat(s, {Format::kTable, Format::kJson, Format::kCsv, Format::kMd});
+}
 
 // Schema tags of the JSON documents; see docs/json-schema.md.
 inline constexpr char kEstimateSchema[] = "memest.estimate/1";

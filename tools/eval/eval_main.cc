@@ -179,7 +179,7 @@ int Run(const Args& args) {
   if (args.rows.empty() && !args.gpumemnet) {
     return Fail(InvalidArgument("no input: give --rows FILE and/or --gpumemnet"), kExitUsage);
   }
-  if (args.doc && *format != Format::kMarkdown) {
+  if (args.doc && *format != Format::kMd) {
     return Fail(InvalidArgument("--doc writes markdown; drop --format or use --format md"),
                 kExitUsage);
   }
@@ -351,7 +351,7 @@ int Run(const Args& args) {
 
   std::string text;
   switch (*format) {
-    case Format::kMarkdown: {
+    case Format::kMd: {
       RenderOptions ro;
       ro.doc = args.doc;
       ro.command = args.command;

@@ -492,13 +492,6 @@ std::string TruthSection(const Summary& s) {
 
 const char* ToString(Split split) { return split == Split::kHeldOut ? "held-out" : "used"; }
 
-Result<Format> ParseFormat(std::string_view s) {
-  if (s == "md" || s == "markdown") return Format::kMarkdown;
-  if (s == "csv") return Format::kCsv;
-  if (s == "json") return Format::kJson;
-  return InvalidArgument("unknown format '" + std::string(s) + "' (expected md|csv|json)");
-}
-
 std::string Pct(std::optional<double> fraction) {
   if (!fraction) return "—";
   const double v = *fraction * 100.0;

@@ -30,6 +30,7 @@
 #include "tools/eval/evaluate.h"
 #include "tools/eval/metrics.h"
 #include "tools/eval/rows.h"
+#include "tools/output_format.h"
 
 namespace memest::eval {
 
@@ -39,8 +40,11 @@ inline constexpr char kAllFamilies[] = "all";
 enum class Split { kHeldOut, kUsed };
 const char* ToString(Split split);  // "held-out", "used"
 
-enum class Format { kMarkdown, kCsv, kJson };
-Result<Format> ParseFormat(std::string_view s);  // "md", "csv", "json"
+// memest-eval's --format: md, csv or json (tools/output_format.h).
+using output::Format;
+inline Result<Format> ParseFormat(std::string_view s) {
+  return output::ParseFormat(s, {Format::kMd, Format::kCsv, Format::kJson});
+}
 
 struct ErrorGroup {
   Split split = Split::kHeldOut;
