@@ -8,9 +8,10 @@
 //    scheduler trying GPUs and options for a job), so the model's bound-graph cache
 //    (core/bind_cache.h) binds each batch once; "shuffled" asks them in a fixed random order, so
 //    the cache rarely holds the batch asked for (its worst case).
-//  * BM_EstimateThreads: cold estimates (batches 64..71 in turn, more than the cache keeps) on
-//    1, 2 and 4 threads sharing one model and one estimator (Estimator::Run is const and
-//    thread-safe); `items_per_second` is the estimates per second of all threads together (2 cores here: 4 threads show the oversubscription, not
+//  * BM_EstimateThreads: the same estimate (batch 64) on 1, 2 and 4 threads sharing one model
+//    and one estimator (Estimator::Run is const and thread-safe), all reading the one bound graph
+//    the model keeps for batch 64; `items_per_second` is the estimates per second of all threads
+//    together (2 cores here: 4 threads show the oversubscription, not
 //    more cores).
 //  * BM_CliColdStart: `memest datasets/models/resnet50_train.onnx --batch 64` as a new process
 //    each time (posix_spawn, stdout to /dev/null, wall time until it exits), next to
@@ -105,9 +106,8 @@ void BM_EstimateThreads(benchmark::State& state, const std::string& backend) {
     return;
   }
   memest::Options o;
-  int64_t i = state.thread_index();
+  o.batch = 64;
   for (auto _ : state) {
-    o.batch = 64 + i++ % 8;
     auto e = shared->estimator->Run(*shared->model, o);
     benchmark::DoNotOptimize(e);
   }

@@ -29,9 +29,21 @@ Result<std::shared_ptr<const BoundGraph>> BindCache::Get(const Graph& graph,
   for (auto& [k, v] : entries_) {
     if (k == key) return v;  // another thread bound the same key meanwhile
   }
-  if (entries_.size() == kEntries) entries_.pop_back();
   entries_.insert(entries_.begin(), {std::move(key), made});
+  // The newest entry always stays; older ones go past kEntries or past kMaxValues in all.
+  size_t values = 0, keep = 0;
+  while (keep < entries_.size() && keep < kEntries) {
+    values += entries_[keep].second->dtypes.size();
+    if (keep > 0 && values > max_values_) break;
+    ++keep;
+  }
+  entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(keep), entries_.end());
   return made;
+}
+
+void BindCache::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_.clear();
 }
 
 }  // namespace memest::core

@@ -6,9 +6,10 @@
 //
 // Policy:
 //  * The key is exactly those four options; anything else an estimate reads is not bound here.
-//  * The cache keeps the kEntries most recently used bound graphs (each as large as the graph's
-//    value table: it is bounded by entries, never by the number of queries). Errors are not
-//    kept: a failing bind runs again and fails again with the same message.
+//  * The cache keeps the kEntries most recently used bound graphs, and fewer for large graphs:
+//    the entries together hold at most kMaxValues values (the newest one whatever its size) (about 100 bytes each), so a
+//    million-node graph keeps one (docs: README "Memory of memest itself"). Errors are not kept:
+//    a failing bind runs again and fails again with the same message.
 //  * Thread-safe: one mutex around the table; Bind itself runs outside it, so two threads that
 //    miss the same key both bind and the later one's result replaces the earlier (equal) one.
 #ifndef MEMEST_CORE_BIND_CACHE_H_
@@ -32,11 +33,16 @@ namespace memest::core {
 class BindCache {
  public:
   static constexpr size_t kEntries = 4;
+  static constexpr size_t kMaxValues = 2'000'000;
+
+  explicit BindCache(size_t max_values = kMaxValues) : max_values_(max_values) {}
 
   // Bind(graph, options), or the bound graph an earlier call made at the same key. `graph` must
   // be the same graph on every call (the model that owns this cache).
   [[nodiscard]] Result<std::shared_ptr<const BoundGraph>> Get(const Graph& graph,
                                                               const Options& options);
+  // Forgets every bound graph (those handed out stay valid). For benchmarks of a first estimate.
+  void Clear();
 
  private:
   struct Key {
@@ -51,6 +57,7 @@ class BindCache {
   };
   static Key KeyOf(const Options& options);
 
+  const size_t max_values_;
   std::mutex mu_;
   // Most recently used first; at most kEntries.
   std::vector<std::pair<Key, std::shared_ptr<const BoundGraph>>> entries_;

@@ -75,6 +75,26 @@ TEST(BindCacheTest, KeepsOnlyTheMostRecentlyUsed) {
   EXPECT_EQ((*held)->bindings.begin()->second, 200);
 }
 
+TEST(BindCacheTest, LargeGraphsKeepFewerEntries) {
+  auto model = Bundled("mlp_small_train");
+  ASSERT_NE(model, nullptr);
+  const size_t values = model->graph().values.size();
+  core::BindCache cache(2 * values + 1);  // room for two bound graphs of this model
+  auto first = cache.Get(model->graph(), AtBatch(1));
+  auto second = cache.Get(model->graph(), AtBatch(2));
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(cache.Get(model->graph(), AtBatch(1))->get(), first->get());  // both kept
+  ASSERT_TRUE(cache.Get(model->graph(), AtBatch(3)).ok());  // three do not fit: batch 2 goes
+  EXPECT_EQ(cache.Get(model->graph(), AtBatch(1))->get(), first->get());
+  EXPECT_NE(cache.Get(model->graph(), AtBatch(2))->get(), second->get());
+  core::BindCache tiny(1);  // smaller than one graph: the newest is kept all the same
+  auto only = tiny.Get(model->graph(), AtBatch(5));
+  ASSERT_TRUE(only.ok());
+  EXPECT_EQ(tiny.Get(model->graph(), AtBatch(5))->get(), only->get());
+  tiny.Clear();
+  EXPECT_NE(tiny.Get(model->graph(), AtBatch(5))->get(), only->get());
+}
+
 TEST(BindCacheTest, AnErrorIsNeverKept) {
   auto model = Bundled("resnet18_train");
   ASSERT_NE(model, nullptr);
