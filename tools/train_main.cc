@@ -156,6 +156,17 @@ class Trainer {
   std::vector<learned::MemberSplit> MemberSplits() const;
   nlohmann::json Evaluate(const learned::Network& net);
   nlohmann::json Bundled(const learned::Network& net);
+  int CheckArgs(std::vector<std::string>* rules);
+  int LoadData();
+  learned::Dataset MakeDataset() const;
+  void SetDomainAndMargins(const std::vector<learned::MemberSplit>& splits,
+                           learned::Network* net) const;
+  void LogMembers(const learned::Network& net, const std::vector<learned::MemberSplit>& splits);
+  nlohmann::json Checks(const learned::Network& net) const;
+  std::string Command() const;
+  std::string RowIdsHash(const std::vector<int>& rows) const;
+  nlohmann::json TrainingJson(const std::vector<std::string>& rules, double secs_features,
+                              double secs_train) const;
 
   Args args_;
   std::vector<Sample> samples_;
@@ -416,16 +427,16 @@ nlohmann::json Trainer::Bundled(const learned::Network& net) {
   return out;
 }
 
-int Trainer::Run() {
-  const auto t0 = std::chrono::steady_clock::now();
+// --holdout clauses (arch=gradual unless given; "none" for no test rows) into clauses_, and the
+// numeric arguments checked. 0, or the exit code after saying why.
+int Trainer::CheckArgs(std::vector<std::string>* rules) {
   if (!args_.gpumemnet && args_.rows.empty()) {
     std::cerr << "memest-train: no data: pass --gpumemnet and/or --rows FILE.jsonl\n";
     return 2;
   }
-  std::vector<std::string> rules =
-      args_.holdout.empty() ? std::vector<std::string>{"arch=gradual"} : args_.holdout;
-  if (rules.size() == 1 && rules[0] == "none") rules.clear();
-  for (const std::string& r : rules) {
+  *rules = args_.holdout.empty() ? std::vector<std::string>{"arch=gradual"} : args_.holdout;
+  if (rules->size() == 1 && (*rules)[0] == "none") rules->clear();
+  for (const std::string& r : *rules) {
     auto c = ParseClause(r);
     if (!c.ok()) {
       std::cerr << "memest-train: " << c.status().message() << "\n";
@@ -437,6 +448,12 @@ int Trainer::Run() {
     std::cerr << "memest-train: --members and --hidden must be >= 1\n";
     return 2;
   }
+  return 0;
+}
+
+// Every row's features (GPUMemNet, --rows files), split into the training pool and the held-out
+// test rows. 0, or the exit code after saying why.
+int Trainer::LoadData() {
   if (args_.gpumemnet) {
     if (Status st = LoadGpumemnet(); !st.ok()) {
       std::cerr << "memest-train: " << st.ToString() << "\n";
@@ -449,14 +466,16 @@ int Trainer::Run() {
       return 3;
     }
   }
-  const auto t_features = std::chrono::steady_clock::now();
   Split();
   if (pool_.empty() || group_names_.size() < 2) {
     std::cerr << "memest-train: need at least two groups of training rows\n";
     return 3;
   }
+  return 0;
+}
 
-  // Data and splits.
+// Features and log(measured bytes) of every sample, as the trainer reads them.
+learned::Dataset Trainer::MakeDataset() const {
   const size_t nf = learned::FeatureSpecs().size();
   learned::Dataset data;
   data.x.resize(static_cast<Eigen::Index>(samples_.size()), static_cast<Eigen::Index>(nf));
@@ -468,31 +487,21 @@ int Trainer::Run() {
     }
     data.y(static_cast<Eigen::Index>(i)) = std::log(static_cast<double>(samples_[i].measured));
   }
-  std::vector<bool> monotone;
-  for (const learned::FeatureSpec& s : learned::FeatureSpecs()) monotone.push_back(s.monotone);
-  const std::vector<learned::MemberSplit> splits = MemberSplits();
-  args_.config.seed = args_.seed;
-  auto trained =
-      learned::Train(data, splits, pool_, learned::FeatureNames(), monotone, args_.config);
-  if (!trained.ok()) {
-    std::cerr << "memest-train: " << trained.status().ToString() << "\n";
-    return 4;
-  }
-  learned::Network net = std::move(trained).value();
-  const auto t_train = std::chrono::steady_clock::now();
+  return data;
+}
 
-  // Training domain: op types of the training rows.
+// The training domain (op types of the training rows) and the interval margins from
+// out-of-group predictions: for each pool row, the members that validated on it; the margins
+// are the 95th percentiles of how far the truth fell outside their [min, max].
+void Trainer::SetDomainAndMargins(const std::vector<learned::MemberSplit>& splits,
+                                  learned::Network* net) const {
   std::set<std::string> ops;
   for (int i : pool_) {
     for (const std::string& op : samples_[static_cast<size_t>(i)].features.facts.op_types) {
       ops.insert(op);
     }
   }
-  net.known_ops.assign(ops.begin(), ops.end());
-
-  // Interval margins from out-of-group predictions: for each pool row, the members that
-  // validated on it; the margins are the 95th percentiles of how far the truth fell outside
-  // their [min, max].
+  net->known_ops.assign(ops.begin(), ops.end());
   std::vector<double> below, above;
   std::vector<std::vector<bool>> in_val(splits.size(), std::vector<bool>(samples_.size(), false));
   for (size_t m = 0; m < splits.size(); ++m) {
@@ -503,7 +512,7 @@ int Trainer::Run() {
     double lo = INFINITY, hi = -INFINITY;
     for (size_t m = 0; m < splits.size(); ++m) {
       if (!in_val[m][static_cast<size_t>(i)]) continue;
-      const double l = net.PredictMember(m, s.features.values);
+      const double l = net->PredictMember(m, s.features.values);
       lo = std::min(lo, l);
       hi = std::max(hi, l);
     }
@@ -512,10 +521,12 @@ int Trainer::Run() {
     below.push_back(std::max(0.0, lo - y));
     above.push_back(std::max(0.0, y - hi));
   }
-  net.margin_below = Quantile(below, 0.95);
-  net.margin_above = Quantile(above, 0.95);
+  net->margin_below = Quantile(below, 0.95);
+  net->margin_above = Quantile(above, 0.95);
+}
 
-  // Members.
+void Trainer::LogMembers(const learned::Network& net,
+                         const std::vector<learned::MemberSplit>& splits) {
   for (size_t m = 0; m < net.members.size(); ++m) {
     const learned::Member& mem = net.members[m];
     log_ << fmt::format(
@@ -526,24 +537,11 @@ int Trainer::Run() {
   }
   log_ << fmt::format("interval margins (log): below {:.4f}, above {:.4f}\n", net.margin_below,
                       net.margin_above);
-  const nlohmann::json metrics = Evaluate(net);
-  log_ << "bundled models (no truth; a100-40gb profile, train, Adam, fp32):\n";
-  const nlohmann::json bundled = Bundled(net);
+}
 
-  // Identity of the training data.
-  auto ids_hash = [&](const std::vector<int>& rows) {
-    std::vector<std::string> ids;
-    for (int i : rows) ids.push_back(samples_[static_cast<size_t>(i)].id);
-    std::sort(ids.begin(), ids.end());
-    std::string joined;
-    for (const std::string& id : ids) joined += id + "\n";
-    return core::Sha256Hex(joined);
-  };
-  nlohmann::json holdout = nlohmann::json::array();
-  for (const std::string& r : rules) holdout.push_back(r);
-
-  // Recorded predictions: three held-out rows (first, middle, last), reproduced bit for bit by
-  // tests/unit/learned_test.cc.
+// Recorded predictions: three held-out rows (first, middle, last), reproduced bit for bit by
+// tests/unit/learned_test.cc.
+nlohmann::json Trainer::Checks(const learned::Network& net) const {
   nlohmann::json checks = nlohmann::json::array();
   const std::vector<int>& check_from = test_.empty() ? pool_ : test_;
   for (size_t k : {size_t{0}, check_from.size() / 2, check_from.size() - 1}) {
@@ -558,7 +556,11 @@ int Trainer::Run() {
                       {"device_high", *e.device_high},
                       {"measured", s.measured}});
   }
+  return checks;
+}
 
+// The command line that reproduces this training (defaults left out).
+std::string Trainer::Command() const {
   std::string command = "memest-train";
   if (args_.gpumemnet) command += " --gpumemnet";
   for (const std::string& r : args_.rows) command += " --rows " + r;
@@ -579,47 +581,54 @@ int Trainer::Run() {
   if (c.weight_decay != defaults.weight_decay) {
     command += fmt::format(" --weight-decay {}", c.weight_decay);
   }
+  return command;
+}
 
-  const double secs_features = std::chrono::duration<double>(t_features - t0).count();
-  const double secs_train = std::chrono::duration<double>(t_train - t_features).count();
-  nlohmann::json training = {
-      {"command", command},
-      {"seed", args_.seed},
-      {"data",
-       {{"inputs", inputs_},
-        {"rows", samples_.size()},
-        {"train_rows", pool_.size()},
-        {"test_rows", test_.size()},
-        {"train_row_ids_sha256", ids_hash(pool_)},
-        {"test_row_ids_sha256", ids_hash(test_)},
-        {"gpumemnet_citation", args_.gpumemnet ? gpumemnet::kCitation : ""}}},
-      {"split",
-       {{"holdout", holdout},
-        {"validation_unit",
-         "group: GPUMemNet (step, arch, activation, depth); other rows (family, model name)"},
-        {"groups_train", group_names_.size()},
-        {"validation_share_of_groups", kValidationShare}}},
-      {"config",
-       {{"members", args_.members},
-        {"hidden", c.hidden},
-        {"batch_size", c.batch_size},
-        {"learning_rate", c.learning_rate},
-        {"weight_decay", c.weight_decay},
-        {"max_epochs", c.max_epochs},
-        {"patience", c.patience}}},
-      {"seconds", {{"features", secs_features}, {"training", secs_train}}}};
+// SHA-256 of the sorted ids of `rows`: the identity of the training (or test) data.
+std::string Trainer::RowIdsHash(const std::vector<int>& rows) const {
+  std::vector<std::string> ids;
+  for (int i : rows) ids.push_back(samples_[static_cast<size_t>(i)].id);
+  std::sort(ids.begin(), ids.end());
+  std::string joined;
+  for (const std::string& id : ids) joined += id + "\n";
+  return core::Sha256Hex(joined);
+}
 
-  nlohmann::json doc = learned::ToJson(net);
-  doc["format"] = "memest-learned/1";
-  doc["about"] =
-      "Weights of memest's learned backend (learned/learned.h), written by memest-train "
-      "(docs/learned.md). Trained on GPUMemNet's MLP measurements (CC BY 4.0, see training.data).";
-  doc["training"] = training;
-  doc["metrics"] = metrics;
-  doc["bundled_models"] = bundled;
-  doc["checks"] = checks;
+// The weights file's "training" object: command, data identity, split and configuration.
+nlohmann::json Trainer::TrainingJson(const std::vector<std::string>& rules, double secs_features,
+                                     double secs_train) const {
+  nlohmann::json holdout = nlohmann::json::array();
+  for (const std::string& r : rules) holdout.push_back(r);
+  const learned::TrainConfig& c = args_.config;
+  return {{"command", Command()},
+          {"seed", args_.seed},
+          {"data",
+           {{"inputs", inputs_},
+            {"rows", samples_.size()},
+            {"train_rows", pool_.size()},
+            {"test_rows", test_.size()},
+            {"train_row_ids_sha256", RowIdsHash(pool_)},
+            {"test_row_ids_sha256", RowIdsHash(test_)},
+            {"gpumemnet_citation", args_.gpumemnet ? gpumemnet::kCitation : ""}}},
+          {"split",
+           {{"holdout", holdout},
+            {"validation_unit",
+             "group: GPUMemNet (step, arch, activation, depth); other rows (family, model name)"},
+            {"groups_train", group_names_.size()},
+            {"validation_share_of_groups", kValidationShare}}},
+          {"config",
+           {{"members", args_.members},
+            {"hidden", c.hidden},
+            {"batch_size", c.batch_size},
+            {"learning_rate", c.learning_rate},
+            {"weight_decay", c.weight_decay},
+            {"max_epochs", c.max_epochs},
+            {"patience", c.patience}}},
+          {"seconds", {{"features", secs_features}, {"training", secs_train}}}};
+}
 
-  // One top-level key per line (ASCII only: learned/CMakeLists.txt embeds the file).
+// The weights file: one top-level key per line (ASCII only: learned/CMakeLists.txt embeds it).
+std::string WeightsText(const nlohmann::json& doc) {
   static const char* kOrder[] = {"format",       "about",          "features",  "target",
                                  "architecture", "interval",       "known_ops", "training",
                                  "metrics",      "bundled_models", "checks",    "members"};
@@ -629,6 +638,46 @@ int Trainer::Run() {
     text += k + 1 < std::size(kOrder) ? ",\n" : "\n";
   }
   text += "}\n";
+  return text;
+}
+
+int Trainer::Run() {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> rules;
+  if (int code = CheckArgs(&rules); code != 0) return code;
+  if (int code = LoadData(); code != 0) return code;
+  const auto t_features = std::chrono::steady_clock::now();
+
+  std::vector<bool> monotone;
+  for (const learned::FeatureSpec& s : learned::FeatureSpecs()) monotone.push_back(s.monotone);
+  const std::vector<learned::MemberSplit> splits = MemberSplits();
+  args_.config.seed = args_.seed;
+  auto trained = learned::Train(MakeDataset(), splits, pool_, learned::FeatureNames(), monotone,
+                                args_.config);
+  if (!trained.ok()) {
+    std::cerr << "memest-train: " << trained.status().ToString() << "\n";
+    return 4;
+  }
+  learned::Network net = std::move(trained).value();
+  const auto t_train = std::chrono::steady_clock::now();
+  SetDomainAndMargins(splits, &net);
+  LogMembers(net, splits);
+  const nlohmann::json metrics = Evaluate(net);
+  log_ << "bundled models (no truth; a100-40gb profile, train, Adam, fp32):\n";
+  const nlohmann::json bundled = Bundled(net);
+
+  nlohmann::json doc = learned::ToJson(net);
+  doc["format"] = "memest-learned/1";
+  doc["about"] =
+      "Weights of memest's learned backend (learned/learned.h), written by memest-train "
+      "(docs/learned.md). Trained on GPUMemNet's MLP measurements (CC BY 4.0, see training.data).";
+  const double secs_features = std::chrono::duration<double>(t_features - t0).count();
+  const double secs_train = std::chrono::duration<double>(t_train - t_features).count();
+  doc["training"] = TrainingJson(rules, secs_features, secs_train);
+  doc["metrics"] = metrics;
+  doc["bundled_models"] = bundled;
+  doc["checks"] = Checks(net);
+  const std::string text = WeightsText(doc);
   // The file must load back to the same network (the backend's own parser).
   auto reparsed = learned::ParseWeights(text);
   if (!reparsed.ok()) {

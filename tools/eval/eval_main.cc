@@ -172,21 +172,10 @@ int Fail(const Status& s, int code) {
   return code;
 }
 
-int Run(const Args& args) {
-  const auto t0 = std::chrono::steady_clock::now();
-  Result<Format> format = ParseFormat(args.format);
-  if (!format.ok()) return Fail(format.status(), kExitUsage);
-  if (args.rows.empty() && !args.gpumemnet) {
-    return Fail(InvalidArgument("no input: give --rows FILE and/or --gpumemnet"), kExitUsage);
-  }
-  if (args.doc && *format != Format::kMd) {
-    return Fail(InvalidArgument("--doc writes markdown; drop --format or use --format md"),
-                kExitUsage);
-  }
-
-  // Backends: the named ones, or every available one.
-  std::vector<std::string> backends;
-  std::vector<BackendInfo> unavailable;
+// The backends to evaluate: the named ones, or every available one. Unavailable ones go to
+// *unavailable (reported, not evaluated). InvalidArgument / NotFound: a usage error.
+Status SelectBackends(const Args& args, std::vector<std::string>* backends,
+                      std::vector<BackendInfo>* unavailable) {
   for (const BackendInfo& b : ListBackends()) {
     const bool named =
         std::find(args.backends.begin(), args.backends.end(), b.name) != args.backends.end();
@@ -195,90 +184,101 @@ int Run(const Args& args) {
     // row (6,000 GPUMemNet trainings). It is evaluated only when named.
     if (args.backends.empty() && b.name == "measurement") continue;
     if (b.available) {
-      backends.push_back(b.name);
+      backends->push_back(b.name);
     } else {
-      unavailable.push_back(b);
+      unavailable->push_back(b);
     }
   }
   for (const std::string& name : args.backends) {
     if (name == "all") {
-      return Fail(InvalidArgument("--backend all: leave --backend out to evaluate every backend"),
-                  kExitUsage);
+      return InvalidArgument("--backend all: leave --backend out to evaluate every backend");
     }
     Result<std::unique_ptr<Estimator>> e = MakeEstimator(name);
-    if (!e.ok() && e.status().code() == ErrorCode::kNotFound) {
-      return Fail(e.status(), kExitUsage);
-    }
+    if (!e.ok() && e.status().code() == ErrorCode::kNotFound) return e.status();
   }
-  for (const BackendInfo& b : unavailable) {
+  for (const BackendInfo& b : *unavailable) {
     if (args.quiet) break;
     std::cerr << "memest-eval: backend '" << b.name << "' is unavailable (" << b.reason
               << "); not evaluated\n";
   }
+  return Status::Ok();
+}
 
-  // Rows.
+// The measured rows: --rows files (each noted with its counts) and, with --gpumemnet or any
+// gpumemnet: model path, GPUMemNet's rows rebuilt in memory with their graphs' bytes.
+struct LoadedRows {
   std::vector<MeasuredRow> rows;
-  std::vector<std::string> notes;
-  Result<std::vector<std::string>> files = ExpandRows(args.rows, &notes);
-  if (!files.ok()) return Fail(files.status(), kExitInput);
+  std::map<int, std::string> gmn_bytes;
+  std::map<int, RowAttrs> gmn_attrs;
+};
+
+Status ReadRows(const Args& args, LoadedRows* out, std::vector<std::string>* notes) {
+  std::vector<MeasuredRow>& rows = out->rows;
+  Result<std::vector<std::string>> files = ExpandRows(args.rows, notes);
+  if (!files.ok()) return files.status();
   for (const std::string& f : *files) {
     Result<std::vector<MeasuredRow>> r = ReadMeasuredRows(f);
-    if (!r.ok()) return Fail(r.status(), kExitInput);
+    if (!r.ok()) return r.status();
     int64_t ok = 0, oom = 0, err = 0;
     for (const MeasuredRow& row : *r) {
       ok += row.status == RowStatus::kOk;
       oom += row.status == RowStatus::kOom;
       err += row.status == RowStatus::kError;
     }
-    notes.push_back(
+    notes->push_back(
         fmt::format("`{}`: {} rows ({} ok, {} oom, {} error)", f, Num(r->size()), ok, oom, err));
     rows.insert(rows.end(), std::make_move_iterator(r->begin()), std::make_move_iterator(r->end()));
   }
-  std::map<int, std::string> gmn_bytes;
-  std::map<int, RowAttrs> gmn_attrs;
   const bool any_gpumemnet_path = std::any_of(rows.begin(), rows.end(), [](const MeasuredRow& r) {
     return r.model_path.rfind("gpumemnet:", 0) == 0;
   });
-  if (args.gpumemnet || any_gpumemnet_path) {
-    Result<GpumemnetData> data = LoadGpumemnet(args.gpumemnet_data, args.root);
-    if (!data.ok()) return Fail(data.status(), kExitInput);
-    if (args.gpumemnet) {
-      notes.push_back(fmt::format(
-          "GPUMemNet: {} rows rebuilt in memory from `{}` (datasets/gpumemnet/ importer; model "
-          "paths `gpumemnet:<row>`)",
-          Num(data->rows.size()), fs::path(data->dir).lexically_normal().string()));
-      rows.insert(rows.end(), std::make_move_iterator(data->rows.begin()),
-                  std::make_move_iterator(data->rows.end()));
-    }
-    gmn_bytes = std::move(data->bytes);
-    gmn_attrs = std::move(data->attrs);
+  if (!args.gpumemnet && !any_gpumemnet_path) return Status::Ok();
+  Result<GpumemnetData> data = LoadGpumemnet(args.gpumemnet_data, args.root);
+  if (!data.ok()) return data.status();
+  if (args.gpumemnet) {
+    notes->push_back(fmt::format(
+        "GPUMemNet: {} rows rebuilt in memory from `{}` (datasets/gpumemnet/ importer; model "
+        "paths `gpumemnet:<row>`)",
+        Num(data->rows.size()), fs::path(data->dir).lexically_normal().string()));
+    rows.insert(rows.end(), std::make_move_iterator(data->rows.begin()),
+                std::make_move_iterator(data->rows.end()));
   }
-  // The same measurement given twice (e.g. GPUMemNet in memory and as a JSONL file): same id,
-  // status and peaks. Repeated measurements of one configuration (same id, other peaks) stay.
-  {
-    std::set<std::string> seen;
-    std::vector<MeasuredRow> unique;
-    int64_t dropped = 0;
-    auto peak = [](std::optional<uint64_t> v) { return v ? std::to_string(*v) : "null"; };
-    for (MeasuredRow& r : rows) {
-      const std::string key =
-          fmt::format("{}|{}|{}|{}|{}|{}", r.id, ToString(r.status), peak(r.peaks.tensor),
-                      peak(r.peaks.allocated), peak(r.peaks.reserved), peak(r.peaks.device));
-      if (!r.id.empty() && !seen.insert(key).second) {
-        ++dropped;
-        continue;
-      }
-      unique.push_back(std::move(r));
+  out->gmn_bytes = std::move(data->bytes);
+  out->gmn_attrs = std::move(data->attrs);
+  return Status::Ok();
+}
+
+// The same measurement given twice (e.g. GPUMemNet in memory and as a JSONL file): same id,
+// status and peaks, evaluated once. Repeated measurements of one configuration (same id, other
+// peaks) stay.
+void DropRepeatedRows(std::vector<MeasuredRow>* rows, std::vector<std::string>* notes) {
+  std::set<std::string> seen;
+  std::vector<MeasuredRow> unique;
+  int64_t dropped = 0;
+  auto peak = [](std::optional<uint64_t> v) { return v ? std::to_string(*v) : "null"; };
+  for (MeasuredRow& r : *rows) {
+    const std::string key =
+        fmt::format("{}|{}|{}|{}|{}|{}", r.id, ToString(r.status), peak(r.peaks.tensor),
+                    peak(r.peaks.allocated), peak(r.peaks.reserved), peak(r.peaks.device));
+    if (!r.id.empty() && !seen.insert(key).second) {
+      ++dropped;
+      continue;
     }
-    rows = std::move(unique);
-    if (dropped > 0)
-      notes.push_back(
-          fmt::format("{} rows given twice (same id, status and peaks) evaluated once", dropped));
+    unique.push_back(std::move(r));
   }
-  if (args.sample > 0 && static_cast<size_t>(args.sample) < rows.size()) {
+  *rows = std::move(unique);
+  if (dropped > 0) {
+    notes->push_back(
+        fmt::format("{} rows given twice (same id, status and peaks) evaluated once", dropped));
+  }
+}
+
+// --sample (a seeded random subset, in file order) and then --limit (the first rows).
+void PickRows(const Args& args, std::vector<MeasuredRow>* rows, std::vector<std::string>* notes) {
+  if (args.sample > 0 && static_cast<size_t>(args.sample) < rows->size()) {
     // Partial Fisher-Yates with a fixed generator: the same seed picks the same rows everywhere.
     std::mt19937_64 gen(args.seed);
-    std::vector<size_t> idx(rows.size());
+    std::vector<size_t> idx(rows->size());
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
     for (size_t i = 0; i < static_cast<size_t>(args.sample); ++i) {
       const size_t j = i + static_cast<size_t>(gen() % (idx.size() - i));
@@ -287,27 +287,20 @@ int Run(const Args& args) {
     idx.resize(static_cast<size_t>(args.sample));
     std::sort(idx.begin(), idx.end());
     std::vector<MeasuredRow> picked;
-    for (size_t i : idx) picked.push_back(std::move(rows[i]));
-    notes.push_back(fmt::format("random sample of {} of {} rows (seed {})", Num(picked.size()),
-                                Num(rows.size()), args.seed));
-    rows = std::move(picked);
+    for (size_t i : idx) picked.push_back(std::move((*rows)[i]));
+    notes->push_back(fmt::format("random sample of {} of {} rows (seed {})", Num(picked.size()),
+                                 Num(rows->size()), args.seed));
+    *rows = std::move(picked);
   }
-  if (args.limit > 0 && static_cast<size_t>(args.limit) < rows.size()) {
-    notes.push_back(fmt::format("limited to the first {} of {} rows",
-                                Num(static_cast<size_t>(args.limit)), Num(rows.size())));
-    rows.resize(static_cast<size_t>(args.limit));
+  if (args.limit > 0 && static_cast<size_t>(args.limit) < rows->size()) {
+    notes->push_back(fmt::format("limited to the first {} of {} rows",
+                                 Num(static_cast<size_t>(args.limit)), Num(rows->size())));
+    rows->resize(static_cast<size_t>(args.limit));
   }
+}
 
-  // The learned backend's training rows (held-out discipline, tools/eval/heldout.h).
-  if (std::find(backends.begin(), backends.end(), "learned") != backends.end()) {
-    std::vector<RowAttrs> attrs;
-    attrs.reserve(rows.size());
-    for (const MeasuredRow& r : rows) attrs.push_back(AttrsOf(r, gmn_attrs));
-    const TrainingMarks marks =
-        MarkLearnedTrainingRows(learned::ShippedWeightsJson(), attrs, &rows);
-    if (!marks.note.empty()) notes.push_back(marks.note);
-  }
-
+// The evaluator's configuration; --stack PROFILE=STACK names must be known stacks.
+Result<EvalConfig> MakeConfig(const Args& args, const std::vector<std::string>& backends) {
   EvalConfig config;
   config.backends = backends;
   config.root = args.root;
@@ -318,39 +311,16 @@ int Run(const Args& args) {
     const std::string profile = eq == std::string::npos ? "" : s.substr(0, eq);
     const std::string stack = eq == std::string::npos ? s : s.substr(eq + 1);
     Result<StackProfile> known = ResolveStack(stack);
-    if (!known.ok()) {
-      std::cerr << "memest-eval: --stack " << s << ": " << known.status().message() << "\n";
-      return 2;
-    }
+    if (!known.ok()) return InvalidArgument("--stack " + s + ": " + known.status().message());
     config.gpu_stacks[profile] = stack;
   }
   config.allow_sha_mismatch = args.allow_sha_mismatch;
-  Result<std::unique_ptr<Evaluator>> evaluator = Evaluator::Create(config);
-  if (!evaluator.ok()) return Fail(evaluator.status(), kExitUsage);
-  (*evaluator)->AddGpumemnetBytes(std::move(gmn_bytes));
-  const size_t total = rows.size();
-  Evaluation ev = (*evaluator)->EvaluateAll(std::move(rows), [&](size_t done, size_t n) {
-    if (!args.quiet && (done % 1000 == 0 || done == n)) {
-      std::cerr << "memest-eval: " << done << " / " << n << " rows\n";
-    }
-  });
+  return config;
+}
 
-  for (BackendInfo& b : DropUnavailable(&ev)) {
-    if (!args.quiet) {
-      std::cerr << "memest-eval: backend '" << b.name << "' answered unavailable for every row ("
-                << b.reason << "); left out of the tables\n";
-    }
-    unavailable.push_back(std::move(b));
-  }
-  Summary summary = Aggregate(ev);
-  summary.unavailable = unavailable;
-  summary.cpu_profile = config.cpu_profile;
-  summary.machine = fmt::format("{}, {} hardware threads, one thread used", CpuModel(),
-                                std::thread::hardware_concurrency());
-  summary.notes = notes;
-
-  std::string text;
-  switch (*format) {
+// The tables in the chosen format.
+std::string Render(const Args& args, Format format, const Summary& summary) {
+  switch (format) {
     case Format::kMd: {
       RenderOptions ro;
       ro.doc = args.doc;
@@ -362,32 +332,92 @@ int Run(const Args& args) {
         ro.plots_dir = plots.lexically_relative(base).string();
         if (ro.plots_dir.empty()) ro.plots_dir = plots.string();
       }
-      text = RenderMarkdown(summary, ro);
-      break;
+      return RenderMarkdown(summary, ro);
     }
     case Format::kCsv:
-      text = RenderCsv(summary);
-      break;
+      return RenderCsv(summary);
     case Format::kJson:
-      text = RenderJson(summary);
-      break;
+    default:
+      return RenderJson(summary);
   }
+}
+
+// The tables (stdout or --out), the plots (--plots) and every row's predictions (--predictions).
+Status WriteOutputs(const Args& args, const std::string& text, const Evaluation& ev) {
   if (args.out.empty()) {
     std::cout << text;
-  } else if (Status s = WriteFile(args.out, text); !s.ok()) {
-    return Fail(s, kExitInput);
+  } else {
+    MEMEST_RETURN_IF_ERROR(WriteFile(args.out, text));
   }
   if (!args.plots.empty()) {
     for (const auto& [name, svg] : MakePlots(ev)) {
-      if (Status s = WriteFile((fs::path(args.plots) / name).string(), svg); !s.ok()) {
-        return Fail(s, kExitInput);
-      }
+      MEMEST_RETURN_IF_ERROR(WriteFile((fs::path(args.plots) / name).string(), svg));
     }
   }
   if (!args.predictions.empty()) {
-    if (Status s = WriteFile(args.predictions, PredictionsCsv(ev)); !s.ok()) {
-      return Fail(s, kExitInput);
+    MEMEST_RETURN_IF_ERROR(WriteFile(args.predictions, PredictionsCsv(ev)));
+  }
+  return Status::Ok();
+}
+
+int Run(const Args& args) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<Format> format = ParseFormat(args.format);
+  if (!format.ok()) return Fail(format.status(), kExitUsage);
+  if (args.rows.empty() && !args.gpumemnet) {
+    return Fail(InvalidArgument("no input: give --rows FILE and/or --gpumemnet"), kExitUsage);
+  }
+  if (args.doc && *format != Format::kMd) {
+    return Fail(InvalidArgument("--doc writes markdown; drop --format or use --format md"),
+                kExitUsage);
+  }
+  std::vector<std::string> backends;
+  std::vector<BackendInfo> unavailable;
+  if (Status s = SelectBackends(args, &backends, &unavailable); !s.ok()) {
+    return Fail(s, kExitUsage);
+  }
+  LoadedRows loaded;
+  std::vector<std::string> notes;
+  if (Status s = ReadRows(args, &loaded, &notes); !s.ok()) return Fail(s, kExitInput);
+  std::vector<MeasuredRow>& rows = loaded.rows;
+  DropRepeatedRows(&rows, &notes);
+  PickRows(args, &rows, &notes);
+  // The learned backend's training rows (held-out discipline, tools/eval/heldout.h).
+  if (std::find(backends.begin(), backends.end(), "learned") != backends.end()) {
+    std::vector<RowAttrs> attrs;
+    attrs.reserve(rows.size());
+    for (const MeasuredRow& r : rows) attrs.push_back(AttrsOf(r, loaded.gmn_attrs));
+    const TrainingMarks marks =
+        MarkLearnedTrainingRows(learned::ShippedWeightsJson(), attrs, &rows);
+    if (!marks.note.empty()) notes.push_back(marks.note);
+  }
+
+  Result<EvalConfig> config = MakeConfig(args, backends);
+  if (!config.ok()) return Fail(config.status(), kExitUsage);
+  Result<std::unique_ptr<Evaluator>> evaluator = Evaluator::Create(*config);
+  if (!evaluator.ok()) return Fail(evaluator.status(), kExitUsage);
+  (*evaluator)->AddGpumemnetBytes(std::move(loaded.gmn_bytes));
+  const size_t total = rows.size();
+  Evaluation ev = (*evaluator)->EvaluateAll(std::move(rows), [&](size_t done, size_t n) {
+    if (!args.quiet && (done % 1000 == 0 || done == n)) {
+      std::cerr << "memest-eval: " << done << " / " << n << " rows\n";
     }
+  });
+  for (BackendInfo& b : DropUnavailable(&ev)) {
+    if (!args.quiet) {
+      std::cerr << "memest-eval: backend '" << b.name << "' answered unavailable for every row ("
+                << b.reason << "); left out of the tables\n";
+    }
+    unavailable.push_back(std::move(b));
+  }
+  Summary summary = Aggregate(ev);
+  summary.unavailable = unavailable;
+  summary.cpu_profile = config->cpu_profile;
+  summary.machine = fmt::format("{}, {} hardware threads, one thread used", CpuModel(),
+                                std::thread::hardware_concurrency());
+  summary.notes = notes;
+  if (Status s = WriteOutputs(args, Render(args, *format, summary), ev); !s.ok()) {
+    return Fail(s, kExitInput);
   }
   if (!args.quiet) {
     const double secs =
