@@ -326,8 +326,10 @@ BENCHMARK_CAPTURE(BM_Estimate, chain1m_train_symbolic, std::string("chain1m"), M
 // clang-format on
 
 BENCHMARK_CAPTURE(BM_Load, gpt70b, std::string("gpt70b"))->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Parallel, gpt70b_one_gpu, std::string("gpt70b"), 1)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Parallel, gpt70b_world1024, std::string("gpt70b"), 1024)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Parallel, gpt70b_one_gpu, std::string("gpt70b"), 1)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Parallel, gpt70b_world1024, std::string("gpt70b"), 1024)
+    ->Unit(benchmark::kMillisecond);
 
 // clang-format off
 BENCHMARK_CAPTURE(BM_HfGenerate, llama2_7b, std::string("llama-2-7b-hf"))->Unit(benchmark::kMillisecond);

@@ -7,9 +7,9 @@
 // Policy:
 //  * The key is exactly those four options; anything else an estimate reads is not bound here.
 //  * The cache keeps the kEntries most recently used bound graphs, and fewer for large graphs:
-//    the entries together hold at most kMaxValues values (the newest one whatever its size) (about 100 bytes each), so a
-//    million-node graph keeps one (docs: README "Memory of memest itself"). Errors are not kept:
-//    a failing bind runs again and fails again with the same message.
+//    the entries together hold at most kMaxValues values (the newest one whatever its size) (about
+//    100 bytes each), so a million-node graph keeps one (docs: README "Memory of memest itself").
+//    Errors are not kept: a failing bind runs again and fails again with the same message.
 //  * Thread-safe: one mutex around the table; Bind itself runs outside it, so two threads that
 //    miss the same key both bind and the later one's result replaces the earlier (equal) one.
 #ifndef MEMEST_CORE_BIND_CACHE_H_

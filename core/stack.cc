@@ -40,11 +40,18 @@ constexpr uint64_t kMaxStackFileBytes = uint64_t{1} << 20;
 constexpr uint64_t kMaxStackBytes = uint64_t{64} << 30;  // no context or library is this large
 constexpr double kMaxConvWorkspace = 64.0;
 
-const std::vector<std::string_view> kStackKeys = {
-    "name",           "display_name",   "gpu",
-    "also_measured_on", "software",     "lazy_loading",
-    "cuda_context",   "library_memory", "conv_workspace",
-    "conv_workspace_pointwise", "bands", "calibration"};
+const std::vector<std::string_view> kStackKeys = {"name",
+                                                  "display_name",
+                                                  "gpu",
+                                                  "also_measured_on",
+                                                  "software",
+                                                  "lazy_loading",
+                                                  "cuda_context",
+                                                  "library_memory",
+                                                  "conv_workspace",
+                                                  "conv_workspace_pointwise",
+                                                  "bands",
+                                                  "calibration"};
 const std::vector<std::string_view> kStackKeysV1 = {
     "name",           "display_name",   "gpu",   "software",   "lazy_loading", "cuda_context",
     "library_memory", "conv_workspace", "bands", "calibration"};

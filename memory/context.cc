@@ -255,8 +255,7 @@ std::vector<std::optional<uint64_t>> StoredBytes(const WeightStorage& weights, c
 EstimationContext::EstimationContext(const Model& model, const Options& options, GpuProfile gpu,
                                      StackProfile stack, TrainableSet trainable,
                                      std::shared_ptr<const core::BoundGraph> bound,
-                                     WeightStorage weights,
-                                     KvCache kv_cache, ParallelPlan plan)
+                                     WeightStorage weights, KvCache kv_cache, ParallelPlan plan)
     : model_(model),
       options_(options),
       gpu_(std::move(gpu)),
@@ -268,8 +267,7 @@ EstimationContext::EstimationContext(const Model& model, const Options& options,
       plan_(std::move(plan)),
       facts_(*bound_, options.precision, KernelChoices(options, gpu_), trainable_.trainable,
              StoredBytes(weights_, kv_cache_, bound_->graph->values.size()),
-             plan_.shard_divisor()) {
-}
+             plan_.shard_divisor()) {}
 
 Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& model,
                                                                    const Options& options) {

@@ -70,8 +70,7 @@ class EstimationContext {
  private:
   EstimationContext(const Model& model, const Options& options, GpuProfile gpu, StackProfile stack,
                     TrainableSet trainable, std::shared_ptr<const core::BoundGraph> bound,
-                    WeightStorage weights,
-                    KvCache kv_cache, ParallelPlan plan);
+                    WeightStorage weights, KvCache kv_cache, ParallelPlan plan);
 
   const Model& model_;
   const Options options_;

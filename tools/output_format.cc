@@ -10,8 +10,7 @@ Result<Format> ParseFormat(std::string_view s, std::initializer_list<Format> acc
     if (s == ToString(f) || (f == Format::kMd && s == "markdown")) return f;
     names += (names.empty() ? "" : ", ") + std::string(ToString(f));
   }
-  return InvalidArgument("unknown output format '" + std::string(s) + "' (expected " + names +
-                         ")");
+  return InvalidArgument("unknown output format '" + std::string(s) + "' (expected " + names + ")");
 }
 
 const char* ToString(Format f) {

@@ -835,7 +835,6 @@ std::string Calibration(const GpuProfile& g) {
 // ---------------------------------------------------------------------------------------------
 // Public functions.
 
-
 Verdict OverallVerdict(const std::vector<BackendResult>& results) {
   bool any_ok = false;
   bool any_error = false;
@@ -949,8 +948,8 @@ std::string RenderGpus(const std::vector<GpuProfile>& gpus, const std::vector<St
              Align::kRight, Align::kRight, Align::kRight};
   for (const auto& st : stacks) {
     const ResidualBand* b = st.band("symbolic");
-    s.rows.push_back({st.name, StackGpus(st),
-                      FormatBytes(st.cuda_context.bytes), FormatBytes(st.library_memory.bytes),
+    s.rows.push_back({st.name, StackGpus(st), FormatBytes(st.cuda_context.bytes),
+                      FormatBytes(st.library_memory.bytes),
                       fmt::format("{:.3g} x / {:.3g} x", st.conv_workspace.value,
                                   st.conv_workspace_pointwise.value),
                       b ? fmt::format("{:+.1f} % .. {:+.1f} %", 100 * b->low, 100 * b->high) : "-",

@@ -652,8 +652,8 @@ int Trainer::Run() {
   for (const learned::FeatureSpec& s : learned::FeatureSpecs()) monotone.push_back(s.monotone);
   const std::vector<learned::MemberSplit> splits = MemberSplits();
   args_.config.seed = args_.seed;
-  auto trained = learned::Train(MakeDataset(), splits, pool_, learned::FeatureNames(), monotone,
-                                args_.config);
+  auto trained =
+      learned::Train(MakeDataset(), splits, pool_, learned::FeatureNames(), monotone, args_.config);
   if (!trained.ok()) {
     std::cerr << "memest-train: " << trained.status().ToString() << "\n";
     return 4;

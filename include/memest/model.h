@@ -23,7 +23,7 @@
 namespace memest {
 
 namespace core {
-struct Graph;  // internal representation (core/graph.h)
+struct Graph;     // internal representation (core/graph.h)
 class BindCache;  // bound graphs of recent estimates (core/bind_cache.h)
 }  // namespace core
 
@@ -41,17 +41,17 @@ struct InputInfo {
 
 struct ModelSummary {
   std::string path;
-  std::string producer;           // producer_name producer_version
+  std::string producer;  // producer_name producer_version
   int64_t ir_version = 0;
   std::map<std::string, int64_t> opsets;  // domain ("" = ai.onnx) -> version
-  int64_t node_count = 0;          // top-level graph nodes
-  int64_t subgraph_node_count = 0; // nodes inside If/Loop/Scan bodies
-  int64_t parameter_count = 0;     // elements of trainable float initializers
+  int64_t node_count = 0;                 // top-level graph nodes
+  int64_t subgraph_node_count = 0;        // nodes inside If/Loop/Scan bodies
+  int64_t parameter_count = 0;            // elements of trainable float initializers
   uint64_t parameter_bytes = 0;
-  std::vector<InputInfo> data_inputs;     // graph inputs that are not initializers
-  std::vector<std::string> symbolic_dims; // every dim_param name on data inputs, sorted
-  std::vector<std::string> op_types;      // distinct op types, sorted ("domain::Op" off ai.onnx)
-  std::vector<Diagnostic> diagnostics;    // e.g. non-default domains, eval-mode signs
+  std::vector<InputInfo> data_inputs;      // graph inputs that are not initializers
+  std::vector<std::string> symbolic_dims;  // every dim_param name on data inputs, sorted
+  std::vector<std::string> op_types;       // distinct op types, sorted ("domain::Op" off ai.onnx)
+  std::vector<Diagnostic> diagnostics;     // e.g. non-default domains, eval-mode signs
 };
 
 class Model {

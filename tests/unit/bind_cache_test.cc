@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "memest/memest.h"
 #include "memest/json.h"
+#include "memest/memest.h"
 
 namespace memest {
 namespace {
@@ -64,8 +64,8 @@ TEST(BindCacheTest, KeepsOnlyTheMostRecentlyUsed) {
     ASSERT_TRUE(cache.Get(model->graph(), AtBatch(batch)).ok());
   }
   EXPECT_EQ(cache.Get(model->graph(), AtBatch(1))->get(), first_ptr);  // still kept, now newest
-  ASSERT_TRUE(cache.Get(model->graph(), AtBatch(100)).ok());         // evicts batch 2
-  ASSERT_TRUE(cache.Get(model->graph(), AtBatch(101)).ok());         // evicts batch 3
+  ASSERT_TRUE(cache.Get(model->graph(), AtBatch(100)).ok());           // evicts batch 2
+  ASSERT_TRUE(cache.Get(model->graph(), AtBatch(101)).ok());           // evicts batch 3
   EXPECT_EQ(cache.Get(model->graph(), AtBatch(1))->get(), first_ptr);
   // A bound graph handed out stays valid after its entry is evicted.
   auto held = cache.Get(model->graph(), AtBatch(200));

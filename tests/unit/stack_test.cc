@@ -374,9 +374,8 @@ TEST(CalibrateTest, TheCsvReaderKeepsTheAttentionInTheJobId) {
   testing::TempDir dir;
   const std::string model =
       (fs::path(MEMEST_SOURCE_DIR) / "datasets/models/mlp_small_train.onnx").string();
-  const std::string csv =
-      dir.WriteFile("att.csv", "model,batch,measured_mib,attention\n" + model + ",4,900,eager\n" +
-                                   model + ",4,700,auto\n");
+  const std::string csv = dir.WriteFile("att.csv", "model,batch,measured_mib,attention\n" + model +
+                                                       ",4,900,eager\n" + model + ",4,700,auto\n");
   auto jobs = ReadMeasuredJobsCsv(csv, nullptr);
   ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
   ASSERT_EQ(jobs->size(), 2u);

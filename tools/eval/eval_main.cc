@@ -63,7 +63,7 @@ struct Args {
   int64_t limit = 0;
   int64_t sample = 0;
   uint64_t seed = 1;
-  std::string cpu_profile;  // "" = DefaultCpuProfile()
+  std::string cpu_profile;              // "" = DefaultCpuProfile()
   std::vector<std::string> gpu_stacks;  // [PROFILE=]STACK
   bool allow_sha_mismatch = false;
   std::string predictions;
