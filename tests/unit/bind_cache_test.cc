@@ -5,23 +5,17 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "memest/json.h"
 #include "memest/memest.h"
+#include "testing/bundled.h"
 
 namespace memest {
 namespace {
 
-namespace fs = std::filesystem;
-
-std::shared_ptr<const Model> Bundled(const std::string& name) {
-  auto m = LoadModel((fs::path(MEMEST_SOURCE_DIR) / "datasets/models" / (name + ".onnx")).string());
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return m.ok() ? *m : nullptr;
-}
+using testing::BundledModel;
 
 Options AtBatch(int64_t batch) {
   Options o;
@@ -30,7 +24,7 @@ Options AtBatch(int64_t batch) {
 }
 
 TEST(BindCacheTest, TheSameDimsShareOneBoundGraph) {
-  auto model = Bundled("resnet18_train");
+  auto model = BundledModel("resnet18_train");
   ASSERT_NE(model, nullptr);
   core::BindCache cache;
   auto a = cache.Get(model->graph(), AtBatch(8));
@@ -54,7 +48,7 @@ TEST(BindCacheTest, TheSameDimsShareOneBoundGraph) {
 }
 
 TEST(BindCacheTest, KeepsOnlyTheMostRecentlyUsed) {
-  auto model = Bundled("mlp_small_train");
+  auto model = BundledModel("mlp_small_train");
   ASSERT_NE(model, nullptr);
   core::BindCache cache;
   auto first = cache.Get(model->graph(), AtBatch(1));
@@ -76,7 +70,7 @@ TEST(BindCacheTest, KeepsOnlyTheMostRecentlyUsed) {
 }
 
 TEST(BindCacheTest, LargeGraphsKeepFewerEntries) {
-  auto model = Bundled("mlp_small_train");
+  auto model = BundledModel("mlp_small_train");
   ASSERT_NE(model, nullptr);
   const size_t values = model->graph().values.size();
   core::BindCache cache(2 * values + 1);  // room for two bound graphs of this model
@@ -96,7 +90,7 @@ TEST(BindCacheTest, LargeGraphsKeepFewerEntries) {
 }
 
 TEST(BindCacheTest, AnErrorIsNeverKept) {
-  auto model = Bundled("resnet18_train");
+  auto model = BundledModel("resnet18_train");
   ASSERT_NE(model, nullptr);
   core::BindCache cache;
   for (int i = 0; i < 2; ++i) {
@@ -110,12 +104,12 @@ TEST(BindCacheTest, AnErrorIsNeverKept) {
 // Through Estimator::Run (which binds through the model's cache): an estimate repeated after
 // others at other dims is the first estimate, field for field.
 TEST(BindCacheTest, EstimatesThroughTheCacheAreUnchanged) {
-  auto model = Bundled("resnet18_train");
+  auto model = BundledModel("resnet18_train");
   ASSERT_NE(model, nullptr);
   for (const char* backend : {"analytical", "symbolic"}) {
     auto est = MakeEstimator(backend);
     ASSERT_TRUE(est.ok());
-    auto fresh = Bundled("resnet18_train");
+    auto fresh = BundledModel("resnet18_train");
     auto first = (*est)->Run(*fresh, AtBatch(32));
     ASSERT_TRUE(first.ok()) << first.status().ToString();
     for (int64_t batch : {8, 32, 64, 32}) ASSERT_TRUE((*est)->Run(*model, AtBatch(batch)).ok());

@@ -18,6 +18,7 @@
 #include "learned/features.h"
 #include "learned/mlp.h"
 #include "memest/memest.h"
+#include "testing/bundled.h"
 #include "testing/onnx_builder.h"
 
 namespace memest::learned {
@@ -45,11 +46,7 @@ Options Batch(int64_t batch) {
   return o;
 }
 
-std::shared_ptr<const Model> Bundled(const std::string& name) {
-  auto m = LoadModel(std::string(MEMEST_SOURCE_DIR) + "/datasets/models/" + name + ".onnx");
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return m.ok() ? *m : nullptr;
-}
+using testing::BundledModel;
 
 TEST(LearnedFeaturesTest, SpecsAreUniqueAndOrdered) {
   const std::vector<std::string> names = FeatureNames();
@@ -378,7 +375,7 @@ TEST(LearnedBackendTest, ReproducesRecordedPredictions) {
   auto est = MakeEstimator("learned");
   ASSERT_TRUE(est.ok()) << est.status().ToString();
   for (const Recorded& r : kRecorded) {
-    auto model = Bundled(r.model);
+    auto model = BundledModel(r.model);
     ASSERT_NE(model, nullptr);
     Options o = Batch(r.batch);
     o.gpu = "a100-40gb";
@@ -396,7 +393,7 @@ TEST(LearnedBackendTest, EstimatePolicy) {
   ASSERT_TRUE(est.ok() && sym.ok());
   EXPECT_EQ((*est)->name(), "learned");
   for (const char* name : {"mlp_small_train", "resnet18_train", "gpt2_tiny_train"}) {
-    auto model = Bundled(name);
+    auto model = BundledModel(name);
     ASSERT_NE(model, nullptr);
     const Estimate e = *(*est)->Run(*model, Batch(8));
     const Estimate s = *(*sym)->Run(*model, Batch(8));

@@ -24,6 +24,7 @@
 #include "measurement/plan.h"
 #include "measurement/row.h"
 #include "memest/memest.h"
+#include "testing/bundled.h"
 #include "testing/onnx_builder.h"
 
 namespace memest::measurement {
@@ -42,11 +43,7 @@ std::shared_ptr<const Model> Load(const GraphBuilder& b, const std::string& name
   return m.ok() ? std::move(m).value() : nullptr;
 }
 
-std::shared_ptr<const Model> Bundled(const std::string& name) {
-  auto m = LoadModel(std::string(MEMEST_SOURCE_DIR) + "/datasets/models/" + name + ".onnx");
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return m.ok() ? std::move(m).value() : nullptr;
-}
+using testing::BundledModel;
 
 Result<Measurement> Measure(const Model& model, Options o, int iterations = 2, bool trace = false,
                             uint64_t host_limit = 0) {
@@ -280,7 +277,7 @@ TEST(MeasurementTest, ShapeSubgraphsReshapeWithZeroAndMinusOne) {
 }
 
 TEST(MeasurementTest, HostLimitTurnsIntoOutOfMemory) {
-  auto model = Bundled("mlp_small_train");
+  auto model = BundledModel("mlp_small_train");
   ASSERT_NE(model, nullptr);
   Options o;
   o.batch = 8;
@@ -293,7 +290,7 @@ TEST(MeasurementTest, HostLimitTurnsIntoOutOfMemory) {
 TEST(MeasurementTest, EveryBundledModelIsCovered) {
   for (const char* name :
        {"mlp_small_train", "resnet18_train", "gpt2_tiny_train", "resnet18_eval"}) {
-    auto model = Bundled(name);
+    auto model = BundledModel(name);
     ASSERT_NE(model, nullptr);
     Options o;
     o.batch = 1;
@@ -309,7 +306,7 @@ TEST(MeasurementTest, EveryBundledModelIsCovered) {
 }
 
 TEST(MeasurementTest, GptPlanDrawsTokenIdsBelowTheVocabulary) {
-  auto model = Bundled("gpt2_tiny_train");
+  auto model = BundledModel("gpt2_tiny_train");
   ASSERT_NE(model, nullptr);
   Options o;
   o.batch = 2;
@@ -321,7 +318,7 @@ TEST(MeasurementTest, GptPlanDrawsTokenIdsBelowTheVocabulary) {
 }
 
 TEST(MeasurementTest, RowsFollowTheSchema) {
-  auto model = Bundled("mlp_small_train");
+  auto model = BundledModel("mlp_small_train");
   ASSERT_NE(model, nullptr);
   Options o;
   o.batch = 8;
@@ -388,7 +385,7 @@ TEST(MeasurementTest, BackendIsAvailableAndReportsTheMeasuredPeak) {
   EXPECT_TRUE(listed);
   auto estimator = MakeEstimator("measurement");
   ASSERT_TRUE(estimator.ok()) << estimator.status().ToString();
-  auto model = Bundled("mlp_small_train");
+  auto model = BundledModel("mlp_small_train");
   ASSERT_NE(model, nullptr);
   Options o;
   o.batch = 8;
@@ -409,7 +406,7 @@ TEST(MeasurementTest, BackendIsAvailableAndReportsTheMeasuredPeak) {
 TEST(MeasurementTest, BackendHonoursOrRejectsEachOptimizerOption) {
   auto estimator = MakeEstimator("measurement");
   ASSERT_TRUE(estimator.ok()) << estimator.status().ToString();
-  auto model = Bundled("mlp_small_train");
+  auto model = BundledModel("mlp_small_train");
   ASSERT_NE(model, nullptr);
   Options foreach_o, single_o;
   foreach_o.batch = single_o.batch = 8;
@@ -628,7 +625,7 @@ TEST(MeasureToolTest, ShardsSplitTheManifestAndMergeJoinsThem) {
 // every parameter still gets its gradient, the measured peak drops, and the symbolic backend's
 // simulation of the same cuts (core/checkpoint.h) matches the measured tensor peak.
 TEST(MeasurementTest, CheckpointingKeepsGradientsAndLowersThePeak) {
-  auto model = Bundled("gpt2_tiny_train");
+  auto model = BundledModel("gpt2_tiny_train");
   ASSERT_NE(model, nullptr);
   Options o;
   o.batch = 4;

@@ -7,15 +7,12 @@
 #include <vector>
 
 #include "memest/memest.h"
+#include "testing/bundled.h"
 
 namespace memest {
 namespace {
 
-std::shared_ptr<const Model> Bundled(const std::string& name) {
-  auto m = LoadModel(std::string(MEMEST_SOURCE_DIR) + "/datasets/models/" + name);
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return m.ok() ? *m : nullptr;
-}
+using testing::BundledModel;
 
 std::vector<PackJob> Jobs() {
   std::vector<PackJob> jobs;
@@ -26,7 +23,7 @@ std::vector<PackJob> Jobs() {
                                                     {"gpt2_tiny_train.onnx", 8}}) {
     PackJob j;
     j.name = name + ":" + std::to_string(batch);
-    j.model = Bundled(name);
+    j.model = BundledModel(name);
     j.options.batch = batch;
     jobs.push_back(std::move(j));
   }
@@ -66,7 +63,7 @@ TEST(PackTest, PlacementRespectsCapacityAndListsWhatDoesNotFit) {
   std::vector<PackJob> jobs = Jobs();
   PackJob huge;
   huge.name = "huge";
-  huge.model = Bundled("resnet18_train.onnx");
+  huge.model = BundledModel("resnet18_train.onnx");
   huge.options.batch = 8192;
   jobs.push_back(huge);
   auto est = MakeEstimator("analytical");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "memest/memest.h"
+#include "testing/bundled.h"
 #include "testing/onnx_builder.h"
 
 namespace memest {
@@ -19,11 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::shared_ptr<const Model> Bundled(const std::string& name) {
-  auto m = LoadModel((fs::path(MEMEST_SOURCE_DIR) / "datasets/models" / (name + ".onnx")).string());
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return m.ok() ? *m : nullptr;
-}
+using testing::BundledModel;
 
 Options At(int64_t batch, const StackProfile& stack) {
   Options o;
@@ -135,7 +132,7 @@ TEST(StackTest, AStackMeasuredOnAnotherGpuHoldsThereToo) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(StackProfileToJson(*back), StackProfileToJson(*measured));
 
-  auto model = Bundled("resnet18_train");
+  auto model = BundledModel("resnet18_train");
   ASSERT_NE(model, nullptr);
   auto mismatch = [&](const std::string& gpu) {
     Options o = At(8, *measured);
@@ -176,7 +173,7 @@ TEST(StackTest, AStackMeasuredOnAnotherGpuHoldsThereToo) {
 }
 
 TEST(StackTest, LibraryMemoryAddsToTheDevicePeakOnly) {
-  auto m = Bundled("mlp_small_train");
+  auto m = BundledModel("mlp_small_train");
   ASSERT_NE(m, nullptr);
   StackProfile base = *ResolveStack("");
   StackProfile more = base;
@@ -226,8 +223,8 @@ TEST(StackTest, ConvolutionWorkspacesRaiseOnlyConvolutionModels) {
   StackProfile base = *ResolveStack("");
   StackProfile ws = base;
   ws.conv_workspace.value = 8.0;  // 8 x (input + output + weight): larger than any moment's slack
-  auto cnn = Bundled("resnet18_train");
-  auto mlp = Bundled("mlp_small_train");
+  auto cnn = BundledModel("resnet18_train");
+  auto mlp = BundledModel("mlp_small_train");
   ASSERT_TRUE(cnn && mlp);
   for (const char* backend : {"analytical", "symbolic"}) {
     EXPECT_GT(EstimateWith(backend, *cnn, At(16, ws)).peak_reserved,
@@ -247,7 +244,7 @@ TEST(StackTest, ConvolutionWorkspacesRaiseOnlyConvolutionModels) {
 }
 
 TEST(StackTest, TheBandBecomesTheIntervalAndTheUpperBoundDecidesFit) {
-  auto m = Bundled("resnet18_train");
+  auto m = BundledModel("resnet18_train");
   ASSERT_NE(m, nullptr);
   StackProfile s = *ResolveStack("");
   const Estimate none = EstimateWith("symbolic", *m, At(16, s));
@@ -277,7 +274,7 @@ TEST(StackTest, TheBandBecomesTheIntervalAndTheUpperBoundDecidesFit) {
 }
 
 TEST(StackTest, MaxBatchHonoursTheUpperBound) {
-  auto m = Bundled("resnet18_train");
+  auto m = BundledModel("resnet18_train");
   ASSERT_NE(m, nullptr);
   StackProfile s = *ResolveStack("");
   s.bands["symbolic"] = {-0.05, 0.5, 0.95, 100, "held out: test"};
@@ -299,7 +296,7 @@ TEST(CalibrateTest, RecoversAKnownStack) {
   std::vector<MeasuredJob> jobs;
   for (const char* name :
        {"mlp_small_train", "resnet18_train", "resnet50_train", "gpt2_tiny_train"}) {
-    auto m = Bundled(name);
+    auto m = BundledModel(name);
     ASSERT_NE(m, nullptr);
     for (int64_t batch : {2, 8}) {
       MeasuredJob j;
@@ -338,7 +335,7 @@ TEST(CalibrateTest, RecoversAKnownStack) {
 }
 
 TEST(CalibrateTest, RefusesTooFewOrInconsistentJobs) {
-  auto m = Bundled("mlp_small_train");
+  auto m = BundledModel("mlp_small_train");
   ASSERT_NE(m, nullptr);
   CalibrationSettings s;
   s.name = "test";
