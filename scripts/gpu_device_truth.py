@@ -4,9 +4,10 @@
 Policy: every number here is read off the GPU by the process that used it -- NVML's per-process
 used memory (what nvidia-smi shows for the process), the caching allocator's statistics
 (torch.cuda.memory_stats) -- never computed. Each model runs in its own process, so every row
-starts from a fresh CUDA context and an empty caching allocator. The output of the run of
-2026-11-26 is datasets/h200-torch211/device-truth.jsonl; its README says how it is used and what
-it does not cover.
+starts from a fresh CUDA context and an empty caching allocator. Its outputs of
+2026-11-26 are datasets/h200-torch211/device-truth.jsonl (H200) and
+datasets/h100-torch211/device-truth.jsonl (H100); their READMEs say how they are used and what
+they do not cover.
 
 What it measures, one JSON object per line on stdout of the orchestrator (and in $OUT/results.jsonl):
   kind=env      the machine: GPU, driver, PyTorch, CUDA, cuDNN, timm, allocator settings.
@@ -26,6 +27,9 @@ What it measures, one JSON object per line on stdout of the orchestrator (and in
 
 Usage (on the device machine, from the repository root):
   python3 scripts/gpu_device_truth.py --out "$OUT" --deadline 430
+A later call goes on where an earlier one's deadline stopped it: copy that call's results.jsonl into
+the checkout (an untracked folder travels with it) and add --resume FILE (the context and conv
+tasks and every finished model are skipped; datasets/h100-torch211/README.md did this).
 A worker runs as: python3 scripts/gpu_device_truth.py worker '<task json>'.
 """
 import argparse
