@@ -228,7 +228,8 @@ class Runner {
   // For CheckpointFunction (activation checkpointing): the segment's forward under no_grad, and
   // its recomputation with grad enabled followed by the backward through it.
   torch::autograd::variable_list SegmentForward(size_t seg, at::TensorList inputs);
-  torch::autograd::variable_list SegmentBackward(size_t seg, const torch::autograd::variable_list& saved,
+  torch::autograd::variable_list SegmentBackward(size_t seg,
+                                                 const torch::autograd::variable_list& saved,
                                                  const torch::autograd::variable_list& grads);
 
  private:
@@ -244,6 +245,16 @@ class Runner {
   at::Tensor MakeParameter(const PlanValue& v);
   void InitCuda();
   void NoteDeviceUsed();
+  // Run()'s steps, in order.
+  Status Configure(bool* use_cuda);
+  void ResolveOps();
+  void StartMeasurement(bool use_cuda);
+  Status Loop();
+  Status Iteration(int it);
+  void Finish();
+#if defined(MEMEST_WITH_CUDA)
+  void FindCudaPeakPhase();
+#endif
 
   bool cuda() const { return device_.is_cuda(); }
 
@@ -512,7 +523,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    auto* runner = reinterpret_cast<Runner*>(static_cast<intptr_t>(ctx->saved_data["runner"].toInt()));
+    auto* runner =
+        reinterpret_cast<Runner*>(static_cast<intptr_t>(ctx->saved_data["runner"].toInt()));
     const auto seg = static_cast<size_t>(ctx->saved_data["seg"].toInt());
     torch::autograd::variable_list in_grads =
         runner->SegmentBackward(seg, ctx->get_saved_variables(), grads);
@@ -528,7 +540,8 @@ Status Runner::RunCheckpointed(size_t seg) {
   for (int id : s.parameters) inputs.push_back(env_[static_cast<size_t>(id)]);
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (!inputs[k].defined()) {
-      return Internal("checkpointed segment at node '" + plan_.nodes[static_cast<size_t>(s.begin)].name +
+      return Internal("checkpointed segment at node '" +
+                      plan_.nodes[static_cast<size_t>(s.begin)].name +
                       "': an input was not computed");
     }
   }
@@ -561,9 +574,9 @@ torch::autograd::variable_list Runner::SegmentForward(size_t seg, at::TensorList
   return outputs;
 }
 
-torch::autograd::variable_list Runner::SegmentBackward(size_t seg,
-                                                       const torch::autograd::variable_list& saved,
-                                                       const torch::autograd::variable_list& grads) {
+torch::autograd::variable_list Runner::SegmentBackward(
+    size_t seg, const torch::autograd::variable_list& saved,
+    const torch::autograd::variable_list& grads) {
   const PlanSegment& s = plan_.checkpoint[seg];
   // Detached inputs (same storage), requiring grad where the originals did.
   std::vector<at::Tensor> detached;
@@ -950,15 +963,15 @@ void Runner::Analyze(std::vector<TraceEvent> events) {
   if (xo_.keep_trace) m_.trace = std::move(events);
 }
 
-Result<Measurement> Runner::Run() {
-  const auto t0 = std::chrono::steady_clock::now();
+// The device (--device, and whether CUDA is usable), the float type or autocast the precision
+// asks for, and the optimizer implementation: what the run will do, or why it cannot.
+Status Runner::Configure(bool* use_cuda) {
   const Options& o = xo_.options;
   training_ = o.mode == Mode::kTrain;
   if (xo_.iterations < 1) return InvalidArgument("iterations must be >= 1");
   MEMEST_RETURN_IF_ERROR(Validate(o));
   MEMEST_RETURN_IF_ERROR(CheckSupported(plan_));
-
-  bool use_cuda = false;
+  *use_cuda = false;
   if (xo_.device == DeviceKind::kCuda) {
     if (!CudaUsable()) {
 #if defined(MEMEST_WITH_CUDA)
@@ -969,9 +982,9 @@ Result<Measurement> Runner::Run() {
           "with a CUDA-enabled LibTorch)");
 #endif
     }
-    use_cuda = true;
+    *use_cuda = true;
   } else if (xo_.device == DeviceKind::kAuto) {
-    use_cuda = CudaUsable();
+    *use_cuda = CudaUsable();
   }
   switch (o.precision) {
     case Precision::kFp32:
@@ -981,7 +994,7 @@ Result<Measurement> Runner::Run() {
       break;
     case Precision::kAmpFp16:
     case Precision::kAmpBf16:
-      if (!use_cuda) {
+      if (!*use_cuda) {
         return Unsupported(std::string("precision ") + ToString(o.precision) +
                            " needs CUDA autocast; the CPU harness runs fp32 and bf16 only");
       }
@@ -993,8 +1006,12 @@ Result<Measurement> Runner::Run() {
         "optimizer_impl fused: the harness does not mirror torch.optim's fused kernels (use "
         "foreach or single-tensor)");
   }
-  foreach_ = xo_.optimizer_impl ? *xo_.optimizer_impl == OptimizerImpl::kForeach : use_cuda;
+  foreach_ = xo_.optimizer_impl ? *xo_.optimizer_impl == OptimizerImpl::kForeach : *use_cuda;
+  return Status::Ok();
+}
 
+// Each node's op, and which of its outputs are read later (or are graph outputs).
+void Runner::ResolveOps() {
   ops_.clear();
   for (const PlanNode& n : plan_.nodes) ops_.push_back(FindOp(n.domain, n.op_type));
   needed_.assign(plan_.nodes.size(), 0);
@@ -1007,111 +1024,91 @@ Result<Measurement> Runner::Run() {
       if (v.graph_output || v.last_consumer >= 0) needed_[i] |= 1u << k;
     }
   }
+}
 
-  std::lock_guard<std::mutex> run_lock(g_run_mutex);
-  at::manual_seed(xo_.seed);
+// A fresh measurement on the device: CUDA initialised, or the CPU tracker started with its limit.
+void Runner::StartMeasurement(bool use_cuda) {
   m_ = Measurement();
   m_.device.torch = TorchVersion();
   if (use_cuda) {
     m_.device.kind = "cuda";
     InitCuda();
-  } else {
-    m_.device.kind = "cpu";
-    m_.device.name = CpuName();
-    tracker_ = &CpuTracker::Instance();
-    uint64_t limit = xo_.host_limit_bytes;
-    if (limit == 0)
-      limit = static_cast<uint64_t>(static_cast<double>(MemAvailable()) * kHostLimitFraction);
-    tracker_->Start(limit);
+    return;
   }
+  m_.device.kind = "cpu";
+  m_.device.name = CpuName();
+  tracker_ = &CpuTracker::Instance();
+  uint64_t limit = xo_.host_limit_bytes;
+  if (limit == 0) {
+    limit = static_cast<uint64_t>(static_cast<double>(MemAvailable()) * kHostLimitFraction);
+  }
+  tracker_->Start(limit);
+}
 
-  std::string failure;  // non-OOM failure message
-  std::string failed_node;
-  auto node_name = [&]() -> std::string {
-    int32_t node = tracker_ != nullptr ? tracker_->node() : cuda_node_.load();
-    std::string label = NodeLabel(plan_, node);
-    if (node >= 0) {
-      label = "node '" + label + "' (" + plan_.nodes[static_cast<size_t>(node)].op_type + ")";
-    }
-    return label.empty() ? std::string("setup") : label;
-  };
-  bool oom = false;
+// One iteration: zero_grad, forward (+ loss, backward, step when training), each phase's stats.
+Status Runner::Iteration(int it) {
+  IterationStats stats;
+  stats.iteration = it;
   Status status;
-  try {
-    BeginPhase(0, TracePhase::kSetup);
-    status = Setup();
-    if (status.ok() && amp_ && *amp_ == at::kHalf) {
-      grad_scale_ = at::full({}, kGradScale, at::TensorOptions().dtype(at::kFloat).device(device_));
-      growth_tracker_ = at::zeros({}, at::TensorOptions().dtype(at::kInt).device(device_));
-    }
-    for (int it = 1; status.ok() && it <= xo_.iterations; ++it) {
-      IterationStats stats;
-      stats.iteration = it;
-      // zero_grad(set_to_none) before the forward: the frees end the previous segment.
-      if (training_) {
-        for (at::Tensor& p : params_) p.mutable_grad() = at::Tensor();
-      }
-      BeginPhase(it, TracePhase::kForward);
-      if (training_) {
-        {
-#if defined(MEMEST_WITH_CUDA)
-          std::optional<AutocastScope> autocast;
-          if (amp_) autocast.emplace(*amp_);
-#endif
-          status = Forward(it);
-          if (status.ok()) status = Loss();
-        }
-        EndPhase(&stats.forward);
-        if (!status.ok()) break;
-        BeginPhase(it, TracePhase::kBackward);
-        Backward();
-        EndPhase(&stats.backward);
-        BeginPhase(it, TracePhase::kStep);
-        Step();
-        EndIteration();
-        EndPhase(&stats.step);
-      } else {
-        at::NoGradGuard no_grad;
-#if defined(MEMEST_WITH_CUDA)
-        std::optional<AutocastScope> autocast;
-        if (amp_) autocast.emplace(*amp_);
-#endif
-        status = Forward(it);
-        EndIteration();
-        EndPhase(&stats.forward);
-      }
-      if (cuda()) {
-        MaxInto(&stats.peaks.tensor, stats.forward.peaks.tensor);
-        for (const PhaseStats* p : {&stats.forward, &stats.backward, &stats.step}) {
-          if (p->ran) MaxPeaks(&stats.peaks, p->peaks);
-        }
-        MaxPeaks(&m_.peaks, stats.peaks);
-      }
-      m_.iterations.push_back(std::move(stats));
-    }
-  } catch (const OpError& e) {
-    status = Unsupported(node_name() + ": " + e.what());
-#if defined(MEMEST_WITH_CUDA)
-  } catch (const c10::OutOfMemoryError& e) {
-    oom = true;
-    failure = e.what_without_backtrace();
-    failed_node = node_name();
-#endif
-  } catch (const c10::Error& e) {
-    const std::string what = e.what_without_backtrace();
-    if (what.find("out of memory") != std::string::npos ||
-        what.find("not enough memory") != std::string::npos) {
-      oom = true;
-      failure = what;
-      failed_node = node_name();
-    } else {
-      status = Internal(node_name() + ": LibTorch failed: " + what);
-    }
-  } catch (const std::exception& e) {
-    status = Internal(node_name() + ": " + e.what());
+  // zero_grad(set_to_none) before the forward: the frees end the previous segment.
+  if (training_) {
+    for (at::Tensor& p : params_) p.mutable_grad() = at::Tensor();
   }
+  BeginPhase(it, TracePhase::kForward);
+  if (training_) {
+    {
+#if defined(MEMEST_WITH_CUDA)
+      std::optional<AutocastScope> autocast;
+      if (amp_) autocast.emplace(*amp_);
+#endif
+      status = Forward(it);
+      if (status.ok()) status = Loss();
+    }
+    EndPhase(&stats.forward);
+    if (!status.ok()) return status;
+    BeginPhase(it, TracePhase::kBackward);
+    Backward();
+    EndPhase(&stats.backward);
+    BeginPhase(it, TracePhase::kStep);
+    Step();
+    EndIteration();
+    EndPhase(&stats.step);
+  } else {
+    at::NoGradGuard no_grad;
+#if defined(MEMEST_WITH_CUDA)
+    std::optional<AutocastScope> autocast;
+    if (amp_) autocast.emplace(*amp_);
+#endif
+    status = Forward(it);
+    EndIteration();
+    EndPhase(&stats.forward);
+  }
+  if (cuda()) {
+    MaxInto(&stats.peaks.tensor, stats.forward.peaks.tensor);
+    for (const PhaseStats* p : {&stats.forward, &stats.backward, &stats.step}) {
+      if (p->ran) MaxPeaks(&stats.peaks, p->peaks);
+    }
+    MaxPeaks(&m_.peaks, stats.peaks);
+  }
+  m_.iterations.push_back(std::move(stats));
+  return status;
+}
 
-  // Gradients and state at the end (sizes only), then free everything.
+// Setup, then every iteration until one fails.
+Status Runner::Loop() {
+  BeginPhase(0, TracePhase::kSetup);
+  Status status = Setup();
+  if (status.ok() && amp_ && *amp_ == at::kHalf) {
+    grad_scale_ = at::full({}, kGradScale, at::TensorOptions().dtype(at::kFloat).device(device_));
+    growth_tracker_ = at::zeros({}, at::TensorOptions().dtype(at::kInt).device(device_));
+  }
+  for (int it = 1; status.ok() && it <= xo_.iterations; ++it) status = Iteration(it);
+  return status;
+}
+
+// Gradient and optimizer-state sizes at the end, the teardown segment, and (CUDA) the memory
+// outside the allocator; then everything is freed and the CPU trace analysed.
+void Runner::Finish() {
   for (const at::Tensor& p : params_) m_.gradient_bytes += Nbytes(p.grad());
   for (size_t i = 0; i < params_.size(); ++i) {
     m_.optimizer_state_bytes += Nbytes(exp_avg_[i]) + Nbytes(exp_avg_sq_[i]) + Nbytes(momentum_[i]);
@@ -1137,24 +1134,75 @@ Result<Measurement> Runner::Run() {
   if (cuda()) {
     c10::cuda::device_synchronize();
     c10::cuda::CUDACachingAllocator::emptyCache();
-    if (!m_.iterations.empty()) {
-      // The peak's iteration and phase (allocated level).
-      uint64_t best = 0;
-      for (const IterationStats& it : m_.iterations) {
-        for (auto [phase, p] :
-             {std::pair{Phase::kForward, &it.forward}, std::pair{Phase::kBackward, &it.backward},
-              std::pair{Phase::kOptimizerStep, &it.step}}) {
-          if (p->ran && p->peaks.allocated.value_or(0) > best) {
-            best = *p->peaks.allocated;
-            m_.peak_iteration = it.iteration;
-            m_.peak_phase = (phase == Phase::kForward && !training_) ? Phase::kInference : phase;
-            m_.peak_node = p->peak_node.empty() ? ToString(phase) : p->peak_node;
-          }
-        }
+    FindCudaPeakPhase();
+  }
+#endif
+}
+
+#if defined(MEMEST_WITH_CUDA)
+// The peak's iteration, phase and node at the allocated level.
+void Runner::FindCudaPeakPhase() {
+  uint64_t best = 0;
+  for (const IterationStats& it : m_.iterations) {
+    for (auto [phase, p] :
+         {std::pair{Phase::kForward, &it.forward}, std::pair{Phase::kBackward, &it.backward},
+          std::pair{Phase::kOptimizerStep, &it.step}}) {
+      if (p->ran && p->peaks.allocated.value_or(0) > best) {
+        best = *p->peaks.allocated;
+        m_.peak_iteration = it.iteration;
+        m_.peak_phase = (phase == Phase::kForward && !training_) ? Phase::kInference : phase;
+        m_.peak_node = p->peak_node.empty() ? ToString(phase) : p->peak_node;
       }
     }
   }
+}
 #endif
+
+Result<Measurement> Runner::Run() {
+  const auto t0 = std::chrono::steady_clock::now();
+  bool use_cuda = false;
+  MEMEST_RETURN_IF_ERROR(Configure(&use_cuda));
+  ResolveOps();
+  std::lock_guard<std::mutex> run_lock(g_run_mutex);
+  at::manual_seed(xo_.seed);
+  StartMeasurement(use_cuda);
+
+  std::string failure;  // out-of-memory message
+  std::string failed_node;
+  auto node_name = [&]() -> std::string {
+    int32_t node = tracker_ != nullptr ? tracker_->node() : cuda_node_.load();
+    std::string label = NodeLabel(plan_, node);
+    if (node >= 0) {
+      label = "node '" + label + "' (" + plan_.nodes[static_cast<size_t>(node)].op_type + ")";
+    }
+    return label.empty() ? std::string("setup") : label;
+  };
+  bool oom = false;
+  Status status;
+  try {
+    status = Loop();
+  } catch (const OpError& e) {
+    status = Unsupported(node_name() + ": " + e.what());
+#if defined(MEMEST_WITH_CUDA)
+  } catch (const c10::OutOfMemoryError& e) {
+    oom = true;
+    failure = e.what_without_backtrace();
+    failed_node = node_name();
+#endif
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    if (what.find("out of memory") != std::string::npos ||
+        what.find("not enough memory") != std::string::npos) {
+      oom = true;
+      failure = what;
+      failed_node = node_name();
+    } else {
+      status = Internal(node_name() + ": LibTorch failed: " + what);
+    }
+  } catch (const std::exception& e) {
+    status = Internal(node_name() + ": " + e.what());
+  }
+  Finish();
   if (!status.ok()) return status;
   if (oom) {
     m_.status = "oom";
