@@ -58,10 +58,10 @@
 #include <string>
 #include <vector>
 
+#include "core/sha256.h"
 #include "measurement/executor.h"
 #include "measurement/plan.h"
 #include "measurement/row.h"
-#include "core/sha256.h"
 #include "memest/json.h"
 #include "memest/memest.h"
 #include "tools/options_flags.h"
@@ -607,102 +607,179 @@ void AddSweepProvenance(Json& row, const SweepSettings& sw) {
   }
 }
 
-int Sweep(const SweepSettings& sw, const RunSettings& s) {
-  std::vector<Config> configs;
-  if (int rc = ReadManifest(sw.manifest, configs); rc != kExitOk) return rc;
+// id -> status of the rows already in `path` (none when it does not exist).
+std::map<std::string, std::string> RowStatuses(const std::string& path) {
+  std::map<std::string, std::string> out;
+  std::ifstream prev(path);
   std::string line;
-  if (sw.shard_count > 0) {
-    std::vector<Config> mine;
-    for (Config& c : configs) {
-      if (ShardOf(c, s, sw.shard_count) == sw.shard_index) mine.push_back(std::move(c));
+  while (std::getline(prev, line)) {
+    Json j = Json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("id") && j["id"].is_string()) {
+      out[j["id"].get<std::string>()] = j.value("status", "");
     }
-    std::cerr << fmt::format(
-        "memest-measure: shard {}/{}: {} of the manifest's {} configurations\n", sw.shard_index,
-        sw.shard_count, mine.size(), configs.size());
-    configs = std::move(mine);
   }
-  if (sw.dry_run) {
-    std::map<std::string, std::string> have;  // id -> status
-    std::ifstream prev(sw.out);
-    while (std::getline(prev, line)) {
-      Json j = Json::parse(line, nullptr, false);
-      if (j.is_object() && j.contains("id") && j["id"].is_string()) {
-        have[j["id"].get<std::string>()] = j.value("status", "");
-      }
-    }
-    const size_t n = sw.limit > 0 ? std::min<size_t>(configs.size(), static_cast<size_t>(sw.limit))
-                                  : configs.size();
-    for (size_t i = 0; i < n; ++i) {
-      const Config& c = configs[i];
-      auto request = MakeRequest(c, s);
-      const std::string id = request.ok() ? measurement::RowId(*request) : "";
-      auto it = have.find(id);
-      Json j{{"line", c.line_no},
-             {"id", request.ok() ? Json(id) : Json(nullptr)},
-             {"model", c.model},
-             {"batch", c.options.batch ? Json(*c.options.batch) : Json(nullptr)},
-             {"mode", ToString(c.options.mode)},
-             {"row", it == have.end() ? Json(nullptr) : Json(it->second)}};
-      if (sw.shard_count > 0) j["shard"] = fmt::format("{}/{}", sw.shard_index, sw.shard_count);
-      if (!request.ok()) j["error"] = request.status().message();
-      std::cout << j.dump() << '\n';
-    }
-    return kExitOk;
+  return out;
+}
+
+// The configurations of this shard (--shard I/N), or all of them.
+std::vector<Config> ThisShard(std::vector<Config> configs, const SweepSettings& sw,
+                              const RunSettings& s) {
+  if (sw.shard_count <= 0) return configs;
+  std::vector<Config> mine;
+  for (Config& c : configs) {
+    if (ShardOf(c, s, sw.shard_count) == sw.shard_index) mine.push_back(std::move(c));
   }
-  if (Status lock = LockOutput(sw.out); !lock.ok()) {
-    PrintError(lock.message());
-    return kExitFailed;
+  std::cerr << fmt::format("memest-measure: shard {}/{}: {} of the manifest's {} configurations\n",
+                           sw.shard_index, sw.shard_count, mine.size(), configs.size());
+  return mine;
+}
+
+// The configurations the sweep would run, first `total` of them: one JSON line each with its
+// row id and the status of the row already written, if any (--dry-run).
+void PrintDryRun(const std::vector<Config>& configs, size_t total, const SweepSettings& sw,
+                 const RunSettings& s) {
+  const std::map<std::string, std::string> have = RowStatuses(sw.out);
+  for (size_t i = 0; i < total; ++i) {
+    const Config& c = configs[i];
+    auto request = MakeRequest(c, s);
+    const std::string id = request.ok() ? measurement::RowId(*request) : "";
+    auto it = have.find(id);
+    Json j{{"line", c.line_no},
+           {"id", request.ok() ? Json(id) : Json(nullptr)},
+           {"model", c.model},
+           {"batch", c.options.batch ? Json(*c.options.batch) : Json(nullptr)},
+           {"mode", ToString(c.options.mode)},
+           {"row", it == have.end() ? Json(nullptr) : Json(it->second)}};
+    if (sw.shard_count > 0) j["shard"] = fmt::format("{}/{}", sw.shard_index, sw.shard_count);
+    if (!request.ok()) j["error"] = request.status().message();
+    std::cout << j.dump() << '\n';
   }
-  auto dropped = DropPartialLastLine(sw.out);
-  if (!dropped.ok()) {
-    PrintError(dropped.status().message());
-    return kExitFailed;
-  }
-  if (*dropped > 0) {
+}
+
+// The output file locked for this sweep, a partial last line (a killed writer's) cut off.
+Status PrepareOutput(const std::string& path) {
+  MEMEST_RETURN_IF_ERROR(LockOutput(path));
+  MEMEST_ASSIGN_OR_RETURN(uint64_t dropped, DropPartialLastLine(path));
+  if (dropped > 0) {
     std::cerr << fmt::format(
         "memest-measure: note: cut off a partial last line ({} bytes) of {}: a row whose "
         "writer was killed mid-write (a configuration without a whole row runs again)\n",
-        *dropped, sw.out);
+        dropped, path);
   }
-  // Rows already written (resume).
-  std::map<std::string, std::string> done;  // id -> status
-  {
-    std::ifstream prev(sw.out);
-    while (std::getline(prev, line)) {
-      Json j = Json::parse(line, nullptr, false);
-      if (j.is_object() && j.contains("id") && j["id"].is_string()) {
-        done[j["id"].get<std::string>()] = j.value("status", "");
-      }
+  return Status::Ok();
+}
+
+// One configuration measured, in this process or (--isolate, the default) in a child with a
+// timeout: its row line, or "" with *failure saying why.
+std::string MeasureConfig(const Config& c, const RunSettings& s, const SweepSettings& sw,
+                          std::string* failure) {
+  std::string row;
+  if (!sw.isolate) {
+    std::stringstream captured;
+    auto* old = std::cout.rdbuf(captured.rdbuf());
+    const int rc = RunOne(c, s);
+    std::cout.rdbuf(old);
+    row = captured.str();
+    if (row.empty()) *failure = fmt::format("run failed with exit code {}", rc);
+  } else {
+    auto child = RunChild(ChildArgs(c, s), sw.row_timeout_s);
+    if (!child.ok()) {
+      *failure = child.status().ToString();
+      return "";
+    }
+    row = child->out;
+    if (child->timed_out) {
+      *failure = fmt::format("timed out after {} s", sw.row_timeout_s);
+      return "";
+    }
+    if (child->signal != 0) {
+      *failure = fmt::format("the run was killed by signal {} ({})", child->signal,
+                             strsignal(child->signal));
+      return "";
+    }
+    if (row.empty()) {
+      std::string err = child->err;
+      while (!err.empty() && (err.back() == '\n' || err.back() == '\r')) err.pop_back();
+      *failure = fmt::format("exit code {}: {}", child->exit_code, err);
     }
   }
+  while (!row.empty() && (row.back() == '\n' || row.back() == '\r')) row.pop_back();
+  if (row.find('\n') != std::string::npos) row = row.substr(row.rfind('\n') + 1);
+  return row;
+}
+
+// Counts and the progress line of a sweep.
+struct SweepProgress {
+  size_t total = 0, finished = 0, skipped = 0, ran = 0, n_ok = 0, n_oom = 0, n_err = 0;
+  double run_seconds = 0;
+  bool tty = false;
+
+  void Count(const std::string& status) {
+    if (status == "ok") {
+      ++n_ok;
+    } else if (status == "oom") {
+      ++n_oom;
+    } else {
+      ++n_err;
+    }
+  }
+  void Ran(double seconds, const std::string& what) {
+    ++finished;
+    ++ran;
+    run_seconds += seconds;
+    const double per_row = run_seconds / static_cast<double>(ran);
+    const size_t left = total - finished;
+    const std::string progress = fmt::format(
+        "[{}/{}] {:3.0f}% | {:.1f} rows/min | ETA {} | ok {} oom {} error {} skipped {} | {}",
+        finished, total,
+        100.0 * static_cast<double>(finished) / static_cast<double>(std::max<size_t>(total, 1)),
+        per_row > 0 ? 60.0 / per_row : 0.0, Duration(per_row * static_cast<double>(left)), n_ok,
+        n_oom, n_err, skipped, what);
+    if (tty) {
+      std::cerr << '\r' << progress << "\x1b[K" << std::flush;
+    } else {
+      std::cerr << progress << '\n';
+    }
+  }
+};
+
+int Sweep(const SweepSettings& sw, const RunSettings& s) {
+  std::vector<Config> configs;
+  if (int rc = ReadManifest(sw.manifest, configs); rc != kExitOk) return rc;
+  configs = ThisShard(std::move(configs), sw, s);
+  SweepProgress p;
+  p.total = sw.limit > 0 ? std::min<size_t>(configs.size(), static_cast<size_t>(sw.limit))
+                         : configs.size();
+  if (sw.dry_run) {
+    PrintDryRun(configs, p.total, sw, s);
+    return kExitOk;
+  }
+  if (Status ready = PrepareOutput(sw.out); !ready.ok()) {
+    PrintError(ready.message());
+    return kExitFailed;
+  }
+  const std::map<std::string, std::string> done = RowStatuses(sw.out);  // resume
   std::ofstream out(sw.out, std::ios::app);
   if (!out) {
     PrintError("cannot write '" + sw.out + "'");
     return kExitFailed;
   }
-  const bool tty = isatty(STDERR_FILENO) != 0;
-  const size_t total = sw.limit > 0
-                           ? std::min<size_t>(configs.size(), static_cast<size_t>(sw.limit))
-                           : configs.size();
-  size_t finished = 0, skipped = 0, ran = 0, n_ok = 0, n_oom = 0, n_err = 0;
-  double run_seconds = 0;
+  p.tty = isatty(STDERR_FILENO) != 0;
   const auto sweep_start = std::chrono::steady_clock::now();
   size_t left_for_later = 0;
-  for (size_t i = 0; i < total; ++i) {
+  for (size_t i = 0; i < p.total; ++i) {
     const Config& c = configs[i];
     if (sw.time_budget_s > 0 &&
         std::chrono::steady_clock::now() - sweep_start > std::chrono::seconds(sw.time_budget_s)) {
-      left_for_later = total - i;
+      left_for_later = p.total - i;
       break;
     }
     auto request = MakeRequest(c, s);
-    std::string id;
     if (request.ok()) {
-      id = measurement::RowId(*request);
-      auto it = done.find(id);
+      auto it = done.find(measurement::RowId(*request));
       if (it != done.end() && !(sw.retry_errors && it->second == "error")) {
-        ++finished;
-        ++skipped;
+        ++p.finished;
+        ++p.skipped;
         continue;
       }
     }
@@ -711,39 +788,13 @@ int Sweep(const SweepSettings& sw, const RunSettings& s) {
                                          ToString(c.options.mode), ToString(c.options.optimizer),
                                          ToString(c.options.precision));
     const auto t0 = std::chrono::steady_clock::now();
-    std::string row;
     std::string failure;
+    std::string row;
     if (!request.ok()) {
       failure = request.status().ToString();
-    } else if (!sw.isolate) {
-      std::stringstream captured;
-      auto* old = std::cout.rdbuf(captured.rdbuf());
-      const int rc = RunOne(c, s);
-      std::cout.rdbuf(old);
-      row = captured.str();
-      if (row.empty()) failure = fmt::format("run failed with exit code {}", rc);
     } else {
-      auto child = RunChild(ChildArgs(c, s), sw.row_timeout_s);
-      if (!child.ok()) {
-        failure = child.status().ToString();
-      } else {
-        row = child->out;
-        if (child->timed_out) {
-          failure = fmt::format("timed out after {} s", sw.row_timeout_s);
-          row.clear();
-        } else if (child->signal != 0) {
-          failure = fmt::format("the run was killed by signal {} ({})", child->signal,
-                                strsignal(child->signal));
-          row.clear();
-        } else if (row.empty()) {
-          std::string err = child->err;
-          while (!err.empty() && (err.back() == '\n' || err.back() == '\r')) err.pop_back();
-          failure = fmt::format("exit code {}: {}", child->exit_code, err);
-        }
-      }
+      row = MeasureConfig(c, s, sw, &failure);
     }
-    while (!row.empty() && (row.back() == '\n' || row.back() == '\r')) row.pop_back();
-    if (row.find('\n') != std::string::npos) row = row.substr(row.rfind('\n') + 1);
     if (row.empty()) {
       if (!request.ok()) {
         PrintError(what + ": " + failure + " (no row written)");
@@ -765,38 +816,18 @@ int Sweep(const SweepSettings& sw, const RunSettings& s) {
       out.flush();
       Json j = Json::parse(row, nullptr, false);
       const std::string status = j.is_object() ? j.value("status", "") : "";
-      if (status == "ok")
-        ++n_ok;
-      else if (status == "oom")
-        ++n_oom;
-      else
-        ++n_err;
-      if (status == "error" && !tty) PrintError(what + ": " + j.value("error", failure));
+      p.Count(status);
+      if (status == "error" && !p.tty) PrintError(what + ": " + j.value("error", failure));
     } else {
-      ++n_err;
+      ++p.n_err;
     }
-    ++finished;
-    ++ran;
-    run_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double per_row = run_seconds / static_cast<double>(ran);
-    const size_t left = total - finished;
-    const std::string progress = fmt::format(
-        "[{}/{}] {:3.0f}% | {:.1f} rows/min | ETA {} | ok {} oom {} error {} skipped {} | {}",
-        finished, total,
-        100.0 * static_cast<double>(finished) / static_cast<double>(std::max<size_t>(total, 1)),
-        per_row > 0 ? 60.0 / per_row : 0.0, Duration(per_row * static_cast<double>(left)), n_ok,
-        n_oom, n_err, skipped, what);
-    if (tty) {
-      std::cerr << '\r' << progress << "\x1b[K" << std::flush;
-    } else {
-      std::cerr << progress << '\n';
-    }
+    p.Ran(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), what);
   }
-  if (tty) std::cerr << '\n';
+  if (p.tty) std::cerr << '\n';
   std::cerr << fmt::format(
       "memest-measure: {} configurations: {} run ({} ok, {} oom, {} error), "
       "{} already in {}",
-      total, ran, n_ok, n_oom, n_err, skipped, sw.out);
+      p.total, p.ran, p.n_ok, p.n_oom, p.n_err, p.skipped, sw.out);
   if (left_for_later > 0) {
     std::cerr << fmt::format("; time budget spent, {} left for the next call (same command)",
                              left_for_later);
@@ -1069,8 +1100,7 @@ int Main(int argc, char** argv) {
   c.iterations = iterations;
   // Not refused with --mode infer: a sweep's child gets a manifest line's whole configuration,
   // and the row id covers the training fields of an inference row too.
-  if (Status st = options.ApplyTo(&c.options, /*refuse_training_in_inference=*/false);
-      !st.ok()) {
+  if (Status st = options.ApplyTo(&c.options, /*refuse_training_in_inference=*/false); !st.ok()) {
     PrintError(st.message());
     return kExitUsage;
   }
