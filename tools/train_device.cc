@@ -263,219 +263,275 @@ std::string Line(const std::string& what, const Summary& s) {
 
 }  // namespace
 
-int RunDeviceTraining(const DeviceTrainArgs& args) {
-  const auto t0 = std::chrono::steady_clock::now();
-  std::ostringstream log;
-  auto sym_or = MakeEstimator("symbolic");
-  if (!sym_or.ok()) {
-    std::cerr << "memest-train: " << sym_or.status().ToString() << "\n";
-    return 4;
-  }
-  const Estimator& sym = **sym_or;
-  std::vector<Row> rows;
-  auto fail = [&](const Status& st) {
-    std::cerr << "memest-train: " << st.ToString() << "\n";
-    return 3;
-  };
+namespace {
 
-  // The timm datasets.
+// The timm datasets' jobs (censored ones are not used), each described by the symbolic backend
+// under its dataset's base stack.
+Status AddTimmRows(const DeviceTrainArgs& args, const Estimator& sym, std::vector<Row>* rows,
+                   std::ostringstream* log) {
   for (size_t d = 0; d < Datasets().size(); ++d) {
     const DatasetSpec& spec = Datasets()[d];
     int excluded = 0;
-    auto jobs = ReadMeasuredJobsCsv(args.root + "/" + spec.csv, &excluded);
-    if (!jobs.ok()) return fail(jobs.status());
-    auto base = ResolveStack(spec.base_stack);
-    if (!base.ok()) return fail(base.status());
-    auto gpu = FindGpuProfile(spec.gpu);
-    if (!gpu.ok()) return fail(gpu.status());
-    for (const MeasuredJob& j : *jobs) {
+    MEMEST_ASSIGN_OR_RETURN(std::vector<MeasuredJob> jobs,
+                            ReadMeasuredJobsCsv(args.root + "/" + spec.csv, &excluded));
+    MEMEST_ASSIGN_OR_RETURN(StackProfile base, ResolveStack(spec.base_stack));
+    MEMEST_ASSIGN_OR_RETURN(GpuProfile gpu, FindGpuProfile(spec.gpu));
+    for (const MeasuredJob& j : jobs) {
       Row r;
       r.dataset = d;
       r.id = spec.name + "/" + j.id;
       r.family = j.group.empty() ? j.model_name : j.group;
       r.measured = j.measured_bytes;
       r.options = j.options;
-      if (Status st = Describe(sym, *j.model, *base, *gpu, &r); !st.ok()) {
-        return fail(st.WithContext(r.id));
+      if (Status st = Describe(sym, *j.model, base, gpu, &r); !st.ok()) {
+        return st.WithContext(r.id);
       }
-      rows.push_back(std::move(r));
+      rows->push_back(std::move(r));
     }
-    log << fmt::format("{}: {} jobs ({} censored, not used), gpu {}, base stack {}\n", spec.name,
-                       jobs->size(), excluded, spec.gpu, spec.base_stack);
+    *log << fmt::format("{}: {} jobs ({} censored, not used), gpu {}, base stack {}\n", spec.name,
+                        jobs.size(), excluded, spec.gpu, spec.base_stack);
   }
+  return Status::Ok();
+}
 
-  // GPUMemNet: every Nth row, never scored (its stack fitted on these rows).
-  const size_t gpumemnet_index = Datasets().size();
-  if (args.gpumemnet_stride > 0) {
-    auto data = eval::LoadGpumemnet("", args.root);
-    if (!data.ok()) return fail(data.status());
-    auto base = ResolveStack("pytorch2-lazy");
-    auto gpu = FindGpuProfile("a100-40gb");
-    if (!base.ok() || !gpu.ok()) return fail(base.ok() ? gpu.status() : base.status());
-    int used = 0, seen = 0;
-    for (const eval::MeasuredRow& row : data->rows) {
-      if (row.status != eval::RowStatus::kOk || !row.peaks.device) continue;
-      if (seen++ % args.gpumemnet_stride != 0) continue;
-      const int index = std::stoi(row.model_path.substr(std::string("gpumemnet:").size()));
-      auto model = LoadModelFromBytes(data->bytes.at(index), "/", row.model_path);
-      if (!model.ok()) return fail(model.status());
-      Row r;
-      r.dataset = gpumemnet_index;
-      r.id = "gpumemnet/" + row.id;
-      const eval::RowAttrs& a = data->attrs.at(index);
-      r.family = "gpumemnet/" + a.at("arch") + "/step" + a.at("step");
-      r.measured = *row.peaks.device;
-      r.options = row.options;
-      if (Status st = Describe(sym, **model, *base, *gpu, &r); !st.ok()) {
-        return fail(st.WithContext(r.id));
-      }
-      rows.push_back(std::move(r));
-      ++used;
-    }
-    log << fmt::format(
-        "GPUMemNet: {} of {} rows (every {}th), gpu a100-40gb, base stack "
-        "pytorch2-lazy; training only, never scored\n",
-        used, seen, args.gpumemnet_stride);
+// Every Nth GPUMemNet row (--gpumemnet-stride), as dataset `index`: training only, never scored
+// (its stack was fitted on these rows).
+Status AddGpumemnetRows(const DeviceTrainArgs& args, const Estimator& sym, size_t index,
+                        std::vector<Row>* rows, std::ostringstream* log) {
+  if (args.gpumemnet_stride <= 0) return Status::Ok();
+  MEMEST_ASSIGN_OR_RETURN(eval::GpumemnetData data, eval::LoadGpumemnet("", args.root));
+  MEMEST_ASSIGN_OR_RETURN(StackProfile base, ResolveStack("pytorch2-lazy"));
+  MEMEST_ASSIGN_OR_RETURN(GpuProfile gpu, FindGpuProfile("a100-40gb"));
+  int used = 0, seen = 0;
+  for (const eval::MeasuredRow& row : data.rows) {
+    if (row.status != eval::RowStatus::kOk || !row.peaks.device) continue;
+    if (seen++ % args.gpumemnet_stride != 0) continue;
+    const int at = std::stoi(row.model_path.substr(std::string("gpumemnet:").size()));
+    MEMEST_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model,
+                            LoadModelFromBytes(data.bytes.at(at), "/", row.model_path));
+    Row r;
+    r.dataset = index;
+    r.id = "gpumemnet/" + row.id;
+    const eval::RowAttrs& a = data.attrs.at(at);
+    r.family = "gpumemnet/" + a.at("arch") + "/step" + a.at("step");
+    r.measured = *row.peaks.device;
+    r.options = row.options;
+    if (Status st = Describe(sym, *model, base, gpu, &r); !st.ok()) return st.WithContext(r.id);
+    rows->push_back(std::move(r));
+    ++used;
   }
-  const auto t_features = std::chrono::steady_clock::now();
+  *log << fmt::format(
+      "GPUMemNet: {} of {} rows (every {}th), gpu a100-40gb, base stack "
+      "pytorch2-lazy; training only, never scored\n",
+      used, seen, args.gpumemnet_stride);
+  return Status::Ok();
+}
 
-  // Rows per dataset, families.
-  const size_t n_sets = gpumemnet_index + 1;
-  std::vector<std::vector<size_t>> by_set(n_sets);
-  std::set<std::string> family_set;
+// The rows grouped for the leave-one-family-out folds.
+struct Folds {
+  std::vector<std::vector<size_t>> by_set;  // row indices per dataset
+  std::vector<std::string> families;        // scored families (GPUMemNet's are not)
+  std::vector<std::string> groups_all;      // every family: the members' validation units
+};
+
+Folds MakeFolds(const std::vector<Row>& rows, size_t n_sets, size_t gpumemnet_index) {
+  Folds f;
+  f.by_set.resize(n_sets);
+  std::set<std::string> family_set, groups;
   for (size_t i = 0; i < rows.size(); ++i) {
-    by_set[rows[i].dataset].push_back(i);
+    f.by_set[rows[i].dataset].push_back(i);
     if (rows[i].dataset != gpumemnet_index) family_set.insert(rows[i].family);
+    groups.insert(rows[i].family);
   }
-  const std::vector<std::string> families(family_set.begin(), family_set.end());
-  std::vector<std::string> groups_all;  // validation units
-  {
-    std::set<std::string> g;
-    for (const Row& r : rows) g.insert(r.family);
-    groups_all.assign(g.begin(), g.end());
-  }
+  f.families.assign(family_set.begin(), family_set.end());
+  f.groups_all.assign(groups.begin(), groups.end());
+  return f;
+}
 
+// The ensemble members of one fold: each validates on its own 20 % of the training families.
+std::vector<learned::MemberSplit> MemberSplitsOf(const DeviceTrainArgs& args,
+                                                 const std::vector<Row>& rows,
+                                                 const std::vector<std::string>& groups_all,
+                                                 const std::string& held,
+                                                 const std::vector<int>& train) {
+  std::vector<std::string> groups;
+  for (const std::string& g : groups_all) {
+    if (g != held) groups.push_back(g);
+  }
+  const size_t n_val = std::max<size_t>(1, static_cast<size_t>(std::ceil(0.2 * groups.size())));
+  std::vector<learned::MemberSplit> splits;
+  for (int m = 0; m < args.members; ++m) {
+    learned::Rng rng(args.seed * 7919ULL + static_cast<uint64_t>(m));
+    std::vector<std::string> order = groups;
+    rng.Shuffle(&order);
+    const std::set<std::string> val(order.begin(),
+                                    order.begin() + static_cast<std::ptrdiff_t>(n_val));
+    learned::MemberSplit split;
+    for (int i : train) {
+      (val.count(rows[static_cast<size_t>(i)].family) ? split.validation : split.train)
+          .push_back(i);
+    }
+    splits.push_back(std::move(split));
+  }
+  return splits;
+}
+
+// Held-out predictions of every scored row: the symbolic estimate under the stack fitted without
+// its family, and the learned residual over it.
+struct Predictions {
+  std::vector<double> symbolic, learned;
+  std::vector<FoldFit> all_fit;        // per dataset: the stack fitted on all its rows
+  std::map<size_t, int> grid_choices;  // per dataset: folds that chose another coefficient
+};
+
+// One fold: the stacks fitted without family `held`, the residual trained on the other rows,
+// the held-out rows predicted into *p. An error names the fold.
+Status RunFold(const DeviceTrainArgs& args, const std::vector<Row>& rows, const Folds& folds,
+               const std::string& held, Predictions* p) {
   const std::vector<std::string> names = FeatureNamesV2();
   const size_t nf = names.size();
-  std::vector<double> predicted_learned(rows.size(), 0), predicted_symbolic(rows.size(), 0);
-  std::map<size_t, int> grid_choices;  // per dataset, folds that chose a coefficient other than
-                                       // the all-rows fit
-  std::vector<FoldFit> all_fit(n_sets);
+  const size_t n_sets = folds.by_set.size();
+  std::vector<FoldFit> fit(n_sets);
   for (size_t d = 0; d < n_sets; ++d) {
-    if (!by_set[d].empty()) {
-      all_fit[d] = FitStack(rows, by_set[d], std::vector<bool>(by_set[d].size(), true));
-    }
+    const std::vector<size_t>& set = folds.by_set[d];
+    if (set.empty()) continue;
+    std::vector<bool> use(set.size());
+    for (size_t k = 0; k < use.size(); ++k) use[k] = rows[set[k]].family != held;
+    fit[d] = FitStack(rows, set, use);
+    if (fit[d].grid != p->all_fit[d].grid) ++p->grid_choices[d];
   }
-
-  for (size_t fi = 0; fi < families.size(); ++fi) {
-    const std::string& held = families[fi];
-    // The fold's stacks.
-    std::vector<FoldFit> fit(n_sets);
-    for (size_t d = 0; d < n_sets; ++d) {
-      if (by_set[d].empty()) continue;
-      std::vector<bool> use(by_set[d].size());
-      for (size_t k = 0; k < use.size(); ++k) use[k] = rows[by_set[d][k]].family != held;
-      fit[d] = FitStack(rows, by_set[d], use);
-      if (fit[d].grid != all_fit[d].grid) ++grid_choices[d];
+  learned::Dataset data;
+  data.x.resize(static_cast<Eigen::Index>(rows.size()), static_cast<Eigen::Index>(nf));
+  data.y.resize(static_cast<Eigen::Index>(rows.size()));
+  std::vector<int> train, test;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    const FoldFit& f = fit[r.dataset];
+    const std::vector<double> x = FeaturesOf(r, f.grid, f.library);
+    for (size_t k = 0; k < nf; ++k) {
+      data.x(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(k)) = x[k];
     }
-    learned::Dataset data;
-    data.x.resize(static_cast<Eigen::Index>(rows.size()), static_cast<Eigen::Index>(nf));
-    data.y.resize(static_cast<Eigen::Index>(rows.size()));
-    std::vector<int> train, test;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      const FoldFit& f = fit[r.dataset];
-      const std::vector<double> x = FeaturesOf(r, f.grid, f.library);
-      for (size_t k = 0; k < nf; ++k) {
-        data.x(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(k)) = x[k];
-      }
-      const double base = r.grid[f.grid].device + f.library;
-      data.y(static_cast<Eigen::Index>(i)) = std::log(static_cast<double>(r.measured) / base);
-      (r.family == held ? test : train).push_back(static_cast<int>(i));
-      if (r.family == held) predicted_symbolic[i] = base;
-    }
-    // Members: each validates on its own 20 % of the training families.
-    std::vector<std::string> groups;
-    for (const std::string& g : groups_all) {
-      if (g != held) groups.push_back(g);
-    }
-    const size_t n_val = std::max<size_t>(1, static_cast<size_t>(std::ceil(0.2 * groups.size())));
-    std::vector<learned::MemberSplit> splits;
-    for (int m = 0; m < args.members; ++m) {
-      learned::Rng rng(args.seed * 7919ULL + static_cast<uint64_t>(m));
-      std::vector<std::string> order = groups;
-      rng.Shuffle(&order);
-      const std::set<std::string> val(order.begin(),
-                                      order.begin() + static_cast<std::ptrdiff_t>(n_val));
-      learned::MemberSplit split;
-      for (int i : train) {
-        (val.count(rows[static_cast<size_t>(i)].family) ? split.validation : split.train)
-            .push_back(i);
-      }
-      splits.push_back(std::move(split));
-    }
-    learned::TrainConfig config = args.config;
-    config.seed = args.seed;
-    auto net = learned::Train(data, splits, train, names, std::vector<bool>(nf, false), config);
-    if (!net.ok()) {
-      std::cerr << "memest-train: fold " << held << ": " << net.status().ToString() << "\n";
-      return 4;
-    }
-    for (int i : test) {
-      std::vector<double> x(nf);
-      for (size_t k = 0; k < nf; ++k) {
-        x[k] = data.x(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(k));
-      }
-      double mean = 0;
-      for (double l : net->Predict(x)) mean += l;
-      mean /= static_cast<double>(net->members.size());
-      predicted_learned[static_cast<size_t>(i)] =
-          predicted_symbolic[static_cast<size_t>(i)] * std::exp(mean);
-    }
-    if ((fi + 1) % 10 == 0) {
-      std::cerr << "memest-train: " << fi + 1 << " of " << families.size() << " folds\n";
-    }
+    const double base = r.grid[f.grid].device + f.library;
+    data.y(static_cast<Eigen::Index>(i)) = std::log(static_cast<double>(r.measured) / base);
+    (r.family == held ? test : train).push_back(static_cast<int>(i));
+    if (r.family == held) p->symbolic[i] = base;
   }
-  const auto t_folds = std::chrono::steady_clock::now();
+  learned::TrainConfig config = args.config;
+  config.seed = args.seed;
+  auto net = learned::Train(data, MemberSplitsOf(args, rows, folds.groups_all, held, train), train,
+                            names, std::vector<bool>(nf, false), config);
+  if (!net.ok()) return net.status().WithContext("fold " + held);
+  for (int i : test) {
+    std::vector<double> x(nf);
+    for (size_t k = 0; k < nf; ++k) {
+      x[k] = data.x(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(k));
+    }
+    double mean = 0;
+    for (double l : net->Predict(x)) mean += l;
+    mean /= static_cast<double>(net->members.size());
+    p->learned[static_cast<size_t>(i)] = p->symbolic[static_cast<size_t>(i)] * std::exp(mean);
+  }
+  return Status::Ok();
+}
 
-  // Report.
-  log << fmt::format("leave one family out: {} families; {} features: {}\n", families.size(), nf,
-                     fmt::join(names, ", "));
+// The held-out comparison per dataset and over both GPUs.
+void Report(const DeviceTrainArgs& args, const std::vector<Row>& rows, const Folds& folds,
+            const Predictions& p, std::ostringstream* log) {
+  const std::vector<std::string> names = FeatureNamesV2();
+  *log << fmt::format("leave one family out: {} families; {} features: {}\n", folds.families.size(),
+                      names.size(), fmt::join(names, ", "));
   for (size_t d = 0; d < Datasets().size(); ++d) {
-    log << fmt::format(
+    *log << fmt::format(
         "stack fit on all {} rows: workspace coefficient {}, library {:.0f} "
         "MiB; "
         "{} folds chose another coefficient\n",
-        Datasets()[d].name, Grid()[all_fit[d].grid], all_fit[d].library / 1048576.0,
-        grid_choices[d]);
+        Datasets()[d].name, Grid()[p.all_fit[d].grid], p.all_fit[d].library / 1048576.0,
+        p.grid_choices.count(d) ? p.grid_choices.at(d) : 0);
   }
   std::vector<double> all_l, all_s, all_c;
   for (size_t d = 0; d < Datasets().size(); ++d) {
     std::vector<double> el, es, ec;
-    for (size_t i : by_set[d]) {
+    for (size_t i : folds.by_set[d]) {
       const double m = static_cast<double>(rows[i].measured);
-      el.push_back(predicted_learned[i] / m - 1);
-      es.push_back(predicted_symbolic[i] / m - 1);
-      ec.push_back(std::max(predicted_learned[i], predicted_symbolic[i]) / m - 1);
+      el.push_back(p.learned[i] / m - 1);
+      es.push_back(p.symbolic[i] / m - 1);
+      ec.push_back(std::max(p.learned[i], p.symbolic[i]) / m - 1);
     }
-    log << Datasets()[d].name << " (held out by family):\n";
-    log << Line("symbolic, stack fitted without the family", Summarize(es));
-    log << Line("learned residual over that estimate", Summarize(el));
-    log << Line("max(symbolic, learned)", Summarize(ec));
+    *log << Datasets()[d].name << " (held out by family):\n";
+    *log << Line("symbolic, stack fitted without the family", Summarize(es));
+    *log << Line("learned residual over that estimate", Summarize(el));
+    *log << Line("max(symbolic, learned)", Summarize(ec));
     all_l.insert(all_l.end(), el.begin(), el.end());
     all_s.insert(all_s.end(), es.begin(), es.end());
     all_c.insert(all_c.end(), ec.begin(), ec.end());
   }
-  log << "both GPUs:\n";
-  log << Line("symbolic, stack fitted without the family", Summarize(all_s));
-  log << Line("learned residual over that estimate", Summarize(all_l));
-  log << Line("max(symbolic, learned)", Summarize(all_c));
-  log << fmt::format(
+  *log << "both GPUs:\n";
+  *log << Line("symbolic, stack fitted without the family", Summarize(all_s));
+  *log << Line("learned residual over that estimate", Summarize(all_l));
+  *log << Line("max(symbolic, learned)", Summarize(all_c));
+  *log << fmt::format(
       "config: members {}, hidden {}, weight decay {}, learning rate {}, batch "
       "{}, epochs {}, "
       "patience {}, seed {}\n",
       args.members, args.config.hidden, args.config.weight_decay, args.config.learning_rate,
       args.config.batch_size, args.config.max_epochs, args.config.patience, args.seed);
+}
+
+// --predictions: every scored row's held-out predictions (CSV).
+void WritePredictions(const std::string& path, const std::vector<Row>& rows, const Predictions& p,
+                      size_t gpumemnet_index) {
+  std::ofstream out(path);
+  out << "id,family,measured_bytes,symbolic_held_out_bytes,learned_held_out_"
+         "bytes\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].dataset == gpumemnet_index) continue;
+    out << fmt::format("{},{},{},{:.0f},{:.0f}\n", rows[i].id, rows[i].family, rows[i].measured,
+                       p.symbolic[i], p.learned[i]);
+  }
+}
+
+}  // namespace
+
+int RunDeviceTraining(const DeviceTrainArgs& args) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::ostringstream log;
+  auto sym = MakeEstimator("symbolic");
+  if (!sym.ok()) {
+    std::cerr << "memest-train: " << sym.status().ToString() << "\n";
+    return 4;
+  }
+  std::vector<Row> rows;
+  const size_t gpumemnet_index = Datasets().size();
+  Status st = AddTimmRows(args, **sym, &rows, &log);
+  if (st.ok()) st = AddGpumemnetRows(args, **sym, gpumemnet_index, &rows, &log);
+  if (!st.ok()) {
+    std::cerr << "memest-train: " << st.ToString() << "\n";
+    return 3;
+  }
+  const auto t_features = std::chrono::steady_clock::now();
+
+  const size_t n_sets = gpumemnet_index + 1;
+  const Folds folds = MakeFolds(rows, n_sets, gpumemnet_index);
+  Predictions p;
+  p.symbolic.assign(rows.size(), 0);
+  p.learned.assign(rows.size(), 0);
+  p.all_fit.resize(n_sets);
+  for (size_t d = 0; d < n_sets; ++d) {
+    const std::vector<size_t>& set = folds.by_set[d];
+    if (!set.empty()) p.all_fit[d] = FitStack(rows, set, std::vector<bool>(set.size(), true));
+  }
+  for (size_t fi = 0; fi < folds.families.size(); ++fi) {
+    if (Status st = RunFold(args, rows, folds, folds.families[fi], &p); !st.ok()) {
+      std::cerr << "memest-train: " << st.ToString() << "\n";
+      return 4;
+    }
+    if ((fi + 1) % 10 == 0) {
+      std::cerr << "memest-train: " << fi + 1 << " of " << folds.families.size() << " folds\n";
+    }
+  }
+  const auto t_folds = std::chrono::steady_clock::now();
+
+  Report(args, rows, folds, p, &log);
   log << fmt::format("rows: {}; features {:.1f} s, folds {:.1f} s\n", rows.size(),
                      std::chrono::duration<double>(t_features - t0).count(),
                      std::chrono::duration<double>(t_folds - t_features).count());
@@ -484,16 +540,7 @@ int RunDeviceTraining(const DeviceTrainArgs& args) {
     std::ofstream rep(args.report);
     rep << log.str();
   }
-  if (!args.predictions.empty()) {
-    std::ofstream out(args.predictions);
-    out << "id,family,measured_bytes,symbolic_held_out_bytes,learned_held_out_"
-           "bytes\n";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (rows[i].dataset == gpumemnet_index) continue;
-      out << fmt::format("{},{},{},{:.0f},{:.0f}\n", rows[i].id, rows[i].family, rows[i].measured,
-                         predicted_symbolic[i], predicted_learned[i]);
-    }
-  }
+  if (!args.predictions.empty()) WritePredictions(args.predictions, rows, p, gpumemnet_index);
   return 0;
 }
 
