@@ -7,11 +7,12 @@
 // Policy:
 //  * The key is exactly those four options; anything else an estimate reads is not bound here.
 //  * The cache keeps the kEntries most recently used bound graphs, and fewer for large graphs:
-//    the entries together hold at most kMaxValues values (the newest one whatever its size) (about
-//    100 bytes each), so a million-node graph keeps one (docs: README "Memory of memest itself").
-//    Errors are not kept: a failing bind runs again and fails again with the same message.
+//    the entries together hold at most kMaxValues values (about 100 bytes each; the newest entry
+//    stays whatever its size), so a million-node graph keeps one (README, "Memory of memest
+//    itself"). Errors are not kept: a failing bind runs again and fails again the same way.
 //  * Thread-safe: one mutex around the table; Bind itself runs outside it, so two threads that
-//    miss the same key both bind and the later one's result replaces the earlier (equal) one.
+//    miss the same key may both bind; the first to store its graph wins, and the other thread
+//    gets that one (equal to its own).
 #ifndef MEMEST_CORE_BIND_CACHE_H_
 #define MEMEST_CORE_BIND_CACHE_H_
 
