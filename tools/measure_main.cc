@@ -845,139 +845,163 @@ int StatusRank(const std::string& status) {
   return 2;
 }
 
-int Merge(const std::vector<std::string>& inputs, const std::string& out_file,
-          const std::string& manifest, const RunSettings& s) {
+// The rows of several files, one per id: the best status wins (ok, then oom, then error), the
+// first seen among equals; ids in order of first appearance.
+struct MergedRows {
   struct Kept {
     std::string line;
     std::string status;
   };
-  std::vector<std::string> order;  // ids, first appearance
+  std::vector<std::string> order;
   std::map<std::string, Kept> rows;
   size_t read = 0, duplicates = 0, replaced = 0, skipped = 0;
+};
+
+Status ReadRowFiles(const std::vector<std::string>& inputs, MergedRows* m) {
   for (const std::string& file : inputs) {
     std::ifstream in(file);
-    if (!in) {
-      PrintError("cannot read '" + file + "'");
-      return kExitFailed;
-    }
+    if (!in) return NotFound("cannot read '" + file + "'");
     std::string line;
     for (int line_no = 1; std::getline(in, line); ++line_no) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       Json j = Json::parse(line, nullptr, false);
       const Status valid = measurement::ValidateRow(line);
       if (!j.is_object() || !valid.ok()) {
-        ++skipped;
+        ++m->skipped;
         std::cerr << fmt::format(
             "memest-measure: note: {}:{}: not a row, skipped ({}; a partial line of a killed "
             "sweep?)\n",
             file, line_no, valid.ok() ? "not a JSON object" : valid.message());
         continue;
       }
-      ++read;
+      ++m->read;
       const std::string id = j["id"].get<std::string>();
       const std::string status = j.value("status", "");
-      auto it = rows.find(id);
-      if (it == rows.end()) {
-        order.push_back(id);
-        rows[id] = Kept{line, status};
+      auto it = m->rows.find(id);
+      if (it == m->rows.end()) {
+        m->order.push_back(id);
+        m->rows[id] = MergedRows::Kept{line, status};
         continue;
       }
-      ++duplicates;
+      ++m->duplicates;
       if (StatusRank(status) < StatusRank(it->second.status)) {
-        it->second = Kept{line, status};
-        ++replaced;
+        it->second = MergedRows::Kept{line, status};
+        ++m->replaced;
       }
     }
   }
-  // With a manifest: its order, and what has no row.
-  std::vector<std::string> missing;
-  size_t manifest_configs = 0;
-  if (!manifest.empty()) {
-    std::vector<Config> configs;
-    if (int rc = ReadManifest(manifest, configs); rc != kExitOk) return rc;
-    std::vector<std::string> sorted;
-    std::map<std::string, bool> placed;
-    for (const Config& c : configs) {
-      ++manifest_configs;
-      const std::string what = fmt::format(
-          "{}:{}: {} b={} {} {} {}", manifest, c.line_no, fs::path(c.model).stem().string(),
-          c.options.batch ? std::to_string(*c.options.batch) : "-", ToString(c.options.mode),
-          ToString(c.options.optimizer), ToString(c.options.precision));
-      auto request = MakeRequest(c, s);
-      if (!request.ok()) {
-        missing.push_back(what + " (" + request.status().message() + ")");
-        continue;
-      }
-      const std::string id = measurement::RowId(*request);
-      if (rows.count(id) == 0) {
-        missing.push_back(what + " (id " + id.substr(0, 12) + ")");
-      } else if (!placed[id]) {
-        placed[id] = true;
-        sorted.push_back(id);
-      }
+  return Status::Ok();
+}
+
+// Puts the merged rows in the manifest's order (rows of no configuration after the others) and
+// lists the configurations without a row in *missing. 0, or ReadManifest's exit code.
+int OrderByManifest(const std::string& manifest, const RunSettings& s, MergedRows* m,
+                    std::vector<std::string>* missing, size_t* manifest_configs) {
+  std::vector<Config> configs;
+  if (int rc = ReadManifest(manifest, configs); rc != kExitOk) return rc;
+  std::vector<std::string> sorted;
+  std::map<std::string, bool> placed;
+  for (const Config& c : configs) {
+    ++*manifest_configs;
+    const std::string what = fmt::format(
+        "{}:{}: {} b={} {} {} {}", manifest, c.line_no, fs::path(c.model).stem().string(),
+        c.options.batch ? std::to_string(*c.options.batch) : "-", ToString(c.options.mode),
+        ToString(c.options.optimizer), ToString(c.options.precision));
+    auto request = MakeRequest(c, s);
+    if (!request.ok()) {
+      missing->push_back(what + " (" + request.status().message() + ")");
+      continue;
     }
-    size_t extra = 0;
-    for (const std::string& id : order) {
-      if (!placed[id]) {
-        sorted.push_back(id);
-        ++extra;
-      }
+    const std::string id = measurement::RowId(*request);
+    if (m->rows.count(id) == 0) {
+      missing->push_back(what + " (id " + id.substr(0, 12) + ")");
+    } else if (!placed[id]) {
+      placed[id] = true;
+      sorted.push_back(id);
     }
-    if (extra > 0) {
-      std::cerr << fmt::format(
-          "memest-measure: note: {} rows are not configurations of {}; kept after the others\n",
-          extra, manifest);
-    }
-    order = std::move(sorted);
   }
-  // Write next to the output and rename: the output is never half written, and may be an input.
+  size_t extra = 0;
+  for (const std::string& id : m->order) {
+    if (!placed[id]) {
+      sorted.push_back(id);
+      ++extra;
+    }
+  }
+  if (extra > 0) {
+    std::cerr << fmt::format(
+        "memest-measure: note: {} rows are not configurations of {}; kept after the others\n",
+        extra, manifest);
+  }
+  m->order = std::move(sorted);
+  return kExitOk;
+}
+
+// Writes the rows next to `out_file` and renames: the output is never half written, and may be
+// an input. Counts the statuses written into ok / oom / err.
+Status WriteMerged(const MergedRows& m, const std::string& out_file, size_t* ok, size_t* oom,
+                   size_t* err) {
   const std::string tmp = out_file + fmt::format(".tmp.{}", getpid());
-  size_t n_ok = 0, n_oom = 0, n_err = 0;
   {
     std::ofstream out(tmp, std::ios::trunc);
-    for (const std::string& id : order) {
-      const Kept& k = rows[id];
+    for (const std::string& id : m.order) {
+      const MergedRows::Kept& k = m.rows.at(id);
       out << k.line << '\n';
-      (k.status == "ok" ? n_ok : k.status == "oom" ? n_oom : n_err)++;
+      (k.status == "ok" ? *ok : k.status == "oom" ? *oom : *err)++;
     }
     out.flush();
     if (!out) {
-      PrintError("cannot write '" + tmp + "'");
       std::error_code ec;
       fs::remove(tmp, ec);
-      return kExitFailed;
+      return Internal("cannot write '" + tmp + "'");
     }
   }
   std::error_code ec;
   fs::rename(tmp, out_file, ec);
   if (ec) {
-    PrintError("cannot rename '" + tmp + "' to '" + out_file + "': " + ec.message());
+    const std::string why = ec.message();
     fs::remove(tmp, ec);
+    return Internal("cannot rename '" + tmp + "' to '" + out_file + "': " + why);
+  }
+  return Status::Ok();
+}
+
+int Merge(const std::vector<std::string>& inputs, const std::string& out_file,
+          const std::string& manifest, const RunSettings& s) {
+  MergedRows m;
+  if (Status st = ReadRowFiles(inputs, &m); !st.ok()) {
+    PrintError(st.message());
+    return kExitFailed;
+  }
+  std::vector<std::string> missing;
+  size_t manifest_configs = 0;
+  if (!manifest.empty()) {
+    if (int rc = OrderByManifest(manifest, s, &m, &missing, &manifest_configs); rc != kExitOk) {
+      return rc;
+    }
+  }
+  size_t n_ok = 0, n_oom = 0, n_err = 0;
+  if (Status st = WriteMerged(m, out_file, &n_ok, &n_oom, &n_err); !st.ok()) {
+    PrintError(st.message());
     return kExitFailed;
   }
   std::cerr << fmt::format(
       "memest-measure: merged {} files ({} rows read) into {}: {} rows ({} ok, {} oom, {} "
       "error); {} duplicate ids dropped ({} replaced by a better status); {} lines skipped\n",
-      inputs.size(), read, out_file, order.size(), n_ok, n_oom, n_err, duplicates, replaced,
-      skipped);
-  if (!manifest.empty()) {
-    if (missing.empty()) {
-      std::cerr << fmt::format(
-          "memest-measure: every one of the {} configurations of {} has a row\n", manifest_configs,
-          manifest);
-    } else {
-      std::cerr << fmt::format(
-          "memest-measure: {} of the {} configurations of {} have no row (run their shards "
-          "again: the sweep resumes):\n",
-          missing.size(), manifest_configs, manifest);
-      for (size_t i = 0; i < missing.size() && i < 20; ++i) {
-        std::cerr << "  " << missing[i] << '\n';
-      }
-      if (missing.size() > 20) std::cerr << fmt::format("  ... and {} more\n", missing.size() - 20);
-      return 1;
-    }
+      inputs.size(), m.read, out_file, m.order.size(), n_ok, n_oom, n_err, m.duplicates, m.replaced,
+      m.skipped);
+  if (manifest.empty()) return kExitOk;
+  if (missing.empty()) {
+    std::cerr << fmt::format("memest-measure: every one of the {} configurations of {} has a row\n",
+                             manifest_configs, manifest);
+    return kExitOk;
   }
-  return kExitOk;
+  std::cerr << fmt::format(
+      "memest-measure: {} of the {} configurations of {} have no row (run their shards "
+      "again: the sweep resumes):\n",
+      missing.size(), manifest_configs, manifest);
+  for (size_t i = 0; i < missing.size() && i < 20; ++i) std::cerr << "  " << missing[i] << '\n';
+  if (missing.size() > 20) std::cerr << fmt::format("  ... and {} more\n", missing.size() - 20);
+  return 1;
 }
 
 int Main(int argc, char** argv) {
