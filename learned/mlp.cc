@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <set>
 
 namespace memest::learned {
 namespace {
@@ -161,8 +163,7 @@ Result<double> NumberFrom(const nlohmann::json& j, const std::string& what) {
   return d;
 }
 
-Result<Eigen::VectorXd> VectorFrom(const nlohmann::json& j, const std::string& what,
-                                   size_t size) {
+Result<Eigen::VectorXd> VectorFrom(const nlohmann::json& j, const std::string& what, size_t size) {
   if (!j.is_array() || j.size() != size) {
     return InvalidArgument("learned weights: " + what + " must be an array of " +
                            std::to_string(size) + " numbers");
@@ -218,6 +219,24 @@ std::vector<double> Network::Predict(std::span<const double> x) const {
   out.reserve(members.size());
   for (size_t m = 0; m < members.size(); ++m) out.push_back(PredictMember(m, x));
   return out;
+}
+
+std::vector<MemberSplit> GroupMemberSplits(const std::vector<int>& rows,
+                                           const std::function<const std::string&(int)>& group_of,
+                                           const std::vector<std::string>& groups,
+                                           size_t validation_groups, int members, uint64_t seed) {
+  std::vector<MemberSplit> splits;
+  for (int m = 0; m < members; ++m) {
+    Rng rng(seed * 7919ULL + static_cast<uint64_t>(m));
+    std::vector<std::string> order = groups;
+    rng.Shuffle(&order);
+    const size_t k = std::min(validation_groups, order.size());
+    const std::set<std::string> val(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
+    MemberSplit split;
+    for (int i : rows) (val.count(group_of(i)) ? split.validation : split.train).push_back(i);
+    splits.push_back(std::move(split));
+  }
+  return splits;
 }
 
 Result<Network> Train(const Dataset& data, const std::vector<MemberSplit>& splits,

@@ -24,13 +24,13 @@
 #ifndef MEMEST_LEARNED_MLP_H_
 #define MEMEST_LEARNED_MLP_H_
 
+#include <Eigen/Dense>
 #include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <Eigen/Dense>
-#include <nlohmann/json.hpp>
 
 #include "memest/status.h"
 
@@ -65,8 +65,8 @@ struct Member {
   double c = 0.0;
   // Training record.
   uint64_t seed = 0;
-  int epochs = 0;       // epochs run
-  int best_epoch = 0;   // epoch whose weights were kept (1-based)
+  int epochs = 0;                                  // epochs run
+  int best_epoch = 0;                              // epoch whose weights were kept (1-based)
   double train_loss = 0.0, validation_loss = 0.0;  // at best_epoch, standardized MSE
 };
 
@@ -110,6 +110,14 @@ struct Dataset {
 struct MemberSplit {
   std::vector<int> train, validation;
 };
+
+// One split per member, by group: member m shuffles `groups` with Rng(seed * 7919 + m) and
+// validates on the `rows` whose group (group_of(row)) is among the first `validation_groups` of
+// that order; the other rows train it. Rows keep their order on both sides.
+std::vector<MemberSplit> GroupMemberSplits(const std::vector<int>& rows,
+                                           const std::function<const std::string&(int)>& group_of,
+                                           const std::vector<std::string>& groups,
+                                           size_t validation_groups, int members, uint64_t seed);
 
 // Trains one member per split. `normalize_rows` are the rows the normalization is fitted on
 // (usually the union of the members' rows). Member m uses seed config.seed * 1000003 + m.

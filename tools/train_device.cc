@@ -359,21 +359,9 @@ std::vector<learned::MemberSplit> MemberSplitsOf(const DeviceTrainArgs& args,
     if (g != held) groups.push_back(g);
   }
   const size_t n_val = std::max<size_t>(1, static_cast<size_t>(std::ceil(0.2 * groups.size())));
-  std::vector<learned::MemberSplit> splits;
-  for (int m = 0; m < args.members; ++m) {
-    learned::Rng rng(args.seed * 7919ULL + static_cast<uint64_t>(m));
-    std::vector<std::string> order = groups;
-    rng.Shuffle(&order);
-    const std::set<std::string> val(order.begin(),
-                                    order.begin() + static_cast<std::ptrdiff_t>(n_val));
-    learned::MemberSplit split;
-    for (int i : train) {
-      (val.count(rows[static_cast<size_t>(i)].family) ? split.validation : split.train)
-          .push_back(i);
-    }
-    splits.push_back(std::move(split));
-  }
-  return splits;
+  return learned::GroupMemberSplits(
+      train, [&](int i) -> const std::string& { return rows[static_cast<size_t>(i)].family; },
+      groups, n_val, args.members, args.seed);
 }
 
 // Held-out predictions of every scored row: the symbolic estimate under the stack fitted without

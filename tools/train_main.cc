@@ -293,25 +293,12 @@ void Trainer::Split() {
 }
 
 std::vector<learned::MemberSplit> Trainer::MemberSplits() const {
-  std::vector<learned::MemberSplit> splits;
   const size_t n_val = std::max<size_t>(
       1,
       static_cast<size_t>(std::ceil(kValidationShare * static_cast<double>(group_names_.size()))));
-  for (int m = 0; m < args_.members; ++m) {
-    learned::Rng rng(args_.seed * 7919ULL + static_cast<uint64_t>(m));
-    std::vector<std::string> order = group_names_;
-    rng.Shuffle(&order);
-    const std::set<std::string> val(
-        order.begin(),
-        order.begin() + static_cast<std::ptrdiff_t>(std::min(n_val, order.size() - 1)));
-    learned::MemberSplit split;
-    for (int i : pool_) {
-      (val.count(samples_[static_cast<size_t>(i)].group) ? split.validation : split.train)
-          .push_back(i);
-    }
-    splits.push_back(std::move(split));
-  }
-  return splits;
+  return learned::GroupMemberSplits(
+      pool_, [&](int i) -> const std::string& { return samples_[static_cast<size_t>(i)].group; },
+      group_names_, std::min(n_val, group_names_.size() - 1), args_.members, args_.seed);
 }
 
 nlohmann::json Trainer::Evaluate(const learned::Network& net) {
