@@ -62,10 +62,10 @@
 #include <string>
 #include <vector>
 
+#include "base/checked.h"
+#include "base/dtype.h"
 #include "core/bind.h"
-#include "core/checked.h"
 #include "core/checkpoint.h"
-#include "core/dtype.h"
 #include "memory/allocator_constants.h"
 #include "memory/context.h"
 #include "memory/device.h"
@@ -79,8 +79,8 @@
 namespace memest::analytical {
 namespace {
 
-using core::SatAdd;
-using core::SatMul;
+using base::SatAdd;
+using base::SatMul;
 
 using memory::kMinBlockSize;  // the allocator's constants, memory-model.md §1.1
 using memory::kRoundLarge;

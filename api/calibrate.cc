@@ -16,9 +16,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/sha256.h"
+#include "base/stats.h"
 #include "core/graph.h"
-#include "core/sha256.h"
-#include "core/stats.h"
 #include "memest/estimator.h"
 #include "memest/json.h"
 #include "ops/rules.h"
@@ -32,9 +32,9 @@ constexpr double kInconsistent = 0.10;  // same job measured twice, more than 10
 constexpr double kBandLow = 0.025;      // band quantiles of the held-out residuals
 constexpr double kBandHigh = 0.975;
 
-using core::Median;
-using core::Quantile;
-using core::TrimmedMean;
+using base::Median;
+using base::Quantile;
+using base::TrimmedMean;
 
 std::string GroupOf(const MeasuredJob& j) { return j.group.empty() ? j.model_name : j.group; }
 
@@ -189,7 +189,7 @@ std::string RowsSha256(const std::vector<MeasuredJob>& jobs) {
   std::vector<std::string> lines;
   for (const MeasuredJob& j : jobs) lines.push_back(j.id + "," + std::to_string(j.measured_bytes));
   std::sort(lines.begin(), lines.end());
-  core::Sha256 h;
+  base::Sha256 h;
   for (const std::string& l : lines) h.Update(l + "\n");
   return h.HexDigest();
 }

@@ -16,7 +16,7 @@
 #include <string>
 #include <type_traits>
 
-#include "core/json_fields.h"
+#include "base/json_fields.h"
 
 namespace memest {
 namespace {
@@ -377,7 +377,7 @@ std::string EstimateToJson(const Estimate& e, const Fit* fit) {
     j["ranks"] = ranks;
     j["host_bytes"] = e.host_bytes;
   }
-  j["diagnostics"] = core::DiagnosticsJson(e.diagnostics);
+  j["diagnostics"] = base::DiagnosticsJson(e.diagnostics);
   if (fit != nullptr) {
     j["fit"] = {{"fits", fit->fits},
                 {"capacity", fit->capacity},

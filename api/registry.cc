@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "analytical/analytical.h"
-#include "core/checked.h"
+#include "base/checked.h"
 #include "learned/learned.h"
 #include "memest/estimator.h"
 #include "symbolic/symbolic.h"
@@ -92,9 +92,9 @@ Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu, const FitPolicy& p
   f.judged =
       f.on_upper ? std::max(*estimate.device_high, estimate.peak_device) : estimate.peak_device;
   const double share = std::clamp(policy.margin_fraction, 0.0, 1.0);
-  f.margin = core::SatAdd(static_cast<uint64_t>(share * static_cast<double>(f.capacity)),
+  f.margin = base::SatAdd(static_cast<uint64_t>(share * static_cast<double>(f.capacity)),
                           policy.margin_bytes);
-  const uint64_t need = core::SatAdd(f.judged, f.margin);
+  const uint64_t need = base::SatAdd(f.judged, f.margin);
   f.fits = need <= f.capacity;
   const auto clamp = [](uint64_t v) {
     return static_cast<int64_t>(std::min<uint64_t>(v, std::numeric_limits<int64_t>::max()));

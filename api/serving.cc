@@ -7,16 +7,16 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "core/checked.h"
-#include "core/json_fields.h"
+#include "base/checked.h"
+#include "base/json_fields.h"
 #include "memest/json.h"
 #include "memory/context.h"
 
 namespace memest {
 namespace {
 
-using core::SatAdd;
-using core::SatMul;
+using base::SatAdd;
+using base::SatMul;
 using Json = nlohmann::ordered_json;
 
 constexpr int64_t kMaxServingSize = int64_t{1} << 24;  // tokens, sequences, block size, length
@@ -49,7 +49,7 @@ Status ValidateServing(const ServingOptions& s) {
 // `vllm serve`'s defaults (EngineArgs.get_batch_defaults, OPENAI_API_SERVER).
 void ResolveDefaults(const GpuProfile& gpu, ServingEstimate* s, const ServingOptions& o) {
   const bool large = gpu.total_memory.bytes >= (uint64_t{70} << 30) &&
-                     core::ToLowerAscii(gpu.display_name).find("a100") == std::string::npos;
+                     base::ToLowerAscii(gpu.display_name).find("a100") == std::string::npos;
   s->max_num_batched_tokens =
       o.max_num_batched_tokens > 0 ? o.max_num_batched_tokens : (large ? 8192 : 2048);
   s->max_num_seqs = o.max_num_seqs > 0 ? o.max_num_seqs : (large ? 1024 : 256);
@@ -65,7 +65,7 @@ void ReadHeadSizes(const core::BoundGraph& b, ServingEstimate* s) {
   if (shape && !shape->empty()) s->vocab = shape->back();
   const int producer = g.value(logits).producer;
   if (producer < 0) return;
-  const core::Node& head = g.nodes[static_cast<size_t>(producer)];
+  const core::Node& head = g.node(producer);
   if ((head.op_type != "MatMul" && head.op_type != "Gemm") || head.inputs.empty()) return;
   const auto& in = b.shapes[static_cast<size_t>(head.inputs[0])];
   if (in && !in->empty()) s->hidden = in->back();
@@ -168,7 +168,7 @@ std::string ServingToJson(const ServingEstimate& s, const ServingOptions& o) {
                    {"starts", s.starts}};
   j["model"] = {{"vocab", s.vocab}, {"hidden", s.hidden}};
   j["forward"] = Json::parse(EstimateToJson(s.forward));
-  j["diagnostics"] = core::DiagnosticsJson(s.diagnostics);
+  j["diagnostics"] = base::DiagnosticsJson(s.diagnostics);
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 

@@ -1,7 +1,7 @@
 # memest_layer(NAME SOURCES src... [USES layer...])
 #
-# memest's layers (docs/architecture.md; scripts/check_layers.py lists the same order), lowest
-# first: core -> ops -> memory -> the backends -> api. Each is one static library, memest_<NAME>,
+# memest's layers (README.md, Layout; scripts/check_layers.py lists the same order), lowest
+# first: base -> core -> ops -> memory -> the backends -> api. Each is one static library, memest_<NAME>,
 # built from the folder of the same name. The build enforces the order: a layer compiles with one
 # include directory, <build>/layers/<NAME>/, that holds links to its own folder and to the
 # folders of the layers it USES, and nothing else (the repository root is never on its include

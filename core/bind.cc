@@ -6,8 +6,8 @@
 #include <set>
 #include <unordered_map>
 
-#include "core/checked.h"
-#include "core/dtype.h"
+#include "base/checked.h"
+#include "base/dtype.h"
 #include "core/onnx_fallback.h"
 #include "core/symbolic_shapes.h"
 
@@ -15,7 +15,7 @@ namespace memest::core {
 
 std::optional<uint64_t> BoundGraph::Numel(int id) const {
   if (id < 0 || !shapes[static_cast<size_t>(id)]) return std::nullopt;
-  return CheckedNumel(*shapes[static_cast<size_t>(id)]);
+  return base::CheckedNumel(*shapes[static_cast<size_t>(id)]);
 }
 
 namespace {
@@ -175,7 +175,7 @@ Status EvaluateShapes(const Graph& graph, const SymbolicShapes& sym, const AtomV
   if (auto broken = sym.table.CheckAssumptions(atoms)) {
     const int64_t site = broken->assumption->site;
     const std::string where = site >= 0 && static_cast<size_t>(site) < graph.nodes.size()
-                                  ? graph.nodes[static_cast<size_t>(site)].Describe()
+                                  ? graph.node(site).Describe()
                                   : std::string("a broadcast");
     return InvalidArgument(where + ": " + broken->Describe(sym.table) +
                            ": the model cannot take these dims");
@@ -192,9 +192,8 @@ Status EvaluateShapes(const Graph& graph, const SymbolicShapes& sym, const AtomV
       return Overflow("tensor '" + v.name + "' has a dim that overflows 64 bits at these dims (" +
                       dims.status().message() + "): check the batch and dim values");
     } else if (dims.status().code() == ErrorCode::kInvalidModel) {  // broadcast, exact division
-      const std::string site = v.producer >= 0
-                                   ? graph.nodes[static_cast<size_t>(v.producer)].Describe()
-                                   : "tensor '" + v.name + "'";
+      const std::string site =
+          v.producer >= 0 ? graph.node(v.producer).Describe() : "tensor '" + v.name + "'";
       return InvalidArgument(site + ": " + dims.status().message() +
                              " at these dims: the model cannot take them");
     }
@@ -264,9 +263,9 @@ Status SizeTensors(const Graph& graph, BoundGraph* b, std::set<std::string>* unk
       b->shapes[id] = DeclaredDims(v, *b);
     }
     if (!b->dtypes[id] && v.dtype) b->dtypes[id] = v.dtype;
-    if (b->shapes[id] && DTypeSize(b->dtypes[id]) > 0) {
-      auto numel = CheckedNumel(*b->shapes[id]);
-      auto bytes = numel ? CheckedMul(*numel, DTypeSize(b->dtypes[id])) : std::nullopt;
+    if (b->shapes[id] && base::DTypeSize(b->dtypes[id]) > 0) {
+      auto numel = base::CheckedNumel(*b->shapes[id]);
+      auto bytes = numel ? base::CheckedMul(*numel, base::DTypeSize(b->dtypes[id])) : std::nullopt;
       if (!bytes) {
         std::string dims;
         for (int64_t d : *b->shapes[id]) dims += (dims.empty() ? "" : ",") + std::to_string(d);
@@ -277,7 +276,7 @@ Status SizeTensors(const Graph& graph, BoundGraph* b, std::set<std::string>* unk
     } else if (v.kind == ValueKind::kIntermediate && (!v.consumers.empty() || v.graph_output)) {
       ++b->unknown_shapes;
       if (v.producer >= 0) {
-        unknown_ops->insert(graph.nodes[static_cast<size_t>(v.producer)].op_type);
+        unknown_ops->insert(graph.node(v.producer).op_type);
       }
     }
   }
@@ -286,7 +285,7 @@ Status SizeTensors(const Graph& graph, BoundGraph* b, std::set<std::string>* unk
   // 64 PiB -- a million times any GPU -- which keeps every backend's total below 2^60.
   uint64_t total = 0;
   for (const auto& bytes : b->bytes) {
-    if (bytes && (!CheckedAdd(total, *bytes) || (total += *bytes) > kMaxTotalTensorBytes)) {
+    if (bytes && (!base::CheckedAdd(total, *bytes) || (total += *bytes) > kMaxTotalTensorBytes)) {
       return Overflow(
           "the model's tensors at these dims add up to more than 64 PiB: check the "
           "batch and dim values");

@@ -59,7 +59,7 @@ std::vector<CheckpointSegment> CheckpointSegments(const Graph& g, int64_t segmen
     s.end = cut;
     std::set<int> inputs, outputs, params;
     for (int k = s.begin; k < s.end; ++k) {
-      const Node& node = g.nodes[static_cast<size_t>(k)];
+      const Node& node = g.node(k);
       for (int in : node.inputs) {
         if (in < 0) continue;
         const Value& v = g.value(in);
@@ -89,7 +89,8 @@ std::vector<CheckpointSegment> CheckpointSegments(const Graph& g, int64_t segmen
 std::vector<int> SegmentOfNode(const Graph& g, const std::vector<CheckpointSegment>& segments) {
   std::vector<int> of(g.nodes.size(), -1);
   for (size_t s = 0; s < segments.size(); ++s) {
-    for (int k = segments[s].begin; k < segments[s].end; ++k) of[static_cast<size_t>(k)] = static_cast<int>(s);
+    for (int k = segments[s].begin; k < segments[s].end; ++k)
+      of[static_cast<size_t>(k)] = static_cast<int>(s);
   }
   return of;
 }

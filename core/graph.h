@@ -82,7 +82,11 @@ struct Graph {
   // pass (ops/shape_pass.h). Null until LoadModel has run it; Bind() refuses such a graph.
   std::shared_ptr<const SymbolicShapes> symbolic;
 
+  // The node or value with id `id` (0 <= id < size; ids are ints, -1 meaning none).
+  const Node& node(int id) const { return nodes[static_cast<size_t>(id)]; }
   const Value& value(int id) const { return values[static_cast<size_t>(id)]; }
+  Node& node(int id) { return nodes[static_cast<size_t>(id)]; }
+  Value& value(int id) { return values[static_cast<size_t>(id)]; }
   // The id of the value named `name`, or -1.
   int FindValue(std::string_view name) const { return value_index.Find(name); }
 };

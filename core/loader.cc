@@ -43,9 +43,9 @@
 #include <set>
 #include <sstream>
 
+#include "base/checked.h"
+#include "base/dtype.h"
 #include "core/bind_cache.h"
-#include "core/checked.h"
-#include "core/dtype.h"
 #include "core/graph.h"
 #include "core/validate.h"
 #include "memest/model.h"
@@ -123,7 +123,7 @@ std::optional<std::vector<int64_t>> SmallIntData(const onnx::TensorProto& t, uin
   if (t.data_location() == onnx::TensorProto::EXTERNAL) return std::nullopt;
   std::vector<int64_t> out;
   switch (t.data_type()) {
-    case kInt64:
+    case base::kInt64:
       if (t.int64_data_size() > 0) {
         out.assign(t.int64_data().begin(), t.int64_data().end());
       } else if (t.raw_data().size() == numel * 8) {
@@ -131,7 +131,7 @@ std::optional<std::vector<int64_t>> SmallIntData(const onnx::TensorProto& t, uin
         if (numel > 0) std::memcpy(out.data(), t.raw_data().data(), numel * 8);
       }
       break;
-    case kInt32:
+    case base::kInt32:
       if (t.int32_data_size() > 0) {
         out.assign(t.int32_data().begin(), t.int32_data().end());
       } else if (t.raw_data().size() == numel * 4) {
@@ -255,8 +255,8 @@ Status Loader::ReadInitializers() {
     const int id = AddValue(t.name(), ValueKind::kInitializer);
     if (g_->values.size() == before) return InvalidModel(what() + " is defined twice");
     const std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
-    auto numel = CheckedNumel(dims);
-    if (!CheckedMul(*numel, std::max<uint64_t>(DTypeSize(t.data_type()), 1))) {
+    auto numel = base::CheckedNumel(dims);
+    if (!base::CheckedMul(*numel, std::max<uint64_t>(base::DTypeSize(t.data_type()), 1))) {
       return Overflow(what() + ": byte size overflows 64 bits");
     }
     bool external = t.data_location() == onnx::TensorProto::EXTERNAL;
@@ -274,7 +274,7 @@ Status Loader::ReadInitializers() {
                      [](const auto& kv) { return kv.key() == "location"; })) {
       return InvalidModel(what() + ": external data without a location");
     }
-    Value& v = g_->values[static_cast<size_t>(id)];
+    Value& v = g_->values[id];
     v.dtype = t.data_type();
     v.has_shape = true;
     v.dims.reserve(dims.size());
@@ -306,10 +306,10 @@ Status Loader::ReadInputs() {
     }
     if (existing >= 0) return InvalidModel(what + " is listed twice");
     const int id = AddValue(in.name(), ValueKind::kDataInput);
-    Value& v = g_->values[static_cast<size_t>(id)];
+    Value& v = g_->values[id];
     if (in.type().has_tensor_type()) {
       const auto& tt = in.type().tensor_type();
-      if (!IsKnownDType(tt.elem_type())) {
+      if (!base::IsKnownDType(tt.elem_type())) {
         return InvalidModel(what + " has unknown element type " + std::to_string(tt.elem_type()));
       }
       v.dtype = tt.elem_type();
@@ -320,7 +320,7 @@ Status Loader::ReadInputs() {
         for (const Dim& d : v.dims) {
           if (d.known()) known.push_back(d.value);
         }
-        if (!CheckedNumel(known)) return Overflow(what + ": element count overflows 64 bits");
+        if (!base::CheckedNumel(known)) return Overflow(what + ": element count overflows 64 bits");
       }
     }
     g_->data_inputs.push_back(id);
@@ -335,7 +335,7 @@ Status Loader::ReadNodes() {
   g_->nodes.resize(static_cast<size_t>(graph.node_size()));
   for (int i = 0; i < graph.node_size(); ++i) {
     const auto& n = graph.node(i);
-    Node& node = g_->nodes[static_cast<size_t>(i)];
+    Node& node = g_->nodes[i];
     node.name = n.name().empty() ? n.op_type() + "_" + std::to_string(i) : n.name();
     if (n.op_type().empty()) return InvalidModel("node " + Quote(node.name) + " has no op_type");
     node.outputs.reserve(static_cast<size_t>(n.output_size()));
@@ -348,22 +348,21 @@ Status Loader::ReadNodes() {
       const int id = AddValue(out, ValueKind::kIntermediate);
       if (g_->values.size() == before) {
         const Value& v = g_->value(id);
-        const std::string producer =
-            v.producer >= 0 ? g_->nodes[static_cast<size_t>(v.producer)].name : "";
+        const std::string producer = v.producer >= 0 ? g_->nodes[v.producer].name : "";
         std::string by = v.producer >= 0 ? " (also produced by node " + Quote(producer) + ")"
                          : v.kind == ValueKind::kInitializer ? " (also an initializer)"
                                                              : " (also a graph input)";
         return InvalidModel("node " + Quote(node.name) + " (" + n.op_type() + ") produces tensor " +
                             Quote(out) + " that already exists" + by);
       }
-      g_->values[static_cast<size_t>(id)].producer = i;
+      g_->values[id].producer = i;
       node.outputs.push_back(id);
     }
   }
   std::set<std::string> undeclared_domains;
   for (int i = 0; i < graph.node_size(); ++i) {
     const auto& n = graph.node(i);
-    Node& node = g_->nodes[static_cast<size_t>(i)];
+    Node& node = g_->nodes[i];
     node.op_type = n.op_type();
     node.domain = NormalizeDomain(n.domain());
     auto op = opsets_.find(node.domain);
@@ -384,17 +383,17 @@ Status Loader::ReadNodes() {
                             Quote(in) + " that no node, initializer or graph input provides");
       }
       node.inputs.push_back(id);
-      g_->values[static_cast<size_t>(id)].consumers.push_back(i);
+      g_->values[id].consumers.push_back(i);
     }
     node.subgraph_nodes = CountSubgraphNodes(n);
     // Constant nodes: keep small integer values (shape computations need them).
     if (node.op_type == "Constant" && node.domain.empty() && !node.outputs.empty() &&
         node.outputs[0] >= 0) {
-      Value& v = g_->values[static_cast<size_t>(node.outputs[0])];
+      Value& v = g_->values[node.outputs[0]];
       for (const auto& attr : n.attribute()) {
         if (attr.name() == "value" && attr.has_t()) {
           std::vector<int64_t> dims(attr.t().dims().begin(), attr.t().dims().end());
-          auto numel = CheckedNumel(dims);
+          auto numel = base::CheckedNumel(dims);
           if (!numel) {
             return InvalidModel("Constant node " + Quote(node.name) + " has invalid dims");
           }
@@ -417,7 +416,7 @@ Status Loader::ReadNodes() {
     if (id < 0) {
       return InvalidModel("graph output " + Quote(out.name()) + " is not produced by any node");
     }
-    g_->values[static_cast<size_t>(id)].graph_output = true;
+    g_->values[id].graph_output = true;
     g_->outputs.push_back(id);
   }
   return Status::Ok();
@@ -498,7 +497,7 @@ Status Loader::SortNodes() {
   google::protobuf::RepeatedPtrField<onnx::NodeProto> protos;
   auto* mutable_nodes = g_->proto.mutable_graph()->mutable_node();
   for (size_t k = 0; k < n; ++k) {
-    nodes[k] = std::move(g_->nodes[static_cast<size_t>(order[k])]);
+    nodes[k] = std::move(g_->nodes[order[k]]);
     protos.Add()->Swap(mutable_nodes->Mutable(order[k]));
   }
   mutable_nodes->Swap(&protos);
@@ -514,10 +513,10 @@ Status Loader::ReadValueInfo() {
   auto read = [&](const onnx::ValueInfoProto& vi) -> Status {
     const int id = g_->FindValue(vi.name());
     if (id < 0) return Status::Ok();  // info about a tensor the graph does not use
-    Value& v = g_->values[static_cast<size_t>(id)];
+    Value& v = g_->values[id];
     if (v.kind != ValueKind::kIntermediate || !vi.type().has_tensor_type()) return Status::Ok();
     const auto& tt = vi.type().tensor_type();
-    if (IsKnownDType(tt.elem_type())) v.dtype = tt.elem_type();
+    if (base::IsKnownDType(tt.elem_type())) v.dtype = tt.elem_type();
     if (tt.has_shape()) {
       auto dims = ReadShape(tt.shape(), "value_info " + Quote(vi.name()), false);
       if (dims.ok()) {
@@ -553,17 +552,17 @@ bool IsOneElementParameterSlot(const Node& node, size_t slot) {
 void Loader::MarkTrainable() {
   for (size_t i = 0; i < g_->values.size(); ++i) {
     Value& v = g_->values[i];
-    if (v.kind != ValueKind::kInitializer || !IsFloatDType(v.dtype) || v.consumers.empty()) {
+    if (v.kind != ValueKind::kInitializer || !base::IsFloatDType(v.dtype) || v.consumers.empty()) {
       continue;
     }
     uint64_t numel = 1;
-    for (const Dim& d : v.dims) numel = SatMul(numel, static_cast<uint64_t>(d.value));
+    for (const Dim& d : v.dims) numel = base::SatMul(numel, static_cast<uint64_t>(d.value));
     const int id = static_cast<int>(i);
     if (numel == 0) continue;
     if (numel == 1) {  // a constant (eps, scale) unless a module slot holds it (policy above)
       bool slot = false;
       for (int c : v.consumers) {
-        const Node& node = g_->nodes[static_cast<size_t>(c)];
+        const Node& node = g_->nodes[c];
         for (size_t k = 0; k < node.inputs.size(); ++k) {
           slot = slot || (node.inputs[k] == id && IsOneElementParameterSlot(node, k));
         }
@@ -572,7 +571,7 @@ void Loader::MarkTrainable() {
     }
     bool only_bn_stats = true;
     for (int c : v.consumers) {
-      const Node& node = g_->nodes[static_cast<size_t>(c)];
+      const Node& node = g_->nodes[c];
       bool is_stat = false;
       if (node.op_type == "BatchNormalization" && node.domain.empty()) {
         for (size_t k = 3; k < node.inputs.size() && k <= 4; ++k) {
@@ -589,7 +588,7 @@ void Loader::StripWeights() {
   auto strip = [](onnx::TensorProto* t) {
     uint64_t numel = 1;
     for (int64_t d : t->dims())
-      numel = SatMul(numel, static_cast<uint64_t>(std::max<int64_t>(d, 0)));
+      numel = base::SatMul(numel, static_cast<uint64_t>(std::max<int64_t>(d, 0)));
     if (numel <= static_cast<uint64_t>(kKeepDataElements)) return;
     t->clear_raw_data();
     t->clear_float_data();
@@ -621,18 +620,19 @@ void Loader::Summarize() {
   for (const Value& v : g_->values) {
     if (!v.trainable) continue;
     uint64_t numel = 1;
-    for (const Dim& d : v.dims) numel = SatMul(numel, static_cast<uint64_t>(d.value));
+    for (const Dim& d : v.dims) numel = base::SatMul(numel, static_cast<uint64_t>(d.value));
     s.parameter_count = static_cast<int64_t>(
-        std::min<uint64_t>(SatAdd(static_cast<uint64_t>(s.parameter_count), numel),
+        std::min<uint64_t>(base::SatAdd(static_cast<uint64_t>(s.parameter_count), numel),
                            std::numeric_limits<int64_t>::max()));
-    s.parameter_bytes = SatAdd(s.parameter_bytes, SatMul(numel, DTypeSize(v.dtype)));
+    s.parameter_bytes =
+        base::SatAdd(s.parameter_bytes, base::SatMul(numel, base::DTypeSize(v.dtype)));
   }
   std::set<std::string> syms;
   for (int id : g_->data_inputs) {
     const Value& v = g_->value(id);
     InputInfo in;
     in.name = v.name;
-    in.dtype = v.dtype ? DTypeName(v.dtype) : "non-tensor";
+    in.dtype = v.dtype ? base::DTypeName(v.dtype) : "non-tensor";
     for (const Dim& d : v.dims) {
       in.dims.push_back(DimInfo{d.value, d.param});
       if (d.symbolic()) syms.insert(d.param);

@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 namespace memest::core {
 namespace {
@@ -70,7 +70,7 @@ class PropagatedDataContext final : public onnx::InferenceContext {
     const onnx::TensorShapeProto* values = ctx.getSymbolicInput(i);
     if (type == nullptr || values == nullptr || !type->has_tensor_type()) return std::nullopt;
     const int32_t elem = type->tensor_type().elem_type();
-    if (elem != kInt64 && elem != kInt32) return std::nullopt;
+    if (elem != base::kInt64 && elem != base::kInt32) return std::nullopt;
     const bool scalar =
         type->tensor_type().has_shape() && type->tensor_type().shape().dim_size() == 0;
     if (scalar && values->dim_size() != 1) return std::nullopt;
@@ -79,7 +79,7 @@ class PropagatedDataContext final : public onnx::InferenceContext {
     if (!scalar) t.add_dims(values->dim_size());
     for (const auto& d : values->dim()) {
       if (!d.has_dim_value()) return std::nullopt;
-      if (elem == kInt64) {
+      if (elem == base::kInt64) {
         t.add_int64_data(d.dim_value());
       } else {
         t.add_int32_data(static_cast<int32_t>(d.dim_value()));
@@ -221,11 +221,11 @@ class ReducedModel {
     onnx::TensorProto out;
     out.set_data_type(dtype);
     for (int64_t d : *shape) out.add_dims(d);
-    if (t.values && (dtype == kInt64 || dtype == kInt32)) {
+    if (t.values && (dtype == base::kInt64 || dtype == base::kInt32)) {
       for (const DimExpr& e : *t.values) {
         auto v = e.Evaluate(atoms_);
         if (!v.ok()) return std::nullopt;
-        if (dtype == kInt64) {
+        if (dtype == base::kInt64) {
           out.add_int64_data(*v);
         } else {
           out.add_int32_data(static_cast<int32_t>(*v));
@@ -233,7 +233,7 @@ class ReducedModel {
       }
       return out;
     }
-    if (t.float_values && dtype == kFloat) {
+    if (t.float_values && dtype == base::kFloat) {
       for (double v : *t.float_values) out.add_float_data(static_cast<float>(v));
       return out;
     }
@@ -314,7 +314,8 @@ void Take(const Graph& graph, const onnx::ValueInfoProto& vi, const std::vector<
   if (id < 0 || !wanted[static_cast<size_t>(id)] || !vi.type().has_tensor_type()) return;
   const auto i = static_cast<size_t>(id);
   const auto& tt = vi.type().tensor_type();
-  if (IsKnownDType(tt.elem_type()) && (*state.dtypes)[i] == 0) (*state.dtypes)[i] = tt.elem_type();
+  if (base::IsKnownDType(tt.elem_type()) && (*state.dtypes)[i] == 0)
+    (*state.dtypes)[i] = tt.elem_type();
   if (!tt.has_shape() || (*state.shapes)[i]) return;
   std::vector<int64_t> dims;
   for (const auto& d : tt.shape().dim()) {
@@ -328,9 +329,8 @@ void Take(const Graph& graph, const onnx::ValueInfoProto& vi, const std::vector<
 
 bool OnnxMayInfer(std::string_view domain, std::string_view op_type) {
   if (domain == "ai.onnx") domain = "";
-  return std::any_of(std::begin(kVettedOps), std::end(kVettedOps), [&](const VettedOp& v) {
-    return v.domain == domain && v.op_type == op_type;
-  });
+  return std::any_of(std::begin(kVettedOps), std::end(kVettedOps),
+                     [&](const VettedOp& v) { return v.domain == domain && v.op_type == op_type; });
 }
 
 Status InferWithOnnx(const Graph& graph, const SymbolicShapes& sym, const AtomValues& atoms,

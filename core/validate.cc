@@ -11,8 +11,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "core/checked.h"
-#include "core/dtype.h"
+#include "base/checked.h"
+#include "base/dtype.h"
 #include "core/symbolic_shapes.h"
 
 namespace memest::core {
@@ -31,29 +31,29 @@ struct TypedField {
 TypedField TypedFieldOf(const onnx::TensorProto& t, uint64_t numel) {
   auto size = [](int n) { return static_cast<uint64_t>(n); };
   switch (t.data_type()) {
-    case kFloat:
+    case base::kFloat:
       return {numel, size(t.float_data_size()), "float_data"};
-    case kComplex64:
-      return {SatMul(numel, 2), size(t.float_data_size()), "float_data"};
-    case kInt32:
-    case kInt16:
-    case kInt8:
-    case kUInt16:
-    case kUInt8:
-    case kBool:
-    case kFloat16:
-    case kBFloat16:
+    case base::kComplex64:
+      return {base::SatMul(numel, 2), size(t.float_data_size()), "float_data"};
+    case base::kInt32:
+    case base::kInt16:
+    case base::kInt8:
+    case base::kUInt16:
+    case base::kUInt8:
+    case base::kBool:
+    case base::kFloat16:
+    case base::kBFloat16:
       return {numel, size(t.int32_data_size()), "int32_data"};
-    case kString:
+    case base::kString:
       return {numel, size(t.string_data_size()), "string_data"};
-    case kInt64:
+    case base::kInt64:
       return {numel, size(t.int64_data_size()), "int64_data"};
-    case kDouble:
+    case base::kDouble:
       return {numel, size(t.double_data_size()), "double_data"};
-    case kComplex128:
-      return {SatMul(numel, 2), size(t.double_data_size()), "double_data"};
-    case kUInt32:
-    case kUInt64:
+    case base::kComplex128:
+      return {base::SatMul(numel, 2), size(t.double_data_size()), "double_data"};
+    case base::kUInt32:
+    case base::kUInt64:
       return {numel, size(t.uint64_data_size()), "uint64_data"};
     default:
       return {};
@@ -328,7 +328,7 @@ class Validator {
 }  // namespace
 
 Status ValidateTensor(const onnx::TensorProto& t, const std::string& what) {
-  if (!IsKnownDType(t.data_type())) {
+  if (!base::IsKnownDType(t.data_type())) {
     return InvalidModel(what + " has unknown element type " + std::to_string(t.data_type()));
   }
   if (static_cast<size_t>(t.dims_size()) > kMaxRank) {
@@ -342,22 +342,23 @@ Status ValidateTensor(const onnx::TensorProto& t, const std::string& what) {
     }
   }
   const std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
-  const auto numel = CheckedNumel(dims);
+  const auto numel = base::CheckedNumel(dims);
   if (!numel) return Overflow(what + ": element count overflows 64 bits");
   if (IsExternal(t)) return Status::Ok();
   if (!t.raw_data().empty()) {
-    const uint64_t elem = DTypeSize(t.data_type());
-    const auto expected = CheckedMul(*numel, elem);
+    const uint64_t elem = base::DTypeSize(t.data_type());
+    const auto expected = base::CheckedMul(*numel, elem);
     if (elem == 0 || !expected || *expected != t.raw_data().size()) {
       return InvalidModel(what + " holds " + std::to_string(t.raw_data().size()) +
-                          " bytes of raw_data where its dims and " + DTypeName(t.data_type()) +
-                          " need " + (expected ? std::to_string(*expected) : "more"));
+                          " bytes of raw_data where its dims and " +
+                          base::DTypeName(t.data_type()) + " need " +
+                          (expected ? std::to_string(*expected) : "more"));
     }
   }
   const TypedField field = TypedFieldOf(t, *numel);
   if (field.actual != 0 && field.actual != field.expected) {
     return InvalidModel(what + " holds " + std::to_string(field.actual) + " " + field.name +
-                        " entries where its dims and " + DTypeName(t.data_type()) + " need " +
+                        " entries where its dims and " + base::DTypeName(t.data_type()) + " need " +
                         std::to_string(field.expected));
   }
   return Status::Ok();

@@ -5,8 +5,8 @@
 #include <set>
 
 #include "analytical/analytical.h"
+#include "base/checked.h"
 #include "core/bind.h"
-#include "core/checked.h"
 #include "core/graph.h"
 #include "memest/gpu_profile.h"
 #include "memory/context.h"
@@ -19,7 +19,7 @@
 namespace memest::learned {
 namespace {
 
-using core::SatAdd;
+using base::SatAdd;
 
 constexpr const char* kPrecisionNames[] = {"fp32", "amp_fp16", "amp_bf16", "bf16"};
 
@@ -73,21 +73,21 @@ std::string ActivationOf(const core::Graph& g, size_t k) {
   }
   if (op == "Softplus") {
     for (int c : consumers_of_output(n)) {
-      if (g.nodes[static_cast<size_t>(c)].op_type == "Tanh") return "mish";
+      if (g.node(c).op_type == "Tanh") return "mish";
     }
     return "softplus";
   }
   if (op == "Tanh") {
     if (!n.inputs.empty() && n.inputs[0] >= 0) {
       const int p = g.value(n.inputs[0]).producer;
-      if (p >= 0 && g.nodes[static_cast<size_t>(p)].op_type == "Softplus") return "";
+      if (p >= 0 && g.node(p).op_type == "Softplus") return "";
     }
     return "tanh";
   }
   if (op == "Sigmoid") {
     const int x = n.inputs.empty() ? -1 : n.inputs[0];
     for (int c : consumers_of_output(n)) {
-      const core::Node& m = g.nodes[static_cast<size_t>(c)];
+      const core::Node& m = g.node(c);
       if (m.op_type == "Mul" && x >= 0 &&
           std::find(m.inputs.begin(), m.inputs.end(), x) != m.inputs.end()) {
         return "silu";

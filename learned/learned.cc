@@ -6,7 +6,7 @@
 #include <limits>
 #include <string>
 
-#include "core/checked.h"
+#include "base/checked.h"
 #include "learned/mlp.h"
 
 namespace memest::learned {
@@ -145,7 +145,7 @@ Estimate EstimateFromFeatures(const Network& network, const Features& features) 
   e.backend = "learned";
   const uint64_t base = features.symbolic.peak_device;
   e.peak_device = std::max(base, p.point);
-  e.breakdown.unaccounted = core::SatAdd(e.breakdown.unaccounted, e.peak_device - base);
+  e.breakdown.unaccounted = base::SatAdd(e.breakdown.unaccounted, e.peak_device - base);
   e.peak_device = e.breakdown.Total();
   e.device_low = std::min(std::max(base, p.low), e.peak_device);
   e.device_high = std::max(std::max(base, p.high), e.peak_device);

@@ -49,9 +49,11 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "measurement/torch_ops.h"
+#include "memory/category.h"
 
 #if defined(MEMEST_WITH_CUDA)
 #include <ATen/autocast_mode.h>
@@ -74,7 +76,33 @@ constexpr double kHostLimitFraction = 0.8;  // of MemAvailable, when no limit is
 
 std::mutex g_run_mutex;  // one measured run at a time (process-global allocators)
 
-enum class Category : uint8_t { kNone, kWeights, kInputs, kGradients, kOptimizerState };
+// What a tagged tensor is for (memory/category.h, the symbolic backend's categories): the harness
+// tags weights, the input batch (activations), gradients and optimizer state; every other
+// allocation is attributed by its phase and lifetime (Analyze).
+using memory::Category;
+
+// Adds a tagged allocation's bytes to its category's share of the peak. The harness never tags
+// transient or collective tensors; were it to, they would count as transient.
+void AddToAttribution(Category c, uint64_t bytes, PeakAttribution* a) {
+  switch (c) {
+    case Category::kWeights:
+      a->weights += bytes;
+      return;
+    case Category::kActivations:
+      a->saved_activations += bytes;
+      return;
+    case Category::kGradients:
+      a->gradients += bytes;
+      return;
+    case Category::kOptimizerState:
+      a->optimizer_state += bytes;
+      return;
+    case Category::kTransient:
+    case Category::kCollective:
+      a->transient += bytes;
+      return;
+  }
+}
 
 uint64_t MemAvailable() {
   std::ifstream in("/proc/meminfo");
@@ -109,7 +137,7 @@ uint64_t Nbytes(const at::Tensor& t) {
 
 std::string NodeLabel(const Plan& plan, int32_t node) {
   if (node >= 0 && static_cast<size_t>(node) < plan.nodes.size()) {
-    return plan.nodes[static_cast<size_t>(node)].name;
+    return plan.node(node).name;
   }
   switch (node) {
     case kNodeLoss:
@@ -364,7 +392,7 @@ Status Runner::Setup() {
   persistent_.assign(n, 0);
   at::NoGradGuard no_grad;
   for (int id : plan_.parameters) {
-    const PlanValue& v = plan_.values[static_cast<size_t>(id)];
+    const PlanValue& v = plan_.value(id);
     at::Tensor p = MakeParameter(v);
     env_[static_cast<size_t>(id)] = p;
     persistent_[static_cast<size_t>(id)] = 1;
@@ -373,7 +401,7 @@ Status Runner::Setup() {
     TagTensor(p, Category::kWeights);
   }
   auto make_fixed = [&](int id, bool is_buffer) {
-    const PlanValue& v = plan_.values[static_cast<size_t>(id)];
+    const PlanValue& v = plan_.value(id);
     at::Tensor t;
     if (v.data) {
       t = ConstToTensor(*v.data, float_type_);
@@ -396,7 +424,7 @@ Status Runner::Setup() {
   for (int id : plan_.constants) make_fixed(id, false);
   if (tracker_ != nullptr) tracker_->SetNode(kNodeInputs);
   for (int id : plan_.data_inputs) {
-    const PlanValue& v = plan_.values[static_cast<size_t>(id)];
+    const PlanValue& v = plan_.value(id);
     at::ScalarType type = ToScalarType(v.dtype);
     at::Tensor t;
     if (at::isFloatingType(type)) {
@@ -410,7 +438,7 @@ Status Runner::Setup() {
     env_[static_cast<size_t>(id)] = t;
     persistent_[static_cast<size_t>(id)] = 1;
     m_.input_bytes += Nbytes(t);
-    TagTensor(t, Category::kInputs);
+    TagTensor(t, Category::kActivations);
   }
   exp_avg_.assign(params_.size(), at::Tensor());
   exp_avg_sq_.assign(params_.size(), at::Tensor());
@@ -434,7 +462,7 @@ Status Runner::Forward(int iteration) {
 
 void Runner::DropIfReadBefore(int id, int end) {
   if (id < 0) return;
-  const PlanValue& v = plan_.values[static_cast<size_t>(id)];
+  const PlanValue& v = plan_.value(id);
   if (v.last_consumer < end && !persistent_[static_cast<size_t>(id)] && !v.graph_output) {
     env_[static_cast<size_t>(id)] = at::Tensor();
   }
@@ -452,7 +480,7 @@ Status Runner::RunNode(size_t i) {
     inputs[k] = env_[static_cast<size_t>(id)];
     if (!inputs[k].defined()) {
       return Internal("node '" + node.name + "' (" + node.op_type + "): input '" +
-                      plan_.values[static_cast<size_t>(id)].name + "' was not computed");
+                      plan_.value(id).name + "' was not computed");
     }
     const bool host = k < 32 && ((op->host_inputs >> k) & 1u);
     any_device = any_device || (!host && inputs[k].is_cuda());
@@ -540,8 +568,7 @@ Status Runner::RunCheckpointed(size_t seg) {
   for (int id : s.parameters) inputs.push_back(env_[static_cast<size_t>(id)]);
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (!inputs[k].defined()) {
-      return Internal("checkpointed segment at node '" +
-                      plan_.nodes[static_cast<size_t>(s.begin)].name +
+      return Internal("checkpointed segment at node '" + plan_.node(s.begin).name +
                       "': an input was not computed");
     }
   }
@@ -620,8 +647,7 @@ Status Runner::Loss() {
   if (tracker_ != nullptr) tracker_->SetNode(kNodeLoss);
   const at::Tensor& out = env_[static_cast<size_t>(plan_.outputs[0])];
   if (!out.defined() || !at::isFloatingType(out.scalar_type())) {
-    return Unsupported("the first graph output '" +
-                       plan_.values[static_cast<size_t>(plan_.outputs[0])].name +
+    return Unsupported("the first graph output '" + plan_.value(plan_.outputs[0]).name +
                        "' is not a float tensor: no loss to train on");
   }
   const memest::Loss loss = xo_.options.loss;
@@ -635,7 +661,7 @@ Status Runner::Loss() {
       target_ = at::randint(0, out.size(-1), {logits.size(0)},
                             at::TensorOptions().dtype(at::kLong).device(out.device()));
       m_.input_bytes += Nbytes(target_);
-      TagTensor(target_, Category::kInputs);
+      TagTensor(target_, Category::kActivations);
     }
     loss_ = at::cross_entropy_loss(logits, target_);
   } else {
@@ -643,13 +669,13 @@ Status Runner::Loss() {
       at::NoGradGuard no_grad;
       target_ = at::randn(out.sizes(), out.options().requires_grad(false));
       m_.input_bytes += Nbytes(target_);
-      TagTensor(target_, Category::kInputs);
+      TagTensor(target_, Category::kActivations);
     }
     loss_ = at::mse_loss(out, target_);
   }
   if (!loss_.requires_grad()) {
     return Unsupported("no trainable parameter influences the first output '" +
-                       plan_.values[static_cast<size_t>(plan_.outputs[0])].name + "'");
+                       plan_.value(plan_.outputs[0]).name + "'");
   }
   return Status::Ok();
 }
@@ -914,7 +940,7 @@ void Runner::Analyze(std::vector<TraceEvent> events) {
       freed_at[events[s].alloc_seq] = s;
     }
   }
-  std::vector<Category> category(n, Category::kNone);
+  std::vector<std::optional<Category>> category(n);
   for (const Tag& t : tags_) {
     auto it = allocs_by_ptr.find(t.ptr);
     if (it == allocs_by_ptr.end()) continue;
@@ -934,21 +960,9 @@ void Runner::Analyze(std::vector<TraceEvent> events) {
   for (size_t s = 0; s <= static_cast<size_t>(peak_at); ++s) {
     const TraceEvent& e = events[s];
     if (!e.alloc || freed_at[s] <= static_cast<uint64_t>(peak_at)) continue;
-    switch (category[s]) {
-      case Category::kWeights:
-        a.weights += e.bytes;
-        continue;
-      case Category::kInputs:
-        a.saved_activations += e.bytes;
-        continue;
-      case Category::kGradients:
-        a.gradients += e.bytes;
-        continue;
-      case Category::kOptimizerState:
-        a.optimizer_state += e.bytes;
-        continue;
-      case Category::kNone:
-        break;
+    if (category[s]) {
+      AddToAttribution(*category[s], e.bytes, &a);
+      continue;
     }
     if (e.iteration == pe.iteration) {
       if (e.phase == TracePhase::kForward && freed_at[s] >= forward_end) {
@@ -1020,7 +1034,7 @@ void Runner::ResolveOps() {
     for (size_t k = 0; k < n.outputs.size() && k < 32; ++k) {
       const int id = n.outputs[k];
       if (id < 0) continue;
-      const PlanValue& v = plan_.values[static_cast<size_t>(id)];
+      const PlanValue& v = plan_.value(id);
       if (v.graph_output || v.last_consumer >= 0) needed_[i] |= 1u << k;
     }
   }
@@ -1173,7 +1187,7 @@ Result<Measurement> Runner::Run() {
     int32_t node = tracker_ != nullptr ? tracker_->node() : cuda_node_.load();
     std::string label = NodeLabel(plan_, node);
     if (node >= 0) {
-      label = "node '" + label + "' (" + plan_.nodes[static_cast<size_t>(node)].op_type + ")";
+      label = "node '" + label + "' (" + plan_.node(node).op_type + ")";
     }
     return label.empty() ? std::string("setup") : label;
   };
@@ -1247,11 +1261,11 @@ Status CheckSupported(const Plan& plan) {
     }
   }
   for (int id : plan.data_inputs) {
-    const int32_t t = plan.values[static_cast<size_t>(id)].dtype;
+    const int32_t t = plan.value(id).dtype;
     try {
       (void)ToScalarType(t);
     } catch (const OpError& e) {
-      return Unsupported("input '" + plan.values[static_cast<size_t>(id)].name + "': " + e.what());
+      return Unsupported("input '" + plan.value(id).name + "': " + e.what());
     }
   }
   return Status::Ok();

@@ -8,9 +8,9 @@
 #include <limits>
 #include <set>
 
+#include "base/dtype.h"
 #include "core/bind.h"
 #include "core/checkpoint.h"
-#include "core/dtype.h"
 #include "core/graph.h"
 
 namespace memest::measurement {
@@ -60,7 +60,7 @@ ConstTensor ToConstTensor(const onnx::TensorProto& t) {
   const size_t n = static_cast<size_t>(numel);
   const std::string& raw = t.raw_data();
   switch (c.dtype) {
-    case core::kFloat:
+    case base::kFloat:
       if (t.float_data_size() == numel) {
         c.floats.assign(t.float_data().begin(), t.float_data().end());
       } else if (raw.size() == n * 4) {
@@ -68,15 +68,15 @@ ConstTensor ToConstTensor(const onnx::TensorProto& t) {
         c.floats.assign(v.begin(), v.end());
       }
       break;
-    case core::kDouble:
+    case base::kDouble:
       if (t.double_data_size() == numel) {
         c.floats.assign(t.double_data().begin(), t.double_data().end());
       } else if (raw.size() == n * 8) {
         c.floats = RawAs<double>(raw, n);
       }
       break;
-    case core::kFloat16:
-    case core::kBFloat16: {
+    case base::kFloat16:
+    case base::kBFloat16: {
       std::vector<uint16_t> bits;
       if (t.int32_data_size() == numel) {
         for (int32_t v : t.int32_data()) bits.push_back(static_cast<uint16_t>(v));
@@ -84,24 +84,24 @@ ConstTensor ToConstTensor(const onnx::TensorProto& t) {
         bits = RawAs<uint16_t>(raw, n);
       }
       for (uint16_t b : bits) {
-        c.floats.push_back(c.dtype == core::kFloat16 ? HalfToDouble(b) : BFloat16ToDouble(b));
+        c.floats.push_back(c.dtype == base::kFloat16 ? HalfToDouble(b) : BFloat16ToDouble(b));
       }
       break;
     }
-    case core::kInt64:
+    case base::kInt64:
       if (t.int64_data_size() == numel) {
         c.ints.assign(t.int64_data().begin(), t.int64_data().end());
       } else if (raw.size() == n * 8) {
         c.ints = RawAs<int64_t>(raw, n);
       }
       break;
-    case core::kInt32:
-    case core::kInt16:
-    case core::kInt8:
-    case core::kUInt8:
-    case core::kUInt16:
-    case core::kBool: {
-      const size_t width = core::DTypeSize(c.dtype);
+    case base::kInt32:
+    case base::kInt16:
+    case base::kInt8:
+    case base::kUInt8:
+    case base::kUInt16:
+    case base::kBool: {
+      const size_t width = base::DTypeSize(c.dtype);
       if (t.int32_data_size() == numel) {
         c.ints.assign(t.int32_data().begin(), t.int32_data().end());
       } else if (raw.size() == n * width) {
@@ -109,25 +109,25 @@ ConstTensor ToConstTensor(const onnx::TensorProto& t) {
           const char* p = raw.data() + i * width;
           int64_t v = 0;
           switch (c.dtype) {
-            case core::kInt32: {
+            case base::kInt32: {
               int32_t x;
               std::memcpy(&x, p, 4);
               v = x;
               break;
             }
-            case core::kInt16: {
+            case base::kInt16: {
               int16_t x;
               std::memcpy(&x, p, 2);
               v = x;
               break;
             }
-            case core::kUInt16: {
+            case base::kUInt16: {
               uint16_t x;
               std::memcpy(&x, p, 2);
               v = x;
               break;
             }
-            case core::kInt8:
+            case base::kInt8:
               v = static_cast<int8_t>(*p);
               break;
             default:
@@ -139,8 +139,8 @@ ConstTensor ToConstTensor(const onnx::TensorProto& t) {
       }
       break;
     }
-    case core::kUInt32:
-    case core::kUInt64:
+    case base::kUInt32:
+    case base::kUInt64:
       if (t.uint64_data_size() == numel) {
         for (uint64_t v : t.uint64_data()) c.ints.push_back(static_cast<int64_t>(v));
       }
@@ -203,11 +203,11 @@ int64_t IndexBound(const core::Graph& g, const std::vector<PlanNode>& nodes,
                    const std::vector<PlanValue>& values, int id, int depth) {
   int64_t bound = -1;
   for (int c : g.value(id).consumers) {
-    const PlanNode& n = nodes[static_cast<size_t>(c)];
+    const PlanNode& n = nodes[c];
     if (!n.domain.empty()) continue;
     int64_t b = -1;
     if (n.op_type == "Gather" && n.inputs.size() >= 2 && n.inputs[1] == id && n.inputs[0] >= 0) {
-      const PlanValue& table = values[static_cast<size_t>(n.inputs[0])];
+      const PlanValue& table = values[n.inputs[0]];
       if (table.role != ValueRole::kIntermediate && table.role != ValueRole::kDataInput &&
           table.dims && !table.dims->empty()) {
         int64_t axis = n.Int("axis").value_or(0);
@@ -310,7 +310,8 @@ Result<Plan> BuildPlan(const Model& model, const Options& options) {
   plan.bindings = bound.bindings;
   plan.diagnostics = bound.diagnostics;
   if (options.mode == Mode::kTrain) {
-    for (const core::CheckpointSegment& c : core::CheckpointSegments(g, options.checkpoint_segments)) {
+    for (const core::CheckpointSegment& c :
+         core::CheckpointSegments(g, options.checkpoint_segments)) {
       plan.checkpoint.push_back({c.begin, c.end, c.inputs, c.outputs, c.parameters});
     }
   }
@@ -343,9 +344,9 @@ Result<Plan> BuildPlan(const Model& model, const Options& options) {
         p.dims = dims;
         if (v.trainable) {
           p.role = ValueRole::kParameter;
-        } else if (core::IsFloatDType(v.dtype) && !v.consumers.empty() &&
+        } else if (base::IsFloatDType(v.dtype) && !v.consumers.empty() &&
                    std::all_of(v.consumers.begin(), v.consumers.end(), [&](int c) {
-                     const core::Node& n = g.nodes[static_cast<size_t>(c)];
+                     const core::Node& n = g.node(c);
                      return n.op_type == "BatchNormalization" && n.domain.empty();
                    })) {
           p.role = ValueRole::kBuffer;
@@ -386,7 +387,7 @@ Result<Plan> BuildPlan(const Model& model, const Options& options) {
         plan.parameters.push_back(id);
         uint64_t numel = 1;
         for (int64_t d : *p.dims) numel *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
-        plan.parameter_bytes += numel * core::DTypeSize(p.dtype);
+        plan.parameter_bytes += numel * base::DTypeSize(p.dtype);
         break;
       }
       case ValueRole::kBuffer:
@@ -402,8 +403,8 @@ Result<Plan> BuildPlan(const Model& model, const Options& options) {
   plan.data_inputs = g.data_inputs;
   plan.outputs = g.outputs;
   for (int id : plan.data_inputs) {
-    PlanValue& p = plan.values[static_cast<size_t>(id)];
-    if (!core::IsFloatDType(p.dtype)) p.index_bound = IndexBound(g, plan.nodes, plan.values, id, 0);
+    PlanValue& p = plan.value(id);
+    if (!base::IsFloatDType(p.dtype)) p.index_bound = IndexBound(g, plan.nodes, plan.values, id, 0);
   }
   if (plan.outputs.empty()) return InvalidModel("the graph has no outputs");
   return plan;

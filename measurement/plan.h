@@ -38,7 +38,7 @@
 namespace memest::measurement {
 
 // A small constant tensor: a Constant node's value, a tensor attribute, or the payload of a
-// small initializer. dtype uses ONNX TensorProto.DataType numbering (core/dtype.h).
+// small initializer. dtype uses ONNX TensorProto.DataType numbering (base/dtype.h).
 struct ConstTensor {
   int32_t dtype = 0;
   std::vector<int64_t> dims;
@@ -107,6 +107,10 @@ struct Plan {
   std::string model_path;
   std::vector<PlanNode> nodes;  // topological order
   std::vector<PlanValue> values;
+  // The node or value with id `id` (0 <= id < size; -1 means none and is never passed).
+  const PlanNode& node(int id) const { return nodes[static_cast<size_t>(id)]; }
+  const PlanValue& value(int id) const { return values[static_cast<size_t>(id)]; }
+  PlanValue& value(int id) { return values[static_cast<size_t>(id)]; }
   std::vector<int> data_inputs;  // value ids, graph-input order
   std::vector<int> parameters;   // value ids, initializer order
   std::vector<int> buffers;

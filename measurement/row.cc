@@ -7,7 +7,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
-#include "core/sha256.h"
+#include "base/sha256.h"
 
 #ifndef MEMEST_GIT_COMMIT
 #define MEMEST_GIT_COMMIT "unknown"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "core/checked.h"
+#include "base/checked.h"
 #include "ops/rules.h"
 
 namespace memest::memory {
@@ -42,7 +42,7 @@ uint64_t ConvWorkspaceRule(const StackProfile& stack, const ConvCall& call) {
       call.kind == ConvKind::kSpatial ? stack.conv_workspace : stack.conv_workspace_pointwise;
   if (c.value <= 0) return 0;
   const uint64_t bytes =
-      core::SatAdd(core::SatAdd(call.input_bytes, call.output_bytes), call.weight_bytes);
+      base::SatAdd(base::SatAdd(call.input_bytes, call.output_bytes), call.weight_bytes);
   return Scale(bytes, c.value);
 }
 

@@ -4,8 +4,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/checked.h"
-#include "core/dtype.h"
+#include "base/checked.h"
+#include "base/dtype.h"
 
 namespace memest::memory {
 namespace {
@@ -32,7 +32,7 @@ uint64_t ElementBytes(const core::BoundGraph& b, int id, const Options& o) {
     case KvCacheDtype::kAuto:
       break;
   }
-  const uint64_t size = core::DTypeSize(b.dtypes[static_cast<size_t>(id)]);
+  const uint64_t size = base::DTypeSize(b.dtypes[static_cast<size_t>(id)]);
   return o.precision == Precision::kFp32 ? size : std::min<uint64_t>(size, 2);
 }
 
@@ -67,9 +67,9 @@ Result<KvCache> KvCache::Make(const core::BoundGraph& b, const Options& o) {
                           "' is not [batch, kv_heads, tokens, head_dim]");
     }
     const uint64_t row =
-        core::SatMul(static_cast<uint64_t>((*shape)[1]), static_cast<uint64_t>((*shape)[3]));
+        base::SatMul(static_cast<uint64_t>((*shape)[1]), static_cast<uint64_t>((*shape)[3]));
     kv.bytes_per_token_ =
-        core::SatAdd(kv.bytes_per_token_, core::SatMul(row, ElementBytes(b, id, o)));
+        base::SatAdd(kv.bytes_per_token_, base::SatMul(row, ElementBytes(b, id, o)));
   }
   kv.paged_ = o.paged_kv_cache;
   if (!asked) return kv;
@@ -77,7 +77,7 @@ Result<KvCache> KvCache::Make(const core::BoundGraph& b, const Options& o) {
   for (int id : kv.values_) {
     const uint64_t numel = b.Numel(id).value_or(0);
     kv.stored_[static_cast<size_t>(id)] =
-        o.paged_kv_cache ? 0 : core::SatMul(numel, ElementBytes(b, id, o));
+        o.paged_kv_cache ? 0 : base::SatMul(numel, ElementBytes(b, id, o));
   }
   return kv;
 }

@@ -1,6 +1,6 @@
 #include "memory/loss.h"
 
-#include "core/checked.h"
+#include "base/checked.h"
 
 namespace memest::memory {
 
@@ -13,8 +13,8 @@ LossTensors LossTensorsFor(const core::BoundGraph& bound, const ops::ValueFacts&
   t.output_grad = facts.bytes(output);
   if (t.cross_entropy && shape && !shape->empty() && shape->back() > 0) {
     const uint64_t numel = bound.Numel(output).value_or(0);
-    t.log_probs = facts.Share(output, core::SatMul(numel, 4));
-    t.targets = core::SatMul(numel / static_cast<uint64_t>(shape->back()), 8);
+    t.log_probs = facts.Share(output, base::SatMul(numel, 4));
+    t.targets = base::SatMul(numel / static_cast<uint64_t>(shape->back()), 8);
   } else {
     t.cross_entropy = false;
     t.targets = facts.bytes(output);

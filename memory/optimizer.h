@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/checked.h"
+#include "base/checked.h"
 #include "memest/options.h"
 
 namespace memest::memory {
@@ -50,9 +50,9 @@ inline constexpr uint64_t kEightBitQuantMapBytes = 2 * 256 * 4;  // "dynamic" an
 inline std::vector<uint64_t> StateTensorBytes(Optimizer o, uint64_t elements, uint64_t bytes) {
   const int k = StateTensorsPerParameter(o);
   if (!IsEightBit(o)) return std::vector<uint64_t>(static_cast<size_t>(k), bytes);
-  if (elements < kMin8bitElements) return {core::SatMul(elements, 4), core::SatMul(elements, 4)};
+  if (elements < kMin8bitElements) return {base::SatMul(elements, 4), base::SatMul(elements, 4)};
   const uint64_t blocks = elements / kEightBitBlock + (elements % kEightBitBlock ? 1 : 0);
-  return {elements, elements, core::SatMul(blocks, 4), core::SatMul(blocks, 4)};
+  return {elements, elements, base::SatMul(blocks, 4), base::SatMul(blocks, 4)};
 }
 
 // Bytes the optimizer creates once, whatever the parameters (bitsandbytes' quantization maps).

@@ -8,15 +8,15 @@
 #include <unordered_map>
 #include <utility>
 
-#include "core/checked.h"
-#include "core/name_pattern.h"
+#include "base/checked.h"
+#include "base/name_pattern.h"
 #include "memory/optimizer.h"
 
 namespace memest::memory {
 namespace {
 
-using core::SatAdd;
-using core::SatMul;
+using base::SatAdd;
+using base::SatMul;
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return b == 0 ? a : a / b + (a % b != 0); }
 
@@ -115,7 +115,7 @@ int WeightSource(const core::Graph& g, int id) {
     const core::Value& v = g.value(id);
     if (v.kind == core::ValueKind::kInitializer) return v.dims.size() == 2 ? id : -1;
     if (v.producer < 0) return -1;
-    const core::Node& p = g.nodes[static_cast<size_t>(v.producer)];
+    const core::Node& p = g.node(v.producer);
     if (p.op_type != "Transpose" && p.op_type != "Cast" && p.op_type != "Identity") return -1;
     id = p.inputs.empty() ? -1 : p.inputs[0];
   }
@@ -281,10 +281,10 @@ Result<ParallelPlan> ParallelPlan::Make(const core::BoundGraph& bound, const Opt
   }
 
   // FSDP units and modules.
-  std::unique_ptr<core::NamePattern> unit_re;
+  std::unique_ptr<base::NamePattern> unit_re;
   if (!options.parallel.fsdp_unit.empty()) {
     MEMEST_ASSIGN_OR_RETURN(unit_re,
-                            core::NamePattern::Compile(options.parallel.fsdp_unit, "fsdp_unit",
+                            base::NamePattern::Compile(options.parallel.fsdp_unit, "fsdp_unit",
                                                        /*with_match=*/true));
   }
   plan.unit_of_value_.assign(g.values.size(), -1);

@@ -5,7 +5,7 @@
 #include <string>
 #include <tuple>
 
-#include "core/name_pattern.h"
+#include "base/name_pattern.h"
 
 namespace memest::memory {
 namespace {
@@ -24,10 +24,10 @@ uint64_t Elements(const core::Value& v) {
 }  // namespace
 
 Result<TrainableSet> SelectTrainable(const core::Graph& g, const Options& o) {
-  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<core::NamePattern> keep,
-                          core::NamePattern::Compile(o.trainable, "trainable"));
-  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<core::NamePattern> drop,
-                          core::NamePattern::Compile(o.freeze, "freeze"));
+  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<base::NamePattern> keep,
+                          base::NamePattern::Compile(o.trainable, "trainable"));
+  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<base::NamePattern> drop,
+                          base::NamePattern::Compile(o.freeze, "freeze"));
   TrainableSet s;
   s.trainable.assign(g.values.size(), false);
   int kept = 0, dropped = 0;

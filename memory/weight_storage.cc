@@ -5,15 +5,15 @@
 #include <string>
 #include <vector>
 
-#include "core/checked.h"
-#include "core/dtype.h"
+#include "base/checked.h"
+#include "base/dtype.h"
 #include "ops/rules.h"
 
 namespace memest::memory {
 namespace {
 
-using core::SatAdd;
-using core::SatMul;
+using base::SatAdd;
+using base::SatMul;
 
 uint64_t CeilDiv(uint64_t n, uint64_t d) { return n / d + (n % d != 0 ? 1 : 0); }
 
@@ -47,7 +47,7 @@ std::optional<LinearWeight> AsLinearWeight(const core::BoundGraph& b, int id) {
   if (!shape || shape->size() != 2 || g.value(id).consumers.empty()) return std::nullopt;
   LinearWeight w;
   for (int c : g.value(id).consumers) {
-    const core::Node& n = g.nodes[static_cast<size_t>(c)];
+    const core::Node& n = g.node(c);
     bool transposed = n.op_type == "Gemm" && ops::IntAttr(n, "transB", 0) != 0;
     int weight = id;
     const core::Node* use = &n;
@@ -56,7 +56,7 @@ std::optional<LinearWeight> AsLinearWeight(const core::BoundGraph& b, int id) {
       weight = n.outputs[0];
       transposed = true;
       for (int cc : g.value(weight).consumers) {
-        const core::Node& m = g.nodes[static_cast<size_t>(cc)];
+        const core::Node& m = g.node(cc);
         if (!IsLinearUse(g, m, weight) || ops::IntAttr(m, "transB", 0) != 0) return std::nullopt;
         w.matmuls.push_back(static_cast<size_t>(cc));
       }
@@ -105,7 +105,7 @@ Result<WeightStorage> WeightStorage::Make(const core::BoundGraph& b, const Train
     const core::Value& v = g.values[i];
     const int id = static_cast<int>(i);
     if (v.kind != core::ValueKind::kInitializer || v.consumers.empty()) continue;
-    if (b.dtypes[i] != core::kFloat || !b.known(id)) continue;
+    if (b.dtypes[i] != base::kFloat || !b.known(id)) continue;
     if (train && (!v.trainable || trainable.trainable[i])) continue;  // trains: stays as it is
     const uint64_t elements = b.Numel(id).value_or(0);
     uint64_t bytes = 0;

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/checked.h"
+#include "base/checked.h"
 
 namespace memest::ops {
 namespace {
@@ -71,7 +71,7 @@ std::optional<uint64_t> Product(const AttentionSite& s, std::initializer_list<ui
   if (!s.known) return std::nullopt;
   uint64_t n = 1;
   for (uint64_t d : dims) {
-    auto m = core::CheckedMul(n, d);
+    auto m = base::CheckedMul(n, d);
     if (!m) return std::nullopt;
     n = *m;
   }
@@ -80,7 +80,7 @@ std::optional<uint64_t> Product(const AttentionSite& s, std::initializer_list<ui
 
 std::optional<uint64_t> Times(std::optional<uint64_t> a, uint64_t b) {
   if (!a) return std::nullopt;
-  return core::CheckedMul(*a, b);
+  return base::CheckedMul(*a, b);
 }
 
 uint64_t OrZero(std::optional<uint64_t> v) { return v.value_or(0); }
@@ -128,7 +128,7 @@ std::optional<uint64_t> MaskCopyBytes(const AttentionSite& s, const AttentionMas
   const bool padded = m.last % 8 != 0;
   if (!m.boolean && !padded) return std::nullopt;
   const uint64_t last = (m.last + 7) / 8 * 8;
-  return Times(core::CheckedMul(m.numel / m.last, last), s.elem);
+  return Times(base::CheckedMul(m.numel / m.last, last), s.elem);
 }
 
 constexpr uint64_t kAlignLse = 32;  // attention.cu kAlignLSE
@@ -263,7 +263,7 @@ uint64_t AttentionKernelWorkspace(AttentionKernel kernel, const AttentionSite& s
   if (!s.known) return 0;
   const Sizes z = SizesOf(s);
   uint64_t total = 0;
-  auto add = [&](std::optional<uint64_t> bytes) { total = core::SatAdd(total, OrZero(bytes)); };
+  auto add = [&](std::optional<uint64_t> bytes) { total = base::SatAdd(total, OrZero(bytes)); };
   switch (kernel) {
     case AttentionKernel::kMath: {
       const uint64_t acc = AccBytes(s);
@@ -304,7 +304,7 @@ uint64_t AttentionKernelBackwardWorkspace(AttentionKernel kernel, const Attentio
   const Sizes z = SizesOf(s);
   auto round = [](uint64_t n, uint64_t m) { return (n + m - 1) / m * m; };
   uint64_t total = 0;
-  auto add = [&](std::optional<uint64_t> bytes) { total = core::SatAdd(total, OrZero(bytes)); };
+  auto add = [&](std::optional<uint64_t> bytes) { total = base::SatAdd(total, OrZero(bytes)); };
   switch (kernel) {
     case AttentionKernel::kMath:
       add(Times(z.probs, 2 * AccBytes(s)));  // grad of the probabilities, grad of the scores

@@ -9,7 +9,7 @@
 #include <set>
 #include <string_view>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "core/graph.h"
 #include "core/symbolic_shapes.h"
 
@@ -36,7 +36,7 @@ class Matcher {
   const Node* Producer(int id) const {
     if (id < 0) return nullptr;
     const int p = g_.value(id).producer;
-    return p < 0 ? nullptr : &g_.nodes[static_cast<size_t>(p)];
+    return p < 0 ? nullptr : &g_.node(p);
   }
   int Index(const Node* n) const { return static_cast<int>(n - g_.nodes.data()); }
   bool Is(const Node* n, std::string_view op) const {
@@ -51,7 +51,7 @@ class Matcher {
     for (int other : v.consumers) {
       if (other != c) return nullptr;
     }
-    return &g_.nodes[static_cast<size_t>(c)];
+    return &g_.node(c);
   }
   std::optional<double> Scalar(int id) const {
     if (id < 0 || !g_.symbolic) return std::nullopt;
@@ -88,7 +88,7 @@ class Matcher {
   AttentionMask MaskOf(int id, const char* what) const {
     AttentionMask m;
     m.value = id;
-    m.boolean = !core::IsFloatDType(b_.dtypes[static_cast<size_t>(id)]);
+    m.boolean = !base::IsFloatDType(b_.dtypes[static_cast<size_t>(id)]);
     m.what = what;
     const auto& shape = b_.shapes[static_cast<size_t>(id)];
     if (shape && !shape->empty() && shape->back() > 0) {
@@ -123,7 +123,7 @@ std::optional<FusedChain> Matcher::LayerNorm(size_t k) const {
   if (!Is(r1, "ReduceMean") || r1->inputs.empty() || r1->inputs[0] != x) return std::nullopt;
   const Node *pow = nullptr, *div = nullptr;
   for (int c : g_.value(d).consumers) {
-    const Node* n = &g_.nodes[static_cast<size_t>(c)];
+    const Node* n = &g_.node(c);
     if (Is(n, "Pow") && n->inputs.size() == 2 && n->inputs[0] == d && ScalarNear(n->inputs[1], 2)) {
       pow = n;
     } else if (Is(n, "Div") && n->inputs.size() == 2 && n->inputs[0] == d) {
@@ -305,8 +305,8 @@ std::optional<FusedChain> Matcher::Attention(size_t k, AttentionSite* site) cons
   s.dropout = dropout;
   s.training = RequiresGrad(q) || RequiresGrad(key) || RequiresGrad(v) || RequiresGrad(bias);
   const int32_t dt = b_.dtypes[static_cast<size_t>(q)];
-  s.elem = core::DTypeSize(dt) == 0 ? 4 : core::DTypeSize(dt);
-  s.bf16 = dt == core::kBFloat16;
+  s.elem = base::DTypeSize(dt) == 0 ? 4 : base::DTypeSize(dt);
+  s.bf16 = dt == base::kBFloat16;
   const auto& p_shape = b_.shapes[static_cast<size_t>(softmax.outputs[0])];
   const auto& q_shape = b_.shapes[static_cast<size_t>(q)];
   const auto& v_shape = b_.shapes[static_cast<size_t>(v)];

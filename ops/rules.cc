@@ -49,8 +49,8 @@
 #include <string>
 #include <tuple>
 
-#include "core/checked.h"
-#include "core/dtype.h"
+#include "base/checked.h"
+#include "base/dtype.h"
 #include "core/name_index.h"
 #include "ops/attention.h"
 
@@ -109,7 +109,7 @@ const std::vector<int64_t>* ShapeOf(const BoundGraph& g, int id) {
 std::optional<uint64_t> NumelOf(const BoundGraph& g, int id) {
   const std::vector<int64_t>* s = ShapeOf(g, id);
   if (s == nullptr) return std::nullopt;
-  return core::CheckedNumel(*s);
+  return base::CheckedNumel(*s);
 }
 
 // Bound dtype, falling back to the declared one; 0 when unknown.
@@ -125,7 +125,7 @@ int32_t DTypeOf(const BoundGraph& g, int id) {
 // overflow.
 std::optional<uint64_t> TimesSize(std::optional<uint64_t> numel, uint64_t elem_size) {
   if (!numel || elem_size == 0) return std::nullopt;
-  return core::CheckedMul(*numel, elem_size);
+  return base::CheckedMul(*numel, elem_size);
 }
 
 // Product of dims[begin, end); nullopt on a negative dim or overflow.
@@ -133,7 +133,7 @@ std::optional<uint64_t> DimProduct(const std::vector<int64_t>& dims, size_t begi
   uint64_t n = 1;
   for (size_t i = begin; i < end && i < dims.size(); ++i) {
     if (dims[i] < 0) return std::nullopt;
-    auto m = core::CheckedMul(n, static_cast<uint64_t>(dims[i]));
+    auto m = base::CheckedMul(n, static_cast<uint64_t>(dims[i]));
     if (!m) return std::nullopt;
     n = *m;
   }
@@ -168,7 +168,7 @@ void SaveOutputOrExtra(const RuleContext& c, std::vector<SavedTensor>* out, size
     SaveValue(out, id, std::move(what));
     return;
   }
-  SaveExtra(out, TimesSize(numel, core::DTypeSize(dtype)), std::move(what));
+  SaveExtra(out, TimesSize(numel, base::DTypeSize(dtype)), std::move(what));
 }
 
 template <int... I>
@@ -247,7 +247,7 @@ void SaveConv(const RuleContext& c, std::vector<SavedTensor>* out) {
 // max_pool2d).
 void SaveMaxPool(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveValue(out, InputId(c, 0), "x");
-  SaveOutputOrExtra(c, out, 1, core::kInt64, NumelOf(c.graph, OutputId(c, 0)), "indices(int64)");
+  SaveOutputOrExtra(c, out, 1, base::kInt64, NumelOf(c.graph, OutputId(c, 0)), "indices(int64)");
 }
 
 // torchvision roi_pool: keeps rois and the int64 argmax of every output element (INF).
@@ -295,8 +295,8 @@ void SaveBatchNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
   const std::optional<uint64_t> ch = BatchNormChannels(c);
   const bool legacy = c.node.opset < 14 && FindAttr(c.node, "training_mode") == nullptr;
   if (legacy) {
-    SaveOutputOrExtra(c, out, 3, core::kFloat, ch, "save_mean(fp32)");
-    SaveOutputOrExtra(c, out, 4, core::kFloat, ch, "save_invstd(fp32)");
+    SaveOutputOrExtra(c, out, 3, base::kFloat, ch, "save_mean(fp32)");
+    SaveOutputOrExtra(c, out, 4, base::kFloat, ch, "save_invstd(fp32)");
   } else {
     SaveExtra(out, TimesSize(ch, 4), "save_mean(fp32)");
     SaveExtra(out, TimesSize(ch, 4), "save_invstd(fp32)");
@@ -334,8 +334,8 @@ void SaveLayerNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveValue(out, InputId(c, 1), "W");
   SaveValue(out, InputId(c, 2), "b");
   const std::optional<uint64_t> m = LeadingRows(c, IntAttr(c.node, "axis", -1));
-  SaveOutputOrExtra(c, out, 1, core::kFloat, m, "mean(fp32)");
-  SaveOutputOrExtra(c, out, 2, core::kFloat, m, "rstd(fp32)");
+  SaveOutputOrExtra(c, out, 1, base::kFloat, m, "mean(fp32)");
+  SaveOutputOrExtra(c, out, 2, base::kFloat, m, "rstd(fp32)");
 }
 
 // INF: rms_norm (fused or composite) keeps x, W and rstd of [M] in fp32, like
@@ -353,7 +353,7 @@ void SaveGroupNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
   const int64_t groups = IntAttr(c.node, "num_groups", -1);
   std::optional<uint64_t> ng;
   if (const auto* x = ShapeOf(c.graph, InputId(c, 0)); x != nullptr && !x->empty() && groups > 0) {
-    if (auto n = DimProduct(*x, 0, 1)) ng = core::CheckedMul(*n, static_cast<uint64_t>(groups));
+    if (auto n = DimProduct(*x, 0, 1)) ng = base::CheckedMul(*n, static_cast<uint64_t>(groups));
   }
   SaveExtra(out, TimesSize(ng, 4), "mean(fp32)");
   SaveExtra(out, TimesSize(ng, 4), "rstd(fp32)");
@@ -369,12 +369,12 @@ void SaveDropout(const RuleContext& c, std::vector<SavedTensor>* out) {
     training = true;  // unknown at load time: assume training (over-estimate)
     const core::Graph* g = c.graph.graph;
     if (g != nullptr && static_cast<size_t>(mode) < g->values.size()) {
-      const auto& data = g->values[static_cast<size_t>(mode)].int_data;
+      const auto& data = g->values[mode].int_data;
       if (data) training = std::any_of(data->begin(), data->end(), [](int64_t v) { return v; });
     }
   }
   if (!training) return;
-  SaveOutputOrExtra(c, out, 1, core::kBool, NumelOf(c.graph, InputId(c, 0)), "mask(bool)");
+  SaveOutputOrExtra(c, out, 1, base::kBool, NumelOf(c.graph, InputId(c, 0)), "mask(bool)");
 }
 
 // LSTM/GRU/RNN (INF, conservative): every input and output, plus the cuDNN
@@ -394,7 +394,7 @@ void SaveRecurrent(const RuleContext& c, std::vector<SavedTensor>* out) {
   if (!steps || !gates) return;
   SaveExtra(
       out,
-      TimesSize(core::CheckedMul(*steps, *gates), core::DTypeSize(DTypeOf(c.graph, InputId(c, 0)))),
+      TimesSize(base::CheckedMul(*steps, *gates), base::DTypeSize(DTypeOf(c.graph, InputId(c, 0)))),
       "gates(reserve)");
 }
 
@@ -453,9 +453,9 @@ void SetDims(AttentionSite* s, uint64_t b, uint64_t hq, uint64_t hkv, uint64_t l
 // q's element size as the graph types it (the caller applies the precision).
 void SetElem(const RuleContext& c, int q, AttentionSite* s) {
   const int32_t dt = DTypeOf(c.graph, q);
-  const uint64_t size = core::DTypeSize(dt);
+  const uint64_t size = base::DTypeSize(dt);
   s->elem = size == 0 ? 4 : size;
-  s->bf16 = dt == core::kBFloat16;
+  s->bf16 = dt == base::kBFloat16;
 }
 // An explicit mask or bias input; one not of a float type (bool, an int32 mask index) is
 // converted by the fused kernels.
@@ -463,7 +463,7 @@ void AddMask(const RuleContext& c, int id, const char* what, AttentionSite* s) {
   if (id < 0) return;
   AttentionMask m;
   m.value = id;
-  m.boolean = !core::IsFloatDType(DTypeOf(c.graph, id));
+  m.boolean = !base::IsFloatDType(DTypeOf(c.graph, id));
   m.what = what;
   if (const std::vector<int64_t>* shape = ShapeOf(c.graph, id);
       shape != nullptr && !shape->empty()) {
@@ -1132,7 +1132,7 @@ std::vector<bool> RequiresGrad(const core::BoundGraph& graph, const std::vector<
       if (id < 0 || static_cast<size_t>(id) >= rg.size()) continue;
       const int32_t dtype = DTypeOf(graph, id);
       // Unknown dtype: assume float (over-estimate rather than under-estimate).
-      rg[static_cast<size_t>(id)] = dtype == 0 || core::IsFloatDType(dtype);
+      rg[static_cast<size_t>(id)] = dtype == 0 || base::IsFloatDType(dtype);
     }
   }
   return rg;

@@ -8,8 +8,8 @@
 #include <set>
 #include <unordered_map>
 
-#include "core/checked.h"
-#include "core/dtype.h"
+#include "base/checked.h"
+#include "base/dtype.h"
 #include "core/graph.h"
 #include "core/onnx_fallback.h"
 #include "core/symbolic_shapes.h"
@@ -19,6 +19,7 @@
 namespace memest::ops {
 namespace {
 
+using base::IsKnownDType;
 using core::AtomDef;
 using core::AtomId;
 using core::AtomKind;
@@ -26,7 +27,6 @@ using core::Dim;
 using core::DimExpr;
 using core::DimTable;
 using core::Graph;
-using core::IsKnownDType;
 using core::kMaxRank;
 using core::kMaxTrackedElements;
 using core::Node;
@@ -168,8 +168,7 @@ class Pass {
     for (int k = 0; k < inits.size(); ++k) {
       const auto& init = inits[k];
       // The loader numbers initializers first, in file order: skip the name lookup then.
-      const int id = static_cast<size_t>(k) < g_.values.size() &&
-                             g_.values[static_cast<size_t>(k)].name == init.name()
+      const int id = static_cast<size_t>(k) < g_.values.size() && g_.value(k).name == init.name()
                          ? k
                          : g_.FindValue(init.name());
       if (id < 0 || g_.value(id).kind != ValueKind::kInitializer) continue;

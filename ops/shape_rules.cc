@@ -33,7 +33,7 @@
 #include <limits>
 #include <utility>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "ops/shape_rules_internal.h"
 
 namespace memest::ops {
@@ -197,7 +197,7 @@ std::optional<std::vector<int64_t>> IntPayload(const onnx::TensorProto& t, size_
   };
   bool ok = false;
   switch (t.data_type()) {
-    case core::kInt64:
+    case base::kInt64:
       if (t.int64_data_size() > 0) {
         ok = widen(t.int64_data());
       } else {
@@ -205,24 +205,24 @@ std::optional<std::vector<int64_t>> IntPayload(const onnx::TensorProto& t, size_
         ok = ReadRaw(raw, n, &v) && widen(v);
       }
       break;
-    case core::kInt32:
-    case core::kInt16:
-    case core::kInt8:
-    case core::kUInt16:
-    case core::kUInt8:
-    case core::kBool:
+    case base::kInt32:
+    case base::kInt16:
+    case base::kInt8:
+    case base::kUInt16:
+    case base::kUInt8:
+    case base::kBool:
       if (t.int32_data_size() > 0) {
         ok = widen(t.int32_data());
-      } else if (t.data_type() == core::kInt32) {
+      } else if (t.data_type() == base::kInt32) {
         std::vector<int32_t> v;
         ok = ReadRaw(raw, n, &v) && widen(v);
-      } else if (t.data_type() == core::kInt16) {
+      } else if (t.data_type() == base::kInt16) {
         std::vector<int16_t> v;
         ok = ReadRaw(raw, n, &v) && widen(v);
-      } else if (t.data_type() == core::kUInt16) {
+      } else if (t.data_type() == base::kUInt16) {
         std::vector<uint16_t> v;
         ok = ReadRaw(raw, n, &v) && widen(v);
-      } else if (t.data_type() == core::kInt8) {
+      } else if (t.data_type() == base::kInt8) {
         std::vector<int8_t> v;
         ok = ReadRaw(raw, n, &v) && widen(v);
       } else {
@@ -230,11 +230,11 @@ std::optional<std::vector<int64_t>> IntPayload(const onnx::TensorProto& t, size_
         ok = ReadRaw(raw, n, &v) && widen(v);
       }
       break;
-    case core::kUInt32:
-    case core::kUInt64:
+    case base::kUInt32:
+    case base::kUInt64:
       if (t.uint64_data_size() > 0) {
         ok = narrow(t.uint64_data());
-      } else if (t.data_type() == core::kUInt32) {
+      } else if (t.data_type() == base::kUInt32) {
         std::vector<uint32_t> v;
         ok = ReadRaw(raw, n, &v) && widen(v);
       } else {
@@ -246,7 +246,7 @@ std::optional<std::vector<int64_t>> IntPayload(const onnx::TensorProto& t, size_
       return std::nullopt;
   }
   if (!ok || out.size() != n) return std::nullopt;
-  if (t.data_type() == core::kBool) {
+  if (t.data_type() == base::kBool) {
     for (int64_t& x : out) x = x != 0;
   }
   return out;
@@ -254,7 +254,7 @@ std::optional<std::vector<int64_t>> IntPayload(const onnx::TensorProto& t, size_
 
 std::optional<std::vector<double>> FloatPayload(const onnx::TensorProto& t, size_t n) {
   std::vector<double> out;
-  if (t.data_type() == core::kFloat) {
+  if (t.data_type() == base::kFloat) {
     if (t.float_data_size() > 0) {
       out.assign(t.float_data().begin(), t.float_data().end());
     } else {
@@ -262,7 +262,7 @@ std::optional<std::vector<double>> FloatPayload(const onnx::TensorProto& t, size
       if (!ReadRaw(t.raw_data(), n, &v)) return std::nullopt;
       out.assign(v.begin(), v.end());
     }
-  } else if (t.data_type() == core::kDouble) {
+  } else if (t.data_type() == base::kDouble) {
     if (t.double_data_size() > 0) {
       out.assign(t.double_data().begin(), t.double_data().end());
     } else if (!ReadRaw(t.raw_data(), n, &out)) {
@@ -279,7 +279,7 @@ std::optional<std::vector<double>> FloatPayload(const onnx::TensorProto& t, size
 
 SymTensor ConstantType(const onnx::TensorProto& t) {
   SymTensor out;
-  out.dtype = core::IsKnownDType(t.data_type()) ? t.data_type() : 0;
+  out.dtype = base::IsKnownDType(t.data_type()) ? t.data_type() : 0;
   if (t.dims_size() > static_cast<int>(core::kMaxRank)) return out;
   std::vector<DimExpr> dims;
   uint64_t numel = 1;

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "ops/shape_rules.h"
 #include "ops/shape_rules_internal.h"
 
@@ -111,7 +111,7 @@ Status ConvLike(InferContext& c, size_t xi, size_t wi, int32_t dtype) {
 }  // namespace
 
 Status Conv(InferContext& c) { return ConvLike(c, 0, 1, c.dtype(0)); }
-Status ConvInteger(InferContext& c) { return ConvLike(c, 0, 1, core::kInt32); }
+Status ConvInteger(InferContext& c) { return ConvLike(c, 0, 1, base::kInt32); }
 Status QLinearConv(InferContext& c) {
   return ConvLike(c, 0, 3, c.dtype(7) != 0 ? c.dtype(7) : c.dtype(0));
 }
@@ -286,7 +286,7 @@ Status MatMulShapes(InferContext& c, size_t ai, size_t bi, int32_t dtype) {
 }  // namespace
 
 Status MatMul(InferContext& c) { return MatMulShapes(c, 0, 1, c.dtype(0)); }
-Status MatMulInteger(InferContext& c) { return MatMulShapes(c, 0, 1, core::kInt32); }
+Status MatMulInteger(InferContext& c) { return MatMulShapes(c, 0, 1, base::kInt32); }
 Status QLinearMatMul(InferContext& c) {
   return MatMulShapes(c, 0, 3, c.dtype(7) != 0 ? c.dtype(7) : c.dtype(0));
 }

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "ops/shape_rules.h"
 #include "ops/shape_rules_internal.h"
 
@@ -40,7 +40,7 @@ namespace {
 // when every input's elements are known numbers; integral results are kept as integers too.
 template <typename Fn>
 void FoldFloat(InferContext& c, size_t n, Fn fn) {
-  if (!core::IsFloatDType(c.out(0).dtype)) return;
+  if (!base::IsFloatDType(c.out(0).dtype)) return;
   std::vector<std::vector<double>> numbers(n);
   for (size_t k = 0; k < n; ++k) {
     if (const auto* f = c.float_values(k)) {
@@ -72,15 +72,15 @@ void FoldFloat(InferContext& c, size_t n, Fn fn) {
 // The integer element types, bool included (Cast and Div keep integer elements exact).
 bool IsIntegerDType(int32_t t) {
   switch (t) {
-    case core::kInt8:
-    case core::kInt16:
-    case core::kInt32:
-    case core::kInt64:
-    case core::kUInt8:
-    case core::kUInt16:
-    case core::kUInt32:
-    case core::kUInt64:
-    case core::kBool:
+    case base::kInt8:
+    case base::kInt16:
+    case base::kInt32:
+    case base::kInt64:
+    case base::kUInt8:
+    case base::kUInt16:
+    case base::kUInt32:
+    case base::kUInt64:
+    case base::kBool:
       return true;
     default:
       return false;
@@ -190,13 +190,13 @@ Status Dropout(InferContext& c) {
 
 Status Cast(InferContext& c) {
   const int64_t to = c.attr_int("to", 0);
-  if (!core::IsKnownDType(static_cast<int32_t>(to))) return Bad(c, "unknown 'to' type");
+  if (!base::IsKnownDType(static_cast<int32_t>(to))) return Bad(c, "unknown 'to' type");
   const SymTensor* x = c.input(0);
   SymTensor& y = c.out(0);
   y.dtype = static_cast<int32_t>(to);
   if (x == nullptr) return Status::Ok();
   y.shape = x->shape;
-  const bool to_float = core::IsFloatDType(y.dtype);
+  const bool to_float = base::IsFloatDType(y.dtype);
   if (y.dtype == kBoolT) {
     if (auto v = c.ints(0)) {
       Dims r;
@@ -233,11 +233,11 @@ Status CastLike(InferContext& c) {
   MEMEST_RETURN_IF_ERROR(Identity(c));
   SymTensor& y = c.out(0);
   y.dtype = c.dtype(1);
-  if (!IsIntegerDType(y.dtype) && !core::IsFloatDType(y.dtype)) {
+  if (!IsIntegerDType(y.dtype) && !base::IsFloatDType(y.dtype)) {
     y.values.reset();
     y.float_values.reset();
   }
-  if (!core::IsFloatDType(y.dtype)) y.float_values.reset();
+  if (!base::IsFloatDType(y.dtype)) y.float_values.reset();
   return Status::Ok();
 }
 
@@ -245,7 +245,7 @@ Status LikeWithDtype(InferContext& c) {
   MEMEST_RETURN_IF_ERROR(Unary(c));
   const int64_t dt = c.attr_int("dtype", -1);
   if (dt != -1) {
-    if (!core::IsKnownDType(static_cast<int32_t>(dt))) return Bad(c, "unknown dtype");
+    if (!base::IsKnownDType(static_cast<int32_t>(dt))) return Bad(c, "unknown dtype");
     c.out(0).dtype = static_cast<int32_t>(dt);
   }
   return Status::Ok();

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "core/symbolic_shapes.h"
 #include "core/symdim.h"
 #include "memest/status.h"
@@ -23,8 +23,8 @@ namespace memest::ops::shape::internal {
 
 using Dims = std::vector<DimExpr>;
 
-inline constexpr int32_t kI64 = core::kInt64;
-inline constexpr int32_t kBoolT = core::kBool;
+inline constexpr int32_t kI64 = base::kInt64;
+inline constexpr int32_t kBoolT = base::kBool;
 // Every integer of at most this magnitude is exact as a double (2^53).
 inline constexpr double kMaxExactDouble = 9007199254740992.0;
 

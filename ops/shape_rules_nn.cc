@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "ops/shape_rules.h"
 #include "ops/shape_rules_internal.h"
 
@@ -42,8 +42,8 @@ Status BatchNorm(InferContext& c) {
 
 Status LayerNorm(InferContext& c) {
   MEMEST_RETURN_IF_ERROR(Unary(c));
-  const int64_t stash = c.attr_int("stash_type", core::kFloat);
-  if (!core::IsKnownDType(static_cast<int32_t>(stash))) return Bad(c, "unknown stash_type");
+  const int64_t stash = c.attr_int("stash_type", base::kFloat);
+  if (!base::IsKnownDType(static_cast<int32_t>(stash))) return Bad(c, "unknown stash_type");
   for (size_t i = 1; i < 3; ++i) c.out(i).dtype = static_cast<int32_t>(stash);
   const Dims* x = c.shape(0);
   if (x == nullptr) return Status::Ok();
@@ -324,7 +324,7 @@ Status GroupQueryAttention(InferContext& c) {
   }
   if (c.attr_string("k_quant_type", "NONE") != "NONE" ||
       c.attr_string("v_quant_type", "NONE") != "NONE" || c.has_input(12) || c.has_input(13) ||
-      (c.has_input(3) && c.dtype(3) != 0 && !core::IsFloatDType(c.dtype(3)))) {
+      (c.has_input(3) && c.dtype(3) != 0 && !base::IsFloatDType(c.dtype(3)))) {
     return Bad(c, "a quantized KV cache is not modelled (use --kv-cache-dtype on a float graph)");
   }
   if (c.has_input(1) != c.has_input(2)) return Bad(c, "key and value come together");
@@ -389,7 +389,7 @@ Status GridSample(InferContext& c) {
 
 Status QuantizeLinear(InferContext& c) {
   MEMEST_RETURN_IF_ERROR(Unary(c));
-  int32_t dt = c.has_input(2) ? c.dtype(2) : core::kUInt8;
+  int32_t dt = c.has_input(2) ? c.dtype(2) : base::kUInt8;
   if (const int64_t o = c.attr_int("output_dtype", 0); o != 0) dt = static_cast<int32_t>(o);
   c.out(0).dtype = dt;
   return Status::Ok();
@@ -398,15 +398,15 @@ Status QuantizeLinear(InferContext& c) {
 Status DequantizeLinear(InferContext& c) {
   MEMEST_RETURN_IF_ERROR(Unary(c));
   const int32_t scale = c.dtype(1);
-  c.out(0).dtype = core::IsFloatDType(scale) ? scale : core::kFloat;
+  c.out(0).dtype = base::IsFloatDType(scale) ? scale : base::kFloat;
   return Status::Ok();
 }
 
 Status DynamicQuantizeLinear(InferContext& c) {
   MEMEST_RETURN_IF_ERROR(Unary(c));
-  c.out(0).dtype = core::kUInt8;
-  c.Set(1, core::kFloat, Dims{});
-  c.Set(2, core::kUInt8, Dims{});
+  c.out(0).dtype = base::kUInt8;
+  c.Set(1, base::kFloat, Dims{});
+  c.Set(2, base::kUInt8, Dims{});
   return Status::Ok();
 }
 

@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "ops/shape_rules.h"
 #include "ops/shape_rules_internal.h"
 

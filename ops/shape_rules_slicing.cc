@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "ops/shape_rules.h"
 #include "ops/shape_rules_internal.h"
 

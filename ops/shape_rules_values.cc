@@ -9,7 +9,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "ops/shape_rules.h"
 #include "ops/shape_rules_internal.h"
 
@@ -58,7 +58,7 @@ Status Constant(InferContext& c) {
     if (v.size() <= core::kMaxTrackedElements) y.values.emplace(v.begin(), v.end());
   };
   auto floats = [&](std::vector<double> v, bool scalar) {
-    y.dtype = core::kFloat;
+    y.dtype = base::kFloat;
     y.shape = scalar ? Dims{} : Dims{static_cast<int64_t>(v.size())};
     if (v.size() <= core::kMaxTrackedElements) {
       y.values = IntegralValues(v);
@@ -69,7 +69,7 @@ Status Constant(InferContext& c) {
     y = ConstantType(a->t());
   } else if (const auto* s = c.attr("sparse_value"); s != nullptr && s->has_sparse_tensor()) {
     const auto& st = s->sparse_tensor();
-    y.dtype = core::IsKnownDType(st.values().data_type()) ? st.values().data_type() : 0;
+    y.dtype = base::IsKnownDType(st.values().data_type()) ? st.values().data_type() : 0;
     Dims d;
     for (int64_t x : st.dims()) {
       if (x < 0) return Bad(c, "negative dim");
@@ -85,10 +85,10 @@ Status Constant(InferContext& c) {
   } else if (auto fs = c.attr_floats("value_floats")) {
     floats(std::vector<double>(fs->begin(), fs->end()), false);
   } else if (c.attr("value_string") != nullptr) {
-    y.dtype = core::kString;
+    y.dtype = base::kString;
     y.shape = Dims{};
   } else if (const auto* ss = c.attr("value_strings"); ss != nullptr) {
-    y.dtype = core::kString;
+    y.dtype = base::kString;
     y.shape = Dims{static_cast<int64_t>(ss->strings_size())};
   } else {
     return Bad(c, "no value attribute");
@@ -98,7 +98,7 @@ Status Constant(InferContext& c) {
 
 Status ConstantOfShape(InferContext& c) {
   SymTensor& y = c.out(0);
-  y.dtype = core::kFloat;
+  y.dtype = base::kFloat;
   std::optional<DimExpr> fill(0);
   if (const auto* a = c.attr("value"); a != nullptr && a->has_t()) {
     SymTensor v = ConstantType(a->t());
@@ -188,8 +188,8 @@ Status OneHot(InferContext& c) {
 
 Status RandomShape(InferContext& c) {
   SymTensor& y = c.out(0);
-  const int64_t dt = c.attr_int("dtype", core::kFloat);
-  if (!core::IsKnownDType(static_cast<int32_t>(dt))) return Bad(c, "unknown dtype");
+  const int64_t dt = c.attr_int("dtype", base::kFloat);
+  if (!base::IsKnownDType(static_cast<int32_t>(dt))) return Bad(c, "unknown dtype");
   y.dtype = static_cast<int32_t>(dt);
   auto s = c.attr_ints("shape");
   if (!s) return Bad(c, "no shape");
@@ -205,8 +205,8 @@ Status RandomShape(InferContext& c) {
 
 Status Multinomial(InferContext& c) {
   SymTensor& y = c.out(0);
-  const int64_t dt = c.attr_int("dtype", core::kInt32);
-  if (!core::IsKnownDType(static_cast<int32_t>(dt))) return Bad(c, "unknown dtype");
+  const int64_t dt = c.attr_int("dtype", base::kInt32);
+  if (!base::IsKnownDType(static_cast<int32_t>(dt))) return Bad(c, "unknown dtype");
   y.dtype = static_cast<int32_t>(dt);
   const Dims* x = c.shape(0);
   if (x == nullptr) return Status::Ok();

@@ -4,7 +4,7 @@
 #include <optional>
 #include <utility>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 namespace memest::ops {
 namespace {
@@ -122,7 +122,7 @@ void ValueFacts::MarkLowPrecision() {
   const size_t nv = g.values.size();
   low_.assign(nv, false);
   if (precision_ == Precision::kBf16) {
-    for (size_t i = 0; i < nv; ++i) low_[i] = graph_.dtypes[i] == core::kFloat;
+    for (size_t i = 0; i < nv; ++i) low_[i] = graph_.dtypes[i] == base::kFloat;
     return;
   }
   if (precision_ == Precision::kFp32) return;
@@ -131,7 +131,7 @@ void ValueFacts::MarkLowPrecision() {
     const AmpPolicy policy = rules_[k] ? rules_[k]->amp : AmpPolicy::kPassThrough;
     bool any_low = false, all_low = true, any_float = false;
     for (int in : n.inputs) {
-      if (in < 0 || !core::IsFloatDType(graph_.dtypes[static_cast<size_t>(in)])) continue;
+      if (in < 0 || !base::IsFloatDType(graph_.dtypes[static_cast<size_t>(in)])) continue;
       any_float = true;
       any_low = any_low || low_[static_cast<size_t>(in)];
       all_low = all_low && low_[static_cast<size_t>(in)];
@@ -152,7 +152,7 @@ void ValueFacts::MarkLowPrecision() {
         break;
     }
     for (int out : n.outputs) {
-      if (out >= 0 && graph_.dtypes[static_cast<size_t>(out)] == core::kFloat) {
+      if (out >= 0 && graph_.dtypes[static_cast<size_t>(out)] == base::kFloat) {
         low_[static_cast<size_t>(out)] = out_low;
       }
     }
@@ -245,7 +245,7 @@ void ValueFacts::SizeValues(const std::vector<std::optional<uint64_t>>& stored_b
     }
     const core::Value& v = g.value(id);
     if (v.producer < 0) continue;
-    const core::Node& n = g.nodes[static_cast<size_t>(v.producer)];
+    const core::Node& n = g.node(v.producer);
     uint64_t guess = 0;
     for (int x : n.inputs) {
       if (x >= 0 && graph_.known(x)) guess = std::max(guess, known(x));
@@ -326,7 +326,7 @@ uint64_t ValueFacts::BackwardWorkspace(size_t k) const {
 uint64_t ValueFacts::amp_cast_bytes(int id) const {
   if (precision_ != Precision::kAmpFp16 && precision_ != Precision::kAmpBf16) return 0;
   const core::Value& v = graph_.graph->value(id);
-  if (!trainable(id) || v.dtype != core::kFloat) return 0;
+  if (!trainable(id) || v.dtype != base::kFloat) return 0;
   for (int c : v.consumers) {
     const OpRule* r = rules_[static_cast<size_t>(c)];
     if (r && r->amp == AmpPolicy::kLowerPrecision) return Share(id, graph_.Bytes(id) / 2);

@@ -10,7 +10,7 @@
 #   4. our H200 rows (datasets/h200-torch211/): calibrated from the measured stack
 #      h200-pytorch2.11-lazy (held out: leave one family out); our H100 rows
 #      (datasets/h100-torch211/, the same software) are only scored, never fitted;
-#   5. scripts/stacks_report.py puts both stacks into core/stacks.json (the hand-written stacks
+#   5. scripts/stacks_report.py puts both stacks into base/stacks.json (the hand-written stacks
 #      stay first) and writes docs/accuracy-device.md: before/after calibration, held out, with
 #      FakeTensor's published estimate on the same timm rows beside memest's.
 # Work files go to build/stacks/. Rebuild afterwards to compile the new stacks in.
@@ -58,5 +58,5 @@ echo "== timm and torchvision on an H200 (measured for this project)"
   --software "cudnn_benchmark=false" \
   --jobs-out "$OUT/h200-timm.jobs.csv" -q
 
-echo "== core/stacks.json and docs/accuracy-device.md"
+echo "== base/stacks.json and docs/accuracy-device.md"
 /usr/bin/python3 scripts/stacks_report.py "$OUT"

@@ -4,8 +4,9 @@
     scripts/check_layers.py [REPO_ROOT]
     scripts/check_layers.py --self-test    # proves the check rejects an upward include
 
-memest's layers, lowest first: the public vocabulary (include/memest/), core (status, options,
-loader, graph, dims, binding), ops (the per-op rule table, shape rules, value facts), memory (the
+memest's layers, lowest first: the public vocabulary (include/memest/), base (status, checked
+arithmetic, dtypes, SHA-256, JSON fields, and the vocabulary's implementation: options, estimates,
+GPU and stack profiles, measured rows), core (the graph: loader, name index, dims, binding), ops (the per-op rule table, shape rules, value facts), memory (the
 estimation context and the pipeline every backend shares, Estimator::Run), the backends (analytical, symbolic, measurement; learned above analytical and
 symbolic), api (registry: the one place that knows every backend), then the programs and data
 tools (tools/, datasets/), tests and benchmarks. tools/ is checked too: programs use the public
@@ -27,22 +28,24 @@ import tempfile
 # Directory -> the directories whose headers it may include (besides its own).
 VOCAB = ["memest"]  # include/memest/ headers are written "memest/x.h"
 LAYERS = {
-    "core": VOCAB,
-    "ops": VOCAB + ["core"],
-    "memory": VOCAB + ["core", "ops"],
-    "analytical": VOCAB + ["core", "ops", "memory"],
-    "symbolic": VOCAB + ["core", "ops", "memory"],
-    "measurement": VOCAB + ["core", "ops", "memory"],
-    "learned": VOCAB + ["core", "ops", "memory", "analytical", "symbolic"],
-    "api": VOCAB + ["core", "ops", "memory", "analytical", "symbolic", "learned", "measurement"],
-    "datasets": VOCAB + ["core", "ops", "memory", "analytical", "symbolic", "learned", "api",
-                         "datasets"],
+    "base": VOCAB,
+    "core": VOCAB + ["base"],
+    "ops": VOCAB + ["base", "core"],
+    "memory": VOCAB + ["base", "core", "ops"],
+    "analytical": VOCAB + ["base", "core", "ops", "memory"],
+    "symbolic": VOCAB + ["base", "core", "ops", "memory"],
+    "measurement": VOCAB + ["base", "core", "ops", "memory"],
+    "learned": VOCAB + ["base", "core", "ops", "memory", "analytical", "symbolic"],
+    "api": VOCAB + ["base", "core", "ops", "memory", "analytical", "symbolic", "learned",
+                    "measurement"],
+    "datasets": VOCAB + ["base", "core", "ops", "memory", "analytical", "symbolic", "learned",
+                         "api", "datasets"],
     # The programs reach the library through its public headers (memest/...); what else they
     # may include: the data generators, the trainer's and evaluator's own model (learned/), the
-    # harness for memest-measure (measurement/) and core's sha256. Never the estimation
+    # harness for memest-measure (measurement/) and base's sha256 and stats. Never the estimation
     # internals (ops, memory, the backends' simulations): --timeline goes through
     # memest/timeline.h, serving through memest/serving.h.
-    "tools": VOCAB + ["tools", "datasets", "core", "learned", "measurement"],
+    "tools": VOCAB + ["tools", "datasets", "base", "core", "learned", "measurement"],
     "tests": None,
     "bench": None,
 }
@@ -109,12 +112,13 @@ def self_test():
             "ops/shape_pass.cc": '#include "ops/rules.h"\n#include "core/symbolic_shapes.h"\n',
             "ops/rules.cc": '#include "core/graph.h"\n#include "memest/status.h"\n',
             "core/bad.cc": '#include "core/graph.h"\n#include "symbolic/timeline.h"\n',
+            "base/bad.cc": '#include "base/checked.h"\n#include "core/graph.h"\n',
             "include/memest/x.h": '#include "core/graph.h"\n',
         }.items():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(text)
         errors, _ = problems(root)
-        expected = ["core/bad.cc:2:", "include/memest/x.h:1:"]
+        expected = ["base/bad.cc:2:", "core/bad.cc:2:", "include/memest/x.h:1:"]
         got = [e.split(" ")[0] for e in errors]
         if got != expected:
             print(f"self-test FAILED: expected {expected}, got {errors}")

@@ -28,7 +28,7 @@ def profile_of(here):
     """The memest GPU profile whose display name is the GPU that measured DIR's rows."""
     with open(here / "device-truth.jsonl") as f:
         gpu = next(json.loads(line)["gpu"] for line in f if '"kind": "env"' in line)
-    profiles = json.load(open(ROOT / "core/gpu_profiles.json"))["profiles"]
+    profiles = json.load(open(ROOT / "base/gpu_profiles.json"))["profiles"]
     names = [p["name"] for p in profiles if p["display_name"] == gpu]
     if len(names) != 1:
         raise SystemExit(f"{gpu}: {len(names)} GPU profiles have that display name; pass --gpu")

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""Puts the calibrated stacks into core/stacks.json and writes docs/accuracy-device.md.
+"""Puts the calibrated stacks into base/stacks.json and writes docs/accuracy-device.md.
 
     scripts/stacks_report.py WORK_DIR     # run by scripts/calibrate_stacks.sh
 
 WORK_DIR holds what `memest calibrate` wrote: <stack>.json (the stack) and <stack>.jobs.csv (every
-job's fitted and held-out prediction). core/stacks.json keeps its hand-written stacks first (the
+job's fitted and held-out prediction). base/stacks.json keeps its hand-written stacks first (the
 default among them); a calibrated stack replaces the entry of the same name or is appended.
 """
 import csv
@@ -60,7 +60,7 @@ def replicate_agreement():
 
 
 def merge_stacks(work):
-    path = ROOT / "core/stacks.json"
+    path = ROOT / "base/stacks.json"
     table = json.loads(path.read_text())
     for name in STACKS:
         stack = json.loads((work / f"{name}.json").read_text())["stack"]
@@ -220,7 +220,7 @@ def main():
             "github.com/itu-rad/GPUMemNet Datasets/MLP, CC BY 4.0 (`datasets/gpumemnet/README.md`).",
             ""]
     (ROOT / "docs/accuracy-device.md").write_text("\n".join(out))
-    print("wrote core/stacks.json and docs/accuracy-device.md")
+    print("wrote base/stacks.json and docs/accuracy-device.md")
 
 
 if __name__ == "__main__":

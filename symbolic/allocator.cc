@@ -76,7 +76,7 @@ int64_t CachingAllocatorModel::NewBlock(const Block& b) {
   if (!free_ids_.empty()) {
     const int64_t id = free_ids_.back();
     free_ids_.pop_back();
-    blocks_[static_cast<size_t>(id)] = b;
+    blocks_[id] = b;
     return id;
   }
   blocks_.push_back(b);
@@ -84,18 +84,16 @@ int64_t CachingAllocatorModel::NewBlock(const Block& b) {
 }
 
 void CachingAllocatorModel::InsertFree(int64_t id) {
-  const Block& b = blocks_[static_cast<size_t>(id)];
+  const Block& b = blocks_[id];
   (b.small ? free_small_ : free_large_).Insert(FreeKey{b.size, b.addr}, id);
 }
 
 void CachingAllocatorModel::EraseFree(int64_t id) {
-  const Block& b = blocks_[static_cast<size_t>(id)];
+  const Block& b = blocks_[id];
   (b.small ? free_small_ : free_large_).Erase(FreeKey{b.size, b.addr});
 }
 
-uint64_t CachingAllocatorModel::BlockSize(Handle h) const {
-  return h < 0 ? 0 : blocks_[static_cast<size_t>(h)].size;
-}
+uint64_t CachingAllocatorModel::BlockSize(Handle h) const { return h < 0 ? 0 : blocks_[h].size; }
 
 int64_t CachingAllocatorModel::FindFree(uint64_t rounded, bool small) {
   const auto found = (small ? free_small_ : free_large_).LowerBound(FreeKey{rounded, 0});
@@ -119,8 +117,8 @@ bool CachingAllocatorModel::ShouldSplit(const Block& b, uint64_t rounded) const 
 CachingAllocatorModel::Handle CachingAllocatorModel::Hand(int64_t id, uint64_t rounded,
                                                           uint64_t bytes) {
   EraseFree(id);
-  if (ShouldSplit(blocks_[static_cast<size_t>(id)], rounded)) {
-    const Block& b = blocks_[static_cast<size_t>(id)];
+  if (ShouldSplit(blocks_[id], rounded)) {
+    const Block& b = blocks_[id];
     Block rest;
     rest.addr = b.addr + rounded;
     rest.size = b.size - rounded;
@@ -129,13 +127,13 @@ CachingAllocatorModel::Handle CachingAllocatorModel::Hand(int64_t id, uint64_t r
     rest.next = b.next;
     rest.small = b.small;
     const int64_t rest_id = NewBlock(rest);  // may reallocate blocks_: re-index below
-    Block& block = blocks_[static_cast<size_t>(id)];
-    if (block.next >= 0) blocks_[static_cast<size_t>(block.next)].prev = rest_id;
+    Block& block = blocks_[id];
+    if (block.next >= 0) blocks_[block.next].prev = rest_id;
     block.next = rest_id;
     block.size = rounded;
     InsertFree(rest_id);
   }
-  Block& block = blocks_[static_cast<size_t>(id)];
+  Block& block = blocks_[id];
   block.free = false;
   block.requested = bytes;
   Bump(&stats_.allocated, &stats_.peak_allocated, block.size);
@@ -172,7 +170,7 @@ bool CachingAllocatorModel::ReleaseCached() {
   for (size_t i = 0; i < blocks_.size(); ++i) {
     Block& b = blocks_[i];
     if (!b.alive || !b.free) continue;
-    Segment& seg = segments_[static_cast<size_t>(b.segment)];
+    Segment& seg = segments_[b.segment];
     if (config_.expandable_segments) {
       // Unmap the whole pages at the end of a free tail block (memory-model.md §1.6).
       if (b.next >= 0) continue;
@@ -188,7 +186,7 @@ bool CachingAllocatorModel::ReleaseCached() {
       ++stats_.num_device_free;
       released = true;
       if (b.size == 0) {
-        if (b.prev >= 0) blocks_[static_cast<size_t>(b.prev)].next = -1;
+        if (b.prev >= 0) blocks_[b.prev].next = -1;
         if (seg.first == static_cast<int64_t>(i)) seg.first = -1;
         b.alive = false;
         free_ids_.push_back(static_cast<int64_t>(i));
@@ -229,14 +227,14 @@ CachingAllocatorModel::Handle CachingAllocatorModel::MallocExpandable(uint64_t r
       segments_.push_back(seg);
       ++stats_.segments;
     }
-    Segment& seg = segments_[static_cast<size_t>(seg_id)];
+    Segment& seg = segments_[seg_id];
     // The tail block, if free, grows; otherwise a new block starts at the end of the mapping.
     int64_t tail = seg.first;
-    while (tail >= 0 && blocks_[static_cast<size_t>(tail)].next >= 0) {
-      tail = blocks_[static_cast<size_t>(tail)].next;
+    while (tail >= 0 && blocks_[tail].next >= 0) {
+      tail = blocks_[tail].next;
     }
-    const bool tail_free = tail >= 0 && blocks_[static_cast<size_t>(tail)].free;
-    const uint64_t have = tail_free ? blocks_[static_cast<size_t>(tail)].size : 0;
+    const bool tail_free = tail >= 0 && blocks_[tail].free;
+    const uint64_t have = tail_free ? blocks_[tail].size : 0;
     const uint64_t map = RoundUp(rounded - have, page);
     if (stats_.reserved + map > config_.capacity) {
       ++stats_.num_alloc_retries;
@@ -249,7 +247,7 @@ CachingAllocatorModel::Handle CachingAllocatorModel::MallocExpandable(uint64_t r
     ++stats_.num_device_alloc;
     if (tail_free) {
       EraseFree(tail);
-      blocks_[static_cast<size_t>(tail)].size += map;
+      blocks_[tail].size += map;
       seg.size += map;
       InsertFree(tail);
       return Hand(tail, rounded, bytes);
@@ -262,11 +260,11 @@ CachingAllocatorModel::Handle CachingAllocatorModel::MallocExpandable(uint64_t r
     b.small = small;
     const int64_t nb = NewBlock(b);
     if (tail >= 0) {
-      blocks_[static_cast<size_t>(tail)].next = nb;
+      blocks_[tail].next = nb;
     } else {
-      segments_[static_cast<size_t>(seg_id)].first = nb;
+      segments_[seg_id].first = nb;
     }
-    segments_[static_cast<size_t>(seg_id)].size += map;
+    segments_[seg_id].size += map;
     InsertFree(nb);
     return Hand(nb, rounded, bytes);
   }
@@ -299,37 +297,36 @@ void CachingAllocatorModel::Free(Handle h) {
   if (h < 0) return;
   int64_t id = h;
   {
-    if (static_cast<uint64_t>(id) >= blocks_.size() || blocks_[static_cast<size_t>(id)].free ||
-        !blocks_[static_cast<size_t>(id)].alive) {
+    if (static_cast<uint64_t>(id) >= blocks_.size() || blocks_[id].free || !blocks_[id].alive) {
       if (misuse_.ok()) {
         misuse_ = Internal("allocator model: free of handle " + std::to_string(h) +
                            ", which is not a live block (a double free)");
       }
       return;
     }
-    Block& b = blocks_[static_cast<size_t>(id)];
+    Block& b = blocks_[id];
     stats_.allocated -= b.size;
     stats_.requested -= b.requested;
     b.free = true;
     b.requested = 0;
   }
   auto merge = [&](int64_t left, int64_t right) {  // right is absorbed into left
-    Block& l = blocks_[static_cast<size_t>(left)];
-    Block& r = blocks_[static_cast<size_t>(right)];
+    Block& l = blocks_[left];
+    Block& r = blocks_[right];
     l.size += r.size;
     l.next = r.next;
-    if (r.next >= 0) blocks_[static_cast<size_t>(r.next)].prev = left;
+    if (r.next >= 0) blocks_[r.next].prev = left;
     r.alive = false;
     free_ids_.push_back(right);
   };
-  const int64_t prev = blocks_[static_cast<size_t>(id)].prev;
-  if (prev >= 0 && blocks_[static_cast<size_t>(prev)].free) {
+  const int64_t prev = blocks_[id].prev;
+  if (prev >= 0 && blocks_[prev].free) {
     EraseFree(prev);
     merge(prev, id);
     id = prev;
   }
-  const int64_t next = blocks_[static_cast<size_t>(id)].next;
-  if (next >= 0 && blocks_[static_cast<size_t>(next)].free) {
+  const int64_t next = blocks_[id].next;
+  if (next >= 0 && blocks_[next].free) {
     EraseFree(next);
     merge(id, next);
   }

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/id_vector.h"
 #include "memest/status.h"
 #include "memory/allocator_constants.h"
 #include "symbolic/free_list.h"
@@ -113,9 +114,9 @@ class CachingAllocatorModel {
 
   AllocatorConfig config_;
   AllocatorStats stats_;
-  std::vector<Block> blocks_;
+  base::IdVector<Block, int64_t> blocks_;
   std::vector<int64_t> free_ids_;  // recycled block ids
-  std::vector<Segment> segments_;
+  base::IdVector<Segment> segments_;
   // Free blocks -> block id, by (size, addr), per pool.
   FreeList free_small_, free_large_;
   uint64_t next_addr_ = kRoundLarge;      // virtual addresses of new segments

@@ -78,9 +78,10 @@
 #include <array>
 #include <set>
 
-#include "core/checked.h"
+#include "base/checked.h"
+#include "base/dtype.h"
+#include "base/id_vector.h"
 #include "core/checkpoint.h"
-#include "core/dtype.h"
 #include "memory/context.h"
 #include "memory/device.h"
 #include "memory/kv_cache.h"
@@ -92,24 +93,6 @@
 #include "symbolic/allocator.h"
 
 namespace memest::symbolic {
-
-const char* ToString(Category c) {
-  switch (c) {
-    case Category::kWeights:
-      return "weights";
-    case Category::kGradients:
-      return "gradients";
-    case Category::kOptimizerState:
-      return "optimizer_state";
-    case Category::kActivations:
-      return "activations";
-    case Category::kTransient:
-      return "transient";
-    case Category::kCollective:
-      return "collective_buffers";
-  }
-  return "?";
-}
 
 namespace {
 
@@ -218,30 +201,30 @@ class Sim {
   CachingAllocatorModel alloc_;
   bool train_ = true;
 
-  std::vector<Live> tensors_;
-  std::array<uint64_t, kNumCategories> live_{};  // requested bytes per category
+  base::IdVector<Live, Tensor> tensors_;
+  base::IdVector<uint64_t, Category> live_{kNumCategories};  // requested bytes per category
   Phase phase_ = Phase::kUnknown;
   int node_ = -1;
   int iteration_ = 0;
 
   // Static facts.
-  std::vector<std::vector<ops::SavedTensor>> saved_;  // per node
-  std::vector<int> uses_;        // per root: forward uses by nodes (all aliases)
-  std::vector<int> saved_by_;    // per root: nodes that save it
-  std::vector<int> cast_saves_;  // per parameter: lower-precision nodes that save its AMP copy
+  base::IdVector<std::vector<ops::SavedTensor>> saved_;  // per node
+  base::IdVector<int> uses_;        // per root: forward uses by nodes (all aliases)
+  base::IdVector<int> saved_by_;    // per root: nodes that save it
+  base::IdVector<int> cast_saves_;  // per parameter: lower-precision nodes that save its AMP copy
   std::vector<core::CheckpointSegment> ckpt_;
   std::vector<int> seg_of_;  // per node: index into ckpt_, -1 when not checkpointed
   int loss_value_ = -1;
   memory::LossTensors loss_tensors_;
 
   // Per-iteration state.
-  std::vector<Tensor> value_;  // per root: live storage
-  std::vector<int> uses_left_, saved_left_;
-  std::vector<Tensor> grad_;        // per value: gradient buffer
-  std::vector<Tensor> param_grad_;  // per value: .grad of parameters (persist until zero_grad)
-  std::vector<Tensor> cast_;        // per parameter: AMP copy
-  std::vector<int> cast_left_;
-  std::vector<std::vector<Tensor>> extras_;  // per node: extra saved tensors
+  base::IdVector<Tensor> value_;  // per root: live storage
+  base::IdVector<int> uses_left_, saved_left_;
+  base::IdVector<Tensor> grad_;        // per value: gradient buffer
+  base::IdVector<Tensor> param_grad_;  // per value: .grad of parameters (persist until zero_grad)
+  base::IdVector<Tensor> cast_;        // per parameter: AMP copy
+  base::IdVector<int> cast_left_;
+  base::IdVector<std::vector<Tensor>> extras_;  // per node: extra saved tensors
   std::vector<Tensor> inputs_, old_inputs_;
   Tensor log_probs_ = -1, loss_ = -1;
   std::vector<Tensor> state_;
@@ -250,13 +233,13 @@ class Sim {
   // Many GPUs.
   bool sharded_ = false;  // ZeRO / FSDP: flat state buffers (memory::RankStates)
   memory::RankStates rank_;
-  std::vector<int> unit_of_node_;            // per node: the gathered unit it reads, -1 none
-  std::vector<uint64_t> unit_bytes_;         // per unit: gathered parameter bytes
-  std::vector<uint64_t> unit_grad_bytes_;    // per unit: unsharded gradient bytes
-  std::vector<int> unit_first_, unit_last_;  // per unit: first / last forward node
-  std::vector<int> unit_order_;              // units by first forward node
-  uint64_t root_bytes_ = 0;                  // parameters in no unit, gathered throughout
-  std::vector<Tensor> gathered_, unit_grads_;
+  base::IdVector<int> unit_of_node_;            // per node: the gathered unit it reads, -1 none
+  base::IdVector<uint64_t> unit_bytes_;         // per unit: gathered parameter bytes
+  base::IdVector<uint64_t> unit_grad_bytes_;    // per unit: unsharded gradient bytes
+  base::IdVector<int> unit_first_, unit_last_;  // per unit: first / last forward node
+  std::vector<int> unit_order_;                 // units by first forward node
+  uint64_t root_bytes_ = 0;                     // parameters in no unit, gathered throughout
+  base::IdVector<Tensor> gathered_, unit_grads_;
   Tensor root_gathered_ = -1, flat_weights_ = -1, flat_grads_ = -1, flat_state_ = -1;
   std::vector<Tensor> buckets_;
   // Pipeline stages: roots read here but made on another stage; values made here and read on
@@ -269,9 +252,9 @@ class Sim {
 
   // Results.
   uint64_t peak_reserved_seen_ = 0;
-  std::array<uint64_t, kNumCategories> at_peak_{};
+  base::IdVector<uint64_t, Category> at_peak_{kNumCategories};
   uint64_t allocated_at_peak_ = 0;
-  std::array<CategoryPeak, kNumCategories> largest_{};
+  base::IdVector<CategoryPeak, Category> largest_{kNumCategories};
   CategoryPeak largest_cached_free_;
   Phase peak_phase_ = Phase::kUnknown;
   int peak_node_ = -1;
@@ -292,7 +275,7 @@ Tensor Sim::Malloc(uint64_t bytes, Category c) {
   t.category = c;
   t.alive = true;
   tensors_.push_back(t);
-  live_[static_cast<size_t>(c)] += bytes;
+  live_[c] += bytes;
   NoteLargest(c);
   const AllocatorStats& s = alloc_.stats();
   // The device peak is the reserved peak; of the moments at that reservation, the breakdown
@@ -318,11 +301,11 @@ Tensor Sim::Malloc(uint64_t bytes, Category c) {
 
 void Sim::Free(Tensor* t) {
   if (*t < 0) return;
-  Live& l = tensors_[static_cast<size_t>(*t)];
+  Live& l = tensors_[*t];
   if (l.alive) {
     alloc_.Free(l.handle);
     l.alive = false;
-    live_[static_cast<size_t>(l.category)] -= l.bytes;
+    live_[l.category] -= l.bytes;
     NoteCachedFree();
     Record(false, l.bytes, l.category);
   }
@@ -330,10 +313,10 @@ void Sim::Free(Tensor* t) {
 }
 
 void Sim::Relabel(Tensor t, Category c) {
-  Live& l = tensors_[static_cast<size_t>(t)];
-  live_[static_cast<size_t>(l.category)] -= l.bytes;
+  Live& l = tensors_[t];
+  live_[l.category] -= l.bytes;
   l.category = c;
-  live_[static_cast<size_t>(c)] += l.bytes;
+  live_[c] += l.bytes;
   NoteLargest(c);
 }
 
@@ -342,14 +325,13 @@ CategoryPeak Sim::PeakHere(uint64_t bytes) const {
   p.bytes = bytes;
   p.phase = phase_;
   p.iteration = iteration_;
-  if (node_ >= 0) p.node = g_.nodes[static_cast<size_t>(node_)].name;
+  if (node_ >= 0) p.node = g_.node(node_).name;
   return p;
 }
 
 void Sim::NoteLargest(Category c) {
-  const uint64_t now = live_[static_cast<size_t>(c)];
-  if (now > largest_[static_cast<size_t>(c)].bytes)
-    largest_[static_cast<size_t>(c)] = PeakHere(now);
+  const uint64_t now = live_[c];
+  if (now > largest_[c].bytes) largest_[c] = PeakHere(now);
 }
 
 void Sim::NoteCachedFree() {
@@ -384,7 +366,7 @@ void Sim::Prepare() {
   }
   for (size_t k = 0; k < nn; ++k) {
     if (!OnStage(k)) continue;
-    for (int r : InputRoots(g_.nodes[k], -1)) ++uses_[static_cast<size_t>(r)];
+    for (int r : InputRoots(g_.nodes[k], -1)) ++uses_[r];
     if (!train_) continue;
     saved_[k] = facts_.Saved(k);
     // A checkpointed node saves nothing in the forward (it runs under no_grad); its saves are
@@ -397,18 +379,18 @@ void Sim::Prepare() {
       if (v.kind == core::ValueKind::kInitializer) {
         const ops::OpRule* r = facts_.rule(k);
         if (facts_.amp_cast_bytes(s.value) > 0 && r && r->amp == ops::AmpPolicy::kLowerPrecision) {
-          ++cast_saves_[static_cast<size_t>(s.value)];
+          ++cast_saves_[s.value];
         }
         continue;
       }
       saved_roots.insert(facts_.root(s.value));
     }
-    for (int r : saved_roots) ++saved_by_[static_cast<size_t>(r)];
+    for (int r : saved_roots) ++saved_by_[r];
   }
   for (const core::CheckpointSegment& seg : ckpt_) {  // the checkpoint keeps its inputs
     std::set<int> roots;
     for (int in : seg.inputs) roots.insert(facts_.root(in));
-    for (int r : roots) ++saved_by_[static_cast<size_t>(r)];
+    for (int r : roots) ++saved_by_[r];
   }
   FindStageBoundary();
   // The loss is computed on the stage that makes the first output (the last for a graph input).
@@ -472,38 +454,37 @@ void Sim::PrepareParallel() {
   unit_first_.assign(static_cast<size_t>(units), -1);
   unit_last_.assign(static_cast<size_t>(units), -1);
   for (const memory::ParameterShare& s : params) {
-    const uint64_t bytes = core::SatMul(s.elements, c);
+    const uint64_t bytes = base::SatMul(s.elements, c);
     const int u = unit_of(s);
     if (u < 0) {
-      root_bytes_ = core::SatAdd(root_bytes_, bytes);
+      root_bytes_ = base::SatAdd(root_bytes_, bytes);
       continue;
     }
-    unit_bytes_[static_cast<size_t>(u)] = core::SatAdd(unit_bytes_[static_cast<size_t>(u)], bytes);
+    unit_bytes_[u] = base::SatAdd(unit_bytes_[u], bytes);
     if (s.trainable) {
-      unit_grad_bytes_[static_cast<size_t>(u)] =
-          core::SatAdd(unit_grad_bytes_[static_cast<size_t>(u)], bytes);
+      unit_grad_bytes_[u] = base::SatAdd(unit_grad_bytes_[u], bytes);
     }
     for (int k : g_.value(s.value).consumers) {
       if (!OnStage(static_cast<size_t>(k))) continue;  // a tied weight's other stage
-      int& node_unit = unit_of_node_[static_cast<size_t>(k)];
+      int& node_unit = unit_of_node_[k];
       if (node_unit < 0) node_unit = u;
     }
   }
   for (size_t k = 0; k < g_.nodes.size(); ++k) {
     const int u = unit_of_node_[k];
     if (u < 0) continue;
-    if (unit_first_[static_cast<size_t>(u)] < 0) {
-      unit_first_[static_cast<size_t>(u)] = static_cast<int>(k);
+    if (unit_first_[u] < 0) {
+      unit_first_[u] = static_cast<int>(k);
       unit_order_.push_back(u);
     }
-    unit_last_[static_cast<size_t>(u)] = static_cast<int>(k);
+    unit_last_[u] = static_cast<int>(k);
   }
   gathered_.assign(static_cast<size_t>(units), -1);
   unit_grads_.assign(static_cast<size_t>(units), -1);
 }
 
 void Sim::Gather(int unit, Tensor* into) {
-  if (*into < 0) *into = Malloc(unit_bytes_[static_cast<size_t>(unit)], Category::kCollective);
+  if (*into < 0) *into = Malloc(unit_bytes_[unit], Category::kCollective);
 }
 
 // FSDP full/hybrid issue the next unit's all-gather while the current one computes (implicit
@@ -515,58 +496,57 @@ bool Prefetches(const Parallelism& p) {
 void Sim::GatherForward(size_t k) {
   if (unit_of_node_.empty()) return;
   const int u = unit_of_node_[k];
-  if (u < 0 || unit_first_[static_cast<size_t>(u)] != static_cast<int>(k)) return;
-  Gather(u, &gathered_[static_cast<size_t>(u)]);
+  if (u < 0 || unit_first_[u] != static_cast<int>(k)) return;
+  Gather(u, &gathered_[u]);
   if (!Prefetches(o_.parallel)) return;
   const auto at = std::find(unit_order_.begin(), unit_order_.end(), u);
   if (at != unit_order_.end() && at + 1 != unit_order_.end()) {
-    Gather(*(at + 1), &gathered_[static_cast<size_t>(*(at + 1))]);
+    Gather(*(at + 1), &gathered_[*(at + 1)]);
   }
 }
 
 void Sim::ReleaseForward(size_t k) {
   if (unit_of_node_.empty() || o_.parallel.sharding == Sharding::kFsdpGradOp) return;
   const int u = unit_of_node_[k];
-  if (u >= 0 && unit_last_[static_cast<size_t>(u)] == static_cast<int>(k)) {
-    Free(&gathered_[static_cast<size_t>(u)]);  // reshard after forward
+  if (u >= 0 && unit_last_[u] == static_cast<int>(k)) {
+    Free(&gathered_[u]);  // reshard after forward
   }
 }
 
 void Sim::GatherBackward(size_t k) {
   if (unit_of_node_.empty()) return;
   const int u = unit_of_node_[k];
-  if (u < 0 || unit_last_[static_cast<size_t>(u)] != static_cast<int>(k)) return;
-  Gather(u, &gathered_[static_cast<size_t>(u)]);
-  if (unit_grads_[static_cast<size_t>(u)] < 0) {
-    unit_grads_[static_cast<size_t>(u)] =
-        Malloc(unit_grad_bytes_[static_cast<size_t>(u)], Category::kCollective);
+  if (u < 0 || unit_last_[u] != static_cast<int>(k)) return;
+  Gather(u, &gathered_[u]);
+  if (unit_grads_[u] < 0) {
+    unit_grads_[u] = Malloc(unit_grad_bytes_[u], Category::kCollective);
   }
   if (!Prefetches(o_.parallel)) return;
   const auto at = std::find(unit_order_.begin(), unit_order_.end(), u);
   if (at != unit_order_.end() && at != unit_order_.begin()) {
-    Gather(*(at - 1), &gathered_[static_cast<size_t>(*(at - 1))]);
+    Gather(*(at - 1), &gathered_[*(at - 1)]);
   }
 }
 
 void Sim::ReduceScatter(size_t k) {
   if (unit_of_node_.empty()) return;
   const int u = unit_of_node_[k];
-  if (u < 0 || unit_first_[static_cast<size_t>(u)] != static_cast<int>(k)) return;
-  Free(&unit_grads_[static_cast<size_t>(u)]);
-  Free(&gathered_[static_cast<size_t>(u)]);
+  if (u < 0 || unit_first_[u] != static_cast<int>(k)) return;
+  Free(&unit_grads_[u]);
+  Free(&gathered_[u]);
 }
 
 void Sim::FreeIfDead(int root) {
   if (root < 0) return;
   const core::Value& v = g_.value(root);
   if (v.kind == core::ValueKind::kInitializer || v.kind == core::ValueKind::kDataInput) return;
-  if (uses_left_[static_cast<size_t>(root)] > 0 || saved_left_[static_cast<size_t>(root)] > 0) {
+  if (uses_left_[root] > 0 || saved_left_[root] > 0) {
     return;
   }
   for (int out : kept_outputs_) {
     if (facts_.root(out) == root) return;  // graph outputs live until the iteration ends
   }
-  Free(&value_[static_cast<size_t>(root)]);
+  Free(&value_[root]);
 }
 
 bool Sim::MadeIn(int root, int seg) const {
@@ -584,32 +564,31 @@ bool Sim::MadeIn(int root, int seg) const {
 void Sim::Recompute(int seg) {
   const core::CheckpointSegment& s = ckpt_[static_cast<size_t>(seg)];
   bool needed = false;
-  for (int out : s.outputs) needed = needed || grad_[static_cast<size_t>(out)] >= 0;
+  for (int out : s.outputs) needed = needed || grad_[out] >= 0;
   if (!needed) return;
   // Per-segment counts for the roots the segment makes.
   for (int k = s.begin; k < s.end; ++k) {
-    const core::Node& n = g_.nodes[static_cast<size_t>(k)];
+    const core::Node& n = g_.node(k);
     for (int out : n.outputs) {
       if (out >= 0 && facts_.root(out) == out) {
-        uses_left_[static_cast<size_t>(out)] = 0;
-        saved_left_[static_cast<size_t>(out)] = 0;
+        uses_left_[out] = 0;
+        saved_left_[out] = 0;
       }
     }
   }
   for (int k = s.begin; k < s.end; ++k) {
-    for (int r : InputRoots(g_.nodes[static_cast<size_t>(k)], seg))
-      ++uses_left_[static_cast<size_t>(r)];
+    for (int r : InputRoots(g_.node(k), seg)) ++uses_left_[r];
     std::set<int> saved_roots;
-    for (const auto& sv : saved_[static_cast<size_t>(k)]) {
+    for (const auto& sv : saved_[k]) {
       if (sv.value >= 0 && MadeIn(facts_.root(sv.value), seg))
         saved_roots.insert(facts_.root(sv.value));
     }
-    for (int r : saved_roots) ++saved_left_[static_cast<size_t>(r)];
+    for (int r : saved_roots) ++saved_left_[r];
   }
   std::set<int> held;
   for (int out : s.outputs) held.insert(facts_.root(out));
   for (int r : held) {
-    if (MadeIn(r, seg)) ++saved_left_[static_cast<size_t>(r)];
+    if (MadeIn(r, seg)) ++saved_left_[r];
   }
   for (int k = s.begin; k < s.end; ++k) ForwardNode(static_cast<size_t>(k), seg);
   ClearAutocastCache();  // the recomputation's own cache
@@ -621,14 +600,14 @@ void Sim::ReleaseSegment(int seg) {
   std::set<int> roots;
   for (int out : s.outputs) roots.insert(facts_.root(out));
   for (int r : roots) {
-    if (!MadeIn(r, seg) || saved_left_[static_cast<size_t>(r)] == 0) continue;
-    --saved_left_[static_cast<size_t>(r)];
+    if (!MadeIn(r, seg) || saved_left_[r] == 0) continue;
+    --saved_left_[r];
     FreeIfDead(r);
   }
   roots.clear();
   for (int in : s.inputs) roots.insert(facts_.root(in));
   for (int r : roots) {
-    if (saved_left_[static_cast<size_t>(r)] > 0) --saved_left_[static_cast<size_t>(r)];
+    if (saved_left_[r] > 0) --saved_left_[r];
     FreeIfDead(r);
   }
 }
@@ -657,8 +636,8 @@ void Sim::ForwardNode(size_t k, int seg) {
   if (seg < 0) GatherForward(k);
   if (lower && !sharded_) {
     for (int in : n.inputs) {
-      if (in >= 0 && cast_[static_cast<size_t>(in)] < 0 && facts_.amp_cast_bytes(in) > 0) {
-        cast_[static_cast<size_t>(in)] = Malloc(facts_.amp_cast_bytes(in), Category::kWeights);
+      if (in >= 0 && cast_[in] < 0 && facts_.amp_cast_bytes(in) > 0) {
+        cast_[in] = Malloc(facts_.amp_cast_bytes(in), Category::kWeights);
       }
     }
   }
@@ -667,10 +646,9 @@ void Sim::ForwardNode(size_t k, int seg) {
   Tensor dequantized = Malloc(weights_.forward_transient(k), Category::kTransient);
   for (int out : n.outputs) {
     if (out < 0 || facts_.root(out) != out) continue;  // views allocate nothing
-    if (seg >= 0 && value_[static_cast<size_t>(out)] >= 0) continue;
-    value_[static_cast<size_t>(out)] =
-        Malloc(facts_.bytes(out), saved_left_[static_cast<size_t>(out)] > 0 ? Category::kActivations
-                                                                            : Category::kTransient);
+    if (seg >= 0 && value_[out] >= 0) continue;
+    value_[out] = Malloc(facts_.bytes(out),
+                         saved_left_[out] > 0 ? Category::kActivations : Category::kTransient);
   }
   Free(&dequantized);
   // The rule's workspace (a fused attention kernel's scores) lives while the kernel writes what it
@@ -683,13 +661,13 @@ void Sim::ForwardNode(size_t k, int seg) {
         extras_[k].push_back(Malloc(sv.bytes, Category::kActivations));
       } else if (seg >= 0 && lower && g_.value(sv.value).kind == core::ValueKind::kInitializer &&
                  facts_.amp_cast_bytes(sv.value) > 0) {
-        ++cast_left_[static_cast<size_t>(sv.value)];
+        ++cast_left_[sv.value];
       }
     }
   }
   Free(&ws);
   for (int r : InputRoots(n, seg)) {
-    --uses_left_[static_cast<size_t>(r)];
+    --uses_left_[r];
     FreeIfDead(r);
   }
   for (int out : n.outputs) {
@@ -755,7 +733,7 @@ void Sim::LossBackward() {
   Tensor grad_log_probs =
       loss_tensors_.cross_entropy ? Malloc(loss_tensors_.log_probs, Category::kTransient) : -1;
   if (loss_tensors_.cross_entropy) Free(&seed);
-  grad_[static_cast<size_t>(loss_value_)] = Malloc(loss_tensors_.output_grad, Category::kTransient);
+  grad_[loss_value_] = Malloc(loss_tensors_.output_grad, Category::kTransient);
   Free(&grad_log_probs);
   Free(&seed);
   Free(&log_probs_);
@@ -766,8 +744,7 @@ void Sim::Deliver(int in, Tensor g) {
     Free(&g);  // written into the rank's gradient buffer (or the unit's, then scattered)
     return;
   }
-  Tensor& slot =
-      facts_.trainable(in) ? param_grad_[static_cast<size_t>(in)] : grad_[static_cast<size_t>(in)];
+  Tensor& slot = facts_.trainable(in) ? param_grad_[in] : grad_[in];
   if (slot < 0) {
     if (facts_.trainable(in) && g >= 0) {
       // Stolen into .grad (memory-model.md §3.1): re-label it as a parameter gradient.
@@ -786,9 +763,9 @@ void Sim::InputGradients(size_t kk) {
     // The gradient of a view is a view of the output gradient: pass the buffer through.
     Tensor g = -1;
     for (int out : n.outputs) {
-      if (out >= 0 && grad_[static_cast<size_t>(out)] >= 0 && g < 0) {
-        g = grad_[static_cast<size_t>(out)];
-        grad_[static_cast<size_t>(out)] = -1;
+      if (out >= 0 && grad_[out] >= 0 && g < 0) {
+        g = grad_[out];
+        grad_[out] = -1;
       }
     }
     if (!n.inputs.empty() && facts_.requires_grad(n.inputs[0])) {
@@ -832,7 +809,7 @@ void Sim::ReleaseSaved(size_t kk, int seg) {
     // segment's inputs are held by the checkpoint until ReleaseSegment.
     if (seg >= 0 && !MadeIn(r, seg)) continue;
     if (released.insert(r).second) {
-      --saved_left_[static_cast<size_t>(r)];
+      --saved_left_[r];
       FreeIfDead(r);
     }
   }
@@ -852,8 +829,7 @@ void Sim::BackwardNode(size_t kk) {
   const ops::OpRule* rule = facts_.rule(kk);
   bool needs = false, has_out_grad = false;
   for (int in : n.inputs) needs = needs || facts_.requires_grad(in);
-  for (int out : n.outputs)
-    has_out_grad = has_out_grad || (out >= 0 && grad_[static_cast<size_t>(out)] >= 0);
+  for (int out : n.outputs) has_out_grad = has_out_grad || (out >= 0 && grad_[out] >= 0);
   if (needs && has_out_grad) {
     if (o_.library_workspaces && ws_backward_ < 0 && rule && rule->uses_cublas) {
       ws_backward_ = Malloc(gpu_.cublas_workspace.bytes, Category::kTransient);
@@ -863,7 +839,7 @@ void Sim::BackwardNode(size_t kk) {
     ConvWorkspace(kk);
   }
   for (int out : n.outputs) {
-    if (out >= 0) Free(&grad_[static_cast<size_t>(out)]);
+    if (out >= 0) Free(&grad_[out]);
   }
   // release_variables: saved tensors die with their node (memory-model.md §3.1).
   ReleaseSaved(kk, seg);
@@ -887,7 +863,7 @@ void Sim::Backward() {
   for (Tensor& t : grad_) Free(&t);
   for (Tensor& t : cast_) Free(&t);
   Free(&loss_);
-  for (int out : g_.outputs) Free(&value_[static_cast<size_t>(facts_.root(out))]);
+  for (int out : g_.outputs) Free(&value_[facts_.root(out)]);
 }
 
 void Sim::Step(int it) {
@@ -961,12 +937,12 @@ void Sim::FindStageBoundary() {
   received_.assign(received.begin(), received.end());
   sent_.assign(sent.begin(), sent.end());
   // A received activation is kept until the micro-batch's backward is done.
-  for (int r : received_) ++saved_by_[static_cast<size_t>(r)];
+  for (int r : received_) ++saved_by_[r];
 }
 
 void Sim::ReceiveActivations() {
   for (int r : received_) {
-    value_[static_cast<size_t>(r)] = Malloc(facts_.bytes(r), Category::kActivations);
+    value_[r] = Malloc(facts_.bytes(r), Category::kActivations);
   }
 }
 
@@ -974,15 +950,15 @@ void Sim::ReceiveActivations() {
 void Sim::ReceiveGradients() {
   if (!staged_ || loss_value_ >= 0) return;
   for (int v : sent_) {
-    if (facts_.requires_grad(v) && grad_[static_cast<size_t>(v)] < 0) {
-      grad_[static_cast<size_t>(v)] = Malloc(facts_.bytes(v), Category::kTransient);
+    if (facts_.requires_grad(v) && grad_[v] < 0) {
+      grad_[v] = Malloc(facts_.bytes(v), Category::kTransient);
     }
   }
 }
 
 void Sim::ReleaseReceived() {
   for (int r : received_) {
-    if (saved_left_[static_cast<size_t>(r)] > 0) --saved_left_[static_cast<size_t>(r)];
+    if (saved_left_[r] > 0) --saved_left_[r];
     FreeIfDead(r);
   }
 }
@@ -1034,7 +1010,7 @@ void Sim::Iteration(int it) {
       if (!plan_.input_on_stage(id, stage_)) continue;
       Tensor t = Malloc(facts_.bytes(id), Category::kActivations);
       inputs_.push_back(t);
-      value_[static_cast<size_t>(id)] = t;
+      value_[id] = t;
     }
     if (train_) inputs_.push_back(Malloc(loss_tensors_.targets, Category::kActivations));
     for (Tensor& t : old_inputs_) Free(&t);
@@ -1048,7 +1024,7 @@ void Sim::Iteration(int it) {
       Loss();
       Backward();
     } else {
-      for (int out : g_.outputs) Free(&value_[static_cast<size_t>(facts_.root(out))]);
+      for (int out : g_.outputs) Free(&value_[facts_.root(out)]);
     }
   }
   ReleaseOtherMicroBatches();  // cool-down
@@ -1077,19 +1053,19 @@ Result<Simulation> Sim::Run() {
   e.peak_allocated = s.peak_allocated;
   e.peak_reserved = s.peak_reserved;
   Breakdown& bd = e.breakdown;
-  bd.weights = at_peak_[static_cast<size_t>(Category::kWeights)];
-  bd.gradients = at_peak_[static_cast<size_t>(Category::kGradients)];
-  bd.optimizer_state = at_peak_[static_cast<size_t>(Category::kOptimizerState)];
-  bd.saved_activations = at_peak_[static_cast<size_t>(Category::kActivations)];
-  bd.transient = at_peak_[static_cast<size_t>(Category::kTransient)];
-  bd.collective_buffers = at_peak_[static_cast<size_t>(Category::kCollective)];
+  bd.weights = at_peak_[Category::kWeights];
+  bd.gradients = at_peak_[Category::kGradients];
+  bd.optimizer_state = at_peak_[Category::kOptimizerState];
+  bd.saved_activations = at_peak_[Category::kActivations];
+  bd.transient = at_peak_[Category::kTransient];
+  bd.collective_buffers = at_peak_[Category::kCollective];
   uint64_t requested = 0;
   for (uint64_t v : at_peak_) requested += v;
   const uint64_t allocated =
       std::clamp(allocated_at_peak_, requested, std::max(requested, s.peak_reserved));
   bd.allocator_overhead = allocated - requested;
   bd.cached_free = s.peak_reserved - std::min(allocated, s.peak_reserved);
-  auto largest = [&](Category c) { return largest_[static_cast<size_t>(c)]; };
+  auto largest = [&](Category c) { return largest_[c]; };
   e.largest = CategoryMaxima{largest(Category::kWeights),        largest(Category::kGradients),
                              largest(Category::kOptimizerState), largest(Category::kActivations),
                              largest(Category::kTransient),      largest_cached_free_};
@@ -1100,7 +1076,7 @@ Result<Simulation> Sim::Run() {
   }
   e.peak_device = bd.Total();
   e.peak_phase = peak_phase_;
-  e.peak_node = peak_node_ >= 0 ? g_.nodes[static_cast<size_t>(peak_node_)].name : "";
+  e.peak_node = peak_node_ >= 0 ? g_.node(peak_node_).name : "";
   auto mib = [](uint64_t b) { return std::to_string(b >> 20) + " MiB"; };
   std::string iters;
   for (const auto& ip : sim_.iterations) {
@@ -1109,11 +1085,10 @@ Result<Simulation> Sim::Run() {
              ", reserved " + mib(ip.reserved);
   }
   e.diagnostics.push_back({Severity::kInfo, "iterations", iters, "", ""});
-  e.diagnostics.push_back(
-      {Severity::kInfo, "allocated_peak",
-       std::string("allocated peak in ") + memest::ToString(alloc_peak_phase_) + " of iteration " +
-           std::to_string(alloc_peak_iteration_),
-       alloc_peak_node_ >= 0 ? g_.nodes[static_cast<size_t>(alloc_peak_node_)].name : "", ""});
+  e.diagnostics.push_back({Severity::kInfo, "allocated_peak",
+                           std::string("allocated peak in ") + memest::ToString(alloc_peak_phase_) +
+                               " of iteration " + std::to_string(alloc_peak_iteration_),
+                           alloc_peak_node_ >= 0 ? g_.node(alloc_peak_node_).name : "", ""});
   return std::move(sim_);
 }
 

@@ -13,34 +13,27 @@
 #include <vector>
 
 #include "core/bind.h"
-#include "memory/context.h"
 #include "memest/estimate.h"
 #include "memest/gpu_profile.h"
 #include "memest/options.h"
 #include "memest/status.h"
+#include "memory/category.h"
+#include "memory/context.h"
 
 namespace memest::symbolic {
 
-enum class Category : uint8_t {
-  kWeights,         // parameters, buffers, autocast weight copies
-  kGradients,       // .grad of parameters
-  kOptimizerState,  // exp_avg, exp_avg_sq, momentum buffers
-  kActivations,     // input batch and forward tensors kept for backward
-  kTransient,       // everything short-lived: unsaved outputs, activation gradients, loss,
-                    // optimizer temporaries, cuBLAS workspaces
-  kCollective,      // many GPUs: DDP buckets, parameters gathered for a unit and its unsharded
-                    // gradients (memory/parallel.h)
-};
-inline constexpr int kNumCategories = 6;
-const char* ToString(Category c);
+// The categories are memory's (memory/category.h), shared with the measurement harness.
+using memory::Category;
+using memory::kNumCategories;
+using memory::ToString;
 
 struct TimelineEvent {
   bool malloc = true;  // false: free
   uint64_t bytes = 0;  // requested bytes
   Category category = Category::kTransient;
   Phase phase = Phase::kUnknown;
-  int node = -1;       // node index in the graph, -1 when not tied to a node
-  int iteration = 0;   // 1-based
+  int node = -1;           // node index in the graph, -1 when not tied to a node
+  int iteration = 0;       // 1-based
   uint64_t allocated = 0;  // allocator state after the event
   uint64_t reserved = 0;
 };
@@ -54,8 +47,8 @@ struct IterationPeak {
 struct Simulation {
   Estimate estimate;
   std::vector<IterationPeak> iterations;
-  std::vector<TimelineEvent> events;     // filled only when asked for
-  std::vector<std::string> node_names;   // index -> name, for events
+  std::vector<TimelineEvent> events;    // filled only when asked for
+  std::vector<std::string> node_names;  // index -> name, for events
 };
 
 // Iterations simulated: 1 (first: optimizer state and workspaces created) and 2..3 (steady).

@@ -58,7 +58,7 @@
 #include <string>
 #include <vector>
 
-#include "core/sha256.h"
+#include "base/sha256.h"
 #include "measurement/executor.h"
 #include "measurement/plan.h"
 #include "measurement/row.h"
@@ -176,7 +176,7 @@ DeviceKind ResolvedDevice(DeviceKind requested) {
 Result<std::string> ModelSha256(const std::string& file) {
   static std::map<std::string, std::string> cache;
   if (auto it = cache.find(file); it != cache.end()) return it->second;
-  MEMEST_ASSIGN_OR_RETURN(std::string sha, core::Sha256File(file));
+  MEMEST_ASSIGN_OR_RETURN(std::string sha, base::Sha256File(file));
   cache[file] = sha;
   return sha;
 }
@@ -229,7 +229,7 @@ Status WriteTrace(const std::string& file, const measurement::Plan& plan,
   for (const measurement::TraceEvent& e : trace) {
     std::string node;
     if (e.node >= 0 && static_cast<size_t>(e.node) < plan.nodes.size()) {
-      node = plan.nodes[static_cast<size_t>(e.node)].name;
+      node = plan.node(e.node).name;
     } else if (e.node == measurement::kNodeLoss) {
       node = "<loss>";
     } else if (e.node == measurement::kNodeOptimizer) {
@@ -1004,101 +1004,101 @@ int Merge(const std::vector<std::string>& inputs, const std::string& out_file,
   return 1;
 }
 
-int Main(int argc, char** argv) {
-  CLI::App app{
-      "memest-measure: runs ONNX training graphs with LibTorch and records the memory "
-      "they take, as measured rows (docs/measured-row-schema.md)"};
+// Everything memest-measure's command line gives, before it is checked.
+struct MeasureFlags {
   std::string model;
-  std::string device = "auto", family;
+  std::string device = "auto";
+  std::string family;
   std::string optimizer_impl = "auto";
-  std::string s_trace;
+  std::string trace;
   int iterations = 3;
   uint64_t seed = 0;
   uint64_t host_limit_mb = 0;
-  SweepSettings sw;
+  SweepSettings sweep;
   bool no_isolate = false;
   std::string shard;
   std::vector<std::string> merge_inputs;
   bool print_options = false;
-  app.add_option("model", model, "ONNX model to run");
+  bool list_flags = false;
   // The estimation options the harness executes, from the table memest's flags come from.
-  cli::OptionFlags options(cli::MeasureOptionFlagNames());
-  cli::HelpDefaults help(DescribeOptions());
-  options.AddTo(app, help);
-  app.add_option("--iterations", iterations, "training iterations (or inference passes)")
+  cli::OptionFlags options{cli::MeasureOptionFlagNames()};
+};
+
+// Registers the options table's flags and memest-measure's own with `app`.
+void AddFlags(CLI::App& app, MeasureFlags& f, cli::HelpDefaults& help) {
+  SweepSettings& sw = f.sweep;
+  app.add_option("model", f.model, "ONNX model to run");
+  f.options.AddTo(app, help);
+  app.add_option("--iterations", f.iterations, "training iterations (or inference passes)")
       ->capture_default_str();
-  app.add_option("--device", device, "auto | cpu | cuda")->capture_default_str();
-  app.add_option("--family", family, "model family recorded in the row");
-  app.add_option("--seed", seed, "random seed")->capture_default_str();
-  app.add_option("--host-limit-mb", host_limit_mb,
+  app.add_option("--device", f.device, "auto | cpu | cuda")->capture_default_str();
+  app.add_option("--family", f.family, "model family recorded in the row");
+  app.add_option("--seed", f.seed, "random seed")->capture_default_str();
+  app.add_option("--host-limit-mb", f.host_limit_mb,
                  "CPU: live tensor MiB that count as out of memory (default: 80% of available)");
-  app.add_option("--optimizer-impl", optimizer_impl,
+  app.add_option("--optimizer-impl", f.optimizer_impl,
                  "auto | foreach | single-tensor (auto: torch.optim's default for the device, "
                  "foreach on CUDA and single-tensor on the CPU; memest's default is foreach)")
       ->capture_default_str();
-  app.add_option("--trace", s_trace,
+  app.add_option("--trace", f.trace,
                  "CPU, single runs: write every allocation and free as CSV to this file");
   app.add_option("--sweep", sw.manifest, "run every configuration of a JSONL manifest");
   app.add_option("--out", sw.out, "sweep: JSONL file the rows are appended to");
-  app.add_flag("--no-isolate", no_isolate, "sweep: run configurations in this process");
+  app.add_flag("--no-isolate", f.no_isolate, "sweep: run configurations in this process");
   app.add_option("--row-timeout", sw.row_timeout_s, "sweep: seconds before a run is killed")
       ->capture_default_str();
   app.add_flag("--retry-errors", sw.retry_errors, "sweep: run rows with status error again");
   app.add_option("--limit", sw.limit, "sweep: only the first N configurations");
   app.add_option("--time-budget", sw.time_budget_s,
                  "sweep: start no new configuration after this many seconds (resume later)");
-  app.add_option("--shard", shard,
+  app.add_option("--shard", f.shard,
                  "sweep: only shard I of N, I/N with 0 <= I < N (by row id: the same split on "
                  "every run; one Slurm array task each)");
   app.add_flag("--dry-run", sw.dry_run,
                "sweep: print the configurations (of this shard) as JSON lines, with the status "
                "of their row in --out (null: none yet); run nothing");
-  app.add_flag("--print-options", print_options,
+  app.add_flag("--print-options", f.print_options,
                "print the memest::Options the flags above give, as JSON (memest/json.h, the "
                "\"options\" of memest --json), and exit without running");
-  app.add_option("--merge", merge_inputs,
+  app.add_flag("--list-flags", f.list_flags,
+               "print the estimation flags above as JSON (the form of memest --list-flags), and "
+               "exit");
+  app.add_option("--merge", f.merge_inputs,
                  "merge row files (a sweep's shards) into --out, each row id once; with --sweep "
                  "MANIFEST, in manifest order, listing configurations without a row");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? kExitOk : kExitUsage;
-  }
+}
+
+// The harness settings every mode shares (device, seed, host limit, optimizer implementation,
+// trace file); InvalidArgument for a bad --device or --optimizer-impl.
+Result<RunSettings> RunSettingsFrom(const MeasureFlags& f) {
   RunSettings s;
-  s.trace_file = s_trace;
-  auto d = measurement::ParseDeviceKind(device);
-  if (!d.ok()) {
-    PrintError(d.status().message());
+  s.trace_file = f.trace;
+  MEMEST_ASSIGN_OR_RETURN(s.device, measurement::ParseDeviceKind(f.device));
+  s.seed = f.seed;
+  s.host_limit_bytes = f.host_limit_mb << 20;
+  MEMEST_ASSIGN_OR_RETURN(s.optimizer_impl, ParseHarnessOptimizerImpl(f.optimizer_impl));
+  return s;
+}
+
+// --merge FILES --out FILE [--sweep MANIFEST].
+int RunMerge(const MeasureFlags& f, const RunSettings& s) {
+  if (f.sweep.out.empty()) {
+    PrintError("--merge needs --out FILE.jsonl");
     return kExitUsage;
   }
-  s.device = *d;
-  s.seed = seed;
-  s.host_limit_bytes = host_limit_mb << 20;
-  auto impl = ParseHarnessOptimizerImpl(optimizer_impl);
-  if (!impl.ok()) {
-    PrintError(impl.status().message());
+  if (!f.shard.empty() || !f.model.empty()) {
+    PrintError(
+        "--merge takes row files, --out and optionally --sweep MANIFEST (no --shard, no model)");
     return kExitUsage;
   }
-  s.optimizer_impl = *impl;
-  if (!merge_inputs.empty()) {
-    if (sw.out.empty()) {
-      PrintError("--merge needs --out FILE.jsonl");
-      return kExitUsage;
-    }
-    if (!shard.empty() || !model.empty()) {
-      PrintError(
-          "--merge takes row files, --out and optionally --sweep MANIFEST (no --shard, "
-          "no model)");
-      return kExitUsage;
-    }
-    return Merge(merge_inputs, sw.out, sw.manifest, s);
-  }
-  if (!shard.empty()) {
-    if (sw.manifest.empty()) {
-      PrintError("--shard needs --sweep MANIFEST.jsonl");
-      return kExitUsage;
-    }
-    auto parsed = ParseShard(shard);
+  return Merge(f.merge_inputs, f.sweep.out, f.sweep.manifest, s);
+}
+
+// --sweep MANIFEST --out FILE [--shard I/N].
+int RunSweep(const MeasureFlags& f, const RunSettings& s) {
+  SweepSettings sw = f.sweep;
+  if (!f.shard.empty()) {
+    auto parsed = ParseShard(f.shard);
     if (!parsed.ok()) {
       PrintError(parsed.status().message());
       return kExitUsage;
@@ -1106,29 +1106,27 @@ int Main(int argc, char** argv) {
     sw.shard_index = parsed->first;
     sw.shard_count = parsed->second;
   }
-  if (!sw.manifest.empty()) {
-    if (sw.out.empty()) {
-      PrintError("--sweep needs --out FILE.jsonl");
-      return kExitUsage;
-    }
-    sw.isolate = !no_isolate;
-    return Sweep(sw, s);
-  }
-  if (model.empty()) {
-    PrintError("give a model (or --sweep MANIFEST.jsonl --out ROWS.jsonl); see --help");
+  if (sw.out.empty()) {
+    PrintError("--sweep needs --out FILE.jsonl");
     return kExitUsage;
   }
+  sw.isolate = !f.no_isolate;
+  return Sweep(sw, s);
+}
+
+// One model: its configuration from the flags, then --print-options or a measured run.
+int RunModel(const MeasureFlags& f, const RunSettings& s) {
   Config c;
-  c.model = c.model_file = model;
-  c.family = family;
-  c.iterations = iterations;
+  c.model = c.model_file = f.model;
+  c.family = f.family;
+  c.iterations = f.iterations;
   // Not refused with --mode infer: a sweep's child gets a manifest line's whole configuration,
   // and the row id covers the training fields of an inference row too.
-  if (Status st = options.ApplyTo(&c.options, /*refuse_training_in_inference=*/false); !st.ok()) {
+  if (Status st = f.options.ApplyTo(&c.options, /*refuse_training_in_inference=*/false); !st.ok()) {
     PrintError(st.message());
     return kExitUsage;
   }
-  if (iterations < 1) {
+  if (f.iterations < 1) {
     PrintError("--iterations must be >= 1");
     return kExitUsage;
   }
@@ -1136,11 +1134,45 @@ int Main(int argc, char** argv) {
     PrintError(v.message());
     return kExitUsage;
   }
-  if (print_options) {
+  if (f.print_options) {
     std::cout << OptionsToJson(c.options) << std::endl;
     return kExitOk;
   }
   return RunOne(c, s);
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{
+      "memest-measure: runs ONNX training graphs with LibTorch and records the memory "
+      "they take, as measured rows (docs/measured-row-schema.md)"};
+  MeasureFlags f;
+  cli::HelpDefaults help(DescribeOptions());
+  AddFlags(app, f, help);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+  if (f.list_flags) {
+    std::cout << f.options.DescribeJson(help) << std::endl;
+    return kExitOk;
+  }
+  Result<RunSettings> s = RunSettingsFrom(f);
+  if (!s.ok()) {
+    PrintError(s.status().message());
+    return kExitUsage;
+  }
+  if (!f.merge_inputs.empty()) return RunMerge(f, *s);
+  if (!f.shard.empty() && f.sweep.manifest.empty()) {
+    PrintError("--shard needs --sweep MANIFEST.jsonl");
+    return kExitUsage;
+  }
+  if (!f.sweep.manifest.empty()) return RunSweep(f, *s);
+  if (f.model.empty()) {
+    PrintError("give a model (or --sweep MANIFEST.jsonl --out ROWS.jsonl); see --help");
+    return kExitUsage;
+  }
+  return RunModel(f, *s);
 }
 
 }  // namespace

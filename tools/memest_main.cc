@@ -191,6 +191,7 @@ struct Flags {
   bool json = false;
   bool list_backends = false;
   bool list_gpus = false;
+  bool list_flags = false;
   bool show_coverage = false;
   std::string timeline_path;
   bool quiet = false;
@@ -252,6 +253,8 @@ void AddOutputFlags(CLI::App& app, Flags& f) {
   app.add_flag("--list-backends", f.list_backends,
                "list the estimator backends and whether they are available");
   app.add_flag("--list-gpus", f.list_gpus, "list the GPU profiles");
+  app.add_flag("--list-flags", f.list_flags,
+               "print the estimation flags as JSON (names, value, default, help), for tools");
   app.add_flag("--show-coverage", f.show_coverage,
                "list the ONNX operators the per-op rule table lacks (and, with MODEL, the "
                "model's op types without a rule)");
@@ -323,7 +326,6 @@ Result<Options> BuildOptions(const Flags& f) {
   MEMEST_RETURN_IF_ERROR(Validate(options));
   return options;
 }
-
 
 // --checkpoint cuts the node order into segments; with more segments than nodes
 // checkpoint_sequential has nothing to cut and core/checkpoint.h turns it off. That would be a
@@ -837,6 +839,10 @@ int RunCli(int argc, char** argv) {
   if (Status s = CheckHfFlags(&f); !s.ok()) {
     PrintError(s.message());
     return kExitUsage;
+  }
+  if (f.list_flags) {
+    PrintResult(f.options.DescribeJson(help) + "\n");
+    return kExitFits;
   }
   if (std::optional<int> code = RunListings(f, *format)) return *code;
   if (f.model_path.empty() && f.hf_config.empty()) {

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <exception>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "memest/memest.h"
@@ -703,6 +704,60 @@ void OptionFlags::AddTo(CLI::App& app, HelpDefaults& help) {
     if (*flag.type_name != '\0') slot->option->type_name(flag.type_name);
     if (flag.group != nullptr) slot->option->group(flag.group);
   }
+}
+
+namespace {
+
+const char* KindName(FlagValue v) {
+  switch (v) {
+    case FlagValue::kText:
+      return "text";
+    case FlagValue::kTexts:
+      return "texts";
+    case FlagValue::kNumber:
+      return "number";
+    case FlagValue::kInteger:
+      return "integer";
+    case FlagValue::kUnsigned:
+      return "unsigned";
+    case FlagValue::kSwitch:
+      return "switch";
+  }
+  return "?";
+}
+
+// "-b,--batch" -> ["-b", "--batch"].
+std::vector<std::string> Spellings(std::string_view names) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= names.size()) {
+    const size_t comma = std::min(names.find(',', start), names.size());
+    out.emplace_back(names.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string OptionFlags::DescribeJson(HelpDefaults& help) const {
+  const Options defaults;
+  nlohmann::ordered_json flags = nlohmann::ordered_json::array();
+  for (const auto& slot : slots_) {
+    const OptionFlag& flag = *slot->flag;
+    nlohmann::ordered_json j;
+    j["flag"] = "--" + slot->long_name;
+    j["names"] = Spellings(flag.names);
+    j["value"] = *flag.type_name == '\0' ? nlohmann::ordered_json() : flag.type_name;
+    j["kind"] = KindName(flag.value);
+    j["default"] =
+        flag.initial ? nlohmann::ordered_json(flag.initial(defaults)) : nlohmann::ordered_json();
+    j["help"] = help.With(flag.help, flag.doc_keys);
+    j["training_only"] = flag.training_only;
+    j["group"] = flag.group ? nlohmann::ordered_json(flag.group) : nlohmann::ordered_json();
+    flags.push_back(std::move(j));
+  }
+  return flags.dump(2);
 }
 
 Status OptionFlags::ApplyTo(Options* options, bool refuse_training_in_inference) const {

@@ -135,6 +135,14 @@ class OptionFlags {
   // The long names offered ("batch", "dim", ...), in the table's order.
   std::vector<std::string> Names() const;
 
+  // The offered flags as JSON text (memest --list-flags, memest-measure --list-flags), in the
+  // table's order: one object per flag with its spellings ("names"), the value's name ("value",
+  // null for a switch) and kind, its default (the default Options' text, null when it has
+  // none), its --help text (with the documented default appended, as --help shows it), whether
+  // it describes a training step only, and its --help section (null: the main one). Written
+  // from the same rows as --help and as parsing, so a tool reading it cannot disagree with them.
+  std::string DescribeJson(HelpDefaults& help) const;
+
  private:
   struct Slot {
     const OptionFlag* flag = nullptr;

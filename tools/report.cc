@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/json_fields.h"
+#include "base/json_fields.h"
 
 namespace memest::cli {
 namespace {
@@ -638,7 +638,7 @@ Json ModelJson(const Report& r) {
               {"inputs", inputs},
               {"symbolic_dims", m.symbolic_dims},
               {"op_types", m.op_types},
-              {"diagnostics", core::DiagnosticsJson(m.diagnostics)}};
+              {"diagnostics", base::DiagnosticsJson(m.diagnostics)}};
 }
 
 // The options object: the library's encoding (memest/json.h), so that a program can send it back.

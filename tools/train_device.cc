@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "base/stats.h"
 #include "core/graph.h"
-#include "core/stats.h"
 #include "memest/calibrate.h"
 #include "memest/memest.h"
 #include "tools/eval/evaluate.h"
@@ -47,9 +47,9 @@ const std::vector<DatasetSpec>& Datasets() {
 // --- memest calibrate's fit (api/calibrate.cc), reproduced on the same table
 // -------------------
 
-using core::Median;  // the same summaries as api/calibrate.cc (core/stats.h)
-using core::Quantile;
-using core::TrimmedMean;
+using base::Median;  // the same summaries as api/calibrate.cc (base/stats.h)
+using base::Quantile;
+using base::TrimmedMean;
 
 // The symbolic estimate of one row at one grid coefficient, library memory 0.
 struct Components {

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "core/sha256.h"
+#include "base/sha256.h"
 #include "datasets/gpumemnet/gpumemnet.h"
 #include "learned/features.h"
 #include "learned/learned.h"
@@ -193,7 +193,7 @@ Status Trainer::LoadGpumemnet() {
   for (const char* file : gpumemnet::kCsvFiles) {
     MEMEST_ASSIGN_OR_RETURN(std::string bytes, ReadFileBytes(data.dir + "/" + file));
     inputs_.push_back({{"file", std::string("gpumemnet/") + file},
-                       {"sha256", core::Sha256Hex(bytes)},
+                       {"sha256", base::Sha256Hex(bytes)},
                        {"bytes", bytes.size()}});
   }
   int skipped = 0;
@@ -236,7 +236,7 @@ Status Trainer::LoadGpumemnet() {
 
 Status Trainer::LoadRowsFile(const std::string& path) {
   MEMEST_ASSIGN_OR_RETURN(std::string text, ReadFileBytes(path));
-  inputs_.push_back({{"file", path}, {"sha256", core::Sha256Hex(text)}, {"bytes", text.size()}});
+  inputs_.push_back({{"file", path}, {"sha256", base::Sha256Hex(text)}, {"bytes", text.size()}});
   MEMEST_ASSIGN_OR_RETURN(std::vector<eval::MeasuredRow> rows, ParseMeasuredRows(text, path));
   int used = 0, skipped = 0;
   for (const eval::MeasuredRow& row : rows) {
@@ -578,7 +578,7 @@ std::string Trainer::RowIdsHash(const std::vector<int>& rows) const {
   std::sort(ids.begin(), ids.end());
   std::string joined;
   for (const std::string& id : ids) joined += id + "\n";
-  return core::Sha256Hex(joined);
+  return base::Sha256Hex(joined);
 }
 
 // The weights file's "training" object: command, data identity, split and configuration.

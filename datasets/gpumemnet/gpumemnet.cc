@@ -11,7 +11,7 @@
 #include <map>
 #include <sstream>
 
-#include "core/sha256.h"
+#include "base/sha256.h"
 #include "datasets/zoo/graph_writer.h"
 #include "datasets/zoo/layers.h"
 #include "memest/measured_row.h"
@@ -334,7 +334,7 @@ Result<Rebuilt> Rebuild(const Row& row) {
   w.Output(x, zoo::kFloat, {zoo::kBatch, row.output});
   out.model = w.Finish();
   out.bytes = zoo::SerializeModel(out.model);
-  out.sha256 = core::Sha256Hex(out.bytes);
+  out.sha256 = base::Sha256Hex(out.bytes);
   out.batch = row.batch;
   out.measured_mib = row.max_memory_mib;
   out.csv_parameters = row.total_parameters;

@@ -17,11 +17,11 @@
 #include <map>
 #include <sstream>
 
+#include "base/sha256.h"
 #include "core/bind.h"
 #include "core/graph.h"
 #include "datasets/gpumemnet/gpumemnet.h"
 #include "datasets/zoo/families.h"
-#include "core/sha256.h"
 #include "datasets/zoo/zoo.h"
 #include "memest/memest.h"
 
@@ -290,7 +290,7 @@ Result<std::vector<nlohmann::json>> GpuManifest(const ManifestRequest& r) {
   std::vector<nlohmann::json> lines;
   for (size_t k = 0; k < models.size(); ++k) {
     const Candidate& m = models[k];
-    const std::string sha = core::Sha256Hex(m.bytes);
+    const std::string sha = base::Sha256Hex(m.bytes);
     Status st = est.Load(m);
     if (!st.ok()) return st.WithContext("manifest model " + m.path);
     MEMEST_ASSIGN_OR_RETURN(const double flops, ForwardFlopsPerSample(est.model()));
@@ -358,7 +358,7 @@ Result<std::vector<nlohmann::json>> CpuManifest(const ManifestRequest& r) {
           *flops * static_cast<double>(c.batch) * (c.mode == "train" ? 3.0 : 1.0);
       seconds = kCpuSetupSeconds + kIterations * per_iter / kCpuFlops;
     }
-    lines.push_back(Line(m, c, core::Sha256Hex(m.bytes), std::nullopt, std::nullopt, seconds));
+    lines.push_back(Line(m, c, base::Sha256Hex(m.bytes), std::nullopt, std::nullopt, seconds));
   };
   for (size_t k = 0; k < models.size(); ++k) {
     Config c;

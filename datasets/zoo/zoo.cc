@@ -9,9 +9,9 @@
 #include <fstream>
 #include <set>
 
+#include "base/sha256.h"
 #include "datasets/zoo/families.h"
 #include "datasets/zoo/graph_writer.h"
-#include "core/sha256.h"
 
 namespace memest::zoo {
 
@@ -99,7 +99,7 @@ GeneratedModel Generate(Family family, int64_t index, uint64_t seed, Scale scale
   g.input_dtype = built.input_dtype;
   g.model = std::move(built.model);
   g.bytes = SerializeModel(g.model);
-  g.sha256 = core::Sha256Hex(g.bytes);
+  g.sha256 = base::Sha256Hex(g.bytes);
   return g;
 }
 

@@ -1,4 +1,4 @@
-// memest/gpu_profile.h -- GPU profiles, kept as data (core/gpu_profiles.json, compiled in).
+// memest/gpu_profile.h -- GPU profiles, kept as data (base/gpu_profiles.json, compiled in).
 //
 // A GPU profile is the hardware: capacity, compute capability, and what PyTorch derives from the
 // compute capability alone (the cuBLAS workspace size). What the software on the GPU costs (CUDA

@@ -7,7 +7,7 @@
 // workspaces allocated through the allocator for each call, and how far the device-level
 // estimate is known to miss (a residual band measured on rows not used to fit it).
 //
-// Stacks ship compiled in (core/stacks.json; `memest --list-gpus` lists them); a user's own
+// Stacks ship compiled in (base/stacks.json; `memest --list-gpus` lists them); a user's own
 // file, written by `memest calibrate`, is loaded at run time with LoadStackProfile() (validated;
 // a bad file is an error naming the field, never a crash). docs/stacks.md describes the schema
 // and the calibration recipe; every value carries its source.

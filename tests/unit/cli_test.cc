@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -1132,10 +1133,11 @@ TEST_F(CliTest, MeasureAndMemestParseTheSharedFlagsIntoTheSameOptions) {
   }
   // The same bad values are refused with the same message.
   const std::vector<std::vector<std::string>> bad = {
-      {"--batch", "0"},      {"--batch", "x"},         {"--dim", "seq"},
-      {"--dim", "seq=-1"},   {"--mode", "fly"},        {"--loss", "hinge"},
-      {"--optimizer", "lion"}, {"--precision", "fp8"}, {"--checkpoint", "-1"},
-      {"--batch", "2", "--dim", "s=1", "--dim", "s=2"},
+      {"--batch", "0"},        {"--batch", "x"},
+      {"--dim", "seq"},        {"--dim", "seq=-1"},
+      {"--mode", "fly"},       {"--loss", "hinge"},
+      {"--optimizer", "lion"}, {"--precision", "fp8"},
+      {"--checkpoint", "-1"},  {"--batch", "2", "--dim", "s=1", "--dim", "s=2"},
   };
   for (const auto& flags : bad) {
     std::vector<std::string> cli = {m};
@@ -1167,6 +1169,58 @@ TEST_F(CliTest, MeasureAndMemestParseTheSharedFlagsIntoTheSameOptions) {
     EXPECT_TRUE(HelpOfFlag(measure_help, flag).empty()) << flag;
     CliRun r = RunProgram(tool, {m, "--batch", "2", flag, "2", "--print-options"});
     EXPECT_EQ(r.exit_code, 2) << flag << "\n" << r.out;
+  }
+}
+
+// --list-flags: the options table as JSON, from the rows --help and parsing use. Every listed
+// flag is in --help with the same help text, and its default is what an estimate takes when the
+// flag is not given (the "options" of --json). memest-measure lists a subset, each entry equal to
+// memest's.
+TEST_F(CliTest, ListFlagsDescribesTheOptionsTableAsJson) {
+  const std::string m = Model("mlp_small_train.onnx");
+  CliRun listed = Run({"--list-flags"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  const json flags = json::parse(listed.out);
+  ASSERT_TRUE(flags.is_array());
+  ASSERT_GT(flags.size(), 20u);
+  const std::string help = Run({"--help"}).out;
+  std::map<std::string, json> by_flag;
+  for (const json& f : flags) {
+    const std::string flag = f.at("flag");
+    EXPECT_TRUE(by_flag.emplace(flag, f).second) << "listed twice: " << flag;
+    const std::vector<std::string> names = f.at("names");
+    EXPECT_NE(std::find(names.begin(), names.end(), flag), names.end()) << flag;
+    const std::string in_help = HelpOfFlag(help, flag.c_str());
+    ASSERT_FALSE(in_help.empty()) << flag << " is listed but not in --help";
+    // The help text wraps in --help; compare its words.
+    std::string words = f.at("help");
+    std::istringstream first(words);
+    std::string word;
+    first >> word;
+    EXPECT_NE(in_help.find(word), std::string::npos) << flag << ": " << in_help;
+    EXPECT_TRUE(f.at("kind").is_string()) << flag;
+    EXPECT_TRUE(f.at("training_only").is_boolean()) << flag;
+  }
+  // Defaults as an estimate without the flag records them.
+  CliRun est = Run({m, "--dim", "batch=2", "--json"});
+  ASSERT_LE(est.exit_code, 1) << est.err;
+  const json options = json::parse(est.out)["options"];
+  EXPECT_TRUE(by_flag.at("--batch").at("default").is_null());  // no batch unless given
+  EXPECT_EQ(by_flag.at("--optimizer").at("default"), options.at("optimizer"));
+  EXPECT_EQ(by_flag.at("--precision").at("default"), options.at("precision"));
+  EXPECT_EQ(by_flag.at("--mode").at("default"), options.at("mode"));
+  EXPECT_TRUE(by_flag.at("--weight-decay").at("training_only").get<bool>());
+  EXPECT_FALSE(by_flag.at("--batch").at("training_only").get<bool>());
+  if (!fs::exists(MeasureTool())) GTEST_SKIP() << "memest-measure not built";
+  CliRun measured = RunProgram(MeasureTool(), {"--list-flags"});
+  ASSERT_EQ(measured.exit_code, 0) << measured.err;
+  const json subset = json::parse(measured.out);
+  ASSERT_GT(subset.size(), 5u);
+  EXPECT_LT(subset.size(), flags.size());
+  for (const json& f : subset) {
+    auto it = by_flag.find(f.at("flag"));
+    ASSERT_NE(it, by_flag.end()) << f.at("flag");
+    EXPECT_EQ(f, it->second);
   }
 }
 

@@ -143,7 +143,7 @@ TEST(ConvWorkspaceTest, TheMeasuredStackReproducesTheH200Rows) {
 }
 
 // The H100 ran the same PyTorch, CUDA and cuDNN: the stack measured on the H200 holds there too
-// (core/stacks.json, also_measured_on). With cudnn.benchmark off every reading is the H200's to
+// (base/stacks.json, also_measured_on). With cudnn.benchmark off every reading is the H200's to
 // the byte; with it on, 4 steady-state readings of 68 differ.
 TEST(ConvWorkspaceTest, TheMeasuredStackReproducesTheH100Rows) {
   EXPECT_EQ(ReadingsReproduced("h100-torch211"), 157);

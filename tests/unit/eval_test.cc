@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/sha256.h"
+#include "base/sha256.h"
 #include "memest/memest.h"
 #include "testing/onnx_builder.h"
 #include "tools/eval/evaluate.h"
@@ -443,7 +443,7 @@ TEST(EvalHeldOut, LearnedTrainingRowsAreReDerivedAndVerified) {
                        {{"data",
                          {{"inputs", {{{"file", "gpumemnet/mlp_data_step1.csv"}}}},
                           {"train_rows", 2},
-                          {"train_row_ids_sha256", core::Sha256Hex("id0\nid2\n")}}},
+                          {"train_row_ids_sha256", base::Sha256Hex("id0\nid2\n")}}},
                         {"split", {{"holdout", {"arch=gradual"}}}}}}};
   TrainingMarks m = MarkLearnedTrainingRows(w.dump(), attrs, &rows);
   EXPECT_TRUE(m.applied);

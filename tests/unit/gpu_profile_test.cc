@@ -11,10 +11,10 @@
 #include "memest/stack.h"
 #include "memest/status.h"
 
-namespace memest::core {
-// Internal parser behind GpuProfiles(), defined in core/gpu_profile.cc (no public header).
+namespace memest::base {
+// Internal parser behind GpuProfiles(), defined in base/gpu_profile.cc (no public header).
 Result<std::vector<GpuProfile>> ParseGpuProfilesJson(std::string_view text);
-}  // namespace memest::core
+}  // namespace memest::base
 
 namespace memest {
 namespace {
@@ -220,7 +220,7 @@ TEST(GpuProfileTest, MalformedDataIsAnInternalErrorNotAnException) {
       R"({"format": "memest-gpu-profiles/1", "unknown": 1, "profiles": [{}]})",
   };
   for (const char* text : bad) {
-    Result<std::vector<GpuProfile>> r = core::ParseGpuProfilesJson(text);
+    Result<std::vector<GpuProfile>> r = base::ParseGpuProfilesJson(text);
     EXPECT_FALSE(r.ok()) << text;
     EXPECT_EQ(r.status().code(), ErrorCode::kInternal) << text;
   }
@@ -241,7 +241,7 @@ std::string OneProfile(std::string_view total, std::string_view usable, std::str
 
 TEST(GpuProfileTest, ParserEnforcesTheDataRules) {
   Result<std::vector<GpuProfile>> good =
-      core::ParseGpuProfilesJson(OneProfile("100", "90", "cited: x"));
+      base::ParseGpuProfilesJson(OneProfile("100", "90", "cited: x"));
   ASSERT_TRUE(good.ok()) << good.status().ToString();
   ASSERT_EQ(good->size(), 1u);
   EXPECT_EQ((*good)[0].usable_memory.bytes, 90u);
@@ -254,7 +254,7 @@ TEST(GpuProfileTest, ParserEnforcesTheDataRules) {
         OneProfile("-1", "90", "cited: x"), OneProfile("100.5", "90", "cited: x"),
         OneProfile("100", "90", "cited: x", "true"),
         OneProfile("100", "90", "measured: data/x.json", "false")}) {
-    Result<std::vector<GpuProfile>> r = core::ParseGpuProfilesJson(text);
+    Result<std::vector<GpuProfile>> r = base::ParseGpuProfilesJson(text);
     EXPECT_FALSE(r.ok()) << text;
     EXPECT_EQ(r.status().code(), ErrorCode::kInternal) << text;
   }

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "core/sha256.h"
+#include "base/sha256.h"
 #include "datasets/zoo/zoo.h"
 #include "memest/memest.h"
 
@@ -153,7 +153,7 @@ TEST(GpuMemNetTest, MeasuredRowFollowsTheSchema) {
   EXPECT_TRUE(j["error"].is_null());
   // The id: sha256 of the canonical {"config", "model_sha256"} (docs/measured-row-schema.md).
   const nlohmann::json key = {{"config", j["config"]}, {"model_sha256", rebuilt->sha256}};
-  EXPECT_EQ(j["id"], core::Sha256Hex(key.dump()));
+  EXPECT_EQ(j["id"], base::Sha256Hex(key.dump()));
   EXPECT_TRUE(j["config"]["iterations"].is_null());
   // The 22 step-1 rows with one output crashed at the loss (KnownIssue): status "error".
   int errors = 0;

@@ -310,18 +310,17 @@ TEST(HfConfigTest, Qwen3HasPerHeadQkNormsBeforeTheRotary) {
   const int w = g.FindValue("model.layers.0.self_attn.q_norm.weight");
   ASSERT_GE(w, 0);
   ASSERT_EQ(g.value(w).consumers.size(), 1u);
-  const core::Node& scale = g.nodes[static_cast<size_t>(g.value(w).consumers.front())];
+  const core::Node& scale = g.node(g.value(w).consumers.front());
   EXPECT_EQ(scale.op_type, "Mul");
   ASSERT_TRUE(shape(scale.outputs[0]));
   EXPECT_EQ(*shape(scale.outputs[0]), (std::vector<int64_t>{2, 64, 16, 128}));
   ASSERT_EQ(g.value(scale.outputs[0]).consumers.size(), 1u);
-  const core::Node& transpose =
-      g.nodes[static_cast<size_t>(g.value(scale.outputs[0]).consumers.front())];
+  const core::Node& transpose = g.node(g.value(scale.outputs[0]).consumers.front());
   EXPECT_EQ(transpose.op_type, "Transpose");
   EXPECT_EQ(*shape(transpose.outputs[0]), (std::vector<int64_t>{2, 16, 64, 128}));
   bool rotary = false;
   for (int c : g.value(transpose.outputs[0]).consumers) {
-    rotary |= g.nodes[static_cast<size_t>(c)].op_type == "Mul";
+    rotary |= g.node(c).op_type == "Mul";
   }
   EXPECT_TRUE(rotary);
 

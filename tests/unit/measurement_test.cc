@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "core/sha256.h"
+#include "base/sha256.h"
 #include "measurement/executor.h"
 #include "measurement/plan.h"
 #include "measurement/row.h"
@@ -313,7 +313,7 @@ TEST(MeasurementTest, GptPlanDrawsTokenIdsBelowTheVocabulary) {
   auto plan = BuildPlan(*model, o);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   ASSERT_EQ(plan->data_inputs.size(), 1u);
-  EXPECT_EQ(plan->values[static_cast<size_t>(plan->data_inputs[0])].index_bound, 8192);
+  EXPECT_EQ(plan->values[plan->data_inputs[0]].index_bound, 8192);
   EXPECT_EQ(plan->parameter_bytes, model->summary().parameter_bytes);
 }
 
@@ -326,7 +326,7 @@ TEST(MeasurementTest, RowsFollowTheSchema) {
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   RowRequest r;
   r.model_path = "datasets/models/mlp_small_train.onnx";
-  auto sha = core::Sha256File(std::string(MEMEST_SOURCE_DIR) + "/" + r.model_path);
+  auto sha = base::Sha256File(std::string(MEMEST_SOURCE_DIR) + "/" + r.model_path);
   ASSERT_TRUE(sha.ok());
   r.model_sha256 = *sha;
   r.model_name = "mlp_small_train";

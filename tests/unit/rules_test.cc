@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "core/graph.h"
 #include "memest/memest.h"
 #include "ops/attention.h"
@@ -30,18 +30,18 @@ using Shape = std::optional<std::vector<int64_t>>;
 
 uint64_t TestElemSize(int32_t dtype) {
   switch (dtype) {
-    case core::kFloat:
-    case core::kInt32:
+    case base::kFloat:
+    case base::kInt32:
       return 4;
-    case core::kInt64:
-    case core::kDouble:
+    case base::kInt64:
+    case base::kDouble:
       return 8;
-    case core::kFloat16:
-    case core::kBFloat16:
+    case base::kFloat16:
+    case base::kBFloat16:
       return 2;
-    case core::kBool:
-    case core::kUInt8:
-    case core::kInt8:
+    case base::kBool:
+    case base::kUInt8:
+    case base::kInt8:
       return 1;
     default:
       return 0;
@@ -79,7 +79,7 @@ class GraphBuilder {
     return id;
   }
   int Param(const std::string& name, std::vector<int64_t> dims) {
-    return AddValue(name, core::kFloat, dims, ValueKind::kInitializer,
+    return AddValue(name, base::kFloat, dims, ValueKind::kInitializer,
                     /*trainable=*/true);
   }
   int Data(const std::string& name, int32_t dtype, std::vector<int64_t> dims) {
@@ -90,7 +90,7 @@ class GraphBuilder {
   int Const(const std::string& name, int32_t dtype, std::vector<int64_t> dims,
             std::optional<std::vector<int64_t>> int_data = std::nullopt) {
     const int id = AddValue(name, dtype, dims, ValueKind::kInitializer);
-    graph_.values[static_cast<size_t>(id)].int_data = std::move(int_data);
+    graph_.value(id).int_data = std::move(int_data);
     return id;
   }
   int Tensor(const std::string& name, int32_t dtype, Shape shape) {
@@ -99,8 +99,8 @@ class GraphBuilder {
   // A float32 intermediate that requires grad: param + data, both of `dims`.
   int Activation(const std::string& name, std::vector<int64_t> dims) {
     const int p = Param(name + "_p", dims);
-    const int x = Data(name + "_x", core::kFloat, dims);
-    const int h = Tensor(name, core::kFloat, dims);
+    const int x = Data(name + "_x", base::kFloat, dims);
+    const int h = Tensor(name, base::kFloat, dims);
     AddNode("Add", {x, p}, {h});
     return h;
   }
@@ -120,10 +120,10 @@ class GraphBuilder {
     n.opset = opset;
     const int id = static_cast<int>(graph_.nodes.size());
     for (int v : n.inputs) {
-      if (v >= 0) graph_.values[static_cast<size_t>(v)].consumers.push_back(id);
+      if (v >= 0) graph_.value(v).consumers.push_back(id);
     }
     for (int v : n.outputs) {
-      if (v >= 0) graph_.values[static_cast<size_t>(v)].producer = id;
+      if (v >= 0) graph_.value(v).producer = id;
     }
     graph_.nodes.push_back(std::move(n));
     return id;
@@ -149,7 +149,7 @@ class GraphBuilder {
 
   std::vector<bool> Rg() const { return RequiresGrad(bound_); }
   std::vector<SavedTensor> Saved(int node) const {
-    return SavedTensors(graph_.nodes[static_cast<size_t>(node)], bound_, Rg());
+    return SavedTensors(graph_.node(node), bound_, Rg());
   }
   // What the saved list costs beyond resident weights: saved values that are
   // not initializers plus extra tensors.
@@ -170,9 +170,7 @@ class GraphBuilder {
   core::BoundGraph& bound() { return bound_; }
 
  private:
-  onnx::NodeProto* Proto(int node) {
-    return const_cast<onnx::NodeProto*>(graph_.nodes[static_cast<size_t>(node)].proto);
-  }
+  onnx::NodeProto* Proto(int node) { return const_cast<onnx::NodeProto*>(graph_.node(node).proto); }
   core::Graph graph_;
   core::BoundGraph bound_;
 };
@@ -289,13 +287,13 @@ std::string Signature(const OpRule& rule) {
   GraphBuilder b;
   const std::vector<int64_t> dims{2, 3, 4, 5};
   std::vector<int> in;
-  for (int i = 0; i < 3; ++i) in.push_back(b.Tensor("in" + std::to_string(i), core::kFloat, dims));
-  const int out = b.Tensor("out0", core::kFloat, dims);
+  for (int i = 0; i < 3; ++i) in.push_back(b.Tensor("in" + std::to_string(i), base::kFloat, dims));
+  const int out = b.Tensor("out0", base::kFloat, dims);
   const int node = b.AddNode(std::string(rule.op_type), in, {out}, 17, std::string(rule.domain));
   std::vector<bool> rg(b.graph().values.size(), true);
   std::vector<SavedTensor> saved;
   if (rule.saved != nullptr) {
-    rule.saved(RuleContext{b.graph().nodes[static_cast<size_t>(node)], b.bound(), rg}, &saved);
+    rule.saved(RuleContext{b.graph().node(node), b.bound(), rg}, &saved);
   }
   std::string sig;
   auto add = [&](const std::string& t) { sig += (sig.empty() ? "" : " ") + t; };
@@ -428,7 +426,7 @@ TEST(RulesRegistry, EveryRuleDegradesWithoutShapes) {
           b.AddNode(std::string(r.op_type), {-1, -1, -1}, {-1, -1}, 17, std::string(r.domain));
       std::vector<bool> rg;  // shorter than the value table on purpose
       std::vector<SavedTensor> saved;
-      r.saved(RuleContext{b.graph().nodes[static_cast<size_t>(node)], b.bound(), rg}, &saved);
+      r.saved(RuleContext{b.graph().node(node), b.bound(), rg}, &saved);
       EXPECT_TRUE(saved.empty()) << r.op_type;
     }
   }
@@ -440,20 +438,20 @@ TEST(RulesRegistry, EveryRuleDegradesWithoutShapes) {
 TEST(RulesSaved, ReluSavesItsOutput) {
   GraphBuilder b;
   const int h = b.Activation("h", {8, 16});
-  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{8, 16});
+  const int y = b.Tensor("y", base::kFloat, std::vector<int64_t>{8, 16});
   const int relu = b.AddNode("Relu", {h}, {y});
   const auto saved = b.Saved(relu);
   EXPECT_EQ(SavedIds(saved), std::vector<int>{y});
   EXPECT_EQ(b.ActivationBytes(saved), 8u * 16 * 4);
   // The Add that produced h saves nothing.
-  EXPECT_TRUE(b.Saved(b.graph().values[static_cast<size_t>(h)].producer).empty());
+  EXPECT_TRUE(b.Saved(b.graph().value(h).producer).empty());
 }
 
 TEST(RulesSaved, GeluAndErfSaveTheirInput) {
   GraphBuilder b;
   const int h = b.Activation("h", {4, 10});
-  const int g = b.Tensor("g", core::kFloat, std::vector<int64_t>{4, 10});
-  const int e = b.Tensor("e", core::kFloat, std::vector<int64_t>{4, 10});
+  const int g = b.Tensor("g", base::kFloat, std::vector<int64_t>{4, 10});
+  const int e = b.Tensor("e", base::kFloat, std::vector<int64_t>{4, 10});
   const int gelu = b.AddNode("Gelu", {h}, {g}, 20);
   const int erf = b.AddNode("Erf", {g}, {e});
   EXPECT_EQ(SavedIds(b.Saved(gelu)), std::vector<int>{h});
@@ -463,8 +461,8 @@ TEST(RulesSaved, GeluAndErfSaveTheirInput) {
 
 TEST(RulesSaved, NothingRecordedWhenNoInputRequiresGrad) {
   GraphBuilder b;
-  const int x = b.Data("x", core::kFloat, {8, 16});
-  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{8, 16});
+  const int x = b.Data("x", base::kFloat, {8, 16});
+  const int y = b.Tensor("y", base::kFloat, std::vector<int64_t>{8, 16});
   const int relu = b.AddNode("Relu", {x}, {y});
   EXPECT_TRUE(b.Saved(relu).empty());
   EXPECT_FALSE(b.Rg()[static_cast<size_t>(y)]);
@@ -473,8 +471,8 @@ TEST(RulesSaved, NothingRecordedWhenNoInputRequiresGrad) {
 TEST(RulesSaved, ViewsSaveNothing) {
   GraphBuilder b;
   const int h = b.Activation("h", {2, 3, 4});
-  const int shape = b.Const("shape", core::kInt64, {2}, std::vector<int64_t>{6, 4});
-  const int r = b.Tensor("r", core::kFloat, std::vector<int64_t>{6, 4});
+  const int shape = b.Const("shape", base::kInt64, {2}, std::vector<int64_t>{6, 4});
+  const int r = b.Tensor("r", base::kFloat, std::vector<int64_t>{6, 4});
   const int node = b.AddNode("Reshape", {h, shape}, {r});
   EXPECT_TRUE(FindRule("", "Reshape")->view);
   EXPECT_TRUE(b.Saved(node).empty());
@@ -488,27 +486,27 @@ TEST(RulesSaved, DropoutTrainingSavesBoolMask) {
   const int h = b.Activation("h", dims);
   // Opset 12+: explicit training_mode = true, no mask output -> extra mask
   // tensor.
-  const int ratio = b.Const("ratio", core::kFloat, {});
-  const int on = b.Const("on", core::kBool, {}, std::vector<int64_t>{1});
-  const int y1 = b.Tensor("y1", core::kFloat, dims);
+  const int ratio = b.Const("ratio", base::kFloat, {});
+  const int on = b.Const("on", base::kBool, {}, std::vector<int64_t>{1});
+  const int y1 = b.Tensor("y1", base::kFloat, dims);
   const int d1 = b.AddNode("Dropout", {h, ratio, on}, {y1}, 13);
   const auto s1 = b.Saved(d1);
   ASSERT_EQ(s1.size(), 1u);
   EXPECT_EQ(s1[0].value, -1);
   EXPECT_EQ(s1[0].bytes, numel);  // 1 byte per element
   // Mask output present -> the mask output itself is the saved tensor.
-  const int y2 = b.Tensor("y2", core::kFloat, dims);
-  const int mask = b.Tensor("mask", core::kBool, dims);
+  const int y2 = b.Tensor("y2", base::kFloat, dims);
+  const int mask = b.Tensor("mask", base::kBool, dims);
   const int d2 = b.AddNode("Dropout", {h, ratio}, {y2, mask}, 13);
   EXPECT_EQ(SavedIds(b.Saved(d2)), std::vector<int>{mask});
   EXPECT_EQ(b.ActivationBytes(b.Saved(d2)), numel);
   // training_mode known false, or no mask and no training_mode: inference,
   // nothing saved.
-  const int off = b.Const("off", core::kBool, {}, std::vector<int64_t>{0});
-  const int y3 = b.Tensor("y3", core::kFloat, dims);
+  const int off = b.Const("off", base::kBool, {}, std::vector<int64_t>{0});
+  const int y3 = b.Tensor("y3", base::kFloat, dims);
   const int d3 = b.AddNode("Dropout", {h, ratio, off}, {y3}, 13);
   EXPECT_TRUE(b.Saved(d3).empty());
-  const int y4 = b.Tensor("y4", core::kFloat, dims);
+  const int y4 = b.Tensor("y4", base::kFloat, dims);
   const int d4 = b.AddNode("Dropout", {h}, {y4}, 11);
   EXPECT_TRUE(b.Saved(d4).empty());
 }
@@ -516,7 +514,7 @@ TEST(RulesSaved, DropoutTrainingSavesBoolMask) {
 TEST(RulesSaved, MaxPoolSavesInputAndInt64Indices) {
   GraphBuilder b;
   const int h = b.Activation("h", {2, 3, 8, 8});
-  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{2, 3, 4, 4});
+  const int y = b.Tensor("y", base::kFloat, std::vector<int64_t>{2, 3, 4, 4});
   const int pool = b.AddNode("MaxPool", {h}, {y});
   const auto saved = b.Saved(pool);
   ASSERT_EQ(saved.size(), 2u);
@@ -525,12 +523,12 @@ TEST(RulesSaved, MaxPoolSavesInputAndInt64Indices) {
   EXPECT_EQ(saved[1].bytes, 8u * 2 * 3 * 4 * 4);
   EXPECT_EQ(b.ActivationBytes(saved), 2u * 3 * 8 * 8 * 4 + 8u * 2 * 3 * 4 * 4);
   // Indices exposed as output 1: saved by id.
-  const int y2 = b.Tensor("y2", core::kFloat, std::vector<int64_t>{2, 3, 4, 4});
-  const int idx = b.Tensor("idx", core::kInt64, std::vector<int64_t>{2, 3, 4, 4});
+  const int y2 = b.Tensor("y2", base::kFloat, std::vector<int64_t>{2, 3, 4, 4});
+  const int idx = b.Tensor("idx", base::kInt64, std::vector<int64_t>{2, 3, 4, 4});
   const int pool2 = b.AddNode("MaxPool", {h}, {y2, idx});
   EXPECT_EQ(SavedIds(b.Saved(pool2)), (std::vector<int>{h, idx}));
   // Unknown output shape: the indices cannot be sized and are left out.
-  const int y3 = b.Tensor("y3", core::kFloat, std::nullopt);
+  const int y3 = b.Tensor("y3", base::kFloat, std::nullopt);
   const int pool3 = b.AddNode("MaxPool", {h}, {y3});
   EXPECT_EQ(SavedIds(b.Saved(pool3)), std::vector<int>{h});
 }
@@ -538,8 +536,8 @@ TEST(RulesSaved, MaxPoolSavesInputAndInt64Indices) {
 TEST(RulesSaved, AveragePoolsSaveInputOrNothing) {
   GraphBuilder b;
   const int h = b.Activation("h", {2, 3, 8, 8});
-  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{2, 3, 4, 4});
-  const int g = b.Tensor("g", core::kFloat, std::vector<int64_t>{2, 3, 1, 1});
+  const int y = b.Tensor("y", base::kFloat, std::vector<int64_t>{2, 3, 4, 4});
+  const int g = b.Tensor("g", base::kFloat, std::vector<int64_t>{2, 3, 1, 1});
   EXPECT_EQ(SavedIds(b.Saved(b.AddNode("AveragePool", {h}, {y}))), std::vector<int>{h});
   EXPECT_TRUE(b.Saved(b.AddNode("GlobalAveragePool", {h}, {g})).empty());
 }
@@ -551,12 +549,12 @@ TEST(RulesSaved, BatchNormTrainingSavesInputAndFp32Stats) {
   const int h = b.Activation("h", dims);
   const int scale = b.Param("scale", {8});
   const int bias = b.Param("bias", {8});
-  const int mean = b.Const("mean", core::kFloat, {8});
-  const int var = b.Const("var", core::kFloat, {8});
+  const int mean = b.Const("mean", base::kFloat, {8});
+  const int var = b.Const("var", base::kFloat, {8});
   // Opset 15, training_mode = 1.
-  const int y = b.Tensor("y", core::kFloat, dims);
-  const int rm = b.Tensor("rm", core::kFloat, std::vector<int64_t>{8});
-  const int rv = b.Tensor("rv", core::kFloat, std::vector<int64_t>{8});
+  const int y = b.Tensor("y", base::kFloat, dims);
+  const int rm = b.Tensor("rm", base::kFloat, std::vector<int64_t>{8});
+  const int rv = b.Tensor("rv", base::kFloat, std::vector<int64_t>{8});
   const int bn = b.AddNode("BatchNormalization", {h, scale, bias, mean, var}, {y, rm, rv}, 15);
   b.SetInt(bn, "training_mode", 1);
   const auto saved = b.Saved(bn);
@@ -564,11 +562,11 @@ TEST(RulesSaved, BatchNormTrainingSavesInputAndFp32Stats) {
   EXPECT_EQ(b.ActivationBytes(saved), x_bytes + 2u * 8 * 4);
   // Opset 9 training export: 5 outputs, saved_mean / saved_var are outputs 3
   // and 4.
-  const int y9 = b.Tensor("y9", core::kFloat, dims);
-  const int sm = b.Tensor("sm", core::kFloat, std::vector<int64_t>{8});
-  const int sv = b.Tensor("sv", core::kFloat, std::vector<int64_t>{8});
-  const int rm9 = b.Tensor("rm9", core::kFloat, std::vector<int64_t>{8});
-  const int rv9 = b.Tensor("rv9", core::kFloat, std::vector<int64_t>{8});
+  const int y9 = b.Tensor("y9", base::kFloat, dims);
+  const int sm = b.Tensor("sm", base::kFloat, std::vector<int64_t>{8});
+  const int sv = b.Tensor("sv", base::kFloat, std::vector<int64_t>{8});
+  const int rm9 = b.Tensor("rm9", base::kFloat, std::vector<int64_t>{8});
+  const int rv9 = b.Tensor("rv9", base::kFloat, std::vector<int64_t>{8});
   const int bn9 =
       b.AddNode("BatchNormalization", {h, scale, bias, mean, var}, {y9, rm9, rv9, sm, sv}, 9);
   EXPECT_EQ(SavedIds(b.Saved(bn9)), (std::vector<int>{h, scale, sm, sv}));
@@ -581,9 +579,9 @@ TEST(RulesSaved, BatchNormInferenceSavesInputOnly) {
   const int h = b.Activation("h", dims);
   const int scale = b.Param("scale", {8});
   const int bias = b.Param("bias", {8});
-  const int mean = b.Const("mean", core::kFloat, {8});
-  const int var = b.Const("var", core::kFloat, {8});
-  const int y = b.Tensor("y", core::kFloat, dims);
+  const int mean = b.Const("mean", base::kFloat, {8});
+  const int var = b.Const("var", base::kFloat, {8});
+  const int y = b.Tensor("y", base::kFloat, dims);
   const int bn = b.AddNode("BatchNormalization", {h, scale, bias, mean, var}, {y}, 15);
   const auto saved = b.Saved(bn);
   EXPECT_EQ(ExtraBytes(saved), 0u);
@@ -597,39 +595,39 @@ TEST(RulesSaved, LayerNormSavesInputAndFp32MeanRstd) {
   const int h = b.Activation("h", dims);
   const int w = b.Param("w", {16});
   const int bias = b.Param("bias", {16});
-  const int y = b.Tensor("y", core::kFloat, dims);
+  const int y = b.Tensor("y", base::kFloat, dims);
   const int ln = b.AddNode("LayerNormalization", {h, w, bias}, {y});
   const auto saved = b.Saved(ln);
   EXPECT_EQ(ExtraBytes(saved), 2u * 10 * 4);  // M = 2 * 5
   EXPECT_EQ(b.ActivationBytes(saved), 2u * 5 * 16 * 4 + 2u * 10 * 4);
   // axis = 1: M = 2.
-  const int y1 = b.Tensor("y1", core::kFloat, dims);
+  const int y1 = b.Tensor("y1", base::kFloat, dims);
   const int ln1 = b.AddNode("LayerNormalization", {h, w, bias}, {y1});
   b.SetInt(ln1, "axis", 1);
   EXPECT_EQ(ExtraBytes(b.Saved(ln1)), 2u * 2 * 4);
   // fp16 input: the statistics stay fp32.
-  const int h16 = b.Tensor("h16", core::kFloat16, dims);
+  const int h16 = b.Tensor("h16", base::kFloat16, dims);
   b.AddNode("Cast", {h}, {h16});
-  const int y16 = b.Tensor("y16", core::kFloat16, dims);
+  const int y16 = b.Tensor("y16", base::kFloat16, dims);
   const int ln16 = b.AddNode("LayerNormalization", {h16, w, bias}, {y16});
   EXPECT_EQ(b.ActivationBytes(b.Saved(ln16)), 2u * 5 * 16 * 2 + 2u * 10 * 4);
   // Overflowing dims: the statistics cannot be sized and are left out, no
   // crash.
   const std::vector<int64_t> huge{int64_t{1} << 40, int64_t{1} << 40, 8};
-  const int hh = b.Tensor("hh", core::kFloat, huge);
+  const int hh = b.Tensor("hh", base::kFloat, huge);
   b.AddNode("Add", {h, w}, {hh});
-  const int yh = b.Tensor("yh", core::kFloat, huge);
+  const int yh = b.Tensor("yh", base::kFloat, huge);
   const int lnh = b.AddNode("LayerNormalization", {hh, w, bias}, {yh});
   EXPECT_EQ(ExtraBytes(b.Saved(lnh)), 0u);
 }
 
 TEST(RulesSaved, MatMulSavesEachOperandOnlyForTheOther) {
   GraphBuilder b;
-  const int x = b.Data("x", core::kFloat, {4, 8});
+  const int x = b.Data("x", base::kFloat, {4, 8});
   const int w1 = b.Param("w1", {8, 16});
   const int w2 = b.Param("w2", {16, 2});
-  const int h = b.Tensor("h", core::kFloat, std::vector<int64_t>{4, 16});
-  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{4, 2});
+  const int h = b.Tensor("h", base::kFloat, std::vector<int64_t>{4, 16});
+  const int y = b.Tensor("y", base::kFloat, std::vector<int64_t>{4, 2});
   const int mm1 = b.AddNode("MatMul", {x, w1}, {h});
   const int mm2 = b.AddNode("MatMul", {h, w2}, {y});
   // x does not require grad: W1 is not saved; x is (W1 requires grad).
@@ -637,11 +635,11 @@ TEST(RulesSaved, MatMulSavesEachOperandOnlyForTheOther) {
   EXPECT_EQ(SavedIds(b.Saved(mm2)), (std::vector<int>{h, w2}));
   EXPECT_EQ(b.ActivationBytes(b.Saved(mm2)), 4u * 16 * 4);
   // Mul by a constant: only the constant (a resident initializer) is kept.
-  const int half = b.Const("half", core::kFloat, {});
-  const int m = b.Tensor("m", core::kFloat, std::vector<int64_t>{4, 2});
+  const int half = b.Const("half", base::kFloat, {});
+  const int m = b.Tensor("m", base::kFloat, std::vector<int64_t>{4, 2});
   EXPECT_EQ(SavedIds(b.Saved(b.AddNode("Mul", {y, half}, {m}))), std::vector<int>{half});
   // x * x holds one storage.
-  const int sq = b.Tensor("sq", core::kFloat, std::vector<int64_t>{4, 2});
+  const int sq = b.Tensor("sq", base::kFloat, std::vector<int64_t>{4, 2});
   EXPECT_EQ(SavedIds(b.Saved(b.AddNode("Mul", {y, y}, {sq}))), std::vector<int>{y});
 }
 
@@ -650,7 +648,7 @@ TEST(RulesSaved, GemmDoesNotSaveBias) {
   const int h = b.Activation("h", {4, 8});
   const int w = b.Param("w", {16, 8});
   const int c = b.Param("c", {16});
-  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{4, 16});
+  const int y = b.Tensor("y", base::kFloat, std::vector<int64_t>{4, 16});
   const int gemm = b.AddNode("Gemm", {h, w, c}, {y});
   EXPECT_EQ(SavedIds(b.Saved(gemm)), (std::vector<int>{h, w}));
 }
@@ -658,19 +656,19 @@ TEST(RulesSaved, GemmDoesNotSaveBias) {
 TEST(RulesSaved, DivSavesDenominatorAlways) {
   GraphBuilder b;
   const int h = b.Activation("h", {4, 8});
-  const int k = b.Const("k", core::kFloat, {});
-  const int q1 = b.Tensor("q1", core::kFloat, std::vector<int64_t>{4, 8});
-  const int q2 = b.Tensor("q2", core::kFloat, std::vector<int64_t>{4, 8});
+  const int k = b.Const("k", base::kFloat, {});
+  const int q1 = b.Tensor("q1", base::kFloat, std::vector<int64_t>{4, 8});
+  const int q2 = b.Tensor("q2", base::kFloat, std::vector<int64_t>{4, 8});
   EXPECT_EQ(SavedIds(b.Saved(b.AddNode("Div", {h, k}, {q1}))), std::vector<int>{k});
   EXPECT_EQ(SavedIds(b.Saved(b.AddNode("Div", {k, h}, {q2}))), (std::vector<int>{k, h}));
 }
 
 TEST(RulesSaved, ConvSavesInputAndWeight) {
   GraphBuilder b;
-  const int x = b.Data("x", core::kFloat, {2, 3, 8, 8});
+  const int x = b.Data("x", base::kFloat, {2, 3, 8, 8});
   const int w = b.Param("w", {4, 3, 3, 3});
   const int bias = b.Param("bias", {4});
-  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{2, 4, 6, 6});
+  const int y = b.Tensor("y", base::kFloat, std::vector<int64_t>{2, 4, 6, 6});
   const int conv = b.AddNode("Conv", {x, w, bias}, {y});
   const auto saved = b.Saved(conv);
   EXPECT_EQ(SavedIds(saved), (std::vector<int>{x, w}));
@@ -680,8 +678,8 @@ TEST(RulesSaved, ConvSavesInputAndWeight) {
 TEST(RulesSaved, GatherEmbeddingSavesIndices) {
   GraphBuilder b;
   const int table = b.Param("table", {100, 16});
-  const int ids = b.Data("ids", core::kInt64, {4, 7});
-  const int e = b.Tensor("e", core::kFloat, std::vector<int64_t>{4, 7, 16});
+  const int ids = b.Data("ids", base::kInt64, {4, 7});
+  const int e = b.Tensor("e", base::kFloat, std::vector<int64_t>{4, 7, 16});
   const int gather = b.AddNode("Gather", {table, ids}, {e});
   EXPECT_EQ(SavedIds(b.Saved(gather)), std::vector<int>{ids});
   EXPECT_EQ(b.ActivationBytes(b.Saved(gather)), 4u * 7 * 8);
@@ -691,9 +689,9 @@ TEST(RulesSaved, GatherEmbeddingSavesIndices) {
 TEST(RulesSaved, WhereSavesCondition) {
   GraphBuilder b;
   const int h = b.Activation("h", {4, 8});
-  const int cond = b.Data("cond", core::kBool, {4, 8});
-  const int fill = b.Const("fill", core::kFloat, {});
-  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{4, 8});
+  const int cond = b.Data("cond", base::kBool, {4, 8});
+  const int fill = b.Const("fill", base::kFloat, {});
+  const int y = b.Tensor("y", base::kFloat, std::vector<int64_t>{4, 8});
   const int where = b.AddNode("Where", {cond, h, fill}, {y});
   EXPECT_EQ(SavedIds(b.Saved(where)), std::vector<int>{cond});
   EXPECT_EQ(b.ActivationBytes(b.Saved(where)), 32u);
@@ -702,9 +700,9 @@ TEST(RulesSaved, WhereSavesCondition) {
 TEST(RulesSaved, PadSavesInputOnlyForNonConstantModes) {
   GraphBuilder b;
   const int h = b.Activation("h", {1, 2, 4, 4});
-  const int pads = b.Const("pads", core::kInt64, {8}, std::vector<int64_t>(8, 1));
-  const int y1 = b.Tensor("y1", core::kFloat, std::vector<int64_t>{3, 4, 6, 6});
-  const int y2 = b.Tensor("y2", core::kFloat, std::vector<int64_t>{3, 4, 6, 6});
+  const int pads = b.Const("pads", base::kInt64, {8}, std::vector<int64_t>(8, 1));
+  const int y1 = b.Tensor("y1", base::kFloat, std::vector<int64_t>{3, 4, 6, 6});
+  const int y2 = b.Tensor("y2", base::kFloat, std::vector<int64_t>{3, 4, 6, 6});
   EXPECT_TRUE(b.Saved(b.AddNode("Pad", {h, pads}, {y1})).empty());
   const int reflect = b.AddNode("Pad", {h, pads}, {y2});
   b.SetString(reflect, "mode", "reflect");
@@ -717,8 +715,8 @@ TEST(RulesSaved, LstmSavesEverythingPlusGates) {
   const int x = b.Activation("x", {seq, batch, input});
   const int w = b.Param("W", {1, 4 * hidden, input});
   const int r = b.Param("R", {1, 4 * hidden, hidden});
-  const int y = b.Tensor("Y", core::kFloat, std::vector<int64_t>{seq, 1, batch, hidden});
-  const int yh = b.Tensor("Y_h", core::kFloat, std::vector<int64_t>{1, batch, hidden});
+  const int y = b.Tensor("Y", base::kFloat, std::vector<int64_t>{seq, 1, batch, hidden});
+  const int yh = b.Tensor("Y_h", base::kFloat, std::vector<int64_t>{1, batch, hidden});
   const int lstm = b.AddNode("LSTM", {x, w, r}, {y, yh, -1});
   const auto saved = b.Saved(lstm);
   EXPECT_EQ(SavedIds(saved), (std::vector<int>{x, w, r, y, yh, -1}));
@@ -728,13 +726,13 @@ TEST(RulesSaved, LstmSavesEverythingPlusGates) {
 TEST(RulesRequiresGrad, ShapeIsNotDifferentiableAndStopsGrad) {
   GraphBuilder b;
   const int h = b.Activation("h", {4, 8});
-  const int s = b.Tensor("s", core::kInt64, std::vector<int64_t>{2});
+  const int s = b.Tensor("s", base::kInt64, std::vector<int64_t>{2});
   const int shape = b.AddNode("Shape", {h}, {s});
-  const int sf = b.Tensor("sf", core::kFloat, std::vector<int64_t>{2});
+  const int sf = b.Tensor("sf", base::kFloat, std::vector<int64_t>{2});
   b.AddNode("Cast", {s}, {sf});
-  const int fl = b.Tensor("fl", core::kFloat, std::vector<int64_t>{4, 8});
+  const int fl = b.Tensor("fl", base::kFloat, std::vector<int64_t>{4, 8});
   const int floor = b.AddNode("Floor", {h}, {fl});
-  const int eq = b.Tensor("eq", core::kBool, std::vector<int64_t>{4, 8});
+  const int eq = b.Tensor("eq", base::kBool, std::vector<int64_t>{4, 8});
   b.AddNode("Equal", {h, fl}, {eq});
   EXPECT_FALSE(FindRule("", "Shape")->differentiable);
   const auto rg = b.Rg();
@@ -750,13 +748,13 @@ TEST(RulesRequiresGrad, ShapeIsNotDifferentiableAndStopsGrad) {
 TEST(RulesRequiresGrad, ParametersDataAndDtypes) {
   GraphBuilder b;
   const int w = b.Param("w", {4});
-  const int running = b.Const("running_mean", core::kFloat, {4});
-  const int x = b.Data("x", core::kFloat, {4});
-  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{4});
+  const int running = b.Const("running_mean", base::kFloat, {4});
+  const int x = b.Data("x", base::kFloat, {4});
+  const int y = b.Tensor("y", base::kFloat, std::vector<int64_t>{4});
   b.AddNode("Add", {x, running}, {y});
-  const int argmax = b.Tensor("am", core::kInt64, std::vector<int64_t>{1});
+  const int argmax = b.Tensor("am", base::kInt64, std::vector<int64_t>{1});
   b.AddNode("ArgMax", {w}, {argmax});
-  const int i = b.Tensor("i", core::kInt64, std::vector<int64_t>{4});
+  const int i = b.Tensor("i", base::kInt64, std::vector<int64_t>{4});
   b.AddNode("Cast", {w}, {i});  // cast to an integer type: no grad
   const int u = b.Tensor("u", 0, std::nullopt);
   b.AddNode("Relu", {w}, {u});  // unknown dtype: assumed float
@@ -773,19 +771,19 @@ TEST(RulesRequiresGrad, ParametersDataAndDtypes) {
 TEST(RulesRequiresGrad, ControlFlowBodiesAreAssumedToCaptureGrad) {
   GraphBuilder b;
   b.Param("w", {4});  // read inside the body, not listed as an input
-  const int cond = b.Data("cond", core::kBool, {});
-  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{4});
+  const int cond = b.Data("cond", base::kBool, {});
+  const int y = b.Tensor("y", base::kFloat, std::vector<int64_t>{4});
   const int node = b.AddNode("If", {cond}, {y});
-  b.graph().nodes[static_cast<size_t>(node)].subgraph_nodes = 3;
+  b.graph().node(node).subgraph_nodes = 3;
   EXPECT_TRUE(b.Rg()[static_cast<size_t>(y)]);
 }
 
 TEST(RulesSaved, UnknownOpIsConservative) {
   GraphBuilder b;
   const int h = b.Activation("h", {4, 8});
-  const int ids = b.Data("ids", core::kInt64, {4});
-  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{4, 8});
-  const int z = b.Tensor("z", core::kInt64, std::vector<int64_t>{4});
+  const int ids = b.Data("ids", base::kInt64, {4});
+  const int y = b.Tensor("y", base::kFloat, std::vector<int64_t>{4, 8});
+  const int z = b.Tensor("z", base::kInt64, std::vector<int64_t>{4});
   const int node = b.AddNode("FancyOp", {h, ids}, {y, z}, 1, "com.example");
   ASSERT_EQ(FindRule("com.example", "FancyOp"), nullptr);
   const auto rg = b.Rg();
@@ -794,8 +792,7 @@ TEST(RulesSaved, UnknownOpIsConservative) {
   const auto saved = b.Saved(node);
   EXPECT_EQ(SavedIds(saved), (std::vector<int>{h, y}));
   std::vector<SavedTensor> direct;
-  ConservativeSaved(RuleContext{b.graph().nodes[static_cast<size_t>(node)], b.bound(), rg},
-                    &direct);
+  ConservativeSaved(RuleContext{b.graph().node(node), b.bound(), rg}, &direct);
   EXPECT_EQ(SavedIds(direct), SavedIds(saved));
 }
 
@@ -806,32 +803,32 @@ TEST(RulesLayout, TransposedOperandsOfBatchedMatMulAreSavedAsCopies) {
   GraphBuilder b;
   const int64_t B = 2, S = 8, H = 4, D = 16;
   const int qkv = b.Activation("qkv", {B, S, 3 * H * D});
-  const int q = b.Tensor("q", core::kFloat, std::vector<int64_t>{B, S, H * D});
-  const int k = b.Tensor("k", core::kFloat, std::vector<int64_t>{B, S, H * D});
-  const int v = b.Tensor("v", core::kFloat, std::vector<int64_t>{B, S, H * D});
+  const int q = b.Tensor("q", base::kFloat, std::vector<int64_t>{B, S, H * D});
+  const int k = b.Tensor("k", base::kFloat, std::vector<int64_t>{B, S, H * D});
+  const int v = b.Tensor("v", base::kFloat, std::vector<int64_t>{B, S, H * D});
   const int split = b.AddNode("Split", {qkv}, {q, k, v});
   b.SetInt(split, "axis", 2);
   auto heads = [&](int x, const std::string& name, std::vector<int64_t> perm,
                    std::vector<int64_t> out) {
-    const int r = b.Tensor(name + "_r", core::kFloat, std::vector<int64_t>{B, S, H, D});
-    b.AddNode("Reshape", {x, b.Const(name + "_shape", core::kInt64, {4})}, {r});
-    const int t = b.Tensor(name + "_t", core::kFloat, out);
+    const int r = b.Tensor(name + "_r", base::kFloat, std::vector<int64_t>{B, S, H, D});
+    b.AddNode("Reshape", {x, b.Const(name + "_shape", base::kInt64, {4})}, {r});
+    const int t = b.Tensor(name + "_t", base::kFloat, out);
     b.SetInts(b.AddNode("Transpose", {r}, {t}), "perm", perm);
     return t;
   };
   const int qh = heads(q, "q", {0, 2, 1, 3}, {B, H, S, D});
   const int kh = heads(k, "k", {0, 2, 3, 1}, {B, H, D, S});
   const int vh = heads(v, "v", {0, 2, 1, 3}, {B, H, S, D});
-  const int scores = b.Tensor("scores", core::kFloat, std::vector<int64_t>{B, H, S, S});
+  const int scores = b.Tensor("scores", base::kFloat, std::vector<int64_t>{B, H, S, S});
   const int mm1 = b.AddNode("MatMul", {qh, kh}, {scores});
-  const int probs = b.Tensor("probs", core::kFloat, std::vector<int64_t>{B, H, S, S});
+  const int probs = b.Tensor("probs", base::kFloat, std::vector<int64_t>{B, H, S, S});
   b.AddNode("Softmax", {scores}, {probs});
-  const int ctx = b.Tensor("ctx", core::kFloat, std::vector<int64_t>{B, H, S, D});
+  const int ctx = b.Tensor("ctx", base::kFloat, std::vector<int64_t>{B, H, S, D});
   const int mm2 = b.AddNode("MatMul", {probs, vh}, {ctx});
-  const int ctx_t = b.Tensor("ctx_t", core::kFloat, std::vector<int64_t>{B, S, H, D});
+  const int ctx_t = b.Tensor("ctx_t", base::kFloat, std::vector<int64_t>{B, S, H, D});
   b.SetInts(b.AddNode("Transpose", {ctx}, {ctx_t}), "perm", {0, 2, 1, 3});
-  const int merged = b.Tensor("merged", core::kFloat, std::vector<int64_t>{B, S, H * D});
-  const int merge = b.AddNode("Reshape", {ctx_t, b.Const("m_shape", core::kInt64, {3})}, {merged});
+  const int merged = b.Tensor("merged", base::kFloat, std::vector<int64_t>{B, S, H * D});
+  const int merge = b.AddNode("Reshape", {ctx_t, b.Const("m_shape", base::kInt64, {3})}, {merged});
 
   const ValueFacts facts(b.bound(), Precision::kFp32);
   // Splitting the last dim into heads is a view of the Split output; so are the transposes.
@@ -858,8 +855,8 @@ TEST(RulesLayout, TransposedOperandsOfBatchedMatMulAreSavedAsCopies) {
 TEST(RulesLayout, ReshapesOfContiguousTensorsStayViews) {
   GraphBuilder b;
   const int x = b.Activation("x", {2, 3, 4});
-  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{6, 4});
-  const int r = b.AddNode("Reshape", {x, b.Const("shape", core::kInt64, {2})}, {y});
+  const int y = b.Tensor("y", base::kFloat, std::vector<int64_t>{6, 4});
+  const int r = b.AddNode("Reshape", {x, b.Const("shape", base::kInt64, {2})}, {y});
   const ValueFacts facts(b.bound(), Precision::kFp32);
   EXPECT_TRUE(facts.is_view(static_cast<size_t>(r)));
   EXPECT_EQ(facts.root(y), x);
@@ -881,7 +878,7 @@ AttentionPolicy Policy(Attention a, bool half = false, bool training = true) {
 
 // The call of fused attention node `node` under `policy`, as ops/fusion.h decides it.
 AttentionCall CallUnder(GraphBuilder& b, int node, const AttentionPolicy& policy) {
-  const core::Node& n = b.graph().nodes[static_cast<size_t>(node)];
+  const core::Node& n = b.graph().node(node);
   const OpRule* rule = FindRule(n.domain, n.op_type);
   AttentionCall call;
   call.node = static_cast<size_t>(node);
@@ -898,11 +895,11 @@ AttentionCall CallUnder(GraphBuilder& b, int node, const AttentionPolicy& policy
 }
 
 std::vector<SavedTensor> SavedUnder(GraphBuilder& b, int node, const AttentionCall& call) {
-  return SavedTensors(b.graph().nodes[static_cast<size_t>(node)], b.bound(), b.Rg(), &call);
+  return SavedTensors(b.graph().node(node), b.bound(), b.Rg(), &call);
 }
 
 uint64_t WorkspaceUnder(GraphBuilder& b, int node, const AttentionCall& call) {
-  const core::Node& n = b.graph().nodes[static_cast<size_t>(node)];
+  const core::Node& n = b.graph().node(node);
   const std::vector<bool> rg = b.Rg();
   return FindRule(n.domain, n.op_type)->workspace(RuleContext{n, b.bound(), rg, &call});
 }
@@ -912,7 +909,7 @@ TEST(RulesSaved, OnnxAttentionKeepsWhatItsKernelKeeps) {
   GraphBuilder b;
   const std::vector<int64_t> dims{2, 4, 8, 16};
   const int q = b.Activation("q", dims), k = b.Activation("k", dims), v = b.Activation("v", dims);
-  const int y = b.Tensor("y", core::kFloat, dims);
+  const int y = b.Tensor("y", base::kFloat, dims);
   const int node = b.AddNode("Attention", {q, k, v}, {y}, 23);
 
   // Math (eager, and auto below flash on fp32 with odd head dims): q and k^T scaled by
@@ -954,8 +951,8 @@ TEST(RulesSaved, OnnxAttentionWithAMaskRunsMemoryEfficientUnderAuto) {
   const int q = b.Activation("q", {2, 4, 8, 16});
   const int k = b.Activation("k", {2, 4, 6, 16});
   const int v = b.Activation("v", {2, 4, 6, 16});
-  const int mask = b.Data("mask", core::kBool, {2, 1, 8, 6});
-  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{2, 4, 8, 16});
+  const int mask = b.Data("mask", base::kBool, {2, 1, 8, 6});
+  const int y = b.Tensor("y", base::kFloat, std::vector<int64_t>{2, 4, 8, 16});
   const int node = b.AddNode("Attention", {q, k, v, mask}, {y}, 23);
   const AttentionCall call = CallUnder(b, node, Policy(Attention::kAuto, /*half=*/true));
   EXPECT_EQ(call.kernel, AttentionKernel::kMemEfficient);
@@ -969,7 +966,7 @@ TEST(RulesSaved, OnnxAttentionWithAMaskRunsMemoryEfficientUnderAuto) {
   const int q2 = b2.Activation("q", {2, 4, 8, 16});
   const int k2 = b2.Activation("k", {2, 4, 6, 16});
   const int v2 = b2.Activation("v", {2, 4, 6, 16});
-  const int y2 = b2.Tensor("y", core::kFloat, std::vector<int64_t>{2, 4, 8, 16});
+  const int y2 = b2.Tensor("y", base::kFloat, std::vector<int64_t>{2, 4, 8, 16});
   const int n2 = b2.AddNode("Attention", {q2, k2, v2}, {y2}, 23);
   EXPECT_EQ(CallUnder(b2, n2, Policy(Attention::kAuto, true)).kernel, AttentionKernel::kFlash);
 }
@@ -981,8 +978,8 @@ TEST(RulesSaved, MsAttentionKeepsItsInputWeightsAndTheKernelsList) {
   const int x = b.Activation("x", {2, 8, 32});
   const int w = b.Param("W", {32, 96});
   const int bias = b.Param("bias", {96});
-  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{2, 8, 32});
-  const int present = b.Tensor("present", core::kFloat, std::vector<int64_t>{2, 2, 4, 8, 8});
+  const int y = b.Tensor("y", base::kFloat, std::vector<int64_t>{2, 8, 32});
+  const int present = b.Tensor("present", base::kFloat, std::vector<int64_t>{2, 2, 4, 8, 8});
   const int node = b.AddNode("Attention", {x, w, bias}, {y, present}, 1, "com.microsoft");
   b.SetInt(node, "num_heads", 4);
   const AttentionCall flash = CallUnder(b, node, Policy(Attention::kSdpaFlash, true));
@@ -1002,7 +999,7 @@ TEST(RulesSaved, MultiHeadAttentionKeepsItsInputsOrTheirBiasedCopies) {
     const int v = b.Activation("v", {2, 8, 32});
     std::vector<int> in{q, k, v};
     if (with_bias) in.push_back(b.Param("bias", {96}));
-    const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{2, 8, 32});
+    const int y = b.Tensor("y", base::kFloat, std::vector<int64_t>{2, 8, 32});
     const int node = b.AddNode("MultiHeadAttention", in, {y}, 1, "com.microsoft");
     b.SetInt(node, "num_heads", 4);
     const AttentionCall me = CallUnder(b, node, Policy(Attention::kSdpaMemEfficient));
@@ -1025,13 +1022,13 @@ TEST(RulesSaved, GroupQueryAttentionRepeatsKvOnlyInTheMathKernel) {
   const int q = b.Activation("q", {1, 4, 64});
   const int k = b.Activation("k", {1, 4, 16});
   const int v = b.Activation("v", {1, 4, 16});
-  const int pk = b.Data("past_k", core::kFloat, {1, 2, 12, 8});
-  const int pv = b.Data("past_v", core::kFloat, {1, 2, 12, 8});
-  const int seqlens = b.Data("seqlens_k", core::kInt32, {1});
-  const int total = b.Data("total", core::kInt32, {});
-  const int y = b.Tensor("y", core::kFloat, std::vector<int64_t>{1, 4, 64});
-  const int present_k = b.Tensor("present_k", core::kFloat, std::vector<int64_t>{1, 2, 16, 8});
-  const int present_v = b.Tensor("present_v", core::kFloat, std::vector<int64_t>{1, 2, 16, 8});
+  const int pk = b.Data("past_k", base::kFloat, {1, 2, 12, 8});
+  const int pv = b.Data("past_v", base::kFloat, {1, 2, 12, 8});
+  const int seqlens = b.Data("seqlens_k", base::kInt32, {1});
+  const int total = b.Data("total", base::kInt32, {});
+  const int y = b.Tensor("y", base::kFloat, std::vector<int64_t>{1, 4, 64});
+  const int present_k = b.Tensor("present_k", base::kFloat, std::vector<int64_t>{1, 2, 16, 8});
+  const int present_v = b.Tensor("present_v", base::kFloat, std::vector<int64_t>{1, 2, 16, 8});
   const int node = b.AddNode("GroupQueryAttention", {q, k, v, pk, pv, seqlens, total},
                              {y, present_k, present_v}, 1, "com.microsoft");
   b.SetInt(node, "num_heads", 8);
@@ -1091,9 +1088,9 @@ TEST(RulesSaved, ScoresOutputsForceTheMathCompositeAndForcedKernelsCanBeRefused)
   GraphBuilder b;
   const std::vector<int64_t> dims{2, 4, 8, 16};
   const int q = b.Activation("q", dims), k = b.Activation("k", dims), v = b.Activation("v", dims);
-  const int mask = b.Data("mask", core::kBool, {2, 1, 8, 8});
-  const int y = b.Tensor("y", core::kFloat, dims);
-  const int qk = b.Tensor("qk", core::kFloat, std::vector<int64_t>{2, 4, 8, 8});
+  const int mask = b.Data("mask", base::kBool, {2, 1, 8, 8});
+  const int y = b.Tensor("y", base::kFloat, dims);
+  const int qk = b.Tensor("qk", base::kFloat, std::vector<int64_t>{2, 4, 8, 8});
   const int node = b.AddNode("Attention", {q, k, v, mask}, {y, -1, -1, qk}, 23);
   for (Attention a : {Attention::kSdpaFlash, Attention::kSdpaMemEfficient, Attention::kAuto}) {
     const AttentionCall call = CallUnder(b, node, Policy(a, /*half=*/true));
@@ -1105,8 +1102,8 @@ TEST(RulesSaved, ScoresOutputsForceTheMathCompositeAndForcedKernelsCanBeRefused)
   GraphBuilder b2;
   const int q2 = b2.Activation("q", dims), k2 = b2.Activation("k", dims);
   const int v2 = b2.Activation("v", dims);
-  const int mask2 = b2.Data("mask", core::kBool, {2, 1, 8, 8});
-  const int y2 = b2.Tensor("y", core::kFloat, dims);
+  const int mask2 = b2.Data("mask", base::kBool, {2, 1, 8, 8});
+  const int y2 = b2.Tensor("y", base::kFloat, dims);
   const int n2 = b2.AddNode("Attention", {q2, k2, v2, mask2}, {y2}, 23);
   const AttentionCall forced = CallUnder(b2, n2, Policy(Attention::kSdpaFlash, true));
   EXPECT_NE(ForcedRefusal(Policy(Attention::kSdpaFlash, true), forced.site).find("mask"),

@@ -1,11 +1,11 @@
-// core/sha256: the FIPS 180-4 / NIST example vectors, one-shot and incremental.
-#include "core/sha256.h"
+// base/sha256: the FIPS 180-4 / NIST example vectors, one-shot and incremental.
+#include "base/sha256.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace memest::core {
+namespace memest::base {
 namespace {
 
 TEST(Sha256Test, Fips180Vectors) {
@@ -36,4 +36,4 @@ TEST(Sha256Test, MissingFileIsNotFound) {
 }
 
 }  // namespace
-}  // namespace memest::core
+}  // namespace memest::base

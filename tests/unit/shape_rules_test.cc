@@ -18,8 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/dtype.h"
 #include "core/bind.h"
-#include "core/dtype.h"
 #include "core/graph.h"
 #include "core/onnx_fallback.h"
 #include "core/symbolic_shapes.h"
@@ -65,7 +65,7 @@ onnx::TensorProto& AddFloats(GraphBuilder& b, const std::string& name, std::vect
 
 // "float32[N,3]", "int64[2]={N,3}", "?" when the rank is unknown.
 std::string Describe(const core::SymTensor& t, const core::DimTable& table) {
-  std::string s = t.dtype ? core::DTypeName(t.dtype) : "dtype?";
+  std::string s = t.dtype ? base::DTypeName(t.dtype) : "dtype?";
   if (!t.shape) return s + "?";
   s += "[";
   for (size_t i = 0; i < t.shape->size(); ++i) {
@@ -1642,7 +1642,7 @@ TEST(ShapeRules, EveryRuleSurvivesHostileNodes) {
       std::vector<core::SymTensor> in(8);
       const core::DimExpr big(int64_t{1} << 62);
       for (auto& t : in) {
-        t.dtype = variant == 3 ? 99 : core::kInt64;
+        t.dtype = variant == 3 ? 99 : base::kInt64;
         if (variant == 1) t.shape = std::vector<core::DimExpr>{big, big};
         if (variant == 2) {
           t.shape = std::vector<core::DimExpr>{3};

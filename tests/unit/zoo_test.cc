@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "base/sha256.h"
 #include "datasets/zoo/families.h"
 #include "datasets/zoo/graph_writer.h"
 #include "datasets/zoo/layers.h"
-#include "core/sha256.h"
 #include "memest/memest.h"
 
 namespace memest::zoo {
@@ -159,7 +159,7 @@ TEST(ZooTest, SameSeedGivesIdenticalBytes) {
         const GeneratedModel b = Generate(f, i, 42, scale);
         EXPECT_EQ(a.bytes, b.bytes) << a.name;
         EXPECT_EQ(a.sha256, b.sha256);
-        EXPECT_EQ(a.sha256, core::Sha256Hex(a.bytes));
+        EXPECT_EQ(a.sha256, base::Sha256Hex(a.bytes));
         EXPECT_EQ(a.config, b.config);
       }
     }

@@ -9,7 +9,7 @@
 #include <sstream>
 #include <utility>
 
-#include "core/sha256.h"
+#include "base/sha256.h"
 #include "datasets/gpumemnet/gpumemnet.h"
 
 namespace memest::eval {
@@ -158,7 +158,7 @@ Result<std::shared_ptr<const Model>> Evaluator::ResolveModel(const MeasuredRow& 
   };
   if (gmn) {
     MEMEST_ASSIGN_OR_RETURN(std::string bytes, GpumemnetBytes(*gmn));
-    MEMEST_RETURN_IF_ERROR(check_sha(core::Sha256Hex(bytes)));
+    MEMEST_RETURN_IF_ERROR(check_sha(base::Sha256Hex(bytes)));
     return LoadModelFromBytes(bytes, "/", row.model_path);
   }
 
@@ -190,7 +190,7 @@ Result<std::shared_ptr<const Model>> Evaluator::ResolveModel(const MeasuredRow& 
     if (!bytes.ok()) {
       fm.status = bytes.status();
     } else {
-      fm.sha256 = core::Sha256Hex(*bytes);
+      fm.sha256 = base::Sha256Hex(*bytes);
       auto model = LoadModelFromBytes(*bytes, fs::path(resolved).parent_path().string(), resolved);
       if (model.ok()) {
         fm.model = *model;

@@ -7,8 +7,8 @@
 //    model found has another hash, the row is not evaluated (the measurement belongs to another
 //    model) unless `allow_sha_mismatch`;
 //  * builds Options from the row's config (mode, batch, dims, optimizer, weight_decay, precision,
-//    loss) and picks the GPU profile from the device (memest::FindGpuProfileForDevice); CPU rows use
-//    `cpu_profile` (it decides the cuBLAS workspaces counted in peak_allocated, see
+//    loss) and picks the GPU profile from the device (memest::FindGpuProfileForDevice); CPU rows
+//    use `cpu_profile` (it decides the cuBLAS workspaces counted in peak_allocated, see
 //    docs/accuracy.md);
 //  * times one Estimator::Run per backend (wall clock, steady_clock) and records whether the
 //    estimate fits the device's capacity (the profile's usable memory, else the row's
@@ -45,7 +45,7 @@ Result<GpumemnetData> LoadGpumemnet(const std::string& data_dir, const std::stri
 // peak_reserved for reserved, peak_device for device.
 uint64_t PredictedAt(const Estimate& estimate, Level level);
 
-// The profile CPU rows are predicted with: "cpu" when core/gpu_profiles.json has such a profile
+// The profile CPU rows are predicted with: "cpu" when base/gpu_profiles.json has such a profile
 // (a device without CUDA context or cuBLAS workspaces), else "a100-40gb" (the smallest cuBLAS
 // workspace of the cited profiles).
 std::string DefaultCpuProfile();

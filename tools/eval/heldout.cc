@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "core/sha256.h"
+#include "base/sha256.h"
 
 namespace memest::eval {
 namespace {
@@ -155,7 +155,7 @@ TrainingMarks MarkLearnedTrainingRows(std::string_view weights_json,
   for (const std::string& id : ids) joined += id + "\n";
   const std::string expected = data->value("train_row_ids_sha256", std::string());
   const int64_t expected_rows = data->value("train_rows", int64_t{-1});
-  marks.verified = !expected.empty() && core::Sha256Hex(joined) == expected;
+  marks.verified = !expected.empty() && base::Sha256Hex(joined) == expected;
   std::string rule;
   for (const std::string& c : clauses) rule += (rule.empty() ? "" : ", ") + ("`" + c + "`");
   marks.note =

@@ -457,7 +457,7 @@ std::string ProfileContext(const std::string& name) {
   if (!stack.ok()) return "";
   return fmt::format(
       "  - Predicted with the `{}` profile and the default stack `{}`: CUDA context {:.0f} MiB, "
-      "library memory {:.0f} MiB ({}). The context's source, as recorded in core/stacks.json: "
+      "library memory {:.0f} MiB ({}). The context's source, as recorded in base/stacks.json: "
       "\"{}\"\n",
       name, stack->name, stack->cuda_context.bytes / 1048576.0,
       stack->library_memory.bytes / 1048576.0,
@@ -502,140 +502,184 @@ std::string Pct(std::optional<double> fraction) {
   return fmt::format("{:.2f} %", v);
 }
 
-Summary Aggregate(const Evaluation& ev) {
-  Summary s;
-  s.backends = ev.backends;
-  s.rows = static_cast<int64_t>(ev.rows.size());
-  using ErrKey = std::tuple<Split, Level, size_t, std::string>;
-  using FitKey = std::tuple<Split, size_t, std::string>;
-  std::map<ErrKey, Acc> err;
-  std::map<FitKey, std::pair<FitGroup, std::vector<double>>> fit;
-  std::map<Split, std::set<std::string>> families;
-  std::map<std::pair<std::string, ErrorCode>, std::pair<int64_t, std::string>> failures;
-  std::map<std::string, int64_t> row_errors;
+namespace {
 
-  for (size_t i = 0; i < ev.rows.size(); ++i) {
-    const MeasuredRow& row = ev.rows[i];
-    const RowOutcome& out = ev.outcomes[i];
-    if (row.family == "gpumemnet") {
-      ++s.gpumemnet_rows;
-    } else if (row.device_kind == "cpu") {
-      ++s.cpu_rows;
-    } else {
-      ++s.cuda_rows;
-    }
-    if (row.status != RowStatus::kOk) {
-      ++row_errors[std::string(ToString(row.status)) + ": " +
-                   (row.error.empty() ? "(no message)" : row.error)];
-    }
-    if (!out.setup.ok()) {
-      auto& f = failures[{"not evaluated", out.setup.code()}];
-      if (f.first++ == 0) {
-        f.second = row.source + ":" + std::to_string(row.line) + ": " + out.setup.message();
-      }
-    }
-    for (size_t b = 0; b < ev.backends.size(); ++b) {
-      const Split split = UsedBy(row, ev.backends[b]) ? Split::kUsed : Split::kHeldOut;
-      families[split].insert(row.family);
+// Aggregate's running totals: one pass over the rows fills them, Finish() turns them into the
+// Summary's groups in the report's order.
+class Aggregator {
+ public:
+  explicit Aggregator(const Evaluation& ev) : ev_(ev) {
+    s_.backends = ev.backends;
+    s_.rows = static_cast<int64_t>(ev.rows.size());
+  }
+
+  void Add(const MeasuredRow& row, const RowOutcome& out) {
+    CountRow(row, out);
+    for (size_t b = 0; b < ev_.backends.size(); ++b) {
+      const Split split = UsedBy(row, ev_.backends[b]) ? Split::kUsed : Split::kHeldOut;
+      families_[split].insert(row.family);
       if (split == Split::kUsed) {
-        for (const std::string& t : row.used_for) s.used_tags[split].insert(t);
+        for (const std::string& t : row.used_for) s_.used_tags[split].insert(t);
       }
       for (const std::string& fam : {row.family, std::string(kAllFamilies)}) {
-        auto& [g, micros] = fit[{split, b, fam}];
-        g.split = split;
-        g.backend = ev.backends[b];
-        g.family = fam;
-        ++g.rows;
-        g.ok += row.status == RowStatus::kOk;
-        g.oom += row.status == RowStatus::kOom;
-        g.error += row.status == RowStatus::kError;
-        if (!out.setup.ok()) {
-          ++g.not_evaluated;
-          continue;
-        }
-        const Prediction& p = out.predictions[b];
-        if (!p.status.ok()) {
-          ++g.failed;
-          continue;
-        }
-        micros.push_back(p.micros);
-        if (p.fits) {
-          if (row.status == RowStatus::kOom) {
-            ++g.oom_known;
-            g.oom_refused += !*p.fits;
-          } else if (row.status == RowStatus::kOk) {
-            ++g.ok_known;
-            g.ok_refused += !*p.fits;
-          }
-        }
+        AddFit(row, out, split, b, fam);
       }
-      if (!out.setup.ok()) continue;
-      const Prediction& p = out.predictions[b];
-      if (!p.status.ok()) {
-        auto& f = failures[{ev.backends[b], p.status.code()}];
-        if (f.first++ == 0)
-          f.second = row.source + ":" + std::to_string(row.line) + ": " + p.status.message();
-        continue;
-      }
-      if (row.status != RowStatus::kOk) continue;
-      for (Level level : kLevels) {
-        const std::optional<uint64_t> measured = row.peaks.Get(level);
-        if (!measured || *measured == 0) continue;
-        const Pair pair{PredictedAt(p.estimate, level), *measured};
-        for (const std::string& fam : {row.family, std::string(kAllFamilies)}) {
-          Acc& a = err[{split, level, b, fam}];
-          a.pairs.push_back(pair);
-          a.micros.push_back(p.micros);
-        }
+      if (out.setup.ok()) AddErrors(row, out.predictions[b], split, b);
+    }
+  }
+
+  Summary Finish() && {
+    for (Split split : kSplits) {
+      if (!families_.count(split)) continue;
+      const std::vector<std::string> fams = FamilyOrder(split);
+      EmitErrorGroups(split, fams);
+      EmitFitGroups(split, fams);
+    }
+    for (const auto& [message, count] : row_errors_) {
+      s_.row_errors.push_back(fmt::format("{} row(s) with status {}", count, message));
+    }
+    for (const auto& [key, value] : failures_) {
+      s_.failures.push_back(fmt::format("{}: {} row(s), {}; first: {}", key.first, value.first,
+                                        ErrorCodeName(key.second), value.second));
+    }
+    return std::move(s_);
+  }
+
+ private:
+  using ErrKey = std::tuple<Split, Level, size_t, std::string>;
+  using FitKey = std::tuple<Split, size_t, std::string>;
+  using FailureKey = std::pair<std::string, ErrorCode>;
+
+  // The row's truth source, its own status, and whether it could be set up at all.
+  void CountRow(const MeasuredRow& row, const RowOutcome& out) {
+    if (row.family == "gpumemnet") {
+      ++s_.gpumemnet_rows;
+    } else if (row.device_kind == "cpu") {
+      ++s_.cpu_rows;
+    } else {
+      ++s_.cuda_rows;
+    }
+    if (row.status != RowStatus::kOk) {
+      ++row_errors_[std::string(ToString(row.status)) + ": " +
+                    (row.error.empty() ? "(no message)" : row.error)];
+    }
+    if (!out.setup.ok()) AddFailure({"not evaluated", out.setup.code()}, row, out.setup);
+  }
+
+  // Counts the first failure of each (who, code) with its row and message, the others by number.
+  void AddFailure(const FailureKey& key, const MeasuredRow& row, const Status& status) {
+    auto& f = failures_[key];
+    if (f.first++ == 0) {
+      f.second = row.source + ":" + std::to_string(row.line) + ": " + status.message();
+    }
+  }
+
+  // The fit table's counts for backend `b` on family `fam`: rows, outcomes, refusals.
+  void AddFit(const MeasuredRow& row, const RowOutcome& out, Split split, size_t b,
+              const std::string& fam) {
+    auto& [g, micros] = fit_[{split, b, fam}];
+    g.split = split;
+    g.backend = ev_.backends[b];
+    g.family = fam;
+    ++g.rows;
+    g.ok += row.status == RowStatus::kOk;
+    g.oom += row.status == RowStatus::kOom;
+    g.error += row.status == RowStatus::kError;
+    if (!out.setup.ok()) {
+      ++g.not_evaluated;
+      return;
+    }
+    const Prediction& p = out.predictions[b];
+    if (!p.status.ok()) {
+      ++g.failed;
+      return;
+    }
+    micros.push_back(p.micros);
+    if (!p.fits) return;
+    if (row.status == RowStatus::kOom) {
+      ++g.oom_known;
+      g.oom_refused += !*p.fits;
+    } else if (row.status == RowStatus::kOk) {
+      ++g.ok_known;
+      g.ok_refused += !*p.fits;
+    }
+  }
+
+  // The predicted-vs-measured pairs of a row that ran, at every level it measured.
+  void AddErrors(const MeasuredRow& row, const Prediction& p, Split split, size_t b) {
+    if (!p.status.ok()) {
+      AddFailure({ev_.backends[b], p.status.code()}, row, p.status);
+      return;
+    }
+    if (row.status != RowStatus::kOk) return;
+    for (Level level : kLevels) {
+      const std::optional<uint64_t> measured = row.peaks.Get(level);
+      if (!measured || *measured == 0) continue;
+      const Pair pair{PredictedAt(p.estimate, level), *measured};
+      for (const std::string& fam : {row.family, std::string(kAllFamilies)}) {
+        Acc& a = err_[{split, level, b, fam}];
+        a.pairs.push_back(pair);
+        a.micros.push_back(p.micros);
       }
     }
   }
 
-  auto family_order = [&](Split split) {
+  // "all" first when there is more than one family, then the families by name.
+  std::vector<std::string> FamilyOrder(Split split) {
     std::vector<std::string> out;
-    const auto& fams = families[split];
+    const auto& fams = families_[split];
     if (fams.size() > 1) out.push_back(kAllFamilies);
     out.insert(out.end(), fams.begin(), fams.end());
     return out;
-  };
-  for (Split split : kSplits) {
-    if (!families.count(split)) continue;
-    const std::vector<std::string> fams = family_order(split);
+  }
+
+  void EmitErrorGroups(Split split, const std::vector<std::string>& fams) {
     for (Level level : kLevels) {
-      for (size_t b = 0; b < ev.backends.size(); ++b) {
+      for (size_t b = 0; b < ev_.backends.size(); ++b) {
         for (const std::string& fam : fams) {
-          auto it = err.find({split, level, b, fam});
-          if (it == err.end()) continue;
+          auto it = err_.find({split, level, b, fam});
+          if (it == err_.end()) continue;
           ErrorGroup g;
           g.split = split;
           g.level = level;
-          g.backend = ev.backends[b];
+          g.backend = ev_.backends[b];
           g.family = fam;
           g.stats = Summarize(it->second.pairs);
           if (g.stats.n == 0) continue;
           g.median_micros = Median(it->second.micros);
-          s.errors.push_back(std::move(g));
+          s_.errors.push_back(std::move(g));
         }
       }
     }
-    for (size_t b = 0; b < ev.backends.size(); ++b) {
+  }
+
+  void EmitFitGroups(Split split, const std::vector<std::string>& fams) {
+    for (size_t b = 0; b < ev_.backends.size(); ++b) {
       for (const std::string& fam : fams) {
-        auto it = fit.find({split, b, fam});
-        if (it == fit.end()) continue;
+        auto it = fit_.find({split, b, fam});
+        if (it == fit_.end()) continue;
         FitGroup g = it->second.first;
         g.median_micros = Median(it->second.second);
-        s.fits.push_back(std::move(g));
+        s_.fits.push_back(std::move(g));
       }
     }
   }
-  for (const auto& [message, count] : row_errors) {
-    s.row_errors.push_back(fmt::format("{} row(s) with status {}", count, message));
-  }
-  for (const auto& [key, value] : failures) {
-    s.failures.push_back(fmt::format("{}: {} row(s), {}; first: {}", key.first, value.first,
-                                     ErrorCodeName(key.second), value.second));
-  }
-  return s;
+
+  const Evaluation& ev_;
+  Summary s_;
+  std::map<ErrKey, Acc> err_;
+  std::map<FitKey, std::pair<FitGroup, std::vector<double>>> fit_;
+  std::map<Split, std::set<std::string>> families_;
+  std::map<FailureKey, std::pair<int64_t, std::string>> failures_;
+  std::map<std::string, int64_t> row_errors_;
+};
+
+}  // namespace
+
+Summary Aggregate(const Evaluation& ev) {
+  Aggregator a(ev);
+  for (size_t i = 0; i < ev.rows.size(); ++i) a.Add(ev.rows[i], ev.outcomes[i]);
+  return std::move(a).Finish();
 }
 
 const ErrorGroup* FindErrorGroup(const Summary& s, Split split, Level level,

@@ -1,12 +1,12 @@
-// core/sha256.cc -- SHA-256 as specified in FIPS 180-4 (section 6.2), written from the
+// base/sha256.cc -- SHA-256 as specified in FIPS 180-4 (section 6.2), written from the
 // specification: 64-byte blocks, a 64-entry message schedule, big-endian length padding.
-#include "core/sha256.h"
+#include "base/sha256.h"
 
 #include <cstring>
 #include <fstream>
 #include <vector>
 
-namespace memest::core {
+namespace memest::base {
 namespace {
 
 // First 32 bits of the fractional parts of the cube roots of the first 64 primes (FIPS 4.2.2).
@@ -115,4 +115,4 @@ Result<std::string> Sha256File(const std::string& path) {
   return h.HexDigest();
 }
 
-}  // namespace memest::core
+}  // namespace memest::base

@@ -1,8 +1,8 @@
-// core/stats.h -- the robust summaries memest's fits and reports share (memest calibrate's
+// base/stats.h -- the robust summaries memest's fits and reports share (memest calibrate's
 // stack fit, memest-train's device-level evaluation), so that a tool reproducing a fit computes
 // exactly what the library does.
-#ifndef MEMEST_CORE_STATS_H_
-#define MEMEST_CORE_STATS_H_
+#ifndef MEMEST_BASE_STATS_H_
+#define MEMEST_BASE_STATS_H_
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace memest::core {
+namespace memest::base {
 
 // Linear-interpolated quantile q in [0, 1] of `v` (not empty).
 inline double Quantile(std::vector<double> v, double q) {
@@ -33,6 +33,6 @@ inline double TrimmedMean(std::vector<double> v) {
   return sum / static_cast<double>(keep);
 }
 
-}  // namespace memest::core
+}  // namespace memest::base
 
-#endif  // MEMEST_CORE_STATS_H_
+#endif  // MEMEST_BASE_STATS_H_

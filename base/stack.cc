@@ -1,5 +1,5 @@
-// Stack profiles: the compiled-in table (core/stacks.json, embedded as
-// memest::core::kStacksJson) and users' stack files (memest calibrate writes them).
+// Stack profiles: the compiled-in table (base/stacks.json, embedded as
+// memest::base::kStacksJson) and users' stack files (memest calibrate writes them).
 //
 // Policy:
 //  - One schema for both (a table entry and a file's "stack" object are read by the same code);
@@ -22,9 +22,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/json_fields.h"
+#include "base/json_fields.h"
 
-namespace memest::core {
+namespace memest::base {
 
 extern const char kStacksJson[];
 
@@ -265,16 +265,16 @@ const EmbeddedTable<StackProfile>& GetTable() {
 }
 
 }  // namespace
-}  // namespace memest::core
+}  // namespace memest::base
 
 namespace memest {
 
-const std::vector<StackProfile>& StackProfiles() { return core::GetTable().rows; }
+const std::vector<StackProfile>& StackProfiles() { return base::GetTable().rows; }
 
 Result<StackProfile> FindStackProfile(std::string_view name) {
-  const auto& table = core::GetTable();
+  const auto& table = base::GetTable();
   if (!table.status.ok()) return table.status;
-  const std::string wanted = core::ToLowerAscii(name);
+  const std::string wanted = base::ToLowerAscii(name);
   std::string known;
   for (const StackProfile& s : table.rows) {
     if (s.name == wanted) return s;
@@ -286,31 +286,31 @@ Result<StackProfile> FindStackProfile(std::string_view name) {
 
 Result<StackProfile> ResolveStack(std::string_view name) {
   if (!name.empty()) return FindStackProfile(name);
-  const auto& table = core::GetTable();
+  const auto& table = base::GetTable();
   if (!table.status.ok()) return table.status;
   return table.rows.front();
 }
 
 Result<StackProfile> ParseStackProfile(std::string_view json_text, const std::string& where) {
-  const core::JsonFields f(ErrorCode::kInvalidArgument);
-  MEMEST_ASSIGN_OR_RETURN(nlohmann::json doc, core::ParseJson(f, json_text, where));
+  const base::JsonFields f(ErrorCode::kInvalidArgument);
+  MEMEST_ASSIGN_OR_RETURN(nlohmann::json doc, base::ParseJson(f, json_text, where));
   MEMEST_RETURN_IF_ERROR(f.CheckKeys(doc, {"format", "stack"}, where));
   MEMEST_ASSIGN_OR_RETURN(std::string format, f.String(doc, "format", where));
-  const bool v1 = format == core::kFileFormatV1;
-  if (format != core::kFileFormat && !v1) {
+  const bool v1 = format == base::kFileFormatV1;
+  if (format != base::kFileFormat && !v1) {
     return f.Error(where + ": format is '" + format + "', expected '" +
-                   std::string(core::kFileFormat) + "'");
+                   std::string(base::kFileFormat) + "'");
   }
   auto s = doc.find("stack");
   if (s == doc.end()) return f.Error(where + ": no 'stack' object");
-  return core::ReadStack(f, *s, where + ": stack", v1);
+  return base::ReadStack(f, *s, where + ": stack", v1);
 }
 
 Result<StackProfile> LoadStackProfile(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return NotFound("stack file '" + path + "' not found");
   if (!S_ISREG(st.st_mode)) return InvalidArgument("'" + path + "' is not a regular file");
-  if (static_cast<uint64_t>(st.st_size) > core::kMaxStackFileBytes) {
+  if (static_cast<uint64_t>(st.st_size) > base::kMaxStackFileBytes) {
     return InvalidArgument("'" + path + "' is larger than 1 MiB: not a stack file");
   }
   std::ifstream in(path, std::ios::binary);
@@ -349,8 +349,8 @@ std::string StackProfileToJson(const StackProfile& s) {
                 {"gpu", s.gpu},
                 {"software", software},
                 {"lazy_loading", s.lazy_loading},
-                {"cuda_context", core::BytesJson(s.cuda_context)},
-                {"library_memory", core::BytesJson(s.library_memory)},
+                {"cuda_context", base::BytesJson(s.cuda_context)},
+                {"library_memory", base::BytesJson(s.library_memory)},
                 {"conv_workspace", CoefficientJson(s.conv_workspace)},
                 {"conv_workspace_pointwise", CoefficientJson(s.conv_workspace_pointwise)},
                 {"bands", bands}};
@@ -359,7 +359,7 @@ std::string StackProfileToJson(const StackProfile& s) {
     json c = json::parse(s.calibration_json, nullptr, /*allow_exceptions=*/false);
     if (!c.is_discarded()) stack["calibration"] = c;
   }
-  json doc = {{"format", core::kFileFormat}, {"stack", stack}};
+  json doc = {{"format", base::kFileFormat}, {"stack", stack}};
   return doc.dump(2) + "\n";
 }
 

@@ -1,4 +1,4 @@
-// core/name_pattern.h -- a POSIX extended regular expression searched in names (grep -E), the
+// base/name_pattern.h -- a POSIX extended regular expression searched in names (grep -E), the
 // one compiler behind Options::trainable / freeze: Validate() checks them with it and
 // memory/trainable.cc matches with it.
 //
@@ -6,8 +6,8 @@
 // glibc matches it without backtracking, so no expression can make a search take exponential
 // time (std::regex's ECMAScript engine can). Compile errors are InvalidArgument naming the option
 // and the expression.
-#ifndef MEMEST_CORE_NAME_PATTERN_H_
-#define MEMEST_CORE_NAME_PATTERN_H_
+#ifndef MEMEST_BASE_NAME_PATTERN_H_
+#define MEMEST_BASE_NAME_PATTERN_H_
 
 #include <regex.h>
 
@@ -16,7 +16,7 @@
 
 #include "memest/status.h"
 
-namespace memest::core {
+namespace memest::base {
 
 class NamePattern {
  public:
@@ -44,6 +44,6 @@ class NamePattern {
   bool with_match_ = false;
 };
 
-}  // namespace memest::core
+}  // namespace memest::base
 
-#endif  // MEMEST_CORE_NAME_PATTERN_H_
+#endif  // MEMEST_BASE_NAME_PATTERN_H_

@@ -1,4 +1,4 @@
-// core/measured_row.cc -- see memest/measured_row.h.
+// base/measured_row.cc -- see memest/measured_row.h.
 #include "memest/measured_row.h"
 
 #include <fstream>
@@ -6,7 +6,7 @@
 #include <sstream>
 #include <utility>
 
-#include "core/sha256.h"
+#include "base/sha256.h"
 
 namespace memest {
 namespace {
@@ -300,6 +300,6 @@ std::string MeasuredConfigJson(const MeasuredConfig& config) { return ConfigObje
 std::string MeasuredRowId(const MeasuredConfig& config, const std::string& model_sha256) {
   // nlohmann::json objects keep keys sorted and dump() writes no spaces: canonical text.
   const Json key{{"config", ConfigObject(config)}, {"model_sha256", model_sha256}};
-  return core::Sha256Hex(key.dump());
+  return base::Sha256Hex(key.dump());
 }
 }  // namespace memest

@@ -1,5 +1,5 @@
-// GPU profiles: parsed once from the JSON compiled into the library (core/gpu_profiles.json,
-// embedded by core/embed_json.cmake as memest::core::kGpuProfilesJson).
+// GPU profiles: parsed once from the JSON compiled into the library (base/gpu_profiles.json,
+// embedded by base/embed_json.cmake as memest::base::kGpuProfilesJson).
 //
 // Policy:
 //  - The table is parsed on first use inside a function-local static (C++11 "magic statics":
@@ -24,10 +24,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/json_fields.h"
+#include "base/json_fields.h"
 #include "memest/status.h"
 
-namespace memest::core {
+namespace memest::base {
 
 extern const char kGpuProfilesJson[];
 
@@ -134,11 +134,11 @@ Result<std::vector<GpuProfile>> ParseGpuProfilesJson(std::string_view text) {
   return profiles;
 }
 
-}  // namespace memest::core
+}  // namespace memest::base
 
 namespace memest {
 
-const std::vector<GpuProfile>& GpuProfiles() { return core::GetTable().rows; }
+const std::vector<GpuProfile>& GpuProfiles() { return base::GetTable().rows; }
 
 namespace {
 
@@ -168,9 +168,9 @@ std::string FamilyProfile(std::string_view name) {
 }  // namespace
 
 Result<GpuProfile> FindGpuProfileForDevice(std::string_view device_name) {
-  const std::string name = core::ToLowerAscii(device_name);
+  const std::string name = base::ToLowerAscii(device_name);
   for (const GpuProfile& p : GpuProfiles()) {
-    if (core::ToLowerAscii(p.display_name) == name) return p;
+    if (base::ToLowerAscii(p.display_name) == name) return p;
   }
   // A slice has a fraction of its GPU's memory: never answer with the whole GPU.
   const std::string family = HasWord(name, "mig") ? "" : FamilyProfile(name);
@@ -182,14 +182,14 @@ Result<GpuProfile> FindGpuProfileForDevice(std::string_view device_name) {
 }
 
 Result<GpuProfile> FindGpuProfile(std::string_view name) {
-  const auto& table = core::GetTable();
+  const auto& table = base::GetTable();
   if (!table.status.ok()) return table.status;
-  const std::string wanted = core::ToLowerAscii(name);
+  const std::string wanted = base::ToLowerAscii(name);
   for (const GpuProfile& p : table.rows) {
     if (p.name == wanted) return p;
   }
   return NotFound("unknown GPU profile '" + std::string(name) +
-                  "'; known profiles: " + core::KnownNames(table.rows));
+                  "'; known profiles: " + base::KnownNames(table.rows));
 }
 
 }  // namespace memest
@@ -197,7 +197,7 @@ Result<GpuProfile> FindGpuProfile(std::string_view name) {
 namespace memest {
 
 Result<std::vector<GpuProfile>> ParseGpuProfiles(std::string_view json) {
-  Result<std::vector<GpuProfile>> r = core::ParseGpuProfilesJson(json);
+  Result<std::vector<GpuProfile>> r = base::ParseGpuProfilesJson(json);
   if (!r.ok()) return InvalidArgument("GPU profiles: " + r.status().message());
   return r;
 }
@@ -227,9 +227,9 @@ std::string GpuProfilesToJson(const std::vector<GpuProfile>& profiles) {
               {"sm_major", g.sm_major},
               {"sm_minor", g.sm_minor},
               {"sm_source", g.sm_source},
-              {"total_memory", core::BytesJson(g.total_memory)},
-              {"usable_memory", core::BytesJson(g.usable_memory)},
-              {"cublas_workspace", core::BytesJson(g.cublas_workspace)},
+              {"total_memory", base::BytesJson(g.total_memory)},
+              {"usable_memory", base::BytesJson(g.usable_memory)},
+              {"cublas_workspace", base::BytesJson(g.cublas_workspace)},
               {"allocator", g.allocator}};
     if (g.is_mig()) p["mig"] = {{"parent", g.mig_parent}, {"profile", g.mig_profile}};
     list.push_back(std::move(p));

@@ -1,13 +1,14 @@
-// core/name_pattern.cc -- see core/name_pattern.h.
-#include "core/name_pattern.h"
+// base/name_pattern.cc -- see base/name_pattern.h.
+#include "base/name_pattern.h"
 
-namespace memest::core {
+namespace memest::base {
 
 Result<std::unique_ptr<NamePattern>> NamePattern::Compile(const std::string& expr,
                                                           const char* option, bool with_match) {
   if (expr.empty()) return std::unique_ptr<NamePattern>();
   auto p = std::unique_ptr<NamePattern>(new NamePattern());
-  const int rc = regcomp(&p->re_, expr.c_str(), with_match ? REG_EXTENDED : REG_EXTENDED | REG_NOSUB);
+  const int rc =
+      regcomp(&p->re_, expr.c_str(), with_match ? REG_EXTENDED : REG_EXTENDED | REG_NOSUB);
   if (rc != 0) {
     char why[256];
     regerror(rc, &p->re_, why, sizeof(why));
@@ -23,9 +24,9 @@ bool NamePattern::Search(const std::string& name) const {
   return regexec(&re_, name.c_str(), 0, nullptr, 0) == 0;
 }
 
-}  // namespace memest::core
+}  // namespace memest::base
 
-namespace memest::core {
+namespace memest::base {
 
 std::string NamePattern::MatchedText(const std::string& name) const {
   if (!with_match_) return "";
@@ -34,4 +35,4 @@ std::string NamePattern::MatchedText(const std::string& name) const {
   return name.substr(static_cast<size_t>(m.rm_so), static_cast<size_t>(m.rm_eo - m.rm_so));
 }
 
-}  // namespace memest::core
+}  // namespace memest::base

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/name_pattern.h"
+#include "base/name_pattern.h"
 
 namespace memest {
 namespace {
@@ -164,7 +164,7 @@ Status ValidateParallelism(const Options& o) {
   if (p.zero_sub_group_size == 0) return InvalidArgument("ZeRO sub_group_size must be >= 1");
   if (p.fsdp_unit.size() > 256) return InvalidArgument("fsdp_unit: expression over 256 characters");
   if (!p.fsdp_unit.empty()) {
-    MEMEST_RETURN_IF_ERROR(core::NamePattern::Compile(p.fsdp_unit, "fsdp_unit").status());
+    MEMEST_RETURN_IF_ERROR(base::NamePattern::Compile(p.fsdp_unit, "fsdp_unit").status());
   }
   if (o.micro_batches < p.pp && p.pp > 1) {
     return InvalidArgument("a pipeline of " + n(p.pp) + " stages needs at least " + n(p.pp) +
@@ -217,7 +217,7 @@ Status Validate(const Options& o) {
     if (expr->size() > 256) {
       return InvalidArgument(std::string(name) + ": expression over 256 characters");
     }
-    MEMEST_RETURN_IF_ERROR(core::NamePattern::Compile(*expr, name).status());
+    MEMEST_RETURN_IF_ERROR(base::NamePattern::Compile(*expr, name).status());
   }
   if (o.attention == Attention::kSdpaFlash && o.precision == Precision::kFp32) {
     // sdp_utils.cpp: flash attention takes fp16/bf16 only; forcing it on fp32 raises "No

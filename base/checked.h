@@ -1,17 +1,17 @@
-// core/checked.h -- overflow-checked 64-bit arithmetic for dims and byte counts.
+// base/checked.h -- overflow-checked 64-bit arithmetic for dims and byte counts.
 //
 // Every product of dims or bytes on untrusted input goes through these helpers. They return
 // std::nullopt on overflow (or on a negative operand where only non-negative values make sense),
 // and callers turn that into a Status naming the tensor.
-#ifndef MEMEST_CORE_CHECKED_H_
-#define MEMEST_CORE_CHECKED_H_
+#ifndef MEMEST_BASE_CHECKED_H_
+#define MEMEST_BASE_CHECKED_H_
 
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <span>
 
-namespace memest::core {
+namespace memest::base {
 
 inline std::optional<uint64_t> CheckedMul(uint64_t a, uint64_t b) {
   uint64_t r;
@@ -61,6 +61,6 @@ inline std::optional<uint64_t> CheckedRoundUp(uint64_t n, uint64_t m) {
   return CheckedMul(q, m);
 }
 
-}  // namespace memest::core
+}  // namespace memest::base
 
-#endif  // MEMEST_CORE_CHECKED_H_
+#endif  // MEMEST_BASE_CHECKED_H_

@@ -1,7 +1,7 @@
-// core/sha256.h -- SHA-256 (FIPS 180-4) for model provenance, generated-model and row ids.
+// base/sha256.h -- SHA-256 (FIPS 180-4) for model provenance, generated-model and row ids.
 // Self-contained: no crypto library is linked. Pure functions, thread-safe.
-#ifndef MEMEST_CORE_SHA256_H_
-#define MEMEST_CORE_SHA256_H_
+#ifndef MEMEST_BASE_SHA256_H_
+#define MEMEST_BASE_SHA256_H_
 
 #include <cstdint>
 #include <string>
@@ -9,7 +9,7 @@
 
 #include "memest/status.h"
 
-namespace memest::core {
+namespace memest::base {
 
 // Incremental hasher: Update() any number of times, then HexDigest() once.
 class Sha256 {
@@ -30,6 +30,6 @@ std::string Sha256Hex(std::string_view data);
 // Hash of a file's bytes. NotFound when it cannot be opened.
 Result<std::string> Sha256File(const std::string& path);
 
-}  // namespace memest::core
+}  // namespace memest::base
 
-#endif  // MEMEST_CORE_SHA256_H_
+#endif  // MEMEST_BASE_SHA256_H_

@@ -1,11 +1,11 @@
-// core/json_fields.h -- strict readers for the fields of memest's own JSON data files (GPU
+// base/json_fields.h -- strict readers for the fields of memest's own JSON data files (GPU
 // profiles, stacks): every key type-checked, unknown keys rejected, every number with a source.
 //
 // Each reader returns a Status with the caller's `code` (kInternal for data compiled into the
 // library, a memest bug; kInvalidArgument for a user's file) and a message that names the field
 // by its path ("profiles[2] (a100-40gb).cuda_context: 'bytes' must be ..."). Nothing throws.
-#ifndef MEMEST_CORE_JSON_FIELDS_H_
-#define MEMEST_CORE_JSON_FIELDS_H_
+#ifndef MEMEST_BASE_JSON_FIELDS_H_
+#define MEMEST_BASE_JSON_FIELDS_H_
 
 #include <nlohmann/json.hpp>
 #include <string>
@@ -17,7 +17,7 @@
 #include "memest/gpu_profile.h"
 #include "memest/status.h"
 
-namespace memest::core {
+namespace memest::base {
 
 class JsonFields {
  public:
@@ -77,6 +77,6 @@ const EmbeddedTable<Row>* MakeEmbeddedTable(Result<std::vector<Row>> parsed, con
   return t;
 }
 
-}  // namespace memest::core
+}  // namespace memest::base
 
-#endif  // MEMEST_CORE_JSON_FIELDS_H_
+#endif  // MEMEST_BASE_JSON_FIELDS_H_

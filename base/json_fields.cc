@@ -1,11 +1,11 @@
-// core/json_fields.cc -- see core/json_fields.h.
-#include "core/json_fields.h"
+// base/json_fields.cc -- see base/json_fields.h.
+#include "base/json_fields.h"
 
 #include <cctype>
 #include <cmath>
 #include <cstdint>
 
-namespace memest::core {
+namespace memest::base {
 
 using nlohmann::json;
 
@@ -105,4 +105,4 @@ Result<ProfileValue> JsonFields::Bytes(const json& obj, const char* key,
   return v;
 }
 
-}  // namespace memest::core
+}  // namespace memest::base

@@ -1,15 +1,15 @@
 #include "memest/estimate.h"
 
-#include "core/checked.h"
+#include "base/checked.h"
 
 namespace memest {
 
 uint64_t Breakdown::Total() const {
   uint64_t t = 0;
-  for (uint64_t v : {weights, gradients, optimizer_state, saved_activations, transient,
-                     allocator_overhead, cached_free, cuda_context, library_memory, unaccounted,
-                     collective_buffers, nccl_buffers}) {
-    t = core::SatAdd(t, v);
+  for (uint64_t v :
+       {weights, gradients, optimizer_state, saved_activations, transient, allocator_overhead,
+        cached_free, cuda_context, library_memory, unaccounted, collective_buffers, nccl_buffers}) {
+    t = base::SatAdd(t, v);
   }
   return t;
 }
