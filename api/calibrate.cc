@@ -261,41 +261,30 @@ std::vector<double> Errors(const std::vector<double>& predicted,
   return e;
 }
 
-}  // namespace
-
-Result<CalibrationResult> Calibrate(const std::vector<MeasuredJob>& jobs,
-                                    const CalibrationSettings& s) {
-  MEMEST_RETURN_IF_ERROR(CheckJobs(jobs));
-  MEMEST_ASSIGN_OR_RETURN(GpuProfile gpu, FindGpuProfile(s.gpu));
-  if (s.conv_workspace_grid.size() < 2 || s.name.empty()) {
-    return InvalidArgument("calibration settings need a stack name and a grid of 2+ values");
-  }
-  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<Estimator> est, MakeEstimator("symbolic"));
-  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<Estimator> closed, MakeEstimator("analytical"));
-  MEMEST_ASSIGN_OR_RETURN(EstimateTable table, EstimateGrid(*est, jobs, s));
-  MEMEST_ASSIGN_OR_RETURN(EstimateTable closed_table, EstimateGrid(*closed, jobs, s));
-
-  CalibrationResult r;
-  const size_t n = jobs.size();
-  // The stack is fitted with the symbolic backend; the other backends are scored under it.
-  const StackFit all = FitStack(table, jobs, std::vector<bool>(n, true));
+// The jobs by group (GroupOf), groups in name order.
+Groups GroupJobs(const std::vector<MeasuredJob>& jobs) {
   std::map<std::string, std::vector<size_t>> by_group;
-  for (size_t i = 0; i < n; ++i) by_group[GroupOf(jobs[i])].push_back(i);
-  const Groups groups(by_group.begin(), by_group.end());
-  r.groups = static_cast<int>(groups.size());
+  for (size_t i = 0; i < jobs.size(); ++i) by_group[GroupOf(jobs[i])].push_back(i);
+  return Groups(by_group.begin(), by_group.end());
+}
+
+// Leave one group out: fold_fit[g] is the fit made without group g's jobs.
+std::vector<StackFit> FoldFits(const EstimateTable& table, const std::vector<MeasuredJob>& jobs,
+                               const Groups& groups) {
   std::vector<StackFit> fold_fit;
   for (const auto& [name, members] : groups) {
-    std::vector<bool> use(n, true);
+    std::vector<bool> use(jobs.size(), true);
     for (size_t i : members) use[i] = false;
     fold_fit.push_back(FitStack(table, jobs, use));
   }
-  const HeldOut held = PredictHeldOut(table, jobs, groups, fold_fit);
-  const MeasuredBand band = MeasureBand(held, jobs, groups);
-  const HeldOut closed_held = PredictHeldOut(closed_table, jobs, groups, fold_fit);
-  const MeasuredBand closed_band = MeasureBand(closed_held, jobs, groups);
+  return fold_fit;
+}
 
-  std::vector<double> fitted(n);
-  for (size_t i = 0; i < n; ++i) fitted[i] = table[all.grid][i] + all.library;
+// Each job's fitted and held-out prediction and error, group by group.
+std::vector<JobResidual> JobResiduals(const std::vector<MeasuredJob>& jobs, const Groups& groups,
+                                      const std::vector<double>& fitted, const HeldOut& held,
+                                      const MeasuredBand& band) {
+  std::vector<JobResidual> out;
   for (const auto& [name, members] : groups) {
     for (size_t i : members) {
       JobResidual jr;
@@ -307,31 +296,37 @@ Result<CalibrationResult> Calibrate(const std::vector<MeasuredJob>& jobs,
       jr.fitted_error = fitted[i] / static_cast<double>(jr.measured) - 1;
       jr.held_out_error = held.predicted[i] / static_cast<double>(jr.measured) - 1;
       jr.inside_band = band.inside[i];
-      r.jobs.push_back(jr);
+      out.push_back(jr);
     }
   }
-  r.fitted = Summarize(Errors(fitted, jobs), {});
-  r.held_out = Summarize(Errors(held.predicted, jobs), band.upper);
-  r.held_out_analytical = Summarize(Errors(closed_held.predicted, jobs), closed_band.upper);
+  return out;
+}
 
-  // What the user had before: the base stack as it is.
+// What the user had before: every job estimated with the base stack as it is.
+Result<ErrorSummary> BaseStackErrors(const Estimator& est, const std::vector<MeasuredJob>& jobs,
+                                     const CalibrationSettings& s) {
   std::vector<double> base_err;
-  for (size_t i = 0; i < n; ++i) {
-    MEMEST_ASSIGN_OR_RETURN(double bytes, EstimateOne(*est, jobs[i], s.gpu, s.base));
-    base_err.push_back(bytes / static_cast<double>(jobs[i].measured_bytes) - 1);
+  for (const MeasuredJob& job : jobs) {
+    MEMEST_ASSIGN_OR_RETURN(double bytes, EstimateOne(est, job, s.gpu, s.base));
+    base_err.push_back(bytes / static_cast<double>(job.measured_bytes) - 1);
   }
-  r.base = Summarize(base_err, {});
+  return Summarize(base_err, {});
+}
 
-  // The stack.
-  StackProfile& st = r.stack;
-  st = s.base;
+// The fitted stack: the base stack with the fitted library memory and convolution workspace,
+// the held-out bands of both backends, each value's source, and the calibration's record.
+StackProfile FittedStack(const CalibrationSettings& s, const GpuProfile& gpu,
+                         const std::vector<MeasuredJob>& jobs, size_t groups, const StackFit& all,
+                         const MeasuredBand& band, const MeasuredBand& closed_band,
+                         const CalibrationResult& r) {
+  StackProfile st = s.base;
   st.name = s.name;
   st.display_name = s.display_name.empty() ? "calibrated from " + s.data_source : s.display_name;
   st.gpu = gpu.name;
   // The base's replicates vouch for its own measured values, not for the values fitted here.
   st.also_measured_on.clear();
   const std::string date = TodayUtc();
-  const std::string from = std::to_string(n) + " jobs (" + std::to_string(groups.size()) +
+  const std::string from = std::to_string(jobs.size()) + " jobs (" + std::to_string(groups) +
                            " groups) of " + s.data_source + ", memest calibrate " + date;
   st.library_memory = {static_cast<uint64_t>(all.library),
                        "fitted: median of measured - estimated (symbolic backend, context " +
@@ -354,7 +349,7 @@ Result<CalibrationResult> Calibrate(const std::vector<MeasuredJob>& jobs,
   const std::string band_source =
       "held out: 2.5 % and 97.5 % quantiles of measured / predicted - 1, each group predicted by "
       "a fit without it (leave-one-group-out over " +
-      std::to_string(groups.size()) + " groups of " + s.data_source +
+      std::to_string(groups) + " groups of " + s.data_source +
       "); coverage measured group by group against the other groups' band";
   st.bands.clear();
   st.bands["symbolic"] = band.band;
@@ -363,8 +358,8 @@ Result<CalibrationResult> Calibrate(const std::vector<MeasuredJob>& jobs,
   nlohmann::json grid = s.conv_workspace_grid;
   nlohmann::json c = {{"date", date},
                       {"data", s.data_source},
-                      {"jobs", n},
-                      {"groups", groups.size()},
+                      {"jobs", jobs.size()},
+                      {"groups", groups},
                       {"rows_sha256", RowsSha256(jobs)},
                       {"backend", "symbolic"},
                       {"conv_workspace_grid", grid},
@@ -374,6 +369,43 @@ Result<CalibrationResult> Calibrate(const std::vector<MeasuredJob>& jobs,
                       {"held_out", SummaryJson(r.held_out)},
                       {"held_out_analytical", SummaryJson(r.held_out_analytical)}};
   st.calibration_json = c.dump();
+  return st;
+}
+
+}  // namespace
+
+Result<CalibrationResult> Calibrate(const std::vector<MeasuredJob>& jobs,
+                                    const CalibrationSettings& s) {
+  MEMEST_RETURN_IF_ERROR(CheckJobs(jobs));
+  MEMEST_ASSIGN_OR_RETURN(GpuProfile gpu, FindGpuProfile(s.gpu));
+  if (s.conv_workspace_grid.size() < 2 || s.name.empty()) {
+    return InvalidArgument("calibration settings need a stack name and a grid of 2+ values");
+  }
+  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<Estimator> est, MakeEstimator("symbolic"));
+  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<Estimator> closed, MakeEstimator("analytical"));
+  MEMEST_ASSIGN_OR_RETURN(EstimateTable table, EstimateGrid(*est, jobs, s));
+  MEMEST_ASSIGN_OR_RETURN(EstimateTable closed_table, EstimateGrid(*closed, jobs, s));
+
+  CalibrationResult r;
+  const size_t n = jobs.size();
+  // The stack is fitted with the symbolic backend; the other backends are scored under it.
+  const StackFit all = FitStack(table, jobs, std::vector<bool>(n, true));
+  const Groups groups = GroupJobs(jobs);
+  r.groups = static_cast<int>(groups.size());
+  const std::vector<StackFit> fold_fit = FoldFits(table, jobs, groups);
+  const HeldOut held = PredictHeldOut(table, jobs, groups, fold_fit);
+  const MeasuredBand band = MeasureBand(held, jobs, groups);
+  const HeldOut closed_held = PredictHeldOut(closed_table, jobs, groups, fold_fit);
+  const MeasuredBand closed_band = MeasureBand(closed_held, jobs, groups);
+
+  std::vector<double> fitted(n);
+  for (size_t i = 0; i < n; ++i) fitted[i] = table[all.grid][i] + all.library;
+  r.jobs = JobResiduals(jobs, groups, fitted, held, band);
+  r.fitted = Summarize(Errors(fitted, jobs), {});
+  r.held_out = Summarize(Errors(held.predicted, jobs), band.upper);
+  r.held_out_analytical = Summarize(Errors(closed_held.predicted, jobs), closed_band.upper);
+  MEMEST_ASSIGN_OR_RETURN(r.base, BaseStackErrors(*est, jobs, s));
+  r.stack = FittedStack(s, gpu, jobs, groups.size(), all, band, closed_band, r);
   return r;
 }
 

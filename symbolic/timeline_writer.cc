@@ -114,135 +114,185 @@ const char* PhaseColor(Phase p) {
   return "#ffffff";
 }
 
-std::string Svg(const Simulation& sim, std::string_view title) {
-  constexpr double kW = 1000, kH = 450, kLeft = 80, kRight = 20, kTop = 60, kBottom = 60;
-  const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
-  const auto& ev = sim.events;
-  const size_t n = std::max<size_t>(ev.size(), 1);
-  uint64_t ymax_bytes = 1;
-  for (const auto& e : ev) ymax_bytes = std::max(ymax_bytes, e.reserved);
-  // Nice y ticks.
-  const double raw_step = static_cast<double>(ymax_bytes) / 5;
-  const double unit = raw_step >= (1ull << 30) ? double(1ull << 30)
-                      : raw_step >= (1 << 20)  ? double(1 << 20)
-                                               : 1024.0;
-  const double mag = std::pow(10, std::floor(std::log10(std::max(raw_step / unit, 1e-9))));
-  double step = mag;
-  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
-    if (m * mag * unit >= raw_step) {
-      step = m * mag;
-      break;
-    }
+// The SVG chart of a simulation: allocated and reserved bytes over the allocation events, on
+// phase bands, with the iterations, the peak and a legend. Each part is one method, drawn in the
+// order the chart stacks them.
+class SvgChart {
+ public:
+  SvgChart(const Simulation& sim, std::string_view title)
+      : sim_(sim), ev_(sim.events), n_(std::max<size_t>(ev_.size(), 1)) {
+    ScaleY();
+    s_ = fmt::format(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} "
+        "{}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" "
+        "fill=\"white\"/>\n<text x=\"{}\" y=\"24\" font-size=\"16\" font-weight=\"bold\">{}"
+        "</text>\n",
+        kW, kH, kW, kH, kLeft, Escape(title));
   }
-  step *= unit;
-  const double ymax = std::ceil(static_cast<double>(ymax_bytes) / step) * step;
-  auto X = [&](double i) { return kLeft + pw * i / static_cast<double>(n); };
-  auto Y = [&](double b) { return kTop + ph * (1 - b / ymax); };
 
-  std::string s = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
-      "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" "
-      "fill=\"white\"/>\n<text x=\"{}\" y=\"24\" font-size=\"16\" font-weight=\"bold\">{}</text>\n",
-      kW, kH, kW, kH, kLeft, Escape(title));
-  // Phase bands and iteration separators.
-  size_t start = 0;
-  for (size_t i = 1; i <= ev.size(); ++i) {
-    if (i == ev.size() || ev[i].phase != ev[start].phase ||
-        ev[i].iteration != ev[start].iteration) {
-      s += fmt::format("<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"/>\n",
-                       X(start), kTop, std::max(X(i) - X(start), 0.5), ph,
-                       PhaseColor(ev[start].phase));
-      start = i;
+  std::string Draw() && {
+    PhaseBands();
+    IterationLines();
+    Axes();
+    Lines();
+    PeakMarker();
+    Legend();
+    s_ += "</svg>\n";
+    return std::move(s_);
+  }
+
+ private:
+  static constexpr double kW = 1000, kH = 450, kLeft = 80, kRight = 20, kTop = 60, kBottom = 60;
+  static constexpr double kPw = kW - kLeft - kRight, kPh = kH - kTop - kBottom;
+
+  double X(double i) const { return kLeft + kPw * i / static_cast<double>(n_); }
+  double Y(double b) const { return kTop + kPh * (1 - b / ymax_); }
+
+  // A tick step of 1, 2, 2.5, 5 or 10 x a power of ten KiB, MiB or GiB, about a fifth of the
+  // highest reserved bytes, and the top of the axis a whole number of steps.
+  void ScaleY() {
+    uint64_t ymax_bytes = 1;
+    for (const auto& e : ev_) ymax_bytes = std::max(ymax_bytes, e.reserved);
+    const double raw_step = static_cast<double>(ymax_bytes) / 5;
+    const double unit = raw_step >= (1ull << 30) ? double(1ull << 30)
+                        : raw_step >= (1 << 20)  ? double(1 << 20)
+                                                 : 1024.0;
+    const double mag = std::pow(10, std::floor(std::log10(std::max(raw_step / unit, 1e-9))));
+    double step = mag;
+    for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
+      if (m * mag * unit >= raw_step) {
+        step = m * mag;
+        break;
+      }
+    }
+    step_ = step * unit;
+    ymax_ = std::ceil(static_cast<double>(ymax_bytes) / step_) * step_;
+  }
+
+  // One band per run of events in the same phase of the same iteration.
+  void PhaseBands() {
+    size_t start = 0;
+    for (size_t i = 1; i <= ev_.size(); ++i) {
+      if (i == ev_.size() || ev_[i].phase != ev_[start].phase ||
+          ev_[i].iteration != ev_[start].iteration) {
+        s_ += fmt::format(
+            "<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"/>\n", X(start),
+            kTop, std::max(X(i) - X(start), 0.5), kPh, PhaseColor(ev_[start].phase));
+        start = i;
+      }
     }
   }
-  for (size_t i = 1; i < ev.size(); ++i) {
-    if (ev[i].iteration != ev[i - 1].iteration) {
-      s += fmt::format(
-          "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#6b7280\" "
-          "stroke-dasharray=\"4 3\"/>\n<text x=\"{3:.1f}\" y=\"{4}\" fill=\"#374151\">"
-          "iteration {5}</text>\n",
-          X(i), kTop, kTop + ph, X(i) + 4, kTop + 14, ev[i].iteration);
+
+  void IterationLines() {
+    for (size_t i = 1; i < ev_.size(); ++i) {
+      if (ev_[i].iteration != ev_[i - 1].iteration) {
+        s_ += fmt::format(
+            "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#6b7280\" "
+            "stroke-dasharray=\"4 3\"/>\n<text x=\"{3:.1f}\" y=\"{4}\" fill=\"#374151\">"
+            "iteration {5}</text>\n",
+            X(i), kTop, kTop + kPh, X(i) + 4, kTop + 14, ev_[i].iteration);
+      }
     }
   }
-  // Axes and ticks.
-  for (double t = 0; t <= ymax + 1; t += step) {
-    s += fmt::format(
-        "<line x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e5e7eb\"/>\n"
-        "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n",
-        kLeft, kLeft + pw, Y(t), Y(t), kLeft - 6, Y(t) + 4, Human(t));
-  }
-  s += fmt::format(
-      "<line x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" y2=\"{2}\" stroke=\"black\"/>\n"
-      "<line x1=\"{0}\" x2=\"{3}\" y1=\"{2}\" y2=\"{2}\" stroke=\"black\"/>\n",
-      kLeft, kTop, kTop + ph, kLeft + pw);
-  for (int k = 0; k <= 5; ++k) {
-    const double i = static_cast<double>(n) * k / 5;
-    s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{:.0f}</text>\n", X(i),
-                     kTop + ph + 16, i);
-  }
-  s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">allocation events</text>\n",
-                   kLeft + pw / 2, kTop + ph + 34);
-  // Lines, downsampled to at most ~2 points per pixel (bucket maxima keep the peaks).
-  const size_t buckets = std::min<size_t>(ev.size(), 2000);
-  std::string alloc_pts, res_pts;
-  for (size_t b = 0; b < buckets; ++b) {
-    const size_t lo = b * ev.size() / buckets, hi = std::max(lo + 1, (b + 1) * ev.size() / buckets);
-    uint64_t a = 0, r = 0;
-    for (size_t i = lo; i < hi; ++i) {
-      a = std::max(a, ev[i].allocated);
-      r = std::max(r, ev[i].reserved);
+
+  void Axes() {
+    for (double t = 0; t <= ymax_ + 1; t += step_) {
+      s_ += fmt::format(
+          "<line x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e5e7eb\"/>\n"
+          "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n",
+          kLeft, kLeft + kPw, Y(t), Y(t), kLeft - 6, Y(t) + 4, Human(t));
     }
-    alloc_pts += fmt::format("{:.1f},{:.1f} ", X(lo + 0.5), Y(static_cast<double>(a)));
-    res_pts += fmt::format("{:.1f},{:.1f} ", X(lo + 0.5), Y(static_cast<double>(r)));
+    s_ += fmt::format(
+        "<line x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" y2=\"{2}\" stroke=\"black\"/>\n"
+        "<line x1=\"{0}\" x2=\"{3}\" y1=\"{2}\" y2=\"{2}\" stroke=\"black\"/>\n",
+        kLeft, kTop, kTop + kPh, kLeft + kPw);
+    for (int k = 0; k <= 5; ++k) {
+      const double i = static_cast<double>(n_) * k / 5;
+      s_ += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{:.0f}</text>\n", X(i),
+                        kTop + kPh + 16, i);
+    }
+    s_ += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">allocation events</text>\n",
+                      kLeft + kPw / 2, kTop + kPh + 34);
   }
-  s += fmt::format(
-      "<polyline fill=\"none\" stroke=\"#dc2626\" stroke-width=\"1.5\" "
-      "stroke-dasharray=\"6 3\" points=\"{}\"/>\n",
-      res_pts);
-  s += fmt::format(
-      "<polyline fill=\"none\" stroke=\"#1d4ed8\" stroke-width=\"1.5\" points=\"{}\"/>\n",
-      alloc_pts);
-  // Peak marker.
-  size_t peak = 0;
-  for (size_t i = 0; i < ev.size(); ++i) {
-    if (ev[i].allocated > ev[peak].allocated) peak = i;
+
+  // Allocated and reserved, downsampled to at most ~2 points per pixel (bucket maxima keep the
+  // peaks).
+  void Lines() {
+    const size_t buckets = std::min<size_t>(ev_.size(), 2000);
+    std::string alloc_pts, res_pts;
+    for (size_t b = 0; b < buckets; ++b) {
+      const size_t lo = b * ev_.size() / buckets;
+      const size_t hi = std::max(lo + 1, (b + 1) * ev_.size() / buckets);
+      uint64_t a = 0, r = 0;
+      for (size_t i = lo; i < hi; ++i) {
+        a = std::max(a, ev_[i].allocated);
+        r = std::max(r, ev_[i].reserved);
+      }
+      alloc_pts += fmt::format("{:.1f},{:.1f} ", X(lo + 0.5), Y(static_cast<double>(a)));
+      res_pts += fmt::format("{:.1f},{:.1f} ", X(lo + 0.5), Y(static_cast<double>(r)));
+    }
+    s_ += fmt::format(
+        "<polyline fill=\"none\" stroke=\"#dc2626\" stroke-width=\"1.5\" "
+        "stroke-dasharray=\"6 3\" points=\"{}\"/>\n",
+        res_pts);
+    s_ += fmt::format(
+        "<polyline fill=\"none\" stroke=\"#1d4ed8\" stroke-width=\"1.5\" points=\"{}\"/>\n",
+        alloc_pts);
   }
-  if (!ev.empty()) {
-    const auto& p = ev[peak];
-    const std::string node = NodeName(sim, p.node);
+
+  // The first event at the highest allocated bytes, with its phase, iteration and node.
+  void PeakMarker() {
+    if (ev_.empty()) return;
+    size_t peak = 0;
+    for (size_t i = 0; i < ev_.size(); ++i) {
+      if (ev_[i].allocated > ev_[peak].allocated) peak = i;
+    }
+    const auto& p = ev_[peak];
+    const std::string node = NodeName(sim_, p.node);
     const double px = X(peak + 0.5), py = Y(static_cast<double>(p.allocated));
-    s += fmt::format(
+    s_ += fmt::format(
         "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"#1d4ed8\"/>\n"
         "<text x=\"{}\" y=\"42\" fill=\"#1e3a8a\">&#9679; peak allocated {} in {} "
         "of iteration {}{}{}; peak reserved {}</text>\n",
         px, py, kLeft, Human(static_cast<double>(p.allocated)), ToString(p.phase), p.iteration,
         node.empty() ? "" : ", at ", Escape(node),
-        Human(static_cast<double>(sim.estimate.peak_reserved)));
+        Human(static_cast<double>(sim_.estimate.peak_reserved)));
   }
-  // Legend.
-  double lx = kLeft;
-  const double ly = kH - 12;
-  auto legend = [&](const std::string& swatch, const std::string& label) {
-    s +=
-        swatch + fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\">{}</text>\n", lx + 24, ly + 4, label);
-    lx += 30 + 7.0 * static_cast<double>(label.size());
-  };
-  legend(fmt::format("<line x1=\"{0:.0f}\" x2=\"{1:.0f}\" y1=\"{2:.0f}\" y2=\"{2:.0f}\" "
-                     "stroke=\"#1d4ed8\" stroke-width=\"2\"/>",
-                     lx, lx + 20, ly),
-         "allocated");
-  legend(fmt::format("<line x1=\"{0:.0f}\" x2=\"{1:.0f}\" y1=\"{2:.0f}\" y2=\"{2:.0f}\" "
-                     "stroke=\"#dc2626\" stroke-width=\"2\" stroke-dasharray=\"6 3\"/>",
-                     lx, lx + 20, ly),
-         "reserved");
-  for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kOptimizerStep, Phase::kInference}) {
-    legend(fmt::format("<rect x=\"{:.0f}\" y=\"{:.0f}\" width=\"20\" height=\"10\" fill=\"{}\" "
-                       "stroke=\"#9ca3af\"/>",
-                       lx, ly - 5, PhaseColor(p)),
-           ToString(p));
+
+  void Legend() {
+    double lx = kLeft;
+    const double ly = kH - 12;
+    auto legend = [&](const std::string& swatch, const std::string& label) {
+      s_ += swatch +
+            fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\">{}</text>\n", lx + 24, ly + 4, label);
+      lx += 30 + 7.0 * static_cast<double>(label.size());
+    };
+    legend(fmt::format("<line x1=\"{0:.0f}\" x2=\"{1:.0f}\" y1=\"{2:.0f}\" y2=\"{2:.0f}\" "
+                       "stroke=\"#1d4ed8\" stroke-width=\"2\"/>",
+                       lx, lx + 20, ly),
+           "allocated");
+    legend(fmt::format("<line x1=\"{0:.0f}\" x2=\"{1:.0f}\" y1=\"{2:.0f}\" y2=\"{2:.0f}\" "
+                       "stroke=\"#dc2626\" stroke-width=\"2\" stroke-dasharray=\"6 3\"/>",
+                       lx, lx + 20, ly),
+           "reserved");
+    for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kOptimizerStep, Phase::kInference}) {
+      legend(fmt::format("<rect x=\"{:.0f}\" y=\"{:.0f}\" width=\"20\" height=\"10\" fill=\"{}\" "
+                         "stroke=\"#9ca3af\"/>",
+                         lx, ly - 5, PhaseColor(p)),
+             ToString(p));
+    }
   }
-  s += "</svg>\n";
-  return s;
+
+  const Simulation& sim_;
+  const std::vector<TimelineEvent>& ev_;
+  const size_t n_;   // events, at least 1 (the x axis)
+  double step_ = 0;  // y tick, bytes
+  double ymax_ = 0;  // top of the y axis, bytes
+  std::string s_;
+};
+
+std::string Svg(const Simulation& sim, std::string_view title) {
+  return SvgChart(sim, title).Draw();
 }
 
 std::string Html(const Simulation& sim, std::string_view title) {

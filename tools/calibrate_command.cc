@@ -48,95 +48,75 @@ void PrintJobs(const CalibrationResult& r) {
   }
 }
 
-}  // namespace
-
-int RunCalibrate(int argc, char** argv) {
-  CLI::App app{
-      "memest calibrate -- fits a software-stack profile (library memory, cuDNN convolution "
-      "workspace coefficient, residual band) to device-level measurements of your own jobs. "
-      "See docs/stacks.md."};
-  app.name("memest calibrate");
+// memest calibrate's command line.
+struct CalibrateFlags {
   std::string rows_path, out_path, gpu = Options{}.gpu, base_name, name, display, data_name;
   std::string jobs_out;
   std::vector<std::string> software;
   bool quiet = false;
-  app.add_option("rows", rows_path,
+};
+
+void AddFlags(CLI::App& app, CalibrateFlags& f) {
+  app.add_option("rows", f.rows_path,
                  "CSV of measured jobs: model,batch,measured_mib[,family,truth,censored,mode,"
                  "optimizer,optimizer_impl,precision]; model paths relative to the CSV")
       ->required()
       ->type_name("ROWS.csv");
-  app.add_option("-o,--output", out_path, "the stack file to write")
+  app.add_option("-o,--output", f.out_path, "the stack file to write")
       ->required()
       ->type_name("STACK.json");
-  app.add_option("--gpu", gpu, "the GPU profile the jobs ran on (see memest --list-gpus)")
+  app.add_option("--gpu", f.gpu, "the GPU profile the jobs ran on (see memest --list-gpus)")
       ->capture_default_str();
-  app.add_option("--base-stack", base_name,
+  app.add_option("--base-stack", f.base_name,
                  "the stack to start from: its CUDA context, lazy loading and software notes "
                  "(default: the default stack)");
-  app.add_option("--name", name, "name of the stack written (default: the output file's stem)");
-  app.add_option("--display-name", display, "one-line description of the stack");
-  app.add_option("--data-name", data_name, "how the provenance names the rows (default: ROWS)");
-  app.add_option("--software", software,
+  app.add_option("--name", f.name, "name of the stack written (default: the output file's stem)");
+  app.add_option("--display-name", f.display, "one-line description of the stack");
+  app.add_option("--data-name", f.data_name, "how the provenance names the rows (default: ROWS)");
+  app.add_option("--software", f.software,
                  "KEY=VALUE notes on the measured software (pytorch=2.4, cudnn_benchmark=false); "
                  "repeatable, stored in the stack with the base stack's")
       ->type_name("KEY=VALUE");
-  app.add_option("--jobs-out", jobs_out,
+  app.add_option("--jobs-out", f.jobs_out,
                  "also write every job's fitted and held-out prediction and error to this CSV")
       ->type_name("FILE.csv");
-  app.add_flag("-q,--quiet", quiet, "print only the summary, not every job");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  auto fail = [](const Status& s, int code) {
-    std::cerr << "memest calibrate: error: " << s.message() << '\n';
-    return code;
-  };
-  Result<StackProfile> base = ResolveStack(base_name);
-  if (!base.ok()) return fail(base.status(), 2);
-  int excluded = 0;
-  Result<std::vector<MeasuredJob>> jobs = ReadMeasuredJobsCsv(rows_path, &excluded);
-  if (!jobs.ok()) {
-    const ErrorCode c = jobs.status().code();
-    return fail(jobs.status(), c == ErrorCode::kInvalidModel || c == ErrorCode::kOverflow ? 3 : 2);
-  }
+  app.add_flag("-q,--quiet", f.quiet, "print only the summary, not every job");
+}
+
+int Fail(const Status& s, int code) {
+  std::cerr << "memest calibrate: error: " << s.message() << '\n';
+  return code;
+}
+
+// The fit's settings: the base stack with the --software notes, the stack's name (default: the
+// output file's stem), lower case, and where the rows came from. InvalidArgument for a
+// --software that is not KEY=VALUE.
+Result<CalibrationSettings> SettingsFrom(const CalibrateFlags& f, const StackProfile& base) {
   CalibrationSettings s;
-  s.gpu = gpu;
-  s.base = *base;
-  for (const std::string& kv : software) {
+  s.gpu = f.gpu;
+  s.base = base;
+  for (const std::string& kv : f.software) {
     const size_t eq = kv.find('=');
     if (eq == 0 || eq == std::string::npos) {
-      return fail(InvalidArgument("--software " + kv + ": expected KEY=VALUE"), 2);
+      return InvalidArgument("--software " + kv + ": expected KEY=VALUE");
     }
     s.base.software[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
+  std::string name = f.name;
   if (name.empty()) {
-    name = out_path.substr(out_path.find_last_of('/') + 1);
+    name = f.out_path.substr(f.out_path.find_last_of('/') + 1);
     name = name.substr(0, name.find('.'));
   }
   std::transform(name.begin(), name.end(), name.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   s.name = name;
-  s.display_name = display;
-  s.data_source = data_name.empty() ? rows_path : data_name;
-  Result<CalibrationResult> r = Calibrate(*jobs, s);
-  if (!r.ok()) {
-    const ErrorCode c = r.status().code();
-    return fail(r.status(), c == ErrorCode::kInvalidArgument || c == ErrorCode::kNotFound ? 2
-                            : c == ErrorCode::kInternal || c == ErrorCode::kUnavailable   ? 4
-                                                                                          : 3);
-  }
-  if (excluded > 0) {
-    std::cerr << "memest calibrate: note: " << excluded
-              << " censored row(s) (the GPU was full) not fitted\n";
-  }
-  if (!quiet) {
-    PrintJobs(*r);
-    std::cout << '\n';
-  }
-  PrintSummary(*r, *base);
-  const StackProfile& st = r->stack;
+  s.display_name = f.display;
+  s.data_source = f.data_name.empty() ? f.rows_path : f.data_name;
+  return s;
+}
+
+// The fitted values and each backend's band, under the summary.
+void PrintStack(const StackProfile& st) {
   std::cout << fmt::format(
       "\nstack {}: library memory {:.0f} MiB, conv workspace {:.3g} x (pointwise/depthwise "
       "{:.3g} x) of a call's input + output + weight\n",
@@ -146,21 +126,74 @@ int RunCalibrate(int argc, char** argv) {
     std::cout << fmt::format("  {} band {} .. {} (covered {:.1f} % of {} held-out rows)\n", backend,
                              Pct(b.low), Pct(b.high), 100 * b.coverage, b.rows);
   }
-  if (!jobs_out.empty()) {
-    std::ofstream csv(jobs_out);
-    csv << "id,group,measured_bytes,fitted_bytes,held_out_bytes,fitted_error,held_out_error,"
-           "inside_band\n";
-    for (const JobResidual& j : r->jobs) {
-      csv << fmt::format("{},{},{},{},{},{:.6f},{:.6f},{}\n", j.id, j.group, j.measured, j.fitted,
-                         j.held_out, j.fitted_error, j.held_out_error, j.inside_band ? 1 : 0);
-    }
-    if (!csv) return fail(InvalidArgument("cannot write '" + jobs_out + "'"), 2);
+}
+
+// --jobs-out: every job's fitted and held-out prediction and error.
+Status WriteJobsCsv(const std::string& path, const std::vector<JobResidual>& jobs) {
+  std::ofstream csv(path);
+  csv << "id,group,measured_bytes,fitted_bytes,held_out_bytes,fitted_error,held_out_error,"
+         "inside_band\n";
+  for (const JobResidual& j : jobs) {
+    csv << fmt::format("{},{},{},{},{},{:.6f},{:.6f},{}\n", j.id, j.group, j.measured, j.fitted,
+                       j.held_out, j.fitted_error, j.held_out_error, j.inside_band ? 1 : 0);
   }
-  std::ofstream out(out_path);
-  out << StackProfileToJson(st);
+  if (!csv) return InvalidArgument("cannot write '" + path + "'");
+  return Status::Ok();
+}
+
+// The exit code of a failed fit: usage (2), internal (4), else the rows (3).
+int CalibrateExitCode(ErrorCode c) {
+  if (c == ErrorCode::kInvalidArgument || c == ErrorCode::kNotFound) return 2;
+  if (c == ErrorCode::kInternal || c == ErrorCode::kUnavailable) return 4;
+  return 3;
+}
+
+}  // namespace
+
+int RunCalibrate(int argc, char** argv) {
+  CLI::App app{
+      "memest calibrate -- fits a software-stack profile (library memory, cuDNN convolution "
+      "workspace coefficient, residual band) to device-level measurements of your own jobs. "
+      "See docs/stacks.md."};
+  app.name("memest calibrate");
+  CalibrateFlags f;
+  AddFlags(app, f);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  Result<StackProfile> base = ResolveStack(f.base_name);
+  if (!base.ok()) return Fail(base.status(), 2);
+  int excluded = 0;
+  Result<std::vector<MeasuredJob>> jobs = ReadMeasuredJobsCsv(f.rows_path, &excluded);
+  if (!jobs.ok()) {
+    const ErrorCode c = jobs.status().code();
+    return Fail(jobs.status(), c == ErrorCode::kInvalidModel || c == ErrorCode::kOverflow ? 3 : 2);
+  }
+  Result<CalibrationSettings> s = SettingsFrom(f, *base);
+  if (!s.ok()) return Fail(s.status(), 2);
+  Result<CalibrationResult> r = Calibrate(*jobs, *s);
+  if (!r.ok()) return Fail(r.status(), CalibrateExitCode(r.status().code()));
+  if (excluded > 0) {
+    std::cerr << "memest calibrate: note: " << excluded
+              << " censored row(s) (the GPU was full) not fitted\n";
+  }
+  if (!f.quiet) {
+    PrintJobs(*r);
+    std::cout << '\n';
+  }
+  PrintSummary(*r, *base);
+  PrintStack(r->stack);
+  if (!f.jobs_out.empty()) {
+    if (Status w = WriteJobsCsv(f.jobs_out, r->jobs); !w.ok()) return Fail(w, 2);
+  }
+  std::ofstream out(f.out_path);
+  out << StackProfileToJson(r->stack);
   out.close();
-  if (!out) return fail(InvalidArgument("cannot write '" + out_path + "'"), 2);
-  std::cout << "wrote " << out_path << " (use it with memest --stack-file " << out_path << ")\n";
+  if (!out) return Fail(InvalidArgument("cannot write '" + f.out_path + "'"), 2);
+  std::cout << "wrote " << f.out_path << " (use it with memest --stack-file " << f.out_path
+            << ")\n";
   return 0;
 }
 
