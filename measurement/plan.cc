@@ -47,6 +47,99 @@ std::vector<T> RawAs(const std::string& raw, size_t n) {
   return out;
 }
 
+// One little-endian element of a narrow integer type (int32, int16, uint16, int8; uint8 and bool
+// otherwise) at `p`, widened.
+int64_t NarrowIntAt(const char* p, int32_t dtype) {
+  switch (dtype) {
+    case base::kInt32: {
+      int32_t x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case base::kInt16: {
+      int16_t x;
+      std::memcpy(&x, p, 2);
+      return x;
+    }
+    case base::kUInt16: {
+      uint16_t x;
+      std::memcpy(&x, p, 2);
+      return x;
+    }
+    case base::kInt8:
+      return static_cast<int8_t>(*p);
+    default:
+      return static_cast<uint8_t>(*p);
+  }
+}
+
+// The `n` elements of a floating-point `t` (float, double, float16, bfloat16) into c->floats,
+// from the typed field or raw_data, whichever holds exactly n; nothing when neither does.
+void ReadFloatPayload(const onnx::TensorProto& t, size_t n, ConstTensor* c) {
+  const std::string& raw = t.raw_data();
+  const auto numel = static_cast<int64_t>(n);
+  switch (c->dtype) {
+    case base::kFloat:
+      if (t.float_data_size() == numel) {
+        c->floats.assign(t.float_data().begin(), t.float_data().end());
+      } else if (raw.size() == n * 4) {
+        auto v = RawAs<float>(raw, n);
+        c->floats.assign(v.begin(), v.end());
+      }
+      return;
+    case base::kDouble:
+      if (t.double_data_size() == numel) {
+        c->floats.assign(t.double_data().begin(), t.double_data().end());
+      } else if (raw.size() == n * 8) {
+        c->floats = RawAs<double>(raw, n);
+      }
+      return;
+    default: {  // float16, bfloat16
+      std::vector<uint16_t> bits;
+      if (t.int32_data_size() == numel) {
+        for (int32_t v : t.int32_data()) bits.push_back(static_cast<uint16_t>(v));
+      } else if (raw.size() == n * 2) {
+        bits = RawAs<uint16_t>(raw, n);
+      }
+      for (uint16_t b : bits) {
+        c->floats.push_back(c->dtype == base::kFloat16 ? HalfToDouble(b) : BFloat16ToDouble(b));
+      }
+      return;
+    }
+  }
+}
+
+// The `n` elements of an integer or bool `t` into c->ints, the same way.
+void ReadIntPayload(const onnx::TensorProto& t, size_t n, ConstTensor* c) {
+  const std::string& raw = t.raw_data();
+  const auto numel = static_cast<int64_t>(n);
+  switch (c->dtype) {
+    case base::kInt64:
+      if (t.int64_data_size() == numel) {
+        c->ints.assign(t.int64_data().begin(), t.int64_data().end());
+      } else if (raw.size() == n * 8) {
+        c->ints = RawAs<int64_t>(raw, n);
+      }
+      return;
+    case base::kUInt32:
+    case base::kUInt64:
+      if (t.uint64_data_size() == numel) {
+        for (uint64_t v : t.uint64_data()) c->ints.push_back(static_cast<int64_t>(v));
+      }
+      return;
+    default: {  // int32, int16, int8, uint8, uint16, bool
+      const size_t width = base::DTypeSize(c->dtype);
+      if (t.int32_data_size() == numel) {
+        c->ints.assign(t.int32_data().begin(), t.int32_data().end());
+      } else if (raw.size() == n * width) {
+        for (size_t i = 0; i < n; ++i)
+          c->ints.push_back(NarrowIntAt(raw.data() + i * width, c->dtype));
+      }
+      return;
+    }
+  }
+}
+
 // Copies the payload of `t` when it is stored inline and small enough.
 ConstTensor ToConstTensor(const onnx::TensorProto& t) {
   ConstTensor c;
@@ -58,92 +151,23 @@ ConstTensor ToConstTensor(const onnx::TensorProto& t) {
     return c;
   }
   const size_t n = static_cast<size_t>(numel);
-  const std::string& raw = t.raw_data();
   switch (c.dtype) {
     case base::kFloat:
-      if (t.float_data_size() == numel) {
-        c.floats.assign(t.float_data().begin(), t.float_data().end());
-      } else if (raw.size() == n * 4) {
-        auto v = RawAs<float>(raw, n);
-        c.floats.assign(v.begin(), v.end());
-      }
-      break;
     case base::kDouble:
-      if (t.double_data_size() == numel) {
-        c.floats.assign(t.double_data().begin(), t.double_data().end());
-      } else if (raw.size() == n * 8) {
-        c.floats = RawAs<double>(raw, n);
-      }
-      break;
     case base::kFloat16:
-    case base::kBFloat16: {
-      std::vector<uint16_t> bits;
-      if (t.int32_data_size() == numel) {
-        for (int32_t v : t.int32_data()) bits.push_back(static_cast<uint16_t>(v));
-      } else if (raw.size() == n * 2) {
-        bits = RawAs<uint16_t>(raw, n);
-      }
-      for (uint16_t b : bits) {
-        c.floats.push_back(c.dtype == base::kFloat16 ? HalfToDouble(b) : BFloat16ToDouble(b));
-      }
+    case base::kBFloat16:
+      ReadFloatPayload(t, n, &c);
       break;
-    }
     case base::kInt64:
-      if (t.int64_data_size() == numel) {
-        c.ints.assign(t.int64_data().begin(), t.int64_data().end());
-      } else if (raw.size() == n * 8) {
-        c.ints = RawAs<int64_t>(raw, n);
-      }
-      break;
     case base::kInt32:
     case base::kInt16:
     case base::kInt8:
     case base::kUInt8:
     case base::kUInt16:
-    case base::kBool: {
-      const size_t width = base::DTypeSize(c.dtype);
-      if (t.int32_data_size() == numel) {
-        c.ints.assign(t.int32_data().begin(), t.int32_data().end());
-      } else if (raw.size() == n * width) {
-        for (size_t i = 0; i < n; ++i) {
-          const char* p = raw.data() + i * width;
-          int64_t v = 0;
-          switch (c.dtype) {
-            case base::kInt32: {
-              int32_t x;
-              std::memcpy(&x, p, 4);
-              v = x;
-              break;
-            }
-            case base::kInt16: {
-              int16_t x;
-              std::memcpy(&x, p, 2);
-              v = x;
-              break;
-            }
-            case base::kUInt16: {
-              uint16_t x;
-              std::memcpy(&x, p, 2);
-              v = x;
-              break;
-            }
-            case base::kInt8:
-              v = static_cast<int8_t>(*p);
-              break;
-            default:
-              v = static_cast<uint8_t>(*p);
-              break;
-          }
-          c.ints.push_back(v);
-        }
-      }
-      break;
-    }
+    case base::kBool:
     case base::kUInt32:
     case base::kUInt64:
-      if (t.uint64_data_size() == numel) {
-        for (uint64_t v : t.uint64_data()) c.ints.push_back(static_cast<int64_t>(v));
-      }
+      ReadIntPayload(t, n, &c);
       break;
     default:
       break;
@@ -301,29 +325,30 @@ const char* ToString(ValueRole role) {
   return "unknown";
 }
 
-Result<Plan> BuildPlan(const Model& model, const Options& options) {
-  const core::Graph& g = model.graph();
-  MEMEST_ASSIGN_OR_RETURN(core::BoundGraph bound, core::Bind(g, options));
+namespace {
 
-  Plan plan;
-  plan.model_path = g.summary.path;
-  plan.bindings = bound.bindings;
-  plan.diagnostics = bound.diagnostics;
-  if (options.mode == Mode::kTrain) {
-    for (const core::CheckpointSegment& c :
-         core::CheckpointSegments(g, options.checkpoint_segments)) {
-      plan.checkpoint.push_back({c.begin, c.end, c.inputs, c.outputs, c.parameters});
-    }
-  }
+// An initializer's role: a parameter when trainable, a buffer when every consumer is a
+// BatchNormalization (its running statistics), a constant otherwise.
+ValueRole InitializerRole(const core::Graph& g, const core::Value& v) {
+  if (v.trainable) return ValueRole::kParameter;
+  const bool only_batch_norm = base::IsFloatDType(v.dtype) && !v.consumers.empty() &&
+                               std::all_of(v.consumers.begin(), v.consumers.end(), [&](int c) {
+                                 const core::Node& n = g.node(c);
+                                 return n.op_type == "BatchNormalization" && n.domain.empty();
+                               });
+  return only_batch_norm ? ValueRole::kBuffer : ValueRole::kConstant;
+}
 
-  // Initializer payloads (the loader kept those of at most 1024 elements).
+// Every value with its bound dtype and shape, producer, last consumer and role; initializers keep
+// their declared shape and, when the loader kept it (at most 1024 elements), their payload.
+// InvalidModel for a data input without a concrete shape after binding.
+Result<std::vector<PlanValue>> PlanValues(const core::Graph& g, const core::BoundGraph& bound) {
   std::map<std::string, const onnx::TensorProto*, std::less<>> init_protos;
   for (const onnx::TensorProto& t : g.proto.graph().initializer()) init_protos[t.name()] = &t;
-
-  plan.values.resize(g.values.size());
+  std::vector<PlanValue> values(g.values.size());
   for (size_t i = 0; i < g.values.size(); ++i) {
     const core::Value& v = g.values[i];
-    PlanValue& p = plan.values[i];
+    PlanValue& p = values[i];
     p.name = v.name;
     p.dtype = bound.dtypes[i] != 0 ? bound.dtypes[i] : v.dtype;
     p.dims = bound.shapes[i];
@@ -342,17 +367,7 @@ Result<Plan> BuildPlan(const Model& model, const Options& options) {
         std::vector<int64_t> dims;
         for (const core::Dim& d : v.dims) dims.push_back(d.value);
         p.dims = dims;
-        if (v.trainable) {
-          p.role = ValueRole::kParameter;
-        } else if (base::IsFloatDType(v.dtype) && !v.consumers.empty() &&
-                   std::all_of(v.consumers.begin(), v.consumers.end(), [&](int c) {
-                     const core::Node& n = g.node(c);
-                     return n.op_type == "BatchNormalization" && n.domain.empty();
-                   })) {
-          p.role = ValueRole::kBuffer;
-        } else {
-          p.role = ValueRole::kConstant;
-        }
+        p.role = InitializerRole(g, v);
         if (auto it = init_protos.find(v.name); it != init_protos.end()) {
           ConstTensor c = ToConstTensor(*it->second);
           if (c.has_data) p.data = std::move(c);
@@ -364,8 +379,12 @@ Result<Plan> BuildPlan(const Model& model, const Options& options) {
         break;
     }
   }
+  return values;
+}
 
-  plan.nodes.reserve(g.nodes.size());
+std::vector<PlanNode> PlanNodes(const core::Graph& g) {
+  std::vector<PlanNode> nodes;
+  nodes.reserve(g.nodes.size());
   for (const core::Node& n : g.nodes) {
     PlanNode p;
     p.name = n.name;
@@ -376,30 +395,55 @@ Result<Plan> BuildPlan(const Model& model, const Options& options) {
     p.outputs = n.outputs;
     if (n.proto != nullptr) CopyAttributes(*n.proto, &p);
     p.has_subgraph = p.has_subgraph || n.subgraph_nodes > 0;
-    plan.nodes.push_back(std::move(p));
+    nodes.push_back(std::move(p));
   }
+  return nodes;
+}
 
-  for (size_t i = 0; i < plan.values.size(); ++i) {
-    PlanValue& p = plan.values[i];
+// The parameters (and their bytes), buffers and constants, in value order.
+void ListByRole(Plan* plan) {
+  for (size_t i = 0; i < plan->values.size(); ++i) {
+    const PlanValue& p = plan->values[i];
     const int id = static_cast<int>(i);
     switch (p.role) {
       case ValueRole::kParameter: {
-        plan.parameters.push_back(id);
+        plan->parameters.push_back(id);
         uint64_t numel = 1;
         for (int64_t d : *p.dims) numel *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
-        plan.parameter_bytes += numel * base::DTypeSize(p.dtype);
+        plan->parameter_bytes += numel * base::DTypeSize(p.dtype);
         break;
       }
       case ValueRole::kBuffer:
-        plan.buffers.push_back(id);
+        plan->buffers.push_back(id);
         break;
       case ValueRole::kConstant:
-        plan.constants.push_back(id);
+        plan->constants.push_back(id);
         break;
       default:
         break;
     }
   }
+}
+
+}  // namespace
+
+Result<Plan> BuildPlan(const Model& model, const Options& options) {
+  const core::Graph& g = model.graph();
+  MEMEST_ASSIGN_OR_RETURN(core::BoundGraph bound, core::Bind(g, options));
+
+  Plan plan;
+  plan.model_path = g.summary.path;
+  plan.bindings = bound.bindings;
+  plan.diagnostics = bound.diagnostics;
+  if (options.mode == Mode::kTrain) {
+    for (const core::CheckpointSegment& c :
+         core::CheckpointSegments(g, options.checkpoint_segments)) {
+      plan.checkpoint.push_back({c.begin, c.end, c.inputs, c.outputs, c.parameters});
+    }
+  }
+  MEMEST_ASSIGN_OR_RETURN(plan.values, PlanValues(g, bound));
+  plan.nodes = PlanNodes(g);
+  ListByRole(&plan);
   plan.data_inputs = g.data_inputs;
   plan.outputs = g.outputs;
   for (int id : plan.data_inputs) {
