@@ -3,8 +3,9 @@
 //
 // Ids in memest are signed ints, with -1 for "none" (core/graph.h): indexing a std::vector with
 // one needs a cast at every use, and a -1 that slips through reads out of bounds. IdVector takes
-// the id type as written, converts it in one place and checks it there in debug builds (a
-// negative or out-of-range id asserts). Otherwise it is a std::vector<T>: same storage, same cost.
+// the id type as written, converts it in one place and checks it there in builds without NDEBUG
+// (a negative or out-of-range id asserts; the RelWithDebInfo default defines NDEBUG, so the check
+// runs in a Debug build). Otherwise it is a std::vector<T>: same storage, same cost.
 #ifndef MEMEST_BASE_ID_VECTOR_H_
 #define MEMEST_BASE_ID_VECTOR_H_
 
@@ -49,11 +50,11 @@ class IdVector {
  private:
   size_t Index(Id id) const {
     if constexpr (std::is_enum_v<Id>) {
-      return static_cast<size_t>(id);
+      assert(static_cast<size_t>(id) < v_.size());
     } else {
       assert(id >= 0 && static_cast<size_t>(id) < v_.size());
-      return static_cast<size_t>(id);
     }
+    return static_cast<size_t>(id);
   }
 
   std::vector<T> v_;

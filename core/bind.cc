@@ -175,7 +175,7 @@ Status EvaluateShapes(const Graph& graph, const SymbolicShapes& sym, const AtomV
   if (auto broken = sym.table.CheckAssumptions(atoms)) {
     const int64_t site = broken->assumption->site;
     const std::string where = site >= 0 && static_cast<size_t>(site) < graph.nodes.size()
-                                  ? graph.node(site).Describe()
+                                  ? graph.node(static_cast<int>(site)).Describe()
                                   : std::string("a broadcast");
     return InvalidArgument(where + ": " + broken->Describe(sym.table) +
                            ": the model cannot take these dims");

@@ -148,110 +148,136 @@ std::string RowIdOf(const std::string& line) {
   return j["id"].get<std::string>();
 }
 
-Status ValidateRow(const std::string& line) {
-  Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return InvalidArgument("not a JSON object");
-  enum Type { kString, kStringOrNull, kUint, kUintOrNull, kNumberOrNull, kObject, kArray };
-  auto check = [](const Json& obj, const std::string& where, const char* key, Type type) -> Status {
-    if (!obj.contains(key)) return InvalidArgument("missing " + where + key);
-    const Json& v = obj[key];
-    bool ok = false;
-    switch (type) {
-      case kString:
-        ok = v.is_string();
-        break;
-      case kStringOrNull:
-        ok = v.is_string() || v.is_null();
-        break;
-      case kUint:
-        ok = IsUint(v);
-        break;
-      case kUintOrNull:
-        ok = v.is_null() || IsUint(v);
-        break;
-      case kNumberOrNull:
-        ok = v.is_null() || v.is_number();
-        break;
-      case kObject:
-        ok = v.is_object();
-        break;
-      case kArray:
-        ok = v.is_array();
-        break;
-    }
-    if (!ok) return InvalidArgument(where + key + " has the wrong type: " + v.dump());
-    return Status::Ok();
-  };
-  auto check_peaks = [&](const Json& p, const std::string& where) -> Status {
-    for (const char* k : {"tensor", "allocated", "reserved", "device"}) {
-      MEMEST_RETURN_IF_ERROR(check(p, where, k, kUintOrNull));
-    }
-    return Status::Ok();
-  };
-  MEMEST_RETURN_IF_ERROR(check(j, "", "schema", kString));
-  if (j["schema"] != kMeasuredRowSchema) {
-    return InvalidArgument("schema is not " + std::string(kMeasuredRowSchema));
+namespace {
+
+enum class FieldType { kString, kStringOrNull, kUint, kUintOrNull, kNumberOrNull, kObject, kArray };
+
+bool HasType(const Json& v, FieldType type) {
+  switch (type) {
+    case FieldType::kString:
+      return v.is_string();
+    case FieldType::kStringOrNull:
+      return v.is_string() || v.is_null();
+    case FieldType::kUint:
+      return IsUint(v);
+    case FieldType::kUintOrNull:
+      return v.is_null() || IsUint(v);
+    case FieldType::kNumberOrNull:
+      return v.is_null() || v.is_number();
+    case FieldType::kObject:
+      return v.is_object();
+    case FieldType::kArray:
+      return v.is_array();
   }
-  MEMEST_RETURN_IF_ERROR(check(j, "", "id", kString));
-  if (j["id"].get<std::string>().size() != 64) return InvalidArgument("id is not a sha256");
-  MEMEST_RETURN_IF_ERROR(check(j, "", "model", kObject));
+  return false;
+}
+
+// InvalidArgument naming `where` + `key` when `obj` lacks the key or its value has another type.
+Status Check(const Json& obj, const std::string& where, const char* key, FieldType type) {
+  if (!obj.contains(key)) return InvalidArgument("missing " + where + key);
+  const Json& v = obj[key];
+  if (!HasType(v, type)) return InvalidArgument(where + key + " has the wrong type: " + v.dump());
+  return Status::Ok();
+}
+
+Status CheckPeaks(const Json& p, const std::string& where) {
+  for (const char* k : {"tensor", "allocated", "reserved", "device"}) {
+    MEMEST_RETURN_IF_ERROR(Check(p, where, k, FieldType::kUintOrNull));
+  }
+  return Status::Ok();
+}
+
+using FieldType::kArray;
+using FieldType::kNumberOrNull;
+using FieldType::kObject;
+using FieldType::kString;
+using FieldType::kStringOrNull;
+using FieldType::kUint;
+using FieldType::kUintOrNull;
+
+Status CheckModelAndConfig(const Json& j) {
+  MEMEST_RETURN_IF_ERROR(Check(j, "", "model", kObject));
   for (const char* k : {"path", "sha256", "name"})
-    MEMEST_RETURN_IF_ERROR(check(j["model"], "model.", k, kString));
-  MEMEST_RETURN_IF_ERROR(check(j["model"], "model.", "family", kStringOrNull));
-  MEMEST_RETURN_IF_ERROR(check(j, "", "config", kObject));
+    MEMEST_RETURN_IF_ERROR(Check(j["model"], "model.", k, kString));
+  MEMEST_RETURN_IF_ERROR(Check(j["model"], "model.", "family", kStringOrNull));
+  MEMEST_RETURN_IF_ERROR(Check(j, "", "config", kObject));
   const Json& c = j["config"];
-  MEMEST_RETURN_IF_ERROR(check(c, "config.", "mode", kString));
+  MEMEST_RETURN_IF_ERROR(Check(c, "config.", "mode", kString));
   if (c["mode"] != "train" && c["mode"] != "infer") return InvalidArgument("config.mode");
-  MEMEST_RETURN_IF_ERROR(check(c, "config.", "batch", kUintOrNull));
-  MEMEST_RETURN_IF_ERROR(check(c, "config.", "dims", kObject));
-  MEMEST_RETURN_IF_ERROR(check(c, "config.", "optimizer", kStringOrNull));
-  MEMEST_RETURN_IF_ERROR(check(c, "config.", "weight_decay", kNumberOrNull));
-  MEMEST_RETURN_IF_ERROR(check(c, "config.", "precision", kString));
-  MEMEST_RETURN_IF_ERROR(check(c, "config.", "loss", kString));
-  MEMEST_RETURN_IF_ERROR(check(c, "config.", "iterations", kUint));
-  MEMEST_RETURN_IF_ERROR(check(j, "", "device", kObject));
+  MEMEST_RETURN_IF_ERROR(Check(c, "config.", "batch", kUintOrNull));
+  MEMEST_RETURN_IF_ERROR(Check(c, "config.", "dims", kObject));
+  MEMEST_RETURN_IF_ERROR(Check(c, "config.", "optimizer", kStringOrNull));
+  MEMEST_RETURN_IF_ERROR(Check(c, "config.", "weight_decay", kNumberOrNull));
+  MEMEST_RETURN_IF_ERROR(Check(c, "config.", "precision", kString));
+  MEMEST_RETURN_IF_ERROR(Check(c, "config.", "loss", kString));
+  return Check(c, "config.", "iterations", kUint);
+}
+
+Status CheckDeviceAndProvenance(const Json& j) {
+  MEMEST_RETURN_IF_ERROR(Check(j, "", "device", kObject));
   const Json& d = j["device"];
-  MEMEST_RETURN_IF_ERROR(check(d, "device.", "kind", kString));
+  MEMEST_RETURN_IF_ERROR(Check(d, "device.", "kind", kString));
   if (d["kind"] != "cpu" && d["kind"] != "cuda") return InvalidArgument("device.kind");
-  MEMEST_RETURN_IF_ERROR(check(d, "device.", "name", kString));
-  MEMEST_RETURN_IF_ERROR(check(d, "device.", "total_memory", kUintOrNull));
+  MEMEST_RETURN_IF_ERROR(Check(d, "device.", "name", kString));
+  MEMEST_RETURN_IF_ERROR(Check(d, "device.", "total_memory", kUintOrNull));
   for (const char* k : {"capability", "driver", "cuda"})
-    MEMEST_RETURN_IF_ERROR(check(d, "device.", k, kStringOrNull));
-  MEMEST_RETURN_IF_ERROR(check(d, "device.", "torch", kString));
-  MEMEST_RETURN_IF_ERROR(check(j, "", "provenance", kObject));
+    MEMEST_RETURN_IF_ERROR(Check(d, "device.", k, kStringOrNull));
+  MEMEST_RETURN_IF_ERROR(Check(d, "device.", "torch", kString));
+  MEMEST_RETURN_IF_ERROR(Check(j, "", "provenance", kObject));
   for (const char* k : {"tool", "git_commit", "time_utc", "host", "source"}) {
-    MEMEST_RETURN_IF_ERROR(check(j["provenance"], "provenance.", k, kString));
+    MEMEST_RETURN_IF_ERROR(Check(j["provenance"], "provenance.", k, kString));
   }
-  MEMEST_RETURN_IF_ERROR(check(j, "", "status", kString));
+  return Status::Ok();
+}
+
+// The status, its error, the peaks (an ok row has a tensor or allocated one), the context, the
+// phases' and the iterations' peaks, and used_for.
+Status CheckOutcome(const Json& j) {
+  MEMEST_RETURN_IF_ERROR(Check(j, "", "status", kString));
   const std::string status = j["status"];
   if (status != "ok" && status != "oom" && status != "error")
     return InvalidArgument("status " + status);
-  MEMEST_RETURN_IF_ERROR(check(j, "", "error", kStringOrNull));
+  MEMEST_RETURN_IF_ERROR(Check(j, "", "error", kStringOrNull));
   if (status != "ok" && !j["error"].is_string())
     return InvalidArgument("error missing for status " + status);
-  MEMEST_RETURN_IF_ERROR(check(j, "", "peaks", kObject));
-  MEMEST_RETURN_IF_ERROR(check_peaks(j["peaks"], "peaks."));
+  MEMEST_RETURN_IF_ERROR(Check(j, "", "peaks", kObject));
+  MEMEST_RETURN_IF_ERROR(CheckPeaks(j["peaks"], "peaks."));
   if (status == "ok" && j["peaks"]["tensor"].is_null() && j["peaks"]["allocated"].is_null()) {
     return InvalidArgument("an ok row without a tensor or allocated peak");
   }
-  MEMEST_RETURN_IF_ERROR(check(j, "", "context_bytes", kUintOrNull));
-  MEMEST_RETURN_IF_ERROR(check(j, "", "phases", kObject));
+  MEMEST_RETURN_IF_ERROR(Check(j, "", "context_bytes", kUintOrNull));
+  MEMEST_RETURN_IF_ERROR(Check(j, "", "phases", kObject));
   for (const char* k : {"forward", "backward", "step"}) {
     if (!j["phases"].contains(k)) return InvalidArgument(std::string("missing phases.") + k);
     const Json& p = j["phases"][k];
     if (!p.is_null()) {
       if (!p.is_object()) return InvalidArgument(std::string("phases.") + k);
-      MEMEST_RETURN_IF_ERROR(check_peaks(p, std::string("phases.") + k + "."));
+      MEMEST_RETURN_IF_ERROR(CheckPeaks(p, std::string("phases.") + k + "."));
     }
   }
-  MEMEST_RETURN_IF_ERROR(check(j, "", "iterations", kArray));
+  MEMEST_RETURN_IF_ERROR(Check(j, "", "iterations", kArray));
   for (const Json& it : j["iterations"]) {
     if (!it.is_object()) return InvalidArgument("iterations[] entry is not an object");
-    MEMEST_RETURN_IF_ERROR(check(it, "iterations[].", "iteration", kUint));
-    MEMEST_RETURN_IF_ERROR(check_peaks(it, "iterations[]."));
+    MEMEST_RETURN_IF_ERROR(Check(it, "iterations[].", "iteration", kUint));
+    MEMEST_RETURN_IF_ERROR(CheckPeaks(it, "iterations[]."));
   }
-  MEMEST_RETURN_IF_ERROR(check(j, "", "used_for", kArray));
-  return Status::Ok();
+  return Check(j, "", "used_for", kArray);
+}
+
+}  // namespace
+
+Status ValidateRow(const std::string& line) {
+  Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument("not a JSON object");
+  MEMEST_RETURN_IF_ERROR(Check(j, "", "schema", kString));
+  if (j["schema"] != kMeasuredRowSchema) {
+    return InvalidArgument("schema is not " + std::string(kMeasuredRowSchema));
+  }
+  MEMEST_RETURN_IF_ERROR(Check(j, "", "id", kString));
+  if (j["id"].get<std::string>().size() != 64) return InvalidArgument("id is not a sha256");
+  MEMEST_RETURN_IF_ERROR(CheckModelAndConfig(j));
+  MEMEST_RETURN_IF_ERROR(CheckDeviceAndProvenance(j));
+  return CheckOutcome(j);
 }
 
 }  // namespace memest::measurement

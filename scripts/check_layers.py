@@ -42,7 +42,8 @@ LAYERS = {
                          "api", "datasets"],
     # The programs reach the library through its public headers (memest/...); what else they
     # may include: the data generators, the trainer's and evaluator's own model (learned/), the
-    # harness for memest-measure (measurement/) and base's sha256 and stats. Never the estimation
+    # harness for memest-measure (measurement/), base's utilities (sha256, stats, JSON fields)
+    # and core's graph (memest-train's device-level features read it). Never the estimation
     # internals (ops, memory, the backends' simulations): --timeline goes through
     # memest/timeline.h, serving through memest/serving.h.
     "tools": VOCAB + ["tools", "datasets", "base", "core", "learned", "measurement"],

@@ -75,7 +75,6 @@
 #include "symbolic/timeline.h"
 
 #include <algorithm>
-#include <array>
 #include <set>
 
 #include "base/checked.h"

@@ -9,7 +9,8 @@
 //     estimation flags (--batch to --checkpoint) are rows of memest's own options table
 //     (tools/options_flags.h): the same spellings, defaults, help and errors as memest (--loss ce,
 //     --optimizer-impl single are accepted in both). --print-options prints the memest::Options
-//     they give as JSON and exits without running.
+//     they give as JSON and exits without running; --list-flags prints those flags as JSON (the
+//     entries of memest --list-flags) and exits.
 //
 //   memest-measure --sweep MANIFEST.jsonl --out ROWS.jsonl [--device ...] [--no-isolate]
 //                  [--row-timeout S] [--retry-errors] [--limit N] [--time-budget S]
