@@ -264,6 +264,14 @@ class Runner {
   Status Loss();
   void Backward();
   void Step();
+  // The parts of Step(), each as torch.optim does it (live: the parameters with a gradient).
+  void UnscaleGradients(const std::vector<size_t>& live);
+  void SgdSingleTensor(const std::vector<size_t>& live, double wd, double momentum);
+  void SgdForeach(const std::vector<size_t>& live, double wd, double momentum);
+  void AdamSingleTensor(const std::vector<size_t>& live, double wd, bool decoupled,
+                        double step_size, double bc2_sqrt);
+  void AdamForeach(const std::vector<size_t>& live, double wd, bool decoupled, double step_size,
+                   double bc2_sqrt);
   void EndIteration();
   void Teardown();
   void BeginPhase(int iteration, TracePhase phase);
@@ -699,62 +707,15 @@ void Runner::Step() {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].grad().defined()) live.push_back(i);
   }
-  if (amp_ && *amp_ == at::kHalf) {  // GradScaler.unscale_ (in place)
-    std::vector<at::Tensor> grads;
-    for (size_t i : live) grads.push_back(params_[i].grad());
-    at::Tensor found_inf = at::zeros({}, grad_scale_.options());
-    at::Tensor inv_scale = grad_scale_.to(at::kDouble).reciprocal().to(at::kFloat);
-    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale);
-    at::_amp_update_scale_(grad_scale_, growth_tracker_, found_inf, 2.0, 0.5, 2000);
-  }
+  if (amp_ && *amp_ == at::kHalf) UnscaleGradients(live);
   const double wd = xo_.options.weight_decay;
   const Optimizer opt = xo_.options.optimizer;
   if (opt == Optimizer::kSgd || opt == Optimizer::kMomentum) {
     const double momentum = opt == Optimizer::kMomentum ? kMomentum : 0.0;
-    if (!foreach_) {  // torch/optim/sgd.py _single_tensor_sgd
-      for (size_t i : live) {
-        at::Tensor& p = params_[i];
-        at::Tensor grad = p.grad();
-        if (wd != 0) grad = grad.add(p, wd);
-        if (momentum != 0) {
-          if (!momentum_[i].defined()) {
-            momentum_[i] = at::clone(grad).detach();
-          } else {
-            momentum_[i].mul_(momentum).add_(grad, 1.0);
-          }
-          grad = momentum_[i];
-        }
-        p.add_(grad, -kSgdLr);
-      }
-    } else {  // _multi_tensor_sgd
-      std::vector<at::Tensor> ps, grads;
-      for (size_t i : live) {
-        ps.push_back(params_[i]);
-        grads.push_back(params_[i].grad());
-      }
-      if (wd != 0) grads = at::_foreach_add(grads, ps, wd);
-      if (momentum != 0) {
-        bool all = true;
-        for (size_t i : live) all = all && momentum_[i].defined();
-        std::vector<at::Tensor> bufs;
-        if (all) {
-          for (size_t i : live) bufs.push_back(momentum_[i]);
-          at::_foreach_mul_(bufs, momentum);
-          at::_foreach_add_(bufs, grads, 1.0);
-        } else {
-          for (size_t k = 0; k < live.size(); ++k) {
-            at::Tensor& buf = momentum_[live[k]];
-            if (!buf.defined()) {
-              buf = at::clone(grads[k]).detach();
-            } else {
-              buf.mul_(momentum).add_(grads[k], 1.0);
-            }
-            bufs.push_back(buf);
-          }
-        }
-        grads = bufs;
-      }
-      at::_foreach_add_(ps, grads, -kSgdLr);
+    if (foreach_) {
+      SgdForeach(live, wd, momentum);
+    } else {
+      SgdSingleTensor(live, wd, momentum);
     }
   } else {
     const bool decoupled = opt == Optimizer::kAdamW;
@@ -769,50 +730,10 @@ void Runner::Step() {
     const double bc2 = 1.0 - std::pow(kBeta2, static_cast<double>(step_count_));
     const double step_size = kAdamLr / bc1;
     const double bc2_sqrt = std::sqrt(bc2);
-    if (!foreach_) {  // torch/optim/adam.py _single_tensor_adam
-      for (size_t i : live) {
-        at::Tensor& p = params_[i];
-        at::Tensor grad = p.grad();
-        if (wd != 0) {
-          if (decoupled) {
-            p.mul_(1.0 - kAdamLr * wd);
-          } else {
-            grad = grad.add(p, wd);
-          }
-        }
-        exp_avg_[i].lerp_(grad, 1.0 - kBeta1);
-        exp_avg_sq_[i].mul_(kBeta2).addcmul_(grad, grad, 1.0 - kBeta2);
-        at::Tensor denom = (exp_avg_sq_[i].sqrt() / bc2_sqrt).add_(kAdamEps);
-        p.addcdiv_(exp_avg_[i], denom, -step_size);
-      }
-    } else {  // _multi_tensor_adam
-      std::vector<at::Tensor> ps, grads, avgs, sqs;
-      for (size_t i : live) {
-        ps.push_back(params_[i]);
-        grads.push_back(params_[i].grad());
-        avgs.push_back(exp_avg_[i]);
-        sqs.push_back(exp_avg_sq_[i]);
-      }
-      if (wd != 0) {
-        if (decoupled) {
-          at::_foreach_mul_(ps, 1.0 - kAdamLr * wd);
-        } else {
-          grads = at::_foreach_add(grads, ps, wd);
-        }
-      }
-#if TORCH_VERSION_MAJOR >= 2
-      at::_foreach_lerp_(avgs, grads, 1.0 - kBeta1);
-#else
-      at::_foreach_mul_(avgs, kBeta1);
-      at::_foreach_add_(avgs, grads, 1.0 - kBeta1);
-#endif
-      at::_foreach_mul_(sqs, kBeta2);
-      at::_foreach_addcmul_(sqs, grads, grads, 1.0 - kBeta2);
-      grads.clear();  // del device_grads
-      std::vector<at::Tensor> denom = at::_foreach_sqrt(sqs);
-      at::_foreach_div_(denom, bc2_sqrt);
-      at::_foreach_add_(denom, kAdamEps);
-      at::_foreach_addcdiv_(ps, avgs, denom, -step_size);
+    if (foreach_) {
+      AdamForeach(live, wd, decoupled, step_size, bc2_sqrt);
+    } else {
+      AdamSingleTensor(live, wd, decoupled, step_size, bc2_sqrt);
     }
   }
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -820,6 +741,118 @@ void Runner::Step() {
     TagTensor(exp_avg_sq_[i], Category::kOptimizerState);
     TagTensor(momentum_[i], Category::kOptimizerState);
   }
+}
+
+// GradScaler.unscale_ (in place).
+void Runner::UnscaleGradients(const std::vector<size_t>& live) {
+  std::vector<at::Tensor> grads;
+  for (size_t i : live) grads.push_back(params_[i].grad());
+  at::Tensor found_inf = at::zeros({}, grad_scale_.options());
+  at::Tensor inv_scale = grad_scale_.to(at::kDouble).reciprocal().to(at::kFloat);
+  at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale);
+  at::_amp_update_scale_(grad_scale_, growth_tracker_, found_inf, 2.0, 0.5, 2000);
+}
+
+// torch/optim/sgd.py _single_tensor_sgd.
+void Runner::SgdSingleTensor(const std::vector<size_t>& live, double wd, double momentum) {
+  for (size_t i : live) {
+    at::Tensor& p = params_[i];
+    at::Tensor grad = p.grad();
+    if (wd != 0) grad = grad.add(p, wd);
+    if (momentum != 0) {
+      if (!momentum_[i].defined()) {
+        momentum_[i] = at::clone(grad).detach();
+      } else {
+        momentum_[i].mul_(momentum).add_(grad, 1.0);
+      }
+      grad = momentum_[i];
+    }
+    p.add_(grad, -kSgdLr);
+  }
+}
+
+// torch/optim/sgd.py _multi_tensor_sgd.
+void Runner::SgdForeach(const std::vector<size_t>& live, double wd, double momentum) {
+  std::vector<at::Tensor> ps, grads;
+  for (size_t i : live) {
+    ps.push_back(params_[i]);
+    grads.push_back(params_[i].grad());
+  }
+  if (wd != 0) grads = at::_foreach_add(grads, ps, wd);
+  if (momentum != 0) {
+    bool all = true;
+    for (size_t i : live) all = all && momentum_[i].defined();
+    std::vector<at::Tensor> bufs;
+    if (all) {
+      for (size_t i : live) bufs.push_back(momentum_[i]);
+      at::_foreach_mul_(bufs, momentum);
+      at::_foreach_add_(bufs, grads, 1.0);
+    } else {
+      for (size_t k = 0; k < live.size(); ++k) {
+        at::Tensor& buf = momentum_[live[k]];
+        if (!buf.defined()) {
+          buf = at::clone(grads[k]).detach();
+        } else {
+          buf.mul_(momentum).add_(grads[k], 1.0);
+        }
+        bufs.push_back(buf);
+      }
+    }
+    grads = bufs;
+  }
+  at::_foreach_add_(ps, grads, -kSgdLr);
+}
+
+// torch/optim/adam.py _single_tensor_adam (AdamW when decoupled).
+void Runner::AdamSingleTensor(const std::vector<size_t>& live, double wd, bool decoupled,
+                              double step_size, double bc2_sqrt) {
+  for (size_t i : live) {
+    at::Tensor& p = params_[i];
+    at::Tensor grad = p.grad();
+    if (wd != 0) {
+      if (decoupled) {
+        p.mul_(1.0 - kAdamLr * wd);
+      } else {
+        grad = grad.add(p, wd);
+      }
+    }
+    exp_avg_[i].lerp_(grad, 1.0 - kBeta1);
+    exp_avg_sq_[i].mul_(kBeta2).addcmul_(grad, grad, 1.0 - kBeta2);
+    at::Tensor denom = (exp_avg_sq_[i].sqrt() / bc2_sqrt).add_(kAdamEps);
+    p.addcdiv_(exp_avg_[i], denom, -step_size);
+  }
+}
+
+// torch/optim/adam.py _multi_tensor_adam (AdamW when decoupled).
+void Runner::AdamForeach(const std::vector<size_t>& live, double wd, bool decoupled,
+                         double step_size, double bc2_sqrt) {
+  std::vector<at::Tensor> ps, grads, avgs, sqs;
+  for (size_t i : live) {
+    ps.push_back(params_[i]);
+    grads.push_back(params_[i].grad());
+    avgs.push_back(exp_avg_[i]);
+    sqs.push_back(exp_avg_sq_[i]);
+  }
+  if (wd != 0) {
+    if (decoupled) {
+      at::_foreach_mul_(ps, 1.0 - kAdamLr * wd);
+    } else {
+      grads = at::_foreach_add(grads, ps, wd);
+    }
+  }
+#if TORCH_VERSION_MAJOR >= 2
+  at::_foreach_lerp_(avgs, grads, 1.0 - kBeta1);
+#else
+  at::_foreach_mul_(avgs, kBeta1);
+  at::_foreach_add_(avgs, grads, 1.0 - kBeta1);
+#endif
+  at::_foreach_mul_(sqs, kBeta2);
+  at::_foreach_addcmul_(sqs, grads, grads, 1.0 - kBeta2);
+  grads.clear();  // del device_grads
+  std::vector<at::Tensor> denom = at::_foreach_sqrt(sqs);
+  at::_foreach_div_(denom, bc2_sqrt);
+  at::_foreach_add_(denom, kAdamEps);
+  at::_foreach_addcdiv_(ps, avgs, denom, -step_size);
 }
 
 void Runner::EndIteration() {
