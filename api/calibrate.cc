@@ -139,7 +139,7 @@ Result<double> EstimateOne(const Estimator& est, const MeasuredJob& j, const std
 
 bool HasConvolution(const Model& m) {
   for (const core::Node& n : m.graph().nodes) {
-    const ops::OpRule* rule = ops::FindRule(n.domain, n.op_type);
+    const ops::OpRule* rule = ops::RuleOf(n);
     if (rule != nullptr && rule->uses_cudnn_conv) return true;
   }
   return false;

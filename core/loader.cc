@@ -274,7 +274,7 @@ Status Loader::ReadInitializers() {
                      [](const auto& kv) { return kv.key() == "location"; })) {
       return InvalidModel(what() + ": external data without a location");
     }
-    Value& v = g_->values[id];
+    Value& v = g_->value(id);
     v.dtype = t.data_type();
     v.has_shape = true;
     v.dims.reserve(dims.size());
@@ -306,7 +306,7 @@ Status Loader::ReadInputs() {
     }
     if (existing >= 0) return InvalidModel(what + " is listed twice");
     const int id = AddValue(in.name(), ValueKind::kDataInput);
-    Value& v = g_->values[id];
+    Value& v = g_->value(id);
     if (in.type().has_tensor_type()) {
       const auto& tt = in.type().tensor_type();
       if (!base::IsKnownDType(tt.elem_type())) {
@@ -335,7 +335,7 @@ Status Loader::ReadNodes() {
   g_->nodes.resize(static_cast<size_t>(graph.node_size()));
   for (int i = 0; i < graph.node_size(); ++i) {
     const auto& n = graph.node(i);
-    Node& node = g_->nodes[i];
+    Node& node = g_->node(i);
     node.name = n.name().empty() ? n.op_type() + "_" + std::to_string(i) : n.name();
     if (n.op_type().empty()) return InvalidModel("node " + Quote(node.name) + " has no op_type");
     node.outputs.reserve(static_cast<size_t>(n.output_size()));
@@ -348,21 +348,21 @@ Status Loader::ReadNodes() {
       const int id = AddValue(out, ValueKind::kIntermediate);
       if (g_->values.size() == before) {
         const Value& v = g_->value(id);
-        const std::string producer = v.producer >= 0 ? g_->nodes[v.producer].name : "";
+        const std::string producer = v.producer >= 0 ? g_->node(v.producer).name : "";
         std::string by = v.producer >= 0 ? " (also produced by node " + Quote(producer) + ")"
                          : v.kind == ValueKind::kInitializer ? " (also an initializer)"
                                                              : " (also a graph input)";
         return InvalidModel("node " + Quote(node.name) + " (" + n.op_type() + ") produces tensor " +
                             Quote(out) + " that already exists" + by);
       }
-      g_->values[id].producer = i;
+      g_->value(id).producer = i;
       node.outputs.push_back(id);
     }
   }
   std::set<std::string> undeclared_domains;
   for (int i = 0; i < graph.node_size(); ++i) {
     const auto& n = graph.node(i);
-    Node& node = g_->nodes[i];
+    Node& node = g_->node(i);
     node.op_type = n.op_type();
     node.domain = NormalizeDomain(n.domain());
     auto op = opsets_.find(node.domain);
@@ -383,13 +383,13 @@ Status Loader::ReadNodes() {
                             Quote(in) + " that no node, initializer or graph input provides");
       }
       node.inputs.push_back(id);
-      g_->values[id].consumers.push_back(i);
+      g_->value(id).consumers.push_back(i);
     }
     node.subgraph_nodes = CountSubgraphNodes(n);
     // Constant nodes: keep small integer values (shape computations need them).
     if (node.op_type == "Constant" && node.domain.empty() && !node.outputs.empty() &&
         node.outputs[0] >= 0) {
-      Value& v = g_->values[node.outputs[0]];
+      Value& v = g_->value(node.outputs[0]);
       for (const auto& attr : n.attribute()) {
         if (attr.name() == "value" && attr.has_t()) {
           std::vector<int64_t> dims(attr.t().dims().begin(), attr.t().dims().end());
@@ -416,7 +416,7 @@ Status Loader::ReadNodes() {
     if (id < 0) {
       return InvalidModel("graph output " + Quote(out.name()) + " is not produced by any node");
     }
-    g_->values[id].graph_output = true;
+    g_->value(id).graph_output = true;
     g_->outputs.push_back(id);
   }
   return Status::Ok();
@@ -497,7 +497,7 @@ Status Loader::SortNodes() {
   google::protobuf::RepeatedPtrField<onnx::NodeProto> protos;
   auto* mutable_nodes = g_->proto.mutable_graph()->mutable_node();
   for (size_t k = 0; k < n; ++k) {
-    nodes[k] = std::move(g_->nodes[order[k]]);
+    nodes[k] = std::move(g_->node(order[k]));
     protos.Add()->Swap(mutable_nodes->Mutable(order[k]));
   }
   mutable_nodes->Swap(&protos);
@@ -513,7 +513,7 @@ Status Loader::ReadValueInfo() {
   auto read = [&](const onnx::ValueInfoProto& vi) -> Status {
     const int id = g_->FindValue(vi.name());
     if (id < 0) return Status::Ok();  // info about a tensor the graph does not use
-    Value& v = g_->values[id];
+    Value& v = g_->value(id);
     if (v.kind != ValueKind::kIntermediate || !vi.type().has_tensor_type()) return Status::Ok();
     const auto& tt = vi.type().tensor_type();
     if (base::IsKnownDType(tt.elem_type())) v.dtype = tt.elem_type();
@@ -562,7 +562,7 @@ void Loader::MarkTrainable() {
     if (numel == 1) {  // a constant (eps, scale) unless a module slot holds it (policy above)
       bool slot = false;
       for (int c : v.consumers) {
-        const Node& node = g_->nodes[c];
+        const Node& node = g_->node(c);
         for (size_t k = 0; k < node.inputs.size(); ++k) {
           slot = slot || (node.inputs[k] == id && IsOneElementParameterSlot(node, k));
         }
@@ -571,7 +571,7 @@ void Loader::MarkTrainable() {
     }
     bool only_bn_stats = true;
     for (int c : v.consumers) {
-      const Node& node = g_->nodes[c];
+      const Node& node = g_->node(c);
       bool is_stat = false;
       if (node.op_type == "BatchNormalization" && node.domain.empty()) {
         for (size_t k = 3; k < node.inputs.size() && k <= 4; ++k) {

@@ -227,11 +227,11 @@ int64_t IndexBound(const core::Graph& g, const std::vector<PlanNode>& nodes,
                    const std::vector<PlanValue>& values, int id, int depth) {
   int64_t bound = -1;
   for (int c : g.value(id).consumers) {
-    const PlanNode& n = nodes[c];
+    const PlanNode& n = nodes[static_cast<size_t>(c)];
     if (!n.domain.empty()) continue;
     int64_t b = -1;
     if (n.op_type == "Gather" && n.inputs.size() >= 2 && n.inputs[1] == id && n.inputs[0] >= 0) {
-      const PlanValue& table = values[n.inputs[0]];
+      const PlanValue& table = values[static_cast<size_t>(n.inputs[0])];
       if (table.role != ValueRole::kIntermediate && table.role != ValueRole::kDataInput &&
           table.dims && !table.dims->empty()) {
         int64_t axis = n.Int("axis").value_or(0);

@@ -369,7 +369,7 @@ void SaveDropout(const RuleContext& c, std::vector<SavedTensor>* out) {
     training = true;  // unknown at load time: assume training (over-estimate)
     const core::Graph* g = c.graph.graph;
     if (g != nullptr && static_cast<size_t>(mode) < g->values.size()) {
-      const auto& data = g->values[mode].int_data;
+      const auto& data = g->value(mode).int_data;
       if (data) training = std::any_of(data->begin(), data->end(), [](int64_t v) { return v; });
     }
   }

@@ -99,10 +99,9 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
       shard_(std::move(shard_divisor)) {
   const core::Graph& g = *graph.graph;
   const size_t nv = g.values.size();
-  rules_.reserve(g.nodes.size());
   for (const core::Node& n : g.nodes) {
-    rules_.push_back(RuleOf(n));
-    has_gemm_ = has_gemm_ || (rules_.back() != nullptr && rules_.back()->uses_cublas);
+    const OpRule* r = RuleOf(n);
+    has_gemm_ = has_gemm_ || (r != nullptr && r->uses_cublas);
   }
   if (trainable_.size() != nv) {
     trainable_.assign(nv, false);
@@ -128,7 +127,8 @@ void ValueFacts::MarkLowPrecision() {
   if (precision_ == Precision::kFp32) return;
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     const core::Node& n = g.nodes[k];
-    const AmpPolicy policy = rules_[k] ? rules_[k]->amp : AmpPolicy::kPassThrough;
+    const OpRule* r = rule(k);
+    const AmpPolicy policy = r ? r->amp : AmpPolicy::kPassThrough;
     bool any_low = false, all_low = true, any_float = false;
     for (int in : n.inputs) {
       if (in < 0 || !base::IsFloatDType(graph_.dtypes[static_cast<size_t>(in)])) continue;
@@ -179,7 +179,8 @@ void ValueFacts::FindLayout() {
       is_view_[k] = true;  // dropout(p=0) returns its input (ops/fusion.h)
       continue;
     }
-    if (!rules_[k] || !rules_[k]->view || n.inputs.empty() || n.inputs[0] < 0) continue;
+    const OpRule* r = rule(k);
+    if (!r || !r->view || n.inputs.empty() || n.inputs[0] < 0) continue;
     is_view_[k] = true;
     const int x = n.inputs[0];
     const std::vector<int64_t>* xs = ShapeOf(graph_, x);
@@ -306,7 +307,7 @@ std::vector<SavedTensor> ValueFacts::Saved(size_t k) const {
 }
 
 uint64_t ValueFacts::Workspace(size_t k) const {
-  const OpRule* rule = rules_[k];
+  const OpRule* rule = this->rule(k);
   if (rule == nullptr || rule->workspace == nullptr) return 0;
   const core::Node& n = graph_.graph->nodes[k];
   const uint64_t bytes =
@@ -328,7 +329,7 @@ uint64_t ValueFacts::amp_cast_bytes(int id) const {
   const core::Value& v = graph_.graph->value(id);
   if (!trainable(id) || v.dtype != base::kFloat) return 0;
   for (int c : v.consumers) {
-    const OpRule* r = rules_[static_cast<size_t>(c)];
+    const OpRule* r = rule(static_cast<size_t>(c));
     if (r && r->amp == AmpPolicy::kLowerPrecision) return Share(id, graph_.Bytes(id) / 2);
   }
   return 0;

@@ -73,8 +73,8 @@ class ValueFacts {
   }
   // Op types whose outputs had to be sized by the fallback.
   const std::set<std::string>& fallback_ops() const { return fallback_ops_; }
-  // The rule of node `n` (cached lookup), or nullptr.
-  const OpRule* rule(size_t n) const { return rules_[n]; }
+  // Node n's rule (resolved at load: ops::RuleOf), nullptr when memest has none.
+  const OpRule* rule(size_t n) const { return RuleOf(graph_.graph->nodes[n]); }
   // Whether node `n`'s outputs alias input 0's storage at run time (the rule's `view`, unless
   // the layout policy above makes it a copy).
   bool is_view(size_t n) const { return is_view_[n]; }
@@ -107,7 +107,6 @@ class ValueFacts {
 
   const core::BoundGraph& graph_;
   Precision precision_;
-  std::vector<const OpRule*> rules_;
   std::vector<bool> trainable_;
   std::vector<bool> requires_grad_;
   std::vector<bool> low_;

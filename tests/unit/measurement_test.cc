@@ -313,7 +313,7 @@ TEST(MeasurementTest, GptPlanDrawsTokenIdsBelowTheVocabulary) {
   auto plan = BuildPlan(*model, o);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   ASSERT_EQ(plan->data_inputs.size(), 1u);
-  EXPECT_EQ(plan->values[plan->data_inputs[0]].index_bound, 8192);
+  EXPECT_EQ(plan->value(plan->data_inputs[0]).index_bound, 8192);
   EXPECT_EQ(plan->parameter_bytes, model->summary().parameter_bytes);
 }
 
