@@ -95,7 +95,18 @@ namespace memest::symbolic {
 
 namespace {
 
-using Tensor = int64_t;  // index into Sim::tensors_, -1 = none
+// A tensor handle, -1 = none: the slot in Sim::tensors_ in the low 32 bits and the slot's
+// generation above them. A freed slot is reused under the next generation, so the simulation holds
+// as many slots as tensors alive at once, not one per malloc of the whole run. A copy of a freed
+// handle (an input batch is both in inputs_ and value_) names a past generation: freeing it does
+// nothing.
+using Tensor = int64_t;
+
+// Sorts v and keeps each element once (the order a std::set would give, without its nodes).
+void SortUnique(std::vector<int>* v) {
+  std::sort(v->begin(), v->end());
+  v->erase(std::unique(v->begin(), v->end()), v->end());
+}
 
 class Sim {
  public:
@@ -123,16 +134,28 @@ class Sim {
     uint64_t bytes = 0;
     Category category = Category::kTransient;
     bool alive = false;
+    uint32_t generation = 0;  // of the handle that names this slot now (< 2^31)
+  };
+  // Where a category's (or the cached-free bytes') maximum was first reached; the node's name is
+  // looked up once, when the estimate is written.
+  struct Moment {
+    uint64_t bytes = 0;
+    Phase phase = Phase::kUnknown;
+    int iteration = 0;
+    int node = -1;
   };
 
   Tensor Malloc(uint64_t bytes, Category c);
   void Free(Tensor* t);
+  // The live tensor behind a handle; nullptr when the handle is -1 or was freed.
+  Live* Find(Tensor t);
   // Moves a live tensor's bytes to another category (a gradient stolen into .grad).
   void Relabel(Tensor t, Category c);
   // Records a new maximum of category c / of cached-but-free bytes, if this moment is one.
   void NoteLargest(Category c);
   void NoteCachedFree();
-  CategoryPeak PeakHere(uint64_t bytes) const;
+  Moment Here(uint64_t bytes) const;
+  CategoryPeak Describe(const Moment& m) const;
   void Record(bool malloc, uint64_t bytes, Category c);
 
   void Prepare();
@@ -145,8 +168,11 @@ class Sim {
   // A cuDNN convolution call's workspace, allocated and freed around the call (memory/device.h).
   void ConvWorkspace(size_t k);
   // Roots of the node's inputs; in a recomputation (seg >= 0) only those the segment makes.
-  // Sorted, each root once.
-  std::vector<int> InputRoots(const core::Node& n, int seg) const;
+  // Sorted, each root once; valid until the next call (it fills roots_).
+  const std::vector<int>& InputRoots(const core::Node& n, int seg);
+  // The roots of node k's saved inputs (not parameters); in a recomputation only those the
+  // segment makes. Sorted, each once; valid until the next call (it fills saved_roots_).
+  const std::vector<int>& SavedRoots(size_t k, int seg);
   void Loss();
   void Backward();
   // The loss's backward: its seed and the gradient of the first output (memory/loss.h).
@@ -176,7 +202,7 @@ class Sim {
   void ReceiveActivations();
   void ReceiveGradients();
   void ReleaseReceived();
-  void RecordMicroBatch(size_t first_tensor);
+  void RecordMicroBatch();
   void HoldOtherMicroBatches();
   void ReleaseOtherMicroBatches();
   // Activation checkpointing (Options::checkpoint_segments).
@@ -200,13 +226,18 @@ class Sim {
   CachingAllocatorModel alloc_;
   bool train_ = true;
 
-  base::IdVector<Live, Tensor> tensors_;
+  std::vector<Live> tensors_;                                // by slot
+  std::vector<uint32_t> free_slots_;                         // slots of freed tensors, reused first
   base::IdVector<uint64_t, Category> live_{kNumCategories};  // requested bytes per category
   Phase phase_ = Phase::kUnknown;
   int node_ = -1;
   int iteration_ = 0;
 
   // Static facts.
+  // Per value: its kind, read on every release (a byte each, where core::Value is a large
+  // struct the walk would otherwise pull into cache for one field).
+  base::IdVector<core::ValueKind> kind_;
+  std::vector<int> step_params_;  // the parameters the optimizer steps on this rank, in order
   base::IdVector<std::vector<ops::SavedTensor>> saved_;  // per node
   base::IdVector<int> uses_;        // per root: forward uses by nodes (all aliases)
   base::IdVector<int> saved_by_;    // per root: nodes that save it
@@ -215,6 +246,7 @@ class Sim {
   std::vector<int> seg_of_;  // per node: index into ckpt_, -1 when not checkpointed
   int loss_value_ = -1;
   memory::LossTensors loss_tensors_;
+  std::vector<int> roots_, saved_roots_;  // scratch of InputRoots and SavedRoots
 
   // Per-iteration state.
   base::IdVector<Tensor> value_;  // per root: live storage
@@ -247,14 +279,16 @@ class Sim {
   std::vector<int> received_, sent_;
   std::vector<std::pair<uint64_t, Category>> micro_batch_set_;
   bool micro_batch_recorded_ = false;
+  bool collect_micro_batch_ = false;      // the first micro-batch's forward is running
+  std::vector<Tensor> micro_batch_made_;  // what it allocated, in order
   std::vector<Tensor> other_micro_batches_;
 
   // Results.
   uint64_t peak_reserved_seen_ = 0;
   base::IdVector<uint64_t, Category> at_peak_{kNumCategories};
   uint64_t allocated_at_peak_ = 0;
-  base::IdVector<CategoryPeak, Category> largest_{kNumCategories};
-  CategoryPeak largest_cached_free_;
+  base::IdVector<Moment, Category> largest_{kNumCategories};
+  Moment largest_cached_free_;
   Phase peak_phase_ = Phase::kUnknown;
   int peak_node_ = -1;
   uint64_t alloc_peak_seen_ = 0;
@@ -267,13 +301,21 @@ class Sim {
 
 Tensor Sim::Malloc(uint64_t bytes, Category c) {
   if (bytes == 0) return -1;
-  const auto h = alloc_.Malloc(bytes);
-  Live t;
-  t.handle = h;
+  uint32_t slot;
+  if (free_slots_.empty()) {
+    slot = static_cast<uint32_t>(tensors_.size());
+    tensors_.emplace_back();
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  Live& t = tensors_[slot];
+  t.handle = alloc_.Malloc(bytes);
   t.bytes = bytes;
   t.category = c;
   t.alive = true;
-  tensors_.push_back(t);
+  const Tensor handle = static_cast<Tensor>(t.generation) << 32 | slot;
+  if (collect_micro_batch_) micro_batch_made_.push_back(handle);
   live_[c] += bytes;
   NoteLargest(c);
   const AllocatorStats& s = alloc_.stats();
@@ -295,48 +337,57 @@ Tensor Sim::Malloc(uint64_t bytes, Category c) {
   }
   iteration_alloc_peak_ = std::max(iteration_alloc_peak_, s.allocated);
   Record(true, bytes, c);
-  return static_cast<Tensor>(tensors_.size()) - 1;
+  return handle;
+}
+
+Sim::Live* Sim::Find(Tensor t) {
+  if (t < 0) return nullptr;
+  const auto slot = static_cast<size_t>(t & 0xffffffff);
+  Live& l = tensors_[slot];
+  return l.alive && l.generation == static_cast<uint64_t>(t) >> 32 ? &l : nullptr;
 }
 
 void Sim::Free(Tensor* t) {
-  if (*t < 0) return;
-  Live& l = tensors_[*t];
-  if (l.alive) {
-    alloc_.Free(l.handle);
-    l.alive = false;
-    live_[l.category] -= l.bytes;
+  if (Live* l = Find(*t)) {
+    alloc_.Free(l->handle);
+    l->alive = false;
+    l->generation = (l->generation + 1) & 0x7fffffff;
+    free_slots_.push_back(static_cast<uint32_t>(*t & 0xffffffff));
+    live_[l->category] -= l->bytes;
     NoteCachedFree();
-    Record(false, l.bytes, l.category);
+    Record(false, l->bytes, l->category);
   }
   *t = -1;
 }
 
 void Sim::Relabel(Tensor t, Category c) {
-  Live& l = tensors_[t];
+  Live& l = *Find(t);
   live_[l.category] -= l.bytes;
   l.category = c;
   live_[c] += l.bytes;
   NoteLargest(c);
 }
 
-CategoryPeak Sim::PeakHere(uint64_t bytes) const {
+Sim::Moment Sim::Here(uint64_t bytes) const { return {bytes, phase_, iteration_, node_}; }
+
+CategoryPeak Sim::Describe(const Moment& m) const {
   CategoryPeak p;
-  p.bytes = bytes;
-  p.phase = phase_;
-  p.iteration = iteration_;
-  if (node_ >= 0) p.node = g_.node(node_).name;
+  p.bytes = m.bytes;
+  p.phase = m.phase;
+  p.iteration = m.iteration;
+  if (m.node >= 0) p.node = g_.node(m.node).name;
   return p;
 }
 
 void Sim::NoteLargest(Category c) {
   const uint64_t now = live_[c];
-  if (now > largest_[c].bytes) largest_[c] = PeakHere(now);
+  if (now > largest_[c].bytes) largest_[c] = Here(now);
 }
 
 void Sim::NoteCachedFree() {
   const AllocatorStats& s = alloc_.stats();
   const uint64_t now = s.reserved > s.allocated ? s.reserved - s.allocated : 0;
-  if (now > largest_cached_free_.bytes) largest_cached_free_ = PeakHere(now);
+  if (now > largest_cached_free_.bytes) largest_cached_free_ = Here(now);
 }
 
 void Sim::Record(bool malloc, uint64_t bytes, Category c) {
@@ -355,6 +406,14 @@ void Sim::Record(bool malloc, uint64_t bytes, Category c) {
 
 void Sim::Prepare() {
   const size_t nv = g_.values.size(), nn = g_.nodes.size();
+  kind_.assign(nv, core::ValueKind::kIntermediate);
+  for (int i = 0; i < static_cast<int>(nv); ++i) {
+    const core::Value& v = g_.value(i);
+    kind_[i] = v.kind;
+    if (facts_.trainable(i) && !v.consumers.empty() && plan_.parameter_on_stage(i, stage_)) {
+      step_params_.push_back(i);
+    }
+  }
   uses_.assign(nv, 0);
   saved_by_.assign(nv, 0);
   cast_saves_.assign(nv, 0);
@@ -371,20 +430,15 @@ void Sim::Prepare() {
     // A checkpointed node saves nothing in the forward (it runs under no_grad); its saves are
     // counted when the segment is recomputed in backward.
     if (Checkpointed(k)) continue;
-    std::set<int> saved_roots;
+    const ops::OpRule* rule = facts_.rule(k);
     for (const auto& s : saved_[k]) {
-      if (s.value < 0) continue;
-      const core::Value& v = g_.value(s.value);
-      if (v.kind == core::ValueKind::kInitializer) {
-        const ops::OpRule* r = facts_.rule(k);
-        if (facts_.amp_cast_bytes(s.value) > 0 && r && r->amp == ops::AmpPolicy::kLowerPrecision) {
-          ++cast_saves_[s.value];
-        }
-        continue;
+      if (s.value >= 0 && kind_[s.value] == core::ValueKind::kInitializer &&
+          facts_.amp_cast_bytes(s.value) > 0 && rule &&
+          rule->amp == ops::AmpPolicy::kLowerPrecision) {
+        ++cast_saves_[s.value];
       }
-      saved_roots.insert(facts_.root(s.value));
     }
-    for (int r : saved_roots) ++saved_by_[r];
+    for (int r : SavedRoots(k, -1)) ++saved_by_[r];
   }
   for (const core::CheckpointSegment& seg : ckpt_) {  // the checkpoint keeps its inputs
     std::set<int> roots;
@@ -405,9 +459,9 @@ void Sim::Prepare() {
   param_grad_.assign(nv, -1);
   cast_.assign(nv, -1);
   extras_.assign(nn, {});
-  // A few tensors per value and iteration (output, gradient, optimizer temporaries), reserved
-  // once so that the vector does not move while the walk grows it.
-  tensors_.reserve(std::min<size_t>(4 * nv * kSimulatedIterations + 64, size_t{1} << 24));
+  // Slots for the tensors alive at once: at most about two per value (its storage and its
+  // gradient) besides a few others; reserved so that the vector rarely moves.
+  tensors_.reserve(std::min<size_t>(2 * nv + 64, size_t{1} << 24));
   if (!record_) return;
   sim_.node_names.reserve(nn);
   for (const auto& n : g_.nodes) sim_.node_names.push_back(n.name);
@@ -537,8 +591,8 @@ void Sim::ReduceScatter(size_t k) {
 
 void Sim::FreeIfDead(int root) {
   if (root < 0) return;
-  const core::Value& v = g_.value(root);
-  if (v.kind == core::ValueKind::kInitializer || v.kind == core::ValueKind::kDataInput) return;
+  const core::ValueKind kind = kind_[root];
+  if (kind == core::ValueKind::kInitializer || kind == core::ValueKind::kDataInput) return;
   if (uses_left_[root] > 0 || saved_left_[root] > 0) {
     return;
   }
@@ -577,12 +631,7 @@ void Sim::Recompute(int seg) {
   }
   for (int k = s.begin; k < s.end; ++k) {
     for (int r : InputRoots(g_.node(k), seg)) ++uses_left_[r];
-    std::set<int> saved_roots;
-    for (const auto& sv : saved_[k]) {
-      if (sv.value >= 0 && MadeIn(facts_.root(sv.value), seg))
-        saved_roots.insert(facts_.root(sv.value));
-    }
-    for (int r : saved_roots) ++saved_left_[r];
+    for (int r : SavedRoots(static_cast<size_t>(k), seg)) ++saved_left_[r];
   }
   std::set<int> held;
   for (int out : s.outputs) held.insert(facts_.root(out));
@@ -611,15 +660,24 @@ void Sim::ReleaseSegment(int seg) {
   }
 }
 
-std::vector<int> Sim::InputRoots(const core::Node& n, int seg) const {
-  std::vector<int> roots;
-  roots.reserve(n.inputs.size());
+const std::vector<int>& Sim::InputRoots(const core::Node& n, int seg) {
+  roots_.clear();
   for (int in : n.inputs) {
-    if (in >= 0 && (seg < 0 || MadeIn(facts_.root(in), seg))) roots.push_back(facts_.root(in));
+    if (in >= 0 && (seg < 0 || MadeIn(facts_.root(in), seg))) roots_.push_back(facts_.root(in));
   }
-  std::sort(roots.begin(), roots.end());
-  roots.erase(std::unique(roots.begin(), roots.end()), roots.end());
-  return roots;
+  SortUnique(&roots_);
+  return roots_;
+}
+
+const std::vector<int>& Sim::SavedRoots(size_t k, int seg) {
+  saved_roots_.clear();
+  for (const auto& s : saved_[k]) {
+    if (s.value < 0 || kind_[s.value] == core::ValueKind::kInitializer) continue;
+    const int r = facts_.root(s.value);
+    if (seg < 0 || MadeIn(r, seg)) saved_roots_.push_back(r);
+  }
+  SortUnique(&saved_roots_);
+  return saved_roots_;
 }
 
 // Allocates the node's outputs (views allocate nothing and keep their source alive,
@@ -658,7 +716,7 @@ void Sim::ForwardNode(size_t k, int seg) {
     for (const auto& sv : saved_[k]) {
       if (sv.value < 0) {
         extras_[k].push_back(Malloc(sv.bytes, Category::kActivations));
-      } else if (seg >= 0 && lower && g_.value(sv.value).kind == core::ValueKind::kInitializer &&
+      } else if (seg >= 0 && lower && kind_[sv.value] == core::ValueKind::kInitializer &&
                  facts_.amp_cast_bytes(sv.value) > 0) {
         ++cast_left_[sv.value];
       }
@@ -791,11 +849,11 @@ void Sim::InputGradients(size_t kk) {
 
 void Sim::ReleaseSaved(size_t kk, int seg) {
   const ops::OpRule* rule = facts_.rule(kk);
-  std::set<int> released;
+  std::vector<int>& released = saved_roots_;  // each root is released once
+  released.clear();
   for (const auto& s : saved_[kk]) {
     if (s.value < 0) continue;
-    const core::Value& v = g_.value(s.value);
-    if (v.kind == core::ValueKind::kInitializer) {
+    if (kind_[s.value] == core::ValueKind::kInitializer) {
       const size_t p = static_cast<size_t>(s.value);
       if (cast_[p] >= 0 && rule && rule->amp == ops::AmpPolicy::kLowerPrecision &&
           --cast_left_[p] == 0) {
@@ -807,7 +865,8 @@ void Sim::ReleaseSaved(size_t kk, int seg) {
     // In a recomputed segment, only what the recomputation made is counted per node; the
     // segment's inputs are held by the checkpoint until ReleaseSegment.
     if (seg >= 0 && !MadeIn(r, seg)) continue;
-    if (released.insert(r).second) {
+    if (std::find(released.begin(), released.end(), r) == released.end()) {
+      released.push_back(r);
       --saved_left_[r];
       FreeIfDead(r);
     }
@@ -880,13 +939,7 @@ void Sim::Step(int it) {
     Free(&fp32_grads);
     return;
   }
-  std::vector<int> params;
-  for (size_t i = 0; i < g_.values.size(); ++i) {
-    if (facts_.trainable(static_cast<int>(i)) && !g_.values[i].consumers.empty() &&
-        plan_.parameter_on_stage(static_cast<int>(i), stage_)) {
-      params.push_back(static_cast<int>(i));
-    }
-  }
+  const std::vector<int>& params = step_params_;
   if (it == 1) {  // lazily created state (memory-model.md §4.2, memory/optimizer.h)
     if (const uint64_t shared = memory::SharedStateBytes(o_.optimizer); shared > 0) {
       state_.push_back(Malloc(shared, Category::kOptimizerState));
@@ -964,15 +1017,17 @@ void Sim::ReleaseReceived() {
 
 // The tensors one micro-batch leaves alive after its forward on this stage (its inputs, saved
 // activations and extras, AMP weight copies it saved), taken from the first forward.
-void Sim::RecordMicroBatch(size_t first_tensor) {
-  if (!staged_ || micro_batch_recorded_) return;
+void Sim::RecordMicroBatch() {
+  if (!collect_micro_batch_) return;
+  collect_micro_batch_ = false;
   micro_batch_recorded_ = true;
-  for (size_t t = first_tensor; t < tensors_.size(); ++t) {
-    const Live& l = tensors_[t];
-    if (l.alive && (l.category == Category::kActivations || l.category == Category::kWeights)) {
-      micro_batch_set_.emplace_back(l.bytes, l.category);
+  for (Tensor t : micro_batch_made_) {
+    const Live* l = Find(t);
+    if (l && (l->category == Category::kActivations || l->category == Category::kWeights)) {
+      micro_batch_set_.emplace_back(l->bytes, l->category);
     }
   }
+  micro_batch_made_ = {};
 }
 
 void Sim::HoldOtherMicroBatches() {
@@ -1001,7 +1056,7 @@ void Sim::Iteration(int it) {
   // (memory-model.md §3.1 AccumulateGrad), then one optimizer step.
   const int64_t micro = train_ ? o_.micro_batches : 1;
   for (int64_t m = 0; m < micro; ++m) {
-    const size_t first_tensor = tensors_.size();
+    collect_micro_batch_ = staged_ && train_ && m == 0 && !micro_batch_recorded_;
     // New batch before the old one is released.
     old_inputs_.swap(inputs_);
     inputs_.clear();
@@ -1016,7 +1071,7 @@ void Sim::Iteration(int it) {
     old_inputs_.clear();
     Forward(it);
     if (train_ && m == 0) {
-      RecordMicroBatch(first_tensor);
+      RecordMicroBatch();
       HoldOtherMicroBatches();  // 1F1B warm-up: the next forwards run before this backward
     }
     if (train_) {
@@ -1064,10 +1119,10 @@ Result<Simulation> Sim::Run() {
       std::clamp(allocated_at_peak_, requested, std::max(requested, s.peak_reserved));
   bd.allocator_overhead = allocated - requested;
   bd.cached_free = s.peak_reserved - std::min(allocated, s.peak_reserved);
-  auto largest = [&](Category c) { return largest_[c]; };
+  auto largest = [&](Category c) { return Describe(largest_[c]); };
   e.largest = CategoryMaxima{largest(Category::kWeights),        largest(Category::kGradients),
                              largest(Category::kOptimizerState), largest(Category::kActivations),
-                             largest(Category::kTransient),      largest_cached_free_};
+                             largest(Category::kTransient),      Describe(largest_cached_free_)};
   memory::SetOutsideAllocator(stack_, &bd);
   if (o_.parallel.enabled()) {
     bd.nccl_buffers = memory::NcclBufferBytes(plan_);
