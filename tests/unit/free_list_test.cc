@@ -24,6 +24,18 @@ void ExpectSameAsMap(const FreeList& list, const std::map<FreeList::Key, int64_t
       EXPECT_EQ(got->second, want->second) << size;
     }
   }
+  // Every entry is found at its own key, and a key just past it finds the next one.
+  for (auto it = reference.begin(); it != reference.end(); ++it) {
+    const auto same = list.LowerBound(it->first);
+    ASSERT_TRUE(same.has_value());
+    EXPECT_EQ(same->second, it->second);
+    const auto after = list.LowerBound({it->first.first, it->first.second + 1});
+    const auto next = std::next(it);
+    ASSERT_EQ(after.has_value(), next != reference.end());
+    if (after) {
+      EXPECT_EQ(after->second, next->second);
+    }
+  }
 }
 
 TEST(FreeListTest, BestFitIsTheSameAsATreeBeforeAndAfterTheSwitch) {
