@@ -159,6 +159,8 @@ class Sim {
   void Record(bool malloc, uint64_t bytes, Category c);
 
   void Prepare();
+  // kind_ and step_params_, from the graph's values.
+  void IndexValues();
   void AllocateWeights();
   void Iteration(int it);
   void Forward(int it);
@@ -404,16 +406,20 @@ void Sim::Record(bool malloc, uint64_t bytes, Category c) {
   sim_.events.push_back(e);
 }
 
-void Sim::Prepare() {
-  const size_t nv = g_.values.size(), nn = g_.nodes.size();
-  kind_.assign(nv, core::ValueKind::kIntermediate);
-  for (int i = 0; i < static_cast<int>(nv); ++i) {
+void Sim::IndexValues() {
+  kind_.assign(g_.values.size(), core::ValueKind::kIntermediate);
+  for (int i = 0; i < static_cast<int>(g_.values.size()); ++i) {
     const core::Value& v = g_.value(i);
     kind_[i] = v.kind;
     if (facts_.trainable(i) && !v.consumers.empty() && plan_.parameter_on_stage(i, stage_)) {
       step_params_.push_back(i);
     }
   }
+}
+
+void Sim::Prepare() {
+  const size_t nv = g_.values.size(), nn = g_.nodes.size();
+  IndexValues();
   uses_.assign(nv, 0);
   saved_by_.assign(nv, 0);
   cast_saves_.assign(nv, 0);
