@@ -129,7 +129,9 @@ int ReadingsReproduced(const std::string& dataset) {
       continue;
     }
     EXPECT_NE(miss, nullptr) << dataset << ": not reproduced: " << what;
-    if (miss != nullptr) EXPECT_EQ(rule > measured, miss->over) << what;
+    if (miss != nullptr) {
+      EXPECT_EQ(rule > measured, miss->over) << what;
+    }
     missed_known.insert(r.name + "/" + r.phase);
   }
   // Every listed miss still misses somewhere (the list is not stale).
