@@ -363,10 +363,11 @@ void Sim::Free(Tensor* t) {
 }
 
 void Sim::Relabel(Tensor t, Category c) {
-  Live& l = *Find(t);
-  live_[l.category] -= l.bytes;
-  l.category = c;
-  live_[c] += l.bytes;
+  Live* l = Find(t);
+  if (l == nullptr) return;  // a freed tensor has no bytes to move
+  live_[l->category] -= l->bytes;
+  l->category = c;
+  live_[c] += l->bytes;
   NoteLargest(c);
 }
 
