@@ -101,6 +101,11 @@ namespace {
 // handle (an input batch is both in inputs_ and value_) names a past generation: freeing it does
 // nothing.
 using Tensor = int64_t;
+uint32_t SlotOf(Tensor t) { return static_cast<uint32_t>(t & 0xffffffff); }
+uint32_t GenerationOf(Tensor t) { return static_cast<uint32_t>(static_cast<uint64_t>(t) >> 32); }
+Tensor HandleOf(uint32_t slot, uint32_t generation) {
+  return static_cast<Tensor>(uint64_t{generation} << 32 | slot);
+}
 
 // Sorts v and keeps each element once (the order a std::set would give, without its nodes).
 void SortUnique(std::vector<int>* v) {
@@ -249,6 +254,7 @@ class Sim {
   int loss_value_ = -1;
   memory::LossTensors loss_tensors_;
   std::vector<int> roots_, saved_roots_;  // scratch of InputRoots and SavedRoots
+  std::vector<int> released_;             // scratch of ReleaseSaved: the roots it released
 
   // Per-iteration state.
   base::IdVector<Tensor> value_;  // per root: live storage
@@ -316,7 +322,7 @@ Tensor Sim::Malloc(uint64_t bytes, Category c) {
   t.bytes = bytes;
   t.category = c;
   t.alive = true;
-  const Tensor handle = static_cast<Tensor>(t.generation) << 32 | slot;
+  const Tensor handle = HandleOf(slot, t.generation);
   if (collect_micro_batch_) micro_batch_made_.push_back(handle);
   live_[c] += bytes;
   NoteLargest(c);
@@ -344,9 +350,8 @@ Tensor Sim::Malloc(uint64_t bytes, Category c) {
 
 Sim::Live* Sim::Find(Tensor t) {
   if (t < 0) return nullptr;
-  const auto slot = static_cast<size_t>(t & 0xffffffff);
-  Live& l = tensors_[slot];
-  return l.alive && l.generation == static_cast<uint64_t>(t) >> 32 ? &l : nullptr;
+  Live& l = tensors_[SlotOf(t)];
+  return l.alive && l.generation == GenerationOf(t) ? &l : nullptr;
 }
 
 void Sim::Free(Tensor* t) {
@@ -354,7 +359,7 @@ void Sim::Free(Tensor* t) {
     alloc_.Free(l->handle);
     l->alive = false;
     l->generation = (l->generation + 1) & 0x7fffffff;
-    free_slots_.push_back(static_cast<uint32_t>(*t & 0xffffffff));
+    free_slots_.push_back(SlotOf(*t));
     live_[l->category] -= l->bytes;
     NoteCachedFree();
     Record(false, l->bytes, l->category);
@@ -856,7 +861,7 @@ void Sim::InputGradients(size_t kk) {
 
 void Sim::ReleaseSaved(size_t kk, int seg) {
   const ops::OpRule* rule = facts_.rule(kk);
-  std::vector<int>& released = saved_roots_;  // each root is released once
+  std::vector<int>& released = released_;  // each root once, in the order saved
   released.clear();
   for (const auto& s : saved_[kk]) {
     if (s.value < 0) continue;
