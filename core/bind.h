@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "core/derived_cache.h"
 #include "core/graph.h"
 #include "memest/estimate.h"
 #include "memest/options.h"
@@ -45,6 +46,9 @@ struct BoundGraph {
   std::vector<std::optional<uint64_t>> bytes;
   int unknown_shapes = 0;  // intermediate values left without a concrete shape
   std::vector<Diagnostic> diagnostics;
+  // What the layers above derive from this graph (ops::ValueFacts), kept for the later estimates
+  // that share it (core/derived_cache.h). Not part of the graph's value: a copy starts empty.
+  DerivedCache derived;
 
   bool known(int id) const { return id >= 0 && bytes[static_cast<size_t>(id)].has_value(); }
   uint64_t Bytes(int id) const { return known(id) ? *bytes[static_cast<size_t>(id)] : 0; }

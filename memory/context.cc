@@ -265,9 +265,11 @@ EstimationContext::EstimationContext(const Model& model, const Options& options,
       weights_(std::move(weights)),
       kv_cache_(std::move(kv_cache)),
       plan_(std::move(plan)),
-      facts_(*bound_, options.precision, KernelChoices(options, gpu_), trainable_.trainable,
-             StoredBytes(weights_, kv_cache_, bound_->graph->values.size()),
-             plan_.shard_divisor()) {}
+      facts_(ops::ValueFacts::Shared(
+          *bound_, ops::ValueFactsInputs{
+                       options.precision, KernelChoices(options, gpu_), trainable_.trainable,
+                       StoredBytes(weights_, kv_cache_, bound_->graph->values.size()),
+                       plan_.shard_divisor()})) {}
 
 Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& model,
                                                                    const Options& options) {

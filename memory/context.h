@@ -60,7 +60,9 @@ class EstimationContext {
   // The graph bound at options' dims; shared with other estimates of the model at the same dims
   // (core/bind_cache.h).
   const core::BoundGraph& bound() const { return *bound_; }
-  const ops::ValueFacts& facts() const { return facts_; }
+  // The value facts at these dims and options, shared with earlier estimates whose facts read
+  // the same inputs (ops::ValueFacts::Shared).
+  const ops::ValueFacts& facts() const { return *facts_; }
   // Many GPUs (options.parallel): the plan, and the pipeline stage the backend estimates now
   // (0 on one GPU). Run() estimates every stage in turn (set_stage) and keeps the worst.
   const ParallelPlan& parallel() const { return plan_; }
@@ -81,7 +83,7 @@ class EstimationContext {
   const WeightStorage weights_;
   const KvCache kv_cache_;
   const ParallelPlan plan_;
-  const ops::ValueFacts facts_;
+  const std::shared_ptr<const ops::ValueFacts> facts_;  // never null; reads *bound_
   int stage_ = 0;
 };
 

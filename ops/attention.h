@@ -87,6 +87,7 @@ struct AttentionPolicy {
     return requested == Attention::kSdpaFlash || requested == Attention::kSdpaMemEfficient ||
            requested == Attention::kAuto;
   }
+  bool operator==(const AttentionPolicy&) const = default;
 };
 
 // An explicit attention mask or additive bias the call takes.

@@ -59,6 +59,7 @@ struct FusedChain {
 struct FusionChoices {
   bool fused_kernels = true;  // LayerNorm and GELU chains
   AttentionPolicy attention;  // attention chains and fused attention ops (ops/attention.h)
+  bool operator==(const FusionChoices&) const = default;
 };
 
 class Fusion {

@@ -274,7 +274,28 @@ void ValueFacts::SizeValues(const std::vector<std::optional<uint64_t>>& stored_b
   }
 }
 
-std::vector<SavedTensor> ValueFacts::Saved(size_t k) const {
+std::shared_ptr<const ValueFacts> ValueFacts::Shared(const core::BoundGraph& graph,
+                                                     const ValueFactsInputs& inputs) {
+  return graph.derived.GetOrMake<ValueFacts>(inputs, graph.dtypes.size(), [&] {
+    return std::make_shared<const ValueFacts>(graph, inputs);
+  });
+}
+
+std::span<const SavedTensor> ValueFacts::Saved(size_t k) const {
+  if (!saved_made_.load(std::memory_order_acquire)) MakeSaved();
+  return saved_[k];
+}
+
+void ValueFacts::MakeSaved() const {
+  std::lock_guard<std::mutex> lock(saved_mu_);
+  if (saved_made_.load(std::memory_order_relaxed)) return;  // another thread made them
+  const size_t nodes = graph_.graph->nodes.size();
+  saved_.resize(nodes);
+  for (size_t n = 0; n < nodes; ++n) saved_[n] = SavedOf(n);
+  saved_made_.store(true, std::memory_order_release);
+}
+
+std::vector<SavedTensor> ValueFacts::SavedOf(size_t k) const {
   const core::Node& n = graph_.graph->nodes[k];
   // Tensors a rule sizes itself (statistics, masks, logsumexp) are split over the
   // tensor-parallel ranks as the node's output is.

@@ -21,10 +21,13 @@
 #ifndef MEMEST_OPS_VALUE_FACTS_H_
 #define MEMEST_OPS_VALUE_FACTS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,6 +37,17 @@
 #include "ops/rules.h"
 
 namespace memest::ops {
+
+// Everything a ValueFacts reads besides the bound graph (the constructor's arguments below); the
+// key under which the bound graph keeps them (ValueFacts::Shared), compared field by field.
+struct ValueFactsInputs {
+  Precision precision = Precision::kFp32;
+  FusionChoices fusion;
+  std::vector<bool> trainable;
+  std::vector<std::optional<uint64_t>> stored_bytes;
+  std::vector<uint32_t> shard_divisor;
+  bool operator==(const ValueFactsInputs&) const = default;
+};
 
 class ValueFacts {
  public:
@@ -48,6 +62,18 @@ class ValueFacts {
              std::vector<bool> trainable = {},
              const std::vector<std::optional<uint64_t>>& stored_bytes = {},
              std::vector<uint32_t> shard_divisor = {});
+  ValueFacts(const core::BoundGraph& graph, const ValueFactsInputs& inputs)
+      : ValueFacts(graph, inputs.precision, inputs.fusion, inputs.trainable, inputs.stored_bytes,
+                   inputs.shard_divisor) {}
+  ValueFacts(const ValueFacts&) = delete;
+  ValueFacts& operator=(const ValueFacts&) = delete;
+
+  // The facts of `graph` under `inputs`, made once and shared by every later call on the same
+  // bound graph with equal inputs (graph.derived, core/derived_cache.h): the estimates of a
+  // model at one batch that differ only in options the facts do not read (optimizer, GPU
+  // capacity, fit policy) compute them once. `graph` must outlive every holder of the result.
+  static std::shared_ptr<const ValueFacts> Shared(const core::BoundGraph& graph,
+                                                  const ValueFactsInputs& inputs);
 
   const std::vector<bool>& requires_grad() const { return requires_grad_; }
   // A parameter that gets a gradient and optimizer state (Options::trainable / freeze).
@@ -82,7 +108,8 @@ class ValueFacts {
   // The tensors autograd saves for node `n` (ops::SavedTensors), with MatMul's copies of
   // non-contiguous operands as extra tensors (layout policy above); for a node of a fused chain
   // (ops/fusion.h), the fused kernel's list at the chain's last node and nothing elsewhere.
-  std::vector<SavedTensor> Saved(size_t n) const;
+  // Every node's list is made on the first call (thread-safe) and kept with the facts.
+  std::span<const SavedTensor> Saved(size_t n) const;
   // The forward workspace of node `n` beyond its outputs and what it saves: the rule's (a fused
   // attention op's chosen kernel, ops/attention.h), 0 for most ops.
   uint64_t Workspace(size_t n) const;
@@ -104,6 +131,8 @@ class ValueFacts {
   void FindLayout();
   void FindStorageRoots();
   void SizeValues(const std::vector<std::optional<uint64_t>>& stored_bytes);
+  std::vector<SavedTensor> SavedOf(size_t n) const;
+  void MakeSaved() const;  // fills saved_, once
 
   const core::BoundGraph& graph_;
   Precision precision_;
@@ -118,6 +147,9 @@ class ValueFacts {
   std::set<std::string> fallback_ops_;
   std::unique_ptr<Fusion> fusion_;
   bool has_gemm_ = false;
+  mutable std::mutex saved_mu_;
+  mutable std::atomic<bool> saved_made_{false};
+  mutable std::vector<std::vector<SavedTensor>> saved_;  // per node, once Saved() was called
 };
 
 }  // namespace memest::ops

@@ -76,6 +76,7 @@
 
 #include <algorithm>
 #include <set>
+#include <span>
 
 #include "base/checked.h"
 #include "base/dtype.h"
@@ -245,7 +246,7 @@ class Sim {
   // struct the walk would otherwise pull into cache for one field).
   base::IdVector<core::ValueKind> kind_;
   std::vector<int> step_params_;  // the parameters the optimizer steps on this rank, in order
-  base::IdVector<std::vector<ops::SavedTensor>> saved_;  // per node
+  base::IdVector<std::span<const ops::SavedTensor>> saved_;  // per node (the facts hold them)
   base::IdVector<int> uses_;        // per root: forward uses by nodes (all aliases)
   base::IdVector<int> saved_by_;    // per root: nodes that save it
   base::IdVector<int> cast_saves_;  // per parameter: lower-precision nodes that save its AMP copy

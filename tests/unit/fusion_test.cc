@@ -148,7 +148,7 @@ TEST(FusionTest, LayerNormChainSavesTheInputAndTwoStatistics) {
     EXPECT_EQ(ctx->facts().bytes(g.FindValue(v)), 0u) << v;
   }
   EXPECT_FALSE(f.interior(g.FindValue("Y")));
-  const std::vector<ops::SavedTensor> saved = ctx->facts().Saved(c.nodes.back());
+  const auto saved = ctx->facts().Saved(c.nodes.back());
   ASSERT_EQ(saved.size(), 4u);
   EXPECT_EQ(saved[0].value, g.FindValue("h"));
   EXPECT_EQ(saved[1].value, g.FindValue("gamma"));
@@ -191,7 +191,7 @@ TEST(FusionTest, GeluChainSavesOnlyItsInput) {
   const ops::Fusion& f = ctx->facts().fusion();
   ASSERT_EQ(f.chains().size(), 1u);
   EXPECT_EQ(f.chains()[0].kind, ops::FusedKind::kGelu);
-  const std::vector<ops::SavedTensor> saved = ctx->facts().Saved(f.chains()[0].nodes.back());
+  const auto saved = ctx->facts().Saved(f.chains()[0].nodes.back());
   ASSERT_EQ(saved.size(), 1u);
   EXPECT_EQ(saved[0].value, m->graph().FindValue("x"));
   Options off = Batch(8);
@@ -277,7 +277,7 @@ TEST(FusionTest, AttentionIsFusedOnlyUnderAFusedSdpaKernel) {
     for (const char* v : {"s", "s2", "p", "pd", "mask"}) {
       EXPECT_EQ(ctx->facts().bytes(g.FindValue(v)), 0u) << v;
     }
-    const std::vector<ops::SavedTensor> saved = ctx->facts().Saved(c.nodes.back());
+    const auto saved = ctx->facts().Saved(c.nodes.back());
     ASSERT_EQ(saved.size(), 5u);
     EXPECT_EQ(saved[0].value, g.FindValue("q"));
     EXPECT_EQ(saved[2].value, g.FindValue("v"));
@@ -326,7 +326,7 @@ TEST(FusionTest, GroupedQueryAttentionWithRepeatedKvIsFused) {
   EXPECT_EQ(c.kind, ops::FusedKind::kAttention);
   EXPECT_TRUE(ctx->facts().fusion().unmatched_attention().empty());
   for (const char* v : {"s", "s2", "p"}) EXPECT_EQ(ctx->facts().bytes(g.FindValue(v)), 0u) << v;
-  const std::vector<ops::SavedTensor> saved = ctx->facts().Saved(c.nodes.back());
+  const auto saved = ctx->facts().Saved(c.nodes.back());
   ASSERT_GE(saved.size(), 4u);
   EXPECT_EQ(saved[1].value, g.FindValue("kt"));
   EXPECT_EQ(saved[2].value, g.FindValue("Vr"));
@@ -372,8 +372,7 @@ TEST(FusionTest, AMaskedChainRunsMemoryEfficientUnderAutoAnUnmaskedOneFlash) {
   EXPECT_TRUE(call.chain);
   EXPECT_EQ(call.kernel, ops::AttentionKernel::kMemEfficient);
   ASSERT_EQ(ctx->facts().fusion().chains().size(), 1u);
-  const std::vector<ops::SavedTensor> saved =
-      ctx->facts().Saved(ctx->facts().fusion().chains()[0].nodes.back());
+  const auto saved = ctx->facts().Saved(ctx->facts().fusion().chains()[0].nodes.back());
   ASSERT_FALSE(saved.empty());
   EXPECT_EQ(saved.back().bytes, 2u * 64 * 4);  // 33 rows padded to 64
   bool mask_copy = false;  // the bool [1] mask as bf16, its last dim padded to 8

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -175,13 +176,13 @@ class GraphBuilder {
   core::BoundGraph bound_;
 };
 
-std::vector<int> SavedIds(const std::vector<SavedTensor>& saved) {
+std::vector<int> SavedIds(std::span<const SavedTensor> saved) {
   std::vector<int> ids;
   for (const SavedTensor& s : saved) ids.push_back(s.value);
   return ids;
 }
 
-uint64_t ExtraBytes(const std::vector<SavedTensor>& saved) {
+uint64_t ExtraBytes(std::span<const SavedTensor> saved) {
   uint64_t total = 0;
   for (const SavedTensor& s : saved) {
     if (s.value < 0) total += s.bytes;
