@@ -64,6 +64,8 @@ namespace {
 
 constexpr int64_t kKeepDataElements = 1024;  // small constants kept for shape computations
 constexpr uint64_t kMaxFileBytes = uint64_t{2} << 30;  // protobuf's 2 GiB message limit
+// ReadNodes prefetches the name-index slots of the node this many ahead (NameIndex::Prefetch).
+constexpr int kPrefetchAhead = 8;
 
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
@@ -283,8 +285,12 @@ Status Loader::ReadInitializers() {
     v.int_data = SmallIntData(t, *numel);
     return Status::Ok();
   };
-  for (const auto& t : g_->proto.graph().initializer()) {
-    MEMEST_RETURN_IF_ERROR(read_one(t, "initializer", /*validated=*/true));
+  const auto& initializers = g_->proto.graph().initializer();
+  for (int i = 0; i < initializers.size(); ++i) {
+    if (i + kPrefetchAhead < initializers.size()) {
+      g_->value_index.Prefetch(initializers[i + kPrefetchAhead].name());
+    }
+    MEMEST_RETURN_IF_ERROR(read_one(initializers[i], "initializer", /*validated=*/true));
   }
   for (const auto& s : g_->proto.graph().sparse_initializer()) {
     onnx::TensorProto dense_shape;  // dims and type of the dense tensor; payload not read
@@ -334,6 +340,9 @@ Status Loader::ReadNodes() {
   // files).
   g_->nodes.resize(static_cast<size_t>(graph.node_size()));
   for (int i = 0; i < graph.node_size(); ++i) {
+    if (i + kPrefetchAhead < graph.node_size()) {
+      for (const auto& out : graph.node(i + kPrefetchAhead).output()) g_->value_index.Prefetch(out);
+    }
     const auto& n = graph.node(i);
     Node& node = g_->node(i);
     node.name = n.name().empty() ? n.op_type() + "_" + std::to_string(i) : n.name();
@@ -361,6 +370,9 @@ Status Loader::ReadNodes() {
   }
   std::set<std::string> undeclared_domains;
   for (int i = 0; i < graph.node_size(); ++i) {
+    if (i + kPrefetchAhead < graph.node_size()) {
+      for (const auto& in : graph.node(i + kPrefetchAhead).input()) g_->value_index.Prefetch(in);
+    }
     const auto& n = graph.node(i);
     Node& node = g_->node(i);
     node.op_type = n.op_type();

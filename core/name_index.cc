@@ -60,6 +60,12 @@ std::pair<int, bool> NameIndex::Insert(std::string_view name, int id) {
   return {id, true};
 }
 
+void NameIndex::Prefetch(std::string_view name) const {
+  // A table of up to 1 MiB stays in the caches: the second hash would only cost time.
+  if (slots_.size() * sizeof(Slot) <= (size_t{1} << 20)) return;
+  __builtin_prefetch(&slots_[Hash(name) & (slots_.size() - 1)]);
+}
+
 int NameIndex::Find(std::string_view name) const {
   if (slots_.empty()) return -1;
   return slots_[Probe(name, Hash(name))].id;

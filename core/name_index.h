@@ -31,6 +31,12 @@ class NameIndex {
   std::pair<int, bool> Insert(std::string_view name, int id);
   // The id of `name`, or -1.
   int Find(std::string_view name) const;
+  // Asks the CPU to fetch the slot `name` hashes to, so that an Insert or Find of it a little
+  // later does not wait for memory. A 100,000-node graph's table is 16 MiB, and each lookup was
+  // a cache and TLB miss: the loader prefetches the names of the node a few ahead of the one it
+  // reads. Does nothing while the table is small enough to stay in the caches (1 MiB). Changes
+  // nothing but timing.
+  void Prefetch(std::string_view name) const;
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
 
