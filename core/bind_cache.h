@@ -2,7 +2,8 @@
 //
 // A scheduler asks one loaded model many questions: batches x GPUs x option sets. Binding the
 // dims (core/bind.h) depends on four options only -- batch, micro_batches, dims and
-// allow_unknown_shapes -- so every query that shares them shares one BoundGraph.
+// allow_unknown_shapes -- so every query that shares them shares one BoundGraph (and, through
+// it, what later stages derive from it under equal inputs: core/derived_cache.h).
 //
 // Policy:
 //  * The key is exactly those four options; anything else an estimate reads is not bound here.

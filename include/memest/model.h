@@ -8,7 +8,8 @@
 // A Model is immutable after loading. It is safe to estimate one Model from many threads at once;
 // share it through std::shared_ptr<const Model>. The one thing it changes after loading is a
 // bounded, locked cache of the graphs bound at its last few dims (core/bind_cache.h), which
-// estimates at the same dims share; it never changes an estimate.
+// estimates at the same dims share, each with the value facts derived from it under the last
+// few option sets (core/derived_cache.h); it never changes an estimate.
 #ifndef MEMEST_MODEL_H_
 #define MEMEST_MODEL_H_
 
