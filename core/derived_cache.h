@@ -39,10 +39,11 @@ class DerivedCache {
   DerivedCache(const DerivedCache&) {}
   DerivedCache& operator=(const DerivedCache&) { return *this; }
 
-  // The T stored under `key` by an earlier call, or make() (returning std::shared_ptr<const T>)
-  // stored now. `values`: the size of the graph the result was derived from, for the bound above.
+  // The T stored under `key` by an earlier call, or make(key) (returning
+  // std::shared_ptr<const T>) stored now, the key moved into the table. `values`: the size of the
+  // graph the result was derived from, for the bound above.
   template <typename T, typename Key, typename Make>
-  std::shared_ptr<const T> GetOrMake(const Key& key, size_t values, Make make) const;
+  std::shared_ptr<const T> GetOrMake(Key key, size_t values, Make make) const;
 
   // Results held now (for tests).
   size_t size() const {
@@ -84,16 +85,16 @@ std::shared_ptr<const void> DerivedCache::FindLocked(const void* type, const Key
 }
 
 template <typename T, typename Key, typename Make>
-std::shared_ptr<const T> DerivedCache::GetOrMake(const Key& key, size_t values, Make make) const {
+std::shared_ptr<const T> DerivedCache::GetOrMake(Key key, size_t values, Make make) const {
   const void* type = TypeTag<T, Key>();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto hit = FindLocked(type, key)) return std::static_pointer_cast<const T>(hit);
   }
-  std::shared_ptr<const T> made = make();
+  std::shared_ptr<const T> made = make(std::as_const(key));
   std::lock_guard<std::mutex> lock(mu_);
   if (auto hit = FindLocked(type, key)) return std::static_pointer_cast<const T>(hit);
-  Keep(Entry{type, std::make_shared<const Key>(key), made}, values);
+  Keep(Entry{type, std::make_shared<const Key>(std::move(key)), made}, values);
   return made;
 }
 

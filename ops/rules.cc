@@ -44,6 +44,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <map>
 #include <optional>
 #include <string>
@@ -1087,29 +1088,37 @@ std::vector<SavedTensor> SavedTensors(const core::Node& node, const core::BoundG
                                       const std::vector<bool>& requires_grad,
                                       const AttentionCall* attention) {
   std::vector<SavedTensor> saved;
+  AppendSavedTensors(node, graph, requires_grad, attention, &saved);
+  return saved;
+}
+
+void AppendSavedTensors(const core::Node& node, const core::BoundGraph& graph,
+                        const std::vector<bool>& requires_grad, const AttentionCall* attention,
+                        std::vector<SavedTensor>* out) {
   // memory-model.md §3.1: autograd records nothing when no input requires grad.
   const bool active = std::any_of(node.inputs.begin(), node.inputs.end(),
                                   [&](int id) { return RequiresGradAt(requires_grad, id); });
-  if (!active) return saved;
+  if (!active) return;
   const OpRule* rule = RuleOf(node);
-  if (rule != nullptr && !rule->differentiable) return saved;
+  if (rule != nullptr && !rule->differentiable) return;
   const RuleContext ctx{node, graph, requires_grad, attention};
+  const auto first = static_cast<std::ptrdiff_t>(out->size());
   if (rule == nullptr) {
-    ConservativeSaved(ctx, &saved);
+    ConservativeSaved(ctx, out);
   } else if (rule->saved != nullptr) {
-    rule->saved(ctx, &saved);
+    rule->saved(ctx, out);
   }
   // A value listed twice (mul(x, x)) holds one storage: keep the first entry.
-  std::vector<SavedTensor> unique;
-  unique.reserve(saved.size());
-  for (auto& s : saved) {
-    if (s.value >= 0 && std::any_of(unique.begin(), unique.end(),
-                                    [&](const SavedTensor& u) { return u.value == s.value; })) {
+  auto kept = out->begin() + first;
+  for (auto it = kept; it != out->end(); ++it) {
+    if (it->value >= 0 && std::any_of(out->begin() + first, kept,
+                                      [&](const SavedTensor& u) { return u.value == it->value; })) {
       continue;
     }
-    unique.push_back(std::move(s));
+    if (kept != it) *kept = std::move(*it);
+    ++kept;
   }
-  return unique;
+  out->erase(kept, out->end());
 }
 
 std::vector<bool> RequiresGrad(const core::BoundGraph& graph, const std::vector<bool>* trainable) {

@@ -143,6 +143,10 @@ void ConservativeSaved(const RuleContext& ctx, std::vector<SavedTensor>* out);
 std::vector<SavedTensor> SavedTensors(const core::Node& node, const core::BoundGraph& graph,
                                       const std::vector<bool>& requires_grad,
                                       const AttentionCall* attention = nullptr);
+// The same list appended to `out` (whose earlier entries it leaves alone): no vector of its own.
+void AppendSavedTensors(const core::Node& node, const core::BoundGraph& graph,
+                        const std::vector<bool>& requires_grad, const AttentionCall* attention,
+                        std::vector<SavedTensor>* out);
 
 // The table against every ONNX default-domain operator (memest/coverage.h RuleCoverage, which
 // this implements; `memest --show-coverage`).

@@ -275,47 +275,53 @@ void ValueFacts::SizeValues(const std::vector<std::optional<uint64_t>>& stored_b
 }
 
 std::shared_ptr<const ValueFacts> ValueFacts::Shared(const core::BoundGraph& graph,
-                                                     const ValueFactsInputs& inputs) {
-  return graph.derived.GetOrMake<ValueFacts>(inputs, graph.dtypes.size(), [&] {
-    return std::make_shared<const ValueFacts>(graph, inputs);
-  });
+                                                     ValueFactsInputs inputs) {
+  return graph.derived.GetOrMake<ValueFacts>(
+      std::move(inputs), graph.dtypes.size(),
+      [&](const ValueFactsInputs& in) { return std::make_shared<const ValueFacts>(graph, in); });
 }
 
 std::span<const SavedTensor> ValueFacts::Saved(size_t k) const {
   if (!saved_made_.load(std::memory_order_acquire)) MakeSaved();
-  return saved_[k];
+  return std::span<const SavedTensor>(saved_).subspan(saved_begin_[k],
+                                                      saved_begin_[k + 1] - saved_begin_[k]);
 }
 
 void ValueFacts::MakeSaved() const {
   std::lock_guard<std::mutex> lock(saved_mu_);
   if (saved_made_.load(std::memory_order_relaxed)) return;  // another thread made them
   const size_t nodes = graph_.graph->nodes.size();
-  saved_.resize(nodes);
-  for (size_t n = 0; n < nodes; ++n) saved_[n] = SavedOf(n);
+  saved_begin_.reserve(nodes + 1);
+  // Most nodes save one or two tensors: room for two each spares the growth's copies (each a
+  // fresh, page-faulted block on a large graph).
+  saved_.reserve(2 * nodes);
+  for (size_t n = 0; n < nodes; ++n) {
+    saved_begin_.push_back(saved_.size());
+    AppendSaved(n, &saved_);
+  }
+  saved_begin_.push_back(saved_.size());
   saved_made_.store(true, std::memory_order_release);
 }
 
-std::vector<SavedTensor> ValueFacts::SavedOf(size_t k) const {
+void ValueFacts::AppendSaved(size_t k, std::vector<SavedTensor>* out) const {
   const core::Node& n = graph_.graph->nodes[k];
+  const size_t first = out->size();
+  if (const FusedChain* c = fusion_->chain_of(k)) {  // the chain's last node saves its list
+    if (k == c->nodes.back()) out->insert(out->end(), c->saved.begin(), c->saved.end());
+  } else if (!fusion_->identity_dropout(k)) {
+    AppendSavedTensors(n, graph_, requires_grad_, fusion_->attention_call(k), out);
+  }
+  const std::span<SavedTensor> list = std::span<SavedTensor>(*out).subspan(first);
   // Tensors a rule sizes itself (statistics, masks, logsumexp) are split over the
   // tensor-parallel ranks as the node's output is.
   const int out0 = n.outputs.empty() ? -1 : n.outputs[0];
-  auto share_unnamed = [&](std::vector<SavedTensor> list) {
-    if (shard(out0) > 1) {
-      for (SavedTensor& s : list) {
-        if (s.value < 0) s.bytes = Share(out0, s.bytes);
-      }
+  if (shard(out0) > 1) {
+    for (SavedTensor& s : list) {
+      if (s.value < 0) s.bytes = Share(out0, s.bytes);
     }
-    return list;
-  };
-  if (const FusedChain* c = fusion_->chain_of(k)) {  // the chain's last node saves its list
-    return k == c->nodes.back() ? share_unnamed(c->saved) : std::vector<SavedTensor>{};
   }
-  if (fusion_->identity_dropout(k)) return {};
-  std::vector<SavedTensor> saved =
-      share_unnamed(SavedTensors(n, graph_, requires_grad_, fusion_->attention_call(k)));
-  if (n.op_type != "MatMul" || !n.domain.empty()) return saved;
-  for (SavedTensor& s : saved) {
+  if (fusion_->chain_of(k) != nullptr || n.op_type != "MatMul" || !n.domain.empty()) return;
+  for (SavedTensor& s : list) {
     if (s.value < 0 || contiguous(s.value)) continue;
     const std::vector<int64_t>* shape = ShapeOf(graph_, s.value);
     if (shape == nullptr || shape->size() < 3) continue;
@@ -324,7 +330,6 @@ std::vector<SavedTensor> ValueFacts::SavedOf(size_t k) const {
     s.what += " (contiguous copy)";
     s.value = -1;
   }
-  return saved;
 }
 
 uint64_t ValueFacts::Workspace(size_t k) const {

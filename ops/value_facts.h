@@ -73,7 +73,7 @@ class ValueFacts {
   // model at one batch that differ only in options the facts do not read (optimizer, GPU
   // capacity, fit policy) compute them once. `graph` must outlive every holder of the result.
   static std::shared_ptr<const ValueFacts> Shared(const core::BoundGraph& graph,
-                                                  const ValueFactsInputs& inputs);
+                                                  ValueFactsInputs inputs);
 
   const std::vector<bool>& requires_grad() const { return requires_grad_; }
   // A parameter that gets a gradient and optimizer state (Options::trainable / freeze).
@@ -131,8 +131,9 @@ class ValueFacts {
   void FindLayout();
   void FindStorageRoots();
   void SizeValues(const std::vector<std::optional<uint64_t>>& stored_bytes);
-  std::vector<SavedTensor> SavedOf(size_t n) const;
-  void MakeSaved() const;  // fills saved_, once
+  // Appends node n's list to `out`.
+  void AppendSaved(size_t n, std::vector<SavedTensor>* out) const;
+  void MakeSaved() const;  // fills saved_ and saved_begin_, once
 
   const core::BoundGraph& graph_;
   Precision precision_;
@@ -149,7 +150,10 @@ class ValueFacts {
   bool has_gemm_ = false;
   mutable std::mutex saved_mu_;
   mutable std::atomic<bool> saved_made_{false};
-  mutable std::vector<std::vector<SavedTensor>> saved_;  // per node, once Saved() was called
+  // Once Saved() was called: every node's list back to back (one allocation, not one per node),
+  // node n's from saved_begin_[n] to saved_begin_[n + 1].
+  mutable std::vector<SavedTensor> saved_;
+  mutable std::vector<size_t> saved_begin_;
 };
 
 }  // namespace memest::ops

@@ -45,16 +45,18 @@ std::shared_ptr<const int> MakeInt(int v, int* calls) {
 TEST(DerivedCacheTest, EqualKeysShareOneResult) {
   DerivedCache cache;
   int calls = 0;
-  auto a = cache.GetOrMake<int>(Key{1, "x"}, 10, [&] { return MakeInt(1, &calls); });
-  auto b = cache.GetOrMake<int>(Key{1, "x"}, 10, [&] { return MakeInt(2, &calls); });
+  auto a = cache.GetOrMake<int>(Key{1, "x"}, 10, [&](const auto&) { return MakeInt(1, &calls); });
+  auto b = cache.GetOrMake<int>(Key{1, "x"}, 10, [&](const auto&) { return MakeInt(2, &calls); });
   EXPECT_EQ(a.get(), b.get());
   EXPECT_EQ(*b, 1);
-  auto c = cache.GetOrMake<int>(Key{1, "y"}, 10, [&] { return MakeInt(3, &calls); });
+  auto c = cache.GetOrMake<int>(Key{1, "y"}, 10, [&](const auto&) { return MakeInt(3, &calls); });
   EXPECT_EQ(*c, 3);
   // The same fields under another key type, or another result type, are another entry.
-  auto d = cache.GetOrMake<int>(OtherKey{1, "x"}, 10, [&] { return MakeInt(4, &calls); });
+  auto d =
+      cache.GetOrMake<int>(OtherKey{1, "x"}, 10, [&](const auto&) { return MakeInt(4, &calls); });
   EXPECT_EQ(*d, 4);
-  auto e = cache.GetOrMake<long>(Key{1, "x"}, 10, [] { return std::make_shared<const long>(5); });
+  auto e = cache.GetOrMake<long>(Key{1, "x"}, 10,
+                                 [](const auto&) { return std::make_shared<const long>(5); });
   EXPECT_EQ(*e, 5);
   EXPECT_EQ(calls, 3);
   EXPECT_EQ(cache.size(), 4u);
@@ -64,40 +66,45 @@ TEST(DerivedCacheTest, KeepsTheMostRecentlyUsedWithinItsBounds) {
   DerivedCache cache;
   int calls = 0;
   for (int i = 0; i < static_cast<int>(DerivedCache::kEntries); ++i) {
-    cache.GetOrMake<int>(Key{i, ""}, 10, [&] { return MakeInt(i, &calls); });
+    cache.GetOrMake<int>(Key{i, ""}, 10, [&](const auto&) { return MakeInt(i, &calls); });
   }
-  cache.GetOrMake<int>(Key{0, ""}, 10, [&] { return MakeInt(-1, &calls); });     // now the newest
-  cache.GetOrMake<int>(Key{100, ""}, 10, [&] { return MakeInt(100, &calls); });  // evicts 1
+  cache.GetOrMake<int>(Key{0, ""}, 10,
+                       [&](const auto&) { return MakeInt(-1, &calls); });  // now the newest
+  cache.GetOrMake<int>(Key{100, ""}, 10,
+                       [&](const auto&) { return MakeInt(100, &calls); });  // evicts 1
   EXPECT_EQ(cache.size(), DerivedCache::kEntries);
   const int before = calls;
-  EXPECT_EQ(*cache.GetOrMake<int>(Key{0, ""}, 10, [&] { return MakeInt(-1, &calls); }), 0);
+  EXPECT_EQ(*cache.GetOrMake<int>(Key{0, ""}, 10, [&](const auto&) { return MakeInt(-1, &calls); }),
+            0);
   EXPECT_EQ(calls, before);
-  EXPECT_EQ(*cache.GetOrMake<int>(Key{1, ""}, 10, [&] { return MakeInt(-1, &calls); }), -1);
+  EXPECT_EQ(*cache.GetOrMake<int>(Key{1, ""}, 10, [&](const auto&) { return MakeInt(-1, &calls); }),
+            -1);
   EXPECT_EQ(calls, before + 1);
   // A graph of half kMaxValues keeps two results; one larger than kMaxValues keeps its newest.
   DerivedCache large;
   for (int i = 0; i < 3; ++i) {
     large.GetOrMake<int>(Key{i, ""}, DerivedCache::kMaxValues / 2,
-                         [&] { return MakeInt(i, &calls); });
+                         [&](const auto&) { return MakeInt(i, &calls); });
   }
   EXPECT_EQ(large.size(), 2u);
   DerivedCache huge;
   for (int i = 0; i < 3; ++i) {
     huge.GetOrMake<int>(Key{i, ""}, 2 * DerivedCache::kMaxValues,
-                        [&] { return MakeInt(i, &calls); });
+                        [&](const auto&) { return MakeInt(i, &calls); });
   }
   EXPECT_EQ(huge.size(), 1u);
 }
 
 TEST(DerivedCacheTest, AFailedDerivationIsNotKeptAndACopyKeepsNothing) {
   DerivedCache cache;
-  EXPECT_THROW(
-      cache.GetOrMake<int>(
-          Key{}, 1, []() -> std::shared_ptr<const int> { throw std::runtime_error("failed"); }),
-      std::runtime_error);
+  EXPECT_THROW(cache.GetOrMake<int>(Key{}, 1,
+                                    [](const auto&) -> std::shared_ptr<const int> {
+                                      throw std::runtime_error("failed");
+                                    }),
+               std::runtime_error);
   EXPECT_EQ(cache.size(), 0u);
   int calls = 0;
-  cache.GetOrMake<int>(Key{}, 1, [&] { return MakeInt(7, &calls); });
+  cache.GetOrMake<int>(Key{}, 1, [&](const auto&) { return MakeInt(7, &calls); });
   DerivedCache copy(cache);
   EXPECT_EQ(copy.size(), 0u);
   copy = cache;
