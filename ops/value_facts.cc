@@ -306,8 +306,9 @@ void ValueFacts::MakeSaved() const {
 void ValueFacts::AppendSaved(size_t k, std::vector<SavedTensor>* out) const {
   const core::Node& n = graph_.graph->nodes[k];
   const size_t first = out->size();
-  if (const FusedChain* c = fusion_->chain_of(k)) {  // the chain's last node saves its list
-    if (k == c->nodes.back()) out->insert(out->end(), c->saved.begin(), c->saved.end());
+  const FusedChain* chain = fusion_->chain_of(k);
+  if (chain != nullptr) {  // the chain's last node saves its list
+    if (k == chain->nodes.back()) out->insert(out->end(), chain->saved.begin(), chain->saved.end());
   } else if (!fusion_->identity_dropout(k)) {
     AppendSavedTensors(n, graph_, requires_grad_, fusion_->attention_call(k), out);
   }
@@ -320,7 +321,7 @@ void ValueFacts::AppendSaved(size_t k, std::vector<SavedTensor>* out) const {
       if (s.value < 0) s.bytes = Share(out0, s.bytes);
     }
   }
-  if (fusion_->chain_of(k) != nullptr || n.op_type != "MatMul" || !n.domain.empty()) return;
+  if (chain != nullptr || n.op_type != "MatMul" || !n.domain.empty()) return;
   for (SavedTensor& s : list) {
     if (s.value < 0 || contiguous(s.value)) continue;
     const std::vector<int64_t>* shape = ShapeOf(graph_, s.value);
