@@ -1,20 +1,19 @@
 // symbolic/free_list.h -- the caching-allocator model's free blocks of one pool, ordered by
 // (size, address) for best fit (PyTorch keeps them in a std::set with the same order).
 //
-// Policy: a sorted vector while the pool holds few free blocks -- the usual case: tens (76 at most
-// for ResNet-50 training at batch 900), where a search of contiguous entries beats a tree and no
-// change asks the heap for a node -- and a tree once it holds more than kTreeAbove, for graphs
-// that leave hundreds or thousands of cached blocks (a 100,000-node chain: 87 on average, past
-// 512 at times), where inserting into a vector would move them all each time. kTreeAbove = 128
-// was the fastest of 64/128/256/512 in one run of bench/estimate_bench.cc (chain100k symbolic
-// 304 ms against 349 ms at 512; ResNet-50 never reaches it, and at 64 its estimate took 1.8x as
-// long). The switch is one way and changes no answer: both keep the same order.
+// Policy: sorted runs ("chunks") of at most kChunkMax entries, kept in order, each with its last
+// key in a separate sorted array. A search is two binary searches over contiguous keys: the
+// chunk (over the last keys) and the entry within it; an insert or erase moves at most one
+// chunk's entries, and a full chunk splits in two. So the cost stays that of a small sorted
+// vector whether the pool holds ten free blocks (ResNet-50 training: 76 at most at batch 900) or
+// thousands (a 100,000-node chain goes past 512 at times), without a heap node per entry as a
+// std::map needs. Keys are packed into one 128-bit integer (size high, address low), which
+// orders exactly as the (size, address) pair.
 #ifndef MEMEST_SYMBOLIC_FREE_LIST_H_
 #define MEMEST_SYMBOLIC_FREE_LIST_H_
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -24,19 +23,33 @@ namespace memest::symbolic {
 class FreeList {
  public:
   using Key = std::pair<uint64_t, uint64_t>;  // (size, addr)
-  static constexpr size_t kTreeAbove = 128;
+  static constexpr size_t kChunkMax = 64;
 
+  // Adds an entry; the key must not be in the list already (the allocator's keys are unique:
+  // no two free blocks share an address).
   void Insert(Key key, int64_t id);
   // Removes the entry with exactly this key, if there is one.
   void Erase(Key key);
   // The first entry at or after `key` (the best fit for a size, lowest address on ties).
   [[nodiscard]] std::optional<std::pair<Key, int64_t>> LowerBound(Key key) const;
-  [[nodiscard]] size_t size() const { return tree_ ? tree_entries_.size() : entries_.size(); }
+  [[nodiscard]] size_t size() const { return size_; }
 
  private:
-  bool tree_ = false;
-  std::vector<std::pair<Key, int64_t>> entries_;  // sorted, while !tree_
-  std::map<Key, int64_t> tree_entries_;           // once tree_
+  using Packed = unsigned __int128;
+  struct Chunk {
+    std::vector<Packed> keys;  // sorted
+    std::vector<int64_t> ids;  // ids[i] belongs to keys[i]
+  };
+
+  static Packed Pack(Key key) { return (Packed{key.first} << 64) | key.second; }
+  static Key Unpack(Packed p) { return {static_cast<uint64_t>(p >> 64), static_cast<uint64_t>(p)}; }
+  // The first chunk whose last key is >= p (chunks_.size() when none is).
+  [[nodiscard]] size_t ChunkFor(Packed p) const;
+  void SplitChunk(size_t c);
+
+  std::vector<Chunk> chunks_;  // in key order; none is empty
+  std::vector<Packed> last_;   // last_[c] = chunks_[c].keys.back()
+  size_t size_ = 0;
 };
 
 }  // namespace memest::symbolic

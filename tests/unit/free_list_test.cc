@@ -1,4 +1,5 @@
-// The allocator model's free list: the same best fit before and after it turns into a tree.
+// The allocator model's free list: the same best fit as a std::map (PyTorch's std::set) while
+// it grows past many chunks, shrinks to none and grows again.
 #include "symbolic/free_list.h"
 
 #include <gtest/gtest.h>
@@ -38,27 +39,35 @@ void ExpectSameAsMap(const FreeList& list, const std::map<FreeList::Key, int64_t
   }
 }
 
-TEST(FreeListTest, BestFitIsTheSameAsATreeBeforeAndAfterTheSwitch) {
+TEST(FreeListTest, BestFitIsTheSameAsAStdMapWhileChunksSplitAndEmpty) {
   FreeList list;
   std::map<FreeList::Key, int64_t> reference;
   std::mt19937_64 random(7);
   int64_t id = 0;
-  // Grow past the switch, erasing now and then, and check on both sides of it.
-  for (int step = 0; step < 3 * static_cast<int>(FreeList::kTreeAbove); ++step) {
+  const int steps = 20 * static_cast<int>(FreeList::kChunkMax);
+  // Grow to many chunks (inserting two keys for each erased one), then shrink to nothing
+  // (erasing two for each inserted), checking on the way up, at the top and on the way down.
+  for (int step = 0; step < 2 * steps; ++step) {
+    const bool growing = step < steps;
     const FreeList::Key key{512 * (1 + random() % 64), 2097152 * (random() % 4096)};
-    if (reference.count(key) == 0) {
+    if ((growing || step % 2 == 0) && reference.count(key) == 0) {
       list.Insert(key, id);
       reference.emplace(key, id++);
     }
-    if (step % 5 == 4) {
+    const int erases = growing ? (step % 2) : 2;
+    for (int e = 0; e < erases && !reference.empty(); ++e) {
       const FreeList::Key gone = std::next(reference.begin(), random() % reference.size())->first;
       list.Erase(gone);
       reference.erase(gone);
     }
-    if (step == 100 || step == 2 * static_cast<int>(FreeList::kTreeAbove)) {
+    if (step == 100 || step == steps || step == steps + steps / 2) {
       ExpectSameAsMap(list, reference);
     }
   }
+  ExpectSameAsMap(list, reference);
+  ASSERT_TRUE(reference.empty()) << "the shrinking half should empty the list";
+  list.Insert({1024, 512}, 9);
+  reference.emplace(FreeList::Key{1024, 512}, 9);
   ExpectSameAsMap(list, reference);
 }
 
