@@ -140,7 +140,7 @@ Result<std::vector<std::optional<int64_t>>> BindDataInputs(const Graph& graph,
   for (size_t k = 0; k < graph.data_inputs.size(); ++k) {
     data_input_position.emplace(graph.data_inputs[k], k);
   }
-  for (const auto& in : graph.proto.graph().input()) {
+  for (const auto& in : graph.proto->graph().input()) {
     const int id = graph.FindValue(in.name());
     if (id < 0 || graph.value(id).kind != ValueKind::kDataInput) continue;
     const auto position = data_input_position.find(id);

@@ -4,9 +4,15 @@
 // dense ids; nodes are in topological order (the loader rejects cycles). The ModelProto is kept
 // (weights stripped, small constants kept) so attributes can be read, and ONNX shape inference can
 // run on a copy when dims are bound for what the shape rules left unknown (core/bind.h).
+//
+// The loader parses into a protobuf arena (ParsedModel::OnArena): strings and repeated fields are
+// carved from a few large blocks instead of one heap allocation each, which halves the parse of a
+// large graph and frees the whole message at once. An arena cannot give back part of itself, so a
+// model whose stripped weights would stay behind in it is moved to the heap (core/loader.cc).
 #ifndef MEMEST_CORE_GRAPH_H_
 #define MEMEST_CORE_GRAPH_H_
 
+#include <google/protobuf/arena.h>
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
@@ -70,8 +76,31 @@ struct Node {
 
 struct SymbolicShapes;  // core/symbolic_shapes.h
 
+// Owns a graph's ModelProto, on the heap (default: an empty message, as hand-built graphs use) or
+// on an arena of its own. Move-only; the message's address never changes while it is owned.
+class ParsedModel {
+ public:
+  ParsedModel() : heap_(std::make_unique<onnx::ModelProto>()), proto_(heap_.get()) {}
+  // An empty message on a new arena.
+  [[nodiscard]] static ParsedModel OnArena();
+  // Copies the message to the heap and frees the arena with all it held (what the message no
+  // longer uses included). Pointers into the old message are invalid afterwards.
+  void MoveToHeap();
+  [[nodiscard]] bool on_arena() const { return arena_ != nullptr; }
+
+  onnx::ModelProto* operator->() { return proto_; }
+  const onnx::ModelProto* operator->() const { return proto_; }
+  onnx::ModelProto& operator*() { return *proto_; }
+  const onnx::ModelProto& operator*() const { return *proto_; }
+
+ private:
+  std::unique_ptr<google::protobuf::Arena> arena_;  // owns *proto_ when set
+  std::unique_ptr<onnx::ModelProto> heap_;          // owns *proto_ when set
+  onnx::ModelProto* proto_;
+};
+
 struct Graph {
-  onnx::ModelProto proto;  // nodes in topological order, large weights stripped
+  ParsedModel proto;  // nodes in topological order, large weights stripped
   std::vector<Node> nodes;
   std::vector<Value> values;
   NameIndex value_index;         // name -> value id

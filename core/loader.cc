@@ -12,8 +12,11 @@
 //  * Element types must be known ONNX codes (1..16) on initializers and data inputs.
 //  * Dims of initializers and data inputs must be >= 0; element and byte counts are computed with
 //    checked 64-bit arithmetic. Negative dims in value_info are ignored (diagnostic).
-//  * Weights are never read: initializer payloads above kKeepDataElements elements are stripped
-//    from the kept proto; external data is never opened. An external-data location must be a
+//  * The file is parsed onto a protobuf arena (core/graph.h ParsedModel). Weights are never read:
+//    initializer payloads above kKeepDataElements elements are stripped from the kept proto;
+//    when they held more than kArenaWeightBytes, the stripped proto moves to the heap, so that
+//    the arena does not keep the weights' bytes for the graph's lifetime. External data is never
+//    opened. An external-data location must be a
 //    relative path that stays inside the model's folder ("../x", "/abs", "a/../../x" rejected).
 //  * Initializers also listed as graph inputs (old exporters) are initializers, not data inputs.
 //  * Nodes are sorted topologically; a cycle is an error naming a node on it. Every node input
@@ -63,6 +66,8 @@ namespace core {
 namespace {
 
 constexpr int64_t kKeepDataElements = 1024;  // small constants kept for shape computations
+// Stripped payload bytes above which the kept proto leaves the arena they were parsed into.
+constexpr uint64_t kArenaWeightBytes = uint64_t{16} << 20;
 constexpr uint64_t kMaxFileBytes = uint64_t{2} << 30;  // protobuf's 2 GiB message limit
 // ReadNodes prefetches the name-index slots of the node this many ahead (NameIndex::Prefetch).
 constexpr int kPrefetchAhead = 8;
@@ -179,7 +184,10 @@ class Loader {
   Status SortNodes();
   Status ReadValueInfo();
   void MarkTrainable();
-  void StripWeights();
+  // Strips large payloads; returns the bytes they held.
+  uint64_t StripWeights();
+  // Node::proto of every node, after sorting (the proto was reordered) or a move to the heap.
+  void PointNodesAtProto();
   void Summarize();
   int AddValue(const std::string& name, ValueKind kind);
 
@@ -210,7 +218,8 @@ Status Loader::Parse(std::string_view bytes) {
   google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
   google::protobuf::io::CodedInputStream in(&raw);
   in.SetRecursionLimit(kMaxSubgraphDepth * 2);
-  const bool parsed = g_->proto.ParseFromCodedStream(&in) && in.ConsumedEntireMessage();
+  g_->proto = ParsedModel::OnArena();
+  const bool parsed = g_->proto->ParseFromCodedStream(&in) && in.ConsumedEntireMessage();
   if (!parsed) {
     std::string head(bytes.substr(0, std::min<size_t>(bytes.size(), 256)));
     std::transform(head.begin(), head.end(), head.begin(), ::tolower);
@@ -220,7 +229,7 @@ Status Loader::Parse(std::string_view bytes) {
     }
     return InvalidModel("not an ONNX model: the protobuf does not parse (truncated or corrupt)");
   }
-  const auto& m = g_->proto;
+  const auto& m = *g_->proto;
   if (!m.has_graph()) {
     return InvalidModel(
         "not an ONNX model: no graph (the bytes parsed as protobuf, but hold no "
@@ -238,7 +247,7 @@ Status Loader::Parse(std::string_view bytes) {
 // Room for every value the file can name (initializers, inputs, node outputs), so that reading
 // them never grows a table.
 void Loader::ReserveValues() {
-  const auto& graph = g_->proto.graph();
+  const auto& graph = g_->proto->graph();
   size_t names = static_cast<size_t>(graph.initializer_size()) +
                  static_cast<size_t>(graph.sparse_initializer_size()) +
                  static_cast<size_t>(graph.input_size());
@@ -285,14 +294,14 @@ Status Loader::ReadInitializers() {
     v.int_data = SmallIntData(t, *numel);
     return Status::Ok();
   };
-  const auto& initializers = g_->proto.graph().initializer();
+  const auto& initializers = g_->proto->graph().initializer();
   for (int i = 0; i < initializers.size(); ++i) {
     if (i + kPrefetchAhead < initializers.size()) {
       g_->value_index.Prefetch(initializers[i + kPrefetchAhead].name());
     }
     MEMEST_RETURN_IF_ERROR(read_one(initializers[i], "initializer", /*validated=*/true));
   }
-  for (const auto& s : g_->proto.graph().sparse_initializer()) {
+  for (const auto& s : g_->proto->graph().sparse_initializer()) {
     onnx::TensorProto dense_shape;  // dims and type of the dense tensor; payload not read
     dense_shape.set_name(s.values().name());
     dense_shape.set_data_type(s.values().data_type());
@@ -303,7 +312,7 @@ Status Loader::ReadInitializers() {
 }
 
 Status Loader::ReadInputs() {
-  for (const auto& in : g_->proto.graph().input()) {
+  for (const auto& in : g_->proto->graph().input()) {
     if (in.name().empty()) return InvalidModel("a graph input has no name");
     const std::string what = "input " + Quote(in.name());
     const int existing = g_->FindValue(in.name());
@@ -335,7 +344,7 @@ Status Loader::ReadInputs() {
 }
 
 Status Loader::ReadNodes() {
-  const auto& graph = g_->proto.graph();
+  const auto& graph = g_->proto->graph();
   // First pass: every node's name and outputs, so inputs may refer to later nodes (unsorted
   // files).
   g_->nodes.resize(static_cast<size_t>(graph.node_size()));
@@ -507,7 +516,7 @@ Status Loader::SortNodes() {
   for (size_t k = 0; k < n; ++k) new_index[static_cast<size_t>(order[k])] = static_cast<int>(k);
   std::vector<Node> nodes(n);
   google::protobuf::RepeatedPtrField<onnx::NodeProto> protos;
-  auto* mutable_nodes = g_->proto.mutable_graph()->mutable_node();
+  auto* mutable_nodes = g_->proto->mutable_graph()->mutable_node();
   for (size_t k = 0; k < n; ++k) {
     nodes[k] = std::move(g_->node(order[k]));
     protos.Add()->Swap(mutable_nodes->Mutable(order[k]));
@@ -538,8 +547,8 @@ Status Loader::ReadValueInfo() {
     }
     return Status::Ok();
   };
-  for (const auto& vi : g_->proto.graph().value_info()) MEMEST_RETURN_IF_ERROR(read(vi));
-  for (const auto& vi : g_->proto.graph().output()) MEMEST_RETURN_IF_ERROR(read(vi));
+  for (const auto& vi : g_->proto->graph().value_info()) MEMEST_RETURN_IF_ERROR(read(vi));
+  for (const auto& vi : g_->proto->graph().output()) MEMEST_RETURN_IF_ERROR(read(vi));
   return Status::Ok();
 }
 
@@ -596,12 +605,19 @@ void Loader::MarkTrainable() {
   }
 }
 
-void Loader::StripWeights() {
-  auto strip = [](onnx::TensorProto* t) {
+uint64_t Loader::StripWeights() {
+  uint64_t stripped = 0;
+  auto strip = [&stripped](onnx::TensorProto* t) {
     uint64_t numel = 1;
     for (int64_t d : t->dims())
       numel = base::SatMul(numel, static_cast<uint64_t>(std::max<int64_t>(d, 0)));
     if (numel <= static_cast<uint64_t>(kKeepDataElements)) return;
+    uint64_t bytes = t->raw_data().size() + 4 * static_cast<uint64_t>(t->float_data_size()) +
+                     4 * static_cast<uint64_t>(t->int32_data_size()) +
+                     8 * static_cast<uint64_t>(t->double_data_size() + t->int64_data_size() +
+                                               t->uint64_data_size());
+    for (const std::string& str : t->string_data()) bytes += str.size();
+    stripped = base::SatAdd(stripped, bytes);
     t->clear_raw_data();
     t->clear_float_data();
     t->clear_double_data();
@@ -610,12 +626,19 @@ void Loader::StripWeights() {
     t->clear_uint64_data();
     t->clear_string_data();
   };
-  for (auto& t : *g_->proto.mutable_graph()->mutable_initializer()) strip(&t);
+  for (auto& t : *g_->proto->mutable_graph()->mutable_initializer()) strip(&t);
+  return stripped;
+}
+
+void Loader::PointNodesAtProto() {
+  for (size_t i = 0; i < g_->nodes.size(); ++i) {
+    g_->nodes[i].proto = &g_->proto->graph().node(static_cast<int>(i));
+  }
 }
 
 void Loader::Summarize() {
   ModelSummary& s = g_->summary;
-  const auto& m = g_->proto;
+  const auto& m = *g_->proto;
   s.path = display_;
   s.producer = m.producer_name() + (m.producer_version().empty() ? "" : " " + m.producer_version());
   s.ir_version = m.ir_version();
@@ -694,13 +717,13 @@ Result<std::unique_ptr<Graph>> Loader::Load(std::string_view bytes) {
   MEMEST_RETURN_IF_ERROR(ReadInputs());
   MEMEST_RETURN_IF_ERROR(ReadNodes());
   MEMEST_RETURN_IF_ERROR(SortNodes());
-  // Node proto pointers are taken after sorting (the proto was reordered).
-  for (size_t i = 0; i < g_->nodes.size(); ++i) {
-    g_->nodes[i].proto = &g_->proto.graph().node(static_cast<int>(i));
-  }
+  PointNodesAtProto();
   MEMEST_RETURN_IF_ERROR(ReadValueInfo());
   MarkTrainable();
-  StripWeights();
+  if (StripWeights() > kArenaWeightBytes) {
+    g_->proto.MoveToHeap();
+    PointNodesAtProto();
+  }
   Summarize();
   return std::move(g_);
 }

@@ -155,8 +155,8 @@ class ReducedModel {
       : graph_(graph), sym_(sym), atoms_(atoms), state_(state) {}
 
   onnx::ModelProto Build(const std::vector<bool>& wanted) {
-    model_.set_ir_version(graph_.proto.ir_version());
-    *model_.mutable_opset_import() = graph_.proto.opset_import();
+    model_.set_ir_version(graph_.proto->ir_version());
+    *model_.mutable_opset_import() = graph_.proto->opset_import();
     const size_t n = graph_.nodes.size();
     std::vector<bool> in_s(n, false);
     for (size_t i = 0; i < n; ++i) {

@@ -344,7 +344,7 @@ ValueRole InitializerRole(const core::Graph& g, const core::Value& v) {
 // InvalidModel for a data input without a concrete shape after binding.
 Result<std::vector<PlanValue>> PlanValues(const core::Graph& g, const core::BoundGraph& bound) {
   std::map<std::string, const onnx::TensorProto*, std::less<>> init_protos;
-  for (const onnx::TensorProto& t : g.proto.graph().initializer()) init_protos[t.name()] = &t;
+  for (const onnx::TensorProto& t : g.proto->graph().initializer()) init_protos[t.name()] = &t;
   std::vector<PlanValue> values(g.values.size());
   for (size_t i = 0; i < g.values.size(); ++i) {
     const core::Value& v = g.values[i];

@@ -164,7 +164,7 @@ class Pass {
   }
 
   void SeedInitializers() {
-    const auto& inits = g_.proto.graph().initializer();
+    const auto& inits = g_.proto->graph().initializer();
     for (int k = 0; k < inits.size(); ++k) {
       const auto& init = inits[k];
       // The loader numbers initializers first, in file order: skip the name lookup then.

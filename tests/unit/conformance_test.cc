@@ -317,7 +317,7 @@ TEST(ConformanceTest, BoundOutputShapesMatchReferenceOutputs) {
       continue;
     }
     ++compared_models;
-    const auto& outputs = graph.proto.graph().output();
+    const auto& outputs = graph.proto->graph().output();
     for (int k = 0; k < outputs.size(); ++k) {
       if (!outputs[k].type().has_tensor_type()) continue;
       auto ref = ReadTensor(data / ("output_" + std::to_string(k) + ".pb"));

@@ -580,6 +580,32 @@ TEST(LoaderTest, ThreeGigabytesOfExternalWeightsLoadWithoutReadingThem) {
   EXPECT_EQ((*r)->summary().parameter_count, int64_t{50000} * 15000 + 15000);
 }
 
+// The kept proto stays on the arena it was parsed into unless stripping freed a lot there: then
+// it moves to the heap (core/loader.cc kArenaWeightBytes), and every node still points into it.
+TEST(LoaderTest, KeptProtoLeavesTheArenaOnlyWhenLargeWeightsWereStripped) {
+  for (const int64_t rows : {int64_t{64}, int64_t{8192}}) {  // 64 KiB or 32 MiB of raw_data
+    GraphBuilder b(13);
+    b.AddInput("X", kFloat, {"N", 1024});
+    onnx::TensorProto& w = b.AddInitializer("W", {1024, rows});
+    w.set_raw_data(std::string(static_cast<size_t>(1024 * rows * 4), '\0'));
+    b.AddNode("MatMul", {"X", "W"}, {"h"}, "fc");
+    b.AddNode("Relu", {"h"}, {"Y"}, "act").add_attribute()->set_name("unused");
+    b.AddOutput("Y", kFloat, {"N", rows});
+    auto r = LoadBuilt(b.model());
+    ASSERT_TRUE(r.ok()) << Describe(r.status());
+    const core::Graph& g = (*r)->graph();
+    EXPECT_EQ(g.proto.on_arena(), rows == 64) << rows;
+    EXPECT_EQ(g.proto->graph().initializer(0).raw_data().size(), 0u) << "weights are stripped";
+    ASSERT_EQ(g.nodes.size(), 2u);
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(g.nodes[i].proto, &g.proto->graph().node(i)) << "node " << i << " points elsewhere";
+      EXPECT_EQ(g.nodes[i].proto->name(), g.nodes[i].name);
+    }
+    EXPECT_EQ(g.nodes[1].proto->attribute(0).name(), "unused");
+    EXPECT_EQ((*r)->summary().parameter_count, 1024 * rows);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Good models.
 

@@ -108,7 +108,7 @@ class GraphBuilder {
 
   int AddNode(const std::string& op, std::vector<int> inputs, std::vector<int> outputs,
               int64_t opset = 17, const std::string& domain = "") {
-    onnx::NodeProto* proto = graph_.proto.mutable_graph()->add_node();
+    onnx::NodeProto* proto = graph_.proto->mutable_graph()->add_node();
     proto->set_op_type(op);
     proto->set_domain(domain);
     core::Node n;

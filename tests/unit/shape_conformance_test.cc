@@ -142,7 +142,7 @@ TEST(ShapeConformanceTest, OwnShapeRulesMatchOnnxReferenceOutputs) {
     }
     const fs::path data = dir / "test_data_set_0";
     bool usable = fs::is_directory(data) && g.symbolic != nullptr;
-    for (const auto& out : g.proto.graph().output())
+    for (const auto& out : g.proto->graph().output())
       usable = usable && out.type().has_tensor_type();
     std::map<std::string, int64_t> symbols;
     usable = usable && kept.size() == g.data_inputs.size();
@@ -173,7 +173,7 @@ TEST(ShapeConformanceTest, OwnShapeRulesMatchOnnxReferenceOutputs) {
       continue;
     }
     bool ok = true, all_known = true;
-    const auto& outputs = g.proto.graph().output();
+    const auto& outputs = g.proto->graph().output();
     for (int k = 0; k < outputs.size(); ++k) {
       auto ref = ReadTensorFile(data / ("output_" + std::to_string(k) + ".pb"));
       if (!ref) continue;
@@ -258,7 +258,7 @@ TEST(ShapeConformanceTest, OwnShapesAgreeWithOnnxInferenceOnBundledModels) {
     auto ours = core::EvaluateShapes(g, *g.symbolic, symbols);
     ASSERT_TRUE(ours.ok()) << name << ": " << ours.status().ToString();
 
-    onnx::ModelProto m = g.proto;
+    onnx::ModelProto m = *g.proto;
     m.mutable_graph()->clear_value_info();
     for (auto& in : *m.mutable_graph()->mutable_input()) {
       auto* shape = in.mutable_type()->mutable_tensor_type()->mutable_shape();
