@@ -116,9 +116,9 @@ bool CachingAllocatorModel::ShouldSplit(const Block& b, uint64_t rounded) const 
 
 CachingAllocatorModel::Handle CachingAllocatorModel::Hand(int64_t id, uint64_t rounded,
                                                           uint64_t bytes) {
-  EraseFree(id);
   if (ShouldSplit(blocks_[id], rounded)) {
     const Block& b = blocks_[id];
+    const FreeKey taken{b.size, b.addr};
     Block rest;
     rest.addr = b.addr + rounded;
     rest.size = b.size - rounded;
@@ -131,7 +131,10 @@ CachingAllocatorModel::Handle CachingAllocatorModel::Hand(int64_t id, uint64_t r
     if (block.next >= 0) blocks_[block.next].prev = rest_id;
     block.next = rest_id;
     block.size = rounded;
-    InsertFree(rest_id);
+    // The taken block's entry becomes the remainder's.
+    (rest.small ? free_small_ : free_large_).Replace(taken, FreeKey{rest.size, rest.addr}, rest_id);
+  } else {
+    EraseFree(id);
   }
   Block& block = blocks_[id];
   block.free = false;
@@ -319,18 +322,25 @@ void CachingAllocatorModel::Free(Handle h) {
     r.alive = false;
     free_ids_.push_back(right);
   };
+  // The merged block's entry replaces a merged neighbour's (the previous one's when both merge).
   const int64_t prev = blocks_[id].prev;
-  if (prev >= 0 && blocks_[prev].free) {
-    EraseFree(prev);
+  const int64_t next = blocks_[id].next;
+  const bool with_prev = prev >= 0 && blocks_[prev].free;
+  const bool with_next = next >= 0 && blocks_[next].free;
+  if (!with_prev && !with_next) {
+    InsertFree(id);
+    return;
+  }
+  FreeList& list = blocks_[id].small ? free_small_ : free_large_;
+  const int64_t kept = with_prev ? prev : next;
+  const FreeKey replaced{blocks_[kept].size, blocks_[kept].addr};
+  if (with_prev && with_next) EraseFree(next);
+  if (with_prev) {
     merge(prev, id);
     id = prev;
   }
-  const int64_t next = blocks_[id].next;
-  if (next >= 0 && blocks_[next].free) {
-    EraseFree(next);
-    merge(id, next);
-  }
-  InsertFree(id);
+  if (with_next) merge(id, next);
+  list.Replace(replaced, FreeKey{blocks_[id].size, blocks_[id].addr}, id);
 }
 
 }  // namespace memest::symbolic

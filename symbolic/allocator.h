@@ -61,6 +61,9 @@ class CachingAllocatorModel {
   // get_allocation_size).
   static uint64_t AllocationSize(uint64_t rounded);
 
+  // Room for `blocks` blocks (live, free and cached) without moving the block table: a hint,
+  // changes nothing but time. A simulation that knows its tensor count calls it once, first.
+  void Reserve(size_t blocks) { blocks_.reserve(blocks); }
   // Allocates `bytes`. Returns -1 for a zero-byte request (nothing allocated) or when the request
   // would exceed `capacity` even after releasing cached segments (then oom() is true).
   Handle Malloc(uint64_t bytes);

@@ -62,6 +62,42 @@ void FreeList::Erase(Key key) {
   }
 }
 
+void FreeList::Replace(Key old_key, Key new_key, int64_t id) {
+  const Packed from = Pack(old_key);
+  const Packed to = Pack(new_key);
+  const size_t c = ChunkFor(from);
+  // (chunk c ends at or after `from`, so the search inside it stays in range)
+  const bool present = c < chunks_.size() && *std::lower_bound(chunks_[c].keys.begin(),
+                                                               chunks_[c].keys.end(), from) == from;
+  // The new key stays in chunk c when it sorts after the previous chunk and before the next.
+  const bool same_chunk = present && (c == 0 || to > last_[c - 1]) &&
+                          (c + 1 == chunks_.size() || to < chunks_[c + 1].keys.front());
+  if (!same_chunk) {
+    Erase(old_key);
+    Insert(new_key, id);
+    return;
+  }
+  std::vector<Packed>& keys = chunks_[c].keys;
+  std::vector<int64_t>& ids = chunks_[c].ids;
+  const auto i = std::lower_bound(keys.begin(), keys.end(), from) - keys.begin();
+  if (to < from) {
+    // Entries [j, i) move up by one; the new one goes to j.
+    const auto j = std::lower_bound(keys.begin(), keys.begin() + i, to) - keys.begin();
+    std::move_backward(keys.begin() + j, keys.begin() + i, keys.begin() + i + 1);
+    std::move_backward(ids.begin() + j, ids.begin() + i, ids.begin() + i + 1);
+    keys[static_cast<size_t>(j)] = to;
+    ids[static_cast<size_t>(j)] = id;
+  } else {
+    // Entries (i, j) move down by one; the new one goes to j - 1.
+    const auto j = std::lower_bound(keys.begin() + i + 1, keys.end(), to) - keys.begin();
+    std::move(keys.begin() + i + 1, keys.begin() + j, keys.begin() + i);
+    std::move(ids.begin() + i + 1, ids.begin() + j, ids.begin() + i);
+    keys[static_cast<size_t>(j - 1)] = to;
+    ids[static_cast<size_t>(j - 1)] = id;
+  }
+  last_[c] = keys.back();
+}
+
 std::optional<std::pair<FreeList::Key, int64_t>> FreeList::LowerBound(Key key) const {
   const Packed p = Pack(key);
   const size_t c = ChunkFor(p);

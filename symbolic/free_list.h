@@ -30,6 +30,10 @@ class FreeList {
   void Insert(Key key, int64_t id);
   // Removes the entry with exactly this key, if there is one.
   void Erase(Key key);
+  // Erase(old_key) then Insert(new_key, id), in one step: when the new key sorts into the same
+  // chunk (the usual case: a block split or merged keeps most of its neighbours), the entries
+  // between the two positions move by one and nothing else does. `new_key` must not be present.
+  void Replace(Key old_key, Key new_key, int64_t id);
   // The first entry at or after `key` (the best fit for a size, lowest address on ties).
   [[nodiscard]] std::optional<std::pair<Key, int64_t>> LowerBound(Key key) const;
   [[nodiscard]] size_t size() const { return size_; }

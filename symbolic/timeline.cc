@@ -473,8 +473,11 @@ void Sim::Prepare() {
   cast_.assign(nv, -1);
   extras_.assign(nn, {});
   // Slots for the tensors alive at once: at most about two per value (its storage and its
-  // gradient) besides a few others; reserved so that the vector rarely moves.
-  tensors_.reserve(std::min<size_t>(2 * nv + 64, size_t{1} << 24));
+  // gradient) besides a few others; reserved so that the vector rarely moves. The allocator
+  // model's blocks are about as many (one per live tensor, a free one beside some).
+  const size_t alive_at_once = std::min<size_t>(2 * nv + 64, size_t{1} << 24);
+  tensors_.reserve(alive_at_once);
+  alloc_.Reserve(alive_at_once);
   if (!record_) return;
   sim_.node_names.reserve(nn);
   for (const auto& n : g_.nodes) sim_.node_names.push_back(n.name);

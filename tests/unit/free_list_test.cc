@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 
@@ -13,7 +14,7 @@ namespace {
 // Checks `list` against a std::map holding the same entries, at sizes between and beyond them.
 void ExpectSameAsMap(const FreeList& list, const std::map<FreeList::Key, int64_t>& reference) {
   ASSERT_EQ(list.size(), reference.size());
-  for (uint64_t size = 0; size <= 70 * 512; size += 256) {
+  for (uint64_t size = 0; size <= 260 * 512; size += 256) {
     const FreeList::Key key{size, 0};
     const auto want = reference.lower_bound(key);
     const auto got = list.LowerBound(key);
@@ -68,6 +69,41 @@ TEST(FreeListTest, BestFitIsTheSameAsAStdMapWhileChunksSplitAndEmpty) {
   ASSERT_TRUE(reference.empty()) << "the shrinking half should empty the list";
   list.Insert({1024, 512}, 9);
   reference.emplace(FreeList::Key{1024, 512}, 9);
+  ExpectSameAsMap(list, reference);
+}
+
+// Replace = Erase + Insert, whether the new key lands in the same chunk (near the old one, as a
+// split or merged block's does) or in another (far from it).
+TEST(FreeListTest, ReplaceIsEraseThenInsertWithinAndAcrossChunks) {
+  FreeList list;
+  std::map<FreeList::Key, int64_t> reference;
+  std::mt19937_64 random(11);
+  int64_t id = 0;
+  auto fresh_key = [&](uint64_t size) {
+    FreeList::Key key{size, 2097152 * (random() % 65536)};
+    while (reference.count(key) > 0) key.second += 512;
+    return key;
+  };
+  for (int i = 0; i < 8 * static_cast<int>(FreeList::kChunkMax); ++i) {
+    const FreeList::Key key = fresh_key(512 * (1 + random() % 256));
+    list.Insert(key, id);
+    reference.emplace(key, id++);
+  }
+  for (int step = 0; step < 4000; ++step) {
+    const FreeList::Key old_key = std::next(reference.begin(), random() % reference.size())->first;
+    reference.erase(old_key);
+    // Half near the old size (a split or a merge), half anywhere.
+    const uint64_t near = std::max<uint64_t>(512, old_key.first + 512 * (random() % 9) - 2048);
+    const FreeList::Key new_key = fresh_key(step % 2 == 0 ? near : 512 * (1 + random() % 256));
+    list.Replace(old_key, new_key, id);
+    reference.emplace(new_key, id++);
+    if (step % 500 == 0) ExpectSameAsMap(list, reference);
+  }
+  ExpectSameAsMap(list, reference);
+  // An absent old key: the new one is inserted all the same.
+  const FreeList::Key absent{512, 1}, added = fresh_key(1024);
+  list.Replace(absent, added, id);
+  reference.emplace(added, id);
   ExpectSameAsMap(list, reference);
 }
 
