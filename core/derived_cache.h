@@ -12,8 +12,10 @@
 //  * A result is found by its type and its key, compared with ==. The key must hold every input
 //    of the derivation besides the bound graph: the caller's contract, met by construction when
 //    the key is the derivation's own argument struct with a defaulted operator==.
-//  * At most kEntries results, the most recently used kept; fewer for large graphs, so that
-//    results x the graph's values stay within kMaxValues (the newest result always stays).
+//  * Bounds hold for each type of result (T and Key) apart: at most `keep` results (kEntries
+//    unless the caller says), the most recently used kept, and fewer when their `values` --
+//    the size of the graph a result grows with, or 1 for a result of fixed size -- add up to
+//    more than kMaxValues (the newest result always stays).
 //  * Thread-safe: one mutex around the table; make() runs outside it, so two threads that miss
 //    the same key may both make the result; the first stored wins and both get it.
 //  * make() may throw; nothing is stored then, and the exception reaches the caller.
@@ -40,10 +42,11 @@ class DerivedCache {
   DerivedCache& operator=(const DerivedCache&) { return *this; }
 
   // The T stored under `key` by an earlier call, or make(key) (returning
-  // std::shared_ptr<const T>) stored now, the key moved into the table. `values`: the size of the
-  // graph the result was derived from, for the bound above.
+  // std::shared_ptr<const T>) stored now, the key moved into the table. `values` and `keep`: the
+  // result's weight and its type's count bound (policy above).
   template <typename T, typename Key, typename Make>
-  std::shared_ptr<const T> GetOrMake(Key key, size_t values, Make make) const;
+  std::shared_ptr<const T> GetOrMake(Key key, size_t values, Make make,
+                                     size_t keep = kEntries) const;
 
   // Results held now (for tests).
   size_t size() const {
@@ -56,6 +59,7 @@ class DerivedCache {
     const void* type = nullptr;  // TypeTag<T, Key>(): which T and Key `key` and `value` hold
     std::shared_ptr<const void> key;
     std::shared_ptr<const void> value;
+    size_t values = 0;  // the result's weight
   };
   // One address per (T, Key) pair.
   template <typename T, typename Key>
@@ -65,7 +69,7 @@ class DerivedCache {
   }
   template <typename Key>
   std::shared_ptr<const void> FindLocked(const void* type, const Key& key) const;
-  void Keep(Entry entry, size_t values) const;
+  void Keep(Entry entry, size_t keep) const;
 
   mutable std::mutex mu_;
   mutable std::vector<Entry> entries_;  // most recently used first
@@ -85,7 +89,8 @@ std::shared_ptr<const void> DerivedCache::FindLocked(const void* type, const Key
 }
 
 template <typename T, typename Key, typename Make>
-std::shared_ptr<const T> DerivedCache::GetOrMake(Key key, size_t values, Make make) const {
+std::shared_ptr<const T> DerivedCache::GetOrMake(Key key, size_t values, Make make,
+                                                 size_t keep) const {
   const void* type = TypeTag<T, Key>();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -94,14 +99,27 @@ std::shared_ptr<const T> DerivedCache::GetOrMake(Key key, size_t values, Make ma
   std::shared_ptr<const T> made = make(std::as_const(key));
   std::lock_guard<std::mutex> lock(mu_);
   if (auto hit = FindLocked(type, key)) return std::static_pointer_cast<const T>(hit);
-  Keep(Entry{type, std::make_shared<const Key>(std::move(key)), made}, values);
+  Keep(Entry{type, std::make_shared<const Key>(std::move(key)), made, values}, keep);
   return made;
 }
 
-inline void DerivedCache::Keep(Entry entry, size_t values) const {
+inline void DerivedCache::Keep(Entry entry, size_t keep) const {
+  const void* type = entry.type;
   entries_.insert(entries_.begin(), std::move(entry));
-  const size_t fit = std::max<size_t>(1, kMaxValues / std::max<size_t>(values, 1));
-  entries_.resize(std::min({entries_.size(), kEntries, fit}));
+  // Newest first: an entry of this type stays while its type's count and weight are in bounds.
+  size_t count = 0;
+  size_t values = 0;
+  auto out = entries_.begin();
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->type == type) {
+      ++count;
+      values += it->values;
+      if (count > 1 && (count > keep || values > kMaxValues)) continue;
+    }
+    if (out != it) *out = std::move(*it);
+    ++out;
+  }
+  entries_.erase(out, entries_.end());
 }
 
 }  // namespace memest::core

@@ -7,12 +7,28 @@
 namespace memest::symbolic {
 namespace {
 
+// Simulations a bound graph keeps (core/derived_cache.h), each a few KB: a scheduler's queries
+// of one batch over 8 option sets on GPUs of 2 kinds (ResNet-50: the H100, and the A100s, L4 and
+// V100, which share a cuBLAS workspace) ask for 16; the graph keeps twice that.
+constexpr size_t kSimulationsKept = 32;
+
 class Symbolic final : public Estimator {
  public:
   std::string_view name() const override { return "symbolic"; }
+  // The simulation's estimate, shared by every query on the same bound graph with an equal
+  // SimulationKey (symbolic/simulation_key.h): another GPU with the same cuBLAS workspace and
+  // kernel choices, another fit policy. An error is kept too: it is what the same inputs give.
   Result<Estimate> EstimateIn(const memory::EstimationContext& ctx) const override {
-    MEMEST_ASSIGN_OR_RETURN(Simulation sim, Simulate(ctx, /*record_events=*/false));
-    return std::move(sim.estimate);
+    const auto kept = ctx.bound().derived.GetOrMake<Result<Estimate>>(
+        SimulationKey::Of(ctx), /*values=*/1,
+        [&ctx](const SimulationKey& key) {
+          Result<Simulation> sim = Simulate(ctx, key, /*record_events=*/false);
+          return std::make_shared<const Result<Estimate>>(
+              sim.ok() ? Result<Estimate>(std::move(sim->estimate))
+                       : Result<Estimate>(sim.status()));
+        },
+        kSimulationsKept);
+    return *kept;
   }
 };
 

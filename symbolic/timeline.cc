@@ -116,17 +116,18 @@ void SortUnique(std::vector<int>* v) {
 
 class Sim {
  public:
-  Sim(const memory::EstimationContext& ctx, bool record)
+  // Reads the options and the GPU through `key` only (symbolic/simulation_key.h).
+  Sim(const memory::EstimationContext& ctx, const SimulationKey& key, bool record)
       : b_(ctx.bound()),
         g_(*b_.graph),
-        o_(ctx.options()),
-        gpu_(ctx.gpu()),
+        o_(key.options),
+        cublas_workspace_(key.cublas_workspace),
         stack_(ctx.stack()),
         facts_(ctx.facts()),
         weights_(ctx.weights()),
         kept_outputs_(memory::KeptOutputs(g_, ctx.kv_cache())),
         plan_(ctx.parallel()),
-        stage_(ctx.stage()),
+        stage_(key.stage),
         staged_(plan_.stages() > 1),
         record_(record),
         alloc_(AllocatorConfig{o_.allocator.expandable_segments, o_.allocator.max_split_size,
@@ -222,7 +223,7 @@ class Sim {
   const core::BoundGraph& b_;
   const core::Graph& g_;
   const Options& o_;
-  const GpuProfile& gpu_;
+  const uint64_t cublas_workspace_;
   const StackProfile& stack_;
   const ops::ValueFacts& facts_;
   const memory::WeightStorage& weights_;
@@ -779,7 +780,7 @@ void Sim::Forward(int it) {
     node_ = static_cast<int>(k);
     const ops::OpRule* rule = facts_.rule(k);
     if (o_.library_workspaces && ws_forward_ < 0 && rule && rule->uses_cublas) {
-      ws_forward_ = Malloc(gpu_.cublas_workspace.bytes, Category::kTransient);
+      ws_forward_ = Malloc(cublas_workspace_, Category::kTransient);
     }
     ForwardNode(k, -1);
   }
@@ -906,7 +907,7 @@ void Sim::BackwardNode(size_t kk) {
   for (int out : n.outputs) has_out_grad = has_out_grad || (out >= 0 && grad_[out] >= 0);
   if (needs && has_out_grad) {
     if (o_.library_workspaces && ws_backward_ < 0 && rule && rule->uses_cublas) {
-      ws_backward_ = Malloc(gpu_.cublas_workspace.bytes, Category::kTransient);
+      ws_backward_ = Malloc(cublas_workspace_, Category::kTransient);
     }
     InputGradients(kk);
     // cuDNN's backward calls run while the output's and the inputs' gradients are alive.
@@ -1164,9 +1165,14 @@ Result<Simulation> Sim::Run() {
 
 }  // namespace
 
-Result<Simulation> Simulate(const memory::EstimationContext& ctx, bool record_events) {
-  Sim sim(ctx, record_events);
+Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
+                            bool record_events) {
+  Sim sim(ctx, key, record_events);
   return sim.Run();
+}
+
+Result<Simulation> Simulate(const memory::EstimationContext& ctx, bool record_events) {
+  return Simulate(ctx, SimulationKey::Of(ctx), record_events);
 }
 
 }  // namespace memest::symbolic

@@ -19,6 +19,7 @@
 #include "memest/status.h"
 #include "memory/category.h"
 #include "memory/context.h"
+#include "symbolic/simulation_key.h"
 
 namespace memest::symbolic {
 
@@ -58,6 +59,10 @@ inline constexpr int kSimulatedIterations = 3;
 // its value facts, the options and the GPU profile). Its estimate carries the symbolic backend's
 // own diagnostics only; the common ones are added by whoever built the context.
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, bool record_events);
+// The same, reading the options and the GPU from `key` (which must be SimulationKey::Of(ctx) or
+// equal to it).
+Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
+                            bool record_events);
 
 }  // namespace memest::symbolic
 

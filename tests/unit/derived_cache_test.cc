@@ -1,10 +1,11 @@
-// What a bound graph keeps of the results derived from it (core/derived_cache.h) and the value
-// facts shared through it (ops::ValueFacts::Shared): equal keys share one result, other keys and
-// other types get their own, the table stays bounded, a failed derivation is never kept, a copy
-// keeps nothing -- and an estimate made on a model that has answered many other queries is the
-// estimate a freshly loaded model gives, for every backend and a mix of options that the shared
-// facts read (precision, GPU, attention, fused kernels, freezing, tensor parallelism, weight
-// storage) and do not (optimizer, weight decay, batch, mode).
+// What a bound graph keeps of the results derived from it (core/derived_cache.h): the value
+// facts (ops::ValueFacts::Shared) and the symbolic simulations (symbolic/simulation_key.h).
+// Equal keys share one result, other keys and other types get their own, each type's table stays
+// bounded, a failed derivation is never kept, a copy keeps nothing -- and an estimate made on a
+// model that has answered many other queries is the estimate a freshly loaded model gives, for
+// every backend and a mix of options that the shared results read (precision, GPU, attention,
+// fused kernels, freezing, tensor parallelism, weight storage, the simulation's options) and do
+// not (the GPU's capacity, the fit policy, and for the facts the optimizer, batch and mode).
 #include "core/derived_cache.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "core/bind.h"
+#include "core/bind_cache.h"
 #include "memest/json.h"
 #include "memest/memest.h"
 #include "ops/value_facts.h"
@@ -131,6 +133,59 @@ TEST(DerivedCacheTest, ValueFactsAreSharedForEqualInputsOnly) {
   EXPECT_EQ(ops::ValueFacts::Shared(*bound, in).get(), a.get());
 }
 
+// A bound graph keeps each symbolic simulation for the next query that asks for the same one:
+// on GPUs with the same cuBLAS workspace and kernel choices -- of any compute capability when
+// the graph has no attention -- and under another fit policy. (The value facts are kept per
+// compute capability: one more entry for the L4, sm 8.9, but no simulation.)
+TEST(DerivedCacheTest, SymbolicSimulationsAreSharedAcrossGpusThatSimulateAlike) {
+  auto model = BundledModel("resnet18_train");
+  ASSERT_NE(model, nullptr);
+  auto est = MakeEstimator("symbolic");
+  ASSERT_TRUE(est.ok());
+  Options o;
+  o.batch = 4;
+  o.gpu = "a100-40gb";
+  auto bound = model->bind_cache().Get(model->graph(), o);
+  ASSERT_TRUE(bound.ok());
+  auto entries_after = [&](const char* gpu) {
+    o.gpu = gpu;
+    EXPECT_TRUE((*est)->Run(*model, o).ok()) << gpu;
+    return (*bound)->derived.size();
+  };
+  const size_t kept = entries_after("a100-40gb");  // its facts and its simulation
+  EXPECT_EQ(entries_after("a100-80gb"), kept) << "the A100-80GB simulated again";
+  EXPECT_EQ(entries_after("l4-24gb"), kept + 1) << "the L4 simulated again (or shared facts)";
+  o.fit.margin_fraction = 0.2;
+  EXPECT_EQ(entries_after("a100-40gb"), kept + 1) << "another fit policy simulated again";
+  // Another cuBLAS workspace (and compute capability): its own facts and simulation.
+  EXPECT_EQ(entries_after("h100-80gb"), kept + 3);
+}
+
+// Each type of result has its own bounds: many results of one type evict none of another's.
+TEST(DerivedCacheTest, BoundsHoldForEachTypeApart) {
+  DerivedCache cache;
+  int calls = 0;
+  cache.GetOrMake<int>(Key{0, "facts"}, DerivedCache::kMaxValues / 2,
+                       [&](const auto&) { return MakeInt(0, &calls); });
+  for (int i = 0; i < 40; ++i) {
+    cache.GetOrMake<long>(
+        Key{i, ""}, 1, [&](const auto&) { return std::make_shared<const long>(i); }, 32);
+  }
+  EXPECT_EQ(cache.size(), 33u) << "32 longs and the int";
+  const int before = calls;
+  cache.GetOrMake<int>(Key{0, "facts"}, DerivedCache::kMaxValues / 2,
+                       [&](const auto&) { return MakeInt(1, &calls); });
+  EXPECT_EQ(calls, before) << "the int was evicted by results of another type";
+  EXPECT_EQ(*cache.GetOrMake<long>(Key{8, ""}, 1,
+                                   [](const auto&) { return std::make_shared<const long>(-1); }),
+            8)
+      << "the 32 newest longs stay";
+  EXPECT_EQ(*cache.GetOrMake<long>(Key{7, ""}, 1,
+                                   [](const auto&) { return std::make_shared<const long>(-1); }),
+            -1)
+      << "older ones are gone";
+}
+
 std::string Describe(const Result<Estimate>& r) {
   return r.ok() ? EstimateToJson(*r) : "error: " + r.status().ToString();
 }
@@ -181,6 +236,25 @@ std::vector<Options> MixedQueries() {
     o->parallel.world_size = 4;
     o->parallel.sharding = Sharding::kZero3;
   });
+  // Options the symbolic simulation reads besides the facts' (its key, symbolic/simulation_key.h)
+  // and the fit policy, which it does not.
+  add([](Options* o) {
+    o->fit.on = FitOn::kPoint;
+    o->fit.margin_fraction = 0.05;
+  });
+  add([](Options* o) { o->allocator.expandable_segments = true; });
+  add([](Options* o) { o->checkpoint_segments = 2; });
+  add([](Options* o) { o->micro_batches = 2; });
+  add([](Options* o) { o->optimizer_impl = OptimizerImpl::kFused; });
+  // One cuBLAS workspace, two compute capabilities: the attention kernel differs (bf16 runs
+  // memory-efficient on sm 8.0, math on sm 7.0), so the simulation does too.
+  for (const char* gpu : {"a100-40gb", "v100-32gb"}) {
+    add([gpu](Options* o) {
+      o->attention = Attention::kAuto;
+      o->precision = Precision::kAmpBf16;
+      o->gpu = gpu;
+    });
+  }
   return out;
 }
 
