@@ -7,7 +7,13 @@
 //   parse: onnx::ModelProto::ParseFromString of the bytes (the floor any ONNX tool pays);
 //   load:  LoadModelFromBytes (parse, validation, symbolic shape inference);
 //   total: the load and one analytical and one symbolic training estimate (batch 64; the HF
-//          graphs at batch 1, seq 4096), the model kept loaded.
+//          graphs at batch 1, seq 4096), the model kept loaded;
+//   full caches: the load and analytical estimates at 4 batches x 8 option sets that each need
+//          their own value facts (precision fp32 / amp-bf16 / amp-fp16 / bf16, fused kernels on
+//          and off), so that the model's caches hold all they may: 4 bound graphs
+//          (core/bind_cache.h), each with up to 8 sets of facts within 1M values' worth
+//          (core/derived_cache.h). A long-running process asking many questions of one model
+//          peaks here, not at `total`.
 // The figure is VmHWM after the run minus VmRSS before it (the model's bytes excluded), shown as
 // MiB, bytes per node and a ratio to the parse's own peak. Linux only.
 //
@@ -62,7 +68,27 @@ struct Sample {
 };
 
 // How far one run goes: the parse alone, LoadModelFromBytes, or the load and both estimates.
-enum class Stage { kParse, kLoad, kEstimate };
+enum class Stage { kParse, kLoad, kEstimate, kFullCaches };
+
+// Estimates that fill the model's caches (see the header): every batch with every option set.
+bool FillCaches(const memest::Model& model, bool hf) {
+  auto est = memest::MakeEstimator("analytical");
+  if (!est.ok()) return false;
+  for (const int64_t batch : {16, 32, 48, 64}) {
+    for (const memest::Precision p : {memest::Precision::kFp32, memest::Precision::kAmpBf16,
+                                      memest::Precision::kAmpFp16, memest::Precision::kBf16}) {
+      for (const bool fused : {true, false}) {
+        memest::Options o;
+        o.batch = hf ? 1 : batch;
+        if (hf) o.dims["seq"] = batch * 64;
+        o.precision = p;
+        o.fused_kernels = fused;
+        if (!(*est)->Run(model, o).ok()) return false;
+      }
+    }
+  }
+  return true;
+}
 
 // `stage` of `name` in a fresh process; it writes back "ok nodes peak model_bytes".
 Sample InChild(const std::string& name, Stage stage) {
@@ -84,6 +110,7 @@ Sample InChild(const std::string& name, Stage stage) {
       auto model = memest::LoadModelFromBytes(bytes, ".", name);
       ok = model.ok();
       if (ok) nodes = (*model)->summary().node_count;
+      if (ok && stage == Stage::kFullCaches) ok = FillCaches(**model, name.rfind("hf:", 0) == 0);
       if (ok && stage == Stage::kEstimate) {
         memest::Options o;
         o.batch = name.rfind("hf:", 0) == 0 ? 1 : 64;
@@ -148,25 +175,27 @@ int main(int argc, char** argv) {
     }
   }
   if (models.empty()) models = AllModels();
-  std::printf("%-24s %9s %10s %10s %10s %10s %8s %8s\n", "model", "nodes", "bytes", "parse MiB",
-              "load MiB", "total MiB", "B/node", "x parse");
+  std::printf("%-24s %9s %10s %10s %10s %10s %8s %8s %11s\n", "model", "nodes", "bytes",
+              "parse MiB", "load MiB", "total MiB", "B/node", "x parse", "caches MiB");
   int failures = 0;
   for (const std::string& name : models) {
     const Sample parse = InChild(name, Stage::kParse);
     const Sample load = InChild(name, Stage::kLoad);
     const Sample run = InChild(name, Stage::kEstimate);
-    if (!parse.ok || !load.ok || !run.ok) {
+    const Sample full = InChild(name, Stage::kFullCaches);
+    if (!parse.ok || !load.ok || !run.ok || !full.ok) {
       std::printf("%-24s failed\n", name.c_str());
       ++failures;
       continue;
     }
     const double per_node = static_cast<double>(run.peak) / static_cast<double>(run.nodes);
     std::printf(
-        "%-24s %9" PRId64 " %10" PRIu64 " %10.1f %10.1f %10.1f %8.0f %8.2f\n", name.c_str(),
+        "%-24s %9" PRId64 " %10" PRIu64 " %10.1f %10.1f %10.1f %8.0f %8.2f %11.1f\n", name.c_str(),
         run.nodes, run.model_bytes, static_cast<double>(parse.peak) / (1 << 20),
         static_cast<double>(load.peak) / (1 << 20), static_cast<double>(run.peak) / (1 << 20),
         per_node,
-        static_cast<double>(run.peak) / static_cast<double>(std::max<uint64_t>(parse.peak, 1)));
+        static_cast<double>(run.peak) / static_cast<double>(std::max<uint64_t>(parse.peak, 1)),
+        static_cast<double>(full.peak) / (1 << 20));
     if (check && name.rfind("chain", 0) == 0 && per_node > kMaxBytesPerNode) {
       std::printf("  over the bound: %.0f > %.0f bytes per node\n", per_node, kMaxBytesPerNode);
       ++failures;

@@ -9,7 +9,8 @@
 // share it through std::shared_ptr<const Model>. The one thing it changes after loading is a
 // bounded, locked cache of the graphs bound at its last few dims (core/bind_cache.h), which
 // estimates at the same dims share, each with the value facts derived from it under the last
-// few option sets (core/derived_cache.h); it never changes an estimate.
+// few option sets and the last symbolic simulations (core/derived_cache.h); it never changes an
+// estimate.
 #ifndef MEMEST_MODEL_H_
 #define MEMEST_MODEL_H_
 
