@@ -8,11 +8,13 @@
 //    scheduler trying GPUs and options for a job), so the model's bound-graph cache
 //    (core/bind_cache.h) binds each batch once; "shuffled" asks them in a fixed random order, so
 //    the cache rarely holds the batch asked for (its worst case).
-//  * BM_EstimateThreads: the same estimate (batch 64) on 1, 2 and 4 threads sharing one model
-//    and one estimator (Estimator::Run is const and thread-safe), all reading the one bound graph
-//    the model keeps for batch 64; `items_per_second` is the estimates per second of all threads
-//    together (2 cores here: 4 threads show the oversubscription, not
-//    more cores).
+//  * BM_EstimateThreads: estimates at batch 64 on 1, 2 and 4 threads sharing one model and one
+//    estimator (Estimator::Run is const and thread-safe), all reading the one bound graph and
+//    value facts the model keeps for batch 64. Each estimate asks for another weight decay (1,000
+//    values in turn, per thread), so that the simulations the bound graph keeps
+//    (symbolic/simulation_key.h) never answer it: every estimate simulates. `items_per_second`
+//    is the estimates per second of all threads together (2 cores here: 4 threads show the
+//    oversubscription, not more cores).
 //  * BM_CliColdStart: `memest datasets/models/resnet50_train.onnx --batch 64` as a new process
 //    each time (posix_spawn, stdout to /dev/null, wall time until it exits), next to
 //    BM_CliVersion, the same binary printing its version: the cost of starting the process and
@@ -107,7 +109,9 @@ void BM_EstimateThreads(benchmark::State& state, const std::string& backend) {
   }
   memest::Options o;
   o.batch = 64;
+  int step = state.thread_index() * 250;
   for (auto _ : state) {
+    o.weight_decay = 1e-4 * static_cast<double>(step++ % 1000);
     auto e = shared->estimator->Run(*shared->model, o);
     benchmark::DoNotOptimize(e);
   }
