@@ -77,7 +77,8 @@ struct Node {
 struct SymbolicShapes;  // core/symbolic_shapes.h
 
 // Owns a graph's ModelProto, on the heap (default: an empty message, as hand-built graphs use) or
-// on an arena of its own. Move-only; the message's address never changes while it is owned.
+// on an arena of its own. Move-only (a moved-from one may only be assigned or destroyed); the
+// message keeps its address until MoveToHeap.
 class ParsedModel {
  public:
   ParsedModel() : heap_(std::make_unique<onnx::ModelProto>()), proto_(heap_.get()) {}

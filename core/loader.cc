@@ -612,10 +612,11 @@ uint64_t Loader::StripWeights() {
     for (int64_t d : t->dims())
       numel = base::SatMul(numel, static_cast<uint64_t>(std::max<int64_t>(d, 0)));
     if (numel <= static_cast<uint64_t>(kKeepDataElements)) return;
-    uint64_t bytes = t->raw_data().size() + 4 * static_cast<uint64_t>(t->float_data_size()) +
-                     4 * static_cast<uint64_t>(t->int32_data_size()) +
-                     8 * static_cast<uint64_t>(t->double_data_size() + t->int64_data_size() +
-                                               t->uint64_data_size());
+    const auto count = [](int n) { return static_cast<uint64_t>(n); };
+    uint64_t bytes = t->raw_data().size() +
+                     4 * (count(t->float_data_size()) + count(t->int32_data_size())) +
+                     8 * (count(t->double_data_size()) + count(t->int64_data_size()) +
+                          count(t->uint64_data_size()));
     for (const std::string& str : t->string_data()) bytes += str.size();
     stripped = base::SatAdd(stripped, bytes);
     t->clear_raw_data();
