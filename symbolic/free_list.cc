@@ -43,16 +43,24 @@ void FreeList::Insert(Key key, int64_t id) {
   if (chunk.keys.size() > kChunkMax) SplitChunk(c);
 }
 
-void FreeList::Erase(Key key) {
-  const Packed p = Pack(key);
+std::optional<std::pair<size_t, size_t>> FreeList::Locate(Packed p) const {
   const size_t c = ChunkFor(p);
-  if (c == chunks_.size()) return;
+  if (c == chunks_.size()) return std::nullopt;
+  const std::vector<Packed>& keys = chunks_[c].keys;
+  // Chunk c ends at or after p, so the search stays inside it.
+  const auto at = std::lower_bound(keys.begin(), keys.end(), p);
+  if (*at != p) return std::nullopt;
+  return std::make_pair(c, static_cast<size_t>(at - keys.begin()));
+}
+
+void FreeList::Erase(Key key) {
+  if (const auto at = Locate(Pack(key))) EraseAt(at->first, at->second);
+}
+
+void FreeList::EraseAt(size_t c, size_t i) {
   Chunk& chunk = chunks_[c];
-  const auto at = std::lower_bound(chunk.keys.begin(), chunk.keys.end(), p);
-  if (at == chunk.keys.end() || *at != p) return;
-  const auto offset = at - chunk.keys.begin();
-  chunk.keys.erase(at);
-  chunk.ids.erase(chunk.ids.begin() + offset);
+  chunk.keys.erase(chunk.keys.begin() + static_cast<std::ptrdiff_t>(i));
+  chunk.ids.erase(chunk.ids.begin() + static_cast<std::ptrdiff_t>(i));
   --size_;
   if (chunk.keys.empty()) {
     chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(c));
@@ -65,21 +73,20 @@ void FreeList::Erase(Key key) {
 void FreeList::Replace(Key old_key, Key new_key, int64_t id) {
   const Packed from = Pack(old_key);
   const Packed to = Pack(new_key);
-  const size_t c = ChunkFor(from);
-  // (chunk c ends at or after `from`, so the search inside it stays in range)
-  const bool present = c < chunks_.size() && *std::lower_bound(chunks_[c].keys.begin(),
-                                                               chunks_[c].keys.end(), from) == from;
-  // The new key stays in chunk c when it sorts after the previous chunk and before the next.
-  const bool same_chunk = present && (c == 0 || to > last_[c - 1]) &&
+  const auto at = Locate(from);
+  // The new key stays in the old one's chunk when it sorts after the previous chunk and before
+  // the next.
+  const size_t c = at ? at->first : 0;
+  const bool same_chunk = at && (c == 0 || to > last_[c - 1]) &&
                           (c + 1 == chunks_.size() || to < chunks_[c + 1].keys.front());
   if (!same_chunk) {
-    Erase(old_key);
+    if (at) EraseAt(at->first, at->second);
     Insert(new_key, id);
     return;
   }
   std::vector<Packed>& keys = chunks_[c].keys;
   std::vector<int64_t>& ids = chunks_[c].ids;
-  const auto i = std::lower_bound(keys.begin(), keys.end(), from) - keys.begin();
+  const auto i = static_cast<std::ptrdiff_t>(at->second);
   if (to < from) {
     // Entries [j, i) move up by one; the new one goes to j.
     const auto j = std::lower_bound(keys.begin(), keys.begin() + i, to) - keys.begin();

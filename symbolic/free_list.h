@@ -49,6 +49,10 @@ class FreeList {
   static Key Unpack(Packed p) { return {static_cast<uint64_t>(p >> 64), static_cast<uint64_t>(p)}; }
   // The first chunk whose last key is >= p (chunks_.size() when none is).
   [[nodiscard]] size_t ChunkFor(Packed p) const;
+  // The chunk and index of key p, or nullopt when it is not in the list.
+  [[nodiscard]] std::optional<std::pair<size_t, size_t>> Locate(Packed p) const;
+  // Removes entry i of chunk c (and the chunk, when it empties).
+  void EraseAt(size_t c, size_t i);
   void SplitChunk(size_t c);
 
   std::vector<Chunk> chunks_;  // in key order; none is empty
