@@ -222,7 +222,7 @@ int memest_result_fits(const memest_result* result, const char* gpu, int* fits, 
     auto profile =
         gpu != nullptr ? memest::FindGpuProfile(gpu) : memest::ResolveGpuProfile(result->options);
     if (!profile.ok()) return Fail(profile.status());
-    const memest::Fit f = memest::CheckFit(result->estimate, *profile, result->options.fit);
+    const memest::Fit f = memest::CheckFit(result->estimate, *profile, result->options);
     *fits = f.fits ? 1 : 0;
     if (headroom != nullptr) *headroom = f.headroom;
     return Ok();

@@ -143,6 +143,16 @@ const Table& AllocatorTable() {
        }},
       {"roundup_power2_divisions",
        NestedNumber(&Options::allocator, &AllocatorSettings::roundup_power2_divisions)},
+      {"memory_fraction",
+       [](const Json& v, const std::string& path, Options* o) -> Status {
+         if (v.is_null()) {
+           o->allocator.memory_fraction.reset();
+           return Status::Ok();
+         }
+         if (!v.is_number()) return TypeError(path, "a number in (0, 1] or null");
+         o->allocator.memory_fraction = v.get<double>();
+         return Status::Ok();
+       }},
   };
   return t;
 }
@@ -296,6 +306,8 @@ std::string OptionsToJson(const Options& o) {
                 {"max_split_size", nullptr},
                 {"roundup_power2_divisions", o.allocator.roundup_power2_divisions}};
   if (o.allocator.max_split_size) alloc["max_split_size"] = *o.allocator.max_split_size;
+  alloc["memory_fraction"] = nullptr;
+  if (o.allocator.memory_fraction) alloc["memory_fraction"] = *o.allocator.memory_fraction;
   Json j = {{"mode", ToString(o.mode)},
             {"batch", nullptr},
             {"dims", dims},
@@ -385,6 +397,7 @@ std::string EstimateToJson(const Estimate& e, const Fit* fit) {
                 {"judged", fit->judged},
                 {"on", fit->on_upper ? "upper" : "point"},
                 {"margin", fit->margin}};
+    if (fit->reserved_limit > 0) j["fit"]["reserved_limit"] = fit->reserved_limit;
   }
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }

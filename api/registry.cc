@@ -85,25 +85,58 @@ Result<std::unique_ptr<Estimator>> MakeEstimator(std::string_view name) {
   return NotFound("unknown backend '" + std::string(name) + "' (known: " + names + ")");
 }
 
+namespace {
+
+// have - need, saturating at int64_t's range.
+int64_t Room(uint64_t have, uint64_t need) {
+  const auto clamp = [](uint64_t v) {
+    return static_cast<int64_t>(std::min<uint64_t>(v, std::numeric_limits<int64_t>::max()));
+  };
+  return have >= need ? clamp(have - need) : -clamp(need - have);
+}
+
+}  // namespace
+
 Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu, const FitPolicy& policy) {
   Fit f;
   f.capacity = gpu.usable_memory.bytes;
   f.on_upper = policy.on == FitOn::kUpper && estimate.device_high.has_value();
   f.judged =
       f.on_upper ? std::max(*estimate.device_high, estimate.peak_device) : estimate.peak_device;
-  const double share = std::clamp(policy.margin_fraction, 0.0, 1.0);
-  f.margin = base::SatAdd(static_cast<uint64_t>(share * static_cast<double>(f.capacity)),
-                          policy.margin_bytes);
+  f.margin = policy.MarginBytes(f.capacity);
   const uint64_t need = base::SatAdd(f.judged, f.margin);
   f.fits = need <= f.capacity;
-  const auto clamp = [](uint64_t v) {
-    return static_cast<int64_t>(std::min<uint64_t>(v, std::numeric_limits<int64_t>::max()));
-  };
-  f.headroom = f.fits ? clamp(f.capacity - need) : -clamp(need - f.capacity);
+  f.headroom = Room(f.capacity, need);
+  return f;
+}
+
+Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu, const Options& options) {
+  Fit f = CheckFit(estimate, gpu, options.fit);
+  const std::optional<uint64_t> limit = options.allocator.ReservedLimit(gpu.total_memory.bytes);
+  if (!limit) return f;
+  f.reserved_limit = *limit;
+  const int64_t room = Room(*limit, estimate.peak_reserved);
+  f.fits = f.fits && room >= 0;
+  f.headroom = std::min(f.headroom, room);
   return f;
 }
 
 namespace {
+
+// What the search draws its line through: the device peak, except for a step the symbolic
+// backend simulated within the allocator's budget (noted allocator_retries or out_of_memory,
+// symbolic/symbolic.cc). Its reserved peak is held at the budget by released caches, or is the
+// unlimited step's, so it is the allocated bytes that meet the capacity: the device peak less
+// what the allocator held cached but free.
+double SearchSignal(const Estimate& e) {
+  const bool within_budget =
+      std::any_of(e.diagnostics.begin(), e.diagnostics.end(), [](const Diagnostic& d) {
+        return d.code == "allocator_retries" || d.code == "out_of_memory";
+      });
+  const uint64_t cached_free = e.peak_reserved - std::min(e.peak_allocated, e.peak_reserved);
+  return static_cast<double>(
+      within_budget && e.peak_device >= cached_free ? e.peak_device - cached_free : e.peak_device);
+}
 
 // The largest value v in [1, limit] for which the model fits with set(o, v) applied, searched by
 // safeguarded interpolation on the estimated device peak. label(v) names a candidate in errors
@@ -119,7 +152,7 @@ Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Mo
     ++r.evaluations;
     auto e = estimator.Run(model, o);
     if (!e.ok()) return e.status().WithContext(label(v));
-    bool ok = CheckFit(*e, gpu, options.fit).fits;
+    bool ok = CheckFit(*e, gpu, options).fits;
     return std::make_pair(ok, std::move(e).value());
   };
   MEMEST_ASSIGN_OR_RETURN(auto first, fits(1));
@@ -136,20 +169,25 @@ Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Mo
   // open bracket, and a step that did not halve the bracket is followed by a bisection.
   const double cap = static_cast<double>(gpu.usable_memory.bytes);
   int64_t good = 1;
-  double good_peak = static_cast<double>(first.second.peak_device);
+  double good_peak = SearchSignal(first.second);
   Estimate good_estimate = std::move(first.second);
   int64_t bad = 0;  // 0 = no failing batch found yet
   double bad_peak = 0;
   int64_t prev = 0;  // the evaluation before the last, for the line while unbracketed
   double prev_peak = 0;
+  double prev_allocated = 0;
   int64_t last = 1;
   double last_peak = good_peak;
+  double last_allocated = static_cast<double>(good_estimate.peak_allocated);
   bool bisect = false;
   while (bad == 0 ? good < limit : bad - good > 1) {
     int64_t next;
     if (bad == 0) {
-      const double slope =
-          prev > 0 ? (last_peak - prev_peak) / static_cast<double>(last - prev) : 0;
+      // Where the device peak does not rise yet (segments rounded up hide small batches'
+      // growth), the allocated bytes' slope, which does.
+      const double step = static_cast<double>(last - prev);
+      double slope = prev > 0 ? (last_peak - prev_peak) / step : 0;
+      if (!(slope > 0) && prev > 0) slope = (last_allocated - prev_allocated) / step;
       double predicted = slope > 0 ? static_cast<double>(last) + (cap - last_peak) / slope : 0;
       if (slope <= 0 || !(predicted > static_cast<double>(good))) {
         next = good > limit / 2 ? limit : good * 2;
@@ -157,7 +195,7 @@ Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Mo
         predicted = std::min(predicted, static_cast<double>(limit));
         next = std::max<int64_t>(static_cast<int64_t>(predicted), good + 1);
       }
-    } else if (bisect || !(bad_peak > good_peak)) {
+    } else if (bisect || !(good_peak <= cap && cap < bad_peak)) {
       next = good + (bad - good) / 2;
     } else {
       const double t = (cap - good_peak) / (bad_peak - good_peak);
@@ -168,8 +206,10 @@ Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Mo
     MEMEST_ASSIGN_OR_RETURN(auto t, fits(next));
     prev = last;
     prev_peak = last_peak;
+    prev_allocated = last_allocated;
     last = next;
-    last_peak = static_cast<double>(t.second.peak_device);
+    last_peak = SearchSignal(t.second);
+    last_allocated = static_cast<double>(t.second.peak_allocated);
     if (t.first) {
       good = next;
       good_peak = last_peak;

@@ -1,13 +1,27 @@
 #include "memest/options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "base/checked.h"
 #include "base/name_pattern.h"
 
 namespace memest {
+
+uint64_t FitPolicy::MarginBytes(uint64_t capacity) const {
+  const double share = std::clamp(margin_fraction, 0.0, 1.0);
+  return base::SatAdd(static_cast<uint64_t>(share * static_cast<double>(capacity)), margin_bytes);
+}
+
+std::optional<uint64_t> AllocatorSettings::ReservedLimit(uint64_t total_memory) const {
+  if (!memory_fraction) return std::nullopt;
+  const double f = std::clamp(*memory_fraction, 0.0, 1.0);
+  return static_cast<uint64_t>(f * static_cast<double>(total_memory));
+}
+
 namespace {
 
 template <typename E, size_t N>
@@ -201,6 +215,11 @@ Status Validate(const Options& o) {
     // memory-model.md §1.2: parseMaxSplitSize requires >= kLargeBuffer (20 MiB).
     return InvalidArgument("allocator max_split_size must be >= 20 MiB");
   }
+  if (const auto& f = o.allocator.memory_fraction; f && !(*f > 0 && *f <= 1)) {
+    // c10/cuda/CUDACachingAllocator.cpp setMemoryFraction checks 0 <= fraction <= 1; 0 would
+    // leave the allocator nothing, so it is refused here.
+    return InvalidArgument("allocator memory_fraction must be in (0, 1]");
+  }
   if (o.gpu.empty()) return InvalidArgument("GPU profile name is empty");
   if (!std::isfinite(o.fit.margin_fraction) || o.fit.margin_fraction < 0 ||
       o.fit.margin_fraction >= 1) {
@@ -294,6 +313,9 @@ std::vector<OptionDoc> DescribeOptions() {
       {"safety_margin", "0", "kept free on top of the judged peak (share of memory or bytes)"},
       {"expandable_segments", d.allocator.expandable_segments ? "true" : "false",
        "PyTorch allocator expandable_segments"},
+      {"memory_fraction", "(unset: no limit)",
+       "torch.cuda.set_per_process_memory_fraction: the allocator reserves at most this share "
+       "of the GPU"},
       {"micro_batches", std::to_string(d.micro_batches),
        "gradient accumulation: micro-batches per optimizer step (batch must divide)"},
       {"checkpoint_segments", std::to_string(d.checkpoint_segments),

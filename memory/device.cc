@@ -27,6 +27,19 @@ void SetOutsideAllocator(const StackProfile& stack, Breakdown* bd) {
   bd->library_memory = stack.library_memory.bytes;
 }
 
+uint64_t AllocatorBudget(const Options& options, const GpuProfile& gpu, const StackProfile& stack,
+                         uint64_t nccl_buffers) {
+  const uint64_t usable = gpu.usable_memory.bytes;
+  if (usable == 0) return std::numeric_limits<uint64_t>::max();
+  Breakdown outside;
+  SetOutsideAllocator(stack, &outside);
+  outside.nccl_buffers = nccl_buffers;
+  const uint64_t taken = base::SatAdd(outside.Total(), options.fit.MarginBytes(usable));
+  const uint64_t budget = usable > taken ? usable - taken : 0;
+  const std::optional<uint64_t> limit = options.allocator.ReservedLimit(gpu.total_memory.bytes);
+  return limit ? std::min(budget, *limit) : budget;
+}
+
 ConvKind ClassifyConv(bool transposed, const std::vector<int64_t>* w, int64_t group) {
   if (w == nullptr || w->size() < 3) return ConvKind::kSpatial;
   if (std::all_of(w->begin() + 2, w->end(), [](int64_t k) { return k == 1; })) {

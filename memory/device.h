@@ -41,6 +41,15 @@ namespace memest::memory {
 // Sets breakdown.cuda_context and breakdown.library_memory from the stack.
 void SetOutsideAllocator(const StackProfile& stack, Breakdown* breakdown);
 
+// The bytes the caching allocator can reserve before a cudaMalloc fails (memory-model.md §1.5):
+// the GPU's usable memory less what lives outside the allocator (the stack's CUDA context and
+// library memory, `nccl_buffers`) and the fit policy's margin -- "fits" keeps the margin free,
+// so the allocator is taken to meet the limit there -- and at most
+// options.allocator.memory_fraction of the GPU's total memory. Unlimited (UINT64_MAX) when the
+// GPU profile gives no usable memory.
+[[nodiscard]] uint64_t AllocatorBudget(const Options& options, const GpuProfile& gpu,
+                                       const StackProfile& stack, uint64_t nccl_buffers);
+
 // What a convolution's workspace follows (policy above).
 enum class ConvKind { kSpatial, kPointwise, kDepthwise };
 

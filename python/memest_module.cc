@@ -39,7 +39,7 @@ struct PyModel {
 // judged, on, margin}), as the CLI reports it.
 std::string WithFit(const memest::Estimate& e, const memest::Options& o) {
   const memest::GpuProfile gpu = Unwrap(memest::ResolveGpuProfile(o));
-  const memest::Fit f = memest::CheckFit(e, gpu, o.fit);
+  const memest::Fit f = memest::CheckFit(e, gpu, o);
   return memest::EstimateToJson(e, &f);
 }
 

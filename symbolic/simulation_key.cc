@@ -9,9 +9,9 @@ namespace memest::symbolic {
 namespace {
 
 // A field added to one of these structs changes its size: compare it below, then update the size.
-static_assert(sizeof(Options) == 480, "Options changed: compare the new field in OptionFields");
+static_assert(sizeof(Options) == 496, "Options changed: compare the new field in OptionFields");
 static_assert(sizeof(Parallelism) == 128, "Parallelism changed: compare it in ParallelFields");
-static_assert(sizeof(AllocatorSettings) == 32, "AllocatorSettings changed: compare it below");
+static_assert(sizeof(AllocatorSettings) == 48, "AllocatorSettings changed: compare it below");
 static_assert(sizeof(FitPolicy) == 24, "FitPolicy changed: compare it in OptionFields");
 
 auto ParallelFields(const Parallelism& p) {
@@ -26,10 +26,10 @@ auto OptionFields(const Options& o) {
       std::tie(o.mode, o.batch, o.dims, o.optimizer, o.optimizer_impl, o.weight_decay, o.precision,
                o.loss, o.gpu, o.custom_gpu, o.stack, o.custom_stack, o.fit.on,
                o.fit.margin_fraction, o.fit.margin_bytes, o.allocator.expandable_segments,
-               o.allocator.max_split_size, o.allocator.roundup_power2_divisions, o.micro_batches,
-               o.checkpoint_segments, o.library_workspaces, o.fused_kernels, o.attention,
-               o.trainable, o.freeze, o.weight_dtype, o.kv_cache_dtype, o.paged_kv_cache,
-               o.allow_unknown_shapes),
+               o.allocator.max_split_size, o.allocator.roundup_power2_divisions,
+               o.allocator.memory_fraction, o.micro_batches, o.checkpoint_segments,
+               o.library_workspaces, o.fused_kernels, o.attention, o.trainable, o.freeze,
+               o.weight_dtype, o.kv_cache_dtype, o.paged_kv_cache, o.allow_unknown_shapes),
       ParallelFields(o.parallel));
 }
 
@@ -41,6 +41,7 @@ SimulationKey SimulationKey::Of(const memory::EstimationContext& ctx) {
   key.options.gpu.clear();
   key.options.custom_gpu.reset();
   key.options.fit = FitPolicy{};
+  key.options.allocator.memory_fraction.reset();
   key.kernels = memory::KernelChoices(ctx.options(), ctx.gpu());
   // The compute capability only picks attention kernels, call by call (ops/fusion.cc): where
   // the graph has no attention call, it changed nothing the facts hold, and GPUs of other
@@ -56,7 +57,8 @@ SimulationKey SimulationKey::Of(const memory::EstimationContext& ctx) {
 
 bool SimulationKey::operator==(const SimulationKey& other) const {
   return OptionFields(options) == OptionFields(other.options) && kernels == other.kernels &&
-         cublas_workspace == other.cublas_workspace && stage == other.stage;
+         cublas_workspace == other.cublas_workspace && stage == other.stage &&
+         allocator_budget == other.allocator_budget;
 }
 
 }  // namespace memest::symbolic

@@ -6,8 +6,9 @@
 //
 // Policy:
 //  * The simulation reads the options only through SimulationKey::options, a copy with the GPU
-//    (gpu, custom_gpu) and the fit policy cleared: it cannot see them, so queries that differ
-//    there alone share one simulation.
+//    (gpu, custom_gpu), the fit policy and the memory fraction cleared: it cannot see them, so
+//    queries that differ there alone share one simulation. What they decide for the simulation,
+//    the allocator's budget, is a field of its own, unlimited unless the step needs more.
 //  * Of the GPU it reads one figure, the cuBLAS workspace; the GPU also shapes the value facts
 //    through its kernel choices (memory::KernelChoices). Both are in the key, the compute
 //    capability only where the graph has an attention call: it picks nothing else
@@ -22,6 +23,7 @@
 #define MEMEST_SYMBOLIC_SIMULATION_KEY_H_
 
 #include <cstdint>
+#include <limits>
 
 #include "memest/options.h"
 #include "memory/context.h"
@@ -34,8 +36,12 @@ struct SimulationKey {
   ops::FusionChoices kernels;
   uint64_t cublas_workspace = 0;
   int stage = 0;
+  // What the allocator may reserve before a request fails (memory::AllocatorBudget); unlimited in
+  // the key Of() returns: the symbolic backend simulates without a limit first and again within
+  // the budget only when the step reserves more (symbolic/symbolic.cc).
+  uint64_t allocator_budget = std::numeric_limits<uint64_t>::max();
 
-  // The key of the simulation `ctx` asks for (at its current stage).
+  // The key of the simulation `ctx` asks for (at its current stage), without a budget.
   [[nodiscard]] static SimulationKey Of(const memory::EstimationContext& ctx);
   bool operator==(const SimulationKey& other) const;
 };

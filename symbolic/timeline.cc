@@ -131,9 +131,15 @@ class Sim {
         staged_(plan_.stages() > 1),
         record_(record),
         alloc_(AllocatorConfig{o_.allocator.expandable_segments, o_.allocator.max_split_size,
-                               kLargeBuffer, o_.allocator.roundup_power2_divisions}) {}
+                               kLargeBuffer, o_.allocator.roundup_power2_divisions,
+                               key.allocator_budget}) {}
 
   Result<Simulation> Run();
+  // Some request failed even after the allocator released its cached segments (PyTorch raises
+  // OutOfMemoryError there); where that first happened, and how often a cudaMalloc failed.
+  bool ran_out() const { return alloc_.oom(); }
+  uint64_t retries() const { return alloc_.stats().num_alloc_retries; }
+  CategoryPeak OutOfMemoryAt() const { return Describe(oom_at_); }
 
  private:
   struct Live {
@@ -306,6 +312,7 @@ class Sim {
   int alloc_peak_node_ = -1;
   int alloc_peak_iteration_ = 0;
   uint64_t iteration_alloc_peak_ = 0;
+  Moment oom_at_;  // the first request that failed for good (bytes: its size)
   Simulation sim_;
 };
 
@@ -320,7 +327,9 @@ Tensor Sim::Malloc(uint64_t bytes, Category c) {
     free_slots_.pop_back();
   }
   Live& t = tensors_[slot];
+  const bool ran_out_before = alloc_.oom();
   t.handle = alloc_.Malloc(bytes);
+  if (alloc_.oom() && !ran_out_before) oom_at_ = Here(bytes);
   t.bytes = bytes;
   t.category = c;
   t.alive = true;
@@ -1168,7 +1177,9 @@ Result<Simulation> Sim::Run() {
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
                             bool record_events) {
   Sim sim(ctx, key, record_events);
-  return sim.Run();
+  MEMEST_ASSIGN_OR_RETURN(Simulation out, sim.Run());
+  out.budget = {sim.ran_out(), sim.OutOfMemoryAt(), sim.retries()};
+  return out;
 }
 
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, bool record_events) {

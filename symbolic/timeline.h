@@ -45,8 +45,16 @@ struct IterationPeak {
   uint64_t reserved = 0;   // reserved at the end of the iteration
 };
 
+// How a simulation limited by SimulationKey::allocator_budget went.
+struct BudgetOutcome {
+  bool ran_out = false;     // a request failed even after the cached segments were released
+  CategoryPeak ran_out_at;  // the first such request (bytes: its size), when ran_out
+  uint64_t retries = 0;     // cudaMalloc calls that failed and were retried after a release
+};
+
 struct Simulation {
   Estimate estimate;
+  BudgetOutcome budget;
   std::vector<IterationPeak> iterations;
   std::vector<TimelineEvent> events;    // filled only when asked for
   std::vector<std::string> node_names;  // index -> name, for events

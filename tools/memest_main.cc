@@ -3,7 +3,8 @@
 //   memest MODEL.onnx [--batch N] [--dim name=value]... [--mode train|infer]
 //          [--optimizer ...] [--optimizer-impl ...] [--weight-decay X] [--micro-batches K]
 //          [--checkpoint SEGMENTS] [--precision ...] [--loss ...] [--gpu NAME]
-//          [--expandable-segments] [--backend NAME[,NAME...]|all] [--max-batch]
+//          [--expandable-segments] [--memory-fraction F] [--backend NAME[,NAME...]|all]
+//          [--max-batch]
 //          [--timeline FILE] [-o table|json|csv|md] [--json] [-q|-v]
 //   memest --hf-config config.json [--phase train|prefill|decode] [--logits all|last] ...
 //          (the graph of a Hugging Face config, built in memory: datasets/zoo/hf.h)
@@ -739,7 +740,7 @@ std::vector<BackendResult> RunBackends(const Plan& plan, const Model& model,
       }
       r.estimate = std::move(e).value();
     }
-    r.fit = CheckFit(r.estimate, plan.gpu, plan.options.fit);
+    r.fit = CheckFit(r.estimate, plan.gpu, plan.options);
   }
   return results;
 }

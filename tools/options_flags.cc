@@ -292,6 +292,21 @@ Status ApplyExpandableSegments(const OptionFlags& all, Options* o) {
   return Status::Ok();
 }
 
+// A share in (0, 1] (Validate checks the range). Empty: no limit.
+Status ApplyMemoryFraction(const OptionFlags& all, Options* o) {
+  const std::string& text = all.Text("memory-fraction");
+  if (text.empty()) return Status::Ok();
+  double value = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end || !(value > 0 && value <= 1)) {
+    return InvalidArgument(
+        fmt::format("--memory-fraction {}: expected a share in (0, 1], e.g. 0.5", text));
+  }
+  o->allocator.memory_fraction = value;
+  return Status::Ok();
+}
+
 Status ApplyMicroBatches(const OptionFlags& all, Options* o) {
   return ApplyInteger(all, "micro-batches", 1, &o->micro_batches);
 }
@@ -530,6 +545,11 @@ const std::vector<OptionFlag>& Table() {
           {"expandable_segments", "allocator_expandable_segments"}, FlagValue::kSwitch, kAnyMode,
           [](const Options& d) { return TrueOrFalse(d.allocator.expandable_segments); },
           ApplyExpandableSegments),
+      Row("--memory-fraction", "F",
+          "torch.cuda.set_per_process_memory_fraction(F): the caching allocator reserves at most "
+          "F x the GPU's total memory, releasing its cache and retrying before it runs out",
+          {"memory_fraction", "allocator_memory_fraction"}, FlagValue::kText, kAnyMode, nullptr,
+          ApplyMemoryFraction),
       Row("--micro-batches", "K",
           "gradient accumulation: micro-batches per optimizer step (--batch must divide)",
           {"micro_batches"}, FlagValue::kText, kTraining, nullptr, ApplyMicroBatches),

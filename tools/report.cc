@@ -189,6 +189,9 @@ std::string AllocatorText(const Options& o, const GpuProfile& gpu) {
   if (o.allocator.roundup_power2_divisions) {
     s += fmt::format("+roundup_power2_divisions={}", o.allocator.roundup_power2_divisions);
   }
+  if (o.allocator.memory_fraction) {
+    s += fmt::format("+memory_fraction={}", *o.allocator.memory_fraction);
+  }
   return s;
 }
 

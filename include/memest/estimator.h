@@ -96,11 +96,19 @@ struct Fit {
   bool on_upper = false;  // judged is the top of the estimate's interval
   uint64_t margin = 0;    // bytes kept free by the policy's safety margin
   int64_t headroom = 0;   // capacity - margin - judged (negative: over by that much)
+  // Under Options::allocator.memory_fraction: the most the allocator may reserve
+  // (AllocatorSettings::ReservedLimit of the GPU's total memory); 0 = no such limit.
+  uint64_t reserved_limit = 0;
 };
 // fits = judged + margin <= capacity, where judged is device_high under FitOn::kUpper when the
 // estimate has an interval, else peak_device; margin = policy.margin_fraction x capacity +
 // policy.margin_bytes.
 Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu, const FitPolicy& policy = {});
+// The same under options.fit, and under options.allocator.memory_fraction the estimate's
+// reserved peak must stay within reserved_limit too (a cudaMalloc past it fails even when the GPU
+// has room); headroom is then the smaller of the two rooms. What every caller that has the
+// options uses (FindMaxBatch, the CLI, the C and Python APIs).
+Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu, const Options& options);
 
 // The largest batch (>= 1) for which `estimator` predicts the model fits `options.gpu`
 // (options.batch is ignored). Returns 0 when even batch 1 does not fit. Searches up to `limit`

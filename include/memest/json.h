@@ -20,9 +20,10 @@ namespace memest {
 // dims, optimizer, optimizer_impl, weight_decay, micro_batches, checkpoint_segments, precision,
 // loss, gpu, stack, attention, trainable, freeze, weight_dtype, fused_kernels,
 // library_workspaces, allow_unknown_shapes, fit {on, margin_fraction, margin_bytes}, allocator
-// {expandable_segments, max_split_size, roundup_power2_divisions}, parallel {world_size, dp, tp,
-// pp, sharding, sequence_parallel, fsdp_unit, offload_optimizer, offload_params, bucket_cap_mb,
-// gradient_as_bucket_view, nccl_buffsize, nccl_channels, gpus_per_node}), and for a GPU given
+// {expandable_segments, max_split_size, roundup_power2_divisions, memory_fraction}, parallel
+// {world_size, dp, tp, pp, sharding, sequence_parallel, fsdp_unit, offload_optimizer,
+// offload_params, bucket_cap_mb, gradient_as_bucket_view, nccl_buffsize, nccl_channels,
+// gpus_per_node}), and for a GPU given
 // at run time "gpu_profile" (one profile object in the format of docs/gpu-profiles.md) and
 // "capacity" (bytes replacing the profile's memory; Options::custom_gpu); every key optional
 // (absent: the default of memest/options.h). "" or "{}" is the default Options. InvalidArgument

@@ -67,6 +67,10 @@ struct FitPolicy {
   // number of bytes. A job fits when judged peak + margin <= usable memory.
   double margin_fraction = 0.0;
   uint64_t margin_bytes = 0;
+
+  // The margin on a GPU with `capacity` usable bytes: margin_fraction (clamped to [0, 1]) of it
+  // plus margin_bytes, saturating.
+  [[nodiscard]] uint64_t MarginBytes(uint64_t capacity) const;
 };
 struct StackProfile;  // memest/stack.h
 
@@ -76,6 +80,16 @@ struct AllocatorSettings {
   bool expandable_segments = false;        // expandable_segments:True
   std::optional<uint64_t> max_split_size;  // max_split_size_mb (unset = unlimited)
   uint32_t roundup_power2_divisions = 0;   // roundup_power2_divisions (0 = off)
+  // torch.cuda.set_per_process_memory_fraction(f), f in (0, 1]: the allocator may reserve at most
+  // f x the GPU's total memory (memory-model.md §1.5); a cudaMalloc past it fails, and the
+  // allocator frees its cached segments and retries before it raises OutOfMemoryError. Unset:
+  // no such limit.
+  std::optional<double> memory_fraction;
+
+  // What memory_fraction lets the allocator reserve on a GPU of `total_memory` bytes: the
+  // fraction of it, rounded down as setMemoryFraction does (c10/cuda/CUDACachingAllocator.cpp:
+  // allowed_memory_maximum = size_t(fraction x total)); nullopt when unset.
+  [[nodiscard]] std::optional<uint64_t> ReservedLimit(uint64_t total_memory) const;
 };
 
 // How data-parallel replicas hold the model states (memory/parallel.h, docs/memory-model.md §9).
