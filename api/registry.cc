@@ -138,90 +138,134 @@ double SearchSignal(const Estimate& e) {
       within_budget && e.peak_device >= cached_free ? e.peak_device - cached_free : e.peak_device);
 }
 
-// The largest value v in [1, limit] for which the model fits with set(o, v) applied, searched by
-// safeguarded interpolation on the estimated device peak. label(v) names a candidate in errors
-// ("batch 64", "seq 4096"). v = 0 when even 1 does not fit.
+// The candidates of the max-batch search (policy in memest/estimator.h and docs/cli.md
+// `--max-batch`): safeguarded interpolation on SearchSignal. The device peak is close to affine
+// in the batch, so a candidate is where the line through two estimates meets the capacity.
+// Unbracketed (no failing batch yet), the line runs through the last two estimates and a
+// candidate is at least one more than the largest fitting batch (twice it when the line does not
+// rise). Bracketed, the line runs through the largest fitting and smallest failing batch and the
+// candidate is clamped into the open bracket; a batch that failed just below the capacity line
+// is followed by steps down from it (1, 2, 4, ... batches); a step that did not halve the
+// bracket, or a bracket that does not straddle the capacity, is followed by a bisection.
+class Candidates {
+ public:
+  Candidates(double capacity, int64_t limit, const Estimate& at_one)
+      : cap_(capacity),
+        limit_(limit),
+        good_peak_(SearchSignal(at_one)),
+        last_{1, good_peak_, static_cast<double>(at_one.peak_allocated)} {}
+
+  // Whether the answer is known: the limit fits, or the bracket is two adjacent batches.
+  bool done() const { return bad_ == 0 ? good_ >= limit_ : bad_ - good_ <= 1; }
+  int64_t largest_fitting() const { return good_; }
+
+  // The batch to estimate next; a step down doubles the one after it.
+  int64_t Next() {
+    if (bad_ == 0) return Extrapolate();
+    if (!bisect_ && good_peak_ <= cap_ && cap_ < bad_peak_) return Interpolate();
+    if (last_.batch == bad_ && FailedJustBelowCapacity()) {
+      const int64_t next = std::max(good_ + 1, bad_ - down_);
+      down_ *= 2;
+      return next;
+    }
+    return good_ + (bad_ - good_) / 2;
+  }
+
+  // The verdict and estimate at `batch`, the last Next().
+  void Record(int64_t batch, bool fits, const Estimate& e) {
+    const int64_t width = bad_ == 0 ? 0 : bad_ - good_;
+    prev_ = last_;
+    last_ = {batch, SearchSignal(e), static_cast<double>(e.peak_allocated)};
+    if (fits) {
+      good_ = batch;
+      good_peak_ = last_.peak;
+      down_ = 1;
+    } else {
+      bad_ = batch;
+      bad_peak_ = last_.peak;
+    }
+    bisect_ = width > 0 && !bisect_ && 2 * (bad_ - good_) > width;
+  }
+
+ private:
+  struct Point {
+    int64_t batch = 0;
+    double peak = 0;       // SearchSignal
+    double allocated = 0;  // peak_allocated
+  };
+  // A failing batch is within this many batches' growth of the capacity line.
+  static constexpr double kNearCapacity = 16;
+
+  int64_t Extrapolate() const {
+    // Where the device peak does not rise yet (segments rounded up hide small batches'
+    // growth), the allocated bytes' slope, which does.
+    const double step = static_cast<double>(last_.batch - prev_.batch);
+    double slope = prev_.batch > 0 ? (last_.peak - prev_.peak) / step : 0;
+    if (!(slope > 0) && prev_.batch > 0) slope = (last_.allocated - prev_.allocated) / step;
+    double predicted =
+        slope > 0 ? static_cast<double>(last_.batch) + (cap_ - last_.peak) / slope : 0;
+    if (slope <= 0 || !(predicted > static_cast<double>(good_))) {
+      return good_ > limit_ / 2 ? limit_ : good_ * 2;
+    }
+    predicted = std::min(predicted, static_cast<double>(limit_));
+    return std::max<int64_t>(static_cast<int64_t>(predicted), good_ + 1);
+  }
+
+  int64_t Interpolate() const {
+    const double t = (cap_ - good_peak_) / (bad_peak_ - good_peak_);
+    const int64_t next = good_ + static_cast<int64_t>(t * static_cast<double>(bad_ - good_));
+    return std::clamp<int64_t>(next, good_ + 1, bad_ - 1);
+  }
+
+  // The failing batch's line value is below the capacity (cached segments it could not
+  // release) by at most kNearCapacity batches' growth: the boundary is usually a few batches
+  // down.
+  bool FailedJustBelowCapacity() const {
+    const double per_batch = (bad_peak_ - good_peak_) / static_cast<double>(bad_ - good_);
+    return bad_peak_ <= cap_ && cap_ - bad_peak_ <= kNearCapacity * per_batch;
+  }
+
+  const double cap_;
+  const int64_t limit_;
+  int64_t good_ = 1;
+  double good_peak_;
+  int64_t bad_ = 0;  // 0 = no failing batch found yet
+  double bad_peak_ = 0;
+  Point last_, prev_;  // the last two evaluations
+  bool bisect_ = false;
+  int64_t down_ = 1;  // the next step down from a batch that failed just below the capacity
+};
+
+// The largest value v in [1, limit] for which the model fits with set(o, v) applied (Candidates
+// above). label(v) names a candidate in errors ("batch 64", "seq 4096"). v = 0 when even 1 does
+// not fit.
 template <typename Set, typename Label>
 Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Model& model,
                                             const Options& options, const GpuProfile& gpu,
                                             int64_t limit, Label label, Set set) {
   MaxBatchResult r;
   Options o = options;
-  auto fits = [&](int64_t v) -> Result<std::pair<bool, Estimate>> {
+  auto estimate = [&](int64_t v) -> Result<Estimate> {
     set(&o, v);
     ++r.evaluations;
     auto e = estimator.Run(model, o);
     if (!e.ok()) return e.status().WithContext(label(v));
-    bool ok = CheckFit(*e, gpu, options).fits;
-    return std::make_pair(ok, std::move(e).value());
+    return e;
   };
-  MEMEST_ASSIGN_OR_RETURN(auto first, fits(1));
-  if (!first.first) {
+  MEMEST_ASSIGN_OR_RETURN(r.at_batch, estimate(1));
+  if (!CheckFit(r.at_batch, gpu, options).fits) {
     r.batch = 0;
-    r.at_batch = std::move(first.second);
     return r;
   }
-  // Safeguarded interpolation search. The device peak is close to affine in the batch, so the
-  // next candidate is where the line through the last two estimates meets the capacity; each
-  // candidate is checked with a real estimate, so the answer is exact for any peak that grows
-  // with the batch. Without a failing batch yet, a candidate is at least one more than the best
-  // fitting one (twice it when the line does not rise); inside a bracket it is clamped into the
-  // open bracket, and a step that did not halve the bracket is followed by a bisection.
-  const double cap = static_cast<double>(gpu.usable_memory.bytes);
-  int64_t good = 1;
-  double good_peak = SearchSignal(first.second);
-  Estimate good_estimate = std::move(first.second);
-  int64_t bad = 0;  // 0 = no failing batch found yet
-  double bad_peak = 0;
-  int64_t prev = 0;  // the evaluation before the last, for the line while unbracketed
-  double prev_peak = 0;
-  double prev_allocated = 0;
-  int64_t last = 1;
-  double last_peak = good_peak;
-  double last_allocated = static_cast<double>(good_estimate.peak_allocated);
-  bool bisect = false;
-  while (bad == 0 ? good < limit : bad - good > 1) {
-    int64_t next;
-    if (bad == 0) {
-      // Where the device peak does not rise yet (segments rounded up hide small batches'
-      // growth), the allocated bytes' slope, which does.
-      const double step = static_cast<double>(last - prev);
-      double slope = prev > 0 ? (last_peak - prev_peak) / step : 0;
-      if (!(slope > 0) && prev > 0) slope = (last_allocated - prev_allocated) / step;
-      double predicted = slope > 0 ? static_cast<double>(last) + (cap - last_peak) / slope : 0;
-      if (slope <= 0 || !(predicted > static_cast<double>(good))) {
-        next = good > limit / 2 ? limit : good * 2;
-      } else {
-        predicted = std::min(predicted, static_cast<double>(limit));
-        next = std::max<int64_t>(static_cast<int64_t>(predicted), good + 1);
-      }
-    } else if (bisect || !(good_peak <= cap && cap < bad_peak)) {
-      next = good + (bad - good) / 2;
-    } else {
-      const double t = (cap - good_peak) / (bad_peak - good_peak);
-      next = good + static_cast<int64_t>(t * static_cast<double>(bad - good));
-      next = std::clamp<int64_t>(next, good + 1, bad - 1);
-    }
-    const int64_t width = bad == 0 ? 0 : bad - good;
-    MEMEST_ASSIGN_OR_RETURN(auto t, fits(next));
-    prev = last;
-    prev_peak = last_peak;
-    prev_allocated = last_allocated;
-    last = next;
-    last_peak = SearchSignal(t.second);
-    last_allocated = static_cast<double>(t.second.peak_allocated);
-    if (t.first) {
-      good = next;
-      good_peak = last_peak;
-      good_estimate = std::move(t.second);
-    } else {
-      bad = next;
-      bad_peak = last_peak;
-    }
-    bisect = width > 0 && !bisect && 2 * (bad - good) > width;
+  Candidates search(static_cast<double>(gpu.usable_memory.bytes), limit, r.at_batch);
+  while (!search.done()) {
+    const int64_t next = search.Next();
+    MEMEST_ASSIGN_OR_RETURN(Estimate e, estimate(next));
+    const bool fits = CheckFit(e, gpu, options).fits;
+    search.Record(next, fits, e);
+    if (fits) r.at_batch = std::move(e);
   }
-  r.batch = good;
-  r.at_batch = std::move(good_estimate);
+  r.batch = search.largest_fitting();
   return r;
 }
 

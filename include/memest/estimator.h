@@ -112,10 +112,11 @@ Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu, const Options& opt
 
 // The largest batch (>= 1) for which `estimator` predicts the model fits `options.gpu`
 // (options.batch is ignored). Returns 0 when even batch 1 does not fit. Searches up to `limit`
-// by safeguarded interpolation on the estimated device peak (api/registry.cc), in far fewer
-// estimates than a bisection. Exact whenever the peak does not shrink as the batch grows; where
-// it can (allocator segment rounding makes the reserved peak step up and down), the result is a
-// batch that fits whose successor does not. Errors from the estimator are passed through.
+// by safeguarded interpolation on the estimated device peak (api/registry.cc, docs/cli.md
+// `--max-batch`), in far fewer estimates than a bisection. Exact whenever "fits" does not turn
+// back as the batch grows; where it can (near the capacity, which cached segments the allocator
+// can release depends on every block size), the result is a batch that fits whose successor does
+// not, and a smaller batch may not fit. Errors from the estimator are passed through.
 struct MaxBatchResult {
   int64_t batch = 0;  // the batch found (FindMaxDim: the dim's value)
   Estimate at_batch;  // estimate at `batch` (at batch 1 when batch == 0)

@@ -1,0 +1,134 @@
+// FindMaxBatch's search (api/registry.cc Candidates) over estimators whose peaks are given by a
+// formula, so that each rule of the search is met on its own: the line to the capacity, the steps
+// down from a batch that failed just below it, and a "fits" that turns back.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "memest/memest.h"
+#include "memory/context.h"
+
+namespace memest {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+constexpr uint64_t kOutside = kGiB / 2;  // device = reserved + kOutside
+
+// An estimate at batch b from a formula: the allocator's peaks, and whether the step needed the
+// release of cached segments or ran out of the allocator's budget (noted as the symbolic backend
+// notes them).
+struct Step {
+  uint64_t allocated = 0;
+  uint64_t reserved = 0;
+  bool retried = false;
+  bool ran_out = false;
+};
+
+class Formula final : public Estimator {
+ public:
+  explicit Formula(std::function<Step(int64_t)> f) : f_(std::move(f)) {}
+  std::string_view name() const override { return "formula"; }
+  Result<Estimate> EstimateIn(const memory::EstimationContext& ctx) const override {
+    const Step s = f_(*ctx.options().batch);
+    Estimate e;
+    e.backend = "formula";
+    e.peak_allocated = s.allocated;
+    e.peak_reserved = s.reserved;
+    e.peak_device = s.reserved + kOutside;
+    e.breakdown.weights = e.peak_device;
+    if (s.retried) e.diagnostics.push_back({Severity::kInfo, "allocator_retries", "", "", ""});
+    if (s.ran_out) e.diagnostics.push_back({Severity::kInfo, "out_of_memory", "", "", ""});
+    return e;
+  }
+
+ private:
+  std::function<Step(int64_t)> f_;
+};
+
+class MaxBatchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto m =
+        LoadModel((fs::path(MEMEST_SOURCE_DIR) / "datasets/models/mlp_small_train.onnx").string());
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_ = *m;
+    options_.gpu = "h100-80gb";
+    auto gpu = ResolveGpuProfile(options_);
+    ASSERT_TRUE(gpu.ok());
+    capacity_ = gpu->usable_memory.bytes;
+  }
+  Result<MaxBatchResult> Search(std::function<Step(int64_t)> f) {
+    return FindMaxBatch(Formula(std::move(f)), *model_, options_, int64_t{1} << 24);
+  }
+
+  std::shared_ptr<const Model> model_;
+  Options options_;
+  uint64_t capacity_ = 0;
+};
+
+TEST_F(MaxBatchTest, AnAffinePeakIsFoundInAFewEstimates) {
+  const uint64_t per_sample = 37 * (uint64_t{1} << 20);
+  auto r = Search([&](int64_t b) {
+    const uint64_t bytes = kGiB + per_sample * static_cast<uint64_t>(b);
+    return Step{bytes, bytes};
+  });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->batch, static_cast<int64_t>((capacity_ - kOutside - kGiB) / per_sample));
+  EXPECT_LE(r->evaluations, 6);
+}
+
+// Steps within the budget: those that fit only by releasing cached segments hold their reserved
+// bytes at the budget, and a step fails some batches before its allocated bytes reach it
+// (segments it could not release). The search steps down from the first failure instead of
+// bisecting from batch 1.
+TEST_F(MaxBatchTest, ABatchThatFailedJustBelowTheCapacityIsFollowedByStepsDown) {
+  const uint64_t per_sample = 88 * (uint64_t{1} << 20);
+  const uint64_t budget = capacity_ - kOutside;
+  const int64_t boundary = static_cast<int64_t>(budget / per_sample) - 5;
+  std::vector<int64_t> asked;
+  auto r = Search([&](int64_t b) {
+    asked.push_back(b);
+    const uint64_t allocated = per_sample * static_cast<uint64_t>(b);
+    if (b > boundary) return Step{allocated, allocated + 8 * kGiB, false, true};
+    const uint64_t wanted = allocated + 4 * kGiB;
+    return Step{allocated, std::min(wanted, budget), wanted > budget, false};
+  });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->batch, boundary);
+  EXPECT_LE(r->evaluations, 10);
+  // The first batch that failed within the steps' reach is followed by the one below it.
+  const auto first_failure = std::find_if(
+      asked.begin(), asked.end(), [&](int64_t b) { return b > boundary && b <= boundary + 16; });
+  ASSERT_NE(first_failure, asked.end());
+  ASSERT_NE(first_failure + 1, asked.end());
+  EXPECT_EQ(*(first_failure + 1), *first_failure - 1);
+}
+
+// A "fits" that turns back: the answer fits and its successor does not.
+TEST_F(MaxBatchTest, WhereFitsTurnsBackTheAnswerFitsAndItsSuccessorDoesNot) {
+  const std::set<int64_t> holes = {700, 701, 702, 705, 720, 721, 730};
+  const uint64_t per_sample = 100 * (uint64_t{1} << 20);
+  const uint64_t budget = capacity_ - kOutside;
+  auto f = [&](int64_t b) {
+    const uint64_t bytes = kGiB + per_sample * static_cast<uint64_t>(b);
+    if (bytes > budget) return Step{bytes, bytes, false, true};
+    if (holes.count(b) > 0) return Step{bytes, budget + 1, false, false};
+    return Step{bytes, bytes};
+  };
+  auto r = Search(f);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const auto fits = [&](int64_t b) { return f(b).reserved <= budget; };
+  EXPECT_TRUE(fits(r->batch)) << r->batch;
+  EXPECT_FALSE(fits(r->batch + 1)) << r->batch;
+}
+
+}  // namespace
+}  // namespace memest
