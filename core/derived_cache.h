@@ -47,6 +47,12 @@ class DerivedCache {
   template <typename T, typename Key, typename Make>
   std::shared_ptr<const T> GetOrMake(Key key, size_t values, Make make,
                                      size_t keep = kEntries) const;
+  // The T stored under `key`, or null; a hit counts as a use, as in GetOrMake.
+  template <typename T, typename Key>
+  std::shared_ptr<const T> Find(const Key& key) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::static_pointer_cast<const T>(FindLocked(TypeTag<T, Key>(), key));
+  }
 
   // Results held now (for tests).
   size_t size() const {

@@ -1,22 +1,24 @@
 // symbolic/symbolic.cc -- the symbolic backend: the simulated step, on a GPU of limited memory.
 //
 // Policy (docs/memory-model.md §1.5):
-//  * The step is simulated without a limit first. When it reserves at most what the caching
-//    allocator can have on the GPU (memory::AllocatorBudget), PyTorch never meets a failed
-//    cudaMalloc, and that simulation is the estimate.
-//  * Otherwise the step is simulated again within the budget. When a new segment would pass it,
-//    the allocator model frees its cached segments and retries, as
-//    c10/cuda/CUDACachingAllocator.cpp does before it raises OutOfMemoryError.
-//    - A step that then stays within the budget is the estimate, noted `allocator_retries`:
-//      each retry synchronizes the device and frees segments, so the steps are slower.
-//    - A step that still runs out keeps the unlimited simulation's peaks (what it would need;
-//      more than the budget, so it does not fit), noted `out_of_memory` with the request that
-//      failed.
+//  * The step is simulated within what the caching allocator can have on the GPU
+//    (memory::AllocatorBudget). When a new segment would pass it, the allocator model frees its
+//    cached segments and retries, as c10/cuda/CUDACachingAllocator.cpp does before it raises
+//    OutOfMemoryError.
+//    - A step that never met the limit is the step without one: PyTorch never sees a failed
+//      cudaMalloc. It is also kept as the unlimited simulation, which a GPU with another budget
+//      reuses when the step stays within its budget too (symbolic/simulation_key.h).
+//    - A step that stays within the budget only through the release is the estimate, noted
+//      `allocator_retries`: each retry synchronizes the device and frees segments (slower
+//      steps).
+//    - A step that still runs out is simulated again without the limit, and that is the
+//      estimate (what it would need; more than the budget, so it does not fit), noted
+//      `out_of_memory` with the request that failed.
 //  * The limited simulation departs from the unlimited one only at the first request past the
-//    budget, so a step that fits without retries is simulated once, and the budget is not part
-//    of its key: GPUs that simulate alike share it (symbolic/simulation_key.h).
+//    budget, so the two agree wherever the step stays within it.
 #include "symbolic/symbolic.h"
 
+#include <limits>
 #include <new>
 #include <string>
 
@@ -62,7 +64,8 @@ Diagnostic BudgetNote(const BudgetOutcome& outcome, uint64_t budget) {
           "", ""};
 }
 
-// The step within the budget, given the unlimited one (policy above).
+// A step that met the budget (policy above): the limited simulation becomes *step unless it ran
+// out, when *step holds the unlimited one; either way noted.
 void Settle(Simulation limited, uint64_t budget, Simulation* step) {
   const Diagnostic note = BudgetNote(limited.budget, budget);
   if (!limited.budget.ran_out) *step = std::move(limited);
@@ -72,38 +75,51 @@ void Settle(Simulation limited, uint64_t budget, Simulation* step) {
 class Symbolic final : public Estimator {
  public:
   std::string_view name() const override { return "symbolic"; }
-  // The simulation's estimate, shared by every query on the same bound graph with an equal
-  // SimulationKey (symbolic/simulation_key.h): another GPU with the same cuBLAS workspace and
-  // kernel choices, another fit policy. An error is kept too: it is what the same inputs give.
+  // The step within the GPU's budget (policy above). Every simulation is kept by the bound
+  // graph for the next query with an equal SimulationKey (symbolic/simulation_key.h): another GPU
+  // with the same cuBLAS workspace and kernel choices, another fit policy. An error is kept too:
+  // it is what the same inputs give.
   Result<Estimate> EstimateIn(const memory::EstimationContext& ctx) const override {
-    SimulationKey key = SimulationKey::Of(ctx);
-    const auto unlimited = Kept(ctx, key, nullptr);
-    if (!unlimited->ok()) return *unlimited;
+    const SimulationKey unlimited = SimulationKey::Of(ctx);
     const uint64_t budget = Budget(ctx);
-    if ((*unlimited)->peak_reserved <= budget) return *unlimited;
-    key.allocator_budget = budget;
-    return *Kept(ctx, key, &**unlimited);
+    const core::DerivedCache& kept = ctx.bound().derived;
+    // A kept unlimited step answers when it stays within this budget (or failed).
+    auto free_run = kept.Find<Result<Estimate>>(unlimited);
+    if (free_run != nullptr && (!free_run->ok() || (*free_run)->peak_reserved <= budget)) {
+      return *free_run;
+    }
+    SimulationKey limited = unlimited;
+    limited.allocator_budget = budget;
+    if (auto step = kept.Find<Result<Estimate>>(limited)) return *step;
+    Result<Simulation> sim = Simulate(ctx, limited, /*record_events=*/false);
+    if (!sim.ok()) return *Keep(ctx, unlimited, Result<Estimate>(sim.status()));
+    if (sim->budget.retries == 0 && !sim->budget.ran_out) {
+      return *Keep(ctx, unlimited, Result<Estimate>(std::move(sim->estimate)));
+    }
+    Simulation step;
+    if (sim->budget.ran_out) {
+      if (free_run == nullptr) {
+        Result<Simulation> s = Simulate(ctx, unlimited, /*record_events=*/false);
+        free_run =
+            Keep(ctx, unlimited,
+                 s.ok() ? Result<Estimate>(std::move(s->estimate)) : Result<Estimate>(s.status()));
+      }
+      if (!free_run->ok()) return *free_run;
+      step.estimate = **free_run;
+    }
+    Settle(std::move(sim).value(), budget, &step);
+    return *Keep(ctx, limited, Result<Estimate>(std::move(step.estimate)));
   }
 
  private:
-  // The estimate under `key`, simulated unless the bound graph keeps it. `unlimited`: the step
-  // without a limit, when `key` has a budget.
-  static std::shared_ptr<const Result<Estimate>> Kept(const memory::EstimationContext& ctx,
+  // `estimate` kept by the bound graph under `key` (or what another thread kept there first).
+  static std::shared_ptr<const Result<Estimate>> Keep(const memory::EstimationContext& ctx,
                                                       const SimulationKey& key,
-                                                      const Estimate* unlimited) {
+                                                      Result<Estimate> estimate) {
     return ctx.bound().derived.GetOrMake<Result<Estimate>>(
         key, /*values=*/1,
-        [&ctx, unlimited](const SimulationKey& k) {
-          Result<Simulation> sim = Simulate(ctx, k, /*record_events=*/false);
-          if (sim.ok() && unlimited != nullptr) {
-            Simulation step;
-            step.estimate = *unlimited;
-            Settle(std::move(sim).value(), k.allocator_budget, &step);
-            sim = std::move(step);
-          }
-          return std::make_shared<const Result<Estimate>>(
-              sim.ok() ? Result<Estimate>(std::move(sim->estimate))
-                       : Result<Estimate>(sim.status()));
+        [&estimate](const SimulationKey&) {
+          return std::make_shared<const Result<Estimate>>(std::move(estimate));
         },
         kSimulationsKept);
   }
@@ -131,10 +147,17 @@ Result<Simulation> SimulateModel(const Model& model, const Options& options, boo
     }
     ctx->set_stage(worst);
     SimulationKey key = SimulationKey::Of(*ctx);
-    MEMEST_ASSIGN_OR_RETURN(Simulation sim, Simulate(*ctx, key, record_events));
-    if (const uint64_t budget = Budget(*ctx); sim.estimate.peak_reserved > budget) {
-      key.allocator_budget = budget;
-      MEMEST_ASSIGN_OR_RETURN(Simulation limited, Simulate(*ctx, key, record_events));
+    const uint64_t budget = Budget(*ctx);
+    key.allocator_budget = budget;
+    MEMEST_ASSIGN_OR_RETURN(Simulation limited, Simulate(*ctx, key, record_events));
+    Simulation sim;
+    if (limited.budget.ran_out) {
+      key.allocator_budget = std::numeric_limits<uint64_t>::max();
+      MEMEST_ASSIGN_OR_RETURN(sim, Simulate(*ctx, key, record_events));
+    }
+    if (limited.budget.retries == 0 && !limited.budget.ran_out) {
+      sim = std::move(limited);
+    } else {
       Settle(std::move(limited), budget, &sim);
     }
     memory::AddCommonDiagnostics(*ctx, &sim.estimate);

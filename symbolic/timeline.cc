@@ -1123,7 +1123,9 @@ Result<Simulation> Sim::Run() {
   Prepare();
   PrepareParallel();
   AllocateWeights();
-  for (int it = 1; it <= kSimulatedIterations; ++it) Iteration(it);
+  // A step limited by a budget that ran out is not an estimate (symbolic/symbolic.cc keeps the
+  // unlimited one), so it stops at the end of that iteration.
+  for (int it = 1; it <= kSimulatedIterations && !alloc_.oom(); ++it) Iteration(it);
 
   // A free the allocator model refused is a bug in this simulation: never an estimate over it.
   if (!alloc_.misuse().ok()) return alloc_.misuse();
