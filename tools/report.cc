@@ -305,11 +305,15 @@ std::string HeadroomText(const Fit& fit) {
 }
 
 // How the verdict was judged, when it was not the plain point estimate: " (judged on the upper
-// bound 12.3 GiB, margin 2 GiB)".
+// bound 12.3 GiB, margin 2 GiB)", and the memory fraction's limit on the reserved bytes.
 std::string JudgedText(const Fit& fit) {
   std::vector<std::string> parts;
   if (fit.on_upper) parts.push_back("judged on the upper bound " + FormatBytes(fit.judged));
   if (fit.margin > 0) parts.push_back("safety margin " + FormatBytes(fit.margin));
+  if (fit.reserved_limit > 0) {
+    parts.push_back("the memory fraction lets the allocator reserve " +
+                    FormatBytes(fit.reserved_limit));
+  }
   return parts.empty() ? "" : fmt::format(" ({})", fmt::join(parts, ", "));
 }
 

@@ -587,6 +587,29 @@ TEST_F(CliTest, MaxBatchOnH100) {
   EXPECT_GE(std::stoll(t.out.substr(pos + 11)), 1) << t.out;
 }
 
+// --memory-fraction: the verdict needs the reserved peak within F x the GPU's total memory, the
+// JSON says the limit, and a share outside (0, 1] is a usage error naming the flag.
+TEST_F(CliTest, MemoryFractionLimitsWhatTheAllocatorMayReserve) {
+  const std::string model = Model("resnet50_train.onnx");
+  CliRun whole = Run({model, "--batch", "64", "--gpu", "h100-80gb", "--json"});
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_FALSE(json::parse(whole.out)["results"][0]["fit"].contains("reserved_limit"));
+  CliRun small =
+      Run({model, "--batch", "64", "--gpu", "h100-80gb", "--memory-fraction", "0.05", "--json"});
+  ASSERT_EQ(small.exit_code, 1) << small.err;
+  const json fit = json::parse(small.out)["results"][0]["fit"];
+  EXPECT_FALSE(fit["fits"].get<bool>());
+  EXPECT_EQ(fit["reserved_limit"].get<uint64_t>(), uint64_t{85'017'493'504} / 20);
+  CliRun text = Run({model, "--batch", "64", "--gpu", "h100-80gb", "--memory-fraction", "0.05"});
+  EXPECT_NE(text.out.find("the memory fraction lets the allocator reserve"), std::string::npos)
+      << text.out;
+  for (const char* bad : {"0", "1.5", "half"}) {
+    CliRun r = Run({model, "--batch", "64", "--memory-fraction", bad});
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_NE(r.err.find("--memory-fraction"), std::string::npos) << r.err;
+  }
+}
+
 TEST_F(CliTest, MaxDimSearchesANamedDim) {
   const fs::path path = dir_ / "attention.onnx";
   WriteFile(path, testing::SelfAttention().Serialize());
