@@ -37,8 +37,8 @@ struct SimulationKey {
   uint64_t cublas_workspace = 0;
   int stage = 0;
   // What the allocator may reserve before a request fails (memory::AllocatorBudget); unlimited in
-  // the key Of() returns: the symbolic backend simulates without a limit first and again within
-  // the budget only when the step reserves more (symbolic/symbolic.cc).
+  // the key Of() returns. The symbolic backend simulates under its GPU's budget and keeps a step
+  // that never met it under the unlimited key, for GPUs with other budgets (symbolic/symbolic.cc).
   uint64_t allocator_budget = std::numeric_limits<uint64_t>::max();
 
   // The key of the simulation `ctx` asks for (at its current stage), without a budget.

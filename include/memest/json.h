@@ -23,8 +23,8 @@ namespace memest {
 // {expandable_segments, max_split_size, roundup_power2_divisions, memory_fraction}, parallel
 // {world_size, dp, tp, pp, sharding, sequence_parallel, fsdp_unit, offload_optimizer,
 // offload_params, bucket_cap_mb, gradient_as_bucket_view, nccl_buffsize, nccl_channels,
-// gpus_per_node}), and for a GPU given
-// at run time "gpu_profile" (one profile object in the format of docs/gpu-profiles.md) and
+// gpus_per_node}), and for a GPU given at run time "gpu_profile" (one profile object in the
+// format of docs/gpu-profiles.md) and
 // "capacity" (bytes replacing the profile's memory; Options::custom_gpu); every key optional
 // (absent: the default of memest/options.h). "" or "{}" is the default Options. InvalidArgument
 // naming the key for an unknown key (never silently ignored), a value of the wrong type, or an
