@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -66,6 +67,26 @@ Setter NestedNumber(S Options::*outer, T S::*field) {
       }
       (o->*outer).*field = static_cast<T>(v.get<int64_t>());
     }
+    return Status::Ok();
+  };
+}
+
+// An optional member of a nested struct: null unsets it; otherwise an integer >= 0 (unsigned T)
+// or any number (floating-point T), whose range Validate() checks.
+template <typename S, typename T>
+Setter NestedOptional(S Options::*outer, std::optional<T> S::*field) {
+  static_assert(std::is_floating_point_v<T> || std::is_unsigned_v<T>);
+  return [outer, field](const Json& v, const std::string& path, Options* o) -> Status {
+    if (v.is_null()) {
+      ((o->*outer).*field).reset();
+      return Status::Ok();
+    }
+    if constexpr (std::is_floating_point_v<T>) {
+      if (!v.is_number()) return TypeError(path, "a number or null");
+    } else if (!v.is_number_unsigned() || v.get<uint64_t>() > std::numeric_limits<T>::max()) {
+      return TypeError(path, "an integer >= 0 or null");
+    }
+    (o->*outer).*field = v.get<T>();
     return Status::Ok();
   };
 }
@@ -131,28 +152,10 @@ const Table& AllocatorTable() {
   static const Table t = {
       {"expandable_segments",
        NestedNumber(&Options::allocator, &AllocatorSettings::expandable_segments)},
-      {"max_split_size",
-       [](const Json& v, const std::string& path, Options* o) -> Status {
-         if (v.is_null()) {
-           o->allocator.max_split_size.reset();
-           return Status::Ok();
-         }
-         if (!v.is_number_unsigned()) return TypeError(path, "an integer >= 0 or null");
-         o->allocator.max_split_size = v.get<uint64_t>();
-         return Status::Ok();
-       }},
+      {"max_split_size", NestedOptional(&Options::allocator, &AllocatorSettings::max_split_size)},
       {"roundup_power2_divisions",
        NestedNumber(&Options::allocator, &AllocatorSettings::roundup_power2_divisions)},
-      {"memory_fraction",
-       [](const Json& v, const std::string& path, Options* o) -> Status {
-         if (v.is_null()) {
-           o->allocator.memory_fraction.reset();
-           return Status::Ok();
-         }
-         if (!v.is_number()) return TypeError(path, "a number in (0, 1] or null");
-         o->allocator.memory_fraction = v.get<double>();
-         return Status::Ok();
-       }},
+      {"memory_fraction", NestedOptional(&Options::allocator, &AllocatorSettings::memory_fraction)},
   };
   return t;
 }
