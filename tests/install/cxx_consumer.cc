@@ -17,6 +17,6 @@ int main(int argc, char** argv) {
   if (!gpu.ok()) return 5;
   std::printf("memest %s: peak %llu bytes, fits %d\n", MEMEST_VERSION_STRING,
               static_cast<unsigned long long>(e->peak_device),
-              memest::CheckFit(*e, *gpu).fits ? 1 : 0);
+              memest::CheckFit(*e, *gpu, options).fits ? 1 : 0);
   return e->peak_device > 0 ? 0 : 6;
 }
