@@ -73,20 +73,14 @@ def run(memest, graph, row, gpu, stack, fraction):
     return json.loads(out.stdout)["results"][0]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("dir", type=pathlib.Path)
-    ap.add_argument("--memest", default=str(ROOT / "build/tools/memest"))
-    ap.add_argument("--stack", default="h200-pytorch2.11-lazy")
-    ap.add_argument("--csv", help="write every row's verdicts here")
-    args = ap.parse_args()
-    here = args.dir.resolve()
+def outcomes(here, memest=ROOT / "build/tools/memest", stack="h200-pytorch2.11-lazy"):
+    """One dict per training row of HERE/device-truth.jsonl with a graph: both rules' verdicts."""
     gpu = profile_of(here)
     total = total_memory(here)
     timm = {r["model"]: r for r in csv.DictReader(open(ROOT / "datasets/timm-a100/models.csv"))}
-    rows = [json.loads(line) for line in open(here / "device-truth.jsonl")]
     out = []
-    for r in rows:
+    for line in open(here / "device-truth.jsonl"):
+        r = json.loads(line)
         if r.get("kind") != "train" or r.get("status") not in ("ok", "over_cap"):
             continue
         if r["status"] == "ok" and not r.get("iterations"):
@@ -95,21 +89,41 @@ def main():
         if graph is None:
             continue
         cap = r["cap_bytes"]
-        fraction = cap / total
-        budget = run(args.memest, graph, r, gpu, args.stack, fraction)
-        free = run(args.memest, graph, r, gpu, args.stack, None)
+        budget = run(memest, graph, r, gpu, stack, cap / total)
+        free = run(memest, graph, r, gpu, stack, None)
         codes = {d["code"] for d in budget["diagnostics"]}
         out.append({
             "model": r["model"], "batch": r["batch"], "attention": r["attention"],
             "ran": r["status"] == "ok",
+            "measured_allocated_mib": round(r["final"]["peak_allocated"] / MIB),
             "measured_reserved_mib": round(r["final"]["peak_reserved"] / MIB),
             "cap_mib": round(cap / MIB),
             "budget_fits": budget["fit"]["fits"],
             "budget_note": ("out_of_memory" if "out_of_memory" in codes else
                             "allocator_retries" if "allocator_retries" in codes else ""),
+            "unlimited_allocated_mib": round(free["peak"]["allocated"] / MIB),
             "unlimited_reserved_mib": round(free["peak"]["reserved"] / MIB),
             "unlimited_fits": free["peak"]["reserved"] <= cap,
         })
+    return out
+
+
+def cells(out, rule):
+    """ran & "fits", ran & "does not fit", ran out & "does not fit", ran out & "fits"."""
+    k = rule + "_fits"
+    return [sum(o["ran"] and o[k] for o in out), sum(o["ran"] and not o[k] for o in out),
+            sum(not o["ran"] and not o[k] for o in out), sum(not o["ran"] and o[k] for o in out)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dir", type=pathlib.Path)
+    ap.add_argument("--memest", default=str(ROOT / "build/tools/memest"))
+    ap.add_argument("--stack", default="h200-pytorch2.11-lazy")
+    ap.add_argument("--csv", help="write every row's verdicts here")
+    args = ap.parse_args()
+    here = args.dir.resolve()
+    out = outcomes(here, args.memest, args.stack)
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(out[0].keys()), lineterminator="\n")
@@ -120,17 +134,15 @@ def main():
           f"(cap {out[0]['cap_mib']} MiB, stack {args.stack})")
     print(f"{'rule':10s} {'ran, fits':>10s} {'ran, no':>8s} {'OOM, no':>8s} {'OOM, fits':>10s}")
     for rule in ("budget", "unlimited"):
-        k = rule + "_fits"
-        cells = [sum(o["ran"] and o[k] for o in out), sum(o["ran"] and not o[k] for o in out),
-                 sum(not o["ran"] and not o[k] for o in out),
-                 sum(not o["ran"] and o[k] for o in out)]
-        print(f"{rule:10s} {cells[0]:10d} {cells[1]:8d} {cells[2]:8d} {cells[3]:10d}")
+        c = cells(out, rule)
+        print(f"{rule:10s} {c[0]:10d} {c[1]:8d} {c[2]:8d} {c[3]:10d}")
     for o in out:
         if o["ran"] != o["budget_fits"] or o["ran"] != o["unlimited_fits"]:
             print(f"  {o['model']} batch {o['batch']} ({o['attention']}): "
-                  f"{'ran' if o['ran'] else 'OOM'}, measured reserved "
-                  f"{o['measured_reserved_mib']} MiB; budget {'fits' if o['budget_fits'] else 'no'}"
-                  f" {o['budget_note']}; unlimited {o['unlimited_reserved_mib']} MiB")
+                  f"{'ran' if o['ran'] else 'OOM'}, measured allocated "
+                  f"{o['measured_allocated_mib']} MiB; budget "
+                  f"{'fits' if o['budget_fits'] else 'no'} {o['budget_note']}; unlimited allocated "
+                  f"{o['unlimited_allocated_mib']}, reserved {o['unlimited_reserved_mib']} MiB")
 
 
 if __name__ == "__main__":

@@ -88,6 +88,72 @@ def timm_does_not_fit(work):
     return said_no, len(rows)
 
 
+def cap_section():
+    """The capped H100 and H200 rows: ran or ran out, by memest's two rules (cap_outcomes.py)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import cap_outcomes  # noqa: E402 (a sibling script)
+    data = {d: cap_outcomes.outcomes(ROOT / "datasets" / d)
+            for d in ("h100-torch211", "h200-torch211")}
+    gpu = {"h100-torch211": "H100", "h200-torch211": "H200"}
+    lines = ["## Steps at a per-process cap: ran or ran out", "",
+             "Every training row of `datasets/h100-torch211/` and `datasets/h200-torch211/` ran "
+             "under `torch.cuda.set_per_process_memory_fraction`, and its status says whether the "
+             "three steps finished or raised `OutOfMemoryError`. Near the cap the caching "
+             "allocator frees its cached segments and retries a failed `cudaMalloc` "
+             "(docs/memory-model.md §1.5), so these rows test the allocator model under memory "
+             "pressure, which no other measurement here does. `scripts/cap_outcomes.py DIR` asks "
+             "the symbolic backend about every row with a graph at the same cap "
+             "(`--memory-fraction`), with the measured stack `h200-pytorch2.11-lazy`, by two "
+             "rules: **budget**, memest as it is (the step simulated within the cap, releasing "
+             "cached segments and retrying before it runs out), and **unlimited**, the step "
+             "simulated without a limit and called \"fits\" when its reserved peak is within the "
+             "cap (memest before 2026-11-27). Nothing was fitted to these rows.", "",
+             "| rows | rule | ran, \"fits\" | ran, \"does not fit\" | ran out, \"does not fit\" "
+             "| ran out, \"fits\" |", "|---|---|---:|---:|---:|---:|"]
+    for d, out in data.items():
+        ran = sum(o["ran"] for o in out)
+        for i, rule in enumerate(("budget", "unlimited")):
+            head = (f"{gpu[d]}, {len(out)} ({ran} ran, {len(out) - ran} ran out, cap "
+                    f"{out[0]['cap_mib'] // 1024} GiB)" if i == 0 else "")
+            lines.append(f"| {head} | {rule} | " + " | ".join(str(c) for c in
+                                                               cap_outcomes.cells(out, rule)) + " |")
+    rows = [dict(o, gpu=gpu[d]) for d, out in data.items() for o in out]
+    over = [o for o in rows if o["unlimited_reserved_mib"] > o["cap_mib"]]
+    def name(o):
+        attention = "" if o["attention"] == "n/a" else f"{o['attention']} attention, "
+        return f"{o['model']} at batch {o['batch']} ({attention}{o['gpu']})"
+    ran_out = [o for o in over if not o["ran"]]
+    ran = [o for o in over if o["ran"]]
+    freed = [o for o in ran if o["budget_fits"]]
+    lines += ["", f"- The rules differ only on the {len(over)} rows whose unlimited simulation "
+              f"reserves more than the cap. {len(ran_out)} of them ran out, and the budget rule "
+              f"calls {sum(not o['budget_fits'] for o in ran_out)} of those \"does not fit\"; "
+              f"{len(ran)} ran, and it calls {len(freed)} of those \"fits\" (noted "
+              "`allocator_retries`): " + "; ".join(name(o) for o in freed) + "."]
+    still = [o for o in ran if not o["budget_fits"]]
+    if still:
+        high = [o["unlimited_allocated_mib"] / o["measured_allocated_mib"] - 1 for o in still]
+        above = sum(o["unlimited_allocated_mib"] > o["cap_mib"] for o in still)
+        lines.append(f"- The other {len(still)} that ran are still called \"does not fit\". "
+                     f"memest's allocated peak is above the measured one in "
+                     f"{sum(h > 0 for h in high)} of them (by {pct(min(high))} to "
+                     f"{pct(max(high))}), and above the cap itself in {above}: "
+                     + "; ".join(f"{name(o)}: {o['unlimited_allocated_mib']:,} MiB allocated, "
+                                 f"{o['measured_allocated_mib']:,} MiB measured"
+                                 for o in still) + ".")
+    wrong = [o for o in rows if not o["ran"] and o["budget_fits"]]
+    if wrong:
+        lines.append("- Ran out but called \"fits\" by the budget rule: "
+                     + "; ".join(f"{name(o)}: {o['unlimited_allocated_mib']:,} MiB allocated "
+                                 f"without a limit, {o['measured_allocated_mib']:,} MiB measured "
+                                 "when it ran out" for o in wrong)
+                     + (" (so by the unlimited rule too: an under-estimate of the step itself)"
+                        if all(o["unlimited_fits"] for o in wrong) else "") + ".")
+    lines += ["", "Reproduce: `datasets/timm-a100/unpack.sh`, then `scripts/cap_outcomes.py "
+              "datasets/h100-torch211` and the same with `datasets/h200-torch211`.", ""]
+    return lines
+
+
 def main():
     work = pathlib.Path(sys.argv[1])
     stacks = merge_stacks(work)
@@ -188,6 +254,8 @@ def main():
             "Reproduce: `scripts/compare_levels.py datasets/h200-torch211 --stack "
             "h200-pytorch2.11-lazy` and the same with `datasets/h100-torch211` "
             "(after `datasets/timm-a100/unpack.sh`).", ""]
+
+    out += cap_section()
 
     out += ["## What was fitted", ""]
     for name in STACKS:
