@@ -169,10 +169,18 @@ bool CachingAllocatorModel::ReserveSegment(uint64_t size, bool small, int64_t* b
 }
 
 bool CachingAllocatorModel::ReleaseCached() {
+  // Only free blocks can be released, so only the free lists are visited (PyTorch's pools hold
+  // only free blocks too): a retry costs the free blocks, not every block ever made. Visited in
+  // id order, as a scan of the block table would, so ids are recycled in the same order.
+  std::vector<int64_t> free;
+  free.reserve(free_small_.size() + free_large_.size());
+  const auto add = [&free](FreeKey, int64_t id) { free.push_back(id); };
+  free_small_.ForEach(add);
+  free_large_.ForEach(add);
+  std::sort(free.begin(), free.end());
   bool released = false;
-  for (size_t i = 0; i < blocks_.size(); ++i) {
+  for (const int64_t i : free) {
     Block& b = blocks_[i];
-    if (!b.alive || !b.free) continue;
     Segment& seg = segments_[b.segment];
     if (config_.expandable_segments) {
       // Unmap the whole pages at the end of a free tail block (memory-model.md §1.6).
@@ -182,7 +190,7 @@ bool CachingAllocatorModel::ReleaseCached() {
       const uint64_t first_page = seg.addr + RoundUp(b.addr - seg.addr, page);
       if (first_page >= seg_end) continue;
       const uint64_t unmap = seg_end - first_page;
-      EraseFree(static_cast<int64_t>(i));
+      EraseFree(i);
       b.size -= unmap;
       seg.size -= unmap;
       stats_.reserved -= unmap;
@@ -190,18 +198,18 @@ bool CachingAllocatorModel::ReleaseCached() {
       released = true;
       if (b.size == 0) {
         if (b.prev >= 0) blocks_[b.prev].next = -1;
-        if (seg.first == static_cast<int64_t>(i)) seg.first = -1;
+        if (seg.first == i) seg.first = -1;
         b.alive = false;
-        free_ids_.push_back(static_cast<int64_t>(i));
+        free_ids_.push_back(i);
       } else {
-        InsertFree(static_cast<int64_t>(i));
+        InsertFree(i);
       }
       continue;
     }
     if (b.prev >= 0 || b.next >= 0) continue;  // part of a split segment: cannot be released
-    EraseFree(static_cast<int64_t>(i));
+    EraseFree(i);
     b.alive = false;
-    free_ids_.push_back(static_cast<int64_t>(i));
+    free_ids_.push_back(i);
     seg.alive = false;
     stats_.reserved -= seg.size;
     --stats_.segments;

@@ -37,6 +37,13 @@ class FreeList {
   // The first entry at or after `key` (the best fit for a size, lowest address on ties).
   [[nodiscard]] std::optional<std::pair<Key, int64_t>> LowerBound(Key key) const;
   [[nodiscard]] size_t size() const { return size_; }
+  // Calls f(key, id) for every entry, in key order. f must not change the list.
+  template <typename F>
+  void ForEach(F f) const {
+    for (const Chunk& c : chunks_) {
+      for (size_t i = 0; i < c.keys.size(); ++i) f(Unpack(c.keys[i]), c.ids[i]);
+    }
+  }
 
  private:
   using Packed = unsigned __int128;

@@ -327,9 +327,15 @@ Tensor Sim::Malloc(uint64_t bytes, Category c) {
     free_slots_.pop_back();
   }
   Live& t = tensors_[slot];
-  const bool ran_out_before = alloc_.oom();
-  t.handle = alloc_.Malloc(bytes);
-  if (alloc_.oom() && !ran_out_before) oom_at_ = Here(bytes);
+  // After a request failed for good the step is not an estimate (symbolic/symbolic.cc): the rest
+  // of the iteration runs without the allocator, whose every later failure would release and
+  // scan again.
+  if (alloc_.oom()) {
+    t.handle = -1;
+  } else {
+    t.handle = alloc_.Malloc(bytes);
+    if (alloc_.oom()) oom_at_ = Here(bytes);
+  }
   t.bytes = bytes;
   t.category = c;
   t.alive = true;
