@@ -28,28 +28,17 @@ import subprocess
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import device_truth_jobs  # noqa: E402
 from compare_levels import profile_of  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MIB = 1 << 20
-TORCHVISION_GRAPHS = {
-    "resnet18": "datasets/models/resnet18_train.onnx",
-    "resnet50": "datasets/real/resnet50_train.onnx",
-    "vgg16": "datasets/real/vgg16_train.onnx",
-    "mobilenet_v2": "datasets/real/mobilenet_v2_train.onnx",
-    "vit_b_16": "datasets/real/vit_b_16_train.onnx",
-    "densenet121": "datasets/real/densenet121_train.onnx",
-}
 
 
-def graph_of(row, timm):
-    """The graph memest has of the row's model, or None (another model under the same name)."""
-    if row["source"] != "timm":
-        return ROOT / TORCHVISION_GRAPHS[row["model"]]
-    m = timm.get(row["model"])
-    if m is None or int(m["param_count"]) != row["params"]:
-        return None
-    return ROOT / "datasets/timm-a100" / m["onnx_file"]
+def graph_of(here, row, timm):
+    """The graph memest has of the row's model (scripts/device_truth_jobs.py), or None."""
+    graph, _ = device_truth_jobs.graph_of(row, timm)
+    return None if graph is None else (here / graph).resolve()
 
 
 def total_memory(here):
@@ -85,7 +74,7 @@ def outcomes(here, memest=ROOT / "build/tools/memest", stack="h200-pytorch2.11-l
             continue
         if r["status"] == "ok" and not r.get("iterations"):
             continue
-        graph = graph_of(r, timm)
+        graph = graph_of(here, r, timm)
         if graph is None:
             continue
         cap = r["cap_bytes"]

@@ -48,6 +48,18 @@ GIB = 1 << 30
 NEAR_CAP = 0.9
 
 
+def graph_of(row, timm):
+    """(graph path relative to a device-truth folder, family) of the row's model, or (None, why)
+    when memest has no graph of it (another model under the same name)."""
+    if row["source"] != "timm":
+        return TORCHVISION_GRAPHS[row["model"]]
+    m = timm.get(row["model"])
+    if m is None or int(m["param_count"]) != row["params"]:
+        return None, (f"{row['model']}: {row['params']} parameters on the GPU, "
+                      f"{m['param_count'] if m else 'no'} in the graph")
+    return "../timm-a100/" + m["onnx_file"], m["family"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir", type=pathlib.Path, help="folder holding device-truth.jsonl")
@@ -59,15 +71,10 @@ def main():
         over_cap = r.get("status") == "over_cap"
         if r.get("kind") != "train" or not (r.get("iterations") or over_cap):
             continue
-        if r["source"] == "timm":
-            m = timm.get(r["model"])
-            if m is None or int(m["param_count"]) != r["params"]:
-                skipped.add(f"{r['model']}: {r['params']} parameters on the GPU, "
-                            f"{m['param_count'] if m else 'no'} in the graph")
-                continue
-            graph, family = "../timm-a100/" + m["onnx_file"], m["family"]
-        else:
-            graph, family = TORCHVISION_GRAPHS[r["model"]]
+        graph, family = graph_of(r, timm)
+        if graph is None:
+            skipped.add(family)
+            continue
         if not over_cap and r["final"]["peak_reserved"] > NEAR_CAP * r["cap_bytes"]:
             skipped.add(f"{r['model']} batch {r['batch']} ({r['attention']}): reserved peaked at "
                         f"{r['final']['peak_reserved'] / MIB:.0f} MiB of a {r['cap_bytes'] / MIB:.0f}"
