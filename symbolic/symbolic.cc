@@ -64,12 +64,13 @@ Diagnostic BudgetNote(const BudgetOutcome& outcome, uint64_t budget) {
           "", ""};
 }
 
-// A step that met the budget (policy above): the limited simulation becomes *step unless it ran
-// out, when *step holds the unlimited one; either way noted.
+// The step within `budget` (policy above): the limited simulation becomes *step unless it ran
+// out, when *step must hold the unlimited one; a step that met the budget is noted.
 void Settle(Simulation limited, uint64_t budget, Simulation* step) {
+  const bool met = limited.budget.met_limit();
   const Diagnostic note = BudgetNote(limited.budget, budget);
   if (!limited.budget.ran_out) *step = std::move(limited);
-  step->estimate.diagnostics.push_back(note);
+  if (met) step->estimate.diagnostics.push_back(note);
 }
 
 class Symbolic final : public Estimator {
@@ -93,7 +94,7 @@ class Symbolic final : public Estimator {
     if (auto step = kept.Find<Result<Estimate>>(limited)) return *step;
     Result<Simulation> sim = Simulate(ctx, limited, /*record_events=*/false);
     if (!sim.ok()) return *Keep(ctx, unlimited, Result<Estimate>(sim.status()));
-    if (sim->budget.retries == 0 && !sim->budget.ran_out) {
+    if (!sim->budget.met_limit()) {
       return *Keep(ctx, unlimited, Result<Estimate>(std::move(sim->estimate)));
     }
     Simulation step;
@@ -155,11 +156,7 @@ Result<Simulation> SimulateModel(const Model& model, const Options& options, boo
       key.allocator_budget = std::numeric_limits<uint64_t>::max();
       MEMEST_ASSIGN_OR_RETURN(sim, Simulate(*ctx, key, record_events));
     }
-    if (limited.budget.retries == 0 && !limited.budget.ran_out) {
-      sim = std::move(limited);
-    } else {
-      Settle(std::move(limited), budget, &sim);
-    }
+    Settle(std::move(limited), budget, &sim);
     memory::AddCommonDiagnostics(*ctx, &sim.estimate);
     return sim;
   } catch (const std::bad_alloc&) {

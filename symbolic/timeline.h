@@ -50,6 +50,9 @@ struct BudgetOutcome {
   bool ran_out = false;     // a request failed even after the cached segments were released
   CategoryPeak ran_out_at;  // the first such request (bytes: its size), when ran_out
   uint64_t retries = 0;     // cudaMalloc calls that failed and were retried after a release
+
+  // Whether the step met the budget at all: otherwise it is the step without one.
+  [[nodiscard]] bool met_limit() const { return ran_out || retries > 0; }
 };
 
 struct Simulation {
