@@ -115,7 +115,11 @@ Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu, const Options& opt
   const std::optional<uint64_t> limit = options.allocator.ReservedLimit(gpu.total_memory.bytes);
   if (!limit) return f;
   f.reserved_limit = *limit;
-  const int64_t room = Room(*limit, estimate.peak_reserved);
+  // The policy's safety holds within the limit too: what the interval adds to the point estimate
+  // (judged - peak_device) and the margin on the limit are kept free beside the reserved peak.
+  const uint64_t safety =
+      base::SatAdd(f.judged - estimate.peak_device, options.fit.MarginBytes(*limit));
+  const int64_t room = Room(*limit, base::SatAdd(estimate.peak_reserved, safety));
   f.fits = f.fits && room >= 0;
   f.headroom = std::min(f.headroom, room);
   return f;

@@ -37,7 +37,9 @@ uint64_t AllocatorBudget(const Options& options, const GpuProfile& gpu, const St
   const uint64_t taken = base::SatAdd(outside.Total(), options.fit.MarginBytes(usable));
   const uint64_t budget = usable > taken ? usable - taken : 0;
   const std::optional<uint64_t> limit = options.allocator.ReservedLimit(gpu.total_memory.bytes);
-  return limit ? std::min(budget, *limit) : budget;
+  if (!limit) return budget;
+  const uint64_t margin = options.fit.MarginBytes(*limit);  // kept free within the limit too
+  return std::min(budget, *limit > margin ? *limit - margin : 0);
 }
 
 ConvKind ClassifyConv(bool transposed, const std::vector<int64_t>* w, int64_t group) {

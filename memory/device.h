@@ -45,8 +45,9 @@ void SetOutsideAllocator(const StackProfile& stack, Breakdown* breakdown);
 // the GPU's usable memory less what lives outside the allocator (the stack's CUDA context and
 // library memory, `nccl_buffers`) and the fit policy's margin -- "fits" keeps the margin free,
 // so the allocator is taken to meet the limit there -- and at most
-// options.allocator.memory_fraction of the GPU's total memory. Unlimited (UINT64_MAX) when the
-// GPU profile gives no usable memory.
+// options.allocator.memory_fraction of the GPU's total memory less the margin on that limit
+// (FitPolicy::MarginBytes of it: the process's share is the GPU it sees). Unlimited (UINT64_MAX)
+// when the GPU profile gives no usable memory.
 [[nodiscard]] uint64_t AllocatorBudget(const Options& options, const GpuProfile& gpu,
                                        const StackProfile& stack, uint64_t nccl_buffers);
 

@@ -106,8 +106,10 @@ struct Fit {
 Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu, const FitPolicy& policy = {});
 // The same under options.fit, and under options.allocator.memory_fraction the estimate's
 // reserved peak must stay within reserved_limit too (a cudaMalloc past it fails even when the GPU
-// has room); headroom is then the smaller of the two rooms. What every caller that has the
-// options uses (FindMaxBatch, the CLI, the C and Python APIs).
+// has room), with the policy's safety kept free beside it: what the interval adds to the point
+// estimate (judged - peak_device, under FitOn::kUpper) and the margin on the limit
+// (policy.MarginBytes(reserved_limit)); headroom is then the smaller of the two rooms. What every
+// caller that has the options uses (FindMaxBatch, the CLI, the C and Python APIs).
 Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu, const Options& options);
 
 // The largest batch (>= 1) for which `estimator` predicts the model fits `options.gpu`

@@ -64,7 +64,8 @@ enum class FitOn { kPoint, kUpper };
 struct FitPolicy {
   FitOn on = FitOn::kUpper;
   // Kept free on top of the estimate: a share of the GPU's usable memory (0.05 = 5 %) plus a
-  // number of bytes. A job fits when judged peak + margin <= usable memory.
+  // number of bytes. A job fits when judged peak + margin <= usable memory; under
+  // AllocatorSettings::memory_fraction the margin on the limit is kept free within it too.
   double margin_fraction = 0.0;
   uint64_t margin_bytes = 0;
 

@@ -140,9 +140,34 @@ TEST_F(BudgetTest, TheGpuBudgetIsUsableMemoryLessWhatLivesOutsideTheAllocator) {
   ASSERT_TRUE(e.ok());
   EXPECT_TRUE(Has(*e, "out_of_memory"));
   EXPECT_FALSE(CheckFit(*e, gpu_, o).fits);
+  o.fit.margin_bytes = 0;
   o.allocator.memory_fraction = 0.5;
-  EXPECT_EQ(memory::AllocatorBudget(o, gpu_, *stack, 0), unlimited_.peak_allocated / 2)
+  EXPECT_EQ(memory::AllocatorBudget(o, gpu_, *stack, 0),
+            *o.allocator.ReservedLimit(gpu_.total_memory.bytes))
       << "the smaller of the two limits";
+}
+
+// Under a fraction the margin is kept free within the limit: the process's share is the GPU it
+// sees. So a margin cannot be spent by the step the way the whole GPU's margin cannot.
+TEST_F(BudgetTest, TheMarginIsKeptFreeWithinTheLimitToo) {
+  auto stack = ResolveStack(options_.stack);
+  ASSERT_TRUE(stack.ok());
+  Options o = options_;
+  o.allocator.memory_fraction = FractionFor(unlimited_.peak_reserved, gpu_);
+  const uint64_t limit = *o.allocator.ReservedLimit(gpu_.total_memory.bytes);
+  EXPECT_EQ(memory::AllocatorBudget(o, gpu_, *stack, 0), limit);
+  auto free = symbolic_->Run(*model_, o);
+  ASSERT_TRUE(free.ok());
+  EXPECT_TRUE(CheckFit(*free, gpu_, o).fits) << "the unlimited step's reserve fits its limit";
+  o.fit.margin_bytes = 64ull << 20;
+  EXPECT_EQ(memory::AllocatorBudget(o, gpu_, *stack, 0), limit - o.fit.margin_bytes);
+  auto kept = symbolic_->Run(*model_, o);
+  ASSERT_TRUE(kept.ok());
+  const Fit f = CheckFit(*kept, gpu_, o);
+  EXPECT_LE(kept->peak_reserved + o.fit.margin_bytes, limit)
+      << "simulated within the limit less the margin";
+  EXPECT_EQ(f.fits, f.headroom >= 0);
+  EXPECT_LE(f.headroom, static_cast<int64_t>(limit - o.fit.margin_bytes - kept->peak_reserved));
 }
 
 TEST(MemoryFractionTest, TheLimitIsTheShareOfTotalMemoryRoundedDown) {
@@ -174,6 +199,35 @@ TEST(MemoryFractionTest, TheVerdictNeedsTheReservedPeakWithinTheLimit) {
   EXPECT_FALSE(f.fits);
   EXPECT_EQ(f.headroom, -50);
   EXPECT_TRUE(CheckFit(e, gpu, o.fit).fits) << "the policy-only overload ignores the fraction";
+}
+
+// The fit policy's safety holds within the limit: a margin (a share of the limit plus bytes)
+// and, judged on the interval's top, what the interval adds to the point estimate.
+TEST(MemoryFractionTest, TheMarginAndTheIntervalAreKeptFreeWithinTheLimit) {
+  GpuProfile gpu;
+  gpu.total_memory.bytes = 1000;
+  gpu.usable_memory.bytes = 1000;
+  Estimate e;
+  e.peak_reserved = 300;
+  e.peak_device = 400;
+  Options o;
+  o.allocator.memory_fraction = 0.31;  // limit 310
+  EXPECT_EQ(CheckFit(e, gpu, o).headroom, 10);
+  o.fit.margin_bytes = 15;
+  Fit f = CheckFit(e, gpu, o);
+  EXPECT_FALSE(f.fits);
+  EXPECT_EQ(f.headroom, -5);
+  o.fit.margin_bytes = 0;
+  o.fit.margin_fraction = 0.1;  // of the limit: 31
+  EXPECT_EQ(CheckFit(e, gpu, o).headroom, -21);
+  o.fit.margin_fraction = 0;
+  e.device_high = 420;  // the interval adds 20 to the device peak
+  o.fit.on = FitOn::kUpper;
+  f = CheckFit(e, gpu, o);
+  EXPECT_FALSE(f.fits);
+  EXPECT_EQ(f.headroom, -10);
+  o.fit.on = FitOn::kPoint;
+  EXPECT_EQ(CheckFit(e, gpu, o).headroom, 10) << "on the point estimate the interval adds nothing";
 }
 
 TEST(MemoryFractionTest, OnlySharesInZeroToOneAreValid) {
