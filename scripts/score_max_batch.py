@@ -44,9 +44,9 @@ def brackets(rows):
     return out
 
 
-def memest_answer(args, job, cap_bytes, total, backend):
-    cmd = [args.memest, str(ROOT / "datasets/models" / f"{job}.onnx"), "--max-batch", "--gpu", args.gpu,
-           "--stack", args.stack, "--backend", backend, "--json"]
+def memest_answer(memest, job, cap_bytes, total, backend, gpu, stack):
+    cmd = [memest, str(ROOT / "datasets/models" / f"{job}.onnx"), "--max-batch", "--gpu", gpu,
+           "--stack", stack, "--backend", backend, "--json"]
     if job.endswith("_eval"):
         cmd += ["--mode", "infer"]
     if cap_bytes:
@@ -55,6 +55,24 @@ def memest_answer(args, job, cap_bytes, total, backend):
     if out.returncode not in (0, 1):
         raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()}")
     return json.loads(out.stdout)["results"][0]["max_batch"]["batch"]
+
+
+def score(rows, memest, gpu, stack, backends):
+    """One dict per search: job, cap_bytes, measured bracket, and per backend (answer, verdict,
+    error in % of the largest fit or None)."""
+    totals = {r["total_memory"] for r in rows if r.get("kind") == "env"}
+    if len(totals) != 1:
+        raise SystemExit(f"{len(totals)} different total_memory values in the env rows")
+    total = totals.pop()
+    out = []
+    for (job, cap), (lo, hi, odd) in sorted(brackets(rows).items(),
+                                            key=lambda kv: (kv[0][1], kv[0][0])):
+        row = {"job": job, "cap_bytes": cap, "fit": lo, "fail": hi, "non_monotone": odd}
+        for b in backends:
+            answer = memest_answer(memest, job, cap, total, b, gpu, stack)
+            row[b] = (answer, *verdict(answer, lo, hi))
+        out.append(row)
+    return out
 
 
 def verdict(answer, lo, hi):
@@ -74,30 +92,32 @@ def main():
     ap.add_argument("--backends", default="analytical,symbolic")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
-    rows = [json.loads(line) for line in open(args.rows)]
-    totals = {r["total_memory"] for r in rows if r.get("kind") == "env"}
-    if len(totals) != 1:
-        raise SystemExit(f"{args.rows}: {len(totals)} different total_memory values in its env rows")
-    total = totals.pop()
     backends = args.backends.split(",")
-    head = ["job", "limit", "measured fit", "measured fail"] + [f"{b}" for b in backends]
+    scored = score([json.loads(line) for line in open(args.rows)], args.memest, args.gpu,
+                   args.stack, backends)
+    head = ["job", "limit", "measured fit", "measured fail"] + backends
     print("| " + " | ".join(head) + " |" if args.markdown else "  ".join(f"{h:>16}" for h in head))
     if args.markdown:
         print("|---|---|" + "---:|" * (len(head) - 2))
-    tally = {b: {"safe": 0, "over": 0, "unresolved": 0} for b in backends}
-    for (job, cap), (lo, hi, odd) in sorted(brackets(rows).items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        cells = [job, f"{cap / (1 << 30):.0f} GiB cap" if cap else "whole GPU",
-                 f"{lo:,}" if lo else "-", f"{hi:,}" if hi else "not found"]
-        for b in backends:
-            answer = memest_answer(args, job, cap, total, b)
-            v, err = verdict(answer, lo, hi)
-            tally[b][v] += 1
-            cells.append(f"{answer:,} {v}" + (f" {err:+.1f} %" if err is not None else ""))
-        if odd:
-            cells[2] += f" (fits above the failure: {odd})"
+    for r in scored:
+        cells = [r["job"], limit_text(r["cap_bytes"]), f"{r['fit']:,}" if r["fit"] else "-",
+                 f"{r['fail']:,}" if r["fail"] else "not found"]
+        if r["non_monotone"]:
+            cells[2] += f" (fits above the failure: {r['non_monotone']})"
+        cells += [answer_text(r[b]) for b in backends]
         print("| " + " | ".join(cells) + " |" if args.markdown else "  ".join(f"{c:>16}" for c in cells))
     for b in backends:
-        print(f"{b}: " + ", ".join(f"{k} {v}" for k, v in tally[b].items()))
+        tally = {v: sum(r[b][1] == v for r in scored) for v in ("safe", "over", "unresolved")}
+        print(f"{b}: " + ", ".join(f"{k} {v}" for k, v in tally.items()))
+
+
+def limit_text(cap_bytes):
+    return f"{cap_bytes / (1 << 30):.0f} GiB cap" if cap_bytes else "whole GPU"
+
+
+def answer_text(scored):
+    answer, v, err = scored
+    return f"{answer:,} {v}" + (f" {err:+.1f} %" if err is not None else "")
 
 
 if __name__ == "__main__":
