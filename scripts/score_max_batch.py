@@ -2,6 +2,7 @@
 """Score `memest --max-batch` against the largest batches measured on a GPU.
 
     scripts/score_max_batch.py [ROWS.jsonl] [--memest BIN] [--gpu NAME] [--stack NAME] [--markdown]
+                               [--memest-arg=--safety-margin=1%] ...
 
 ROWS defaults to datasets/h100-torch211/max-batch.jsonl, written by scripts/gpu_max_batch.py: one
 row per trial (a fresh process running the job at one batch on the whole GPU or under
@@ -44,9 +45,9 @@ def brackets(rows):
     return out
 
 
-def memest_answer(memest, job, cap_bytes, total, backend, gpu, stack):
+def memest_answer(memest, job, cap_bytes, total, backend, gpu, stack, extra=()):
     cmd = [memest, str(ROOT / "datasets/models" / f"{job}.onnx"), "--max-batch", "--gpu", gpu,
-           "--stack", stack, "--backend", backend, "--json"]
+           "--stack", stack, "--backend", backend, "--json", *extra]
     if job.endswith("_eval"):
         cmd += ["--mode", "infer"]
     if cap_bytes:
@@ -57,7 +58,7 @@ def memest_answer(memest, job, cap_bytes, total, backend, gpu, stack):
     return json.loads(out.stdout)["results"][0]["max_batch"]["batch"]
 
 
-def score(rows, memest, gpu, stack, backends):
+def score(rows, memest, gpu, stack, backends, extra=()):
     """One dict per search: job, cap_bytes, measured bracket, and per backend (answer, verdict,
     error in % of the largest fit or None)."""
     totals = {r["total_memory"] for r in rows if r.get("kind") == "env"}
@@ -69,7 +70,7 @@ def score(rows, memest, gpu, stack, backends):
                                             key=lambda kv: (kv[0][1], kv[0][0])):
         row = {"job": job, "cap_bytes": cap, "fit": lo, "fail": hi, "non_monotone": odd}
         for b in backends:
-            answer = memest_answer(memest, job, cap, total, b, gpu, stack)
+            answer = memest_answer(memest, job, cap, total, b, gpu, stack, extra)
             row[b] = (answer, *verdict(answer, lo, hi))
         out.append(row)
     return out
@@ -91,10 +92,12 @@ def main():
     ap.add_argument("--stack", default="h200-pytorch2.11-lazy")
     ap.add_argument("--backends", default="analytical,symbolic")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--memest-arg", action="append", default=[],
+                    help="one more argument for every memest call (repeat), e.g. --memest-arg=--safety-margin=1%%")
     args = ap.parse_args()
     backends = args.backends.split(",")
     scored = score([json.loads(line) for line in open(args.rows)], args.memest, args.gpu,
-                   args.stack, backends)
+                   args.stack, backends, args.memest_arg)
     head = ["job", "limit", "measured fit", "measured fail"] + backends
     print("| " + " | ".join(head) + " |" if args.markdown else "  ".join(f"{h:>16}" for h in head))
     if args.markdown:
