@@ -179,13 +179,23 @@ TEST(MemoryFractionTest, TheLimitIsTheShareOfTotalMemoryRoundedDown) {
   EXPECT_EQ(a.ReservedLimit(85'017'493'504), 85'017'493'504u);
 }
 
-TEST(MemoryFractionTest, TheVerdictNeedsTheReservedPeakWithinTheLimit) {
+// A GPU of 1,000 bytes, all usable, and an estimate that reserves 300 of them (400 on the device).
+GpuProfile ThousandByteGpu() {
   GpuProfile gpu;
   gpu.total_memory.bytes = 1000;
   gpu.usable_memory.bytes = 1000;
+  return gpu;
+}
+Estimate ReservesThreeHundred() {
   Estimate e;
   e.peak_reserved = 300;
   e.peak_device = 400;
+  return e;
+}
+
+TEST(MemoryFractionTest, TheVerdictNeedsTheReservedPeakWithinTheLimit) {
+  const GpuProfile gpu = ThousandByteGpu();
+  Estimate e = ReservesThreeHundred();
   Options o;
   EXPECT_TRUE(CheckFit(e, gpu, o).fits);
   EXPECT_EQ(CheckFit(e, gpu, o).reserved_limit, 0u);
@@ -204,12 +214,8 @@ TEST(MemoryFractionTest, TheVerdictNeedsTheReservedPeakWithinTheLimit) {
 // The fit policy's safety holds within the limit: a margin (a share of the limit plus bytes)
 // and, judged on the interval's top, what the interval adds to the point estimate.
 TEST(MemoryFractionTest, TheMarginAndTheIntervalAreKeptFreeWithinTheLimit) {
-  GpuProfile gpu;
-  gpu.total_memory.bytes = 1000;
-  gpu.usable_memory.bytes = 1000;
-  Estimate e;
-  e.peak_reserved = 300;
-  e.peak_device = 400;
+  const GpuProfile gpu = ThousandByteGpu();
+  Estimate e = ReservesThreeHundred();
   Options o;
   o.allocator.memory_fraction = 0.31;  // limit 310
   EXPECT_EQ(CheckFit(e, gpu, o).headroom, 10);
