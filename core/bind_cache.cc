@@ -30,11 +30,13 @@ Result<std::shared_ptr<const BoundGraph>> BindCache::Get(const Graph& graph,
     if (k == key) return v;  // another thread bound the same key meanwhile
   }
   entries_.insert(entries_.begin(), {std::move(key), made});
-  // The newest entry always stays; older ones go past kEntries or past kMaxValues in all.
+  // The newest entry always stays; older ones go past kMaxValues in all, and past the
+  // kEntries-th, past a 32nd of it or past kSmallEntries.
   size_t values = 0, keep = 0;
-  while (keep < entries_.size() && keep < kEntries) {
+  while (keep < entries_.size() && keep < kSmallEntries) {
     values += entries_[keep].second->dtypes.size();
-    if (keep > 0 && values > max_values_) break;
+    const size_t limit = keep < kEntries ? max_values_ : max_values_ / 32;
+    if (keep > 0 && values > limit) break;
     ++keep;
   }
   entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(keep), entries_.end());

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "memest/json.h"
 #include "memest/memest.h"
@@ -54,7 +55,7 @@ TEST(BindCacheTest, KeepsOnlyTheMostRecentlyUsed) {
   auto first = cache.Get(model->graph(), AtBatch(1));
   ASSERT_TRUE(first.ok());
   const core::BoundGraph* first_ptr = first->get();
-  for (int64_t batch = 2; batch <= static_cast<int64_t>(core::BindCache::kEntries); ++batch) {
+  for (int64_t batch = 2; batch <= static_cast<int64_t>(core::BindCache::kSmallEntries); ++batch) {
     ASSERT_TRUE(cache.Get(model->graph(), AtBatch(batch)).ok());
   }
   EXPECT_EQ(cache.Get(model->graph(), AtBatch(1))->get(), first_ptr);  // still kept, now newest
@@ -87,6 +88,29 @@ TEST(BindCacheTest, LargeGraphsKeepFewerEntries) {
   EXPECT_EQ(tiny.Get(model->graph(), AtBatch(5))->get(), only->get());
   tiny.Clear();
   EXPECT_NE(tiny.Get(model->graph(), AtBatch(5))->get(), only->get());
+}
+
+// Past kEntries only small graphs keep more: while all kept hold at most a 32nd of the values
+// budget.
+TEST(BindCacheTest, OnlySmallGraphsKeepMoreThanKEntries) {
+  auto model = BundledModel("mlp_small_train");
+  ASSERT_NE(model, nullptr);
+  const size_t values = model->graph().values.size();
+  const auto kept = [&](size_t max_values) {
+    core::BindCache cache(max_values);
+    std::vector<std::shared_ptr<const core::BoundGraph>> made;  // held: no address is reused
+    for (int64_t batch = 1; batch <= 40; ++batch) {
+      made.push_back(*cache.Get(model->graph(), AtBatch(batch)));
+    }
+    size_t n = 0;  // how many of the newest are still the same graphs
+    for (int64_t batch = 40; batch >= 1; --batch, ++n) {
+      if (cache.Get(model->graph(), AtBatch(batch))->get() != made[batch - 1].get()) break;
+    }
+    return n;
+  };
+  EXPECT_EQ(kept(4 * values), core::BindCache::kEntries) << "a 32nd holds none past the fourth";
+  EXPECT_EQ(kept(32 * 10 * values), 10u) << "a 32nd holds ten";
+  EXPECT_EQ(kept(core::BindCache::kMaxValues), core::BindCache::kSmallEntries);
 }
 
 TEST(BindCacheTest, AnErrorIsNeverKept) {
