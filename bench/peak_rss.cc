@@ -8,12 +8,12 @@
 //   load:  LoadModelFromBytes (parse, validation, symbolic shape inference);
 //   total: the load and one analytical and one symbolic training estimate (batch 64; the HF
 //          graphs at batch 1, seq 4096), the model kept loaded;
-//   full caches: the load and analytical estimates at 4 batches x 8 option sets that each need
+//   full caches: the load and analytical estimates at 32 batches x 8 option sets that each need
 //          their own value facts (precision fp32 / amp-bf16 / amp-fp16 / bf16, fused kernels on
-//          and off), so that the model's caches hold all they may: 4 bound graphs
-//          (core/bind_cache.h), each with up to 8 sets of facts within 1M values' worth
-//          (core/derived_cache.h). A long-running process asking many questions of one model
-//          peaks here, not at `total`.
+//          and off), so that the model's caches hold all they may: up to 32 bound graphs
+//          (core/bind_cache.h: 4 of any size, more for small graphs), each with up to 8 sets of
+//          facts within 1M values' worth (core/derived_cache.h). A long-running process asking
+//          many questions of one model peaks here, not at `total`.
 // The figure is VmHWM after the run minus VmRSS before it (the model's bytes excluded), shown as
 // MiB, bytes per node and a ratio to the parse's own peak. Linux only.
 //
@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "bench/bench_models.h"
+#include "core/bind_cache.h"
 #include "memest/memest.h"
 
 namespace {
@@ -74,7 +75,8 @@ enum class Stage { kParse, kLoad, kEstimate, kFullCaches };
 bool FillCaches(const memest::Model& model, bool hf) {
   auto est = memest::MakeEstimator("analytical");
   if (!est.ok()) return false;
-  for (const int64_t batch : {16, 32, 48, 64}) {
+  for (int64_t batch = 16;
+       batch <= 16 * static_cast<int64_t>(memest::core::BindCache::kSmallEntries); batch += 16) {
     for (const memest::Precision p : {memest::Precision::kFp32, memest::Precision::kAmpBf16,
                                       memest::Precision::kAmpFp16, memest::Precision::kBf16}) {
       for (const bool fused : {true, false}) {
