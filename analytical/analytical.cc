@@ -612,9 +612,26 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
   return e;
 }
 
+// Under a memory fraction the verdict turns on what the caching allocator holds, which this
+// backend does not model (see the policy above): said, not left silent.
+void NoteFractionWithoutAllocatorModel(const Options& o, Estimate* e) {
+  if (!o.allocator.memory_fraction) return;
+  e->diagnostics.push_back(
+      {Severity::kWarning, "fraction_without_allocator_model",
+       "under --memory-fraction the reserved bytes decide, and the analytical backend models "
+       "neither the caching allocator's cached segments nor its release and retry: its reserved "
+       "peak can be far below the allocator's, and its largest batch past the largest that runs "
+       "(docs/accuracy-device.md, \"Largest batch\"); the symbolic backend simulates the step "
+       "within the limit",
+       "", ""});
+}
+
 Result<Estimate> Analytical::EstimateIn(const memory::EstimationContext& ctx) const {
   Accounting acc(ctx);
-  return ctx.options().mode == Mode::kTrain ? acc.Train(ctx.gpu()) : acc.Infer(ctx.gpu());
+  Result<Estimate> e =
+      ctx.options().mode == Mode::kTrain ? acc.Train(ctx.gpu()) : acc.Infer(ctx.gpu());
+  if (e.ok()) NoteFractionWithoutAllocatorModel(ctx.options(), &*e);
+  return e;
 }
 
 }  // namespace

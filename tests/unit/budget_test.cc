@@ -236,6 +236,28 @@ TEST(MemoryFractionTest, TheMarginAndTheIntervalAreKeptFreeWithinTheLimit) {
   EXPECT_EQ(CheckFit(e, gpu, o).headroom, 10) << "on the point estimate the interval adds nothing";
 }
 
+// The analytical backend models no cached segments, so under a fraction it says so.
+TEST(MemoryFractionTest, TheAnalyticalBackendSaysItDoesNotModelTheAllocator) {
+  auto model = Bundled("resnet18_train.onnx");
+  ASSERT_NE(model, nullptr);
+  auto analytical = MakeEstimator("analytical");
+  ASSERT_TRUE(analytical.ok());
+  Options o;
+  o.batch = 64;
+  auto plain = (*analytical)->Run(*model, o);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(Has(*plain, "fraction_without_allocator_model"));
+  o.allocator.memory_fraction = 0.5;
+  auto capped = (*analytical)->Run(*model, o);
+  ASSERT_TRUE(capped.ok());
+  EXPECT_TRUE(Has(*capped, "fraction_without_allocator_model"));
+  auto symbolic = MakeEstimator("symbolic");
+  ASSERT_TRUE(symbolic.ok());
+  auto simulated = (*symbolic)->Run(*model, o);
+  ASSERT_TRUE(simulated.ok());
+  EXPECT_FALSE(Has(*simulated, "fraction_without_allocator_model"));
+}
+
 TEST(MemoryFractionTest, OnlySharesInZeroToOneAreValid) {
   Options o;
   for (double bad : {0.0, -0.5, 1.5, std::nan("")}) {
