@@ -31,11 +31,11 @@ Result<std::shared_ptr<const BoundGraph>> BindCache::Get(const Graph& graph,
   }
   entries_.insert(entries_.begin(), {std::move(key), made});
   // The newest entry always stays; older ones go past kMaxValues in all, and past the
-  // kEntries-th, past a 32nd of it or past kSmallEntries.
+  // kEntries-th, past a kSmallShare-th of it or past kSmallEntries.
   size_t values = 0, keep = 0;
   while (keep < entries_.size() && keep < kSmallEntries) {
     values += entries_[keep].second->dtypes.size();
-    const size_t limit = keep < kEntries ? max_values_ : max_values_ / 32;
+    const size_t limit = keep < kEntries ? max_values_ : max_values_ / kSmallShare;
     if (keep > 0 && values > limit) break;
     ++keep;
   }

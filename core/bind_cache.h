@@ -11,12 +11,12 @@
 //    the entries together hold at most kMaxValues values (about 100 bytes each; the newest entry
 //    stays whatever its size), so a million-node graph keeps one (README, "Memory of memest
 //    itself"). Small graphs keep up to kSmallEntries: an entry past the kEntries-th stays while
-//    all kept hold at most a 32nd of kMaxValues, so a scheduler asking a ResNet about 25 batches
-//    in any order binds each once. Those extra entries, with what core/derived_cache.h keeps
-//    beside each, cost most for graphs of a few thousand nodes; asked at 32 batches x 8 option
-//    sets (scripts/cache_rss.py), peak RSS goes from 21 to 32 MiB for ResNet-50 and from 34 to
-//    67 MiB for a 2,000-node chain, and stays 98 MiB for a 10,000-node one (which keeps no more).
-//    Errors are not kept: a failing bind runs again and fails again the same way.
+//    all kept hold at most kMaxValues / kSmallShare, so a scheduler asking a ResNet about 25
+//    batches in any order binds each once. Those extra entries, with what core/derived_cache.h
+//    keeps beside each, cost most for graphs of a few thousand nodes; asked at 32 batches x 8
+//    option sets (scripts/cache_rss.py), peak RSS goes from 21 to 32 MiB for ResNet-50 and from 34
+//    to 67 MiB for a 2,000-node chain, and stays 98 MiB for a 10,000-node one (which keeps no
+//    more). Errors are not kept: a failing bind runs again and fails again the same way.
 //  * Thread-safe: one mutex around the table; Bind itself runs outside it, so two threads that
 //    miss the same key may both bind; the first to store its graph wins, and the other thread
 //    gets that one (equal to its own).
@@ -42,6 +42,8 @@ class BindCache {
  public:
   static constexpr size_t kEntries = 4;
   static constexpr size_t kSmallEntries = 32;
+  // Entries past the kEntries-th stay while all kept hold at most the values budget / kSmallShare.
+  static constexpr size_t kSmallShare = 32;
   static constexpr size_t kMaxValues = 2'000'000;
 
   explicit BindCache(size_t max_values = kMaxValues) : max_values_(max_values) {}

@@ -90,8 +90,8 @@ TEST(BindCacheTest, LargeGraphsKeepFewerEntries) {
   EXPECT_NE(tiny.Get(model->graph(), AtBatch(5))->get(), only->get());
 }
 
-// Past kEntries only small graphs keep more: while all kept hold at most a 32nd of the values
-// budget.
+// Past kEntries only small graphs keep more: while all kept hold at most a kSmallShare-th of the
+// values budget.
 TEST(BindCacheTest, OnlySmallGraphsKeepMoreThanKEntries) {
   auto model = BundledModel("mlp_small_train");
   ASSERT_NE(model, nullptr);
@@ -108,8 +108,8 @@ TEST(BindCacheTest, OnlySmallGraphsKeepMoreThanKEntries) {
     }
     return n;
   };
-  EXPECT_EQ(kept(4 * values), core::BindCache::kEntries) << "a 32nd holds none past the fourth";
-  EXPECT_EQ(kept(32 * 10 * values), 10u) << "a 32nd holds ten";
+  EXPECT_EQ(kept(4 * values), core::BindCache::kEntries) << "the share holds none past the fourth";
+  EXPECT_EQ(kept(core::BindCache::kSmallShare * 10 * values), 10u) << "the share holds ten";
   EXPECT_EQ(kept(core::BindCache::kMaxValues), core::BindCache::kSmallEntries);
 }
 
