@@ -110,7 +110,8 @@ void BM_Estimate(benchmark::State& state, const std::string& name, memest::Mode 
 }
 
 void BM_MaxBatch(benchmark::State& state, const std::string& name,
-                 const std::string& backend = "analytical") {
+                 const std::string& backend = "analytical",
+                 memest::MaxBatchSearch search = memest::MaxBatchSearch::kAuto) {
   auto model = LoadForBench(name);
   auto est = memest::MakeEstimator(backend);
   if (model == nullptr || !est.ok()) {
@@ -119,20 +120,26 @@ void BM_MaxBatch(benchmark::State& state, const std::string& name,
   }
   memest::Options o;
   o.gpu = "h100-80gb";
-  int evaluations = 0;
+  int evaluations = 0, traces = 0, replays = 0;
   int64_t batch = 0;
   for (auto _ : state) {
     Forget(*model);
-    auto r = memest::FindMaxBatch(**est, *model, o);
+    auto r = memest::FindMaxBatch(**est, *model, o, int64_t{1} << 24, search);
     if (!r.ok()) {
       state.SkipWithError(r.status().ToString().c_str());
       break;
     }
     evaluations = r->evaluations;
+    traces = r->traces;
+    replays = r->replays;
     batch = r->batch;
     benchmark::DoNotOptimize(r);
   }
   state.counters["evaluations"] = evaluations;
+  if (traces > 0) {
+    state.counters["traces"] = traces;
+    state.counters["replays"] = replays;
+  }
   state.counters["max_batch"] = static_cast<double>(batch);
 }
 
@@ -305,6 +312,7 @@ BENCHMARK_CAPTURE(BM_Estimate, resnet50_train_symbolic, std::string("resnet50_tr
 BENCHMARK_CAPTURE(BM_Estimate, resnet50_train_symbolic_checkpoint4, std::string("resnet50_train"), Mode::kTrain, kSymbolic, 4)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MaxBatch, resnet50, std::string("resnet50_train"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_MaxBatch, resnet50_symbolic, std::string("resnet50_train"), kSymbolic)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxBatch, resnet50_symbolic_exact, std::string("resnet50_train"), kSymbolic, memest::MaxBatchSearch::kExact)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_CAPTURE(BM_ProtobufParse, gpt2_tiny, std::string("gpt2_tiny_train"))->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Load, gpt2_tiny, std::string("gpt2_tiny_train"))->Unit(benchmark::kMicrosecond);

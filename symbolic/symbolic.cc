@@ -33,12 +33,6 @@ namespace {
 // V100, which share a cuBLAS workspace) ask for 16; the graph keeps twice that.
 constexpr size_t kSimulationsKept = 32;
 
-uint64_t Budget(const memory::EstimationContext& ctx) {
-  const uint64_t nccl =
-      ctx.options().parallel.enabled() ? memory::NcclBufferBytes(ctx.parallel()) : 0;
-  return memory::AllocatorBudget(ctx.options(), ctx.gpu(), ctx.stack(), nccl);
-}
-
 std::string MiB(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 // What a step simulated within `budget` is noted with (policy above).
@@ -82,7 +76,7 @@ class Symbolic final : public Estimator {
   // it is what the same inputs give.
   Result<Estimate> EstimateIn(const memory::EstimationContext& ctx) const override {
     const SimulationKey unlimited = SimulationKey::Of(ctx);
-    const uint64_t budget = Budget(ctx);
+    const uint64_t budget = StepBudget(ctx);
     const core::DerivedCache& kept = ctx.bound().derived;
     // A kept unlimited step answers when it stays within this budget (or failed).
     auto free_run = kept.Find<Result<Estimate>>(unlimited);
@@ -130,6 +124,12 @@ class Symbolic final : public Estimator {
 
 std::unique_ptr<Estimator> MakeSymbolicEstimator() { return std::make_unique<Symbolic>(); }
 
+uint64_t StepBudget(const memory::EstimationContext& ctx) {
+  const uint64_t nccl =
+      ctx.options().parallel.enabled() ? memory::NcclBufferBytes(ctx.parallel()) : 0;
+  return memory::AllocatorBudget(ctx.options(), ctx.gpu(), ctx.stack(), nccl);
+}
+
 Result<Simulation> SimulateModel(const Model& model, const Options& options, bool record_events) {
   try {
     MEMEST_RETURN_IF_ERROR(Validate(options));
@@ -148,7 +148,7 @@ Result<Simulation> SimulateModel(const Model& model, const Options& options, boo
     }
     ctx->set_stage(worst);
     SimulationKey key = SimulationKey::Of(*ctx);
-    const uint64_t budget = Budget(*ctx);
+    const uint64_t budget = StepBudget(*ctx);
     key.allocator_budget = budget;
     MEMEST_ASSIGN_OR_RETURN(Simulation limited, Simulate(*ctx, key, record_events));
     Simulation sim;

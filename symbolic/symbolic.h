@@ -12,6 +12,10 @@ namespace memest::symbolic {
 
 std::unique_ptr<Estimator> MakeSymbolicEstimator();
 
+// What the caching allocator may reserve in `ctx` (memory::AllocatorBudget, with the NCCL buffers
+// of a parallel plan): the budget the step is simulated within (policy in symbolic.cc).
+[[nodiscard]] uint64_t StepBudget(const memory::EstimationContext& ctx);
+
 // The whole simulation (events included when `record_events`), for --timeline. Under pipeline
 // parallelism, of one rank of the stage with the highest device peak.
 Result<Simulation> SimulateModel(const Model& model, const Options& options, bool record_events);

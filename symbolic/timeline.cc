@@ -117,7 +117,10 @@ void SortUnique(std::vector<int>* v) {
 class Sim {
  public:
   // Reads the options and the GPU through `key` only (symbolic/simulation_key.h).
-  Sim(const memory::EstimationContext& ctx, const SimulationKey& key, bool record)
+  // With `requests` set, the allocator is left out: every malloc and free is appended to it
+  // instead (TraceRequests), and the simulation's own estimate is meaningless.
+  Sim(const memory::EstimationContext& ctx, const SimulationKey& key, bool record,
+      std::vector<AllocatorRequest>* requests = nullptr)
       : b_(ctx.bound()),
         g_(*b_.graph),
         o_(key.options),
@@ -130,9 +133,8 @@ class Sim {
         stage_(key.stage),
         staged_(plan_.stages() > 1),
         record_(record),
-        alloc_(AllocatorConfig{o_.allocator.expandable_segments, o_.allocator.max_split_size,
-                               kLargeBuffer, o_.allocator.roundup_power2_divisions,
-                               key.allocator_budget}) {}
+        requests_(requests),
+        alloc_(StepAllocatorConfig(o_, key.allocator_budget)) {}
 
   Result<Simulation> Run();
   // Some request failed even after the allocator released its cached segments (PyTorch raises
@@ -238,6 +240,8 @@ class Sim {
   const int stage_;
   const bool staged_;  // pp > 1: only stage_'s nodes run here
   bool record_;
+  std::vector<AllocatorRequest>* requests_;  // TraceRequests: what the allocator would be asked
+  int64_t mallocs_ = 0;                      // mallocs appended to *requests_ so far
   CachingAllocatorModel alloc_;
   bool train_ = true;
 
@@ -330,7 +334,10 @@ Tensor Sim::Malloc(uint64_t bytes, Category c) {
   // After a request failed for good the step is not an estimate (symbolic/symbolic.cc): the rest
   // of the iteration runs without the allocator, whose every later failure would release and
   // scan again.
-  if (alloc_.oom()) {
+  if (requests_ != nullptr) {
+    t.handle = mallocs_++;
+    requests_->push_back({bytes, -1});
+  } else if (alloc_.oom()) {
     t.handle = -1;
   } else {
     t.handle = alloc_.Malloc(bytes);
@@ -373,7 +380,11 @@ Sim::Live* Sim::Find(Tensor t) {
 
 void Sim::Free(Tensor* t) {
   if (Live* l = Find(*t)) {
-    alloc_.Free(l->handle);
+    if (requests_ != nullptr) {
+      requests_->push_back({0, l->handle});
+    } else {
+      alloc_.Free(l->handle);
+    }
     l->alive = false;
     l->generation = (l->generation + 1) & 0x7fffffff;
     free_slots_.push_back(SlotOf(*t));
@@ -493,7 +504,7 @@ void Sim::Prepare() {
   // model's blocks are about as many (one per live tensor, a free one beside some).
   const size_t alive_at_once = std::min<size_t>(2 * nv + 64, size_t{1} << 24);
   tensors_.reserve(alive_at_once);
-  alloc_.Reserve(alive_at_once);
+  if (requests_ == nullptr) alloc_.Reserve(alive_at_once);
   if (!record_) return;
   sim_.node_names.reserve(nn);
   for (const auto& n : g_.nodes) sim_.node_names.push_back(n.name);
@@ -1192,6 +1203,18 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, const Simulati
 
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, bool record_events) {
   return Simulate(ctx, SimulationKey::Of(ctx), record_events);
+}
+
+AllocatorConfig StepAllocatorConfig(const Options& options, uint64_t budget) {
+  return AllocatorConfig{options.allocator.expandable_segments, options.allocator.max_split_size,
+                         kLargeBuffer, options.allocator.roundup_power2_divisions, budget};
+}
+
+Result<std::vector<AllocatorRequest>> TraceRequests(const memory::EstimationContext& ctx) {
+  std::vector<AllocatorRequest> requests;
+  Sim sim(ctx, SimulationKey::Of(ctx), /*record=*/false, &requests);
+  MEMEST_RETURN_IF_ERROR(sim.Run().status());
+  return requests;
 }
 
 }  // namespace memest::symbolic

@@ -19,6 +19,7 @@
 #include "memest/status.h"
 #include "memory/category.h"
 #include "memory/context.h"
+#include "symbolic/allocator.h"
 #include "symbolic/simulation_key.h"
 
 namespace memest::symbolic {
@@ -63,6 +64,13 @@ struct Simulation {
   std::vector<std::string> node_names;  // index -> name, for events
 };
 
+// One request of the step to the caching allocator, in order: a malloc of `bytes`, or (freed >= 0)
+// the free of the step's malloc number `freed` (counting the step's mallocs from 0).
+struct AllocatorRequest {
+  uint64_t bytes = 0;  // a malloc's requested bytes; 0 for a free
+  int64_t freed = -1;  // a free: the malloc it frees; -1 for a malloc
+};
+
 // Iterations simulated: 1 (first: optimizer state and workspaces created) and 2..3 (steady).
 inline constexpr int kSimulatedIterations = 3;
 
@@ -74,6 +82,15 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, bool record_ev
 // equal to it).
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
                             bool record_events);
+
+// The allocator model a simulation under `options` replays its step through, limited to
+// `budget` bytes reserved.
+[[nodiscard]] AllocatorConfig StepAllocatorConfig(const Options& options, uint64_t budget);
+
+// The step's allocator requests, in order, without the allocator (unlimited budget): the same
+// mallocs and frees Simulate(ctx, ...) hands the allocator model, since what the step allocates
+// never depends on the allocator's state. What symbolic/batch_trace.h replays at other batches.
+Result<std::vector<AllocatorRequest>> TraceRequests(const memory::EstimationContext& ctx);
 
 }  // namespace memest::symbolic
 

@@ -731,6 +731,8 @@ std::vector<BackendResult> RunBackends(const Plan& plan, const Model& model,
       }
       r.max_batch = mb->batch;
       r.max_batch_evaluations = mb->evaluations;
+      r.max_batch_traces = mb->traces;
+      r.max_batch_replays = mb->replays;
       r.estimate = mb->at_batch;
     } else {
       Result<Estimate> e = estimator.Run(model, plan.options);

@@ -495,6 +495,13 @@ Grid BuildGrid(const Report& r) {
   return g;
 }
 
+// ", 3 traces and 5 allocator replays" when the search replayed the symbolic step.
+std::string ReplayCount(const BackendResult& res) {
+  if (res.max_batch_traces == 0) return "";
+  return fmt::format(", {} traces and {} allocator replays", res.max_batch_traces,
+                     res.max_batch_replays);
+}
+
 std::string MaxBatchSentence(const Report& r) {
   if (r.results.size() == 1) {
     const BackendResult& res = r.results.front();
@@ -505,9 +512,9 @@ std::string MaxBatchSentence(const Report& r) {
           "evaluations)\n",
           r.max_dim, r.gpu.name, res.backend, res.max_batch_evaluations);
     }
-    return fmt::format("max {}: {} fits on {} ({}, {} evaluations, search limit {})\n", r.max_dim,
+    return fmt::format("max {}: {} fits on {} ({}, {} evaluations{}, search limit {})\n", r.max_dim,
                        *res.max_batch, r.gpu.name, res.backend, res.max_batch_evaluations,
-                       r.max_batch_limit);
+                       ReplayCount(res), r.max_batch_limit);
   }
   const auto mb = ConservativeMaxBatch(r.results);
   if (!mb) return "";
@@ -691,7 +698,9 @@ Json ResultJson(const BackendResult& res, bool max_batch_mode, const std::string
   if (max_batch_mode) {
     j["max_batch"] = {{"dim", max_dim},
                       {"batch", res.max_batch.value_or(0)},
-                      {"evaluations", res.max_batch_evaluations}};
+                      {"evaluations", res.max_batch_evaluations},
+                      {"traces", res.max_batch_traces},
+                      {"replays", res.max_batch_replays}};
   }
   return j;
 }

@@ -50,6 +50,8 @@ struct BackendResult {
   // 0).
   std::optional<int64_t> max_batch;
   int max_batch_evaluations = 0;
+  int max_batch_traces = 0;   // MaxBatchResult::traces
+  int max_batch_replays = 0;  // MaxBatchResult::replays
 };
 
 // Three-valued fit status over several backends.

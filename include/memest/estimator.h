@@ -114,18 +114,30 @@ Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu, const Options& opt
 
 // The largest batch (>= 1) for which `estimator` predicts the model fits `options.gpu`
 // (options.batch is ignored). Returns 0 when even batch 1 does not fit. Searches up to `limit`
-// by safeguarded interpolation on the estimated device peak (api/registry.cc, docs/cli.md
+// by safeguarded interpolation on the estimated device peak (api/max_batch.cc, docs/cli.md
 // `--max-batch`), in far fewer estimates than a bisection. Exact whenever "fits" does not turn
 // back as the batch grows; where it can (near the capacity, which cached segments the allocator
 // can release depends on every block size), the result is a batch that fits whose successor does
 // not, and a smaller batch may not fit. Errors from the estimator are passed through.
+//
+// Under MaxBatchSearch::kAuto the symbolic backend's batches are probed by replaying its step's
+// allocator requests, traced at two batches, instead of estimating each (one estimate, at the
+// answer, and one trace, of its successor, check the result; anything the replay cannot vouch
+// for is searched as under kExact). kExact estimates every candidate.
+enum class MaxBatchSearch { kAuto, kExact };
 struct MaxBatchResult {
-  int64_t batch = 0;  // the batch found (FindMaxDim: the dim's value)
-  Estimate at_batch;  // estimate at `batch` (at batch 1 when batch == 0)
-  int evaluations = 0;
+  int64_t batch = 0;    // the batch found (FindMaxDim: the dim's value)
+  Estimate at_batch;    // estimate at `batch` (at batch 1 when batch == 0)
+  int evaluations = 0;  // the backend's estimates
+  // The symbolic backend's replay (api/max_batch.cc): traces of the step's allocator requests,
+  // and batches probed by replaying them through the allocator model (each far cheaper than an
+  // estimate).
+  int traces = 0;
+  int replays = 0;
 };
 Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& model,
-                                    const Options& options, int64_t limit = int64_t{1} << 24);
+                                    const Options& options, int64_t limit = int64_t{1} << 24,
+                                    MaxBatchSearch search = MaxBatchSearch::kAuto);
 
 // The largest value (>= 1) of the named symbolic dim `dim` (e.g. "seq") for which `estimator`
 // predicts the model fits, with the batch and every other dim as `options` binds them; the same

@@ -1,4 +1,4 @@
-// FindMaxBatch's search (api/registry.cc Candidates) over estimators whose peaks are given by a
+// FindMaxBatch's search (api/max_batch.cc Candidates) over estimators whose peaks are given by a
 // formula, so that each rule of the search is met on its own: the line to the capacity, the steps
 // down from a batch that failed just below it, and a "fits" that turns back.
 #include <gtest/gtest.h>

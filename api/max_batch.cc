@@ -1,0 +1,461 @@
+// api/max_batch.cc -- the largest batch (or dim value) that fits: FindMaxBatch, FindMaxDim.
+//
+// Policy (docs/cli.md `--max-batch`; the contract in memest/estimator.h):
+//  * The exact search (ExactSearch): safeguarded interpolation over the backend's own
+//    estimates (Candidates); the answer is a batch that fits whose successor does not.
+//  * The symbolic backend's max batch first goes through its replay (ReplayLargestFitting;
+//    symbolic/batch_trace.h): the step's allocator requests are traced at batch 2 and at one
+//    larger batch, each malloc's size is the line through its two sizes, and a batch is probed by
+//    replaying those requests through the allocator model within the budget (no graph walk, no
+//    binding). The probes start below the batch whose requested bytes alone reach the budget and
+//    step by how far the last one was from fitting (ReplaySearch), bisecting when that stalls.
+//  * The replay's answer stands only when checked: the backend's estimate at the answer fits
+//    with the replay's allocated and reserved peaks, and the trace at the successor is on the
+//    lines (each malloc rounds to the same size), so the successor's replay, which did not fit,
+//    is what the simulation there does request by request. Anything else -- a size off its line,
+//    many GPUs (NCCL buffers, pipeline stages), another backend, an error -- is answered by the
+//    exact search, whose answer and errors are the ones given.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <optional>
+
+#include "base/checked.h"
+#include "memest/estimator.h"
+#include "memory/context.h"
+#include "memory/device.h"
+#include "symbolic/batch_trace.h"
+#include "symbolic/symbolic.h"
+
+namespace memest {
+
+namespace {
+
+// What the search draws its line through: the device peak, except for a step the symbolic
+// backend simulated within the allocator's budget (noted allocator_retries or out_of_memory,
+// symbolic/symbolic.cc). Its reserved peak is held at the budget by released caches, or is the
+// unlimited step's, so it is the allocated bytes that meet the capacity: the device peak less
+// what the allocator held cached but free.
+double SearchSignal(const Estimate& e) {
+  const bool within_budget =
+      std::any_of(e.diagnostics.begin(), e.diagnostics.end(), [](const Diagnostic& d) {
+        return d.code == "allocator_retries" || d.code == "out_of_memory";
+      });
+  const uint64_t cached_free = e.peak_reserved - std::min(e.peak_allocated, e.peak_reserved);
+  return static_cast<double>(
+      within_budget && e.peak_device >= cached_free ? e.peak_device - cached_free : e.peak_device);
+}
+
+// The candidates of the max-batch search (policy in memest/estimator.h and docs/cli.md
+// `--max-batch`): safeguarded interpolation on SearchSignal. The device peak is close to affine
+// in the batch, so a candidate is where the line through two estimates meets the capacity.
+// Unbracketed (no failing batch yet), the line runs through the last two estimates and a
+// candidate is at least one more than the largest fitting batch (twice it when the line does not
+// rise). Bracketed, the line runs through the largest fitting and smallest failing batch and the
+// candidate is clamped into the open bracket; a batch that failed just below the capacity line
+// is followed by steps down from it (1, 2, 4, ... batches); a step that did not halve the
+// bracket, or a bracket that does not straddle the capacity, is followed by a bisection.
+class Candidates {
+ public:
+  Candidates(double capacity, int64_t limit, const Estimate& at_one)
+      : cap_(capacity),
+        limit_(limit),
+        good_peak_(SearchSignal(at_one)),
+        last_{1, good_peak_, static_cast<double>(at_one.peak_allocated)} {}
+
+  // Whether the answer is known: the limit fits, or the bracket is two adjacent batches.
+  bool done() const { return bad_ == 0 ? good_ >= limit_ : bad_ - good_ <= 1; }
+  int64_t largest_fitting() const { return good_; }
+
+  // The batch to estimate next; a step down doubles the one after it.
+  int64_t Next() {
+    if (bad_ == 0) return Extrapolate();
+    if (!bisect_ && good_peak_ <= cap_ && cap_ < bad_peak_) return Interpolate();
+    if (last_.batch == bad_ && FailedJustBelowCapacity()) {
+      const int64_t next = std::max(good_ + 1, bad_ - down_);
+      down_ *= 2;
+      return next;
+    }
+    return good_ + (bad_ - good_) / 2;
+  }
+
+  // The verdict and estimate at `batch`, the last Next().
+  void Record(int64_t batch, bool fits, const Estimate& e) {
+    const int64_t width = bad_ == 0 ? 0 : bad_ - good_;
+    prev_ = last_;
+    last_ = {batch, SearchSignal(e), static_cast<double>(e.peak_allocated)};
+    if (fits) {
+      good_ = batch;
+      good_peak_ = last_.peak;
+      down_ = 1;
+    } else {
+      bad_ = batch;
+      bad_peak_ = last_.peak;
+    }
+    bisect_ = width > 0 && !bisect_ && 2 * (bad_ - good_) > width;
+  }
+
+ private:
+  struct Point {
+    int64_t batch = 0;
+    double peak = 0;       // SearchSignal
+    double allocated = 0;  // peak_allocated
+  };
+  // A failing batch is within this many batches' growth of the capacity line.
+  static constexpr double kNearCapacity = 16;
+
+  int64_t Extrapolate() const {
+    // Where the device peak does not rise yet (segments rounded up hide small batches'
+    // growth), the allocated bytes' slope, which does.
+    const double step = static_cast<double>(last_.batch - prev_.batch);
+    double slope = prev_.batch > 0 ? (last_.peak - prev_.peak) / step : 0;
+    if (!(slope > 0) && prev_.batch > 0) slope = (last_.allocated - prev_.allocated) / step;
+    double predicted =
+        slope > 0 ? static_cast<double>(last_.batch) + (cap_ - last_.peak) / slope : 0;
+    if (slope <= 0 || !(predicted > static_cast<double>(good_))) {
+      return good_ > limit_ / 2 ? limit_ : good_ * 2;
+    }
+    predicted = std::min(predicted, static_cast<double>(limit_));
+    return std::max<int64_t>(static_cast<int64_t>(predicted), good_ + 1);
+  }
+
+  int64_t Interpolate() const {
+    const double t = (cap_ - good_peak_) / (bad_peak_ - good_peak_);
+    const int64_t next = good_ + static_cast<int64_t>(t * static_cast<double>(bad_ - good_));
+    return std::clamp<int64_t>(next, good_ + 1, bad_ - 1);
+  }
+
+  // The failing batch's line value is below the capacity (cached segments it could not
+  // release) by at most kNearCapacity batches' growth: the boundary is usually a few batches
+  // down.
+  bool FailedJustBelowCapacity() const {
+    const double per_batch = (bad_peak_ - good_peak_) / static_cast<double>(bad_ - good_);
+    return bad_peak_ <= cap_ && cap_ - bad_peak_ <= kNearCapacity * per_batch;
+  }
+
+  const double cap_;
+  const int64_t limit_;
+  int64_t good_ = 1;
+  double good_peak_;
+  int64_t bad_ = 0;  // 0 = no failing batch found yet
+  double bad_peak_ = 0;
+  Point last_, prev_;  // the last two evaluations
+  bool bisect_ = false;
+  int64_t down_ = 1;  // the next step down from a batch that failed just below the capacity
+};
+
+// The largest value v in [1, limit] for which the model fits with set(o, v) applied (Candidates
+// above). label(v) names a candidate in errors ("batch 64", "seq 4096"). v = 0 when even 1 does
+// not fit.
+template <typename Set, typename Label>
+Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& model,
+                                   const Options& options, const GpuProfile& gpu, int64_t limit,
+                                   Label label, Set set) {
+  MaxBatchResult r;
+  Options o = options;
+  auto estimate = [&](int64_t v) -> Result<Estimate> {
+    set(&o, v);
+    ++r.evaluations;
+    auto e = estimator.Run(model, o);
+    if (!e.ok()) return e.status().WithContext(label(v));
+    return e;
+  };
+  MEMEST_ASSIGN_OR_RETURN(r.at_batch, estimate(1));
+  if (!CheckFit(r.at_batch, gpu, options).fits) {
+    r.batch = 0;
+    return r;
+  }
+  Candidates search(static_cast<double>(gpu.usable_memory.bytes), limit, r.at_batch);
+  while (!search.done()) {
+    const int64_t next = search.Next();
+    MEMEST_ASSIGN_OR_RETURN(Estimate e, estimate(next));
+    const bool fits = CheckFit(e, gpu, options).fits;
+    search.Record(next, fits, e);
+    if (fits) r.at_batch = std::move(e);
+  }
+  r.batch = search.largest_fitting();
+  return r;
+}
+
+// ---- The symbolic backend's replay (policy at the top) ----
+
+// A replay's verdict at one batch, with what the next guess needs when it does not fit.
+struct Probe {
+  bool fits = false;
+  double excess = 0;     // bytes past what fits; <= 0 when it fits (the room left, negated)
+  double per_batch = 0;  // growth per batch of the requested bytes alive where it was decided
+  symbolic::AllocatorStats stats;  // the replay's allocator statistics
+};
+
+// The verdict CheckFit gives the symbolic estimate of a replayed step: its device peak is the
+// reserved peak and what lives outside the allocator (symbolic/timeline.cc), with the stack's
+// band on top.
+class Prober {
+ public:
+  Prober(const symbolic::BatchTrace& trace, const memory::EstimationContext& ctx,
+         const Options& options, const GpuProfile& gpu)
+      : trace_(trace),
+        options_(options),
+        gpu_(gpu),
+        stack_(ctx.stack()),
+        config_(symbolic::StepAllocatorConfig(ctx.options(), symbolic::StepBudget(ctx))) {
+    Breakdown outside;
+    memory::SetOutsideAllocator(stack_, &outside);
+    outside_ = outside.Total();
+  }
+
+  const symbolic::AllocatorConfig& config() const { return config_; }
+  int replays() const { return replays_; }
+
+  Probe At(int64_t b) {
+    ++replays_;
+    const symbolic::BatchTrace::Replay r = trace_.Run(b, config_);
+    Probe p;
+    p.stats = r.stats;
+    if (r.ran_out) {
+      p.excess = static_cast<double>(r.short_by);
+      p.per_batch = r.bytes_per_batch;
+      return p;
+    }
+    Estimate e;
+    e.backend = "symbolic";
+    e.peak_allocated = r.stats.peak_allocated;
+    e.peak_reserved = r.stats.peak_reserved;
+    e.peak_device = base::SatAdd(r.stats.peak_reserved, outside_);
+    memory::ApplyResidualBand(stack_, &e);
+    const Fit f = CheckFit(e, gpu_, options_);
+    p.fits = f.fits;
+    p.excess = -static_cast<double>(f.headroom);
+    p.per_batch = r.peak_bytes_per_batch;
+    return p;
+  }
+
+ private:
+  const symbolic::BatchTrace& trace_;
+  const Options& options_;
+  const GpuProfile& gpu_;
+  const StackProfile& stack_;
+  const symbolic::AllocatorConfig config_;
+  uint64_t outside_ = 0;
+  int replays_ = 0;
+};
+
+// The largest batch in [1, limit] that fits by the replay, and its successor does not (or it is
+// the limit). The first probe is `start`, the batch whose requested bytes alone reach the budget;
+// each next one is where the line through the last two probes' excess (bytes past the budget,
+// negative for the room left) meets zero -- after the first, failing, probe, where its excess is
+// gone at the growth per batch of the bytes alive where it failed -- kept inside the open
+// bracket; a second probe in a row that did not halve the bracket is followed by a bisection.
+// 0 when batch 1 does not fit or the probes run out.
+int64_t ReplaySearch(Prober* probe, int64_t start, int64_t limit, Probe* at_answer) {
+  constexpr int kMostProbes = 48;
+  int64_t lo = 0, hi = limit + 1;  // lo fits (0: none yet), hi does not (limit + 1: none yet)
+  int64_t next = std::clamp<int64_t>(start, 1, limit);
+  int64_t prev_b = 0;
+  double prev_excess = 0;
+  int slow = 0;
+  for (int i = 0; i < kMostProbes && hi - lo > 1; ++i) {
+    const int64_t b = next;
+    const int64_t width = hi - lo;
+    const Probe p = probe->At(b);
+    if (p.fits) {
+      lo = b;
+      *at_answer = p;
+    } else {
+      hi = b;
+    }
+    // Where the excess meets zero: the largest batch that fits is about the floor of it.
+    double root = static_cast<double>(b) + 1;
+    if (prev_b > 0 && prev_b != b && p.excess != prev_excess) {
+      root = static_cast<double>(b) -
+             p.excess * static_cast<double>(b - prev_b) / (p.excess - prev_excess);
+    } else if (!p.fits && p.per_batch > 0) {
+      root = static_cast<double>(b) - p.excess / p.per_batch;
+    }
+    prev_b = b;
+    prev_excess = p.excess;
+    slow = 2 * (hi - lo) > width ? slow + 1 : 0;
+    if (slow >= 2 || !std::isfinite(root)) {
+      next = lo + (hi - lo) / 2;
+      slow = 0;
+    } else {
+      next = static_cast<int64_t>(
+          std::clamp(std::floor(root), static_cast<double>(lo + 1), static_cast<double>(hi - 1)));
+    }
+  }
+  return hi - lo == 1 ? lo : 0;
+}
+
+// The first batch traced. Not 1: at batch 1 some graphs make other requests (a broadcast or expand
+// over the batch dim that is a view only there; 5 of the 81 timm graphs of
+// datasets/timm-a100), and their lines would say nothing.
+constexpr int64_t kFirstTraced = 2;
+
+// The second batch traced: where the first trace's requested bytes alive at once, times it, reach
+// the budget -- inside the range searched, so that the lines are read where the answer lies.
+int64_t SecondTraced(const std::vector<symbolic::AllocatorRequest>& first, uint64_t budget,
+                     int64_t limit) {
+  const uint64_t most = std::max<uint64_t>(symbolic::PeakRequested(first), 1);
+  return std::clamp<int64_t>(static_cast<int64_t>(std::min<uint64_t>(budget / most, 1ull << 40)),
+                             kFirstTraced + 1, limit);
+}
+
+// The step's allocator requests at value v of the searched batch, and the context they were
+// traced in; nullopt when the options or the bind refuse v (the exact search says why).
+template <typename Set>
+std::optional<
+    std::pair<std::unique_ptr<memory::EstimationContext>, std::vector<symbolic::AllocatorRequest>>>
+TraceAt(const Model& model, Options o, Set set, int64_t v) {
+  set(&o, v);
+  if (!Validate(o).ok()) return std::nullopt;
+  auto ctx = memory::EstimationContext::Make(model, o);
+  if (!ctx.ok()) return std::nullopt;
+  auto requests = symbolic::TraceRequests(**ctx);
+  if (!requests.ok()) return std::nullopt;
+  return std::make_pair(std::move(ctx).value(), std::move(requests).value());
+}
+
+// The check of the replay's answer (policy at the top): the estimate at `batch`, when it fits
+// with the replay's peaks `at` and the trace at batch + 1 is on the lines; nullopt otherwise.
+template <typename Set>
+std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& model,
+                                    const Options& options, const GpuProfile& gpu, int64_t limit,
+                                    Set set, const symbolic::BatchTrace& trace,
+                                    const symbolic::AllocatorConfig& config, int64_t batch,
+                                    const Probe& at, MaxBatchResult* spent) {
+  if (batch < limit) {
+    auto successor = TraceAt(model, options, set, batch + 1);
+    ++spent->traces;
+    if (!successor || !trace.Matches(successor->second, batch + 1, config)) return std::nullopt;
+  }
+  Options o = options;
+  set(&o, batch);
+  ++spent->evaluations;
+  Result<Estimate> e = estimator.Run(model, o);
+  if (!e.ok() || !CheckFit(*e, gpu, options).fits || e->peak_allocated != at.stats.peak_allocated ||
+      e->peak_reserved != at.stats.peak_reserved) {
+    return std::nullopt;
+  }
+  return std::move(e).value();
+}
+
+// The symbolic backend's answer by replay, checked (policy at the top); nullopt when the replay
+// cannot give one, with what it spent counted in *spent.
+template <typename Set>
+std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, const Model& model,
+                                                   const Options& options, const GpuProfile& gpu,
+                                                   int64_t limit, Set set, MaxBatchResult* spent) {
+  if (estimator.name() != "symbolic" || options.parallel.enabled() || limit < kFirstTraced + 1) {
+    return std::nullopt;
+  }
+  try {
+    auto first = TraceAt(model, options, set, kFirstTraced);
+    if (!first) return std::nullopt;
+    ++spent->traces;
+    const memory::EstimationContext& ctx = *first->first;
+    const uint64_t budget = symbolic::StepBudget(ctx);
+    const int64_t b2 = SecondTraced(first->second, budget, limit);
+    auto second = TraceAt(model, options, set, b2);
+    if (!second) return std::nullopt;
+    ++spent->traces;
+    std::optional<symbolic::BatchTrace> trace =
+        symbolic::BatchTrace::Fit(first->second, kFirstTraced, second->second, b2);
+    if (!trace) return std::nullopt;
+    Prober prober(*trace, ctx, options, gpu);
+    Probe at;
+    const int64_t batch = ReplaySearch(&prober, trace->LargestWithin(budget, limit), limit, &at);
+    spent->replays += prober.replays();
+    if (batch < 1) return std::nullopt;
+    std::optional<Estimate> e = CheckAnswer(estimator, model, options, gpu, limit, set, *trace,
+                                            prober.config(), batch, at, spent);
+    if (!e) return std::nullopt;
+    MaxBatchResult r = *spent;
+    r.batch = batch;
+    r.at_batch = std::move(e).value();
+    return r;
+  } catch (const std::exception&) {
+    return std::nullopt;  // the exact search meets the same and says so
+  }
+}
+
+// The replay where it applies, else (or when it cannot answer) the exact search; the cost of both
+// is counted.
+template <typename Set, typename Label>
+Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Model& model,
+                                            const Options& options, const GpuProfile& gpu,
+                                            int64_t limit, Label label, Set set, bool replay) {
+  MaxBatchResult spent;
+  if (replay) {
+    if (auto r = ReplayLargestFitting(estimator, model, options, gpu, limit, set, &spent)) {
+      return std::move(r).value();
+    }
+  }
+  MEMEST_ASSIGN_OR_RETURN(MaxBatchResult r,
+                          ExactSearch(estimator, model, options, gpu, limit, label, set));
+  r.evaluations += spent.evaluations;
+  r.traces = spent.traces;
+  r.replays = spent.replays;
+  return r;
+}
+
+}  // namespace
+
+Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& model,
+                                    const Options& options, int64_t limit, MaxBatchSearch search) {
+  if (options.micro_batches > 1) limit = std::max<int64_t>(limit / options.micro_batches, 1);
+  auto gpu = ResolveGpuProfile(options);
+  if (!gpu.ok()) return gpu.status();
+  if (limit < 1) return InvalidArgument("max-batch search limit must be >= 1");
+  // The search needs a batch dim to bind: some data input whose leading dim is not fixed.
+  bool has_batch_dim = false;
+  for (const InputInfo& in : model.summary().data_inputs) {
+    has_batch_dim = has_batch_dim || (!in.dims.empty() && in.dims[0].value < 0);
+  }
+  if (!has_batch_dim) {
+    return InvalidArgument(
+        "the model has no batch dim to search over: every data input has a "
+        "fixed leading dim");
+  }
+  // With gradient accumulation the search runs over the micro-batch size; batches are multiples.
+  const int64_t k = std::max<int64_t>(options.micro_batches, 1);
+  MEMEST_ASSIGN_OR_RETURN(MaxBatchResult r,
+                          SearchLargestFitting(
+                              estimator, model, options, *gpu, limit,
+                              [k](int64_t micro) { return "batch " + std::to_string(micro * k); },
+                              [k](Options* o, int64_t micro) { o->batch = micro * k; },
+                              /*replay=*/search == MaxBatchSearch::kAuto));
+  r.batch *= k;
+  return r;
+}
+
+Result<MaxBatchResult> FindMaxDim(const Estimator& estimator, const Model& model,
+                                  const Options& options, const std::string& dim, int64_t limit) {
+  auto gpu = ResolveGpuProfile(options);
+  if (!gpu.ok()) return gpu.status();
+  if (limit < 1) return InvalidArgument("max-dim search limit must be >= 1");
+  bool named = false;
+  std::string names;
+  for (const InputInfo& in : model.summary().data_inputs) {
+    for (const DimInfo& d : in.dims) {
+      if (d.param.empty()) continue;
+      named = named || d.param == dim;
+      if (names.find("'" + d.param + "'") == std::string::npos) {
+        names += (names.empty() ? "'" : ", '") + d.param + "'";
+      }
+    }
+  }
+  if (!named) {
+    return InvalidArgument("dim '" + dim + "' is not a symbolic dim of the model's inputs (" +
+                           (names.empty() ? std::string("it has none") : "it has " + names) +
+                           "): there is nothing to search");
+  }
+  if (options.dims.count(dim) > 0) {
+    return InvalidArgument("dim '" + dim + "' is both bound (--dim) and searched (--max-dim)");
+  }
+  return SearchLargestFitting(
+      estimator, model, options, *gpu, limit,
+      [&dim](int64_t v) { return dim + " " + std::to_string(v); },
+      [&dim](Options* o, int64_t v) { o->dims[dim] = v; }, /*replay=*/false);
+}
+
+}  // namespace memest

@@ -1,0 +1,219 @@
+// The symbolic backend's max batch by replay (api/max_batch.cc, symbolic/batch_trace.h): the
+// lines through two traces, the replay against the simulation it stands for, and the answers of
+// FindMaxBatch against the exact search on the bundled models and on timm's graphs.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memest/memest.h"
+#include "memory/context.h"
+#include "symbolic/batch_trace.h"
+#include "symbolic/symbolic.h"
+#include "tests/testing/onnx_builder.h"
+
+namespace memest {
+namespace {
+
+namespace fs = std::filesystem;
+using symbolic::AllocatorRequest;
+using symbolic::BatchTrace;
+
+fs::path Source(const std::string& rel) { return fs::path(MEMEST_SOURCE_DIR) / rel; }
+
+std::shared_ptr<const Model> Load(const fs::path& path) {
+  auto m = LoadModel(path.string());
+  EXPECT_TRUE(m.ok()) << path << ": " << m.status().ToString();
+  return m.ok() ? *m : nullptr;
+}
+
+// The step's requests at `batch`, traced in the context an estimate at `batch` would make.
+std::vector<AllocatorRequest> TraceAt(const Model& model, Options o, int64_t batch) {
+  o.batch = batch;
+  auto ctx = memory::EstimationContext::Make(model, o);
+  EXPECT_TRUE(ctx.ok()) << ctx.status().ToString();
+  auto t = symbolic::TraceRequests(**ctx);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? *t : std::vector<AllocatorRequest>{};
+}
+
+TEST(BatchTraceTest, TracesThatDifferInTheirRequestsHaveNoLines) {
+  const std::vector<AllocatorRequest> a = {{100, -1}, {200, -1}, {0, 0}};
+  const std::vector<AllocatorRequest> freed_other = {{150, -1}, {300, -1}, {0, 1}};
+  const std::vector<AllocatorRequest> shorter = {{150, -1}, {300, -1}};
+  const std::vector<AllocatorRequest> shrinking = {{50, -1}, {300, -1}, {0, 0}};
+  EXPECT_FALSE(BatchTrace::Fit(a, 1, freed_other, 2).has_value());
+  EXPECT_FALSE(BatchTrace::Fit(a, 1, shorter, 2).has_value());
+  EXPECT_FALSE(BatchTrace::Fit(a, 1, shrinking, 2).has_value());
+  EXPECT_FALSE(BatchTrace::Fit(a, 2, a, 2).has_value());  // b2 must exceed b1
+  EXPECT_TRUE(BatchTrace::Fit(a, 1, a, 2).has_value());
+}
+
+TEST(BatchTraceTest, LargestWithinIsWhereTheBytesAliveAtOnceReachTheLimit) {
+  // Two tensors alive together: 1000 + 10 b and 24 b bytes (a weight-like constant in the first).
+  const std::vector<AllocatorRequest> at1 = {{1010, -1}, {24, -1}, {0, 1}, {0, 0}};
+  const std::vector<AllocatorRequest> at5 = {{1050, -1}, {120, -1}, {0, 1}, {0, 0}};
+  auto t = BatchTrace::Fit(at1, 1, at5, 5);
+  ASSERT_TRUE(t.has_value());
+  // 1000 + 34 b <= 4400 up to b = 100.
+  EXPECT_EQ(t->LargestWithin(4400, 1000), 100);
+  EXPECT_EQ(t->LargestWithin(4399, 1000), 99);
+  EXPECT_EQ(t->LargestWithin(4400, 50), 50);   // the limit
+  EXPECT_EQ(t->LargestWithin(1000, 1000), 0);  // not even batch 1
+}
+
+TEST(BatchTraceTest, MatchesComparesTheRoundedSizes) {
+  const std::vector<AllocatorRequest> at1 = {{1000, -1}, {0, 0}};
+  const std::vector<AllocatorRequest> at2 = {{3000, -1}, {0, 0}};
+  auto t = BatchTrace::Fit(at1, 1, at2, 2);
+  ASSERT_TRUE(t.has_value());
+  const symbolic::AllocatorConfig config;
+  // At 10 the line gives 19000 bytes, which rounds to 19456 (512-byte blocks).
+  EXPECT_TRUE(t->Matches({{19000, -1}, {0, 0}}, 10, config));
+  EXPECT_TRUE(t->Matches({{19400, -1}, {0, 0}}, 10, config));   // same block
+  EXPECT_FALSE(t->Matches({{19500, -1}, {0, 0}}, 10, config));  // the next block: off the line
+  EXPECT_FALSE(t->Matches({{19000, -1}}, 10, config));
+}
+
+// The replay at a batch is the simulation there: the same allocated and reserved peaks as the
+// symbolic estimate, at batches far from the two traced.
+TEST(BatchTraceTest, TheReplayIsTheSimulationAtOtherBatches) {
+  for (const char* name : {"resnet18_train", "gpt2_tiny_train", "mlp_small_train"}) {
+    auto model = Load(Source(std::string("datasets/models/") + name + ".onnx"));
+    ASSERT_NE(model, nullptr);
+    Options o;
+    o.gpu = "h100-80gb";
+    auto t = BatchTrace::Fit(TraceAt(*model, o, 2), 2, TraceAt(*model, o, 7), 7);
+    ASSERT_TRUE(t.has_value()) << name;
+    auto est = MakeEstimator("symbolic");
+    ASSERT_TRUE(est.ok());
+    for (int64_t b : {1, 64, 300}) {
+      Options at = o;
+      at.batch = b;
+      EXPECT_TRUE(t->Matches(TraceAt(*model, o, b), b, symbolic::StepAllocatorConfig(at, ~0ull)))
+          << name << " batch " << b;
+      auto e = (*est)->Run(*model, at);
+      ASSERT_TRUE(e.ok()) << e.status().ToString();
+      const auto r = t->Run(b, symbolic::StepAllocatorConfig(at, ~0ull));
+      EXPECT_FALSE(r.ran_out);
+      EXPECT_EQ(r.stats.peak_allocated, e->peak_allocated) << name << " batch " << b;
+      EXPECT_EQ(r.stats.peak_reserved, e->peak_reserved) << name << " batch " << b;
+    }
+  }
+}
+
+// A step whose sizes are not lines in the batch -- a [N, N] similarity matrix, as contrastive
+// losses make -- is off the lines at the answer's successor, and the exact search answers.
+TEST(MaxBatchReplayTest, SizesOffTheirLinesAreSearchedExactly) {
+  testing::GraphBuilder b;
+  b.AddInput("X", testing::kFloat, {"N", 256});
+  b.AddInitializer("W", {256, 256});
+  b.AddNode("MatMul", {"X", "W"}, {"h"}, "project");
+  testing::SetIntsAttr(b.AddNode("Transpose", {"h"}, {"ht"}, "transpose"), "perm", {1, 0});
+  b.AddNode("MatMul", {"h", "ht"}, {"S"}, "similarity");
+  b.AddOutput("S", testing::kFloat, {"N", "N"});
+  auto model = LoadModelFromBytes(b.Serialize(), ".", "similarity");
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto est = MakeEstimator("symbolic");
+  ASSERT_TRUE(est.ok());
+  Options o;
+  o.gpu = "l4-24gb";
+  auto fast = FindMaxBatch(**est, **model, o);
+  auto exact = FindMaxBatch(**est, **model, o, int64_t{1} << 24, MaxBatchSearch::kExact);
+  ASSERT_TRUE(fast.ok()) << fast.status().ToString();
+  ASSERT_TRUE(exact.ok());
+  EXPECT_GT(fast->traces, 0);       // the replay was tried ...
+  EXPECT_GT(fast->evaluations, 1);  // ... and the exact search answered
+  EXPECT_EQ(fast->batch, exact->batch);
+  EXPECT_GE(fast->evaluations, exact->evaluations);
+}
+
+// The answer by replay against the exact search's; where they differ, both must be answers:
+// a batch that fits whose successor does not.
+void ExpectAnAnswer(const Estimator& est, const Model& model, const Options& o, int64_t batch,
+                    const std::string& what) {
+  Options at = o;
+  at.batch = batch;
+  auto e = est.Run(model, at);
+  ASSERT_TRUE(e.ok()) << what;
+  auto gpu = ResolveGpuProfile(o);
+  ASSERT_TRUE(gpu.ok());
+  EXPECT_TRUE(CheckFit(*e, *gpu, o).fits) << what << ": batch " << batch << " does not fit";
+  at.batch = batch + 1;
+  auto next = est.Run(model, at);
+  ASSERT_TRUE(next.ok()) << what;
+  EXPECT_FALSE(CheckFit(*next, *gpu, o).fits) << what << ": batch " << batch + 1 << " fits too";
+}
+
+struct Tally {
+  int searches = 0, same = 0, replayed = 0;
+};
+
+void Compare(const Model& model, const Options& o, const std::string& what, Tally* tally) {
+  auto est = MakeEstimator("symbolic");
+  ASSERT_TRUE(est.ok());
+  auto fast = FindMaxBatch(**est, model, o);
+  auto exact = FindMaxBatch(**est, model, o, int64_t{1} << 24, MaxBatchSearch::kExact);
+  ASSERT_EQ(fast.ok(), exact.ok()) << what;
+  if (!fast.ok()) return;
+  ++tally->searches;
+  tally->same += fast->batch == exact->batch;
+  tally->replayed += fast->traces > 0 && fast->evaluations == 1;
+  EXPECT_EQ(exact->traces, 0);
+  if (fast->batch != exact->batch) {
+    std::printf("%s: replay %lld, exact search %lld (fits turns back there)\n", what.c_str(),
+                static_cast<long long>(fast->batch), static_cast<long long>(exact->batch));
+    ExpectAnAnswer(**est, model, o, fast->batch, what + " (replay)");
+    ExpectAnAnswer(**est, model, o, exact->batch, what + " (exact)");
+  }
+}
+
+TEST(MaxBatchReplayTest, BundledModels) {
+  Tally tally;
+  for (const char* name : {"resnet18_train", "resnet50_train", "gpt2_tiny_train", "mlp_small_train",
+                           "resnet18_eval"}) {
+    auto model = Load(Source(std::string("datasets/models/") + name + ".onnx"));
+    ASSERT_NE(model, nullptr);
+    for (const char* gpu : {"h100-80gb", "l4-24gb"}) {
+      for (Mode mode : {Mode::kTrain, Mode::kInfer}) {
+        Options o;
+        o.gpu = gpu;
+        o.mode = mode;
+        Compare(*model, o,
+                std::string(name) + " " + gpu + (mode == Mode::kTrain ? " train" : " infer"),
+                &tally);
+      }
+    }
+  }
+  std::printf("bundled: %d searches, %d same answers, %d by replay\n", tally.searches, tally.same,
+              tally.replayed);
+  EXPECT_EQ(tally.searches, 20);
+  EXPECT_EQ(tally.replayed, tally.searches);
+}
+
+TEST(MaxBatchReplayTest, TimmGraphs) {
+  const fs::path dir = Source("datasets/timm-a100/models");
+  if (!fs::exists(dir / ".unpacked")) GTEST_SKIP() << "run datasets/timm-a100/unpack.sh";
+  Tally tally;
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() == ".onnx") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const fs::path& f : files) {
+    auto model = Load(f);
+    if (model == nullptr) continue;
+    Options o;
+    o.gpu = "a100-80gb";
+    Compare(*model, o, f.stem().string(), &tally);
+  }
+  std::printf("timm: %d searches, %d same answers, %d by replay\n", tally.searches, tally.same,
+              tally.replayed);
+  EXPECT_EQ(tally.searches, static_cast<int>(files.size()));
+  EXPECT_EQ(tally.replayed, tally.searches);
+}
+
+}  // namespace
+}  // namespace memest
