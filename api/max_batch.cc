@@ -144,6 +144,13 @@ class Candidates {
   int64_t down_ = 1;  // the next step down from a batch that failed just below the capacity
 };
 
+// What the search records for a candidate too large to estimate: peaks past any GPU.
+Estimate Unaffordable() {
+  Estimate e;
+  e.peak_allocated = e.peak_reserved = e.peak_device = uint64_t{1} << 62;
+  return e;
+}
+
 // The largest value v in [1, limit] for which the model fits with set(o, v) applied (Candidates
 // above). label(v) names a candidate in errors ("batch 64", "seq 4096"). v = 0 when even 1 does
 // not fit.
@@ -168,7 +175,12 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
   Candidates search(static_cast<double>(gpu.usable_memory.bytes), limit, r.at_batch);
   while (!search.done()) {
     const int64_t next = search.Next();
-    MEMEST_ASSIGN_OR_RETURN(Estimate e, estimate(next));
+    Result<Estimate> at = estimate(next);
+    // A candidate whose tensors overflow the byte arithmetic (RunInContext refuses past 2^60
+    // bytes) needs more than any GPU has: it does not fit, and the search goes on below it.
+    if (!at.ok() && at.status().code() == ErrorCode::kOverflow) at = Unaffordable();
+    if (!at.ok()) return at.status();
+    Estimate e = std::move(at).value();
     const bool fits = CheckFit(e, gpu, options).fits;
     search.Record(next, fits, e);
     if (fits) r.at_batch = std::move(e);
@@ -214,7 +226,7 @@ class Prober {
     p.stats = r.stats;
     if (r.ran_out) {
       p.excess = static_cast<double>(r.short_by);
-      p.per_batch = r.bytes_per_batch;
+      p.per_batch = r.bytes_per_unit;
       return p;
     }
     Estimate e;
@@ -226,7 +238,7 @@ class Prober {
     const Fit f = CheckFit(e, gpu_, options_);
     p.fits = f.fits;
     p.excess = -static_cast<double>(f.headroom);
-    p.per_batch = r.peak_bytes_per_batch;
+    p.per_batch = r.peak_bytes_per_unit;
     return p;
   }
 
@@ -258,6 +270,9 @@ int64_t ReplaySearch(Prober* probe, int64_t start, int64_t limit, Probe* at_answ
     const int64_t b = next;
     const int64_t width = hi - lo;
     const Probe p = probe->At(b);
+    if (getenv("MEMEST_TRACE_SEARCH"))
+      fprintf(stderr, "probe %lld fits %d excess %.0f per %.0f\n", (long long)b, p.fits, p.excess,
+              p.per_batch);
     if (p.fits) {
       lo = b;
       *at_answer = p;
@@ -290,6 +305,8 @@ int64_t ReplaySearch(Prober* probe, int64_t start, int64_t limit, Probe* at_answ
 // over the batch dim that is a view only there; 5 of the 81 timm graphs of
 // datasets/timm-a100), and their lines would say nothing.
 constexpr int64_t kFirstTraced = 2;
+// The largest value the curves are read at (symbolic/batch_trace.cc), FindMaxBatch's default limit.
+constexpr int64_t kMostReplayed = int64_t{1} << 24;
 
 // The second batch traced: where the first trace's requested bytes alive at once, times it, reach
 // the budget -- inside the range searched, so that the lines are read where the answer lies.
@@ -339,13 +356,16 @@ std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& mod
   return std::move(e).value();
 }
 
-// The symbolic backend's answer by replay, checked (policy at the top); nullopt when the replay
-// cannot give one, with what it spent counted in *spent.
+// The symbolic backend's answer by replay, checked (policy at the top), from `curve_traces`
+// traces (2: lines, for the batch; 3: parabolas, for a dim such as the sequence length); nullopt
+// when the replay cannot give one, with what it spent counted in *spent.
 template <typename Set>
 std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, const Model& model,
                                                    const Options& options, const GpuProfile& gpu,
-                                                   int64_t limit, Set set, MaxBatchResult* spent) {
-  if (estimator.name() != "symbolic" || options.parallel.enabled() || limit < kFirstTraced + 1) {
+                                                   int64_t limit, Set set, int curve_traces,
+                                                   MaxBatchResult* spent) {
+  if (estimator.name() != "symbolic" || options.parallel.enabled() ||
+      limit < kFirstTraced + curve_traces || limit > kMostReplayed) {
     return std::nullopt;
   }
   try {
@@ -354,20 +374,36 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     ++spent->traces;
     const memory::EstimationContext& ctx = *first->first;
     const uint64_t budget = symbolic::StepBudget(ctx);
-    const int64_t b2 = SecondTraced(first->second, budget, limit);
-    auto second = TraceAt(model, options, set, b2);
-    if (!second) return std::nullopt;
-    ++spent->traces;
-    std::optional<symbolic::BatchTrace> trace =
-        symbolic::BatchTrace::Fit(first->second, kFirstTraced, second->second, b2);
+    // Past the budget at the first value traced: the answer is 0 or 1, which the exact search
+    // finds in one or two estimates.
+    if (symbolic::PeakRequested(first->second) > budget) return std::nullopt;
+    // The others: the farthest where the first one's bytes, times it, reach the budget; with
+    // three, one halfway.
+    const int64_t far =
+        std::max<int64_t>(SecondTraced(first->second, budget, limit), kFirstTraced + 2);
+    std::vector<int64_t> at = {kFirstTraced, far};
+    if (curve_traces == 3) at.insert(at.begin() + 1, kFirstTraced + (far - kFirstTraced) / 2);
+    std::vector<std::vector<symbolic::AllocatorRequest>> kept;
+    kept.reserve(at.size());
+    kept.push_back(std::move(first->second));
+    for (size_t i = 1; i < at.size(); ++i) {
+      auto more = TraceAt(model, options, set, at[i]);
+      if (!more) return std::nullopt;
+      ++spent->traces;
+      kept.push_back(std::move(more->second));
+    }
+    std::vector<symbolic::Traced> traced;
+    for (size_t i = 0; i < at.size(); ++i) traced.push_back({at[i], &kept[i]});
+    std::optional<symbolic::BatchTrace> trace = symbolic::BatchTrace::Fit(traced);
     if (!trace) return std::nullopt;
     Prober prober(*trace, ctx, options, gpu);
-    Probe at;
-    const int64_t batch = ReplaySearch(&prober, trace->LargestWithin(budget, limit), limit, &at);
+    Probe at_answer;
+    const int64_t batch =
+        ReplaySearch(&prober, trace->LargestWithin(budget, limit), limit, &at_answer);
     spent->replays += prober.replays();
     if (batch < 1) return std::nullopt;
     std::optional<Estimate> e = CheckAnswer(estimator, model, options, gpu, limit, set, *trace,
-                                            prober.config(), batch, at, spent);
+                                            prober.config(), batch, at_answer, spent);
     if (!e) return std::nullopt;
     MaxBatchResult r = *spent;
     r.batch = batch;
@@ -383,10 +419,11 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
 template <typename Set, typename Label>
 Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Model& model,
                                             const Options& options, const GpuProfile& gpu,
-                                            int64_t limit, Label label, Set set, bool replay) {
+                                            int64_t limit, Label label, Set set, int curve_traces) {
   MaxBatchResult spent;
-  if (replay) {
-    if (auto r = ReplayLargestFitting(estimator, model, options, gpu, limit, set, &spent)) {
+  if (curve_traces > 0) {
+    if (auto r = ReplayLargestFitting(estimator, model, options, gpu, limit, set, curve_traces,
+                                      &spent)) {
       return std::move(r).value();
     }
   }
@@ -423,13 +460,14 @@ Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& mod
                               estimator, model, options, *gpu, limit,
                               [k](int64_t micro) { return "batch " + std::to_string(micro * k); },
                               [k](Options* o, int64_t micro) { o->batch = micro * k; },
-                              /*replay=*/search == MaxBatchSearch::kAuto));
+                              /*curve_traces=*/search == MaxBatchSearch::kAuto ? 2 : 0));
   r.batch *= k;
   return r;
 }
 
 Result<MaxBatchResult> FindMaxDim(const Estimator& estimator, const Model& model,
-                                  const Options& options, const std::string& dim, int64_t limit) {
+                                  const Options& options, const std::string& dim, int64_t limit,
+                                  MaxBatchSearch search) {
   auto gpu = ResolveGpuProfile(options);
   if (!gpu.ok()) return gpu.status();
   if (limit < 1) return InvalidArgument("max-dim search limit must be >= 1");
@@ -455,7 +493,8 @@ Result<MaxBatchResult> FindMaxDim(const Estimator& estimator, const Model& model
   return SearchLargestFitting(
       estimator, model, options, *gpu, limit,
       [&dim](int64_t v) { return dim + " " + std::to_string(v); },
-      [&dim](Options* o, int64_t v) { o->dims[dim] = v; }, /*replay=*/false);
+      [&dim](Options* o, int64_t v) { o->dims[dim] = v; },
+      /*curve_traces=*/search == MaxBatchSearch::kAuto ? 3 : 0);
 }
 
 }  // namespace memest

@@ -84,6 +84,24 @@ void BM_Load(benchmark::State& state, const std::string& name) {
   state.counters["per_node"] = PerNode(nodes);
 }
 
+// One estimate per iteration, each at dims the model has not bound yet (Forget); the last device
+// peak.
+uint64_t EstimateEachIteration(benchmark::State& state, const memest::Model& model,
+                               const memest::Estimator& est, const memest::Options& o) {
+  uint64_t peak = 0;
+  for (auto _ : state) {
+    Forget(model);
+    auto e = est.Run(model, o);
+    if (!e.ok()) {
+      state.SkipWithError(e.status().ToString().c_str());
+      break;
+    }
+    peak = e->peak_device;
+    benchmark::DoNotOptimize(e);
+  }
+  return peak;
+}
+
 void BM_Estimate(benchmark::State& state, const std::string& name, memest::Mode mode,
                  const std::string& backend, int64_t checkpoint_segments = 0) {
   auto model = LoadForBench(name);
@@ -96,15 +114,7 @@ void BM_Estimate(benchmark::State& state, const std::string& name, memest::Mode 
   o.batch = 64;
   o.mode = mode;
   o.checkpoint_segments = checkpoint_segments;
-  for (auto _ : state) {
-    Forget(*model);
-    auto e = (*est)->Run(*model, o);
-    if (!e.ok()) {
-      state.SkipWithError(e.status().ToString().c_str());
-      break;
-    }
-    benchmark::DoNotOptimize(e);
-  }
+  EstimateEachIteration(state, *model, **est, o);
   state.counters["nodes"] = static_cast<double>(model->summary().node_count);
   state.counters["per_node"] = PerNode(model->summary().node_count);
 }
@@ -277,18 +287,55 @@ void BM_HfPrefillEstimate(benchmark::State& state, const std::string& name, int6
   o.mode = memest::Mode::kInfer;
   o.batch = 1;
   o.dims["seq"] = seq;
-  uint64_t peak = 0;
+  const uint64_t peak = EstimateEachIteration(state, *model, **est, o);
+  state.counters["peak_GiB"] = static_cast<double>(peak) / (1 << 30);
+}
+
+// The longest sequence that fits a training step of a loaded language model at batch 4 on an
+// H100 (FindMaxDim over "seq"), by the symbolic replay or the exact search; BM_EstimateSeq is one
+// symbolic estimate of the same model at batch 4, to compare with.
+memest::Options SeqOptions() {
+  memest::Options o;
+  o.gpu = "h100-80gb";
+  o.batch = 4;
+  return o;
+}
+
+void BM_MaxSeq(benchmark::State& state, const std::string& name, memest::MaxBatchSearch search) {
+  auto model = LoadForBench(name);
+  auto est = memest::MakeEstimator("symbolic");
+  if (model == nullptr || !est.ok()) {
+    state.SkipWithError("setup failed");
+    return;
+  }
+  memest::MaxBatchResult last;
   for (auto _ : state) {
     Forget(*model);
-    auto e = (*est)->Run(*model, o);
-    if (!e.ok()) {
-      state.SkipWithError(e.status().ToString().c_str());
+    auto r = memest::FindMaxDim(**est, *model, SeqOptions(), "seq", int64_t{1} << 24, search);
+    if (!r.ok()) {
+      state.SkipWithError(r.status().ToString().c_str());
       break;
     }
-    peak = e->peak_device;
-    benchmark::DoNotOptimize(e);
+    last = *r;
   }
-  state.counters["peak_GiB"] = static_cast<double>(peak) / (1 << 30);
+  state.counters["evaluations"] = last.evaluations;
+  if (last.traces > 0) {
+    state.counters["traces"] = last.traces;
+    state.counters["replays"] = last.replays;
+  }
+  state.counters["max_seq"] = static_cast<double>(last.batch);
+}
+
+void BM_EstimateSeq(benchmark::State& state, const std::string& name, int64_t seq) {
+  auto model = LoadForBench(name);
+  auto est = memest::MakeEstimator("symbolic");
+  if (model == nullptr || !est.ok()) {
+    state.SkipWithError("setup failed");
+    return;
+  }
+  memest::Options o = SeqOptions();
+  o.dims["seq"] = seq;
+  EstimateEachIteration(state, *model, **est, o);
 }
 
 using memest::Mode;
@@ -348,6 +395,9 @@ BENCHMARK_CAPTURE(BM_HfGenerateAndEstimate, llama2_7b_seq4096_analytical, std::s
 BENCHMARK_CAPTURE(BM_HfGenerate, llama2_70b_shape, std::string("llama-2-70b-shape"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_ProtobufParse, hf_llama2_70b_shape, std::string("hf:llama-2-70b-shape"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_HfGenerateAndEstimate, llama2_70b_shape_seq4096_symbolic, std::string("llama-2-70b-shape"), kSymbolic)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_EstimateSeq, qwen25_05b_train_seq2048, std::string("hf:qwen2.5-0.5b"), 2048)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxSeq, qwen25_05b_train, std::string("hf:qwen2.5-0.5b"), memest::MaxBatchSearch::kAuto)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxSeq, qwen25_05b_train_exact, std::string("hf:qwen2.5-0.5b"), memest::MaxBatchSearch::kExact)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_HfPrefillEstimate, llama3_8b_prefill_seq2k, std::string("hf-prefill:meta-llama-3-8b"), 2048)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_HfPrefillEstimate, llama3_8b_prefill_seq32k, std::string("hf-prefill:meta-llama-3-8b"), 32768)->Unit(benchmark::kMillisecond);
 // clang-format on

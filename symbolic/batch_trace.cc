@@ -1,5 +1,5 @@
-// symbolic/batch_trace.cc -- the step's allocator requests as lines in the batch (policy in
-// batch_trace.h).
+// symbolic/batch_trace.cc -- the step's allocator requests as polynomials in the searched value
+// (policy in batch_trace.h).
 #include "symbolic/batch_trace.h"
 
 #include <algorithm>
@@ -10,6 +10,9 @@ namespace {
 
 using Wide = __int128;
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+// Sizes and values the curves take: products of three of them stay far inside 128 bits.
+constexpr uint64_t kMostBytes = uint64_t{1} << 46;
+constexpr int64_t kMostValue = int64_t{1} << 24;
 
 uint64_t Saturate(Wide v) {
   if (v <= 0) return 0;
@@ -18,6 +21,10 @@ uint64_t Saturate(Wide v) {
 
 // floor(a / b) for b > 0.
 Wide FloorDiv(Wide a, Wide b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+bool FitsInt64(Wide v) {
+  return v >= std::numeric_limits<int64_t>::min() && v <= std::numeric_limits<int64_t>::max();
+}
 
 }  // namespace
 
@@ -36,47 +43,103 @@ uint64_t PeakRequested(const std::vector<AllocatorRequest>& requests) {
   return most;
 }
 
-std::optional<BatchTrace> BatchTrace::Fit(const std::vector<AllocatorRequest>& at_b1, int64_t b1,
-                                          const std::vector<AllocatorRequest>& at_b2, int64_t b2) {
-  if (b1 < 1 || b2 <= b1 || at_b1.size() != at_b2.size()) return std::nullopt;
+std::optional<BatchTrace> BatchTrace::Fit(const std::vector<Traced>& traces) {
+  const size_t k = traces.size();
+  if (k < 2 || k > 3) return std::nullopt;
+  for (size_t i = 0; i < k; ++i) {
+    if (traces[i].requests == nullptr || traces[i].at < 1 || traces[i].at > kMostValue ||
+        (i > 0 && traces[i].at <= traces[i - 1].at) ||
+        traces[i].requests->size() != traces[0].requests->size()) {
+      return std::nullopt;
+    }
+  }
   BatchTrace t;
-  t.b1_ = b1;
-  t.span_ = b2 - b1;
-  t.requests_ = at_b1;
+  for (size_t i = 0; i < k; ++i) t.v_[i] = traces[i].at;
+  const Wide h01 = t.v_[1] - t.v_[0];
+  const Wide h12 = k == 3 ? t.v_[2] - t.v_[1] : 1;
+  const Wide h02 = k == 3 ? t.v_[2] - t.v_[0] : 1;
+  t.den_ = k == 3 ? h01 * h12 * h02 : h01;
+  const std::vector<AllocatorRequest>& base = *traces[0].requests;
+  t.requests_ = base;
   size_t alive = 0;
-  for (size_t i = 0; i < at_b1.size(); ++i) {
-    const AllocatorRequest& x = at_b1[i];
-    const AllocatorRequest& y = at_b2[i];
-    if (x.freed != y.freed) return std::nullopt;
-    if (x.freed >= 0) {
-      if (static_cast<size_t>(x.freed) >= t.rise_.size() || alive == 0) return std::nullopt;
+  for (size_t r = 0; r < base.size(); ++r) {
+    const int64_t freed = base[r].freed;
+    for (size_t i = 1; i < k; ++i) {
+      if ((*traces[i].requests)[r].freed != freed) return std::nullopt;
+    }
+    if (freed >= 0) {
+      if (static_cast<size_t>(freed) >= t.curves_.size() || alive == 0) return std::nullopt;
       --alive;
       continue;
     }
-    if (y.bytes < x.bytes || y.bytes - x.bytes > uint64_t{std::numeric_limits<int64_t>::max()}) {
-      return std::nullopt;
+    uint64_t s[3] = {0, 0, 0};
+    for (size_t i = 0; i < k; ++i) {
+      s[i] = (*traces[i].requests)[r].bytes;
+      if (s[i] >= kMostBytes || (i > 0 && s[i] < s[i - 1])) return std::nullopt;
     }
-    t.at_b1_.push_back(x.bytes);
-    t.rise_.push_back(static_cast<int64_t>(y.bytes - x.bytes));
+    // Newton's divided differences, over den_: d1 = rise / h01, d2 = bend / (h01 h12 h02).
+    const Wide rise = static_cast<Wide>(s[1]) - s[0];
+    const Wide bend = k == 3 ? (static_cast<Wide>(s[2]) - s[1]) * h01 - rise * h12 : 0;
+    Curve c;
+    c.first = s[0];
+    c.d1_num = rise * (t.den_ / h01);
+    c.d2_num = bend;
+    c.integral = c.d1_num % t.den_ == 0 && c.d2_num % t.den_ == 0 && FitsInt64(c.d1_num / t.den_) &&
+                 FitsInt64(c.d2_num / t.den_);
+    if (c.integral) {
+      c.d1 = static_cast<int64_t>(c.d1_num / t.den_);
+      c.d2 = static_cast<int64_t>(c.d2_num / t.den_);
+    }
+    c.slope1 = static_cast<double>(c.d1_num) / static_cast<double>(t.den_);
+    c.slope2 = static_cast<double>(c.d2_num) / static_cast<double>(t.den_);
+    t.curves_.push_back(c);
     t.most_alive_ = std::max(t.most_alive_, ++alive);
   }
   return t;
 }
 
-uint64_t BatchTrace::LineBytes(uint64_t at_b1, int64_t rise, int64_t b) const {
-  return Saturate(static_cast<Wide>(at_b1) + FloorDiv(static_cast<Wide>(rise) * (b - b1_), span_));
+uint64_t BatchTrace::Bytes(size_t m, int64_t v) const {
+  const Curve& c = curves_[m];
+  const Wide x = static_cast<Wide>(v) - v_[0];
+  const Wide y = static_cast<Wide>(v) - v_[1];
+  if (c.integral) return Saturate(static_cast<Wide>(c.first) + c.d1 * x + c.d2 * x * y);
+  return Saturate(
+      FloorDiv(static_cast<Wide>(c.first) * den_ + c.d1_num * x + c.d2_num * x * y, den_));
 }
 
-bool BatchTrace::Matches(const std::vector<AllocatorRequest>& trace, int64_t b,
+double BatchTrace::Growth(size_t m, int64_t v) const {
+  const Curve& c = curves_[m];
+  return c.slope1 + c.slope2 * static_cast<double>(2 * v - v_[0] - v_[1]);
+}
+
+double BatchTrace::PeakAt(int64_t v) const {
+  const auto x = static_cast<double>(v - v_[0]);
+  const auto y = static_cast<double>(v - v_[1]);
+  std::vector<double> size(curves_.size(), 0);
+  double alive = 0, most = 0;
+  size_t m = 0;
+  for (const AllocatorRequest& r : requests_) {
+    if (r.freed >= 0) {
+      alive -= size[static_cast<size_t>(r.freed)];
+      continue;
+    }
+    const Curve& c = curves_[m];
+    size[m] = std::max(0.0, static_cast<double>(c.first) + c.slope1 * x + c.slope2 * x * y);
+    alive += size[m++];
+    most = std::max(most, alive);
+  }
+  return most;
+}
+
+bool BatchTrace::Matches(const std::vector<AllocatorRequest>& trace, int64_t v,
                          const AllocatorConfig& config) const {
-  if (trace.size() != requests_.size()) return false;
+  if (trace.size() != requests_.size() || v < 1 || v > kMostValue) return false;
   size_t m = 0;
   for (size_t i = 0; i < trace.size(); ++i) {
     const AllocatorRequest& want = requests_[i];
     if (trace[i].freed != want.freed) return false;
     if (want.freed >= 0) continue;
-    const uint64_t line = LineBytes(want.bytes, rise_[m++], b);
-    if (CachingAllocatorModel::RoundSize(line, config) !=
+    if (CachingAllocatorModel::RoundSize(Bytes(m++, v), config) !=
         CachingAllocatorModel::RoundSize(trace[i].bytes, config)) {
       return false;
     }
@@ -85,47 +148,36 @@ bool BatchTrace::Matches(const std::vector<AllocatorRequest>& trace, int64_t b,
 }
 
 int64_t BatchTrace::LargestWithin(uint64_t bytes, int64_t limit) const {
-  // The requested bytes alive after each malloc, at b1 and their rise over span_: the largest b
-  // with every base + rise (b - b1) / span <= bytes.
-  Wide base = 0, rise = 0;
-  Wide best = limit;
-  size_t m = 0;
-  for (const AllocatorRequest& r : requests_) {
-    if (r.freed >= 0) {
-      base -= at_b1_[static_cast<size_t>(r.freed)];
-      rise -= rise_[static_cast<size_t>(r.freed)];
-      continue;
-    }
-    base += at_b1_[m];
-    rise += rise_[m++];
-    const Wide room = static_cast<Wide>(bytes) - base;
-    if (rise == 0) {
-      if (room < 0) return 0;
-      continue;
-    }
-    best = std::min(best, b1_ + FloorDiv(room * span_, rise));
+  limit = std::min(limit, kMostValue);
+  const auto within = [&](int64_t v) { return PeakAt(v) <= static_cast<double>(bytes); };
+  if (limit < 1 || !within(1)) return 0;
+  if (within(limit)) return limit;
+  int64_t lo = 1, hi = limit;  // lo within, hi not
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (within(mid) ? lo : hi) = mid;
   }
-  return best < 1 ? 0 : static_cast<int64_t>(best);
+  return lo;
 }
 
-BatchTrace::Replay BatchTrace::Run(int64_t b, const AllocatorConfig& config) const {
+BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config) const {
   Replay out;
   CachingAllocatorModel alloc(config);
   alloc.Reserve(2 * most_alive_ + 64);
-  std::vector<CachingAllocatorModel::Handle> handle(rise_.size(), -1);
-  Wide alive_rise = 0;  // the rise of the requested bytes alive, over span_
+  std::vector<CachingAllocatorModel::Handle> handle(curves_.size(), -1);
+  double alive_growth = 0;  // per unit of the value, of the requested bytes alive
   uint64_t peak_allocated = 0;
   size_t m = 0;
   for (const AllocatorRequest& r : requests_) {
     if (r.freed >= 0) {
       const auto k = static_cast<size_t>(r.freed);
       alloc.Free(handle[k]);
-      alive_rise -= rise_[k];
+      alive_growth -= Growth(k, v);
       continue;
     }
-    const uint64_t bytes = LineBytes(r.bytes, rise_[m], b);
+    const uint64_t bytes = Bytes(m, v);
     handle[m] = alloc.Malloc(bytes);
-    alive_rise += rise_[m];
+    alive_growth += Growth(m, v);
     ++m;
     if (alloc.oom()) {
       out.ran_out = true;
@@ -133,12 +185,12 @@ BatchTrace::Replay BatchTrace::Run(int64_t b, const AllocatorConfig& config) con
           CachingAllocatorModel::AllocationSize(CachingAllocatorModel::RoundSize(bytes, config));
       const Wide need = static_cast<Wide>(alloc.stats().reserved) + segment;
       out.short_by = Saturate(need - static_cast<Wide>(config.capacity));
-      out.bytes_per_batch = static_cast<double>(alive_rise) / static_cast<double>(span_);
+      out.bytes_per_unit = alive_growth;
       break;
     }
     if (alloc.stats().allocated > peak_allocated) {
       peak_allocated = alloc.stats().allocated;
-      out.peak_bytes_per_batch = static_cast<double>(alive_rise) / static_cast<double>(span_);
+      out.peak_bytes_per_unit = alive_growth;
     }
   }
   out.stats = alloc.stats();

@@ -1,23 +1,24 @@
-// symbolic/batch_trace.h -- the step's allocator requests as lines in the batch, replayed through
-// the allocator model at any batch without walking the graph again: what the max-batch search of
-// the symbolic backend asks at most batches (api/max_batch.cc).
+// symbolic/batch_trace.h -- the step's allocator requests as polynomials in the searched value
+// (the batch, or a dim such as the sequence length), replayed through the allocator model at any
+// value without walking the graph again: what the max-batch and max-dim searches of the symbolic
+// backend ask at most values (api/max_batch.cc).
 //
 // Policy:
-//  * Two traces of the step (TraceRequests, symbolic/timeline.h) at batches b1 < b2 that make the
-//    same requests in the same order (the same frees of the same mallocs) give each malloc's size
-//    as the line through its two sizes, rounded down:
-//      bytes(b) = bytes(b1) + floor((bytes(b2) - bytes(b1)) (b - b1) / (b2 - b1)).
-//    Sizes are affine in the batch for most graphs (a batch dim times the rest); a size that is
-//    not (a [B, B] similarity matrix, a workspace that is a fraction of its operands) is off the
-//    line elsewhere, and Matches() says so when a trace at that batch is compared.
+//  * Traces of the step (TraceRequests, symbolic/timeline.h) at values v1 < v2 (< v3) that make
+//    the same requests in the same order (the same frees of the same mallocs) give each malloc's
+//    size as the polynomial through its sizes, rounded down: the line through two (a batch dim
+//    times the rest), the parabola through three (eager attention's [B, H, S, S] scores grow with
+//    the square of the sequence length). A size that is neither (a workspace that is a fraction
+//    of its operands, a [N, N] matrix on two traces) is off its curve elsewhere, and Matches()
+//    says so when a trace at that value is compared.
 //  * The caching allocator decides on rounded sizes only (allocator.cc RoundSize; the requested
-//    bytes are only counted), so a trace matches the lines at b when each malloc rounds to the
-//    size its line rounds to. Then Replay(b) hands the allocator model, request by request, what
-//    Simulate at b hands it: the same allocated and reserved bytes, the same release-and-retry,
+//    bytes are only counted), so a trace matches the curves at v when each malloc rounds to the
+//    size its curve rounds to. Then Replay(v) hands the allocator model, request by request, what
+//    Simulate at v hands it: the same allocated and reserved bytes, the same release-and-retry,
 //    the same first request that fails.
 //  * Replay stops at the first request that fails even after the cached segments are released
 //    (PyTorch raises OutOfMemoryError there); what it reports then is how far the step was from
-//    the budget and how fast the bytes alive there grow with the batch, for the next guess.
+//    the budget and how fast the bytes alive there grow with the value, for the next guess.
 #ifndef MEMEST_SYMBOLIC_BATCH_TRACE_H_
 #define MEMEST_SYMBOLIC_BATCH_TRACE_H_
 
@@ -33,49 +34,68 @@ namespace memest::symbolic {
 // The most requested bytes alive at once in a trace.
 [[nodiscard]] uint64_t PeakRequested(const std::vector<AllocatorRequest>& requests);
 
+// One trace of the step, at value `at` of the searched batch or dim.
+struct Traced {
+  int64_t at = 0;
+  const std::vector<AllocatorRequest>* requests = nullptr;
+};
+
 class BatchTrace {
  public:
-  // The lines through two traces of one step at batches b1 < b2; nullopt when the traces differ
-  // in anything but the mallocs' sizes, or a size falls with the batch.
-  [[nodiscard]] static std::optional<BatchTrace> Fit(const std::vector<AllocatorRequest>& at_b1,
-                                                     int64_t b1,
-                                                     const std::vector<AllocatorRequest>& at_b2,
-                                                     int64_t b2);
+  // The curves through two or three traces at increasing values >= 1; nullopt when the traces
+  // differ in anything but the mallocs' sizes, or a size falls as the value grows.
+  [[nodiscard]] static std::optional<BatchTrace> Fit(const std::vector<Traced>& traces);
 
-  // Whether `trace`, taken at batch `b`, is what the lines give at b: the same requests, each
-  // malloc rounding (under `config`) to the size its line rounds to.
-  [[nodiscard]] bool Matches(const std::vector<AllocatorRequest>& trace, int64_t b,
+  // Whether `trace`, taken at value `v`, is what the curves give at v: the same requests, each
+  // malloc rounding (under `config`) to the size its curve rounds to.
+  [[nodiscard]] bool Matches(const std::vector<AllocatorRequest>& trace, int64_t v,
                              const AllocatorConfig& config) const;
 
-  // The largest batch in [1, limit] at which the requested bytes alive at once stay within
-  // `bytes` by the lines; 0 when even batch 1 does not. Allocated and reserved bytes are at least
-  // the requested ones, so no larger batch fits an allocator limited to `bytes`.
+  // The largest value in [1, limit] at which the requested bytes alive at once stay within
+  // `bytes` by the curves (a bisection: exact where they grow with the value); 0 when even 1
+  // does not. Allocated and reserved bytes are at least the requested ones, so a larger value
+  // does not fit an allocator limited to `bytes`.
   [[nodiscard]] int64_t LargestWithin(uint64_t bytes, int64_t limit) const;
 
   struct Replay {
     AllocatorStats stats;  // at the end, or at the request that failed
     bool ran_out = false;
     // When ran_out: the bytes the failing request's segment lacked after the release, and the
-    // growth per batch of the requested bytes alive there.
+    // growth per unit of the value of the requested bytes alive there.
     uint64_t short_by = 0;
-    double bytes_per_batch = 0;
-    // The growth per batch of the requested bytes alive at the allocated peak.
-    double peak_bytes_per_batch = 0;
+    double bytes_per_unit = 0;
+    // The growth per unit of the value of the requested bytes alive at the allocated peak.
+    double peak_bytes_per_unit = 0;
   };
-  // The step at batch `b` through an allocator model configured by `config` (its capacity the
+  // The step at value `v` through an allocator model configured by `config` (its capacity the
   // budget), stopping at the first request that fails for good.
-  [[nodiscard]] Replay Run(int64_t b, const AllocatorConfig& config) const;
+  [[nodiscard]] Replay Run(int64_t v, const AllocatorConfig& config) const;
 
  private:
   BatchTrace() = default;
-  // A malloc's bytes at batch b on its line: `at_b1` at b1, rising by `rise` over span_.
-  uint64_t LineBytes(uint64_t at_b1, int64_t rise, int64_t b) const;
+  // Malloc number m's bytes at value v on its curve, and (roughly) their growth per unit there.
+  uint64_t Bytes(size_t m, int64_t v) const;
+  double Growth(size_t m, int64_t v) const;
+  // The most requested bytes alive at once at value v (roughly: in doubles).
+  double PeakAt(int64_t v) const;
 
-  std::vector<AllocatorRequest> requests_;  // at b1
-  std::vector<uint64_t> at_b1_;             // per malloc: bytes(b1)
-  std::vector<int64_t> rise_;               // per malloc: bytes(b2) - bytes(b1)
-  int64_t b1_ = 1;
-  int64_t span_ = 1;  // b2 - b1
+  // A malloc's size in Newton's form over the traced values v_[0..2]:
+  //   bytes(v) = floor(first + d1 (v - v0) + d2 (v - v0) (v - v1)),
+  // d1 = (bytes(v1) - first) / (v1 - v0), d2 the second divided difference (0 through two
+  // traces). Both are integers for sizes that are integer polynomials (the usual case); else they
+  // are kept as numerators over den_.
+  struct Curve {
+    uint64_t first = 0;
+    bool integral = true;
+    int64_t d1 = 0, d2 = 0;           // when integral
+    __int128 d1_num = 0, d2_num = 0;  // over den_, when not
+    double slope1 = 0, slope2 = 0;    // d1 and d2, for the estimates that need no exactness
+  };
+
+  std::vector<AllocatorRequest> requests_;  // at the first value traced
+  std::vector<Curve> curves_;               // per malloc
+  int64_t v_[3] = {0, 0, 0};
+  __int128 den_ = 1;  // (v1 - v0)(v2 - v1)(v2 - v0) through three traces, v1 - v0 through two
   size_t most_alive_ = 0;
 };
 

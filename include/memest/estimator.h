@@ -143,11 +143,13 @@ Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& mod
 // predicts the model fits, with the batch and every other dim as `options` binds them; the same
 // search as FindMaxBatch, result in MaxBatchResult::batch (0 when even 1 does not fit). A peak
 // that grows faster than linearly (eager attention, quadratic in the sequence) takes a few more
-// estimates. InvalidArgument when `dim` is not a symbolic dim of a data input, or is bound in
-// options.dims too.
+// estimates in the exact search; the symbolic replay traces the step at three values, so that
+// each size is the parabola through its three sizes. InvalidArgument when `dim` is not a
+// symbolic dim of a data input, or is bound in options.dims too.
 Result<MaxBatchResult> FindMaxDim(const Estimator& estimator, const Model& model,
                                   const Options& options, const std::string& dim,
-                                  int64_t limit = int64_t{1} << 24);
+                                  int64_t limit = int64_t{1} << 24,
+                                  MaxBatchSearch search = MaxBatchSearch::kAuto);
 
 }  // namespace memest
 

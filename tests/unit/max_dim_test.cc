@@ -2,6 +2,7 @@
 // attention makes the peak grow with the square of the length.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -42,6 +43,32 @@ TEST(MaxDimTest, FindsTheLongestSequenceThatFitsAndItsSuccessorDoesNot) {
     EXPECT_EQ(a->peak_device, r->at_batch.peak_device) << backend;
     // The quadratic peak is found in a few dozen estimates, not thousands.
     EXPECT_LT(r->evaluations, 64) << backend;
+  }
+}
+
+// The symbolic backend's replay reads the quadratic sizes off three traces (parabolas) and gives
+// the exact search's answer with one estimate.
+TEST(MaxDimTest, TheSymbolicReplayFollowsTheQuadraticPeak) {
+  auto m = Attention();
+  ASSERT_NE(m, nullptr);
+  auto est = MakeEstimator("symbolic");
+  ASSERT_TRUE(est.ok());
+  for (const char* gpu : {"l4-24gb", "h100-80gb"}) {
+    for (int64_t batch : {1, 4, 32}) {
+      Options o;
+      o.batch = batch;
+      o.loss = Loss::kMse;
+      o.gpu = gpu;
+      auto fast = FindMaxDim(**est, *m, o, "seq");
+      auto exact = FindMaxDim(**est, *m, o, "seq", int64_t{1} << 24, MaxBatchSearch::kExact);
+      ASSERT_TRUE(fast.ok() && exact.ok()) << gpu;
+      EXPECT_EQ(fast->batch, exact->batch) << gpu << " batch " << batch;
+      EXPECT_EQ(fast->evaluations, 1) << gpu << " batch " << batch;
+      EXPECT_EQ(fast->traces, 4) << gpu << " batch " << batch;  // 3 for the curves, 1 check
+      std::printf("%s batch %lld: seq %lld, replay %d replays; exact %d estimates\n", gpu,
+                  static_cast<long long>(batch), static_cast<long long>(fast->batch), fast->replays,
+                  exact->evaluations);
+    }
   }
 }
 
