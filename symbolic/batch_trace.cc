@@ -3,6 +3,7 @@
 #include "symbolic/batch_trace.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace memest::symbolic {
@@ -112,25 +113,6 @@ double BatchTrace::Growth(size_t m, int64_t v) const {
   return c.slope1 + c.slope2 * static_cast<double>(2 * v - v_[0] - v_[1]);
 }
 
-double BatchTrace::PeakAt(int64_t v) const {
-  const auto x = static_cast<double>(v - v_[0]);
-  const auto y = static_cast<double>(v - v_[1]);
-  std::vector<double> size(curves_.size(), 0);
-  double alive = 0, most = 0;
-  size_t m = 0;
-  for (const AllocatorRequest& r : requests_) {
-    if (r.freed >= 0) {
-      alive -= size[static_cast<size_t>(r.freed)];
-      continue;
-    }
-    const Curve& c = curves_[m];
-    size[m] = std::max(0.0, static_cast<double>(c.first) + c.slope1 * x + c.slope2 * x * y);
-    alive += size[m++];
-    most = std::max(most, alive);
-  }
-  return most;
-}
-
 bool BatchTrace::Matches(const std::vector<AllocatorRequest>& trace, int64_t v,
                          const AllocatorConfig& config) const {
   if (trace.size() != requests_.size() || v < 1 || v > kMostValue) return false;
@@ -148,16 +130,47 @@ bool BatchTrace::Matches(const std::vector<AllocatorRequest>& trace, int64_t v,
 }
 
 int64_t BatchTrace::LargestWithin(uint64_t bytes, int64_t limit) const {
+  // After each malloc the requested bytes alive are a c x^2 + b x + a in x = v - v0 (the sums of
+  // the alive curves' coefficients); the answer is the least, over the mallocs, of the largest v
+  // at which that stays within `bytes`.
   limit = std::min(limit, kMostValue);
-  const auto within = [&](int64_t v) { return PeakAt(v) <= static_cast<double>(bytes); };
-  if (limit < 1 || !within(1)) return 0;
-  if (within(limit)) return limit;
-  int64_t lo = 1, hi = limit;  // lo within, hi not
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    (within(mid) ? lo : hi) = mid;
+  const double h = static_cast<double>(v_[1] - v_[0]);
+  const double cap = static_cast<double>(bytes);
+  double a = 0, b = 0, c = 0;
+  double best = static_cast<double>(limit);
+  size_t m = 0;
+  for (const AllocatorRequest& r : requests_) {
+    const double sign = r.freed >= 0 ? -1 : 1;
+    const Curve& curve = curves_[r.freed >= 0 ? static_cast<size_t>(r.freed) : m++];
+    a += sign * static_cast<double>(curve.first);
+    b += sign * (curve.slope1 - curve.slope2 * h);
+    c += sign * curve.slope2;
+    if (sign < 0) continue;
+    double x = 0;  // the largest x with c x^2 + b x + a <= cap, where the bytes grow
+    if (c > 0) {
+      const double disc = b * b - 4 * c * (a - cap);
+      if (disc < 0) return 0;
+      x = (-b + std::sqrt(disc)) / (2 * c);
+    } else if (b > 0) {
+      x = (cap - a) / b;
+    } else if (a > cap) {
+      return 0;
+    } else {
+      continue;
+    }
+    best = std::min(best, static_cast<double>(v_[0]) + x);
   }
-  return lo;
+  return best < 1 ? 0 : static_cast<int64_t>(std::floor(best));
+}
+
+double BatchTrace::AliveGrowth(size_t end, int64_t v) const {
+  double growth = 0;
+  size_t m = 0;
+  for (size_t i = 0; i < end && i < requests_.size(); ++i) {
+    const AllocatorRequest& r = requests_[i];
+    growth += r.freed >= 0 ? -Growth(static_cast<size_t>(r.freed), v) : Growth(m++, v);
+  }
+  return growth;
 }
 
 BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config) const {
@@ -165,34 +178,32 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config) con
   CachingAllocatorModel alloc(config);
   alloc.Reserve(2 * most_alive_ + 64);
   std::vector<CachingAllocatorModel::Handle> handle(curves_.size(), -1);
-  double alive_growth = 0;  // per unit of the value, of the requested bytes alive
   uint64_t peak_allocated = 0;
+  size_t at_peak = 0;  // requests up to the last one that raised the allocated peak
   size_t m = 0;
-  for (const AllocatorRequest& r : requests_) {
+  for (size_t i = 0; i < requests_.size(); ++i) {
+    const AllocatorRequest& r = requests_[i];
     if (r.freed >= 0) {
-      const auto k = static_cast<size_t>(r.freed);
-      alloc.Free(handle[k]);
-      alive_growth -= Growth(k, v);
+      alloc.Free(handle[static_cast<size_t>(r.freed)]);
       continue;
     }
     const uint64_t bytes = Bytes(m, v);
-    handle[m] = alloc.Malloc(bytes);
-    alive_growth += Growth(m, v);
-    ++m;
+    handle[m++] = alloc.Malloc(bytes);
     if (alloc.oom()) {
       out.ran_out = true;
       const uint64_t segment =
           CachingAllocatorModel::AllocationSize(CachingAllocatorModel::RoundSize(bytes, config));
       const Wide need = static_cast<Wide>(alloc.stats().reserved) + segment;
       out.short_by = Saturate(need - static_cast<Wide>(config.capacity));
-      out.bytes_per_unit = alive_growth;
+      out.bytes_per_unit = AliveGrowth(i + 1, v);
       break;
     }
     if (alloc.stats().allocated > peak_allocated) {
       peak_allocated = alloc.stats().allocated;
-      out.peak_bytes_per_unit = alive_growth;
+      at_peak = i + 1;
     }
   }
+  out.peak_bytes_per_unit = AliveGrowth(at_peak, v);
   out.stats = alloc.stats();
   return out;
 }

@@ -52,9 +52,9 @@ class BatchTrace {
                              const AllocatorConfig& config) const;
 
   // The largest value in [1, limit] at which the requested bytes alive at once stay within
-  // `bytes` by the curves (a bisection: exact where they grow with the value); 0 when even 1
-  // does not. Allocated and reserved bytes are at least the requested ones, so a larger value
-  // does not fit an allocator limited to `bytes`.
+  // `bytes` by the curves (in doubles; where they grow with the value); 0 when even 1 does not.
+  // Allocated and reserved bytes are at least the requested ones, so a larger value does not fit
+  // an allocator limited to `bytes`.
   [[nodiscard]] int64_t LargestWithin(uint64_t bytes, int64_t limit) const;
 
   struct Replay {
@@ -76,8 +76,8 @@ class BatchTrace {
   // Malloc number m's bytes at value v on its curve, and (roughly) their growth per unit there.
   uint64_t Bytes(size_t m, int64_t v) const;
   double Growth(size_t m, int64_t v) const;
-  // The most requested bytes alive at once at value v (roughly: in doubles).
-  double PeakAt(int64_t v) const;
+  // The growth per unit, at value v, of the requested bytes alive after the first `end` requests.
+  double AliveGrowth(size_t end, int64_t v) const;
 
   // A malloc's size in Newton's form over the traced values v_[0..2]:
   //   bytes(v) = floor(first + d1 (v - v0) + d2 (v - v0) (v - v1)),
