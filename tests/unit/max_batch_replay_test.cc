@@ -12,6 +12,7 @@
 
 #include "datasets/zoo/graph_writer.h"
 #include "datasets/zoo/hf.h"
+#include "datasets/zoo/zoo.h"
 #include "memest/memest.h"
 #include "memory/context.h"
 #include "symbolic/batch_trace.h"
@@ -241,6 +242,28 @@ TEST(MaxBatchReplayTest, BundledModels) {
   std::printf("bundled: %d searches, %d same answers, %d by replay\n", tally.searches, tally.same,
               tally.replayed);
   EXPECT_EQ(tally.searches, 20);
+  EXPECT_EQ(tally.replayed, tally.answered);
+}
+
+// The generated zoo (datasets/zoo: MLPs, CNNs, transformers, RNNs; full and tiny scale), 4 models
+// of each family and scale, on l4-24gb.
+TEST(MaxBatchReplayTest, GeneratedModels) {
+  Tally tally;
+  for (zoo::Scale scale : {zoo::Scale::kFull, zoo::Scale::kTiny}) {
+    for (zoo::Family f : zoo::AllFamilies()) {
+      for (int i = 0; i < 4; ++i) {
+        const zoo::GeneratedModel g = zoo::Generate(f, i, /*seed=*/1, scale);
+        auto model = LoadModelFromBytes(g.bytes, ".", g.name);
+        ASSERT_TRUE(model.ok()) << g.name << ": " << model.status().ToString();
+        Options o;
+        o.gpu = "l4-24gb";
+        Compare(**model, o, g.name + std::string(" ") + zoo::ScaleName(scale), &tally);
+      }
+    }
+  }
+  std::printf("generated: %d searches, %d same answers, %d by replay\n", tally.searches, tally.same,
+              tally.replayed);
+  EXPECT_EQ(tally.searches, 32);
   EXPECT_EQ(tally.replayed, tally.answered);
 }
 
