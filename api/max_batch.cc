@@ -3,21 +3,22 @@
 // Policy (docs/cli.md `--max-batch`; the contract in memest/estimator.h):
 //  * The exact search (ExactSearch): safeguarded interpolation over the backend's own
 //    estimates (Candidates); the answer is a batch that fits whose successor does not.
-//  * The symbolic backend's max batch first goes through its replay (ReplayLargestFitting;
-//    symbolic/batch_trace.h): the step's allocator requests are traced at batch 2 and at one
-//    larger batch, each malloc's size is the line through its two sizes, and a batch is probed by
-//    replaying those requests through the allocator model within the budget (no graph walk, no
-//    binding). The probes start below the batch whose requested bytes alone reach the budget and
-//    step by how far the last one was from fitting (ReplaySearch), bisecting when that stalls.
+//  * The symbolic backend's max batch (and max dim) first goes through its replay
+//    (ReplayLargestFitting; symbolic/batch_trace.h): the step's allocator requests are traced at
+//    batch 2 and at one larger batch (a dim: at three values, so that sizes growing with its
+//    square are parabolas), each malloc's size is the curve through its traced sizes, and a
+//    batch is probed by replaying those requests through the allocator model within the budget
+//    (no graph walk, no binding). The probes start at the largest batch whose requested bytes
+//    alone stay within the budget and step by how far the last one was from fitting
+//    (ReplaySearch), bisecting when that stalls.
 //  * The replay's answer stands only when checked: the backend's estimate at the answer fits
 //    with the replay's allocated and reserved peaks, and the trace at the successor is on the
-//    lines (each malloc rounds to the same size), so the successor's replay, which did not fit,
-//    is what the simulation there does request by request. Anything else -- a size off its line,
+//    curves (each malloc rounds to the same size), so the successor's replay, which did not fit,
+//    is what the simulation there does request by request. Anything else -- a size off its curve,
 //    many GPUs (NCCL buffers, pipeline stages), another backend, an error -- is answered by the
 //    exact search, whose answer and errors are the ones given.
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <optional>
 
 #include "base/checked.h"

@@ -121,7 +121,8 @@ Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu, const Options& opt
 // not, and a smaller batch may not fit. Errors from the estimator are passed through.
 //
 // Under MaxBatchSearch::kAuto the symbolic backend's batches are probed by replaying its step's
-// allocator requests, traced at two batches, instead of estimating each (one estimate, at the
+// allocator requests, traced at two batches (FindMaxDim: three values), instead of estimating
+// each (one estimate, at the
 // answer, and one trace, of its successor, check the result; anything the replay cannot vouch
 // for is searched as under kExact). kExact estimates every candidate.
 enum class MaxBatchSearch { kAuto, kExact };
