@@ -114,7 +114,12 @@ class Candidates {
     double predicted =
         slope > 0 ? static_cast<double>(last_.batch) + (cap_ - last_.peak) / slope : 0;
     if (slope <= 0 || !(predicted > static_cast<double>(good_))) {
-      return good_ > limit_ / 2 ? limit_ : good_ * 2;
+      // Nothing rises yet: a jump by the capacity over the peak so far, which a peak with a
+      // fixed part and a part per batch cannot pass (W + a r b <= r (W + a b) = cap, for
+      // r = cap / peak(b) >= 1), and at least a doubling.
+      const double jump =
+          static_cast<double>(good_) * std::max(2.0, std::floor(cap_ / std::max(good_peak_, 1.0)));
+      return jump >= static_cast<double>(limit_) ? limit_ : static_cast<int64_t>(jump);
     }
     predicted = std::min(predicted, static_cast<double>(limit_));
     return std::max<int64_t>(static_cast<int64_t>(predicted), good_ + 1);
@@ -271,9 +276,8 @@ int64_t ReplaySearch(Prober* probe, int64_t start, int64_t limit, Probe* at_answ
     const int64_t b = next;
     const int64_t width = hi - lo;
     const Probe p = probe->At(b);
-    if (getenv("MEMEST_TRACE_SEARCH"))
-      fprintf(stderr, "probe %lld fits %d excess %.0f per %.0f\n", (long long)b, p.fits, p.excess,
-              p.per_batch);
+    fprintf(stderr, "probe %lld fits %d excess %.0f per %.0f\n", (long long)b, p.fits, p.excess,
+            p.per_batch);
     if (p.fits) {
       lo = b;
       *at_answer = p;
