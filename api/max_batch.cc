@@ -276,8 +276,6 @@ int64_t ReplaySearch(Prober* probe, int64_t start, int64_t limit, Probe* at_answ
     const int64_t b = next;
     const int64_t width = hi - lo;
     const Probe p = probe->At(b);
-    fprintf(stderr, "probe %lld fits %d excess %.0f per %.0f\n", (long long)b, p.fits, p.excess,
-            p.per_batch);
     if (p.fits) {
       lo = b;
       *at_answer = p;
