@@ -23,6 +23,7 @@ Strides ContiguousStrides(const std::vector<int64_t>& shape) {
 }
 
 bool IsContiguous(const std::vector<int64_t>& shape, const Strides& st) {
+  if (st.size() != shape.size()) return false;
   const Strides want = ContiguousStrides(shape);
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] != 1 && st[i] != want[i]) return false;
@@ -205,7 +206,9 @@ void ValueFacts::FindLayout() {
           break;
         }
       }
-      if (!yst) continue;
+      // Unknown, or (in a graph whose declared shapes disagree with the op, e.g. a Transpose
+      // perm of another rank) strides that do not fit the output: a layout left unknown.
+      if (!yst || yst->size() != ys->size()) continue;
       strides[static_cast<size_t>(out)] = yst;
       contiguous_[static_cast<size_t>(out)] = IsContiguous(*ys, *yst);
     }
