@@ -116,7 +116,8 @@ void SortUnique(std::vector<int>* v) {
 
 class Sim {
  public:
-  // Reads the options and the GPU through `key` only (symbolic/simulation_key.h).
+  // Reads the options and the GPU through `key` only (symbolic/simulation_key.h), which must
+  // outlive the Sim: it keeps a reference to key.options.
   // With `requests` set, the allocator is left out: every malloc and free is appended to it
   // instead (TraceRequests), and the simulation's own estimate is meaningless.
   Sim(const memory::EstimationContext& ctx, const SimulationKey& key, bool record,
@@ -1212,7 +1213,8 @@ AllocatorConfig StepAllocatorConfig(const Options& options, uint64_t budget) {
 
 Result<std::vector<AllocatorRequest>> TraceRequests(const memory::EstimationContext& ctx) {
   std::vector<AllocatorRequest> requests;
-  Sim sim(ctx, SimulationKey::Of(ctx), /*record=*/false, &requests);
+  const SimulationKey key = SimulationKey::Of(ctx);  // the Sim reads its options by reference
+  Sim sim(ctx, key, /*record=*/false, &requests);
   MEMEST_RETURN_IF_ERROR(sim.Run().status());
   return requests;
 }
