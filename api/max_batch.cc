@@ -210,13 +210,14 @@ struct Probe {
 // band on top.
 class Prober {
  public:
-  Prober(const symbolic::BatchTrace& trace, const memory::EstimationContext& ctx,
+  // `budget`: symbolic::StepBudget(ctx).
+  Prober(const symbolic::BatchTrace& trace, const memory::EstimationContext& ctx, uint64_t budget,
          const Options& options, const GpuProfile& gpu)
       : trace_(trace),
         options_(options),
         gpu_(gpu),
         stack_(ctx.stack()),
-        config_(symbolic::StepAllocatorConfig(ctx.options(), symbolic::StepBudget(ctx))) {
+        config_(symbolic::StepAllocatorConfig(ctx.options(), budget)) {
     Breakdown outside;
     memory::SetOutsideAllocator(stack_, &outside);
     outside_ = outside.Total();
@@ -311,13 +312,13 @@ constexpr int64_t kFirstTraced = 2;
 // The largest value the curves are read at (symbolic/batch_trace.cc), FindMaxBatch's default limit.
 constexpr int64_t kMostReplayed = int64_t{1} << 24;
 
-// The second batch traced: where the first trace's requested bytes alive at once, times it, reach
-// the budget -- inside the range searched, so that the lines are read where the answer lies.
-int64_t SecondTraced(const std::vector<symbolic::AllocatorRequest>& first, uint64_t budget,
-                     int64_t limit) {
-  const uint64_t most = std::max<uint64_t>(symbolic::PeakRequested(first), 1);
-  return std::clamp<int64_t>(static_cast<int64_t>(std::min<uint64_t>(budget / most, 1ull << 40)),
-                             kFirstTraced + 1, limit);
+// The farthest value traced: where the first trace's requested bytes alive at once (`first_peak`),
+// times it, reach the budget -- inside the range searched, so that the curves are read where the
+// answer lies -- and at least two past the first, so that a third trace fits halfway.
+int64_t FarTraced(uint64_t first_peak, uint64_t budget, int64_t limit) {
+  const uint64_t times = budget / std::max<uint64_t>(first_peak, 1);
+  return std::clamp<int64_t>(static_cast<int64_t>(std::min<uint64_t>(times, 1ull << 40)),
+                             kFirstTraced + 2, limit);
 }
 
 // The step's allocator requests at value v of the searched batch, and the context they were
@@ -379,11 +380,10 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     const uint64_t budget = symbolic::StepBudget(ctx);
     // Past the budget at the first value traced: the answer is 0 or 1, which the exact search
     // finds in one or two estimates.
-    if (symbolic::PeakRequested(first->second) > budget) return std::nullopt;
-    // The others: the farthest where the first one's bytes, times it, reach the budget; with
-    // three, one halfway.
-    const int64_t far =
-        std::max<int64_t>(SecondTraced(first->second, budget, limit), kFirstTraced + 2);
+    const uint64_t first_peak = symbolic::PeakRequested(first->second);
+    if (first_peak > budget) return std::nullopt;
+    // The others: the farthest, and with three, one halfway.
+    const int64_t far = FarTraced(first_peak, budget, limit);
     std::vector<int64_t> at = {kFirstTraced, far};
     if (curve_traces == 3) at.insert(at.begin() + 1, kFirstTraced + (far - kFirstTraced) / 2);
     std::vector<std::vector<symbolic::AllocatorRequest>> kept;
@@ -399,7 +399,7 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     for (size_t i = 0; i < at.size(); ++i) traced.push_back({at[i], &kept[i]});
     std::optional<symbolic::BatchTrace> trace = symbolic::BatchTrace::Fit(traced);
     if (!trace) return std::nullopt;
-    Prober prober(*trace, ctx, options, gpu);
+    Prober prober(*trace, ctx, budget, options, gpu);
     Probe at_answer;
     const int64_t batch =
         ReplaySearch(&prober, trace->LargestWithin(budget, limit), limit, &at_answer);
