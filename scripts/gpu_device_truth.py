@@ -25,8 +25,14 @@ What it measures, one JSON object per line on stdout of the orchestrator (and in
                 at the batches of that table; attention models again with timm's fused attention
                 switched off.
 
+  kind=lm_train, kind=lm_prefill (--suite lm): Hugging Face decoders built by transformers from
+                the tests/data/hf configs (random weights): training rows (Adam, 3 iterations, eager
+                and sdpa attention, fp32 and amp-bf16) and bf16 prefill rows (KV cache filled, the
+                head on the last token); datasets/h100-lm-torch211/README.md states the protocol.
+
 Usage (on the device machine, from the repository root):
   python3 scripts/gpu_device_truth.py --out "$OUT" --deadline 430
+  python3 scripts/gpu_device_truth.py --suite lm --out "$OUT" --deadline 330 --cap-gib 36
 A later call goes on where an earlier one's deadline stopped it: copy that call's results.jsonl into
 the checkout (an untracked folder travels with it) and add --resume FILE (the context and conv
 tasks and every finished model are skipped; datasets/h100-torch211/README.md did this).
@@ -115,7 +121,7 @@ def task_env(task):
            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
            "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
            "hostname": os.uname().nodename, "kernel": os.uname().release}
-    for mod in ("torchvision", "timm", "pynvml"):
+    for mod in ("torchvision", "timm", "transformers", "pynvml"):
         try:
             rec[mod] = __import__(mod).__version__
         except Exception as e:  # noqa: BLE001
@@ -337,11 +343,180 @@ def task_train(task):
                 break
 
 
+# ---------------------------------------------------------------------------------------------
+# Language models (--suite lm): Hugging Face decoders built from tests/data/hf/*.json
+# ---------------------------------------------------------------------------------------------
+def lm_config(torch, task):
+    """The transformers config of a tests/data/hf file, without the KV cache in training."""
+    from transformers import AutoConfig
+    with open(os.path.join(ROOT, "tests", "data", "hf", task["config"])) as f:
+        raw = json.load(f)
+    raw = {k: v for k, v in raw.items() if k not in ("torch_dtype", "dtype")}
+    cfg = AutoConfig.for_model(raw.pop("model_type"), **raw)
+    cfg.use_cache = task["task"] != "lm_train"
+    return cfg
+
+
+def lm_model(torch, cfg, attention):
+    """A randomly initialised *ForCausalLM in fp32 on the GPU with the attention asked for."""
+    from transformers import AutoModelForCausalLM
+    with torch.device("cuda"):
+        try:
+            model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attention,
+                                                     dtype=torch.float32)
+        except TypeError:
+            model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attention,
+                                                     torch_dtype=torch.float32)
+    if next(model.parameters()).dtype != torch.float32:
+        model = model.float()
+    return model
+
+
+def lm_base(torch, task, model, t0):
+    import transformers
+    return {"kind": task["task"], "source": "transformers", "transformers": transformers.__version__,
+            "model": task["config"], "params": sum(p.numel() for p in model.parameters()),
+            "attention": task["attention"],
+            "attention_used": getattr(model.config, "_attn_implementation", None),
+            "cap_bytes": task["cap_bytes"], "create_seconds": round(time.time() - t0, 2),
+            "after_weights": snapshot(torch)}
+
+
+def lm_train_batch(torch, model, task, batch, seq, precision, hold_logits):
+    """Adam (foreach), 3 iterations; the loss is cross-entropy over every position (no shift)."""
+    import torch.nn.functional as F
+    rec = {"batch": batch, "seq": seq, "precision": precision, "hold_logits": hold_logits,
+           "iterations": [], "start": snapshot(torch)}
+    vocab = model.config.vocab_size
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, vocab, (batch, seq), device="cuda")
+    labels = torch.randint(0, vocab, (batch, seq), device="cuda")
+    amp = precision == "amp-bf16"
+    status = "ok"
+    try:
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+                if hold_logits:  # `logits = model(x).logits` kept alive through backward
+                    logits = model(input_ids=ids).logits
+                    loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+                else:
+                    loss = F.cross_entropy(model(input_ids=ids).logits.flatten(0, 1),
+                                           labels.flatten())
+            loss.backward()
+            opt.step()
+            del loss
+            logits = None
+            rec["iterations"].append(snapshot(torch))
+    except torch.cuda.OutOfMemoryError:
+        status = "over_cap"
+    rec["status"] = status
+    rec["final"] = snapshot(torch)
+    del opt, ids, labels
+    logits = None
+    model.zero_grad(set_to_none=True)
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    rec["after_release"] = snapshot(torch)
+    return rec
+
+
+def task_lm_train(task):
+    import torch
+    torch.cuda.set_per_process_memory_fraction(task["cap_fraction"])
+    t0 = time.time()
+    model = lm_model(torch, lm_config(torch, task), task["attention"]).train()
+    base = dict(lm_base(torch, task, model, t0), optimizer="adam", loss="cross-entropy")
+    for precision, hold in task["variants"]:
+        for batch, seq in task["shapes"]:
+            if time.time() > task["stop_at"]:
+                emit(dict(base, batch=batch, seq=seq, precision=precision, hold_logits=hold,
+                          status="skipped_deadline"))
+                continue
+            t1 = time.time()
+            rec = lm_train_batch(torch, model, task, batch, seq, precision, hold)
+            rec.update(base, seconds=round(time.time() - t1, 2))
+            emit(rec)
+            if rec["status"] != "ok":
+                break
+
+
+def task_lm_prefill(task):
+    """Inference in bf16 weights: one forward that fills the KV cache, the head on the last token."""
+    import torch
+    torch.cuda.set_per_process_memory_fraction(task["cap_fraction"])
+    t0 = time.time()
+    cfg = lm_config(torch, task)
+    model = lm_model(torch, cfg, task["attention"]).to(torch.bfloat16).eval()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = dict(lm_base(torch, task, model, t0), precision="bf16", phase="prefill", logits="last")
+    for batch, seq in task["shapes"]:
+        if time.time() > task["stop_at"]:
+            emit(dict(base, batch=batch, seq=seq, status="skipped_deadline"))
+            continue
+        t1 = time.time()
+        rec = {"batch": batch, "seq": seq}
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda")
+        try:
+            with torch.no_grad():
+                try:
+                    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+                except TypeError:
+                    out = model(input_ids=ids, use_cache=True, num_logits_to_keep=1)
+            rec["logits_shape"] = list(out.logits.shape)
+            rec["after_forward"] = snapshot(torch)
+            rec["status"] = "ok"
+            del out
+        except torch.cuda.OutOfMemoryError:
+            rec["status"] = "over_cap"
+        del ids
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        rec["after_release"] = snapshot(torch)
+        rec.update(base, seconds=round(time.time() - t1, 2))
+        emit(rec)
+        if rec["status"] != "ok":
+            break
+
+
+# Decoders small enough for Adam in fp32 under the cap, smallest first. Shapes ascend in memory.
+LM_CONFIGS = ["gpt2.json", "pythia-160m.RECONSTRUCTED.json", "qwen2.5-0.5b.json", "gpt2-medium.json",
+              "qwen3-0.6b.json", "tinyllama-1.1b-chat-v1.0.json", "qwen2-1.5b-instruct.json"]
+LM_TRAIN_SHAPES = [(1, 512), (4, 512), (1, 1024), (4, 1024)]
+LM_TRAIN_VARIANTS = {"eager": [("fp32", False), ("amp-bf16", False)],
+                     "sdpa": [("fp32", False), ("amp-bf16", False), ("fp32", True)]}
+LM_PREFILL_SHAPES = [(1, 1024), (8, 1024), (1, 2048), (8, 2048), (1, 8192), (1, 32768)]
+
+
+def lm_tasks(stop_at, cap, total, configs=None, train_shapes=None, prefill=True):
+    tasks = []
+    for name in configs or LM_CONFIGS:
+        with open(os.path.join(ROOT, "tests", "data", "hf", name)) as f:
+            raw = json.load(f)
+        longest = raw.get("max_position_embeddings") or raw.get("n_positions") or 2048
+        common = {"config": name, "cap_bytes": cap, "cap_fraction": min(1.0, cap / total),
+                  "stop_at": stop_at}
+        for attention, variants in LM_TRAIN_VARIANTS.items():
+            tasks.append(dict(common, task="lm_train", attention=attention, variants=variants,
+                              shapes=[s for s in train_shapes or LM_TRAIN_SHAPES if s[1] <= longest]))
+        if prefill:
+            tasks.append(dict(common, task="lm_prefill", attention="sdpa",
+                              shapes=[s for s in LM_PREFILL_SHAPES if s[1] <= longest]))
+    return tasks
+
+
 def task_fake(task):
     """MEMEST_DEVICE_TRUTH_FAKE=1: stub rows, to test the orchestrator on a machine without a GPU."""
     kind = task["task"]
     if kind == "env":
         emit({"kind": "env", "gpu": "fake", "total_memory": 80 * GIB, "per_process_nvml": True})
+    elif kind in ("lm_train", "lm_prefill"):
+        for b, q in task["shapes"]:
+            emit({"kind": kind, "model": task["config"], "batch": b, "seq": q, "status": "ok"})
+        time.sleep(0.3)
     elif kind == "train":
         for b in task["batches"]:
             emit({"kind": "train", "model": task["name"], "batch": b, "status": "ok"})
@@ -355,7 +530,8 @@ def worker_main(task_json):
     if os.environ.get("MEMEST_DEVICE_TRUTH_FAKE") == "1":
         task_fake(task)
         return
-    fn = {"env": task_env, "context": task_context, "conv": task_conv, "train": task_train}[task["task"]]
+    fn = {"env": task_env, "context": task_context, "conv": task_conv, "train": task_train,
+          "lm_train": task_lm_train, "lm_prefill": task_lm_prefill}[task["task"]]
     try:
         fn(task)
     except Exception as e:  # noqa: BLE001 -- the orchestrator records the failure as a row
@@ -437,8 +613,8 @@ class Pool:
     def record(self, rec):
         self.results.write(json.dumps(rec, sort_keys=True) + "\n")
         self.results.flush()
-        brief = {k: rec.get(k) for k in ("kind", "model", "name", "batch", "status", "attention",
-                                         "error") if k in rec}
+        brief = {k: rec.get(k) for k in ("kind", "model", "name", "batch", "seq", "precision",
+                                         "status", "attention", "error") if k in rec}
         print(json.dumps(brief), flush=True)
 
     def drain(self, hard_stop):
@@ -457,6 +633,13 @@ def main():
         return
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
+    ap.add_argument("--suite", choices=("vision", "lm"), default="vision",
+                    help="vision: context, conv and the timm/torchvision models; lm: the"
+                         " Hugging Face decoders of LM_CONFIGS (training and prefill)")
+    ap.add_argument("--lm-configs", default="", help="lm: tests/data/hf files, comma-separated")
+    ap.add_argument("--lm-train-shapes", default="",
+                    help="lm: BATCHxSEQ,... for the training rows (default LM_TRAIN_SHAPES)")
+    ap.add_argument("--no-lm-prefill", action="store_true", help="lm: training rows only")
     ap.add_argument("--deadline", type=float, default=430, help="seconds: no new task after")
     ap.add_argument("--hard-stop", type=float, default=500, help="seconds: workers killed")
     ap.add_argument("--cap-gib", type=float, default=32)
@@ -487,6 +670,22 @@ def main():
         slots = max(1, min(4, int(total // (cap + 2 * GIB))))
     print(f"GPU {env['gpu']} {total / GIB:.1f} GiB; per-process NVML {env.get('per_process_nvml')};"
           f" {slots} workers at a cap of {args.cap_gib} GiB", flush=True)
+
+    if args.suite == "lm":
+        pool.slots = slots
+        pool.worker_timeout = 240
+        configs = [c for c in args.lm_configs.split(",") if c]
+        shapes = [tuple(int(v) for v in x.split("x")) for x in args.lm_train_shapes.split(",") if x]
+        for task in lm_tasks(t0 + args.deadline, cap, total, configs, shapes,
+                             not args.no_lm_prefill):
+            if time.time() > t0 + args.deadline:
+                pool.record({"kind": task["task"], "model": task["config"],
+                             "attention": task["attention"], "status": "not_started"})
+                continue
+            pool.start(task)
+        pool.drain(t0 + args.hard_stop)
+        print(f"done in {time.time() - t0:.0f} s", flush=True)
+        return
 
     finished = finished_models(args.resume) if args.resume else None
     # Context and library memory first, alone on the GPU.

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Score `memest --hf-config` against language-model jobs measured on a GPU.
+
+    scripts/score_lm_truth.py [ROWS.jsonl] [--memest BIN] [--backend analytical,symbolic]
+                              [--gpu NAME] [--stack NAME] [--markdown] [--jobs-out FILE.csv]
+
+ROWS defaults to datasets/h100-lm-torch211/device-truth.jsonl, written by
+`scripts/gpu_device_truth.py --suite lm` on a lent H100: Hugging Face decoders built from
+tests/data/hf/*.json by transformers (random weights), each in its own process.
+
+Policy (fixed before any score was read):
+  * The truth of a training row is the largest reading over its 3 iterations of the caching
+    allocator's peaks (allocated, reserved) and of NVML's per-process used bytes (device). A
+    prefill row has one forward; its allocator peaks and NVML reading after it are the truth.
+  * Left out, with the reason counted: rows that did not finish (over the cap: a "does not fit in
+    the cap" label, not a number); rows whose reserved peak passed 90 % of the cap (a failed
+    cudaMalloc near the cap makes the allocator free its cache and retry, so the readings are no
+    longer the uncapped peak; the same rule as scripts/device_truth_jobs.py); and rows that began
+    with more than 128 MiB allocated beyond the model's weights (the tensors of a preceding
+    out-of-memory row were still alive, so the row's peak is not its own). A row after the first
+    of its process begins with the two cuBLAS workspaces of the forward and autograd threads
+    (2 x 32 MiB on Hopper, taken from the caching allocator and kept) and up to 1 MiB more: the
+    first version of this rule allowed 64 MiB and so left out every such row; the readings are
+    64-65 MiB on every row but one, which began 24,002 MiB over.
+  * memest runs the row's job: --batch, --dim seq=, --precision (fp32, amp-bf16; bf16 for
+    prefill), Adam with foreach (memest's default, torch.optim's default on CUDA), cross-entropy,
+    3 iterations; --attention eager for eager rows and auto for sdpa rows (PyTorch picks the
+    kernel); prefill rows with --phase prefill --logits last. No value is fitted to these rows:
+    the stack (default h200-pytorch2.11-lazy) was measured on other jobs (docs/stacks.md).
+  * Error = (estimate - measured) / measured. "under" counts estimates below the measurement:
+    the error a scheduler cannot forgive.
+"""
+import argparse
+import csv
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+MIB = 1 << 20
+NEAR_CAP = 0.90
+LEAK_SLACK = 128 * MIB
+LEVELS = ("allocated", "reserved", "device")
+
+
+def measured(row):
+    """{level: bytes} of a finished row."""
+    if row["kind"] == "lm_prefill":
+        s = row["after_forward"]
+        return {"allocated": s["peak_allocated"], "reserved": s["peak_reserved"],
+                "device": s["process_used"]}
+    its = row["iterations"]
+    return {"allocated": max(i["peak_allocated"] for i in its),
+            "reserved": max(i["peak_reserved"] for i in its),
+            "device": max(i["process_used"] for i in its)}
+
+
+def rows_to_score(path):
+    """(kept rows with their truth, {reason: count}) from a device-truth file."""
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    kept, left_out = [], {}
+    previous_release = {}  # a worker's rows come in order: (call, kind, model, attention)
+    for r in rows:
+        if r.get("kind") not in ("lm_train", "lm_prefill"):
+            continue
+        worker = (r.get("call"), r["kind"], r["model"], r.get("attention"))
+        start = r.get("start", {}).get("allocated", previous_release.get(worker))
+        if "after_release" in r:
+            previous_release[worker] = r["after_release"]["allocated"]
+        reason = None
+        if r.get("status") != "ok":
+            reason = f"status {r.get('status')}"
+        else:
+            truth = measured(r)
+            if truth["reserved"] > NEAR_CAP * r["cap_bytes"]:
+                reason = "reserved past 90 % of the cap"
+            elif start is not None and start > r["after_weights"]["allocated"] + LEAK_SLACK:
+                reason = "began with a previous row's tensors alive"
+        if reason:
+            left_out[reason] = left_out.get(reason, 0) + 1
+            continue
+        kept.append((r, truth))
+    return kept, left_out
+
+
+def memest_args(row, args, backend):
+    cmd = [args.memest, "--hf-config", str(ROOT / "tests" / "data" / "hf" / row["model"]),
+           "--batch", str(row["batch"]), "--dim", f"seq={row['seq']}", "--gpu", args.gpu,
+           "--stack", args.stack, "--backend", backend, "--json"]
+    if row["kind"] == "lm_prefill":
+        return cmd + ["--phase", "prefill", "--logits", "last", "--precision", "bf16",
+                      "--attention", "auto"]
+    return cmd + ["--precision", row["precision"],
+                  "--attention", "eager" if row["attention"] == "eager" else "auto"]
+
+
+def estimate(row, args, backend):
+    cmd = memest_args(row, args, backend)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        peak = json.loads(p.stdout)["results"][0]["peak"]
+        return {level: peak[level] for level in LEVELS}, None
+    except (json.JSONDecodeError, KeyError, IndexError):
+        return None, f"exit {p.returncode}: {p.stderr.strip()[:200]}"
+
+
+def label(row):
+    name = row["model"].removesuffix(".json").removesuffix(".RECONSTRUCTED")
+    if row["kind"] == "lm_prefill":
+        return f"{name} prefill bf16 b{row['batch']} s{row['seq']}"
+    hold = " logits held" if row.get("hold_logits") else ""
+    return f"{name} {row['attention']} {row['precision']} b{row['batch']} s{row['seq']}{hold}"
+
+
+def summary(errors):
+    if not errors:
+        return "no rows"
+    a = sorted(abs(e) for e in errors)
+    under = [e for e in errors if e < 0]
+    return (f"{len(errors)} rows, median |error| {100 * statistics.median(a):.1f} %, "
+            f"90th percentile {100 * a[int(0.9 * (len(a) - 1))]:.1f} %, under on {len(under)}, "
+            f"worst under {100 * min(errors):.1f} %, worst over {100 * max(errors):.1f} %")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("rows", nargs="?",
+                    default=str(ROOT / "datasets" / "h100-lm-torch211" / "device-truth.jsonl"))
+    ap.add_argument("--memest", default=str(ROOT / "build" / "tools" / "memest"))
+    ap.add_argument("--backend", default="analytical,symbolic")
+    ap.add_argument("--gpu", default="h100-80gb")
+    ap.add_argument("--stack", default="h200-pytorch2.11-lazy")
+    ap.add_argument("--markdown", action="store_true", help="every row as a markdown table")
+    ap.add_argument("--jobs-out", default="", help="every row and estimate as CSV")
+    args = ap.parse_args()
+
+    kept, left_out = rows_to_score(args.rows)
+    backends = [b for b in args.backend.split(",") if b]
+    work = [(r, truth, b) for r, truth in kept for b in backends]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda w: estimate(w[0], args, w[2]), work))
+
+    errors = {}  # (backend, kind, level) -> [error]
+    table, failures = [], []
+    for (r, truth, b), (est, failure) in zip(work, results):
+        if failure:
+            failures.append(f"{label(r)} [{b}]: {failure}")
+            continue
+        row = {"job": label(r), "backend": b}
+        for level in LEVELS:
+            e = (est[level] - truth[level]) / truth[level]
+            errors.setdefault((b, r["kind"], level), []).append(e)
+            row[f"measured_{level}_mib"] = round(truth[level] / MIB)
+            row[f"estimate_{level}_mib"] = round(est[level] / MIB)
+            row[f"error_{level}_pct"] = round(100 * e, 1)
+        table.append(row)
+
+    print(f"{len(kept)} rows scored; left out: "
+          + (", ".join(f"{n} {why}" for why, n in sorted(left_out.items())) or "none"))
+    for key in sorted(errors):
+        print(f"{key[0]:10} {key[1]:10} {key[2]:9} {summary(errors[key])}")
+    for f in failures:
+        print("memest failed:", f, file=sys.stderr)
+    if args.markdown:
+        print("\n| job | backend | measured MiB (alloc / reserved / device) | error % (alloc / reserved / device) |")
+        print("| --- | --- | --- | --- |")
+        for t in table:
+            m = " / ".join(f"{t[f'measured_{l}_mib']:,}" for l in LEVELS)
+            e = " / ".join(f"{t[f'error_{l}_pct']:+.1f}" for l in LEVELS)
+            print(f"| {t['job']} | {t['backend']} | {m} | {e} |")
+    if args.jobs_out and table:
+        with open(args.jobs_out, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(table[0].keys()))
+            w.writeheader()
+            w.writerows(table)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
