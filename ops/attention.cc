@@ -54,6 +54,10 @@ std::string MemEfficientRefusal(const AttentionPolicy& p, const AttentionSite& s
   }
   if (s.elem != 2 && s.elem != 4) return "fp64 inputs: memory-efficient runs fp16/bf16/fp32";
   if (s.bf16 && p.sm_major < 8) return "bf16 on sm " + Sm(p) + ": memory-efficient needs 8.0";
+  if (s.grouped_kv && s.masks.empty()) {
+    return "grouped k/v passed with enable_gqa: memory-efficient takes as many k/v heads as query "
+           "heads";
+  }
   if (!s.known) return "";
   // minimum_gemm_alignment: tensor cores on sm >= 8.0, and on 7.x for half.
   uint64_t align = 1;

@@ -31,6 +31,12 @@ class Matcher {
   std::optional<FusedChain> Attention(size_t softmax, AttentionSite* site) const;
   bool LooksLikeAttention(size_t softmax) const;
   bool IdentityDropout(size_t n) const;
+  // A mask computed from the inputs' shapes alone through a Trilu: the causal mask transformers'
+  // eager path builds (no graph input's data reaches it).
+  bool CausalMaskFromShapes(int mask) const;
+  // A tensor repeated to more heads as transformers' repeat_kv writes it: Reshape(Expand(x)),
+  // the Expand growing it, seen through a Transpose (k^T).
+  bool RepeatedHeads(int id) const;
 
  private:
   const Node* Producer(int id) const {
@@ -299,9 +305,26 @@ std::optional<FusedChain> Matcher::Attention(size_t k, AttentionSite* site) cons
   s.v = v;
   s.out = out;
   if (bias >= 0) s.masks.push_back(MaskOf(bias, "attn_bias"));
-  // A boolean mask is passed as attn_mask and kept; is_causal would keep nothing (a graph
-  // cannot tell them apart, so the mask is counted).
-  if (mask >= 0) s.masks.push_back(MaskOf(mask, "attn_mask"));
+  // A boolean mask is passed as attn_mask and kept; is_causal keeps nothing. A graph cannot
+  // always tell them apart: a mask made from shapes alone through a Trilu, over as many queries
+  // as keys (or one query), is the causal mask transformers' SDPA path replaces with is_causal
+  // when there is no padding mask (masking_utils.py, sdpa_mask: allow_is_causal_skip); any other
+  // mask is counted.
+  s.grouped_kv = RepeatedHeads(key) && RepeatedHeads(v);
+  bool causal_mask = false;
+  if (mask >= 0 && CausalMaskFromShapes(mask)) {
+    const auto& probs_shape = b_.shapes[static_cast<size_t>(softmax.outputs[0])];
+    if (probs_shape && probs_shape->size() >= 2) {
+      const int64_t lq = (*probs_shape)[probs_shape->size() - 2], lk = probs_shape->back();
+      causal_mask = lq > 0 && (lq == lk || lq == 1);
+    }
+  }
+  if (causal_mask) {
+    s.causal = true;
+    s.causal_mask = mask;
+  } else if (mask >= 0) {
+    s.masks.push_back(MaskOf(mask, "attn_mask"));
+  }
   s.dropout = dropout;
   s.training = RequiresGrad(q) || RequiresGrad(key) || RequiresGrad(v) || RequiresGrad(bias);
   const int32_t dt = b_.dtypes[static_cast<size_t>(q)];
@@ -325,6 +348,36 @@ std::optional<FusedChain> Matcher::Attention(size_t k, AttentionSite* site) cons
   *site = std::move(s);
   std::sort(c.nodes.begin(), c.nodes.end());
   return c;
+}
+
+bool Matcher::CausalMaskFromShapes(int mask) const {
+  std::vector<int> todo{mask};
+  std::set<int> seen;
+  bool trilu = false;
+  while (!todo.empty()) {
+    const int id = todo.back();
+    todo.pop_back();
+    if (id < 0 || !seen.insert(id).second) continue;
+    if (seen.size() > 64) return false;  // not a small shape computation
+    const Node* p = Producer(id);
+    if (!p) {
+      if (g_.value(id).kind == core::ValueKind::kDataInput) return false;
+      continue;  // an initializer or constant
+    }
+    if (Is(p, "Shape") || Is(p, "Size")) continue;  // reads a shape, not data
+    trilu |= Is(p, "Trilu");
+    for (int in : p->inputs) todo.push_back(in);
+  }
+  return trilu;
+}
+
+bool Matcher::RepeatedHeads(int id) const {
+  const Node* p = Producer(id);
+  if (Is(p, "Transpose") && !p->inputs.empty()) p = Producer(p->inputs[0]);
+  if (!Is(p, "Reshape") || p->inputs.empty()) return false;
+  const Node* expand = Producer(p->inputs[0]);
+  if (!Is(expand, "Expand") || expand->inputs.empty() || expand->outputs.empty()) return false;
+  return Numel(expand->outputs[0]) > Numel(expand->inputs[0]) && Numel(expand->inputs[0]) > 0;
 }
 
 bool Matcher::IdentityDropout(size_t k) const {
@@ -415,6 +468,44 @@ Fusion::Fusion(const core::BoundGraph& b, const std::vector<bool>& requires_grad
     for (size_t n : c->nodes) chain_of_[n] = static_cast<int>(chains_.size());
     for (int id : c->interior) interior_[static_cast<size_t>(id)] = true;
     chains_.push_back(std::move(*c));
+  }
+  DropUnusedCausalMasks(*b.graph);
+}
+
+// A causal mask that every fused chain reading it takes as is_causal is never made at run time
+// (transformers' SDPA path builds no mask then): it and the values only it needs are 0 bytes.
+void Fusion::DropUnusedCausalMasks(const core::Graph& g) {
+  std::vector<int> todo;
+  std::vector<int> dropped(chains_.size(), -1);  // per chain: the causal mask it does not read
+  for (const AttentionCall& call : calls_) {
+    if (!call.chain || call.site.causal_mask < 0 || chain_of_[call.node] < 0) continue;
+    dropped[static_cast<size_t>(chain_of_[call.node])] = call.site.causal_mask;
+    todo.push_back(call.site.causal_mask);
+  }
+  auto needed = [&](int id) {  // read by a node that runs, or a graph output
+    const core::Value& v = g.value(id);
+    if (v.graph_output || v.kind != core::ValueKind::kIntermediate) return true;
+    return std::any_of(v.consumers.begin(), v.consumers.end(), [&](int n) {
+      const int c = chain_of_[static_cast<size_t>(n)];
+      if (c >= 0) return dropped[static_cast<size_t>(c)] != id;  // a chain reads it as is_causal
+      const core::Node& node = g.node(n);
+      return !std::all_of(node.outputs.begin(), node.outputs.end(),
+                          [&](int out) { return out < 0 || interior(out); });
+    });
+  };
+  while (!todo.empty()) {
+    const int id = todo.back();
+    todo.pop_back();
+    if (id < 0 || interior(id) || needed(id)) continue;
+    interior_[static_cast<size_t>(id)] = true;
+    const int producer = g.value(id).producer;
+    if (producer < 0) continue;
+    const core::Node& p = g.node(producer);
+    if (!std::all_of(p.outputs.begin(), p.outputs.end(),
+                     [&](int out) { return out < 0 || interior(out); })) {
+      continue;
+    }
+    for (int in : p.inputs) todo.push_back(in);
   }
 }
 

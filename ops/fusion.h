@@ -27,6 +27,13 @@
 //    or memory-efficient; that kernel's list is what the chain saves. With eager attention,
 //    sdpa-math, or a chain auto gives the math kernel, the chain stays as written (the math
 //    composite is the same computation).
+//  * The call a fused chain makes is the one transformers' SDPA path makes for it: a mask made
+//    from the inputs' shapes alone through a Trilu (the causal mask), over as many queries as keys
+//    or one query, is is_causal and no attn_mask (masking_utils.py, sdpa_mask with
+//    allow_is_causal_skip); k and v repeated to the query heads (Reshape of a growing Expand) are
+//    passed unrepeated with enable_gqa when there is no mask (AttentionSite::grouped_kv). A causal
+//    mask read only by fused chains is never made then: it, and the values only it needs, are 0
+//    bytes like interior values.
 //  * Fused attention ops (a rule with an attention_site: ONNX Attention, the com.microsoft
 //    attention ops) get their kernel from the same choice, per node (attention_call()); their
 //    rules then say what that kernel saves and allocates.
@@ -92,6 +99,8 @@ class Fusion {
   }
 
  private:
+  void DropUnusedCausalMasks(const core::Graph& g);
+
   std::vector<FusedChain> chains_;
   std::vector<int> chain_of_;  // per node: index in chains_, or -1
   std::vector<AttentionCall> calls_;

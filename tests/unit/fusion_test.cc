@@ -291,8 +291,10 @@ TEST(FusionTest, AttentionIsFusedOnlyUnderAFusedSdpaKernel) {
 
 // Grouped-query attention as transformers writes it: 4 query heads over 2 key/value heads,
 // k and v repeated by repeat_kv (Unsqueeze, Expand, Reshape) before MatMul(q, k^T). The chain
-// from the Softmax is the same; the fused kernel saves the repeated k and v, as SDPA receives
-// them from repeat_kv.
+// from the Softmax is the same; the fused kernel saves the repeated k and v. Without a mask,
+// transformers' SDPA path passes k and v unrepeated with enable_gqa, which PyTorch up to 2.11
+// runs with flash only: flash (bf16) fuses the chain, a forced memory-efficient kernel is
+// refused, and auto in fp32 (no flash) runs the math composite, the chain as written.
 TEST(FusionTest, GroupedQueryAttentionWithRepeatedKvIsFused) {
   GraphBuilder b(17);
   b.AddInput("Q", kFloat, {"N", 4, 32, 8});
@@ -319,11 +321,14 @@ TEST(FusionTest, GroupedQueryAttentionWithRepeatedKvIsFused) {
   ASSERT_NE(m, nullptr);
   const core::Graph& g = m->graph();
   Options o = Batch(2);
-  o.attention = Attention::kSdpaMemEfficient;
+  o.attention = Attention::kSdpaFlash;
+  o.precision = Precision::kAmpBf16;
   auto ctx = Context(*m, o);
+  ASSERT_NE(ctx, nullptr);
   ASSERT_EQ(ctx->facts().fusion().chains().size(), 1u);
   const ops::FusedChain& c = ctx->facts().fusion().chains()[0];
   EXPECT_EQ(c.kind, ops::FusedKind::kAttention);
+  EXPECT_TRUE(ctx->facts().fusion().attention_calls().at(0).site.grouped_kv);
   EXPECT_TRUE(ctx->facts().fusion().unmatched_attention().empty());
   for (const char* v : {"s", "s2", "p"}) EXPECT_EQ(ctx->facts().bytes(g.FindValue(v)), 0u) << v;
   const auto saved = ctx->facts().Saved(c.nodes.back());
@@ -332,6 +337,25 @@ TEST(FusionTest, GroupedQueryAttentionWithRepeatedKvIsFused) {
   EXPECT_EQ(saved[2].value, g.FindValue("Vr"));
   EXPECT_EQ(ctx->bound().shapes[static_cast<size_t>(g.FindValue("Vr"))],
             (std::vector<int64_t>{2, 4, 32, 8}));
+
+  Options me = Batch(2);
+  me.attention = Attention::kSdpaMemEfficient;
+  auto est = MakeEstimator("symbolic");
+  ASSERT_TRUE(est.ok());
+  auto refused = (*est)->Run(*m, me);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("enable_gqa"), std::string::npos)
+      << refused.status().message();
+
+  Options autofp32 = Batch(2);
+  autofp32.attention = Attention::kAuto;
+  auto math = Context(*m, autofp32);
+  ASSERT_NE(math, nullptr);
+  EXPECT_TRUE(math->facts().fusion().chains().empty());
+  ASSERT_EQ(math->facts().fusion().attention_calls().size(), 1u);
+  EXPECT_EQ(math->facts().fusion().attention_calls()[0].kernel, ops::AttentionKernel::kMath);
+  EXPECT_NE(math->facts().fusion().attention_calls()[0].reason.find("enable_gqa"),
+            std::string::npos);
 }
 
 TEST(FusionTest, TheMemoryEfficientKernelPadsItsLogsumexpRows) {

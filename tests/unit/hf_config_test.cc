@@ -178,7 +178,9 @@ TEST(HfConfigTest, EveryFamilyEstimatesAtBatch2Seq64) {
 }
 
 // Under SDPA every layer's attention is one fused chain (grouped-query attention included: k and
-// v repeated by Unsqueeze, Expand, Reshape before the MatMul), and it saves less than eager.
+// v repeated by Unsqueeze, Expand, Reshape before the MatMul), and it saves less than eager. In
+// bf16 PyTorch picks flash for the causal decoders and encoders, memory-efficient for t5 (its
+// position bias is an explicit attn_mask).
 TEST(HfConfigTest, AttentionFusesInEveryLayerUnderSdpa) {
   struct Case {
     const char* file;
@@ -194,7 +196,8 @@ TEST(HfConfigTest, AttentionFusesInEveryLayerUnderSdpa) {
     ASSERT_NE(model, nullptr);
     Options o = Train(1024);
     if (std::string(c.file) != "t5-small.json") o.dims.erase("tgt_seq");
-    o.attention = Attention::kSdpaMemEfficient;
+    o.attention = Attention::kAuto;
+    o.precision = Precision::kAmpBf16;
     auto ctx = memory::EstimationContext::Make(*model, o);
     ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
     size_t attention = 0;
@@ -212,6 +215,40 @@ TEST(HfConfigTest, AttentionFusesInEveryLayerUnderSdpa) {
     EXPECT_FALSE(HasDiagnostic(*fused, "attention_unclassified"));
     EXPECT_LT(fused->peak_allocated, eager->peak_allocated);
   }
+}
+
+// transformers' SDPA path passes is_causal and builds no mask when there is no padding mask: with
+// fused attention the graph's causal mask (ConstantOfShape -> Trilu, shared by every layer) is
+// read by no kernel, so it takes 0 bytes; eager attention reads it (masked_fill), so it is made.
+// At a 32k prefill that is a [32768, 32768] bool mask: 1 GiB.
+TEST(HfConfigTest, FusedAttentionTakesTheCausalMaskAsIsCausal) {
+  HfGraphOptions prefill;
+  prefill.phase = HfGraphOptions::kPrefill;
+  auto model = Load(Build(Config("qwen2.5-0.5b.json"), prefill));
+  ASSERT_NE(model, nullptr);
+  const core::Graph& g = model->graph();
+  int mask = -1;
+  for (const core::Node& n : g.nodes) {
+    if (n.op_type == "Trilu") mask = n.outputs[0];
+  }
+  ASSERT_GE(mask, 0);
+  Options o;
+  o.mode = Mode::kInfer;
+  o.precision = Precision::kBf16;
+  o.batch = 1;
+  o.dims["seq"] = 32768;
+  o.attention = Attention::kAuto;
+  auto fused = memory::EstimationContext::Make(*model, o);
+  ASSERT_TRUE(fused.ok()) << fused.status().ToString();
+  for (const ops::AttentionCall& call : (*fused)->facts().fusion().attention_calls()) {
+    EXPECT_EQ(call.kernel, ops::AttentionKernel::kFlash);
+    EXPECT_TRUE(call.site.causal && call.site.masks.empty());
+  }
+  EXPECT_EQ((*fused)->facts().bytes(mask), 0u);
+  o.attention = Attention::kEager;
+  auto eager = memory::EstimationContext::Make(*model, o);
+  ASSERT_TRUE(eager.ok()) << eager.status().ToString();
+  EXPECT_EQ((*eager)->facts().bytes(mask), 32768ull * 32768);
 }
 
 // The concrete shape of graph output `name` at the given dims.
