@@ -324,6 +324,7 @@ void ValueFacts::AppendSaved(size_t k, std::vector<SavedTensor>* out) const {
       if (s.value < 0) s.bytes = Share(out0, s.bytes);
     }
   }
+  AutocastCopiesOfSavedInputs(k, chain, list);
   if (chain != nullptr || n.op_type != "MatMul" || !n.domain.empty()) return;
   for (SavedTensor& s : list) {
     if (s.value < 0 || contiguous(s.value)) continue;
@@ -332,6 +333,39 @@ void ValueFacts::AppendSaved(size_t k, std::vector<SavedTensor>* out) const {
     // matmul folds the operand with reshape: a contiguous copy, which bmm/mm saves.
     s.bytes = bytes(s.value);
     s.what += " (contiguous copy)";
+    s.value = -1;
+  }
+}
+
+// Under autocast an op of the lower-precision list (matmul, linear, conv,
+// scaled_dot_product_attention) casts each fp32 input to fp16/bf16 first, and one of the fp32 list
+// (softmax, layer_norm, pow, log, ...) each fp16/bf16 input to fp32; what the op saves for
+// backward is that copy (memory-model.md §5.2: cached_cast makes a new tensor; only a leaf weight
+// that requires grad is cached, amp_cast_bytes). So a saved input in the other precision (a softmax
+// or layer-norm output into a matmul, a rotary embedding promoted to fp32; a bf16 activation into
+// pow) is saved as a copy in the op's precision, alive until the backward, and the original can
+// be freed earlier.
+void ValueFacts::AutocastCopiesOfSavedInputs(size_t k, const FusedChain* chain,
+                                             std::span<SavedTensor> list) const {
+  if (precision_ != Precision::kAmpFp16 && precision_ != Precision::kAmpBf16) return;
+  const OpRule* r = chain != nullptr ? nullptr : rule(k);
+  const bool lower = chain != nullptr ? chain->kind == FusedKind::kAttention
+                                      : r != nullptr && r->amp == AmpPolicy::kLowerPrecision;
+  const bool fp32 = chain == nullptr && r != nullptr && r->amp == AmpPolicy::kFp32;
+  if (!lower && !fp32) return;
+  const core::Node& n = graph_.graph->nodes[k];
+  for (SavedTensor& s : list) {
+    if (s.value < 0 || trainable(s.value) ||
+        graph_.dtypes[static_cast<size_t>(s.value)] != base::kFloat) {
+      continue;
+    }
+    const bool low = low_[static_cast<size_t>(s.value)];
+    if (low == lower) continue;  // already in the op's precision
+    const bool input =
+        chain != nullptr || std::find(n.inputs.begin(), n.inputs.end(), s.value) != n.inputs.end();
+    if (!input) continue;  // an output the op saves is in its own precision
+    s.bytes = lower ? bytes(s.value) / 2 : bytes(s.value) * 2;
+    s.what += " (autocast copy)";
     s.value = -1;
   }
 }

@@ -133,6 +133,8 @@ class ValueFacts {
   void SizeValues(const std::vector<std::optional<uint64_t>>& stored_bytes);
   // Appends node n's list to `out`.
   void AppendSaved(size_t n, std::vector<SavedTensor>* out) const;
+  void AutocastCopiesOfSavedInputs(size_t k, const FusedChain* chain,
+                                   std::span<SavedTensor> list) const;
   void MakeSaved() const;  // fills saved_ and saved_begin_, once
 
   const core::BoundGraph& graph_;

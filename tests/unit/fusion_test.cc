@@ -333,8 +333,11 @@ TEST(FusionTest, GroupedQueryAttentionWithRepeatedKvIsFused) {
   for (const char* v : {"s", "s2", "p"}) EXPECT_EQ(ctx->facts().bytes(g.FindValue(v)), 0u) << v;
   const auto saved = ctx->facts().Saved(c.nodes.back());
   ASSERT_GE(saved.size(), 4u);
-  EXPECT_EQ(saved[1].value, g.FindValue("kt"));
-  EXPECT_EQ(saved[2].value, g.FindValue("Vr"));
+  // k and v are fp32 graph inputs: autocast hands the kernel bf16 copies, which it saves.
+  EXPECT_EQ(saved[1].value, -1);
+  EXPECT_EQ(saved[1].bytes, ctx->facts().bytes(g.FindValue("kt")) / 2);
+  EXPECT_EQ(saved[2].value, -1);
+  EXPECT_EQ(saved[2].bytes, ctx->facts().bytes(g.FindValue("Vr")) / 2);
   EXPECT_EQ(ctx->bound().shapes[static_cast<size_t>(g.FindValue("Vr"))],
             (std::vector<int64_t>{2, 4, 32, 8}));
 
@@ -442,6 +445,52 @@ TEST(FusionTest, AChainAutoGivesTheMathKernelStaysAsWritten) {
                                                        return eager;
                                                      }())
                                                 .peak_allocated);
+}
+
+// Under autocast a lower-precision op saves the low copy of an fp32 activation it reads (a
+// softmax output into a matmul: half its bytes), and an fp32-list op the fp32 copy of a low one (a
+// matmul output into pow: twice its bytes); in fp32 both save the graph values themselves.
+TEST(FusionTest, AutocastSavesTheCastCopiesOfActivations) {
+  GraphBuilder b(17);
+  b.AddInput("X", kFloat, {"N", 8});
+  b.AddInitializer("W1", {8, 8});
+  b.AddInitializer("W2", {8, 8});
+  Scalar(b, "two", 2.0f);
+  b.AddNode("MatMul", {"X", "W1"}, {"h"});
+  testing::SetIntAttr(b.AddNode("Softmax", {"h"}, {"s"}), "axis", -1);
+  b.AddNode("MatMul", {"s", "W2"}, {"y"}, "second_matmul");
+  b.AddNode("Pow", {"y", "two"}, {"p"}, "pow");
+  b.AddOutput("p", kFloat);
+  auto m = Load(b);
+  ASSERT_NE(m, nullptr);
+  const core::Graph& g = m->graph();
+  auto node = [&](const char* name) {
+    for (size_t k = 0; k < g.nodes.size(); ++k) {
+      if (g.nodes[k].name == name) return k;
+    }
+    return g.nodes.size();
+  };
+  auto saved_copy = [&](const memory::EstimationContext& ctx, const char* name) -> uint64_t {
+    for (const ops::SavedTensor& t : ctx.facts().Saved(node(name))) {
+      if (t.value < 0 && t.what.find("autocast copy") != std::string::npos) return t.bytes;
+    }
+    return 0;
+  };
+  Options amp = Batch(4);
+  amp.precision = Precision::kAmpBf16;
+  auto ctx = Context(*m, amp);
+  ASSERT_NE(ctx, nullptr);
+  EXPECT_EQ(saved_copy(*ctx, "second_matmul"), 4u * 8 * 2);  // s as bf16
+  EXPECT_EQ(saved_copy(*ctx, "pow"), 4u * 8 * 4);            // y as fp32
+  auto fp32 = Context(*m, Batch(4));
+  ASSERT_NE(fp32, nullptr);
+  EXPECT_EQ(saved_copy(*fp32, "second_matmul"), 0u);
+  EXPECT_EQ(saved_copy(*fp32, "pow"), 0u);
+  bool saves_s = false;
+  for (const ops::SavedTensor& t : fp32->facts().Saved(node("second_matmul"))) {
+    saves_s |= t.value == g.FindValue("s");
+  }
+  EXPECT_TRUE(saves_s);
 }
 
 TEST(FusionTest, FlashAttentionInFp32IsRefused) {
