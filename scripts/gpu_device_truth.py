@@ -284,26 +284,37 @@ def run_batch(torch, model, task, batch):
     x = torch.randn(batch, c, h, w, device="cuda")
     y = torch.randint(0, task["num_classes"], (batch,), device="cuda")
     crit = torch.nn.CrossEntropyLoss()
-    status = "ok"
+    rec["status"] = train_steps(torch, opt, lambda: (crit(logits_of(model(x)), y), None), rec)
+    rec["final"] = snapshot(torch)
+    del opt, x, y
+    release(torch, model, rec)
+    return rec
+
+
+def train_steps(torch, opt, loss_of, rec):
+    """3 iterations, a snapshot after each: "ok", or "over_cap" at the first out-of-memory.
+    loss_of() returns the loss and what the caller's loop keeps alive through backward (or None)."""
     try:
         for _ in range(3):
             opt.zero_grad(set_to_none=True)
-            loss = crit(logits_of(model(x)), y)
+            loss, held = loss_of()
             loss.backward()
             opt.step()
-            del loss
+            del loss, held
             rec["iterations"].append(snapshot(torch))
     except torch.cuda.OutOfMemoryError:
-        status = "over_cap"
-    rec["status"] = status
-    rec["final"] = snapshot(torch)
-    del opt, x, y
-    model.zero_grad(set_to_none=True)
+        return "over_cap"
+    return "ok"
+
+
+def release(torch, model, rec):
+    """Between rows: gradients dropped, the cache emptied, the peaks reset; what stays is read."""
+    if model is not None:
+        model.zero_grad(set_to_none=True)
     gc.collect()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     rec["after_release"] = snapshot(torch)
-    return rec
 
 
 def task_train(task):
@@ -392,33 +403,18 @@ def lm_train_batch(torch, model, task, batch, seq, precision, hold_logits):
     ids = torch.randint(0, vocab, (batch, seq), device="cuda")
     labels = torch.randint(0, vocab, (batch, seq), device="cuda")
     amp = precision == "amp-bf16"
-    status = "ok"
-    try:
-        for _ in range(3):
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-                if hold_logits:  # `logits = model(x).logits` kept alive through backward
-                    logits = model(input_ids=ids).logits
-                    loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
-                else:
-                    loss = F.cross_entropy(model(input_ids=ids).logits.flatten(0, 1),
-                                           labels.flatten())
-            loss.backward()
-            opt.step()
-            del loss
-            logits = None
-            rec["iterations"].append(snapshot(torch))
-    except torch.cuda.OutOfMemoryError:
-        status = "over_cap"
-    rec["status"] = status
+
+    def loss_of():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+            if hold_logits:  # `logits = model(x).logits` kept alive through backward
+                logits = model(input_ids=ids).logits
+                return F.cross_entropy(logits.flatten(0, 1), labels.flatten()), logits
+            return F.cross_entropy(model(input_ids=ids).logits.flatten(0, 1), labels.flatten()), None
+
+    rec["status"] = train_steps(torch, opt, loss_of, rec)
     rec["final"] = snapshot(torch)
     del opt, ids, labels
-    logits = None
-    model.zero_grad(set_to_none=True)
-    gc.collect()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    rec["after_release"] = snapshot(torch)
+    release(torch, model, rec)
     return rec
 
 
@@ -472,10 +468,7 @@ def task_lm_prefill(task):
         except torch.cuda.OutOfMemoryError:
             rec["status"] = "over_cap"
         del ids
-        gc.collect()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-        rec["after_release"] = snapshot(torch)
+        release(torch, None, rec)
         rec.update(base, seconds=round(time.time() - t1, 2))
         emit(rec)
         if rec["status"] != "ok":
