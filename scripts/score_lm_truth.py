@@ -60,7 +60,8 @@ def measured(row):
 
 def rows_to_score(path):
     """(kept rows with their truth, {reason: count}) from a device-truth file."""
-    rows = [json.loads(line) for line in open(path) if line.strip()]
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
     kept, left_out = [], {}
     previous_release = {}  # a worker's rows come in order: (call, kind, model, attention)
     for r in rows:
