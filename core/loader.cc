@@ -45,6 +45,7 @@
 #include <queue>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "base/checked.h"
 #include "base/dtype.h"
@@ -645,13 +646,22 @@ void Loader::Summarize() {
   s.ir_version = m.ir_version();
   s.opsets = opsets_;
   s.node_count = static_cast<int64_t>(g_->nodes.size());
-  std::set<std::string> ops;
+  // Views into the nodes' strings: most graphs repeat a few op types over many nodes, so no
+  // string is copied per node; a foreign op's "domain::op" name is made once per distinct pair.
+  std::set<std::string_view> standard;
+  std::set<std::pair<std::string_view, std::string_view>> custom;
   std::map<std::string, int> foreign;
   for (const Node& n : g_->nodes) {
     s.subgraph_node_count += n.subgraph_nodes;
-    ops.insert(n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type);
-    if (!n.domain.empty()) ++foreign[n.domain];
+    if (n.domain.empty()) {
+      standard.insert(n.op_type);
+    } else {
+      custom.emplace(n.domain, n.op_type);
+      ++foreign[n.domain];
+    }
   }
+  std::set<std::string> ops(standard.begin(), standard.end());
+  for (const auto& [domain, op] : custom) ops.insert(std::string(domain) + "::" + std::string(op));
   s.op_types.assign(ops.begin(), ops.end());
   for (const Value& v : g_->values) {
     if (!v.trainable) continue;
