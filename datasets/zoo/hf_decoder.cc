@@ -20,7 +20,8 @@
 //    output with ScatterND(reduction add), as index_add_ does. The row count is computed in the
 //    graph with integer division, so every batch and seq binds. Imbalance is not modelled.
 //  * Phases: train (Dropout in training form where the config's rate is above 0), prefill and
-//    decode (no Dropout; present.{i}.key/value outputs; decode concatenates past and new keys).
+//    decode (no Dropout; present.{i}.key/value outputs; decode concatenates past and new keys,
+//    prefill copies the new ones with a one-input Concat, as DynamicCache's torch.cat does).
 //  * Parameter names are the state_dict's; Linear weights are stored [in, out] (MatMul without a
 //    Transpose, as GPT-2's Conv1D): the count is the same.
 #include <cmath>
@@ -516,6 +517,12 @@ std::string DecoderGraph::SelfAttention(const std::string& h, int64_t i) {
     const std::string n = std::to_string(i);
     k = w_.Op("Concat", {"past_key_values." + n + ".key", k}, {Attr("axis", int64_t{2})});
     v = w_.Op("Concat", {"past_key_values." + n + ".value", v}, {Attr("axis", int64_t{2})});
+  } else if (o_.phase == HfGraphOptions::kPrefill) {
+    // transformers' DynamicCache stores torch.cat([empty, k]) (cache_utils.py, DynamicLayer.update)
+    // and attention reads that copy: k and v (a view into the fused qkv output where the
+    // projection is fused) are not what the cache keeps.
+    k = w_.Op("Concat", {k}, {Attr("axis", int64_t{2})});
+    v = w_.Op("Concat", {v}, {Attr("axis", int64_t{2})});
   }
   if (o_.phase != HfGraphOptions::kTrain) {
     const std::string n = "present." + std::to_string(i);
