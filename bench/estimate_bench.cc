@@ -25,6 +25,8 @@
 #include <benchmark/benchmark.h>
 #include <onnx/onnx_pb.h>
 
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "bench/bench_models.h"
@@ -102,39 +104,33 @@ uint64_t EstimateEachIteration(benchmark::State& state, const memest::Model& mod
   return peak;
 }
 
-void BM_Estimate(benchmark::State& state, const std::string& name, memest::Mode mode,
-                 const std::string& backend, int64_t checkpoint_segments = 0) {
+// A loaded bench model and an estimator of `backend`, or nullopt once the benchmark is skipped
+// with the reason.
+struct Subject {
+  std::shared_ptr<const memest::Model> model;
+  std::unique_ptr<memest::Estimator> est;
+};
+std::optional<Subject> SetUp(benchmark::State& state, const std::string& name,
+                             const std::string& backend) {
   auto model = LoadForBench(name);
   auto est = memest::MakeEstimator(backend);
   if (model == nullptr || !est.ok()) {
     state.SkipWithError(est.ok() ? "model did not load" : est.status().ToString().c_str());
-    return;
+    return std::nullopt;
   }
-  memest::Options o;
-  o.batch = 64;
-  o.mode = mode;
-  o.checkpoint_segments = checkpoint_segments;
-  EstimateEachIteration(state, *model, **est, o);
-  state.counters["nodes"] = static_cast<double>(model->summary().node_count);
-  state.counters["per_node"] = PerNode(model->summary().node_count);
+  return Subject{std::move(model), std::move(est).value()};
 }
 
-void BM_MaxBatch(benchmark::State& state, const std::string& name,
-                 const std::string& backend = "analytical",
-                 memest::MaxBatchSearch search = memest::MaxBatchSearch::kAuto) {
-  auto model = LoadForBench(name);
-  auto est = memest::MakeEstimator(backend);
-  if (model == nullptr || !est.ok()) {
-    state.SkipWithError("setup failed");
-    return;
-  }
-  memest::Options o;
-  o.gpu = "h100-80gb";
+// One max-batch or max-dim search per iteration (`find`), each at dims the model has not bound
+// yet; the last search's counts, and its answer as the counter `answer`.
+template <typename Find>
+void SearchEachIteration(benchmark::State& state, const memest::Model& model, const Find& find,
+                         const char* answer) {
   int evaluations = 0, traces = 0, replays = 0;
-  int64_t batch = 0;
+  int64_t found = 0;
   for (auto _ : state) {
-    Forget(*model);
-    auto r = memest::FindMaxBatch(**est, *model, o, int64_t{1} << 24, search);
+    Forget(model);
+    auto r = find();
     if (!r.ok()) {
       state.SkipWithError(r.status().ToString().c_str());
       break;
@@ -142,7 +138,7 @@ void BM_MaxBatch(benchmark::State& state, const std::string& name,
     evaluations = r->evaluations;
     traces = r->traces;
     replays = r->replays;
-    batch = r->batch;
+    found = r->batch;
     benchmark::DoNotOptimize(r);
   }
   state.counters["evaluations"] = evaluations;
@@ -150,19 +146,44 @@ void BM_MaxBatch(benchmark::State& state, const std::string& name,
     state.counters["traces"] = traces;
     state.counters["replays"] = replays;
   }
-  state.counters["max_batch"] = static_cast<double>(batch);
+  state.counters[answer] = static_cast<double>(found);
+}
+
+void BM_Estimate(benchmark::State& state, const std::string& name, memest::Mode mode,
+                 const std::string& backend, int64_t checkpoint_segments = 0) {
+  auto subject = SetUp(state, name, backend);
+  if (!subject) return;
+  memest::Options o;
+  o.batch = 64;
+  o.mode = mode;
+  o.checkpoint_segments = checkpoint_segments;
+  EstimateEachIteration(state, *subject->model, *subject->est, o);
+  state.counters["nodes"] = static_cast<double>(subject->model->summary().node_count);
+  state.counters["per_node"] = PerNode(subject->model->summary().node_count);
+}
+
+void BM_MaxBatch(benchmark::State& state, const std::string& name,
+                 const std::string& backend = "analytical",
+                 memest::MaxBatchSearch search = memest::MaxBatchSearch::kAuto) {
+  auto subject = SetUp(state, name, backend);
+  if (!subject) return;
+  memest::Options o;
+  o.gpu = "h100-80gb";
+  SearchEachIteration(
+      state, *subject->model,
+      [&] {
+        return memest::FindMaxBatch(*subject->est, *subject->model, o, int64_t{1} << 24, search);
+      },
+      "max_batch");
 }
 
 // One training step of a rank of a 1,024-GPU job: dp 16 x tp 8 x pp 8, ZeRO-1, sequence
 // parallel, bf16 autocast, 8 micro-batches of 1 sequence; the estimate holds the per-rank table
 // (8 stages). Compared in one run with the same graph on one GPU at batch 1.
 void BM_Parallel(benchmark::State& state, const std::string& name, int64_t world) {
-  auto model = LoadForBench(name);
-  auto est = memest::MakeEstimator("analytical");
-  if (model == nullptr || !est.ok()) {
-    state.SkipWithError("setup failed");
-    return;
-  }
+  auto subject = SetUp(state, name, "analytical");
+  if (!subject) return;
+  const memest::Model& model = *subject->model;
   memest::Options o;
   o.precision = memest::Precision::kAmpBf16;
   o.batch = world > 1 ? 8 : 1;
@@ -177,8 +198,8 @@ void BM_Parallel(benchmark::State& state, const std::string& name, int64_t world
   size_t ranks = 0;
   uint64_t peak = 0;
   for (auto _ : state) {
-    Forget(*model);
-    auto e = (*est)->Run(*model, o);
+    Forget(model);
+    auto e = subject->est->Run(model, o);
     if (!e.ok()) {
       state.SkipWithError(e.status().ToString().c_str());
       break;
@@ -189,7 +210,7 @@ void BM_Parallel(benchmark::State& state, const std::string& name, int64_t world
   }
   state.counters["rank_groups"] = static_cast<double>(ranks);
   state.counters["peak_GiB"] = static_cast<double>(peak) / (1 << 30);
-  state.counters["parameters"] = static_cast<double>(model->summary().parameter_count);
+  state.counters["parameters"] = static_cast<double>(model.summary().parameter_count);
 }
 
 // The same estimate as BM_Estimate (training, batch 64..71) through the C API: options parsed from
@@ -277,17 +298,13 @@ void BM_HfGenerateAndEstimate(benchmark::State& state, const std::string& file,
 
 // One inference estimate of a loaded prefill graph at batch 1 and `seq` positions.
 void BM_HfPrefillEstimate(benchmark::State& state, const std::string& name, int64_t seq) {
-  auto model = LoadForBench(name);
-  auto est = memest::MakeEstimator("symbolic");
-  if (model == nullptr || !est.ok()) {
-    state.SkipWithError("setup failed");
-    return;
-  }
+  auto subject = SetUp(state, name, "symbolic");
+  if (!subject) return;
   memest::Options o;
   o.mode = memest::Mode::kInfer;
   o.batch = 1;
   o.dims["seq"] = seq;
-  const uint64_t peak = EstimateEachIteration(state, *model, **est, o);
+  const uint64_t peak = EstimateEachIteration(state, *subject->model, *subject->est, o);
   state.counters["peak_GiB"] = static_cast<double>(peak) / (1 << 30);
 }
 
@@ -302,40 +319,24 @@ memest::Options SeqOptions() {
 }
 
 void BM_MaxSeq(benchmark::State& state, const std::string& name, memest::MaxBatchSearch search) {
-  auto model = LoadForBench(name);
-  auto est = memest::MakeEstimator("symbolic");
-  if (model == nullptr || !est.ok()) {
-    state.SkipWithError("setup failed");
-    return;
-  }
-  memest::MaxBatchResult last;
-  for (auto _ : state) {
-    Forget(*model);
-    auto r = memest::FindMaxDim(**est, *model, SeqOptions(), "seq", int64_t{1} << 24, search);
-    if (!r.ok()) {
-      state.SkipWithError(r.status().ToString().c_str());
-      break;
-    }
-    last = *r;
-  }
-  state.counters["evaluations"] = last.evaluations;
-  if (last.traces > 0) {
-    state.counters["traces"] = last.traces;
-    state.counters["replays"] = last.replays;
-  }
-  state.counters["max_seq"] = static_cast<double>(last.batch);
+  auto subject = SetUp(state, name, "symbolic");
+  if (!subject) return;
+  const memest::Options o = SeqOptions();
+  SearchEachIteration(
+      state, *subject->model,
+      [&] {
+        return memest::FindMaxDim(*subject->est, *subject->model, o, "seq", int64_t{1} << 24,
+                                  search);
+      },
+      "max_seq");
 }
 
 void BM_EstimateSeq(benchmark::State& state, const std::string& name, int64_t seq) {
-  auto model = LoadForBench(name);
-  auto est = memest::MakeEstimator("symbolic");
-  if (model == nullptr || !est.ok()) {
-    state.SkipWithError("setup failed");
-    return;
-  }
+  auto subject = SetUp(state, name, "symbolic");
+  if (!subject) return;
   memest::Options o = SeqOptions();
   o.dims["seq"] = seq;
-  EstimateEachIteration(state, *model, **est, o);
+  EstimateEachIteration(state, *subject->model, *subject->est, o);
 }
 
 using memest::Mode;
