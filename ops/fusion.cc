@@ -482,15 +482,17 @@ void Fusion::DropUnusedCausalMasks(const core::Graph& g) {
     dropped[static_cast<size_t>(chain_of_[call.node])] = call.site.causal_mask;
     todo.push_back(call.site.causal_mask);
   }
+  auto makes_nothing = [&](const core::Node& n) {  // every output is 0 bytes
+    return std::all_of(n.outputs.begin(), n.outputs.end(),
+                       [&](int out) { return out < 0 || interior(out); });
+  };
   auto needed = [&](int id) {  // read by a node that runs, or a graph output
     const core::Value& v = g.value(id);
     if (v.graph_output || v.kind != core::ValueKind::kIntermediate) return true;
     return std::any_of(v.consumers.begin(), v.consumers.end(), [&](int n) {
       const int c = chain_of_[static_cast<size_t>(n)];
       if (c >= 0) return dropped[static_cast<size_t>(c)] != id;  // a chain reads it as is_causal
-      const core::Node& node = g.node(n);
-      return !std::all_of(node.outputs.begin(), node.outputs.end(),
-                          [&](int out) { return out < 0 || interior(out); });
+      return !makes_nothing(g.node(n));
     });
   };
   while (!todo.empty()) {
@@ -499,13 +501,8 @@ void Fusion::DropUnusedCausalMasks(const core::Graph& g) {
     if (id < 0 || interior(id) || needed(id)) continue;
     interior_[static_cast<size_t>(id)] = true;
     const int producer = g.value(id).producer;
-    if (producer < 0) continue;
-    const core::Node& p = g.node(producer);
-    if (!std::all_of(p.outputs.begin(), p.outputs.end(),
-                     [&](int out) { return out < 0 || interior(out); })) {
-      continue;
-    }
-    for (int in : p.inputs) todo.push_back(in);
+    if (producer < 0 || !makes_nothing(g.node(producer))) continue;
+    for (int in : g.node(producer).inputs) todo.push_back(in);
   }
 }
 
