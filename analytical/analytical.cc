@@ -59,6 +59,7 @@
 
 #include <algorithm>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -212,8 +213,9 @@ class Accounting {
   // kept to the end are in none.
   std::vector<std::vector<int>> LastUses() const;
   // Node k's outputs nobody keeps, its workspace and its cuDNN workspace `conv_ws`.
+  // `saved_here`: the values node k saves (a few; no order).
   uint64_t ForwardTransient(const core::Node& n, size_t k, uint64_t conv_ws,
-                            const std::set<int>& saved_here) const;
+                            std::span<const int> saved_here) const;
   // The gradients node k's backward holds at once, with its workspaces.
   uint64_t BackwardTransient(const core::Node& n, size_t k, uint64_t conv_ws) const;
   // Many GPUs: the rank's sharded states, DDP buckets and NCCL buffers (memory/parallel.h).
@@ -359,11 +361,14 @@ class Accounting::SavedSet {
 };
 
 uint64_t Accounting::ForwardTransient(const core::Node& n, size_t k, uint64_t conv_ws,
-                                      const std::set<int>& saved_here) const {
+                                      std::span<const int> saved_here) const {
   uint64_t bytes = facts_.Workspace(k);
   bytes = SatAdd(SatAdd(bytes, conv_ws), weights_.forward_transient(k));
   for (int out : n.outputs) {
-    if (out < 0 || saved_here.count(out) || facts_.is_view(k)) continue;
+    if (out < 0 || facts_.is_view(k) ||
+        std::find(saved_here.begin(), saved_here.end(), out) != saved_here.end()) {
+      continue;
+    }
     bytes = SatAdd(bytes, Eff(out));
   }
   return bytes;
@@ -376,7 +381,8 @@ uint64_t Accounting::BackwardTransient(const core::Node& n, size_t k, uint64_t c
   const ops::FusedChain* chain = facts_.fusion().chain_of(k);
   const bool fused_attention = chain != nullptr && chain->kind == ops::FusedKind::kAttention;
   if (!fused_attention || chain->nodes.back() == k) {
-    std::vector<int> outs(n.outputs), ins(n.inputs);
+    std::span<const int> outs(n.outputs), ins(n.inputs);
+    std::vector<int> chain_outs, chain_ins;  // a fused chain's, each once
     if (fused_attention) {
       std::set<int> o, i;
       for (size_t m : chain->nodes) {
@@ -387,8 +393,10 @@ uint64_t Accounting::BackwardTransient(const core::Node& n, size_t k, uint64_t c
           if (in >= 0 && !facts_.fusion().interior(in)) i.insert(in);
         }
       }
-      outs.assign(o.begin(), o.end());
-      ins.assign(i.begin(), i.end());
+      chain_outs.assign(o.begin(), o.end());
+      chain_ins.assign(i.begin(), i.end());
+      outs = chain_outs;
+      ins = chain_ins;
     }
     for (int out : outs) {
       if (facts_.requires_grad(out)) grad_bytes = SatAdd(grad_bytes, Eff(out));
@@ -415,11 +423,12 @@ Accounting::Activations Accounting::SavedAndTransients() const {
     if (plan_.input_on_stage(id, stage_)) saved.Save(id);
   }
   const std::vector<int> seg_of = core::SegmentOfNode(g_, saved.segments());
+  std::vector<int> saved_here;  // by the node at hand; reused, as most nodes save a few or none
   for (const core::Node& n : g_.nodes) {
     const size_t k = static_cast<size_t>(&n - g_.nodes.data());
     if (!OnStage(k)) continue;
     const ops::OpRule* rule = facts_.rule(k);
-    std::set<int> saved_here;
+    saved_here.clear();
     const int seg = seg_of[k];
     for (const ops::SavedTensor& s : facts_.Saved(k)) {
       if (s.value < 0) {
@@ -431,7 +440,7 @@ Accounting::Activations Accounting::SavedAndTransients() const {
       } else {
         saved.Save(s.value);
       }
-      saved_here.insert(s.value);
+      saved_here.push_back(s.value);
       // fp32-policy op on a low-precision input saves an fp32 copy (memory-model.md §5.3).
       if (rule && rule->amp == ops::AmpPolicy::kFp32 && facts_.low(s.value) &&
           o_.precision != Precision::kBf16) {
