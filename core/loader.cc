@@ -44,6 +44,7 @@
 #include <map>
 #include <queue>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string_view>
 
@@ -266,7 +267,7 @@ Status Loader::ReadInitializers() {
     const size_t before = g_->values.size();
     const int id = AddValue(t.name(), ValueKind::kInitializer);
     if (g_->values.size() == before) return InvalidModel(what() + " is defined twice");
-    const std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+    const std::span<const int64_t> dims(t.dims().data(), t.dims().size());
     auto numel = base::CheckedNumel(dims);
     if (!base::CheckedMul(*numel, std::max<uint64_t>(base::DTypeSize(t.data_type()), 1))) {
       return Overflow(what() + ": byte size overflows 64 bits");

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <queue>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -126,7 +127,7 @@ class Validator {
                           " nodes (all graphs and subgraphs together): above memest's bound");
     }
     for (const auto& t : g.initializer()) {
-      MEMEST_RETURN_IF_ERROR(ValidateTensor(t, "initializer " + Quote(t.name())));
+      MEMEST_RETURN_IF_ERROR(ValidateNamedTensor(t, "initializer"));
     }
     for (const auto& s : g.sparse_initializer()) {
       MEMEST_RETURN_IF_ERROR(
@@ -327,29 +328,33 @@ class Validator {
 
 }  // namespace
 
-Status ValidateTensor(const onnx::TensorProto& t, const std::string& what) {
+namespace {
+
+// ValidateTensor, with `what()` the tensor's name in errors: made only for an error (a large
+// graph's initializers each built a name they almost never need).
+template <typename What>
+Status CheckTensor(const onnx::TensorProto& t, What what) {
   if (!base::IsKnownDType(t.data_type())) {
-    return InvalidModel(what + " has unknown element type " + std::to_string(t.data_type()));
+    return InvalidModel(what() + " has unknown element type " + std::to_string(t.data_type()));
   }
   if (static_cast<size_t>(t.dims_size()) > kMaxRank) {
-    return InvalidModel(what + " has rank " + std::to_string(t.dims_size()) +
+    return InvalidModel(what() + " has rank " + std::to_string(t.dims_size()) +
                         ", above the supported " + std::to_string(kMaxRank));
   }
   for (int i = 0; i < t.dims_size(); ++i) {
     if (t.dims(i) < 0) {
-      return InvalidModel(what + " has a negative dim " + std::to_string(t.dims(i)) + " at axis " +
-                          std::to_string(i));
+      return InvalidModel(what() + " has a negative dim " + std::to_string(t.dims(i)) +
+                          " at axis " + std::to_string(i));
     }
   }
-  const std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
-  const auto numel = base::CheckedNumel(dims);
-  if (!numel) return Overflow(what + ": element count overflows 64 bits");
+  const auto numel = base::CheckedNumel(std::span<const int64_t>(t.dims().data(), t.dims().size()));
+  if (!numel) return Overflow(what() + ": element count overflows 64 bits");
   if (IsExternal(t)) return Status::Ok();
   if (!t.raw_data().empty()) {
     const uint64_t elem = base::DTypeSize(t.data_type());
     const auto expected = base::CheckedMul(*numel, elem);
     if (elem == 0 || !expected || *expected != t.raw_data().size()) {
-      return InvalidModel(what + " holds " + std::to_string(t.raw_data().size()) +
+      return InvalidModel(what() + " holds " + std::to_string(t.raw_data().size()) +
                           " bytes of raw_data where its dims and " +
                           base::DTypeName(t.data_type()) + " need " +
                           (expected ? std::to_string(*expected) : "more"));
@@ -357,11 +362,21 @@ Status ValidateTensor(const onnx::TensorProto& t, const std::string& what) {
   }
   const TypedField field = TypedFieldOf(t, *numel);
   if (field.actual != 0 && field.actual != field.expected) {
-    return InvalidModel(what + " holds " + std::to_string(field.actual) + " " + field.name +
+    return InvalidModel(what() + " holds " + std::to_string(field.actual) + " " + field.name +
                         " entries where its dims and " + base::DTypeName(t.data_type()) + " need " +
                         std::to_string(field.expected));
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateTensor(const onnx::TensorProto& t, const std::string& what) {
+  return CheckTensor(t, [&what] { return what; });
+}
+
+Status ValidateNamedTensor(const onnx::TensorProto& t, std::string_view kind) {
+  return CheckTensor(t, [&t, kind] { return std::string(kind) + " '" + t.name() + "'"; });
 }
 
 Status ValidateModelProto(const onnx::ModelProto& model) {

@@ -30,6 +30,8 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "memest/status.h"
 
@@ -46,6 +48,8 @@ inline constexpr int64_t kMaxAttributeElements = 1 << 24;
 
 // Checks one tensor's element type, dims and payload length; `what` names it in errors.
 [[nodiscard]] Status ValidateTensor(const onnx::TensorProto& tensor, const std::string& what);
+// The same, naming the tensor "<kind> '<its name>'" in errors (a name made only for one).
+[[nodiscard]] Status ValidateNamedTensor(const onnx::TensorProto& tensor, std::string_view kind);
 
 }  // namespace memest::core
 
