@@ -16,10 +16,13 @@
 //    (symbolic/simulation_key.h) never answer it: every estimate simulates. `items_per_second`
 //    is the estimates per second of all threads together (2 cores here: 4 threads show the
 //    oversubscription, not more cores).
-//  * BM_CliColdStart: `memest datasets/models/resnet50_train.onnx --batch 64` as a new process
-//    each time (posix_spawn, stdout to /dev/null, wall time until it exits), next to
-//    BM_CliVersion, the same binary printing its version: the cost of starting the process and
-//    loading its libraries alone.
+//  * BM_CliProcess: `memest datasets/models/resnet50_train.onnx --batch 64` as a new process
+//    each time (posix_spawn, stdout to /dev/null, wall time until it exits), next to the same
+//    binary printing its version: the cost of starting the process and loading its libraries
+//    alone. And the generated chains of 10,000 and 100,000 nodes (written once to the temporary
+//    folder) estimated by each backend in a new process: a fresh process pays a page fault for
+//    every page it touches, which the steady-state loops of estimate_bench.cc do not show (the
+//    CLI's allocator, tools/jemalloc_conf.cc).
 //
 //   ninja -C build memest_bench
 //   ./build/bench/memest_bench --benchmark_filter='Queries|Threads|Cli'
@@ -31,7 +34,10 @@
 
 #include <algorithm>
 #include <array>
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -151,6 +157,25 @@ void BM_CliProcess(benchmark::State& state, const std::vector<std::string>& args
   }
 }
 
+// `memest <the generated chain> --batch 64 --backend <backend>` (the chain written to the
+// temporary folder once per process).
+void BM_CliProcessChain(benchmark::State& state, const std::string& chain,
+                        const std::string& backend) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("memest_bench_" + chain + ".onnx")).string();
+  static std::set<std::string> written;
+  if (written.insert(path).second) {
+    const std::string& bytes = memest::bench::ModelBytes(chain);
+    std::ofstream out(path, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (bytes.empty() || !out) {
+      state.SkipWithError(("cannot write " + path).c_str());
+      return;
+    }
+  }
+  BM_CliProcess(state, {MEMEST_CLI, path, "--batch", "64", "--backend", backend});
+}
+
 const std::vector<std::string> kCliEstimate = {
     MEMEST_CLI, memest::bench::ModelPath("resnet50_train"), "--batch", "64"};
 const std::vector<std::string> kCliVersion = {MEMEST_CLI, "--version"};
@@ -165,4 +190,7 @@ BENCHMARK_CAPTURE(BM_Queries, resnet50_symbolic_shuffled, std::string("symbolic"
 BENCHMARK_CAPTURE(BM_EstimateThreads, resnet50_symbolic, std::string("symbolic"))->Threads(1)->Threads(2)->Threads(4)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_CliProcess, cold_start_resnet50_batch64, kCliEstimate)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CliProcess, cold_start_version_only, kCliVersion)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain10k_analytical, std::string("chain10k"), std::string("analytical"))->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain100k_analytical, std::string("chain100k"), std::string("analytical"))->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain100k_symbolic, std::string("chain100k"), std::string("symbolic"))->UseRealTime()->Unit(benchmark::kMillisecond);
 // clang-format on
