@@ -16,7 +16,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
-#include <vector>
 
 #include "base/checked.h"
 #include "memest/options.h"
@@ -49,23 +48,27 @@ inline constexpr uint64_t kMin8bitElements = 4096;
 inline constexpr uint64_t kEightBitBlock = 2048;
 inline constexpr uint64_t kEightBitQuantMapBytes = 2 * 256 * 4;  // "dynamic" and "udynamic"
 
-// The sizes of the tensors the optimizer creates for one parameter: at most four, kept inline
+// The sizes of the tensors the optimizer creates for one parameter: at most kMost, kept inline
 // (the estimates ask once per parameter, and a heap vector each was a fifth of the mallocs of
-// an analytical estimate of a 100,000-node graph).
+// an analytical estimate of a 100,000-node graph). Sizes past kMost are dropped; no optimizer
+// memest models makes more than four.
 class StateTensorSizes {
  public:
+  static constexpr size_t kMost = 4;
   StateTensorSizes(std::initializer_list<uint64_t> sizes) {
-    for (uint64_t s : sizes) bytes_[count_++] = s;
+    for (uint64_t s : sizes) {
+      if (count_ < kMost) bytes_[count_++] = s;
+    }
   }
-  StateTensorSizes(size_t count, uint64_t each) : count_(count) {
-    std::fill_n(bytes_.begin(), count, each);
+  StateTensorSizes(size_t count, uint64_t each) : count_(std::min(count, kMost)) {
+    std::fill_n(bytes_.begin(), count_, each);
   }
   const uint64_t* begin() const { return bytes_.data(); }
   const uint64_t* end() const { return bytes_.data() + count_; }
   size_t size() const { return count_; }
 
  private:
-  std::array<uint64_t, 4> bytes_{};
+  std::array<uint64_t, kMost> bytes_{};
   size_t count_ = 0;
 };
 

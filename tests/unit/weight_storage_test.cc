@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "memest/memest.h"
 #include "memory/optimizer.h"
@@ -148,6 +149,20 @@ TEST(WeightStorageTest, AQuantizedMatmulDequantizesItsWeightForTheCall) {
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   // AMP also keeps an fp16 copy of each trainable fp32 weight a matmul uses (the adapters).
   EXPECT_EQ(a->breakdown.weights, kLayers * kBaseElements * 2 + kAdapterBytes + kAdapterBytes / 2);
+}
+
+// The state tensors one parameter gets, in creation order (memory/optimizer.h).
+TEST(WeightStorageTest, StateTensorSizesPerOptimizer) {
+  auto sizes = [](Optimizer o, uint64_t elements, uint64_t bytes) {
+    const memory::StateTensorSizes s = memory::StateTensorBytes(o, elements, bytes);
+    return std::vector<uint64_t>(s.begin(), s.end());
+  };
+  using V = std::vector<uint64_t>;
+  EXPECT_EQ(sizes(Optimizer::kSgd, 1000, 4000), V{});
+  EXPECT_EQ(sizes(Optimizer::kMomentum, 1000, 4000), V{4000});
+  EXPECT_EQ(sizes(Optimizer::kAdamW, 1000, 2000), (V{2000, 2000}));
+  EXPECT_EQ(sizes(Optimizer::kAdam8bit, 1000, 2000), (V{4000, 4000}));            // small: fp32
+  EXPECT_EQ(sizes(Optimizer::kAdamW8bit, 5000, 20000), (V{5000, 5000, 12, 12}));  // 3 blocks
 }
 
 TEST(WeightStorageTest, EightBitAdamKeepsBlockwiseStateAndSmallTensorsInFp32) {
