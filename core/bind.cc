@@ -185,16 +185,16 @@ Status EvaluateShapes(const Graph& graph, const SymbolicShapes& sym, const AtomV
     const SymTensor& t = sym.types[id];
     b->dtypes[id] = t.dtype;
     if (v.kind == ValueKind::kInitializer || !t.shape) continue;
-    auto dims = EvaluateDims(*t.shape, atoms);
-    if (dims.ok()) {
-      b->shapes[id] = std::move(dims).value();
-    } else if (dims.status().code() == ErrorCode::kOverflow) {
+    const Status dims = EvaluateDimsInto(*t.shape, atoms, b->shapes.Emplace(id, t.shape->size()));
+    if (dims.ok()) continue;
+    b->shapes.Forget(id);
+    if (dims.code() == ErrorCode::kOverflow) {
       return Overflow("tensor '" + v.name + "' has a dim that overflows 64 bits at these dims (" +
-                      dims.status().message() + "): check the batch and dim values");
-    } else if (dims.status().code() == ErrorCode::kInvalidModel) {  // broadcast, exact division
+                      dims.message() + "): check the batch and dim values");
+    } else if (dims.code() == ErrorCode::kInvalidModel) {  // broadcast, exact division
       const std::string site =
           v.producer >= 0 ? graph.node(v.producer).Describe() : "tensor '" + v.name + "'";
-      return InvalidArgument(site + ": " + dims.status().message() +
+      return InvalidArgument(site + ": " + dims.message() +
                              " at these dims: the model cannot take them");
     }
   }
@@ -256,11 +256,12 @@ Status SizeTensors(const Graph& graph, BoundGraph* b, std::set<std::string>* unk
     const Value& v = graph.values[id];
     if (v.kind == ValueKind::kInitializer) {
       b->dtypes[id] = v.dtype;
-      std::vector<int64_t> dims;
-      for (const Dim& d : v.dims) dims.push_back(d.value);
-      b->shapes[id] = std::move(dims);
+      std::span<int64_t> dims = b->shapes.Emplace(id, v.dims.size());
+      for (size_t i = 0; i < v.dims.size(); ++i) dims[i] = v.dims[i].value;
     } else if (!b->shapes[id] && v.has_shape) {
-      b->shapes[id] = DeclaredDims(v, *b);
+      if (const std::optional<std::vector<int64_t>> declared = DeclaredDims(v, *b)) {
+        b->shapes.Set(id, *declared);
+      }
     }
     if (!b->dtypes[id] && v.dtype) b->dtypes[id] = v.dtype;
     if (b->shapes[id] && base::DTypeSize(b->dtypes[id]) > 0) {
@@ -324,7 +325,8 @@ Result<BoundGraph> Bind(const Graph& graph, const Options& options) {
   b.graph = &graph;
   const size_t n = graph.values.size();
   b.dtypes.assign(n, 0);
-  b.shapes.assign(n, std::nullopt);
+  b.shapes.Reset(n);
+  b.shapes.Reserve(4 * n);  // most tensors have rank 4 or less
   b.bytes.assign(n, std::nullopt);
   const SymbolicShapes* sym = graph.symbolic.get();
   if (sym == nullptr || sym->types.size() != n) {

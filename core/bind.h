@@ -30,6 +30,7 @@
 
 #include "core/derived_cache.h"
 #include "core/graph.h"
+#include "core/shape_table.h"
 #include "memest/estimate.h"
 #include "memest/options.h"
 #include "memest/status.h"
@@ -41,7 +42,7 @@ struct BoundGraph {
   std::map<std::string, int64_t> bindings;  // every dim name -> the value it was bound to
   // Per value id: dtype after inference (0 = unknown) and concrete dims (nullopt = unknown).
   std::vector<int32_t> dtypes;
-  std::vector<std::optional<std::vector<int64_t>>> shapes;
+  ShapeTable shapes;
   // Per value id: bytes (numel * dtype size) when shape and dtype are known.
   std::vector<std::optional<uint64_t>> bytes;
   int unknown_shapes = 0;  // intermediate values left without a concrete shape

@@ -214,8 +214,8 @@ class ReducedModel {
     for (int64_t d : *shape) s->add_dim()->set_dim_value(d);
   }
 
-  std::optional<onnx::TensorProto> KnownElements(
-      int id, int32_t dtype, const std::optional<std::vector<int64_t>>& shape) const {
+  std::optional<onnx::TensorProto> KnownElements(int id, int32_t dtype,
+                                                 const std::optional<Dims>& shape) const {
     const SymTensor& t = sym_.types[Id(id)];
     if (!shape) return std::nullopt;
     onnx::TensorProto out;
@@ -322,7 +322,7 @@ void Take(const Graph& graph, const onnx::ValueInfoProto& vi, const std::vector<
     if (!d.has_dim_value() || d.dim_value() < 0) return;
     dims.push_back(d.dim_value());
   }
-  (*state.shapes)[i] = std::move(dims);
+  state.shapes->Set(i, dims);
 }
 
 }  // namespace

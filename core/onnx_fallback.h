@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "core/graph.h"
+#include "core/shape_table.h"
 #include "core/symbolic_shapes.h"
 #include "memest/estimate.h"
 #include "memest/status.h"
@@ -50,7 +51,7 @@ bool OnnxMayInfer(std::string_view domain, std::string_view op_type);
 // What binding knows so far (per value id), and receives the fallback's results.
 struct FallbackState {
   std::vector<int32_t>* dtypes = nullptr;
-  std::vector<std::optional<std::vector<int64_t>>>* shapes = nullptr;
+  ShapeTable* shapes = nullptr;
   std::vector<Diagnostic>* diagnostics = nullptr;
 };
 

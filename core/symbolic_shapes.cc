@@ -5,15 +5,20 @@
 
 namespace memest::core {
 
+Status EvaluateDimsInto(const std::vector<DimExpr>& dims, const AtomValues& atoms,
+                        std::span<int64_t> out) {
+  for (size_t i = 0; i < dims.size() && i < out.size(); ++i) {
+    MEMEST_ASSIGN_OR_RETURN(int64_t v, dims[i].Evaluate(atoms));
+    if (v < 0) return InvalidModel("negative dim " + std::to_string(v));
+    out[i] = v;
+  }
+  return Status::Ok();
+}
+
 Result<std::vector<int64_t>> EvaluateDims(const std::vector<DimExpr>& dims,
                                           const AtomValues& atoms) {
-  std::vector<int64_t> out;
-  out.reserve(dims.size());
-  for (const DimExpr& d : dims) {
-    MEMEST_ASSIGN_OR_RETURN(int64_t v, d.Evaluate(atoms));
-    if (v < 0) return InvalidModel("negative dim " + std::to_string(v));
-    out.push_back(v);
-  }
+  std::vector<int64_t> out(dims.size());
+  MEMEST_RETURN_IF_ERROR(EvaluateDimsInto(dims, atoms, out));
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,9 @@ struct SymbolicShapes {
 // Evaluates `dims` with every atom's value: the concrete dims, or the first dim's error.
 Result<std::vector<int64_t>> EvaluateDims(const std::vector<DimExpr>& dims,
                                           const AtomValues& atoms);
+// The same into `out` (of dims.size() entries; what it holds after an error is unspecified).
+Status EvaluateDimsInto(const std::vector<DimExpr>& dims, const AtomValues& atoms,
+                        std::span<int64_t> out);
 
 struct ConcreteShapes {
   std::vector<int32_t> dtypes;

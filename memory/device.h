@@ -27,6 +27,7 @@
 #define MEMEST_MEMORY_DEVICE_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/graph.h"
@@ -57,7 +58,7 @@ enum class ConvKind { kSpatial, kPointwise, kDepthwise };
 // The kind from the weight's dims ([M, C/group, k...] for Conv, [C, M/group, k...] for
 // ConvTranspose) and the `group` attribute; spatial when the dims are unknown (the larger
 // workspace).
-ConvKind ClassifyConv(bool transposed, const std::vector<int64_t>* weight_dims, int64_t group);
+ConvKind ClassifyConv(bool transposed, std::optional<core::Dims> weight_dims, int64_t group);
 
 // One cuDNN convolution call, as the rule sees it.
 struct ConvCall {

@@ -100,16 +100,15 @@ bool RequiresGradAt(const std::vector<bool>& rg, int id) {
 }
 bool Rg(const RuleContext& c, int id) { return RequiresGradAt(c.requires_grad, id); }
 
-// Concrete dims of value `id`, or nullptr when unknown.
-const std::vector<int64_t>* ShapeOf(const BoundGraph& g, int id) {
-  if (id < 0 || static_cast<size_t>(id) >= g.shapes.size()) return nullptr;
-  const auto& s = g.shapes[static_cast<size_t>(id)];
-  return s ? &*s : nullptr;
+// Concrete dims of value `id`, or nullopt when unknown.
+std::optional<core::Dims> ShapeOf(const BoundGraph& g, int id) {
+  if (id < 0 || static_cast<size_t>(id) >= g.shapes.size()) return std::nullopt;
+  return g.shapes[static_cast<size_t>(id)];
 }
 
 std::optional<uint64_t> NumelOf(const BoundGraph& g, int id) {
-  const std::vector<int64_t>* s = ShapeOf(g, id);
-  if (s == nullptr) return std::nullopt;
+  const std::optional<core::Dims> s = ShapeOf(g, id);
+  if (!s) return std::nullopt;
   return base::CheckedNumel(*s);
 }
 
@@ -130,7 +129,7 @@ std::optional<uint64_t> TimesSize(std::optional<uint64_t> numel, uint64_t elem_s
 }
 
 // Product of dims[begin, end); nullopt on a negative dim or overflow.
-std::optional<uint64_t> DimProduct(const std::vector<int64_t>& dims, size_t begin, size_t end) {
+std::optional<uint64_t> DimProduct(core::Dims dims, size_t begin, size_t end) {
   uint64_t n = 1;
   for (size_t i = begin; i < end && i < dims.size(); ++i) {
     if (dims[i] < 0) return std::nullopt;
@@ -276,10 +275,10 @@ bool BatchNormTraining(const Node& n) {
 
 // Channels of a BatchNormalization: dim 1 of x, else the length of scale.
 std::optional<uint64_t> BatchNormChannels(const RuleContext& c) {
-  if (const auto* x = ShapeOf(c.graph, InputId(c, 0)); x != nullptr && x->size() >= 2) {
+  if (const std::optional<core::Dims> x = ShapeOf(c.graph, InputId(c, 0)); x && x->size() >= 2) {
     return DimProduct(*x, 1, 2);
   }
-  if (const auto* s = ShapeOf(c.graph, InputId(c, 1)); s != nullptr && s->size() == 1) {
+  if (const std::optional<core::Dims> s = ShapeOf(c.graph, InputId(c, 1)); s && s->size() == 1) {
     return DimProduct(*s, 0, 1);
   }
   return std::nullopt;
@@ -310,7 +309,7 @@ void SaveInstanceNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveValue(out, InputId(c, 0), "x");
   SaveValue(out, InputId(c, 1), "W");
   std::optional<uint64_t> nc;
-  if (const auto* x = ShapeOf(c.graph, InputId(c, 0)); x != nullptr && x->size() >= 2) {
+  if (const std::optional<core::Dims> x = ShapeOf(c.graph, InputId(c, 0)); x && x->size() >= 2) {
     nc = DimProduct(*x, 0, 2);
   }
   SaveExtra(out, TimesSize(nc, 4), "save_mean(fp32)");
@@ -320,8 +319,8 @@ void SaveInstanceNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
 // Rows of a normalization over the dims from `axis` on:
 // M = prod(dims[0, axis)).
 std::optional<uint64_t> LeadingRows(const RuleContext& c, int64_t axis_attr) {
-  const auto* x = ShapeOf(c.graph, InputId(c, 0));
-  if (x == nullptr) return std::nullopt;
+  const std::optional<core::Dims> x = ShapeOf(c.graph, InputId(c, 0));
+  if (!x) return std::nullopt;
   const std::optional<size_t> axis = NormalizeAxis(axis_attr, x->size());
   if (!axis) return std::nullopt;
   return DimProduct(*x, 0, *axis);
@@ -353,7 +352,8 @@ void SaveGroupNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveValue(out, InputId(c, 1), "W");
   const int64_t groups = IntAttr(c.node, "num_groups", -1);
   std::optional<uint64_t> ng;
-  if (const auto* x = ShapeOf(c.graph, InputId(c, 0)); x != nullptr && !x->empty() && groups > 0) {
+  if (const std::optional<core::Dims> x = ShapeOf(c.graph, InputId(c, 0));
+      x && !x->empty() && groups > 0) {
     if (auto n = DimProduct(*x, 0, 1)) ng = base::CheckedMul(*n, static_cast<uint64_t>(groups));
   }
   SaveExtra(out, TimesSize(ng, 4), "mean(fp32)");
@@ -387,9 +387,9 @@ void SaveRecurrent(const RuleContext& c, std::vector<SavedTensor>* out) {
   for (size_t i = 0; i < c.node.outputs.size(); ++i) {
     SaveValue(out, c.node.outputs[i], "out" + std::to_string(i));
   }
-  const auto* x = ShapeOf(c.graph, InputId(c, 0));
-  const auto* w = ShapeOf(c.graph, InputId(c, 1));
-  if (x == nullptr || w == nullptr || x->size() != 3 || w->size() != 3) return;
+  const std::optional<core::Dims> x = ShapeOf(c.graph, InputId(c, 0));
+  const std::optional<core::Dims> w = ShapeOf(c.graph, InputId(c, 1));
+  if (!x || !w || x->size() != 3 || w->size() != 3) return;
   auto steps = DimProduct(*x, 0, 2);  // seq * batch in either layout
   auto gates = DimProduct(*w, 0, 2);  // num_directions * gates * hidden
   if (!steps || !gates) return;
@@ -423,14 +423,14 @@ void SaveSoftmaxCrossEntropy(const RuleContext& c, std::vector<SavedTensor>* out
 
 // Dim i of value `id`, when known and >= 0.
 std::optional<uint64_t> DimAt(const RuleContext& c, int id, size_t i) {
-  const std::vector<int64_t>* s = ShapeOf(c.graph, id);
-  if (s == nullptr || i >= s->size() || (*s)[i] < 0) return std::nullopt;
+  const std::optional<core::Dims> s = ShapeOf(c.graph, id);
+  if (!s || i >= s->size() || (*s)[i] < 0) return std::nullopt;
   return static_cast<uint64_t>((*s)[i]);
 }
 uint64_t Dim(const RuleContext& c, int id, size_t i) { return DimAt(c, id, i).value_or(0); }
 size_t Rank(const RuleContext& c, int id) {
-  const std::vector<int64_t>* s = ShapeOf(c.graph, id);
-  return s == nullptr ? 0 : s->size();
+  const std::optional<core::Dims> s = ShapeOf(c.graph, id);
+  return s ? s->size() : 0;
 }
 // a / b when b divides a, else 0 (unknown).
 uint64_t ExactDiv(uint64_t a, uint64_t b) { return b > 0 && a % b == 0 ? a / b : 0; }
@@ -466,8 +466,7 @@ void AddMask(const RuleContext& c, int id, const char* what, AttentionSite* s) {
   m.value = id;
   m.boolean = !base::IsFloatDType(DTypeOf(c.graph, id));
   m.what = what;
-  if (const std::vector<int64_t>* shape = ShapeOf(c.graph, id);
-      shape != nullptr && !shape->empty()) {
+  if (const std::optional<core::Dims> shape = ShapeOf(c.graph, id); shape && !shape->empty()) {
     m.numel = NumelOf(c.graph, id).value_or(0);
     m.last = shape->back() > 0 ? static_cast<uint64_t>(shape->back()) : 0;
   }

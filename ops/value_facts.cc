@@ -9,20 +9,20 @@
 namespace memest::ops {
 namespace {
 
-const std::vector<int64_t>* ShapeOf(const core::BoundGraph& g, int id) {
-  if (id < 0 || !g.shapes[static_cast<size_t>(id)]) return nullptr;
-  return &*g.shapes[static_cast<size_t>(id)];
+std::optional<core::Dims> ShapeOf(const core::BoundGraph& g, int id) {
+  if (id < 0) return std::nullopt;
+  return g.shapes[static_cast<size_t>(id)];
 }
 
 using Strides = std::vector<int64_t>;
 
-Strides ContiguousStrides(const std::vector<int64_t>& shape) {
+Strides ContiguousStrides(core::Dims shape) {
   Strides st(shape.size(), 1);
   for (size_t i = shape.size(); i-- > 1;) st[i - 1] = st[i] * std::max<int64_t>(shape[i], 1);
   return st;
 }
 
-bool IsContiguous(const std::vector<int64_t>& shape, const Strides& st) {
+bool IsContiguous(core::Dims shape, const Strides& st) {
   if (st.size() != shape.size()) return false;
   const Strides want = ContiguousStrides(shape);
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -35,8 +35,7 @@ bool IsContiguous(const std::vector<int64_t>& shape, const Strides& st) {
 // no view exists and reshape copies. The rule PyTorch's view/reshape applies
 // (memory-model.md §3.1): walking from the innermost dim, each maximal run of input dims that are
 // contiguous with one another must be covered exactly by whole output dims.
-std::optional<Strides> ViewStrides(const std::vector<int64_t>& from, const Strides& st,
-                                   const std::vector<int64_t>& to) {
+std::optional<Strides> ViewStrides(core::Dims from, const Strides& st, core::Dims to) {
   Strides out(to.size(), 1);
   if (from.empty()) return ContiguousStrides(to);
   int64_t view_d = static_cast<int64_t>(to.size()) - 1;
@@ -63,8 +62,7 @@ std::optional<Strides> ViewStrides(const std::vector<int64_t>& from, const Strid
 
 // Transpose's output strides: the input's, permuted by `perm` (reversed when absent); nullopt
 // when the permutation does not fit the input.
-std::optional<Strides> TransposeStrides(const core::Node& n, const std::vector<int64_t>& xs,
-                                        const Strides& xst) {
+std::optional<Strides> TransposeStrides(const core::Node& n, core::Dims xs, const Strides& xst) {
   std::vector<int64_t> perm = IntsAttr(n, "perm").value_or(std::vector<int64_t>());
   if (perm.empty()) {
     for (size_t i = xs.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
@@ -80,8 +78,7 @@ std::optional<Strides> TransposeStrides(const core::Node& n, const std::vector<i
 }
 
 // Expand's output strides: 0 along every broadcast dim.
-Strides ExpandStrides(const std::vector<int64_t>& xs, const Strides& xst,
-                      const std::vector<int64_t>& ys) {
+Strides ExpandStrides(core::Dims xs, const Strides& xst, core::Dims ys) {
   Strides st(ys.size(), 0);
   const size_t lead = ys.size() - xs.size();
   for (size_t i = 0; i < xs.size(); ++i) st[lead + i] = xs[i] == ys[lead + i] ? xst[i] : 0;
@@ -170,8 +167,8 @@ void ValueFacts::FindLayout() {
   std::vector<std::optional<Strides>> strides(nv);
   auto strides_of = [&](int id) -> std::optional<Strides> {
     if (strides[static_cast<size_t>(id)]) return strides[static_cast<size_t>(id)];
-    const std::vector<int64_t>* shape = ShapeOf(graph_, id);
-    if (shape == nullptr) return std::nullopt;
+    const std::optional<core::Dims> shape = ShapeOf(graph_, id);
+    if (!shape) return std::nullopt;
     return ContiguousStrides(*shape);
   };
   for (size_t k = 0; k < g.nodes.size(); ++k) {
@@ -184,14 +181,14 @@ void ValueFacts::FindLayout() {
     if (!r || !r->view || n.inputs.empty() || n.inputs[0] < 0) continue;
     is_view_[k] = true;
     const int x = n.inputs[0];
-    const std::vector<int64_t>* xs = ShapeOf(graph_, x);
+    const std::optional<core::Dims> xs = ShapeOf(graph_, x);
     const std::optional<Strides> xst = strides_of(x);
-    if (xs == nullptr || !xst) continue;  // unknown: a view of unknown layout, contiguous
+    if (!xs || !xst) continue;  // unknown: a view of unknown layout, contiguous
     const std::string& op = n.op_type;
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       const int out = n.outputs[o];
-      const std::vector<int64_t>* ys = ShapeOf(graph_, out);
-      if (out < 0 || ys == nullptr) continue;
+      const std::optional<core::Dims> ys = ShapeOf(graph_, out);
+      if (out < 0 || !ys) continue;
       std::optional<Strides> yst;
       if (op == "Transpose") {
         yst = TransposeStrides(n, *xs, *xst);
@@ -328,8 +325,8 @@ void ValueFacts::AppendSaved(size_t k, std::vector<SavedTensor>* out) const {
   if (chain != nullptr || n.op_type != "MatMul" || !n.domain.empty()) return;
   for (SavedTensor& s : list) {
     if (s.value < 0 || contiguous(s.value)) continue;
-    const std::vector<int64_t>* shape = ShapeOf(graph_, s.value);
-    if (shape == nullptr || shape->size() < 3) continue;
+    const std::optional<core::Dims> shape = ShapeOf(graph_, s.value);
+    if (!shape || shape->size() < 3) continue;
     // matmul folds the operand with reshape: a contiguous copy, which bmm/mm saves.
     s.bytes = bytes(s.value);
     s.what += " (contiguous copy)";

@@ -82,11 +82,10 @@ class ValueFacts {
   bool low(int id) const { return id >= 0 && low_[static_cast<size_t>(id)]; }
   int root(int id) const { return id < 0 ? id : root_[static_cast<size_t>(id)]; }
   uint64_t bytes(int id) const { return id < 0 ? 0 : bytes_[static_cast<size_t>(id)]; }
-  // The concrete dims of value `id` at the bound dims; nullptr when unknown.
-  const std::vector<int64_t>* dims(int id) const {
-    if (id < 0 || static_cast<size_t>(id) >= graph_.shapes.size()) return nullptr;
-    const auto& s = graph_.shapes[static_cast<size_t>(id)];
-    return s ? &*s : nullptr;
+  // The concrete dims of value `id` at the bound dims; nullopt when unknown.
+  std::optional<core::Dims> dims(int id) const {
+    if (id < 0 || static_cast<size_t>(id) >= graph_.shapes.size()) return std::nullopt;
+    return graph_.shapes[static_cast<size_t>(id)];
   }
   // The tensor-parallel ranks value `id` is split over (1 when it is whole on every rank).
   uint32_t shard(int id) const {

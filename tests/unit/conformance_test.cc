@@ -327,7 +327,8 @@ TEST(ConformanceTest, BoundOutputShapesMatchReferenceOutputs) {
         unknown.push_back(name + " output '" + outputs[k].name() + "'");
         continue;
       }
-      const std::vector<int64_t>& got = *bound->shapes[static_cast<size_t>(id)];
+      const core::Dims got_dims = *bound->shapes[static_cast<size_t>(id)];
+      const std::vector<int64_t> got(got_dims.begin(), got_dims.end());
       const std::vector<int64_t> want(ref->dims().begin(), ref->dims().end());
       const int32_t got_dtype = bound->dtypes[static_cast<size_t>(id)];
       // The reference files store bfloat16 tensors as uint16 (numpy has no bfloat16).

@@ -68,7 +68,7 @@ ConvCall CallOf(const json& row, const json& at) {
   const int64_t elem = row.at("dtype") == "float32" ? 4 : 2;
   const std::vector<int64_t> w = {k, c / groups, kernel, kernel};
   ConvCall call;
-  call.kind = memory::ClassifyConv(/*transposed=*/false, &w, groups);
+  call.kind = memory::ClassifyConv(/*transposed=*/false, core::Dims(w), groups);
   call.input_bytes = at.at("input_bytes");
   call.output_bytes = at.at("output_bytes");
   call.weight_bytes = static_cast<uint64_t>(k * (c / groups) * kernel * kernel * elem);
@@ -155,15 +155,17 @@ TEST(ConvWorkspaceTest, KindsFollowKernelAndGroups) {
   const std::vector<int64_t> spatial = {64, 64, 3, 3}, pointwise = {256, 64, 1, 1},
                              depthwise = {96, 1, 3, 3}, grouped = {128, 4, 3, 3},
                              stem = {64, 3, 7, 7}, transposed_dw = {32, 1, 4, 4};
-  EXPECT_EQ(memory::ClassifyConv(false, &spatial, 1), ConvKind::kSpatial);
-  EXPECT_EQ(memory::ClassifyConv(false, &stem, 1), ConvKind::kSpatial);
-  EXPECT_EQ(memory::ClassifyConv(false, &pointwise, 1), ConvKind::kPointwise);
-  EXPECT_EQ(memory::ClassifyConv(false, &pointwise, 4), ConvKind::kPointwise);
-  EXPECT_EQ(memory::ClassifyConv(false, &depthwise, 96), ConvKind::kDepthwise);
-  EXPECT_EQ(memory::ClassifyConv(false, &grouped, 32), ConvKind::kSpatial);  // ResNeXt-style
-  EXPECT_EQ(memory::ClassifyConv(true, &transposed_dw, 32), ConvKind::kDepthwise);
-  EXPECT_EQ(memory::ClassifyConv(true, &transposed_dw, 1), ConvKind::kSpatial);
-  EXPECT_EQ(memory::ClassifyConv(false, nullptr, 1), ConvKind::kSpatial);  // unknown: the larger
+  EXPECT_EQ(memory::ClassifyConv(false, core::Dims(spatial), 1), ConvKind::kSpatial);
+  EXPECT_EQ(memory::ClassifyConv(false, core::Dims(stem), 1), ConvKind::kSpatial);
+  EXPECT_EQ(memory::ClassifyConv(false, core::Dims(pointwise), 1), ConvKind::kPointwise);
+  EXPECT_EQ(memory::ClassifyConv(false, core::Dims(pointwise), 4), ConvKind::kPointwise);
+  EXPECT_EQ(memory::ClassifyConv(false, core::Dims(depthwise), 96), ConvKind::kDepthwise);
+  EXPECT_EQ(memory::ClassifyConv(false, core::Dims(grouped), 32),
+            ConvKind::kSpatial);  // ResNeXt-style
+  EXPECT_EQ(memory::ClassifyConv(true, core::Dims(transposed_dw), 32), ConvKind::kDepthwise);
+  EXPECT_EQ(memory::ClassifyConv(true, core::Dims(transposed_dw), 1), ConvKind::kSpatial);
+  EXPECT_EQ(memory::ClassifyConv(false, std::nullopt, 1),
+            ConvKind::kSpatial);  // unknown: the larger
 }
 
 TEST(ConvWorkspaceTest, EachKindHasItsCoefficient) {

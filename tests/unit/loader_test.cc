@@ -905,7 +905,8 @@ std::shared_ptr<const Model> MustLoad(const GraphBuilder& b) {
 std::vector<int64_t> ShapeOf(const core::BoundGraph& bound, const std::string& name) {
   int id = bound.graph->FindValue(name);
   if (id < 0 || !bound.shapes[static_cast<size_t>(id)].has_value()) return {-999};
-  return *bound.shapes[static_cast<size_t>(id)];
+  const core::Dims dims = *bound.shapes[static_cast<size_t>(id)];
+  return {dims.begin(), dims.end()};
 }
 
 TEST(BindTest, BatchBindsTheLeadingSymbolicDim) {

@@ -75,7 +75,7 @@ class GraphBuilder {
       for (int64_t d : *shape) n *= static_cast<uint64_t>(d);
       bytes = n * TestElemSize(dtype);
     }
-    bound_.shapes.push_back(std::move(shape));
+    bound_.shapes.Add(shape ? std::optional<core::Dims>(*shape) : std::nullopt);
     bound_.bytes.push_back(bytes);
     return id;
   }
