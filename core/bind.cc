@@ -264,12 +264,13 @@ Status SizeTensors(const Graph& graph, BoundGraph* b, std::set<std::string>* unk
       }
     }
     if (!b->dtypes[id] && v.dtype) b->dtypes[id] = v.dtype;
-    if (b->shapes[id] && base::DTypeSize(b->dtypes[id]) > 0) {
-      auto numel = base::CheckedNumel(*b->shapes[id]);
+    const std::optional<Dims> shape = b->shapes[id];
+    if (shape && base::DTypeSize(b->dtypes[id]) > 0) {
+      auto numel = base::CheckedNumel(*shape);
       auto bytes = numel ? base::CheckedMul(*numel, base::DTypeSize(b->dtypes[id])) : std::nullopt;
       if (!bytes) {
         std::string dims;
-        for (int64_t d : *b->shapes[id]) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+        for (int64_t d : *shape) dims += (dims.empty() ? "" : ",") + std::to_string(d);
         return Overflow("tensor '" + v.name + "' with dims [" + dims +
                         "] has a byte size that overflows 64 bits");
       }
