@@ -264,7 +264,7 @@ Status SizeTensors(const Graph& graph, BoundGraph* b, std::set<std::string>* unk
       }
     }
     if (!b->dtypes[id] && v.dtype) b->dtypes[id] = v.dtype;
-    const std::optional<Dims> shape = b->shapes[id];
+    const MaybeDims shape = b->shapes[id];
     if (shape && base::DTypeSize(b->dtypes[id]) > 0) {
       auto numel = base::CheckedNumel(*shape);
       auto bytes = numel ? base::CheckedMul(*numel, base::DTypeSize(b->dtypes[id])) : std::nullopt;

@@ -215,7 +215,7 @@ class ReducedModel {
   }
 
   std::optional<onnx::TensorProto> KnownElements(int id, int32_t dtype,
-                                                 const std::optional<Dims>& shape) const {
+                                                 const MaybeDims& shape) const {
     const SymTensor& t = sym_.types[Id(id)];
     if (!shape) return std::nullopt;
     onnx::TensorProto out;

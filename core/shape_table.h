@@ -23,6 +23,16 @@ namespace memest::core {
 // A value's concrete dims.
 using Dims = std::span<const int64_t>;
 
+// A value's dims or nothing: a std::optional<Dims> whose operator* gives the span by value, so
+// that `for (int64_t d : *table[id])` on the temporary a lookup returns is safe (std::optional's
+// operator* gives a reference into the temporary, which a range-for does not keep alive: the
+// fuzzer found that in core/bind.cc).
+class MaybeDims : public std::optional<Dims> {
+ public:
+  using std::optional<Dims>::optional;
+  Dims operator*() const { return std::optional<Dims>::operator*(); }
+};
+
 class ShapeTable {
  public:
   // `values` values, every shape unknown.
@@ -36,7 +46,7 @@ class ShapeTable {
   [[nodiscard]] size_t size() const { return rank_.size(); }
 
   // Value id's dims, or nullopt when unknown. Valid until the next Set or Emplace.
-  [[nodiscard]] std::optional<Dims> operator[](size_t id) const {
+  [[nodiscard]] MaybeDims operator[](size_t id) const {
     if (rank_[id] == kUnknown) return std::nullopt;
     return Dims(pool_.data() + offset_[id], static_cast<size_t>(rank_[id]));
   }
@@ -56,7 +66,7 @@ class ShapeTable {
   // Value id's shape is unknown again.
   void Forget(size_t id) { rank_[id] = kUnknown; }
   // One more value, of dims `dims` (nullopt: unknown), as a graph built by hand adds them.
-  void Add(std::optional<Dims> dims) {
+  void Add(MaybeDims dims) {
     offset_.push_back(0);
     rank_.push_back(kUnknown);
     if (dims) Set(size() - 1, *dims);

@@ -351,8 +351,7 @@ Result<std::vector<PlanValue>> PlanValues(const core::Graph& g, const core::Boun
     PlanValue& p = values[i];
     p.name = v.name;
     p.dtype = bound.dtypes[i] != 0 ? bound.dtypes[i] : v.dtype;
-    if (const std::optional<core::Dims> dims = bound.shapes[i])
-      p.dims.emplace(dims->begin(), dims->end());
+    if (const core::MaybeDims dims = bound.shapes[i]) p.dims.emplace(dims->begin(), dims->end());
     p.graph_output = v.graph_output;
     p.producer = v.producer;
     for (int c : v.consumers) p.last_consumer = std::max(p.last_consumer, c);

@@ -42,7 +42,7 @@ uint64_t AllocatorBudget(const Options& options, const GpuProfile& gpu, const St
   return std::min(budget, *limit > margin ? *limit - margin : 0);
 }
 
-ConvKind ClassifyConv(bool transposed, std::optional<core::Dims> w, int64_t group) {
+ConvKind ClassifyConv(bool transposed, core::MaybeDims w, int64_t group) {
   if (!w || w->size() < 3) return ConvKind::kSpatial;
   if (std::all_of(w->begin() + 2, w->end(), [](int64_t k) { return k == 1; })) {
     return ConvKind::kPointwise;

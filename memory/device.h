@@ -58,7 +58,7 @@ enum class ConvKind { kSpatial, kPointwise, kDepthwise };
 // The kind from the weight's dims ([M, C/group, k...] for Conv, [C, M/group, k...] for
 // ConvTranspose) and the `group` attribute; spatial when the dims are unknown (the larger
 // workspace).
-ConvKind ClassifyConv(bool transposed, std::optional<core::Dims> weight_dims, int64_t group);
+ConvKind ClassifyConv(bool transposed, core::MaybeDims weight_dims, int64_t group);
 
 // One cuDNN convolution call, as the rule sees it.
 struct ConvCall {

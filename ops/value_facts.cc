@@ -9,7 +9,7 @@
 namespace memest::ops {
 namespace {
 
-std::optional<core::Dims> ShapeOf(const core::BoundGraph& g, int id) {
+core::MaybeDims ShapeOf(const core::BoundGraph& g, int id) {
   if (id < 0) return std::nullopt;
   return g.shapes[static_cast<size_t>(id)];
 }
@@ -167,7 +167,7 @@ void ValueFacts::FindLayout() {
   std::vector<std::optional<Strides>> strides(nv);
   auto strides_of = [&](int id) -> std::optional<Strides> {
     if (strides[static_cast<size_t>(id)]) return strides[static_cast<size_t>(id)];
-    const std::optional<core::Dims> shape = ShapeOf(graph_, id);
+    const core::MaybeDims shape = ShapeOf(graph_, id);
     if (!shape) return std::nullopt;
     return ContiguousStrides(*shape);
   };
@@ -181,13 +181,13 @@ void ValueFacts::FindLayout() {
     if (!r || !r->view || n.inputs.empty() || n.inputs[0] < 0) continue;
     is_view_[k] = true;
     const int x = n.inputs[0];
-    const std::optional<core::Dims> xs = ShapeOf(graph_, x);
+    const core::MaybeDims xs = ShapeOf(graph_, x);
     const std::optional<Strides> xst = strides_of(x);
     if (!xs || !xst) continue;  // unknown: a view of unknown layout, contiguous
     const std::string& op = n.op_type;
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       const int out = n.outputs[o];
-      const std::optional<core::Dims> ys = ShapeOf(graph_, out);
+      const core::MaybeDims ys = ShapeOf(graph_, out);
       if (out < 0 || !ys) continue;
       std::optional<Strides> yst;
       if (op == "Transpose") {
@@ -325,7 +325,7 @@ void ValueFacts::AppendSaved(size_t k, std::vector<SavedTensor>* out) const {
   if (chain != nullptr || n.op_type != "MatMul" || !n.domain.empty()) return;
   for (SavedTensor& s : list) {
     if (s.value < 0 || contiguous(s.value)) continue;
-    const std::optional<core::Dims> shape = ShapeOf(graph_, s.value);
+    const core::MaybeDims shape = ShapeOf(graph_, s.value);
     if (!shape || shape->size() < 3) continue;
     // matmul folds the operand with reshape: a contiguous copy, which bmm/mm saves.
     s.bytes = bytes(s.value);

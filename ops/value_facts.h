@@ -83,7 +83,7 @@ class ValueFacts {
   int root(int id) const { return id < 0 ? id : root_[static_cast<size_t>(id)]; }
   uint64_t bytes(int id) const { return id < 0 ? 0 : bytes_[static_cast<size_t>(id)]; }
   // The concrete dims of value `id` at the bound dims; nullopt when unknown.
-  std::optional<core::Dims> dims(int id) const {
+  core::MaybeDims dims(int id) const {
     if (id < 0 || static_cast<size_t>(id) >= graph_.shapes.size()) return std::nullopt;
     return graph_.shapes[static_cast<size_t>(id)];
   }

@@ -97,7 +97,7 @@ TEST(AttentionTest, GroupQueryAttentionDecoderEstimatesWithItsKvCache) {
   // The present outputs have the past's layout, one token longer; the KV cache rule names both.
   const int present = g.FindValue("present.1.value");
   ASSERT_GE(present, 0);
-  const std::optional<core::Dims> dims = (*ctx)->bound().shapes[static_cast<size_t>(present)];
+  const core::MaybeDims dims = (*ctx)->bound().shapes[static_cast<size_t>(present)];
   ASSERT_TRUE(dims.has_value());
   EXPECT_EQ(std::vector<int64_t>(dims->begin(), dims->end()),
             (std::vector<int64_t>{2, 2, 101, 32}));

@@ -338,7 +338,7 @@ TEST(FusionTest, GroupedQueryAttentionWithRepeatedKvIsFused) {
   EXPECT_EQ(saved[1].bytes, ctx->facts().bytes(g.FindValue("kt")) / 2);
   EXPECT_EQ(saved[2].value, -1);
   EXPECT_EQ(saved[2].bytes, ctx->facts().bytes(g.FindValue("Vr")) / 2);
-  const std::optional<core::Dims> vr = ctx->bound().shapes[static_cast<size_t>(g.FindValue("Vr"))];
+  const core::MaybeDims vr = ctx->bound().shapes[static_cast<size_t>(g.FindValue("Vr"))];
   ASSERT_TRUE(vr.has_value());
   EXPECT_EQ(std::vector<int64_t>(vr->begin(), vr->end()), (std::vector<int64_t>{2, 4, 32, 8}));
 

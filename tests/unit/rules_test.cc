@@ -75,7 +75,7 @@ class GraphBuilder {
       for (int64_t d : *shape) n *= static_cast<uint64_t>(d);
       bytes = n * TestElemSize(dtype);
     }
-    bound_.shapes.Add(shape ? std::optional<core::Dims>(*shape) : std::nullopt);
+    bound_.shapes.Add(shape ? core::MaybeDims(*shape) : std::nullopt);
     bound_.bytes.push_back(bytes);
     return id;
   }
