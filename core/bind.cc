@@ -14,8 +14,9 @@
 namespace memest::core {
 
 std::optional<uint64_t> BoundGraph::Numel(int id) const {
-  if (id < 0 || !shapes[static_cast<size_t>(id)]) return std::nullopt;
-  return base::CheckedNumel(*shapes[static_cast<size_t>(id)]);
+  const MaybeDims dims = shapes.Find(id);
+  if (!dims) return std::nullopt;
+  return base::CheckedNumel(*dims);
 }
 
 namespace {

@@ -50,6 +50,11 @@ class ShapeTable {
     if (rank_[id] == kUnknown) return std::nullopt;
     return Dims(pool_.data() + offset_[id], static_cast<size_t>(rank_[id]));
   }
+  // The same for an id that may be negative (none) or past the table: nullopt then.
+  [[nodiscard]] MaybeDims Find(int id) const {
+    if (id < 0 || static_cast<size_t>(id) >= size()) return std::nullopt;
+    return (*this)[static_cast<size_t>(id)];
+  }
   // Value id's dims are `dims` (which must not point into this table).
   void Set(size_t id, Dims dims) {
     std::span<int64_t> to = Emplace(id, dims.size());

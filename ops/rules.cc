@@ -100,14 +100,8 @@ bool RequiresGradAt(const std::vector<bool>& rg, int id) {
 }
 bool Rg(const RuleContext& c, int id) { return RequiresGradAt(c.requires_grad, id); }
 
-// Concrete dims of value `id`, or nullopt when unknown.
-core::MaybeDims ShapeOf(const BoundGraph& g, int id) {
-  if (id < 0 || static_cast<size_t>(id) >= g.shapes.size()) return std::nullopt;
-  return g.shapes[static_cast<size_t>(id)];
-}
-
 std::optional<uint64_t> NumelOf(const BoundGraph& g, int id) {
-  const core::MaybeDims s = ShapeOf(g, id);
+  const core::MaybeDims s = g.shapes.Find(id);
   if (!s) return std::nullopt;
   return base::CheckedNumel(*s);
 }
@@ -275,10 +269,10 @@ bool BatchNormTraining(const Node& n) {
 
 // Channels of a BatchNormalization: dim 1 of x, else the length of scale.
 std::optional<uint64_t> BatchNormChannels(const RuleContext& c) {
-  if (const core::MaybeDims x = ShapeOf(c.graph, InputId(c, 0)); x && x->size() >= 2) {
+  if (const core::MaybeDims x = c.graph.shapes.Find(InputId(c, 0)); x && x->size() >= 2) {
     return DimProduct(*x, 1, 2);
   }
-  if (const core::MaybeDims s = ShapeOf(c.graph, InputId(c, 1)); s && s->size() == 1) {
+  if (const core::MaybeDims s = c.graph.shapes.Find(InputId(c, 1)); s && s->size() == 1) {
     return DimProduct(*s, 0, 1);
   }
   return std::nullopt;
@@ -309,7 +303,7 @@ void SaveInstanceNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveValue(out, InputId(c, 0), "x");
   SaveValue(out, InputId(c, 1), "W");
   std::optional<uint64_t> nc;
-  if (const core::MaybeDims x = ShapeOf(c.graph, InputId(c, 0)); x && x->size() >= 2) {
+  if (const core::MaybeDims x = c.graph.shapes.Find(InputId(c, 0)); x && x->size() >= 2) {
     nc = DimProduct(*x, 0, 2);
   }
   SaveExtra(out, TimesSize(nc, 4), "save_mean(fp32)");
@@ -319,7 +313,7 @@ void SaveInstanceNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
 // Rows of a normalization over the dims from `axis` on:
 // M = prod(dims[0, axis)).
 std::optional<uint64_t> LeadingRows(const RuleContext& c, int64_t axis_attr) {
-  const core::MaybeDims x = ShapeOf(c.graph, InputId(c, 0));
+  const core::MaybeDims x = c.graph.shapes.Find(InputId(c, 0));
   if (!x) return std::nullopt;
   const std::optional<size_t> axis = NormalizeAxis(axis_attr, x->size());
   if (!axis) return std::nullopt;
@@ -352,7 +346,8 @@ void SaveGroupNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveValue(out, InputId(c, 1), "W");
   const int64_t groups = IntAttr(c.node, "num_groups", -1);
   std::optional<uint64_t> ng;
-  if (const core::MaybeDims x = ShapeOf(c.graph, InputId(c, 0)); x && !x->empty() && groups > 0) {
+  if (const core::MaybeDims x = c.graph.shapes.Find(InputId(c, 0));
+      x && !x->empty() && groups > 0) {
     if (auto n = DimProduct(*x, 0, 1)) ng = base::CheckedMul(*n, static_cast<uint64_t>(groups));
   }
   SaveExtra(out, TimesSize(ng, 4), "mean(fp32)");
@@ -386,8 +381,8 @@ void SaveRecurrent(const RuleContext& c, std::vector<SavedTensor>* out) {
   for (size_t i = 0; i < c.node.outputs.size(); ++i) {
     SaveValue(out, c.node.outputs[i], "out" + std::to_string(i));
   }
-  const core::MaybeDims x = ShapeOf(c.graph, InputId(c, 0));
-  const core::MaybeDims w = ShapeOf(c.graph, InputId(c, 1));
+  const core::MaybeDims x = c.graph.shapes.Find(InputId(c, 0));
+  const core::MaybeDims w = c.graph.shapes.Find(InputId(c, 1));
   if (!x || !w || x->size() != 3 || w->size() != 3) return;
   auto steps = DimProduct(*x, 0, 2);  // seq * batch in either layout
   auto gates = DimProduct(*w, 0, 2);  // num_directions * gates * hidden
@@ -422,13 +417,13 @@ void SaveSoftmaxCrossEntropy(const RuleContext& c, std::vector<SavedTensor>* out
 
 // Dim i of value `id`, when known and >= 0.
 std::optional<uint64_t> DimAt(const RuleContext& c, int id, size_t i) {
-  const core::MaybeDims s = ShapeOf(c.graph, id);
+  const core::MaybeDims s = c.graph.shapes.Find(id);
   if (!s || i >= s->size() || (*s)[i] < 0) return std::nullopt;
   return static_cast<uint64_t>((*s)[i]);
 }
 uint64_t Dim(const RuleContext& c, int id, size_t i) { return DimAt(c, id, i).value_or(0); }
 size_t Rank(const RuleContext& c, int id) {
-  const core::MaybeDims s = ShapeOf(c.graph, id);
+  const core::MaybeDims s = c.graph.shapes.Find(id);
   return s ? s->size() : 0;
 }
 // a / b when b divides a, else 0 (unknown).
@@ -465,7 +460,7 @@ void AddMask(const RuleContext& c, int id, const char* what, AttentionSite* s) {
   m.value = id;
   m.boolean = !base::IsFloatDType(DTypeOf(c.graph, id));
   m.what = what;
-  if (const core::MaybeDims shape = ShapeOf(c.graph, id); shape && !shape->empty()) {
+  if (const core::MaybeDims shape = c.graph.shapes.Find(id); shape && !shape->empty()) {
     m.numel = NumelOf(c.graph, id).value_or(0);
     m.last = shape->back() > 0 ? static_cast<uint64_t>(shape->back()) : 0;
   }

@@ -9,11 +9,6 @@
 namespace memest::ops {
 namespace {
 
-core::MaybeDims ShapeOf(const core::BoundGraph& g, int id) {
-  if (id < 0) return std::nullopt;
-  return g.shapes[static_cast<size_t>(id)];
-}
-
 using Strides = std::vector<int64_t>;
 
 Strides ContiguousStrides(core::Dims shape) {
@@ -167,7 +162,7 @@ void ValueFacts::FindLayout() {
   std::vector<std::optional<Strides>> strides(nv);
   auto strides_of = [&](int id) -> std::optional<Strides> {
     if (strides[static_cast<size_t>(id)]) return strides[static_cast<size_t>(id)];
-    const core::MaybeDims shape = ShapeOf(graph_, id);
+    const core::MaybeDims shape = graph_.shapes.Find(id);
     if (!shape) return std::nullopt;
     return ContiguousStrides(*shape);
   };
@@ -181,13 +176,13 @@ void ValueFacts::FindLayout() {
     if (!r || !r->view || n.inputs.empty() || n.inputs[0] < 0) continue;
     is_view_[k] = true;
     const int x = n.inputs[0];
-    const core::MaybeDims xs = ShapeOf(graph_, x);
+    const core::MaybeDims xs = graph_.shapes.Find(x);
     const std::optional<Strides> xst = strides_of(x);
     if (!xs || !xst) continue;  // unknown: a view of unknown layout, contiguous
     const std::string& op = n.op_type;
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       const int out = n.outputs[o];
-      const core::MaybeDims ys = ShapeOf(graph_, out);
+      const core::MaybeDims ys = graph_.shapes.Find(out);
       if (out < 0 || !ys) continue;
       std::optional<Strides> yst;
       if (op == "Transpose") {
@@ -325,7 +320,7 @@ void ValueFacts::AppendSaved(size_t k, std::vector<SavedTensor>* out) const {
   if (chain != nullptr || n.op_type != "MatMul" || !n.domain.empty()) return;
   for (SavedTensor& s : list) {
     if (s.value < 0 || contiguous(s.value)) continue;
-    const core::MaybeDims shape = ShapeOf(graph_, s.value);
+    const core::MaybeDims shape = graph_.shapes.Find(s.value);
     if (!shape || shape->size() < 3) continue;
     // matmul folds the operand with reshape: a contiguous copy, which bmm/mm saves.
     s.bytes = bytes(s.value);

@@ -83,10 +83,7 @@ class ValueFacts {
   int root(int id) const { return id < 0 ? id : root_[static_cast<size_t>(id)]; }
   uint64_t bytes(int id) const { return id < 0 ? 0 : bytes_[static_cast<size_t>(id)]; }
   // The concrete dims of value `id` at the bound dims; nullopt when unknown.
-  core::MaybeDims dims(int id) const {
-    if (id < 0 || static_cast<size_t>(id) >= graph_.shapes.size()) return std::nullopt;
-    return graph_.shapes[static_cast<size_t>(id)];
-  }
+  core::MaybeDims dims(int id) const { return graph_.shapes.Find(id); }
   // The tensor-parallel ranks value `id` is split over (1 when it is whole on every rank).
   uint32_t shard(int id) const {
     return id < 0 || static_cast<size_t>(id) >= shard_.size() ? 1 : shard_[static_cast<size_t>(id)];

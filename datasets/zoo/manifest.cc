@@ -206,16 +206,12 @@ Result<double> ForwardFlopsPerSample(const Model& model) {
   o.batch = 1;
   MEMEST_ASSIGN_OR_RETURN(core::BoundGraph b, core::Bind(model.graph(), o));
   const core::Graph& g = model.graph();
-  auto shape = [&](int id) -> core::MaybeDims {
-    if (id < 0) return std::nullopt;
-    return b.shapes[static_cast<size_t>(id)];
-  };
   double flops = 0;
   for (const core::Node& n : g.nodes) {
     if (n.inputs.empty() || n.outputs.empty()) continue;
-    const core::MaybeDims out = shape(n.outputs[0]);
-    const core::MaybeDims a = shape(n.inputs[0]);
-    const core::MaybeDims w = n.inputs.size() > 1 ? shape(n.inputs[1]) : std::nullopt;
+    const core::MaybeDims out = b.shapes.Find(n.outputs[0]);
+    const core::MaybeDims a = b.shapes.Find(n.inputs[0]);
+    const core::MaybeDims w = b.shapes.Find(n.inputs.size() > 1 ? n.inputs[1] : -1);
     if ((n.op_type == "Gemm" || n.op_type == "MatMul") && out && a && !a->empty()) {
       int64_t k = a->back();
       if (n.op_type == "Gemm" && IntAttr(*n.proto, "transA", 0) != 0) k = a->front();
@@ -224,7 +220,7 @@ Result<double> ForwardFlopsPerSample(const Model& model) {
       flops += 2 * Numel(*out) * Numel(w->subspan(1));
     } else if ((n.op_type == "LSTM" || n.op_type == "GRU") && a && w && n.inputs.size() > 2 &&
                a->size() == 3 && w->size() == 3) {
-      const core::MaybeDims r = shape(n.inputs[2]);
+      const core::MaybeDims r = b.shapes.Find(n.inputs[2]);
       if (r && r->size() == 3) {
         flops += 2 * static_cast<double>((*a)[0]) * static_cast<double>((*a)[1]) *
                  static_cast<double>((*w)[0]) * static_cast<double>((*w)[1]) *

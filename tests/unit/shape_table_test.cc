@@ -51,6 +51,15 @@ TEST(ShapeTableTest, AScalarIsKnownWithNoDimsAndForgetMakesAValueUnknown) {
   EXPECT_EQ(ToVector(*t[3]), (std::vector<int64_t>{4, 5, 6}));
 }
 
+TEST(ShapeTableTest, FindTakesAnyIdAndKnowsOnlyTheTablesOwn) {
+  ShapeTable t;
+  t.Reset(1);
+  t.Set(0, std::vector<int64_t>{8});
+  EXPECT_EQ(ToVector(*t.Find(0)), (std::vector<int64_t>{8}));
+  EXPECT_FALSE(t.Find(-1).has_value());  // no value (an omitted input)
+  EXPECT_FALSE(t.Find(1).has_value());   // past the table
+}
+
 TEST(ShapeTableTest, ResetForgetsEverything) {
   ShapeTable t;
   t.Reset(1);
