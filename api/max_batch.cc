@@ -19,6 +19,7 @@
 //    exact search, whose answer and errors are the ones given.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "base/checked.h"
@@ -200,8 +201,9 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
 // A replay's verdict at one batch, with what the next guess needs when it does not fit.
 struct Probe {
   bool fits = false;
-  double excess = 0;     // bytes past what fits; <= 0 when it fits (the room left, negated)
-  double per_batch = 0;  // growth per batch of the requested bytes alive where it was decided
+  double excess = 0;      // bytes past what fits; <= 0 when it fits (the room left, negated)
+  double per_batch = 0;   // growth per batch of the requested bytes alive where it was decided
+  uint64_t overhead = 0;  // symbolic::BatchTrace::Replay::overhead
   symbolic::AllocatorStats stats;  // the replay's allocator statistics
 };
 
@@ -225,12 +227,18 @@ class Prober {
 
   const symbolic::AllocatorConfig& config() const { return config_; }
   int replays() const { return replays_; }
+  // The largest batch whose requested bytes alive at once, and `overhead` bytes more, stay within
+  // the allocator's budget (BatchTrace::LargestWithin); 0 when none does.
+  int64_t LargestWithinBudget(uint64_t overhead, int64_t limit) const {
+    return trace_.LargestWithin(config_.capacity - std::min(config_.capacity, overhead), limit);
+  }
 
   Probe At(int64_t b) {
     ++replays_;
     const symbolic::BatchTrace::Replay r = trace_.Run(b, config_);
     Probe p;
     p.stats = r.stats;
+    p.overhead = r.overhead;
     if (r.ran_out) {
       p.excess = static_cast<double>(r.short_by);
       p.per_batch = r.bytes_per_unit;
@@ -260,11 +268,15 @@ class Prober {
 };
 
 // The largest batch in [1, limit] that fits by the replay, and its successor does not (or it is
-// the limit). The first probe is `start`, the batch whose requested bytes alone reach the budget;
-// each next one is where the line through the last two probes' excess (bytes past the budget,
-// negative for the room left) meets zero -- after the first, failing, probe, where its excess is
-// gone at the growth per batch of the bytes alive where it failed -- kept inside the open
-// bracket; a second probe in a row that did not halve the bracket is followed by a bisection.
+// the limit). The first probe is `start`, the batch whose requested bytes alone reach the budget.
+// While no probe fits, the next is the largest batch whose requested bytes and the last replay's
+// overhead (what the allocator held beyond them where it ran out: rounding, cached and split
+// blocks) stay within the budget. Once one fits, the next is where the line through the last two
+// probes' excess (bytes past the budget, negative for the room left) meets zero -- or, after a
+// failing probe, where its excess is gone at the growth per batch of the bytes alive where it
+// failed. Each guess is kept inside the open bracket; a second probe in a row that did not halve
+// the bracket, or an overhead guess that no batch meets or that is past the lowest failure, is
+// followed by a bisection.
 // 0 when batch 1 does not fit or the probes run out.
 int64_t ReplaySearch(Prober* probe, int64_t start, int64_t limit, Probe* at_answer) {
   constexpr int kMostProbes = 48;
@@ -285,7 +297,11 @@ int64_t ReplaySearch(Prober* probe, int64_t start, int64_t limit, Probe* at_answ
     }
     // Where the excess meets zero: the largest batch that fits is about the floor of it.
     double root = static_cast<double>(b) + 1;
-    if (prev_b > 0 && prev_b != b && p.excess != prev_excess) {
+    if (lo == 0) {
+      root = static_cast<double>(probe->LargestWithinBudget(p.overhead, limit));
+      if (root < 1 || root >= static_cast<double>(hi))
+        root = std::numeric_limits<double>::infinity();
+    } else if (prev_b > 0 && prev_b != b && p.excess != prev_excess) {
       root = static_cast<double>(b) -
              p.excess * static_cast<double>(b - prev_b) / (p.excess - prev_excess);
     } else if (!p.fits && p.per_batch > 0) {

@@ -195,6 +195,8 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config) con
           CachingAllocatorModel::AllocationSize(CachingAllocatorModel::RoundSize(bytes, config));
       const Wide need = static_cast<Wide>(alloc.stats().reserved) + segment;
       out.short_by = Saturate(need - static_cast<Wide>(config.capacity));
+      const Wide requested = static_cast<Wide>(alloc.stats().requested) + bytes;
+      out.overhead = Saturate(std::max<Wide>(need, config.capacity) - requested);
       out.bytes_per_unit = AliveGrowth(i + 1, v);
       break;
     }

@@ -66,6 +66,10 @@ class BatchTrace {
     double bytes_per_unit = 0;
     // The growth per unit of the value of the requested bytes alive at the allocated peak.
     double peak_bytes_per_unit = 0;
+    // When ran_out: what the allocator would have had to reserve there (the reserved bytes and
+    // short_by, at least the capacity) beyond the requested bytes alive with the failing
+    // request's -- rounding, split remainders and cached blocks.
+    uint64_t overhead = 0;
   };
   // The step at value `v` through an allocator model configured by `config` (its capacity the
   // budget), stopping at the first request that fails for good.

@@ -104,6 +104,24 @@ TEST(BatchTraceTest, MatchesComparesTheRoundedSizes) {
   EXPECT_FALSE(t->Matches({{19000, -1}}, 10, config));
 }
 
+// A replay that runs out says what the allocator would have had to reserve there beyond the
+// requested bytes: the search's next guess counts it (api/max_batch.cc ReplaySearch).
+TEST(BatchTraceTest, AReplayThatRunsOutSaysItsOverhead) {
+  // One tensor of 1000 b bytes: at b = 3, 3000 bytes, a small block in a new 2 MiB segment.
+  const std::vector<AllocatorRequest> at1 = {{1000, -1}, {0, 0}};
+  const std::vector<AllocatorRequest> at2 = {{2000, -1}, {0, 0}};
+  auto t = BatchTrace::Fit({{1, &at1}, {2, &at2}});
+  ASSERT_TRUE(t.has_value());
+  symbolic::AllocatorConfig config;
+  config.capacity = uint64_t{1} << 20;
+  const auto r = t->Run(3, config);
+  ASSERT_TRUE(r.ran_out);
+  EXPECT_EQ(r.short_by, (uint64_t{2} << 20) - (uint64_t{1} << 20));
+  EXPECT_EQ(r.overhead, (uint64_t{2} << 20) - 3000);
+  config.capacity = uint64_t{4} << 20;
+  EXPECT_FALSE(t->Run(3, config).ran_out);
+}
+
 // The replay at a batch is the simulation there: the same allocated and reserved peaks as the
 // symbolic estimate, at batches far from the two traced.
 TEST(BatchTraceTest, TheReplayIsTheSimulationAtOtherBatches) {
@@ -197,6 +215,13 @@ struct Tally {
   int searches = 0, same = 0;
   int answered = 0;  // a value > 0 fits
   int replayed = 0;  // of those, answered by the replay
+  // What the fast searches spent, summed (the figures a change to the probes is judged by).
+  int64_t traces = 0, replays = 0, evaluations = 0;
+
+  std::string Spent() const {
+    return "spent " + std::to_string(traces) + " traces, " + std::to_string(replays) +
+           " replays, " + std::to_string(evaluations) + " estimates";
+  }
 };
 
 // The replay's answer and the exact search's; where they differ, both must be answers.
@@ -214,6 +239,9 @@ void Compare(const Model& model, const Options& o, const std::string& what, Tall
   // Answered by the replay: one estimate, at a value that fits.
   tally->answered += fast->batch > 0;
   tally->replayed += fast->traces > 0 && fast->evaluations == 1 && fast->batch > 0;
+  tally->traces += fast->traces;
+  tally->replays += fast->replays;
+  tally->evaluations += fast->evaluations;
   EXPECT_EQ(exact->traces, 0);
   if (fast->batch != exact->batch) {
     std::printf("%s: replay %lld, exact search %lld (fits turns back there)\n", what.c_str(),
@@ -240,8 +268,8 @@ TEST(MaxBatchReplayTest, BundledModels) {
       }
     }
   }
-  std::printf("bundled: %d searches, %d same answers, %d by replay\n", tally.searches, tally.same,
-              tally.replayed);
+  std::printf("bundled: %d searches, %d same answers, %d by replay; %s\n", tally.searches,
+              tally.same, tally.replayed, tally.Spent().c_str());
   EXPECT_EQ(tally.searches, 20);
   EXPECT_EQ(tally.replayed, tally.answered);
 }
@@ -271,8 +299,8 @@ TEST(MaxBatchReplayTest, OptionsTheStepAndTheVerdictRead) {
       Compare(*model, o, std::string(name) + " " + what, &tally);
     }
   }
-  std::printf("options: %d searches, %d same answers, %d by replay\n", tally.searches, tally.same,
-              tally.replayed);
+  std::printf("options: %d searches, %d same answers, %d by replay; %s\n", tally.searches,
+              tally.same, tally.replayed, tally.Spent().c_str());
   EXPECT_EQ(tally.searches, 16);
   EXPECT_EQ(tally.replayed, tally.answered);
 }
@@ -293,8 +321,8 @@ TEST(MaxBatchReplayTest, GeneratedModels) {
       }
     }
   }
-  std::printf("generated: %d searches, %d same answers, %d by replay\n", tally.searches, tally.same,
-              tally.replayed);
+  std::printf("generated: %d searches, %d same answers, %d by replay; %s\n", tally.searches,
+              tally.same, tally.replayed, tally.Spent().c_str());
   EXPECT_EQ(tally.searches, 32);
   EXPECT_EQ(tally.replayed, tally.answered);
 }
@@ -327,8 +355,10 @@ TEST(MaxBatchReplayTest, LanguageModels) {
     at512.dims["seq"] = 512;
     Compare(**model, at512, name + " batch at seq 512", &batch);
   }
-  std::printf("language models: seq %d searches, %d same, %d by replay; batch %d, %d, %d\n",
-              seq.searches, seq.same, seq.replayed, batch.searches, batch.same, batch.replayed);
+  std::printf(
+      "language models: seq %d searches, %d same, %d by replay (%s); batch %d, %d, %d (%s)\n",
+      seq.searches, seq.same, seq.replayed, seq.Spent().c_str(), batch.searches, batch.same,
+      batch.replayed, batch.Spent().c_str());
   EXPECT_EQ(seq.searches, static_cast<int>(files.size()) - 2);  // every config but the t5s
   EXPECT_EQ(batch.searches, seq.searches);
   EXPECT_EQ(seq.replayed, seq.answered);
@@ -346,23 +376,25 @@ TEST(MaxBatchReplayTest, TimmGraphs) {
     ASSERT_EQ(std::system(tar.c_str()), 0) << tar;
     dir = fs::path(scratch.path()) / "models";
   }
-  Tally tally;
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.path().extension() == ".onnx") files.push_back(entry.path());
   }
   std::sort(files.begin(), files.end());
-  for (const fs::path& f : files) {
-    auto model = Load(f);
-    if (model == nullptr) continue;
-    Options o;
-    o.gpu = "a100-80gb";
-    Compare(*model, o, f.stem().string(), &tally);
+  for (const char* gpu : {"a100-80gb", "h100-80gb", "l4-24gb"}) {
+    Tally tally;
+    for (const fs::path& f : files) {
+      auto model = Load(f);
+      if (model == nullptr) continue;
+      Options o;
+      o.gpu = gpu;
+      Compare(*model, o, f.stem().string() + " " + gpu, &tally);
+    }
+    std::printf("timm on %s: %d searches, %d same answers, %d by replay; %s\n", gpu, tally.searches,
+                tally.same, tally.replayed, tally.Spent().c_str());
+    EXPECT_EQ(tally.searches, static_cast<int>(files.size())) << gpu;
+    EXPECT_EQ(tally.replayed, tally.answered) << gpu;
   }
-  std::printf("timm: %d searches, %d same answers, %d by replay\n", tally.searches, tally.same,
-              tally.replayed);
-  EXPECT_EQ(tally.searches, static_cast<int>(files.size()));
-  EXPECT_EQ(tally.replayed, tally.answered);
 }
 
 }  // namespace
