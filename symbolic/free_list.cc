@@ -44,6 +44,10 @@ void FreeList::Insert(Key key, int64_t id) {
 }
 
 std::optional<std::pair<size_t, size_t>> FreeList::Locate(Packed p) const {
+  if (hint_chunk_ < chunks_.size() && hint_index_ < chunks_[hint_chunk_].keys.size() &&
+      chunks_[hint_chunk_].keys[hint_index_] == p) {
+    return std::make_pair(hint_chunk_, hint_index_);
+  }
   const size_t c = ChunkFor(p);
   if (c == chunks_.size()) return std::nullopt;
   const std::vector<Packed>& keys = chunks_[c].keys;
@@ -112,7 +116,9 @@ std::optional<std::pair<FreeList::Key, int64_t>> FreeList::LowerBound(Key key) c
   const Chunk& chunk = chunks_[c];
   // chunk's last key is >= p, so the entry is in this chunk.
   const auto at = std::lower_bound(chunk.keys.begin(), chunk.keys.end(), p);
-  return std::make_pair(Unpack(*at), chunk.ids[static_cast<size_t>(at - chunk.keys.begin())]);
+  hint_chunk_ = c;
+  hint_index_ = static_cast<size_t>(at - chunk.keys.begin());
+  return std::make_pair(Unpack(*at), chunk.ids[hint_index_]);
 }
 
 }  // namespace memest::symbolic

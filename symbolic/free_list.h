@@ -65,6 +65,10 @@ class FreeList {
   std::vector<Chunk> chunks_;  // in key order; none is empty
   std::vector<Packed> last_;   // last_[c] = chunks_[c].keys.back()
   size_t size_ = 0;
+  // Where the last LowerBound found its entry: the allocator takes that very block next (erases
+  // or replaces it), so Locate looks there first. Never trusted blindly: a position whose key is
+  // not the one sought (the list changed since) is passed over, and keys are unique.
+  mutable size_t hint_chunk_ = 0, hint_index_ = 0;
 };
 
 }  // namespace memest::symbolic

@@ -107,6 +107,54 @@ TEST(FreeListTest, ReplaceIsEraseThenInsertWithinAndAcrossChunks) {
   ExpectSameAsMap(list, reference);
 }
 
+// The allocator's pattern -- find the best fit, then take that entry (erase it, or replace it by
+// a split's remainder) -- and the same after the list changed between the search and the take,
+// so that the position the search remembered names another entry or none.
+TEST(FreeListTest, TakingTheBestFitAfterTheListChangedTakesThatEntry) {
+  FreeList list;
+  std::map<FreeList::Key, int64_t> reference;
+  std::mt19937_64 random(13);
+  int64_t id = 0;
+  auto insert_fresh = [&] {
+    FreeList::Key key{512 * (1 + random() % 128), 2097152 * (random() % 65536)};
+    while (reference.count(key) > 0) key.second += 512;
+    list.Insert(key, id);
+    reference.emplace(key, id++);
+  };
+  for (int i = 0; i < 3 * static_cast<int>(FreeList::kChunkMax); ++i) insert_fresh();
+  for (int step = 0; step < 3000; ++step) {
+    const auto found = list.LowerBound({512 * (1 + random() % 128), 0});
+    if (!found) {
+      insert_fresh();
+      continue;
+    }
+    const FreeList::Key taken = found->first;
+    if (step % 3 == 1) {
+      insert_fresh();  // entries before the found one move
+    } else if (step % 3 == 2 && reference.size() > 1) {
+      const auto other = reference.begin()->first == taken ? std::prev(reference.end())->first
+                                                           : reference.begin()->first;
+      list.Erase(other);
+      reference.erase(other);
+    }
+    reference.erase(taken);
+    if (step % 2 == 0) {
+      list.Erase(taken);
+    } else {
+      const FreeList::Key rest{std::max<uint64_t>(512, taken.first - 512), taken.second + 512};
+      if (reference.count(rest) == 0) {
+        list.Replace(taken, rest, id);
+        reference.emplace(rest, id++);
+      } else {
+        list.Erase(taken);
+      }
+    }
+    if (reference.size() < FreeList::kChunkMax) insert_fresh();
+    if (step % 500 == 0) ExpectSameAsMap(list, reference);
+  }
+  ExpectSameAsMap(list, reference);
+}
+
 TEST(FreeListTest, ErasingAnAbsentKeyChangesNothing) {
   FreeList list;
   list.Insert({1024, 0}, 3);
