@@ -332,24 +332,26 @@ Tensor Sim::Malloc(uint64_t bytes, Category c) {
     free_slots_.pop_back();
   }
   Live& t = tensors_[slot];
-  // After a request failed for good the step is not an estimate (symbolic/symbolic.cc): the rest
-  // of the iteration runs without the allocator, whose every later failure would release and
-  // scan again.
-  if (requests_ != nullptr) {
-    t.handle = mallocs_++;
-    requests_->push_back({bytes, -1});
-  } else if (alloc_.oom()) {
-    t.handle = -1;
-  } else {
-    t.handle = alloc_.Malloc(bytes);
-    if (alloc_.oom()) oom_at_ = Here(bytes);
-  }
   t.bytes = bytes;
   t.category = c;
   t.alive = true;
   const Tensor handle = HandleOf(slot, t.generation);
   if (collect_micro_batch_) micro_batch_made_.push_back(handle);
   live_[c] += bytes;
+  if (requests_ != nullptr) {  // a trace: the request is what it keeps (no allocator, no peaks)
+    t.handle = mallocs_++;
+    requests_->push_back({bytes, -1});
+    return handle;
+  }
+  // After a request failed for good the step is not an estimate (symbolic/symbolic.cc): the rest
+  // of the iteration runs without the allocator, whose every later failure would release and
+  // scan again.
+  if (alloc_.oom()) {
+    t.handle = -1;
+  } else {
+    t.handle = alloc_.Malloc(bytes);
+    if (alloc_.oom()) oom_at_ = Here(bytes);
+  }
   NoteLargest(c);
   const AllocatorStats& s = alloc_.stats();
   // The device peak is the reserved peak; of the moments at that reservation, the breakdown
@@ -381,15 +383,16 @@ Sim::Live* Sim::Find(Tensor t) {
 
 void Sim::Free(Tensor* t) {
   if (Live* l = Find(*t)) {
-    if (requests_ != nullptr) {
-      requests_->push_back({0, l->handle});
-    } else {
-      alloc_.Free(l->handle);
-    }
     l->alive = false;
     l->generation = (l->generation + 1) & 0x7fffffff;
     free_slots_.push_back(SlotOf(*t));
     live_[l->category] -= l->bytes;
+    if (requests_ != nullptr) {  // a trace
+      requests_->push_back({0, l->handle});
+      *t = -1;
+      return;
+    }
+    alloc_.Free(l->handle);
     NoteCachedFree();
     Record(false, l->bytes, l->category);
   }
