@@ -9,8 +9,10 @@
 //    square are parabolas), each malloc's size is the curve through its traced sizes, and a
 //    batch is probed by replaying those requests through the allocator model within the budget
 //    (no graph walk, no binding). The probes start at the largest batch whose requested bytes
-//    alone stay within the budget and step by how far the last one was from fitting
-//    (ReplaySearch), bisecting when that stalls.
+//    alone stay within the budget; while none fits, the next is where the requested bytes and
+//    what the allocator held beyond them where the last replay ran out stay within it; then
+//    they step by how far the last one was from fitting (ReplaySearch), bisecting when that
+//    stalls.
 //  * The replay's answer stands only when checked: the backend's estimate at the answer fits
 //    with the replay's allocated and reserved peaks, and the trace at the successor is on the
 //    curves (each malloc rounds to the same size), so the successor's replay, which did not fit,
@@ -299,8 +301,9 @@ int64_t ReplaySearch(Prober* probe, int64_t start, int64_t limit, Probe* at_answ
     double root = static_cast<double>(b) + 1;
     if (lo == 0) {
       root = static_cast<double>(probe->LargestWithinBudget(p.overhead, limit));
-      if (root < 1 || root >= static_cast<double>(hi))
-        root = std::numeric_limits<double>::infinity();
+      if (root < 1 || root >= static_cast<double>(hi)) {
+        root = std::numeric_limits<double>::infinity();  // bisect
+      }
     } else if (prev_b > 0 && prev_b != b && p.excess != prev_excess) {
       root = static_cast<double>(b) -
              p.excess * static_cast<double>(b - prev_b) / (p.excess - prev_excess);
