@@ -365,6 +365,7 @@ TEST(MaxBatchReplayTest, LanguageModels) {
   EXPECT_EQ(batch.replayed, batch.answered);
 }
 
+// timm's 81 training graphs on three GPUs: the answers, and what the searches spent (printed).
 TEST(MaxBatchReplayTest, TimmGraphs) {
   // The graphs unpacked by datasets/timm-a100/unpack.sh, or else from its tarball into a
   // scratch folder (a clean clone has only the tarball).
