@@ -38,6 +38,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -154,6 +155,16 @@ std::optional<std::vector<int64_t>> SmallIntData(const onnx::TensorProto& t, uin
   }
   if (out.size() != numel) return std::nullopt;
   return out;
+}
+
+// "<op_type>_<index>", the name an unnamed node goes by, built in place (one allocation at most;
+// generated graphs leave every node unnamed).
+void UnnamedNodeName(const std::string& op_type, int index, std::string* name) {
+  char digits[16];
+  const auto end = std::to_chars(digits, digits + sizeof(digits), index).ptr;
+  name->reserve(op_type.size() + 1 + static_cast<size_t>(end - digits));
+  name->assign(op_type).push_back('_');
+  name->append(digits, end);
 }
 
 // Nodes inside `node`'s bodies, recursively (their depth was bounded by ValidateModelProto).
@@ -356,7 +367,11 @@ Status Loader::ReadNodes() {
     }
     const auto& n = graph.node(i);
     Node& node = g_->node(i);
-    node.name = n.name().empty() ? n.op_type() + "_" + std::to_string(i) : n.name();
+    if (n.name().empty()) {
+      UnnamedNodeName(n.op_type(), i, &node.name);
+    } else {
+      node.name = n.name();
+    }
     if (n.op_type().empty()) return InvalidModel("node " + Quote(node.name) + " has no op_type");
     node.outputs.reserve(static_cast<size_t>(n.output_size()));
     for (const auto& out : n.output()) {

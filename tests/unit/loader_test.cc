@@ -386,6 +386,30 @@ TEST(LoaderTest, CycleIsInvalidModelNamingANode) {
   EXPECT_THAT(r.status().message(), AnyOf(HasSubstr("node_a"), HasSubstr("node_b")));
 }
 
+// A node without a name goes by "<op_type>_<index>" (its index in the file); a named one keeps
+// its name.
+TEST(LoaderTest, AnUnnamedNodeIsNamedByItsOpTypeAndIndex) {
+  GraphBuilder b(13);
+  b.AddInput("X", kFloat, {"N", 4});
+  std::string prev = "X";
+  for (int i = 0; i < 12; ++i) {
+    const std::string out = "r" + std::to_string(i);
+    b.AddNode("Relu", {prev}, {out}).clear_name();
+    prev = out;
+  }
+  b.AddNode("HardSigmoid", {prev}, {"h"}).clear_name();
+  b.AddNode("Neg", {"h"}, {"y"}, "named_neg");
+  b.AddOutput("y", kFloat);
+  auto r = LoadBuilt(b.model());
+  ASSERT_TRUE(r.ok()) << Describe(r.status());
+  const core::Graph& g = (*r)->graph();
+  ASSERT_EQ(g.nodes.size(), 14u);
+  EXPECT_EQ(g.nodes[0].name, "Relu_0");
+  EXPECT_EQ(g.nodes[11].name, "Relu_11");
+  EXPECT_EQ(g.nodes[12].name, "HardSigmoid_12");
+  EXPECT_EQ(g.nodes[13].name, "named_neg");
+}
+
 TEST(LoaderTest, NodesOutOfOrderAreSortedStablyWithTheirProtos) {
   // Written consumers first: the loader sorts them (Kahn's algorithm, lowest file index first
   // among ready nodes), renumbers producers and consumers, and reorders the kept protos.
