@@ -100,12 +100,6 @@ bool RequiresGradAt(const std::vector<bool>& rg, int id) {
 }
 bool Rg(const RuleContext& c, int id) { return RequiresGradAt(c.requires_grad, id); }
 
-std::optional<uint64_t> NumelOf(const BoundGraph& g, int id) {
-  const core::MaybeDims s = g.shapes.Find(id);
-  if (!s) return std::nullopt;
-  return base::CheckedNumel(*s);
-}
-
 // Bound dtype, falling back to the declared one; 0 when unknown.
 int32_t DTypeOf(const BoundGraph& g, int id) {
   if (id < 0) return 0;
@@ -241,13 +235,13 @@ void SaveConv(const RuleContext& c, std::vector<SavedTensor>* out) {
 // max_pool2d).
 void SaveMaxPool(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveValue(out, InputId(c, 0), "x");
-  SaveOutputOrExtra(c, out, 1, base::kInt64, NumelOf(c.graph, OutputId(c, 0)), "indices(int64)");
+  SaveOutputOrExtra(c, out, 1, base::kInt64, c.graph.Numel(OutputId(c, 0)), "indices(int64)");
 }
 
 // torchvision roi_pool: keeps rois and the int64 argmax of every output element (INF).
 void SaveMaxRoiPool(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveValue(out, InputId(c, 1), "rois");
-  SaveExtra(out, TimesSize(NumelOf(c.graph, OutputId(c, 0)), 8), "argmax(int64)");
+  SaveExtra(out, TimesSize(c.graph.Numel(OutputId(c, 0)), 8), "argmax(int64)");
 }
 
 // Pad: constant_pad_nd's backward slices the gradient (nothing saved). INF:
@@ -369,7 +363,7 @@ void SaveDropout(const RuleContext& c, std::vector<SavedTensor>* out) {
     }
   }
   if (!training) return;
-  SaveOutputOrExtra(c, out, 1, base::kBool, NumelOf(c.graph, InputId(c, 0)), "mask(bool)");
+  SaveOutputOrExtra(c, out, 1, base::kBool, c.graph.Numel(InputId(c, 0)), "mask(bool)");
 }
 
 // LSTM/GRU/RNN (INF, conservative): every input and output, plus the cuDNN
@@ -403,7 +397,7 @@ void SaveTopK(const RuleContext& c, std::vector<SavedTensor>* out) {
 // when present), target and class weights (memory-model.md §3.2 cross_entropy).
 void SaveSoftmaxCrossEntropy(const RuleContext& c, std::vector<SavedTensor>* out) {
   const int scores = InputId(c, 0);
-  SaveOutputOrExtra(c, out, 1, DTypeOf(c.graph, scores), NumelOf(c.graph, scores), "log_prob");
+  SaveOutputOrExtra(c, out, 1, DTypeOf(c.graph, scores), c.graph.Numel(scores), "log_prob");
   SaveValue(out, InputId(c, 1), "target");
   SaveValue(out, InputId(c, 2), "weight");
 }
@@ -461,7 +455,7 @@ void AddMask(const RuleContext& c, int id, const char* what, AttentionSite* s) {
   m.boolean = !base::IsFloatDType(DTypeOf(c.graph, id));
   m.what = what;
   if (const core::MaybeDims shape = c.graph.shapes.Find(id); shape && !shape->empty()) {
-    m.numel = NumelOf(c.graph, id).value_or(0);
+    m.numel = c.graph.Numel(id).value_or(0);
     m.last = shape->back() > 0 ? static_cast<uint64_t>(shape->back()) : 0;
   }
   s->masks.push_back(std::move(m));
