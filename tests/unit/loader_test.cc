@@ -410,6 +410,30 @@ TEST(LoaderTest, AnUnnamedNodeIsNamedByItsOpTypeAndIndex) {
   EXPECT_EQ(g.nodes[13].name, "named_neg");
 }
 
+TEST(LoaderTest, TheSummaryListsEveryDistinctOpTypeOnceInOrderHoweverMany) {
+  // Past the first 64 distinct op types the summary keeps them in a tree (core/loader.cc
+  // Summarize); both kinds must come out as one sorted list, each type once.
+  GraphBuilder b(13);
+  b.AddInput("X", kFloat, {"N", 4});
+  std::string prev = "X";
+  std::vector<std::string> want;
+  for (int i = 0; i < 150; ++i) {
+    const std::string op = "Op" + std::to_string(100 + (i * 37) % 90);  // 90 types, shuffled
+    const std::string out = "t" + std::to_string(i);
+    b.AddNode(op, {prev}, {out});
+    if (std::find(want.begin(), want.end(), op) == want.end()) want.push_back(op);
+    prev = out;
+  }
+  b.AddNode("Relu", {prev}, {"y"});
+  want.push_back("Relu");
+  b.AddOutput("y", kFloat);
+  std::sort(want.begin(), want.end());
+  ASSERT_EQ(want.size(), 91u);
+  auto r = LoadBuilt(b.model());
+  ASSERT_TRUE(r.ok()) << Describe(r.status());
+  EXPECT_EQ((*r)->summary().op_types, want);
+}
+
 TEST(LoaderTest, NodesOutOfOrderAreSortedStablyWithTheirProtos) {
   // Written consumers first: the loader sorts them (Kahn's algorithm, lowest file index first
   // among ready nodes), renumbers producers and consumers, and reorders the kept protos.
