@@ -185,9 +185,10 @@ class Sim {
   void ClearAutocastCache();
   // A cuDNN convolution call's workspace, allocated and freed around the call (memory/device.h).
   void ConvWorkspace(size_t k);
-  // Roots of the node's inputs; in a recomputation (seg >= 0) only those the segment makes.
-  // Sorted, each root once; valid until the next call (it fills roots_).
-  const std::vector<int>& InputRoots(const core::Node& n, int seg);
+  // Roots of node k's inputs; in a recomputation (seg >= 0) only those the segment makes.
+  // Sorted, each root once. For seg < 0 they are worked out once, by Prepare (input_roots_);
+  // otherwise the span is valid until the next call (it fills roots_).
+  std::span<const int> InputRoots(size_t k, int seg);
   // The roots of node k's saved inputs (not parameters); in a recomputation only those the
   // segment makes. Sorted, each once; valid until the next call (it fills saved_roots_).
   const std::vector<int>& SavedRoots(size_t k, int seg);
@@ -267,7 +268,15 @@ class Sim {
   int loss_value_ = -1;
   memory::LossTensors loss_tensors_;
   std::vector<int> roots_, saved_roots_;  // scratch of InputRoots and SavedRoots
-  std::vector<int> released_;             // scratch of ReleaseSaved: the roots it released
+  // Per node, the roots of its inputs (InputRoots at seg -1): node k's are
+  // input_roots_[input_roots_at_[k] .. input_roots_at_[k + 1]). The forward of every iteration
+  // reads them.
+  std::vector<int> input_roots_;
+  std::vector<size_t> input_roots_at_;
+  // Per node, its cuDNN workspace bytes (ConvWorkspace), once worked out; kNotWorkedOut before.
+  static constexpr uint64_t kNotWorkedOut = ~uint64_t{0};
+  std::vector<uint64_t> conv_workspace_;
+  std::vector<int> released_;  // scratch of ReleaseSaved: the roots it released
 
   // Per-iteration state.
   base::IdVector<Tensor> value_;  // per root: live storage
@@ -466,9 +475,20 @@ void Sim::Prepare() {
     ckpt_ = core::CheckpointSegments(g_, o_.checkpoint_segments);
     if (!ckpt_.empty()) seg_of_ = core::SegmentOfNode(g_, ckpt_);
   }
+  input_roots_at_.assign(nn + 1, 0);
+  for (size_t k = 0; k < nn; ++k) {
+    roots_.clear();
+    for (int in : g_.nodes[k].inputs) {
+      if (in >= 0) roots_.push_back(facts_.root(in));
+    }
+    SortUnique(&roots_);
+    input_roots_.insert(input_roots_.end(), roots_.begin(), roots_.end());
+    input_roots_at_[k + 1] = input_roots_.size();
+  }
+  conv_workspace_.assign(nn, kNotWorkedOut);
   for (size_t k = 0; k < nn; ++k) {
     if (!OnStage(k)) continue;
-    for (int r : InputRoots(g_.nodes[k], -1)) ++uses_[r];
+    for (int r : InputRoots(k, -1)) ++uses_[r];
     if (!train_) continue;
     saved_[k] = facts_.Saved(k);
     // A checkpointed node saves nothing in the forward (it runs under no_grad); its saves are
@@ -677,7 +697,7 @@ void Sim::Recompute(int seg) {
     }
   }
   for (int k = s.begin; k < s.end; ++k) {
-    for (int r : InputRoots(g_.node(k), seg)) ++uses_left_[r];
+    for (int r : InputRoots(static_cast<size_t>(k), seg)) ++uses_left_[r];
     for (int r : SavedRoots(static_cast<size_t>(k), seg)) ++saved_left_[r];
   }
   std::set<int> held;
@@ -707,10 +727,14 @@ void Sim::ReleaseSegment(int seg) {
   }
 }
 
-const std::vector<int>& Sim::InputRoots(const core::Node& n, int seg) {
+std::span<const int> Sim::InputRoots(size_t k, int seg) {
+  if (seg < 0) {
+    return std::span<const int>(input_roots_)
+        .subspan(input_roots_at_[k], input_roots_at_[k + 1] - input_roots_at_[k]);
+  }
   roots_.clear();
-  for (int in : n.inputs) {
-    if (in >= 0 && (seg < 0 || MadeIn(facts_.root(in), seg))) roots_.push_back(facts_.root(in));
+  for (int in : g_.nodes[k].inputs) {
+    if (in >= 0 && MadeIn(facts_.root(in), seg)) roots_.push_back(facts_.root(in));
   }
   SortUnique(&roots_);
   return roots_;
@@ -770,7 +794,7 @@ void Sim::ForwardNode(size_t k, int seg) {
     }
   }
   Free(&ws);
-  for (int r : InputRoots(n, seg)) {
+  for (int r : InputRoots(k, seg)) {
     --uses_left_[r];
     FreeIfDead(r);
   }
@@ -789,8 +813,10 @@ void Sim::ClearAutocastCache() {
 }
 
 void Sim::ConvWorkspace(size_t k) {
-  const uint64_t bytes =
-      memory::ConvWorkspaceBytes(stack_, facts_, g_.nodes[k], k, o_.library_workspaces);
+  uint64_t& bytes = conv_workspace_[k];
+  if (bytes == kNotWorkedOut) {
+    bytes = memory::ConvWorkspaceBytes(stack_, facts_, g_.nodes[k], k, o_.library_workspaces);
+  }
   if (bytes == 0) return;
   Tensor ws = Malloc(bytes, Category::kTransient);
   Free(&ws);
