@@ -90,6 +90,10 @@ std::optional<BatchTrace> BatchTrace::Fit(const std::vector<Traced>& traces) {
     if (c.integral) {
       c.d1 = static_cast<int64_t>(c.d1_num / t.den_);
       c.d2 = static_cast<int64_t>(c.d2_num / t.den_);
+      // |x|, |y| < 2^24 (values and traced values are at most kMostValue), so |d1 x| and
+      // |d2 x y| stay under 2^61 and the sum with first (< 2^46) under 2^63.
+      c.narrow = c.d1 > -(int64_t{1} << 37) && c.d1 < (int64_t{1} << 37) &&
+                 c.d2 > -(int64_t{1} << 13) && c.d2 < (int64_t{1} << 13);
     }
     c.slope1 = static_cast<double>(c.d1_num) / static_cast<double>(t.den_);
     c.slope2 = static_cast<double>(c.d2_num) / static_cast<double>(t.den_);
@@ -100,6 +104,16 @@ std::optional<BatchTrace> BatchTrace::Fit(const std::vector<Traced>& traces) {
 }
 
 uint64_t BatchTrace::Bytes(size_t m, int64_t v) const {
+  const Curve& c = curves_[m];
+  if (c.narrow && v >= 1 && v <= kMostValue) {
+    const int64_t x = v - v_[0];
+    const int64_t bytes = static_cast<int64_t>(c.first) + c.d1 * x + c.d2 * x * (v - v_[1]);
+    return bytes <= 0 ? 0 : static_cast<uint64_t>(bytes);
+  }
+  return WideBytes(m, v);
+}
+
+uint64_t BatchTrace::WideBytes(size_t m, int64_t v) const {
   const Curve& c = curves_[m];
   const Wide x = static_cast<Wide>(v) - v_[0];
   const Wide y = static_cast<Wide>(v) - v_[1];

@@ -79,6 +79,7 @@ class BatchTrace {
   BatchTrace() = default;
   // Malloc number m's bytes at value v on its curve, and (roughly) their growth per unit there.
   uint64_t Bytes(size_t m, int64_t v) const;
+  uint64_t WideBytes(size_t m, int64_t v) const;  // Bytes() in 128 bits
   double Growth(size_t m, int64_t v) const;
   // The growth per unit, at value v, of the requested bytes alive after the first `end` requests.
   double AliveGrowth(size_t end, int64_t v) const;
@@ -91,6 +92,9 @@ class BatchTrace {
   struct Curve {
     uint64_t first = 0;
     bool integral = true;
+    // Integral, with coefficients small enough that first + d1 x + d2 x y cannot overflow 64
+    // bits at any value the curves are read at: Bytes() then needs no 128-bit arithmetic.
+    bool narrow = false;
     int64_t d1 = 0, d2 = 0;           // when integral
     __int128 d1_num = 0, d2_num = 0;  // over den_, when not
     double slope1 = 0, slope2 = 0;    // d1 and d2, for the estimates that need no exactness

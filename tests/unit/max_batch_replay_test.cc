@@ -91,6 +91,32 @@ TEST(BatchTraceTest, ThreeTracesGiveEachSizeItsParabola) {
   EXPECT_FALSE(line->Matches(at9, 9, config));
 }
 
+// A curve's size is computed in 64 bits when its coefficients are small and in 128 bits
+// otherwise (batch_trace.h Curve::narrow); either way it is the exact polynomial, rounded down.
+TEST(BatchTraceTest, ACurvesSizeIsExactWhateverItsCoefficients) {
+  struct Case {
+    const char* what;
+    uint64_t at1, at3;                      // traced at 1 and 3
+    std::function<uint64_t(int64_t)> size;  // what the line gives at v
+  };
+  const std::vector<Case> cases = {
+      {"small slope", 1100, 3100, [](int64_t v) { return 100 + 1000 * uint64_t(v); }},
+      {"slope past 2^37", (uint64_t{1} << 38) + 7, 3 * (uint64_t{1} << 38) + 7,
+       [](int64_t v) { return (uint64_t{1} << 38) * uint64_t(v) + 7; }},
+      {"half-integer slope", 10, 13, [](int64_t v) { return uint64_t(10 + 3 * (v - 1) / 2); }},
+  };
+  for (const Case& c : cases) {
+    const std::vector<AllocatorRequest> at1 = {{c.at1, -1}, {0, 0}};
+    const std::vector<AllocatorRequest> at3 = {{c.at3, -1}, {0, 0}};
+    auto t = BatchTrace::Fit({{1, &at1}, {3, &at3}});
+    ASSERT_TRUE(t.has_value()) << c.what;
+    for (int64_t v : {1, 2, 3, 4, 7, 100}) {
+      EXPECT_EQ(t->Run(v, symbolic::AllocatorConfig{}).stats.peak_requested, c.size(v))
+          << c.what << " at " << v;
+    }
+  }
+}
+
 TEST(BatchTraceTest, MatchesComparesTheRoundedSizes) {
   const std::vector<AllocatorRequest> at1 = {{1000, -1}, {0, 0}};
   const std::vector<AllocatorRequest> at2 = {{3000, -1}, {0, 0}};
