@@ -19,10 +19,13 @@
 //  * BM_CliProcess: `memest datasets/models/resnet50_train.onnx --batch 64` as a new process
 //    each time (posix_spawn, stdout to /dev/null, wall time until it exits), next to the same
 //    binary printing its version: the cost of starting the process and loading its libraries
-//    alone. And the generated chains of 10,000 and 100,000 nodes (written once to the temporary
-//    folder) estimated by each backend in a new process: a fresh process pays a page fault for
-//    every page it touches, which the steady-state loops of estimate_bench.cc do not show (the
-//    CLI's allocator, tools/jemalloc_conf.cc).
+//    alone. And the generated chains of 10,000, 100,000 and 1,000,000 nodes (written once to the
+//    temporary folder) estimated by each backend in a new process, with their time per node: a
+//    fresh process pays a page fault for every page it touches, at every size alike, where the
+//    steady-state loops of estimate_bench.cc find the memory of the last round again below
+//    glibc's mmap threshold (32 MiB at most) and fault afresh above it -- so it is here that the
+//    cost per node of 100k and 1M nodes compares like for like (the CLI's allocator,
+//    tools/jemalloc_conf.cc).
 //
 //   ninja -C build memest_bench
 //   ./build/bench/memest_bench --benchmark_filter='Queries|Threads|Cli'
@@ -42,6 +45,7 @@
 #include <vector>
 
 #include "bench/bench_models.h"
+#include "bench/per_node.h"
 #include "core/bind_cache.h"
 #include "memest/memest.h"
 
@@ -159,8 +163,9 @@ void BM_CliProcess(benchmark::State& state, const std::vector<std::string>& args
 
 // `memest <the generated chain> --batch 64 --backend <backend>` (the chain written to the
 // temporary folder once per process).
-void BM_CliProcessChain(benchmark::State& state, const std::string& chain,
+void BM_CliProcessChain(benchmark::State& state, const std::string& chain, int64_t nodes,
                         const std::string& backend) {
+  state.counters["per_node"] = memest::bench::PerNode(nodes);
   const std::string path =
       (std::filesystem::temp_directory_path() / ("memest_bench_" + chain + ".onnx")).string();
   static std::set<std::string> written;
@@ -190,7 +195,10 @@ BENCHMARK_CAPTURE(BM_Queries, resnet50_symbolic_shuffled, std::string("symbolic"
 BENCHMARK_CAPTURE(BM_EstimateThreads, resnet50_symbolic, std::string("symbolic"))->Threads(1)->Threads(2)->Threads(4)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_CliProcess, cold_start_resnet50_batch64, kCliEstimate)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CliProcess, cold_start_version_only, kCliVersion)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain10k_analytical, std::string("chain10k"), std::string("analytical"))->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain100k_analytical, std::string("chain100k"), std::string("analytical"))->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain100k_symbolic, std::string("chain100k"), std::string("symbolic"))->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain10k_analytical, std::string("chain10k"), 10'000, std::string("analytical"))->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain100k_analytical, std::string("chain100k"), 100'000, std::string("analytical"))->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain1m_analytical, std::string("chain1m"), 1'000'000, std::string("analytical"))->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain10k_symbolic, std::string("chain10k"), 10'000, std::string("symbolic"))->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain100k_symbolic, std::string("chain100k"), 100'000, std::string("symbolic"))->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain1m_symbolic, std::string("chain1m"), 1'000'000, std::string("symbolic"))->UseRealTime()->Unit(benchmark::kMillisecond);
 // clang-format on
