@@ -181,6 +181,69 @@ int64_t CountSubgraphNodes(const onnx::NodeProto& node) {
   return n;
 }
 
+// What the summary says of the nodes, noted by ReadNodes while each node is at hand (a pass of its
+// own over 100,000 nodes missed the cache on every one): the distinct op types and the nodes per
+// foreign domain, the nodes inside subgraphs, and the signs of an eval-mode export.
+class NodeTally {
+ public:
+  void Note(const Node& n) {
+    subgraph_nodes_ += n.subgraph_nodes;
+    if (!n.domain.empty()) {
+      custom_.emplace(n.domain, n.op_type);
+      ++foreign_[n.domain];
+      return;
+    }
+    if (n.op_type == "Conv") ++conv_;
+    if (n.op_type == "Dropout") ++dropout_;
+    if (n.op_type == "BatchNormalization") {
+      ++bn_;
+      int outputs = 0;
+      for (int o : n.outputs) outputs += o >= 0;
+      if (outputs <= 1) ++bn_inference_;
+    }
+    NoteStandard(n.op_type);
+  }
+
+  // The op types, sorted, each once; a foreign domain's as "domain::op".
+  std::vector<std::string> OpTypes() const {
+    std::set<std::string> ops(many_.begin(), many_.end());
+    ops.insert(few_.begin(), few_.end());
+    for (const auto& [domain, op] : custom_) ops.insert(domain + "::" + op);
+    return {ops.begin(), ops.end()};
+  }
+  const std::map<std::string, int>& foreign() const { return foreign_; }
+  int64_t subgraph_nodes() const { return subgraph_nodes_; }
+  int conv() const { return conv_; }
+  int dropout() const { return dropout_; }
+  int bn() const { return bn_; }
+  int bn_inference() const { return bn_inference_; }
+
+ private:
+  // The distinct standard op types are usually few (tens): the first kFewOpTypes are looked up
+  // in a vector, the last one found first (a tree's several string comparisons per node were 2 %
+  // of loading a chain); any more go to a tree, so that a file of many distinct op types stays
+  // n log n.
+  void NoteStandard(const std::string& op) {
+    if (last_ < few_.size() && few_[last_] == op) return;
+    last_ = static_cast<size_t>(std::find(few_.begin(), few_.end(), op) - few_.begin());
+    if (last_ < few_.size()) return;
+    if (few_.size() < kFewOpTypes) {
+      few_.push_back(op);
+    } else {
+      many_.insert(op);
+    }
+  }
+
+  static constexpr size_t kFewOpTypes = 64;
+  std::vector<std::string> few_;
+  size_t last_ = 0;
+  std::set<std::string> many_;
+  std::set<std::pair<std::string, std::string>> custom_;
+  std::map<std::string, int> foreign_;
+  int64_t subgraph_nodes_ = 0;
+  int conv_ = 0, dropout_ = 0, bn_ = 0, bn_inference_ = 0;
+};
+
 class Loader {
  public:
   Loader(std::string base_dir, std::string display)
@@ -209,6 +272,7 @@ class Loader {
   std::unique_ptr<Graph> g_ = std::make_unique<Graph>();
   std::map<std::string, int64_t> opsets_;
   std::vector<Diagnostic> diags_;
+  NodeTally tally_;  // ReadNodes notes every node; Summarize reads it
 };
 
 int Loader::AddValue(const std::string& name, ValueKind kind) {
@@ -424,6 +488,7 @@ Status Loader::ReadNodes() {
       g_->value(id).consumers.push_back(i);
     }
     node.subgraph_nodes = CountSubgraphNodes(n);
+    tally_.Note(node);
     // Constant nodes: keep small integer values (shape computations need them).
     if (node.op_type == "Constant" && node.domain.empty() && !node.outputs.empty() &&
         node.outputs[0] >= 0) {
@@ -662,38 +727,8 @@ void Loader::Summarize() {
   s.ir_version = m.ir_version();
   s.opsets = opsets_;
   s.node_count = static_cast<int64_t>(g_->nodes.size());
-  // Views into the nodes' strings: most graphs repeat a few op types over many nodes, so no
-  // string is copied per node; a foreign op's "domain::op" name is made once per distinct pair.
-  // The distinct standard op types are usually few (tens): the first kFewOpTypes are looked up
-  // in a vector, the last one found first (a tree's several string comparisons per node were 2 %
-  // of loading a chain); any more go to a tree, so that a file of many distinct op types stays
-  // n log n.
-  constexpr size_t kFewOpTypes = 64;
-  std::vector<std::string_view> few;
-  size_t last = 0;
-  std::set<std::string_view> standard;
-  std::set<std::pair<std::string_view, std::string_view>> custom;
-  std::map<std::string, int> foreign;
-  for (const Node& n : g_->nodes) {
-    s.subgraph_node_count += n.subgraph_nodes;
-    if (n.domain.empty()) {
-      if (last < few.size() && few[last] == n.op_type) continue;
-      last = static_cast<size_t>(std::find(few.begin(), few.end(), n.op_type) - few.begin());
-      if (last < few.size()) continue;
-      if (few.size() < kFewOpTypes) {
-        few.push_back(n.op_type);
-      } else {
-        standard.insert(n.op_type);
-      }
-    } else {
-      custom.emplace(n.domain, n.op_type);
-      ++foreign[n.domain];
-    }
-  }
-  std::set<std::string> ops(standard.begin(), standard.end());
-  ops.insert(few.begin(), few.end());
-  for (const auto& [domain, op] : custom) ops.insert(std::string(domain) + "::" + std::string(op));
-  s.op_types.assign(ops.begin(), ops.end());
+  s.subgraph_node_count = tally_.subgraph_nodes();
+  s.op_types = tally_.OpTypes();
   for (const Value& v : g_->values) {
     if (!v.trainable) continue;
     uint64_t numel = 1;
@@ -717,31 +752,19 @@ void Loader::Summarize() {
     s.data_inputs.push_back(std::move(in));
   }
   s.symbolic_dims.assign(syms.begin(), syms.end());
-  for (const auto& [domain, count] : foreign) {
+  for (const auto& [domain, count] : tally_.foreign()) {
     diags_.push_back({Severity::kInfo, "non_default_domain",
                       std::to_string(count) + " node(s) from domain '" + domain + "'", "", ""});
   }
   // Eval-mode export signs (README: "Exporting a model for training").
-  int bn_inference = 0, conv = 0, bn = 0, dropout = 0;
-  for (const Node& n : g_->nodes) {
-    if (!n.domain.empty()) continue;
-    if (n.op_type == "Conv") ++conv;
-    if (n.op_type == "Dropout") ++dropout;
-    if (n.op_type == "BatchNormalization") {
-      ++bn;
-      int outputs = 0;
-      for (int o : n.outputs) outputs += o >= 0;
-      if (outputs <= 1) ++bn_inference;
-    }
-  }
-  if (bn_inference > 0) {
+  if (tally_.bn_inference() > 0) {
     diags_.push_back({Severity::kWarning, "eval_mode_export",
-                      std::to_string(bn_inference) +
+                      std::to_string(tally_.bn_inference()) +
                           " BatchNormalization node(s) are in inference form (one output): this "
                           "looks like an eval-mode export; training memory of the real model is "
                           "higher. Export with TrainingMode.TRAINING (see README)",
                       "", ""});
-  } else if (conv >= 4 && bn == 0 && dropout == 0) {
+  } else if (tally_.conv() >= 4 && tally_.bn() == 0 && tally_.dropout() == 0) {
     diags_.push_back({Severity::kWarning, "eval_mode_export",
                       "convolutions but no BatchNormalization or Dropout nodes: if the model has "
                       "BatchNorm/Dropout layers, this is an eval-mode export (BatchNorm folded "
