@@ -139,6 +139,18 @@ std::optional<size_t> NormalizeAxis(int64_t axis, size_t rank) {
 // -----------------------------------------------------------------------------
 // Building blocks for saved-tensor functions.
 
+// "in<i>" / "out<i>", how a saved operand is described: built in place (a short string needs no
+// heap), where "in" + std::to_string(i) made two temporaries for every saved operand.
+std::string OperandName(std::string_view prefix, size_t i) {
+  std::string name(prefix);
+  if (i < 10) {
+    name.push_back(static_cast<char>('0' + i));
+  } else {
+    name += std::to_string(i);
+  }
+  return name;
+}
+
 void SaveValue(std::vector<SavedTensor>* out, int id, std::string what) {
   if (id >= 0) out->push_back(SavedTensor{id, 0, std::move(what)});
 }
@@ -161,12 +173,12 @@ void SaveOutputOrExtra(const RuleContext& c, std::vector<SavedTensor>* out, size
 
 template <int... I>
 void SaveInputs(const RuleContext& c, std::vector<SavedTensor>* out) {
-  (SaveValue(out, InputId(c, I), "in" + std::to_string(I)), ...);
+  (SaveValue(out, InputId(c, I), OperandName("in", static_cast<size_t>(I))), ...);
 }
 
 template <int... I>
 void SaveOutputs(const RuleContext& c, std::vector<SavedTensor>* out) {
-  (SaveValue(out, OutputId(c, I), "out" + std::to_string(I)), ...);
+  (SaveValue(out, OutputId(c, I), OperandName("out", static_cast<size_t>(I))), ...);
 }
 
 template <int... I>
@@ -177,7 +189,7 @@ void SaveInputsAndOutputs(const RuleContext& c, std::vector<SavedTensor>* out) {
 
 void SaveAllInputs(const RuleContext& c, std::vector<SavedTensor>* out) {
   for (size_t i = 0; i < c.node.inputs.size(); ++i) {
-    SaveValue(out, c.node.inputs[i], "in" + std::to_string(i));
+    SaveValue(out, c.node.inputs[i], OperandName("in", i));
   }
 }
 
@@ -190,7 +202,8 @@ void SaveOperandsForOthers(const RuleContext& c, std::vector<SavedTensor>* out) 
   for (int i : kIdx) {
     bool other = false;
     for (int j : kIdx) other = other || (j != i && Rg(c, InputId(c, static_cast<size_t>(j))));
-    if (other) SaveValue(out, InputId(c, static_cast<size_t>(i)), "in" + std::to_string(i));
+    if (other)
+      SaveValue(out, InputId(c, static_cast<size_t>(i)), OperandName("in", static_cast<size_t>(i)));
   }
 }
 
@@ -202,7 +215,7 @@ void SaveEinsumOperands(const RuleContext& c, std::vector<SavedTensor>* out) {
   for (size_t i = 0; i < n; ++i) {
     bool other = false;
     for (size_t j = 0; j < n; ++j) other = other || (j != i && Rg(c, c.node.inputs[j]));
-    if (other) SaveValue(out, c.node.inputs[i], "in" + std::to_string(i));
+    if (other) SaveValue(out, c.node.inputs[i], OperandName("in", i));
   }
 }
 
@@ -373,7 +386,7 @@ void SaveDropout(const RuleContext& c, std::vector<SavedTensor>* out) {
 void SaveRecurrent(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveAllInputs(c, out);
   for (size_t i = 0; i < c.node.outputs.size(); ++i) {
-    SaveValue(out, c.node.outputs[i], "out" + std::to_string(i));
+    SaveValue(out, c.node.outputs[i], OperandName("out", i));
   }
   const core::MaybeDims x = c.graph.shapes.Find(InputId(c, 0));
   const core::MaybeDims w = c.graph.shapes.Find(InputId(c, 1));
@@ -1063,11 +1076,11 @@ OpCoverage OpsWithoutRules() {
 void ConservativeSaved(const RuleContext& ctx, std::vector<SavedTensor>* out) {
   for (size_t i = 0; i < ctx.node.inputs.size(); ++i) {
     const int id = ctx.node.inputs[i];
-    if (Rg(ctx, id)) SaveValue(out, id, "in" + std::to_string(i));
+    if (Rg(ctx, id)) SaveValue(out, id, OperandName("in", i));
   }
   for (size_t i = 0; i < ctx.node.outputs.size(); ++i) {
     const int id = ctx.node.outputs[i];
-    if (Rg(ctx, id)) SaveValue(out, id, "out" + std::to_string(i));
+    if (Rg(ctx, id)) SaveValue(out, id, OperandName("out", i));
   }
 }
 
