@@ -202,8 +202,9 @@ void SaveOperandsForOthers(const RuleContext& c, std::vector<SavedTensor>* out) 
   for (int i : kIdx) {
     bool other = false;
     for (int j : kIdx) other = other || (j != i && Rg(c, InputId(c, static_cast<size_t>(j))));
-    if (other)
+    if (other) {
       SaveValue(out, InputId(c, static_cast<size_t>(i)), OperandName("in", static_cast<size_t>(i)));
+    }
   }
 }
 
