@@ -26,7 +26,7 @@ std::string Sm(const AttentionPolicy& p) {
 // Why flash cannot run the call (sdp_utils.cpp, can_use_flash_attention); "" when it can.
 std::string FlashRefusal(const AttentionPolicy& p, const AttentionSite& s) {
   if (!s.masks.empty())
-    return "an explicit attention mask ('" + s.masks[0].what + "'): flash takes none";
+    return "an explicit attention mask ('" + std::string(s.masks[0].what) + "'): flash takes none";
   if (!SmIn(p, 8, 0, 12, 1)) return "compute capability " + Sm(p) + ": flash needs 8.0 to 12.1";
   if (s.elem != 2) return "fp32 inputs: flash runs fp16/bf16 only";
   if (!s.known) return "";  // dims unknown: assume they fit
@@ -89,19 +89,20 @@ std::optional<uint64_t> Times(std::optional<uint64_t> a, uint64_t b) {
 
 uint64_t OrZero(std::optional<uint64_t> v) { return v.value_or(0); }
 
-void Value(std::vector<SavedTensor>* out, int id, std::string what) {
-  out->push_back(SavedTensor{id, 0, std::move(what)});
+// `what` is a string literal (SavedTensor::what).
+void Value(std::vector<SavedTensor>* out, int id, std::string_view what) {
+  out->push_back(SavedTensor{id, 0, what});
 }
-void Extra(std::vector<SavedTensor>* out, std::optional<uint64_t> bytes, std::string what) {
-  if (bytes) out->push_back(SavedTensor{-1, *bytes, std::move(what)});
+void Extra(std::vector<SavedTensor>* out, std::optional<uint64_t> bytes, std::string_view what) {
+  if (bytes) out->push_back(SavedTensor{-1, *bytes, what});
 }
 // A graph value when the graph holds the tensor, else an extra of `bytes`.
 void ValueOrExtra(std::vector<SavedTensor>* out, int id, std::optional<uint64_t> bytes,
-                  std::string what) {
+                  std::string_view what) {
   if (id >= 0) {
-    Value(out, id, std::move(what));
+    Value(out, id, what);
   } else {
-    Extra(out, bytes, std::move(what));
+    Extra(out, bytes, what);
   }
 }
 

@@ -97,11 +97,11 @@ struct AttentionPolicy {
 
 // An explicit attention mask or additive bias the call takes.
 struct AttentionMask {
-  int value = -1;        // its graph value
-  bool boolean = false;  // a boolean mask (converted to q's dtype by the fused kernels)
-  uint64_t numel = 0;    // elements, 0 when unknown
-  uint64_t last = 0;     // its last dim (the key positions), 0 when unknown
-  std::string what;      // "attn_mask", "attn_bias", "mask_index", ...
+  int value = -1;         // its graph value
+  bool boolean = false;   // a boolean mask (converted to q's dtype by the fused kernels)
+  uint64_t numel = 0;     // elements, 0 when unknown
+  uint64_t last = 0;      // its last dim (the key positions), 0 when unknown
+  std::string_view what;  // a string literal: "attn_mask", "attn_bias", "mask_index", ...
 };
 
 // One attention call, as scaled_dot_product_attention would see it: q [B, Hq, L, D],

@@ -139,46 +139,39 @@ std::optional<size_t> NormalizeAxis(int64_t axis, size_t rank) {
 // -----------------------------------------------------------------------------
 // Building blocks for saved-tensor functions.
 
-// "in<i>" / "out<i>", how a saved operand is described: built in place (a short string needs no
-// heap), where "in" + std::to_string(i) made two temporaries for every saved operand.
-std::string OperandName(std::string_view prefix, size_t i) {
-  std::string name(prefix);
-  if (i < 10) {
-    name.push_back(static_cast<char>('0' + i));
-  } else {
-    name += std::to_string(i);
-  }
-  return name;
+// `what` is a string literal (SavedTensor::what); `operand` follows it ("in", 1: "in1").
+void SaveValue(std::vector<SavedTensor>* out, int id, std::string_view what, size_t operand) {
+  if (id >= 0) out->push_back(SavedTensor{id, 0, what, static_cast<int32_t>(operand)});
 }
-
-void SaveValue(std::vector<SavedTensor>* out, int id, std::string what) {
-  if (id >= 0) out->push_back(SavedTensor{id, 0, std::move(what)});
+void SaveValue(std::vector<SavedTensor>* out, int id, std::string_view what) {
+  if (id >= 0) out->push_back(SavedTensor{id, 0, what});
 }
-void SaveExtra(std::vector<SavedTensor>* out, std::optional<uint64_t> bytes, std::string what) {
-  if (bytes) out->push_back(SavedTensor{-1, *bytes, std::move(what)});
+void SaveExtra(std::vector<SavedTensor>* out, std::optional<uint64_t> bytes,
+               std::string_view what) {
+  if (bytes) out->push_back(SavedTensor{-1, *bytes, what});
 }
 
 // PyTorch keeps a tensor of `numel` elements of `dtype` that the ONNX node may
 // expose as output `index`: list that output when present with the same dtype,
 // else an extra tensor.
 void SaveOutputOrExtra(const RuleContext& c, std::vector<SavedTensor>* out, size_t index,
-                       int32_t dtype, std::optional<uint64_t> numel, std::string what) {
+                       int32_t dtype, std::optional<uint64_t> numel, std::string_view what) {
   const int id = OutputId(c, index);
   if (id >= 0 && DTypeOf(c.graph, id) == dtype) {
-    SaveValue(out, id, std::move(what));
+    SaveValue(out, id, what);
     return;
   }
-  SaveExtra(out, TimesSize(numel, base::DTypeSize(dtype)), std::move(what));
+  SaveExtra(out, TimesSize(numel, base::DTypeSize(dtype)), what);
 }
 
 template <int... I>
 void SaveInputs(const RuleContext& c, std::vector<SavedTensor>* out) {
-  (SaveValue(out, InputId(c, I), OperandName("in", static_cast<size_t>(I))), ...);
+  (SaveValue(out, InputId(c, I), "in", static_cast<size_t>(I)), ...);
 }
 
 template <int... I>
 void SaveOutputs(const RuleContext& c, std::vector<SavedTensor>* out) {
-  (SaveValue(out, OutputId(c, I), OperandName("out", static_cast<size_t>(I))), ...);
+  (SaveValue(out, OutputId(c, I), "out", static_cast<size_t>(I)), ...);
 }
 
 template <int... I>
@@ -189,7 +182,7 @@ void SaveInputsAndOutputs(const RuleContext& c, std::vector<SavedTensor>* out) {
 
 void SaveAllInputs(const RuleContext& c, std::vector<SavedTensor>* out) {
   for (size_t i = 0; i < c.node.inputs.size(); ++i) {
-    SaveValue(out, c.node.inputs[i], OperandName("in", i));
+    SaveValue(out, c.node.inputs[i], "in", i);
   }
 }
 
@@ -203,7 +196,7 @@ void SaveOperandsForOthers(const RuleContext& c, std::vector<SavedTensor>* out) 
     bool other = false;
     for (int j : kIdx) other = other || (j != i && Rg(c, InputId(c, static_cast<size_t>(j))));
     if (other) {
-      SaveValue(out, InputId(c, static_cast<size_t>(i)), OperandName("in", static_cast<size_t>(i)));
+      SaveValue(out, InputId(c, static_cast<size_t>(i)), "in", static_cast<size_t>(i));
     }
   }
 }
@@ -216,7 +209,7 @@ void SaveEinsumOperands(const RuleContext& c, std::vector<SavedTensor>* out) {
   for (size_t i = 0; i < n; ++i) {
     bool other = false;
     for (size_t j = 0; j < n; ++j) other = other || (j != i && Rg(c, c.node.inputs[j]));
-    if (other) SaveValue(out, c.node.inputs[i], OperandName("in", i));
+    if (other) SaveValue(out, c.node.inputs[i], "in", i);
   }
 }
 
@@ -387,7 +380,7 @@ void SaveDropout(const RuleContext& c, std::vector<SavedTensor>* out) {
 void SaveRecurrent(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveAllInputs(c, out);
   for (size_t i = 0; i < c.node.outputs.size(); ++i) {
-    SaveValue(out, c.node.outputs[i], OperandName("out", i));
+    SaveValue(out, c.node.outputs[i], "out", i);
   }
   const core::MaybeDims x = c.graph.shapes.Find(InputId(c, 0));
   const core::MaybeDims w = c.graph.shapes.Find(InputId(c, 1));
@@ -1077,12 +1070,20 @@ OpCoverage OpsWithoutRules() {
 void ConservativeSaved(const RuleContext& ctx, std::vector<SavedTensor>* out) {
   for (size_t i = 0; i < ctx.node.inputs.size(); ++i) {
     const int id = ctx.node.inputs[i];
-    if (Rg(ctx, id)) SaveValue(out, id, OperandName("in", i));
+    if (Rg(ctx, id)) SaveValue(out, id, "in", i);
   }
   for (size_t i = 0; i < ctx.node.outputs.size(); ++i) {
     const int id = ctx.node.outputs[i];
-    if (Rg(ctx, id)) SaveValue(out, id, OperandName("out", i));
+    if (Rg(ctx, id)) SaveValue(out, id, "out", i);
   }
+}
+
+std::string SavedTensor::Describe() const {
+  std::string s(what);
+  if (operand >= 0) s += std::to_string(operand);
+  if (copy == Copy::kContiguous) s += " (contiguous copy)";
+  if (copy == Copy::kAutocast) s += " (autocast copy)";
+  return s;
 }
 
 std::vector<SavedTensor> SavedTensors(const core::Node& node, const core::BoundGraph& graph,

@@ -44,7 +44,18 @@ enum class AmpPolicy {
 struct SavedTensor {
   int value = -1;      // value id when an input/output of the node is saved; -1 for an extra tensor
   uint64_t bytes = 0;  // for extra tensors (value == -1): their size; ignored otherwise
-  std::string what;    // short description, e.g. "x", "mask(bool)", "indices(int64)"
+  // A short description: a string literal ("x", "mask(bool)", "indices(int64)"), followed by
+  // `operand` when that is >= 0 ("in" and 1 read "in1"). Describe() spells the whole out. Only
+  // tests and messages read it, so no saved tensor builds a string.
+  std::string_view what;
+  int32_t operand = -1;
+  // What ops::ValueFacts made of a saved input: the contiguous copy MatMul's reshape saves, or the
+  // copy autocast casts it to (value is then -1 and bytes the copy's).
+  enum class Copy : uint8_t { kNone, kContiguous, kAutocast };
+  Copy copy = Copy::kNone;
+
+  // "in1", "x (contiguous copy)", "mean(fp32) (autocast copy)".
+  [[nodiscard]] std::string Describe() const;
 };
 
 struct AttentionCall;  // ops/attention.h

@@ -324,7 +324,7 @@ void ValueFacts::AppendSaved(size_t k, std::vector<SavedTensor>* out) const {
     if (!shape || shape->size() < 3) continue;
     // matmul folds the operand with reshape: a contiguous copy, which bmm/mm saves.
     s.bytes = bytes(s.value);
-    s.what += " (contiguous copy)";
+    s.copy = SavedTensor::Copy::kContiguous;
     s.value = -1;
   }
 }
@@ -357,7 +357,7 @@ void ValueFacts::AutocastCopiesOfSavedInputs(size_t k, const FusedChain* chain,
         chain != nullptr || std::find(n.inputs.begin(), n.inputs.end(), s.value) != n.inputs.end();
     if (!input) continue;  // an output the op saves is in its own precision
     s.bytes = lower ? bytes(s.value) / 2 : bytes(s.value) * 2;
-    s.what += " (autocast copy)";
+    s.copy = SavedTensor::Copy::kAutocast;
     s.value = -1;
   }
 }

@@ -473,7 +473,7 @@ TEST(FusionTest, AutocastSavesTheCastCopiesOfActivations) {
   };
   auto saved_copy = [&](const memory::EstimationContext& ctx, const char* name) -> uint64_t {
     for (const ops::SavedTensor& t : ctx.facts().Saved(node(name))) {
-      if (t.value < 0 && t.what.find("autocast copy") != std::string::npos) return t.bytes;
+      if (t.value < 0 && t.copy == ops::SavedTensor::Copy::kAutocast) return t.bytes;
     }
     return 0;
   };

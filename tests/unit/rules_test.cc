@@ -644,6 +644,30 @@ TEST(RulesSaved, MatMulSavesEachOperandOnlyForTheOther) {
   EXPECT_EQ(SavedIds(b.Saved(b.AddNode("Mul", {y, y}, {sq}))), std::vector<int>{y});
 }
 
+// A saved tensor's description: the rule's literal, the operand's index after "in"/"out", and
+// what ops::ValueFacts made of it.
+TEST(RulesSaved, SavedTensorsDescribeThemselves) {
+  GraphBuilder b;
+  const int h = b.Activation("h", {4, 8});
+  const int w = b.Param("w", {8, 16});
+  const int y = b.Tensor("y", base::kFloat, std::vector<int64_t>{4, 16});
+  std::vector<std::string> mm;
+  for (const SavedTensor& s : b.Saved(b.AddNode("MatMul", {h, w}, {y}))) mm.push_back(s.Describe());
+  EXPECT_EQ(mm, (std::vector<std::string>{"in0", "in1"}));
+  const int bias = b.Param("bias", {16});
+  const int z = b.Tensor("z", base::kFloat, std::vector<int64_t>{4, 16});
+  std::vector<std::string> ln;
+  for (const SavedTensor& s : b.Saved(b.AddNode("LayerNormalization", {y, w, bias}, {z}))) {
+    ln.push_back(s.Describe());
+  }
+  EXPECT_EQ(ln, (std::vector<std::string>{"x", "W", "b", "mean(fp32)", "rstd(fp32)"}));
+  SavedTensor copy{-1, 64, "in", 12, SavedTensor::Copy::kAutocast};
+  EXPECT_EQ(copy.Describe(), "in12 (autocast copy)");
+  copy.copy = SavedTensor::Copy::kContiguous;
+  copy.operand = -1;
+  EXPECT_EQ(copy.Describe(), "in (contiguous copy)");
+}
+
 TEST(RulesSaved, GemmDoesNotSaveBias) {
   GraphBuilder b;
   const int h = b.Activation("h", {4, 8});
