@@ -21,11 +21,9 @@
 //    binary printing its version: the cost of starting the process and loading its libraries
 //    alone. And the generated chains of 10,000, 100,000 and 1,000,000 nodes (written once to the
 //    temporary folder) estimated by each backend in a new process, with their time per node: a
-//    fresh process pays a page fault for every page it touches, at every size alike, where the
-//    steady-state loops of estimate_bench.cc find the memory of the last round again below
-//    glibc's mmap threshold (32 MiB at most) and fault afresh above it -- so it is here that the
-//    cost per node of 100k and 1M nodes compares like for like (the CLI's allocator,
-//    tools/jemalloc_conf.cc).
+//    fresh process pays a page fault for every page it touches, at every size alike, which the
+//    steady-state loops of estimate_bench.cc, keeping their memory between rounds, do not (the
+//    CLI's allocator, tools/jemalloc_conf.cc).
 //
 //   ninja -C build memest_bench
 //   ./build/bench/memest_bench --benchmark_filter='Queries|Threads|Cli'
