@@ -61,11 +61,6 @@ uint64_t CachingAllocatorModel::AllocationSize(uint64_t rounded) {
   return RoundUp(rounded, kRoundLarge);
 }
 
-void CachingAllocatorModel::Bump(uint64_t* value, uint64_t* peak, uint64_t delta) {
-  *value += delta;
-  *peak = std::max(*peak, *value);
-}
-
 void CachingAllocatorModel::ResetPeaks() {
   stats_.peak_allocated = stats_.allocated;
   stats_.peak_requested = stats_.requested;

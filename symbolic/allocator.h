@@ -9,6 +9,7 @@
 #ifndef MEMEST_SYMBOLIC_ALLOCATOR_H_
 #define MEMEST_SYMBOLIC_ALLOCATOR_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -113,7 +114,11 @@ class CachingAllocatorModel {
   bool ReleaseCached();
   void InsertFree(int64_t id);
   void EraseFree(int64_t id);
-  void Bump(uint64_t* value, uint64_t* peak, uint64_t delta);
+  // Adds delta to *value and raises *peak to it (every malloc does, twice: kept inline).
+  static void Bump(uint64_t* value, uint64_t* peak, uint64_t delta) {
+    *value += delta;
+    *peak = std::max(*peak, *value);
+  }
 
   AllocatorConfig config_;
   AllocatorStats stats_;
