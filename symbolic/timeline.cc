@@ -186,8 +186,8 @@ class Sim {
   // A cuDNN convolution call's workspace, allocated and freed around the call (memory/device.h).
   void ConvWorkspace(size_t k);
   // Roots of node k's inputs; in a recomputation (seg >= 0) only those the segment makes.
-  // Sorted, each root once. For seg < 0 they are worked out once, by Prepare (input_roots_);
-  // otherwise the span is valid until the next call (it fills roots_).
+  // Sorted, each root once. They are worked out once, by Prepare (input_roots_); for seg >= 0 the
+  // segment's are picked from them into roots_, and the span is valid until the next call.
   std::span<const int> InputRoots(size_t k, int seg);
   // The roots of node k's saved inputs (not parameters); in a recomputation only those the
   // segment makes. Sorted, each once; valid until the next call (it fills saved_roots_).
@@ -728,15 +728,13 @@ void Sim::ReleaseSegment(int seg) {
 }
 
 std::span<const int> Sim::InputRoots(size_t k, int seg) {
-  if (seg < 0) {
-    return std::span<const int>(input_roots_)
-        .subspan(input_roots_at_[k], input_roots_at_[k + 1] - input_roots_at_[k]);
+  const auto all = std::span<const int>(input_roots_)
+                       .subspan(input_roots_at_[k], input_roots_at_[k + 1] - input_roots_at_[k]);
+  if (seg < 0) return all;
+  roots_.clear();  // the segment's own, still sorted and each once
+  for (int r : all) {
+    if (MadeIn(r, seg)) roots_.push_back(r);
   }
-  roots_.clear();
-  for (int in : g_.nodes[k].inputs) {
-    if (in >= 0 && MadeIn(facts_.root(in), seg)) roots_.push_back(facts_.root(in));
-  }
-  SortUnique(&roots_);
   return roots_;
 }
 
