@@ -29,6 +29,10 @@ What it measures, one JSON object per line on stdout of the orchestrator (and in
                 the tests/data/hf configs (random weights): training rows (Adam, 3 iterations, eager
                 and sdpa attention, fp32 and amp-bf16) and bf16 prefill rows (KV cache filled, the
                 head on the last token); datasets/h100-lm-torch211/README.md states the protocol.
+                --no-lm-train / --no-lm-prefill keep one kind; --slots sets the workers when two
+                orchestrators share the GPU (each with its own --out).
+  kind=lm_trace (--lm-trace CONFIG:ATTENTION:PRECISION:BxS,...): one training row run with the
+                caching allocator's history recorded; the snapshot goes to OUT/trace-N.pickle.gz.
 
 Usage (on the device machine, from the repository root):
   python3 scripts/gpu_device_truth.py --out "$OUT" --deadline 430
@@ -368,18 +372,19 @@ def lm_config(torch, task):
     return cfg
 
 
-def lm_model(torch, cfg, attention):
-    """A randomly initialised *ForCausalLM in fp32 on the GPU with the attention asked for."""
+def lm_model(torch, cfg, attention, dtype=None):
+    """A randomly initialised *ForCausalLM on the GPU (fp32 unless dtype says) with the attention
+    asked for."""
     from transformers import AutoModelForCausalLM
+    dtype = dtype or torch.float32
     with torch.device("cuda"):
         try:
-            model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attention,
-                                                     dtype=torch.float32)
+            model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attention, dtype=dtype)
         except TypeError:
             model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attention,
-                                                     torch_dtype=torch.float32)
-    if next(model.parameters()).dtype != torch.float32:
-        model = model.float()
+                                                     torch_dtype=dtype)
+    if next(model.parameters()).dtype != dtype:
+        model = model.to(dtype)
     return model
 
 
@@ -438,13 +443,39 @@ def task_lm_train(task):
                 break
 
 
+def task_lm_trace(task):
+    """One training row with the caching allocator's history recorded (torch.cuda.memory's
+    _record_memory_history, Python frames at each malloc): every malloc and free of the 3 iterations, with the
+    segments, dumped as a gzipped pickle to task["path"] for a replay through memest's model."""
+    import gzip
+    import pickle
+    import torch
+    torch.cuda.set_per_process_memory_fraction(task["cap_fraction"])
+    t0 = time.time()
+    model = lm_model(torch, lm_config(torch, task), task["attention"]).train()
+    base = dict(lm_base(torch, task, model, t0), optimizer="adam", loss="cross-entropy",
+                trace=os.path.basename(task["path"]))
+    batch, seq = task["shapes"][0]
+    torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
+                                             max_entries=400000)
+    t1 = time.time()
+    rec = lm_train_batch(torch, model, task, batch, seq, task["precision"], False)
+    with gzip.open(task["path"], "wb") as f:
+        pickle.dump(torch.cuda.memory._snapshot(), f)
+    torch.cuda.memory._record_memory_history(enabled=None)
+    rec.update(base, seconds=round(time.time() - t1, 2), kind="lm_trace")
+    emit(rec)
+
+
 def task_lm_prefill(task):
     """Inference in bf16 weights: one forward that fills the KV cache, the head on the last token."""
     import torch
     torch.cuda.set_per_process_memory_fraction(task["cap_fraction"])
     t0 = time.time()
     cfg = lm_config(torch, task)
-    model = lm_model(torch, cfg, task["attention"]).to(torch.bfloat16).eval()
+    # Built in bf16 directly (the rows of 2026-11-27 built fp32 and cast: the same bf16 weights
+    # once the cache is emptied, but a 7B decoder's fp32 copy would not fit beside a second worker).
+    model = lm_model(torch, cfg, task["attention"], torch.bfloat16).eval()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     base = dict(lm_base(torch, task, model, t0), precision="bf16", phase="prefill", logits="last")
@@ -484,7 +515,7 @@ LM_TRAIN_VARIANTS = {"eager": [("fp32", False), ("amp-bf16", False)],
 LM_PREFILL_SHAPES = [(1, 1024), (8, 1024), (1, 2048), (8, 2048), (1, 8192), (1, 32768)]
 
 
-def lm_tasks(stop_at, cap, total, configs=None, train_shapes=None, prefill=True):
+def lm_tasks(stop_at, cap, total, configs=None, train_shapes=None, prefill=True, train=True):
     tasks = []
     for name in configs or LM_CONFIGS:
         with open(os.path.join(ROOT, "tests", "data", "hf", name)) as f:
@@ -492,7 +523,7 @@ def lm_tasks(stop_at, cap, total, configs=None, train_shapes=None, prefill=True)
         longest = raw.get("max_position_embeddings") or raw.get("n_positions") or 2048
         common = {"config": name, "cap_bytes": cap, "cap_fraction": min(1.0, cap / total),
                   "stop_at": stop_at}
-        for attention, variants in LM_TRAIN_VARIANTS.items():
+        for attention, variants in (LM_TRAIN_VARIANTS.items() if train else ()):
             tasks.append(dict(common, task="lm_train", attention=attention, variants=variants,
                               shapes=[s for s in train_shapes or LM_TRAIN_SHAPES if s[1] <= longest]))
         if prefill:
@@ -506,7 +537,7 @@ def task_fake(task):
     kind = task["task"]
     if kind == "env":
         emit({"kind": "env", "gpu": "fake", "total_memory": 80 * GIB, "per_process_nvml": True})
-    elif kind in ("lm_train", "lm_prefill"):
+    elif kind in ("lm_train", "lm_prefill", "lm_trace"):
         for b, q in task["shapes"]:
             emit({"kind": kind, "model": task["config"], "batch": b, "seq": q, "status": "ok"})
         time.sleep(0.3)
@@ -524,7 +555,8 @@ def worker_main(task_json):
         task_fake(task)
         return
     fn = {"env": task_env, "context": task_context, "conv": task_conv, "train": task_train,
-          "lm_train": task_lm_train, "lm_prefill": task_lm_prefill}[task["task"]]
+          "lm_train": task_lm_train, "lm_prefill": task_lm_prefill,
+          "lm_trace": task_lm_trace}[task["task"]]
     try:
         fn(task)
     except Exception as e:  # noqa: BLE001 -- the orchestrator records the failure as a row
@@ -633,6 +665,13 @@ def main():
     ap.add_argument("--lm-train-shapes", default="",
                     help="lm: BATCHxSEQ,... for the training rows (default LM_TRAIN_SHAPES)")
     ap.add_argument("--no-lm-prefill", action="store_true", help="lm: training rows only")
+    ap.add_argument("--no-lm-train", action="store_true", help="lm: prefill rows only")
+    ap.add_argument("--lm-trace", default="",
+                    help="lm: CONFIG:ATTENTION:PRECISION:BATCHxSEQ,... training rows run with the"
+                         " allocator's history recorded, each dumped to OUT/trace-N.pickle.gz")
+    ap.add_argument("--slots", type=int, default=0,
+                    help="workers at a time (default: as many caps as fit the GPU, at most 4);"
+                         " set it when another orchestrator shares the GPU")
     ap.add_argument("--deadline", type=float, default=430, help="seconds: no new task after")
     ap.add_argument("--hard-stop", type=float, default=500, help="seconds: workers killed")
     ap.add_argument("--cap-gib", type=float, default=32)
@@ -661,6 +700,8 @@ def main():
     slots = 1
     if env.get("per_process_nvml"):
         slots = max(1, min(4, int(total // (cap + 2 * GIB))))
+    if args.slots:
+        slots = args.slots
     print(f"GPU {env['gpu']} {total / GIB:.1f} GiB; per-process NVML {env.get('per_process_nvml')};"
           f" {slots} workers at a cap of {args.cap_gib} GiB", flush=True)
 
@@ -669,8 +710,17 @@ def main():
         pool.worker_timeout = 240
         configs = [c for c in args.lm_configs.split(",") if c]
         shapes = [tuple(int(v) for v in x.split("x")) for x in args.lm_train_shapes.split(",") if x]
-        for task in lm_tasks(t0 + args.deadline, cap, total, configs, shapes,
-                             not args.no_lm_prefill):
+        tasks = lm_tasks(t0 + args.deadline, cap, total, configs, shapes,
+                         not args.no_lm_prefill, not args.no_lm_train)
+        for n, spec in enumerate(x for x in args.lm_trace.split(",") if x):
+            name, attention, precision, shape = spec.split(":")
+            tasks.insert(n, {"task": "lm_trace", "config": name, "attention": attention,
+                             "precision": precision, "cap_bytes": cap,
+                             "cap_fraction": min(1.0, cap / total), "stop_at": t0 + args.deadline,
+                             "shapes": [tuple(int(v) for v in shape.split("x"))],
+                             "path": os.path.join(os.path.abspath(args.out),
+                                                  f"trace-{n + 1}.pickle.gz")})
+        for task in tasks:
             if time.time() > t0 + args.deadline:
                 pool.record({"kind": task["task"], "model": task["config"],
                              "attention": task["attention"], "status": "not_started"})

@@ -21,7 +21,10 @@ Policy (fixed before any score was read):
     of its process begins with the two cuBLAS workspaces of the forward and autograd threads
     (2 x 32 MiB on Hopper, taken from the caching allocator and kept) and up to 1 MiB more: the
     first version of this rule allowed 64 MiB and so left out every such row; the readings are
-    64-65 MiB on every row but one, which began 24,002 MiB over.
+    64-65 MiB on every row but one, which began 24,002 MiB over. A job measured again by a later
+    call (the same model, kind, attention, precision, logits held or not, batch and sequence) is
+    scored once, from its first finished row: calls 4-7 repeated some jobs under other caps, and
+    their readings agree to the MiB.
   * memest runs the row's job: --batch, --dim seq=, --precision (fp32, amp-bf16; bf16 for
     prefill), Adam with foreach (memest's default, torch.optim's default on CUDA), cross-entropy,
     3 iterations; --attention eager for eager rows and auto for sdpa rows (PyTorch picks the
@@ -64,6 +67,7 @@ def rows_to_score(path):
         rows = [json.loads(line) for line in f if line.strip()]
     kept, left_out = [], {}
     previous_release = {}  # a worker's rows come in order: (call, kind, model, attention)
+    jobs = set()  # the jobs kept: a later call's repeat of one is left out (counted once)
     for r in rows:
         if r.get("kind") not in ("lm_train", "lm_prefill"):
             continue
@@ -80,9 +84,14 @@ def rows_to_score(path):
                 reason = "reserved past 90 % of the cap"
             elif start is not None and start > r["after_weights"]["allocated"] + LEAK_SLACK:
                 reason = "began with a previous row's tensors alive"
+        job = (r["kind"], r["model"], r.get("attention"), r.get("precision"),
+               bool(r.get("hold_logits")), r.get("batch"), r.get("seq"))
+        if not reason and job in jobs:
+            reason = "a repeat of a job already scored"
         if reason:
             left_out[reason] = left_out.get(reason, 0) + 1
             continue
+        jobs.add(job)
         kept.append((r, truth))
     return kept, left_out
 
