@@ -183,11 +183,8 @@ void AddAttentionDiagnostics(const EstimationContext& ctx, Estimate* e) {
     };
     std::vector<Group> groups;
     for (const ops::AttentionCall& c : f.attention_calls()) {
-      std::string what =
-          std::string(ops::ToString(c.kernel)) + " (" + c.reason +
-          (c.chain && c.kernel == ops::AttentionKernel::kMath ? "; the chain costed as written"
-                                                              : "") +
-          ")";
+      std::string what = std::string(ops::ToString(c.kernel)) + " (" + c.reason +
+                         (c.as_written ? "; the chain costed as written" : "") + ")";
       auto it = std::find_if(groups.begin(), groups.end(),
                              [&](const Group& gr) { return gr.what == what; });
       if (it == groups.end()) it = groups.insert(groups.end(), Group{what, {}});

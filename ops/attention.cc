@@ -23,10 +23,19 @@ std::string Sm(const AttentionPolicy& p) {
   return std::to_string(p.sm_major) + "." + std::to_string(p.sm_minor);
 }
 
+// Why neither fused kernel can run a call whose k/v broadcast over the query heads
+// (check_batch_size_and_num_heads_dense); "" when they do not.
+std::string BroadcastRefusal(const AttentionSite& s) {
+  if (!s.broadcast_kv) return "";
+  return "k/v broadcast over the query heads without enable_gqa: the fused kernels take as many "
+         "k/v heads as query heads";
+}
+
 // Why flash cannot run the call (sdp_utils.cpp, can_use_flash_attention); "" when it can.
 std::string FlashRefusal(const AttentionPolicy& p, const AttentionSite& s) {
   if (!s.masks.empty())
     return "an explicit attention mask ('" + std::string(s.masks[0].what) + "'): flash takes none";
+  if (std::string b = BroadcastRefusal(s); !b.empty()) return b;
   if (!SmIn(p, 8, 0, 12, 1)) return "compute capability " + Sm(p) + ": flash needs 8.0 to 12.1";
   if (s.elem != 2) return "fp32 inputs: flash runs fp16/bf16 only";
   if (!s.known) return "";  // dims unknown: assume they fit
@@ -54,6 +63,7 @@ std::string MemEfficientRefusal(const AttentionPolicy& p, const AttentionSite& s
   }
   if (s.elem != 2 && s.elem != 4) return "fp64 inputs: memory-efficient runs fp16/bf16/fp32";
   if (s.bf16 && p.sm_major < 8) return "bf16 on sm " + Sm(p) + ": memory-efficient needs 8.0";
+  if (std::string b = BroadcastRefusal(s); !b.empty()) return b;
   if (s.grouped_kv && s.masks.empty()) {
     return "grouped k/v passed with enable_gqa: memory-efficient takes as many k/v heads as query "
            "heads";
@@ -122,6 +132,10 @@ Sizes SizesOf(const AttentionSite& s) {
   z.rows = Product(s, {s.batch, s.q_heads, s.q_len});
   return z;
 }
+
+// Whether the math composite repeats k and v to the query heads (grouped heads passed with
+// enable_gqa: repeat_interleave); broadcast k/v are read as they are.
+bool Repeated(const AttentionSite& s) { return s.q_heads != s.kv_heads && !s.broadcast_kv; }
 
 // The math composite's accumulation type: fp32 for fp16/bf16 inputs.
 uint64_t AccBytes(const AttentionSite& s) { return s.elem == 2 ? 4 : s.elem; }
@@ -212,12 +226,13 @@ std::vector<SavedTensor> AttentionKernelSaved(AttentionKernel kernel, const Atte
   switch (kernel) {
     case AttentionKernel::kMath: {
       const uint64_t acc = AccBytes(s);
+      const bool repeated = Repeated(s);
       Extra(&out, Times(z.q, acc), "q*sqrt(scale)");
-      Extra(&out, Times(z.k_rep, acc), "k^T*sqrt(scale)");
-      if (s.v >= 0 && s.elem != 2 && s.q_heads == s.kv_heads) {
+      Extra(&out, Times(repeated ? z.k_rep : z.k, acc), "k^T*sqrt(scale)");
+      if (s.v >= 0 && s.elem != 2 && !repeated) {
         Value(&out, s.v, "v");
       } else {
-        Extra(&out, Times(z.v_rep, acc), s.elem == 2 ? "v(fp32)" : "v");
+        Extra(&out, Times(repeated ? z.v_rep : z.v, acc), s.elem == 2 ? "v(fp32)" : "v");
       }
       Extra(&out, Times(z.probs, acc), "probs");
       if (s.dropout > 0) {
@@ -273,8 +288,9 @@ uint64_t AttentionKernelWorkspace(AttentionKernel kernel, const AttentionSite& s
     case AttentionKernel::kMath: {
       const uint64_t acc = AccBytes(s);
       const bool half = s.elem == 2;
-      const bool grouped = s.q_heads != s.kv_heads;
+      const bool grouped = Repeated(s);
       add(Times(z.probs, acc));  // the scores, before the softmax
+      add(z.probs);              // _safe_softmax's scores.eq(-inf), bool, beside both
       if (half) {                // q.to(float), k.to(float): alive to the end of the call
         add(Times(z.q, 4));
         add(Times(z.k, 4));

@@ -15,6 +15,8 @@
 //    (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp, select_sdp_backend: flash, then
 //    memory-efficient, then math), by these of its checks (a forced kernel whose checks fail is
 //    refused, as PyTorch refuses it: ForcedRefusal):
+//      both: as many k/v heads (and batch rows) as q, unless grouped k/v come with enable_gqa
+//        (check_batch_size_and_num_heads_dense): a call whose k/v broadcast runs math;
 //      flash: no explicit attention mask (check_for_attn_mask); q, k, v head dims equal and
 //        <= 256; compute capability 8.0 to 12.1; fp16/bf16; with autograd recording on sm 8.6-8.9
 //        and 12.x a head dim <= 192, or > 224 without dropout; is_causal only with as many
@@ -34,7 +36,8 @@
 //      math: q * sqrt(scale) and k^T * sqrt(scale) (new tensors), v, the softmax probabilities
 //        [B, Hq, L, S], and with dropout its bool mask and the dropped probabilities; everything in
 //        fp32 when the inputs are fp16/bf16 (the composite upcasts unless
-//        allow_fp16_bf16_reduction_math_sdp), k and v repeated to Hq heads for grouped queries;
+//        allow_fp16_bf16_reduction_math_sdp), k and v repeated to Hq heads for grouped queries
+//        (enable_gqa), at their own size when broadcast;
 //      flash: q, k, v, out, an fp32 logsumexp [B, Hq, L], and two small uint64 tensors on the
 //        device (rng_state[2] and an unused scalar, flash_api.cpp mha_fwd), dropout or not;
 //      memory-efficient: q, k, v, out, the attention bias it was given (a boolean mask converted
@@ -46,7 +49,8 @@
 //    inside (a projection, a concatenated cache without a present output) are extras sized from the
 //    dims.
 //  * What each kernel allocates beyond its outputs and what it keeps (a workspace, freed at the end
-//    of the call): math: the [B, Hq, L, S] scores in the accumulation type, the upcast q and k
+//    of the call): math: the [B, Hq, L, S] scores in the accumulation type and, beside them and the
+//    probabilities, _safe_softmax's bool scores.eq(-inf) of the same shape, the upcast q and k
 //    copies for fp16/bf16 inputs and k repeated for grouped queries; without autograd also the
 //    probabilities, the scaled q and the upcast v. flash without autograd: its logsumexp and the
 //    two RNG tensors. memory-efficient without autograd: the converted mask and the two scalars.
@@ -126,6 +130,12 @@ struct AttentionSite {
   // transformers' SDPA path passes them unrepeated with enable_gqa=True instead
   // (integrations/sdpa_attention.py, use_gqa_in_sdpa: PyTorch >= 2.5 and no mask).
   bool grouped_kv = false;
+  // k and v have fewer heads (rows) than q and are broadcast over them, passed without enable_gqa
+  // (a chain whose MatMuls broadcast, as Falcon's multi-query attention calls SDPA): batch is then
+  // k's rows, q_heads the query heads per k/v head and kv_heads 1. No fused kernel takes such a
+  // call (check_batch_size_and_num_heads_dense: same batch and heads unless enable_gqa), and the
+  // math composite computes it without repeating k and v.
+  bool broadcast_kv = false;
   // The graph value of a causal mask the call takes as is_causal instead (a decomposed chain's
   // Trilu mask, ops/fusion.h), or -1.
   int causal_mask = -1;
@@ -135,6 +145,9 @@ struct AttentionSite {
 struct AttentionCall {
   size_t node = 0;     // the fused op, or the chain's Softmax
   bool chain = false;  // a decomposed chain (ops/fusion.h)
+  // A chain left as written: the math kernel on fp32 inputs (the composite is the same
+  // computation). On fp16/bf16 inputs the math composite is costed instead (its fp32 upcast).
+  bool as_written = false;
   AttentionKernel kernel = AttentionKernel::kMath;
   std::string reason;  // why this kernel, for the attention_kernel diagnostic
   // Non-empty when --attention forces a kernel that cannot run the call: PyTorch raises "No

@@ -37,6 +37,8 @@ class Matcher {
   // A tensor repeated to more heads as transformers' repeat_kv writes it: Reshape(Expand(x)),
   // the Expand growing it, seen through a Transpose (k^T).
   bool RepeatedHeads(int id) const;
+  // Marks `s` broadcast_kv when k^T and v have fewer rows than the probabilities.
+  void BroadcastHeads(int key, int v, AttentionSite* s) const;
 
  private:
   const Node* Producer(int id) const {
@@ -344,6 +346,7 @@ std::optional<FusedChain> Matcher::Attention(size_t k, AttentionSite* site) cons
     s.head_dim = q_shape->back() > 0 ? static_cast<uint64_t>(q_shape->back()) : 0;
     s.v_head_dim = v_shape->back() > 0 ? static_cast<uint64_t>(v_shape->back()) : 0;
     s.known = s.batch > 0 && s.head_dim > 0 && s.v_head_dim > 0;
+    if (s.known && !s.grouped_kv) BroadcastHeads(key, v, &s);
   }
   *site = std::move(s);
   std::sort(c.nodes.begin(), c.nodes.end());
@@ -369,6 +372,20 @@ bool Matcher::CausalMaskFromShapes(int mask) const {
     for (int in : p->inputs) todo.push_back(in);
   }
   return trilu;
+}
+
+// k^T [.., D, S] and v [.., S, Dv] with fewer rows than the probabilities [rows, L, S]: the
+// MatMuls broadcast them over the query heads (Falcon's multi-query attention). The site then
+// counts k's rows as its batch and the query heads per k/v head as q_heads.
+void Matcher::BroadcastHeads(int key, int v, AttentionSite* s) const {
+  const uint64_t k_rows = Numel(key) / (s->head_dim * s->kv_len);
+  const uint64_t v_rows = Numel(v) / (s->v_head_dim * s->kv_len);
+  if (k_rows == 0 || v_rows == 0 || (k_rows >= s->batch && v_rows >= s->batch)) return;
+  s->broadcast_kv = true;
+  if (k_rows == v_rows && s->batch % k_rows == 0) {
+    s->q_heads = s->batch / k_rows;
+    s->batch = k_rows;
+  }
 }
 
 bool Matcher::RepeatedHeads(int id) const {
@@ -460,7 +477,10 @@ Fusion::Fusion(const core::BoundGraph& b, const std::vector<bool>& requires_grad
       continue;
     }
     if (call) {
-      const bool fused = call->kernel != AttentionKernel::kMath;  // math: the chain as written
+      // Math on fp32 inputs: the chain as written (the same computation); on fp16/bf16 inputs the
+      // composite upcasts q, k and v to fp32 first, which the chain as written does not show.
+      call->as_written = call->kernel == AttentionKernel::kMath && call->site.elem != 2;
+      const bool fused = !call->as_written;
       if (fused) backward_of_[c->nodes.back()] = static_cast<int>(calls_.size());
       calls_.push_back(std::move(*call));
       if (!fused) continue;

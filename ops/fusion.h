@@ -24,16 +24,20 @@
 //    PyTorch module does). Attention chains are fused only when the attention policy fuses chains
 //    (Options::attention sdpa-flash, sdpa-mem-efficient or auto: the model calls
 //    F.scaled_dot_product_attention) and the kernel ops/attention.h picks for the chain is flash
-//    or memory-efficient; that kernel's list is what the chain saves. With eager attention,
-//    sdpa-math, or a chain auto gives the math kernel, the chain stays as written (the math
+//    or memory-efficient, or math on fp16/bf16 inputs (the composite upcasts q, k and v to fp32,
+//    which the chain as written does not show); that kernel's list is what the chain saves and
+//    its workspace what the chain's last node allocates. With eager attention, sdpa-math, or a
+//    chain the policy gives the math kernel on fp32 inputs, the chain stays as written (the math
 //    composite is the same computation).
 //  * The call a fused chain makes is the one transformers' SDPA path makes for it: a mask made
 //    from the inputs' shapes alone through a Trilu (the causal mask), over as many queries as keys
 //    or one query, is is_causal and no attn_mask (masking_utils.py, sdpa_mask with
 //    allow_is_causal_skip); k and v repeated to the query heads (Reshape of a growing Expand) are
-//    passed unrepeated with enable_gqa when there is no mask (AttentionSite::grouped_kv). A causal
-//    mask read only by fused chains is never made then: it, and the values only it needs, are 0
-//    bytes like interior values.
+//    passed unrepeated with enable_gqa when there is no mask (AttentionSite::grouped_kv); k and v
+//    with fewer rows than q, broadcast by the MatMuls, are passed as they are, without enable_gqa
+//    (AttentionSite::broadcast_kv: Falcon's multi-query attention), so only math runs them. A
+//    causal mask read only by fused chains is never made then: it, and the values only it needs,
+//    are 0 bytes like interior values.
 //  * Fused attention ops (a rule with an attention_site: ONNX Attention, the com.microsoft
 //    attention ops) get their kernel from the same choice, per node (attention_call()); their
 //    rules then say what that kernel saves and allocates.

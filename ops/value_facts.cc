@@ -363,9 +363,14 @@ void ValueFacts::AutocastCopiesOfSavedInputs(size_t k, const FusedChain* chain,
 }
 
 uint64_t ValueFacts::Workspace(size_t k) const {
+  const core::Node& n = graph_.graph->nodes[k];
+  if (const AttentionCall* call = fusion_->backward_call(k); call != nullptr && call->chain) {
+    // A fused chain's kernel runs at its last node: what it allocates beyond what it keeps.
+    const int out0 = n.outputs.empty() ? -1 : n.outputs[0];
+    return Share(out0, AttentionKernelWorkspace(call->kernel, call->site));
+  }
   const OpRule* rule = this->rule(k);
   if (rule == nullptr || rule->workspace == nullptr) return 0;
-  const core::Node& n = graph_.graph->nodes[k];
   const uint64_t bytes =
       rule->workspace(RuleContext{n, graph_, requires_grad_, fusion_->attention_call(k)});
   const int out0 = n.outputs.empty() ? -1 : n.outputs[0];

@@ -10,10 +10,12 @@
 //  * Attention is eager and decomposed in the chain ops/fusion.cc recognises: MatMul(q, k^T),
 //    Mul by 1/sqrt(head_dim), Where(causal mask, -inf), Softmax, Dropout (training, rate > 0),
 //    MatMul with v. Grouped-query attention repeats k and v as repeat_kv does (Unsqueeze,
-//    Expand, Reshape) before the MatMul. Rotary embeddings (full or partial) are applied with
-//    rotate_half (Slice, Neg, Concat); cos/sin come from Range over the positions in the graph.
-//    Per-head norms on q and k (phi's qk_layernorm: LayerNorm; qwen3's q_norm/k_norm: RMSNorm
-//    over head_dim, on [b, s, heads, head_dim] before the transpose) come before the rotary.
+//    Expand, Reshape) before the MatMul; falcon's multi-query attention does not: its one k/v
+//    head broadcasts in the MatMuls, as FalconAttention.forward's matmuls and SDPA call take it.
+//    Rotary embeddings (full or partial) are applied with rotate_half (Slice, Neg, Concat); cos/sin
+//    come from Range over the positions in the graph. Per-head norms on q and k (phi's
+//    qk_layernorm: LayerNorm; qwen3's q_norm/k_norm: RMSNorm over head_dim, on [b, s, heads,
+//    head_dim] before the transpose) come before the rotary.
 //  * Mixture of experts (mixtral): router Linear -> Softmax -> TopK -> renormalised weights.
 //    Routing is modelled as balanced: each expert takes ceil(tokens * top_k / experts) token rows
 //    (Gather by a Range), runs its SwiGLU MLP, scales by its routing weights and adds into the
@@ -373,7 +375,10 @@ Result<DecoderSpec> ReadFalcon(const ConfigReader& r) {
                          " is not divisible by 'num_kv_heads' = " + std::to_string(s.kv_heads));
     }
   } else {
+    // Multi-query: one k/v head, broadcast over the query heads in eager's matmuls and passed to
+    // SDPA as is, without enable_gqa (FalconAttention.forward), so no fused kernel takes it.
     s.kv_heads = multi_query ? 1 : s.heads;
+    s.broadcast_kv = multi_query;
   }
   MEMEST_ASSIGN_OR_RETURN(s.intermediate,
                           r.IntOr({"ffn_hidden_size"}, 4 * s.hidden, 1, kMaxIntermediate));
@@ -530,8 +535,8 @@ std::string DecoderGraph::SelfAttention(const std::string& h, int64_t i) {
     present_.push_back(w_.OpNamed(n + ".value", "Identity", {v}));
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::string y =
-      b_.Attention(q, k, v, s_.heads, s_.kv_heads, hd, scale, "", mask_, s_.attn_dropout);
+  std::string y = b_.Attention(q, k, v, s_.heads, s_.kv_heads, hd, scale, "", mask_,
+                               s_.attn_dropout, s_.broadcast_kv);
   y = b_.Linear(y, q_out, s_.hidden, s_.o_bias, prefix + s_.names.o);
   return b_.Dropout(y, s_.resid_dropout);
 }

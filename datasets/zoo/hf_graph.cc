@@ -282,9 +282,10 @@ std::string Builder::ApplyRotary(const std::string& x,
 
 std::string Builder::Attention(const std::string& q, const std::string& k, const std::string& v,
                                int64_t heads, int64_t kv_heads, int64_t head_dim, float scale,
-                               const std::string& bias, const std::string& mask, float dropout) {
+                               const std::string& bias, const std::string& mask, float dropout,
+                               bool broadcast_kv) {
   std::string keys = k, values = v;
-  if (kv_heads < heads) {
+  if (kv_heads < heads && !(broadcast_kv && kv_heads == 1)) {
     keys = RepeatKv(k, kv_heads, heads / kv_heads, head_dim);
     values = RepeatKv(v, kv_heads, heads / kv_heads, head_dim);
   }

@@ -105,6 +105,10 @@ struct DecoderSpec {
   bool qkv_bias = false, o_bias = false, mlp_bias = false, lm_head_bias = false;
   bool qk_layernorm = false;  // phi: LayerNorm(head_dim) on q and k
   bool qk_rmsnorm = false;    // qwen3: RMSNorm(head_dim) on q and k per head (separate q/k/v)
+  // kv_heads < heads, and the family's attention broadcasts k/v over the query heads in its
+  // matmuls (and passes them to SDPA unrepeated, without enable_gqa) instead of repeat_kv:
+  // falcon's multi-query attention (modeling_falcon.py, FalconAttention.forward).
+  bool broadcast_kv = false;
   MlpKind mlp = MlpKind::kGated;
   std::string act = "silu";  // layers.h Activation() name
   BlockKind block = BlockKind::kSequential;
@@ -206,12 +210,14 @@ class Builder {
   // q * cos + rotate_half(q) * sin on the first rotary_dim of head_dim features.
   std::string ApplyRotary(const std::string& x, const std::pair<std::string, std::string>& cs,
                           int64_t rotary_dim, int64_t head_dim);
-  // Eager attention over [b, nh, s, hd] queries and [b, kv, t, hd] keys/values: repeat_kv,
+  // Eager attention over [b, nh, s, hd] queries and [b, kv, t, hd] keys/values: repeat_kv
+  // (unless broadcast_kv: the matmuls broadcast one k/v head over the query heads),
   // MatMul(q, k^T), * scale (when not 1), + bias, Where(mask, -inf), Softmax, Dropout, MatMul(v);
   // returns [b, s, nh*hd].
   std::string Attention(const std::string& q, const std::string& k, const std::string& v,
                         int64_t heads, int64_t kv_heads, int64_t head_dim, float scale,
-                        const std::string& bias, const std::string& mask, float dropout);
+                        const std::string& bias, const std::string& mask, float dropout,
+                        bool broadcast_kv = false);
   // The last position of [b, s, h]: [b, 1, h].
   std::string LastPosition(const std::string& x);
 

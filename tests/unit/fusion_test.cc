@@ -362,6 +362,73 @@ TEST(FusionTest, GroupedQueryAttentionWithRepeatedKvIsFused) {
             std::string::npos);
 }
 
+// Multi-query attention as Falcon writes it: 4 query heads over one key/value head that the
+// MatMuls broadcast (no repeat_kv), and that Falcon passes to SDPA as it is, without enable_gqa.
+// No fused kernel takes k/v with fewer heads than q then, so auto runs the math composite; on
+// bf16 inputs the chain is costed as that composite (fp32 scores, probabilities and
+// _safe_softmax's bool mask), in fp32 as written. A forced flash kernel is refused.
+TEST(FusionTest, BroadcastKeyValueHeadsRunTheMathComposite) {
+  GraphBuilder b(17);
+  b.AddInput("Q", kFloat, {"N", 4, 32, 8});
+  b.AddInput("K", kFloat, {"N", 1, 32, 8});
+  b.AddInput("V", kFloat, {"N", 1, 32, 8});
+  b.AddInitializer("Wq", {8, 8});
+  Scalar(b, "scale", 0.35f);
+  b.AddNode("MatMul", {"Q", "Wq"}, {"q"});
+  testing::SetIntsAttr(b.AddNode("Transpose", {"K"}, {"kt"}), "perm", {0, 1, 3, 2});
+  b.AddNode("MatMul", {"q", "kt"}, {"s"});
+  b.AddNode("Mul", {"s", "scale"}, {"s2"});
+  testing::SetIntAttr(b.AddNode("Softmax", {"s2"}, {"p"}), "axis", -1);
+  b.AddNode("MatMul", {"p", "V"}, {"Y"});
+  b.AddOutput("Y", kFloat);
+  auto m = Load(b);
+  ASSERT_NE(m, nullptr);
+
+  Options bf16 = Batch(2);
+  bf16.attention = Attention::kAuto;
+  bf16.precision = Precision::kAmpBf16;
+  auto ctx = Context(*m, bf16);
+  ASSERT_NE(ctx, nullptr);
+  ASSERT_EQ(ctx->facts().fusion().attention_calls().size(), 1u);
+  const ops::AttentionCall& call = ctx->facts().fusion().attention_calls()[0];
+  EXPECT_EQ(call.kernel, ops::AttentionKernel::kMath);
+  EXPECT_NE(call.reason.find("broadcast"), std::string::npos) << call.reason;
+  EXPECT_TRUE(call.site.broadcast_kv);
+  EXPECT_EQ(call.site.batch, 2u);
+  EXPECT_EQ(call.site.q_heads, 4u);
+  EXPECT_EQ(call.site.kv_heads, 1u);
+  EXPECT_FALSE(call.as_written);
+  ASSERT_EQ(ctx->facts().fusion().chains().size(), 1u);
+  // The composite's fp32 copies: q*sqrt(scale) [2, 4, 32, 8], k^T*sqrt(scale) and v at their own
+  // single head [2, 1, 32, 8] (not repeated), the probabilities [2, 4, 32, 32].
+  const auto saved = ctx->facts().Saved(ctx->facts().fusion().chains()[0].nodes.back());
+  ASSERT_EQ(saved.size(), 4u);
+  EXPECT_EQ(saved[0].bytes, 2u * 4 * 32 * 8 * 4);
+  EXPECT_EQ(saved[1].bytes, 2u * 1 * 32 * 8 * 4);
+  EXPECT_EQ(saved[2].bytes, 2u * 1 * 32 * 8 * 4);
+  EXPECT_EQ(saved[3].bytes, 2u * 4 * 32 * 32 * 4);
+  // The call's workspace at the chain's last node: fp32 scores, the bool mask, fp32 q and k.
+  EXPECT_EQ(ctx->facts().Workspace(ctx->facts().fusion().chains()[0].nodes.back()),
+            2u * 4 * 32 * 32 * (4 + 1) + 2u * 4 * 32 * 8 * 4 + 2u * 1 * 32 * 8 * 4);
+
+  Options fp32 = Batch(2);
+  fp32.attention = Attention::kAuto;
+  auto written = Context(*m, fp32);
+  ASSERT_NE(written, nullptr);
+  EXPECT_TRUE(written->facts().fusion().chains().empty());
+  ASSERT_EQ(written->facts().fusion().attention_calls().size(), 1u);
+  EXPECT_TRUE(written->facts().fusion().attention_calls()[0].as_written);
+
+  Options flash = bf16;
+  flash.attention = Attention::kSdpaFlash;
+  auto est = MakeEstimator("symbolic");
+  ASSERT_TRUE(est.ok());
+  auto refused = (*est)->Run(*m, flash);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("broadcast"), std::string::npos)
+      << refused.status().message();
+}
+
 TEST(FusionTest, TheMemoryEfficientKernelPadsItsLogsumexpRows) {
   auto m = Load(AttentionGraph(0.0f, /*tokens=*/33));
   ASSERT_NE(m, nullptr);

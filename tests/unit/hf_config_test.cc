@@ -251,6 +251,37 @@ TEST(HfConfigTest, FusedAttentionTakesTheCausalMaskAsIsCausal) {
   EXPECT_EQ((*eager)->facts().bytes(mask), 32768ull * 32768);
 }
 
+// Falcon-7b's multi-query attention broadcasts its one k/v head over the 71 query heads
+// (FalconAttention.forward: no repeat_kv, SDPA called without enable_gqa), so the graph repeats
+// nothing and PyTorch's SDPA runs the math composite: bf16 upcast to fp32 [b, 71, s, s] scores.
+// Measured on an H100 (datasets/h100-lm-torch211/, call 7): 35,220 MiB allocated at 8 x 2048.
+TEST(HfConfigTest, FalconMultiQueryRunsTheMathComposite) {
+  HfGraphOptions prefill;
+  prefill.phase = HfGraphOptions::kPrefill;
+  auto model = Load(Build(Config("falcon-7b.RECONSTRUCTED.json"), prefill));
+  ASSERT_NE(model, nullptr);
+  for (const core::Node& n : model->graph().nodes) EXPECT_NE(n.op_type, "Expand") << n.name;
+  Options o;
+  o.mode = Mode::kInfer;
+  o.precision = Precision::kBf16;
+  o.batch = 8;
+  o.dims["seq"] = 2048;
+  o.attention = Attention::kAuto;
+  auto ctx = memory::EstimationContext::Make(*model, o);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  const auto& calls = (*ctx)->facts().fusion().attention_calls();
+  ASSERT_EQ(calls.size(), 32u);
+  for (const ops::AttentionCall& call : calls) {
+    EXPECT_EQ(call.kernel, ops::AttentionKernel::kMath);
+    EXPECT_TRUE(call.site.broadcast_kv);
+    EXPECT_EQ(call.site.q_heads, 71u);
+    EXPECT_FALSE(call.as_written);
+  }
+  // The scores and probabilities in fp32 and the bool mask beside them: 9 bytes per score.
+  const size_t last = (*ctx)->facts().fusion().chains().at(0).nodes.back();
+  EXPECT_GE((*ctx)->facts().Workspace(last), 8ull * 71 * 2048 * 2048 * 9);
+}
+
 // The concrete shape of graph output `name` at the given dims.
 std::vector<int64_t> OutputShape(const Model& model, const std::string& name,
                                  const std::map<std::string, int64_t>& dims) {

@@ -944,12 +944,13 @@ TEST(RulesSaved, OnnxAttentionKeepsWhatItsKernelKeeps) {
   auto saved = SavedUnder(b, node, math);
   EXPECT_EQ(SavedIds(saved), (std::vector<int>{-1, -1, v, -1}));
   EXPECT_EQ(ExtraBytes(saved), 2u * 4096 + 2 * 4 * 8 * 8 * 4);
-  // Its workspace: the scores before the softmax (the probabilities are kept); without autograd
-  // also the probabilities and the scaled q.
-  EXPECT_EQ(WorkspaceUnder(b, node, math), 2048u);
+  // Its workspace: the scores before the softmax (the probabilities are kept) and
+  // _safe_softmax's bool scores.eq(-inf) [2, 4, 8, 8]; without autograd also the probabilities
+  // and the scaled q.
+  EXPECT_EQ(WorkspaceUnder(b, node, math), 2048u + 512);
   AttentionCall math_infer = CallUnder(b, node, Policy(Attention::kEager, false, false));
   EXPECT_TRUE(AttentionKernelSaved(math_infer.kernel, math_infer.site).empty());
-  EXPECT_EQ(WorkspaceUnder(b, node, math_infer), 2048u + 2048 + 4096);
+  EXPECT_EQ(WorkspaceUnder(b, node, math_infer), 2048u + 512 + 2048 + 4096);
 
   // Flash (bf16 autocast): q, k, v and the output, two small RNG tensors on the device and an
   // fp32 logsumexp [2, 4, 8].
