@@ -515,7 +515,8 @@ LM_TRAIN_VARIANTS = {"eager": [("fp32", False), ("amp-bf16", False)],
 LM_PREFILL_SHAPES = [(1, 1024), (8, 1024), (1, 2048), (8, 2048), (1, 8192), (1, 32768)]
 
 
-def lm_tasks(stop_at, cap, total, configs=None, train_shapes=None, prefill=True, train=True):
+def lm_tasks(stop_at, cap, total, configs=None, train_shapes=None, prefill=True, train=True,
+             prefill_shapes=None):
     tasks = []
     for name in configs or LM_CONFIGS:
         with open(os.path.join(ROOT, "tests", "data", "hf", name)) as f:
@@ -528,7 +529,8 @@ def lm_tasks(stop_at, cap, total, configs=None, train_shapes=None, prefill=True,
                               shapes=[s for s in train_shapes or LM_TRAIN_SHAPES if s[1] <= longest]))
         if prefill:
             tasks.append(dict(common, task="lm_prefill", attention="sdpa",
-                              shapes=[s for s in LM_PREFILL_SHAPES if s[1] <= longest]))
+                              shapes=[s for s in prefill_shapes or LM_PREFILL_SHAPES
+                                      if s[1] <= longest]))
     return tasks
 
 
@@ -666,6 +668,8 @@ def main():
                     help="lm: BATCHxSEQ,... for the training rows (default LM_TRAIN_SHAPES)")
     ap.add_argument("--no-lm-prefill", action="store_true", help="lm: training rows only")
     ap.add_argument("--no-lm-train", action="store_true", help="lm: prefill rows only")
+    ap.add_argument("--lm-prefill-shapes", default="",
+                    help="lm: BATCHxSEQ,... for the prefill rows (default LM_PREFILL_SHAPES)")
     ap.add_argument("--lm-trace", default="",
                     help="lm: CONFIG:ATTENTION:PRECISION:BATCHxSEQ,... training rows run with the"
                          " allocator's history recorded, each dumped to OUT/trace-N.pickle.gz")
@@ -709,9 +713,11 @@ def main():
         pool.slots = slots
         pool.worker_timeout = 240
         configs = [c for c in args.lm_configs.split(",") if c]
-        shapes = [tuple(int(v) for v in x.split("x")) for x in args.lm_train_shapes.split(",") if x]
-        tasks = lm_tasks(t0 + args.deadline, cap, total, configs, shapes,
-                         not args.no_lm_prefill, not args.no_lm_train)
+        def parse(text):
+            return [tuple(int(v) for v in x.split("x")) for x in text.split(",") if x]
+        tasks = lm_tasks(t0 + args.deadline, cap, total, configs, parse(args.lm_train_shapes),
+                         not args.no_lm_prefill, not args.no_lm_train,
+                         parse(args.lm_prefill_shapes))
         for n, spec in enumerate(x for x in args.lm_trace.split(",") if x):
             name, attention, precision, shape = spec.split(":")
             tasks.insert(n, {"task": "lm_trace", "config": name, "attention": attention,
