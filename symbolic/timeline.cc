@@ -175,6 +175,7 @@ class Sim {
   void Record(bool malloc, uint64_t bytes, Category c);
 
   void Prepare();
+  void PrepareChainInputs();
   // kind_ and step_params_, from the graph's values.
   void IndexValues();
   void AllocateWeights();
@@ -199,7 +200,11 @@ class Sim {
   // One node of the backward, in reverse order: its input gradients, workspaces, and the
   // release of what it saved.
   void BackwardNode(size_t kk);
-  // The gradients of node kk's inputs, made from its output gradients.
+  // The inputs node kk's backward makes gradients for: its own inputs; for the last node of a
+  // fused chain (ops/fusion.h) the chain's inputs from outside, as the fused kernel's backward
+  // makes them in one call; for the chain's other nodes none (their values do not exist).
+  std::span<const int> GradInputs(size_t kk) const;
+  // The gradients of GradInputs(kk), made from node kk's output gradients.
   void InputGradients(size_t kk);
   // Accumulates gradient g into input `in`'s gradient (a parameter's .grad, or an activation's).
   void Deliver(int in, Tensor g);
@@ -277,6 +282,10 @@ class Sim {
   static constexpr uint64_t kNotWorkedOut = ~uint64_t{0};
   std::vector<uint64_t> conv_workspace_;
   std::vector<int> released_;  // scratch of ReleaseSaved: the roots it released
+  // Per fused chain, its inputs from outside, each once in id order: chain c's are
+  // chain_inputs_[chain_inputs_at_[c] .. chain_inputs_at_[c + 1]) (GradInputs).
+  std::vector<int> chain_inputs_;
+  std::vector<size_t> chain_inputs_at_;
 
   // Per-iteration state.
   base::IdVector<Tensor> value_;  // per root: live storage
@@ -486,6 +495,7 @@ void Sim::Prepare() {
     input_roots_at_[k + 1] = input_roots_.size();
   }
   conv_workspace_.assign(nn, kNotWorkedOut);
+  if (train_) PrepareChainInputs();
   for (size_t k = 0; k < nn; ++k) {
     if (!OnStage(k)) continue;
     for (int r : InputRoots(k, -1)) ++uses_[r];
@@ -552,6 +562,37 @@ void Sim::AllocateWeights() {
     const auto k = static_cast<uint64_t>(memory::StateTensorsPerParameter(o_.optimizer));
     state_.reserve(k * g_.values.size());
   }
+}
+
+void Sim::PrepareChainInputs() {
+  const ops::Fusion& f = facts_.fusion();
+  chain_inputs_at_.assign(1, 0);
+  for (const ops::FusedChain& c : f.chains()) {
+    const size_t first = chain_inputs_.size();
+    for (size_t m : c.nodes) {
+      for (int in : g_.nodes[m].inputs) {
+        if (in < 0 || f.interior(in)) continue;
+        const int producer = g_.value(in).producer;
+        if (producer >= 0 && f.chain_of(static_cast<size_t>(producer)) == &c) continue;
+        chain_inputs_.push_back(in);
+      }
+    }
+    std::sort(chain_inputs_.begin() + static_cast<std::ptrdiff_t>(first), chain_inputs_.end());
+    chain_inputs_.erase(std::unique(chain_inputs_.begin() + static_cast<std::ptrdiff_t>(first),
+                                    chain_inputs_.end()),
+                        chain_inputs_.end());
+    chain_inputs_at_.push_back(chain_inputs_.size());
+  }
+}
+
+std::span<const int> Sim::GradInputs(size_t kk) const {
+  const ops::Fusion& f = facts_.fusion();
+  const ops::FusedChain* c = f.chain_of(kk);
+  if (c == nullptr) return g_.nodes[kk].inputs;
+  if (c->nodes.back() != kk) return {};
+  const size_t i = static_cast<size_t>(c - f.chains().data());
+  return std::span<const int>(chain_inputs_)
+      .subspan(chain_inputs_at_[i], chain_inputs_at_[i + 1] - chain_inputs_at_[i]);
 }
 
 void Sim::PrepareParallel() {
@@ -910,7 +951,7 @@ void Sim::InputGradients(size_t kk) {
   // An attention kernel's backward buffers (ops/attention.h), alive while the input gradients
   // are made.
   Tensor bws = Malloc(facts_.BackwardWorkspace(kk), Category::kTransient);
-  for (int in : n.inputs) {
+  for (int in : GradInputs(kk)) {
     if (!facts_.requires_grad(in)) continue;
     Deliver(in, Malloc(facts_.bytes(in), Category::kTransient));
   }
@@ -957,7 +998,7 @@ void Sim::BackwardNode(size_t kk) {
   GatherBackward(kk);
   const ops::OpRule* rule = facts_.rule(kk);
   bool needs = false, has_out_grad = false;
-  for (int in : n.inputs) needs = needs || facts_.requires_grad(in);
+  for (int in : GradInputs(kk)) needs = needs || facts_.requires_grad(in);
   for (int out : n.outputs) has_out_grad = has_out_grad || (out >= 0 && grad_[out] >= 0);
   if (needs && has_out_grad) {
     if (o_.library_workspaces && ws_backward_ < 0 && rule && rule->uses_cublas) {

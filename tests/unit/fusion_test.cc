@@ -200,6 +200,28 @@ TEST(FusionTest, GeluChainSavesOnlyItsInput) {
   EXPECT_TRUE(plain->facts().fusion().chains().empty());
 }
 
+// A fused chain's values inside do not exist, but its backward still makes the gradients of its
+// inputs from outside, at its last node: the weight in front of a GELU or LayerNorm chain gets
+// its gradient, fused or not (the symbolic backend once stopped at the chain's first node).
+TEST(FusionTest, FusedChainsPassGradientsToTheirInputs) {
+  for (bool layer_norm : {false, true}) {
+    SCOPED_TRACE(layer_norm ? "LayerNorm" : "GELU");
+    auto m = Load(layer_norm ? LayerNormGraph() : GeluGraph());
+    ASSERT_NE(m, nullptr);
+    const uint64_t params = layer_norm ? (16 * 16 + 16 + 16) * 4 : 64 * 64 * 4;
+    for (bool fused : {true, false}) {
+      Options o = Batch(1);
+      o.fused_kernels = fused;
+      auto ctx = Context(*m, o);
+      ASSERT_NE(ctx, nullptr);
+      EXPECT_EQ(ctx->facts().fusion().chains().size(), fused ? 1u : 0u);
+      const Estimate e = Symbolic(*m, o);
+      ASSERT_TRUE(e.largest.has_value());
+      EXPECT_EQ(e.largest->gradients.bytes, params) << (fused ? "fused" : "as written");
+    }
+  }
+}
+
 TEST(FusionTest, DropoutOfRatioZeroIsAnIdentity) {
   auto m = Load(AttentionGraph(0.0f));
   ASSERT_NE(m, nullptr);
