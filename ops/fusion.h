@@ -17,9 +17,11 @@
 //    have computed it as one kernel either.
 //  * The interior values of a fused chain do not exist at run time: they are 0 bytes. The last
 //    node of the chain saves the fused kernel's list; the other nodes save nothing. A fused
-//    attention chain's backward is one kernel call at its last node (backward_call): its buffers
-//    (ops/attention.h), and in the analytical backend the gradients of the chain's outputs and of
-//    its inputs from outside, held together.
+//    chain's backward is one kernel call at its last node: the gradients of the chain's inputs
+//    from outside are made there, while its output's gradient is alive, and the nodes inside make
+//    none (the symbolic backend; the analytical one sizes each node's input gradients, which are
+//    0 bytes inside, and an attention chain's all at its last node); a fused attention chain's
+//    call also allocates its kernel's backward buffers there (backward_call, ops/attention.h).
 //  * LayerNorm and GELU chains are fused whenever `fused_kernels` is set (the default: what a
 //    PyTorch module does). Attention chains are fused only when the attention policy fuses chains
 //    (Options::attention sdpa-flash, sdpa-mem-efficient or auto: the model calls
