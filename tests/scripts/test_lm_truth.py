@@ -36,10 +36,15 @@ class OrchestratorTest(unittest.TestCase):
 class RowSelectionTest(unittest.TestCase):
     def test_the_committed_rows_left_out_and_why(self):
         kept, left_out = score_lm_truth.rows_to_score(ROWS)
-        self.assertEqual(len(kept), 192)
+        self.assertEqual(len(kept), 279)
         self.assertEqual(left_out["began with a previous row's tensors alive"], 1)
-        self.assertEqual(left_out["reserved past 90 % of the cap"], 15)
-        self.assertEqual(left_out["status over_cap"], 15)
+        self.assertEqual(left_out["reserved past 90 % of the cap"], 28)
+        self.assertEqual(left_out["status over_cap"], 45)
+        # calls 4-7 measured 15 jobs twice (under two caps): each is scored once, from its first row
+        self.assertEqual(left_out["a repeat of a job already scored"], 15)
+        jobs = [(r["kind"], r["model"], r.get("attention"), r.get("precision"),
+                 bool(r.get("hold_logits")), r["batch"], r["seq"]) for r, _ in kept]
+        self.assertEqual(len(jobs), len(set(jobs)))
         for row, truth in kept:
             self.assertEqual(row["status"], "ok")
             self.assertLessEqual(truth["reserved"], 0.9 * row["cap_bytes"])

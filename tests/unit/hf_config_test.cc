@@ -140,6 +140,17 @@ Options Train(int64_t seq) {
   return o;
 }
 
+// A bf16 prefill under --attention auto.
+Options Prefill(int64_t batch, int64_t seq) {
+  Options o;
+  o.mode = Mode::kInfer;
+  o.precision = Precision::kBf16;
+  o.batch = batch;
+  o.dims["seq"] = seq;
+  o.attention = Attention::kAuto;
+  return o;
+}
+
 // One config per family: the training graph binds at batch 2, seq 64 and both estimators give
 // an estimate above the model states with every shape known.
 TEST(HfConfigTest, EveryFamilyEstimatesAtBatch2Seq64) {
@@ -232,12 +243,7 @@ TEST(HfConfigTest, FusedAttentionTakesTheCausalMaskAsIsCausal) {
     if (n.op_type == "Trilu") mask = n.outputs[0];
   }
   ASSERT_GE(mask, 0);
-  Options o;
-  o.mode = Mode::kInfer;
-  o.precision = Precision::kBf16;
-  o.batch = 1;
-  o.dims["seq"] = 32768;
-  o.attention = Attention::kAuto;
+  Options o = Prefill(1, 32768);
   auto fused = memory::EstimationContext::Make(*model, o);
   ASSERT_TRUE(fused.ok()) << fused.status().ToString();
   for (const ops::AttentionCall& call : (*fused)->facts().fusion().attention_calls()) {
@@ -261,13 +267,7 @@ TEST(HfConfigTest, FalconMultiQueryRunsTheMathComposite) {
   auto model = Load(Build(Config("falcon-7b.RECONSTRUCTED.json"), prefill));
   ASSERT_NE(model, nullptr);
   for (const core::Node& n : model->graph().nodes) EXPECT_NE(n.op_type, "Expand") << n.name;
-  Options o;
-  o.mode = Mode::kInfer;
-  o.precision = Precision::kBf16;
-  o.batch = 8;
-  o.dims["seq"] = 2048;
-  o.attention = Attention::kAuto;
-  auto ctx = memory::EstimationContext::Make(*model, o);
+  auto ctx = memory::EstimationContext::Make(*model, Prefill(8, 2048));
   ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
   const auto& calls = (*ctx)->facts().fusion().attention_calls();
   ASSERT_EQ(calls.size(), 32u);
