@@ -204,8 +204,8 @@ class Sim {
   // fused chain (ops/fusion.h) the chain's inputs from outside, as the fused kernel's backward
   // makes them in one call; for the chain's other nodes none (their values do not exist).
   std::span<const int> GradInputs(size_t kk) const;
-  // The gradients of GradInputs(kk), made from node kk's output gradients.
-  void InputGradients(size_t kk);
+  // The gradients of `ins` (GradInputs(kk)), made from node kk's output gradients.
+  void InputGradients(size_t kk, std::span<const int> ins);
   // Accumulates gradient g into input `in`'s gradient (a parameter's .grad, or an activation's).
   void Deliver(int in, Tensor g);
   // release_variables: node kk's saved tensors, AMP weight copies and extras.
@@ -925,7 +925,7 @@ void Sim::Deliver(int in, Tensor g) {
   }
 }
 
-void Sim::InputGradients(size_t kk) {
+void Sim::InputGradients(size_t kk, std::span<const int> ins) {
   const core::Node& n = g_.nodes[kk];
   const ops::OpRule* rule = facts_.rule(kk);
   if (rule && rule->view) {
@@ -951,7 +951,7 @@ void Sim::InputGradients(size_t kk) {
   // An attention kernel's backward buffers (ops/attention.h), alive while the input gradients
   // are made.
   Tensor bws = Malloc(facts_.BackwardWorkspace(kk), Category::kTransient);
-  for (int in : GradInputs(kk)) {
+  for (int in : ins) {
     if (!facts_.requires_grad(in)) continue;
     Deliver(in, Malloc(facts_.bytes(in), Category::kTransient));
   }
@@ -998,13 +998,14 @@ void Sim::BackwardNode(size_t kk) {
   GatherBackward(kk);
   const ops::OpRule* rule = facts_.rule(kk);
   bool needs = false, has_out_grad = false;
-  for (int in : GradInputs(kk)) needs = needs || facts_.requires_grad(in);
+  const std::span<const int> ins = GradInputs(kk);
+  for (int in : ins) needs = needs || facts_.requires_grad(in);
   for (int out : n.outputs) has_out_grad = has_out_grad || (out >= 0 && grad_[out] >= 0);
   if (needs && has_out_grad) {
     if (o_.library_workspaces && ws_backward_ < 0 && rule && rule->uses_cublas) {
       ws_backward_ = Malloc(cublas_workspace_, Category::kTransient);
     }
-    InputGradients(kk);
+    InputGradients(kk, ins);
     // cuDNN's backward calls run while the output's and the inputs' gradients are alive.
     ConvWorkspace(kk);
   }
