@@ -445,8 +445,9 @@ def task_lm_train(task):
 
 def task_lm_trace(task):
     """One training row with the caching allocator's history recorded (torch.cuda.memory's
-    _record_memory_history, Python frames at each malloc): every malloc and free of the 3 iterations, with the
-    segments, dumped as a gzipped pickle to task["path"] for a replay through memest's model."""
+    _record_memory_history, Python frames at each malloc): every malloc and free of the 3
+    iterations, with the segments, dumped as a gzipped pickle to task["path"] for a replay through
+    memest's allocator model (scripts/allocator_history_events.py)."""
     import gzip
     import pickle
     import torch
