@@ -27,6 +27,7 @@ class Matcher {
 
   std::optional<FusedChain> LayerNorm(size_t sub) const;
   std::optional<FusedChain> Gelu(size_t erf) const;
+  std::optional<FusedChain> GeluTanh(size_t tanh) const;
   // The chain and the call it makes (its kernel not chosen yet; the chain's saved list empty).
   std::optional<FusedChain> Attention(size_t softmax, AttentionSite* site) const;
   bool LooksLikeAttention(size_t softmax) const;
@@ -223,6 +224,72 @@ std::optional<FusedChain> Matcher::Gelu(size_t k) const {
   if (RequiresGrad(x)) c.saved.push_back({x, 0, "x"});
   std::sort(c.nodes.begin(), c.nodes.end());
   return c;
+}
+
+// F.gelu(x, approximate="tanh") as torch.onnx writes it below opset 20: x * (x * x) -> * 0.044715
+// -> + x -> * sqrt(2/pi) -> Tanh -> + 1 -> x * that -> * 0.5 (or 0.5 * x first). The cube must be
+// Muls: a Pow is Python code computing the same (GPT-2's NewGELUActivation), op by op.
+constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2 / pi)
+
+std::optional<FusedChain> Matcher::GeluTanh(size_t k) const {
+  const Node& tanh = g_.nodes[k];
+  if (tanh.inputs.empty() || tanh.outputs.empty()) return std::nullopt;
+  const int t = tanh.inputs[0];
+  const Node* beta = Producer(t);
+  if (!Is(beta, "Mul") || beta->inputs.size() != 2) return std::nullopt;
+  const bool beta_second = ScalarNear(beta->inputs[1], kSqrt2OverPi);
+  if (!beta_second && !ScalarNear(beta->inputs[0], kSqrt2OverPi)) return std::nullopt;
+  const int inner = beta->inputs[beta_second ? 0 : 1];
+  const Node* sum = Producer(inner);
+  if (!Is(sum, "Add") || sum->inputs.size() != 2) return std::nullopt;
+  // One operand of the sum is x, the other kappa * x^3 with the cube x * (x * x).
+  for (int side = 0; side < 2; ++side) {
+    const int x = sum->inputs[static_cast<size_t>(side)];
+    const int scaled = sum->inputs[static_cast<size_t>(1 - side)];
+    const Node* kappa = Producer(scaled);
+    if (!Is(kappa, "Mul") || kappa->inputs.size() != 2) continue;
+    const bool kappa_second = ScalarNear(kappa->inputs[1], 0.044715);
+    if (!kappa_second && !ScalarNear(kappa->inputs[0], 0.044715)) continue;
+    const int cube = kappa->inputs[kappa_second ? 0 : 1];
+    const Node* cubed = Producer(cube);
+    if (!Is(cubed, "Mul") || Other(*cubed, x) < 0) continue;
+    const int square = Other(*cubed, x);
+    const Node* squared = Producer(square);
+    if (!Is(squared, "Mul") || squared->inputs.size() != 2 || squared->inputs[0] != x ||
+        squared->inputs[1] != x) {
+      continue;
+    }
+    const Node* plus = SoleConsumer(tanh.outputs[0]);
+    if (!Is(plus, "Add") || !ScalarNear(Other(*plus, tanh.outputs[0]), 1)) return std::nullopt;
+    const int a = plus->outputs[0];
+    FusedChain c{FusedKind::kGelu, {}, {square, cube, scaled, inner, t, tanh.outputs[0], a}, {}};
+    for (const Node* n : {squared, cubed, kappa, sum, beta, &tanh, plus}) Add(&c, n, g_);
+    const Node* times = SoleConsumer(a);
+    if (!Is(times, "Mul")) return std::nullopt;
+    const int other = Other(*times, a);
+    if (other == x) {  // (x * (1 + tanh)) * 0.5
+      const Node* half = SoleConsumer(times->outputs[0]);
+      if (!Is(half, "Mul") || !ScalarNear(Other(*half, times->outputs[0]), 0.5)) {
+        return std::nullopt;
+      }
+      c.interior.push_back(times->outputs[0]);
+      Add(&c, times, g_);
+      Add(&c, half, g_);
+    } else {  // (x * 0.5) * (1 + tanh)
+      const Node* half = Producer(other);
+      if (!Is(half, "Mul") || Other(*half, x) < 0 || !ScalarNear(Other(*half, x), 0.5)) {
+        return std::nullopt;
+      }
+      c.interior.push_back(other);
+      Add(&c, half, g_);
+      Add(&c, times, g_);
+    }
+    if (!Closed(c)) return std::nullopt;
+    if (RequiresGrad(x)) c.saved.push_back({x, 0, "x"});
+    std::sort(c.nodes.begin(), c.nodes.end());
+    return c;
+  }
+  return std::nullopt;
 }
 
 // A Softmax whose probabilities are the left operand of a MatMul, directly or through one
@@ -457,6 +524,7 @@ Fusion::Fusion(const core::BoundGraph& b, const std::vector<bool>& requires_grad
     std::optional<AttentionCall> call;
     if (choices.fused_kernels && op == "Sub") c = m.LayerNorm(k);
     if (choices.fused_kernels && op == "Erf") c = m.Gelu(k);
+    if (choices.fused_kernels && op == "Tanh") c = m.GeluTanh(k);
     if (policy.FusesChains() && op == "Softmax") {
       call.emplace();
       c = m.Attention(k, &call->site);

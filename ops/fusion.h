@@ -2,7 +2,8 @@
 //
 // ONNX exporters write some PyTorch modules as chains of elementary ops because the opset has no
 // single op for them: nn.LayerNorm before opset 17 (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt,
-// Div, Mul, Add), nn.GELU before opset 20 (Div, Erf, Add, Mul, Mul), and attention always
+// Div, Mul, Add), nn.GELU before opset 20 (Div, Erf, Add, Mul, Mul; with approximate="tanh" Mul,
+// Mul, Mul, Add, Mul, Tanh, Add, Mul, Mul, the cube as Muls), and attention always
 // (MatMul, scale, Softmax, Dropout, MatMul). Run op by op, each link would save its inputs for
 // backward; PyTorch's eager run of the module saves what the fused kernel's derivative needs
 // (tools/autograd/derivatives.yaml): native_layer_norm keeps the input and two [M] fp32 statistics
@@ -12,9 +13,10 @@
 //
 // Policy:
 //  * A chain is fused only when it matches exactly (op types, which operand is which, the
-//    constants: Pow exponent 2, GELU's 1/sqrt(2), 1 and 1/2 within 1e-3) and none of its interior
-//    values is used outside it (a graph output, or read by another node): then PyTorch could not
-//    have computed it as one kernel either.
+//    constants: Pow exponent 2, GELU's 1/sqrt(2) or sqrt(2/pi) and 0.044715, 1 and 1/2 within
+//    1e-3) and none of its interior values is used outside it (a graph output, or read by another
+//    node): then PyTorch could not have computed it as one kernel either. A tanh GELU whose cube
+//    is a Pow is Python code (GPT-2's NewGELUActivation), run op by op: not fused.
 //  * The interior values of a fused chain do not exist at run time: they are 0 bytes. The last
 //    node of the chain saves the fused kernel's list; the other nodes save nothing. A fused
 //    chain's backward is one kernel call at its last node: the gradients of the chain's inputs

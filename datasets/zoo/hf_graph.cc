@@ -131,9 +131,10 @@ Result<std::string> MapActivation(const ConfigReader& r, const std::string& fiel
                                   const std::string& hf_name) {
   if (hf_name == "silu" || hf_name == "swish") return std::string("silu");
   if (hf_name == "gelu") return std::string("gelu");
-  if (hf_name == "gelu_new" || hf_name == "gelu_pytorch_tanh" || hf_name == "gelu_fast") {
-    return std::string("gelu_tanh");
-  }
+  // gelu_new and gelu_fast are Python code (NewGELUActivation: torch.pow, tanh, ...: op by op);
+  // gelu_pytorch_tanh is F.gelu(approximate="tanh"), one kernel (activations.py).
+  if (hf_name == "gelu_new" || hf_name == "gelu_fast") return std::string("gelu_tanh");
+  if (hf_name == "gelu_pytorch_tanh") return std::string("gelu_tanh_kernel");
   if (hf_name == "relu") return std::string("relu");
   return r.Error(field, "= \"" + hf_name +
                             "\" is not an activation this builder writes (silu, swish, gelu, "

@@ -46,6 +46,17 @@ std::string Activation(GraphWriter& w, const std::string& name, const std::strin
     const std::string one_plus = w.Op("Add", {t, w.FloatScalar(1.0f)});
     return w.Op("Mul", {w.Op("Mul", {x, w.FloatScalar(0.5f)}), one_plus});
   }
+  if (name == "gelu_tanh_kernel") {
+    // F.gelu(x, approximate="tanh"), one kernel in PyTorch, as torch.onnx writes it below opset 20
+    // (symbolic_opset9.gelu): the cube as Muls, not Pow (ops/fusion.h fuses this form only).
+    const std::string cube = w.Op("Mul", {x, w.Op("Mul", {x, x})});
+    const std::string inner =
+        w.Op("Add", {x, w.Op("Mul", {cube, w.FloatScalar(0.044714998453855515f)})});
+    const std::string t =
+        w.Op("Tanh", {w.Op("Mul", {inner, w.FloatScalar(0.79788458347320556640625f)})});
+    const std::string one_plus = w.Op("Add", {t, w.FloatScalar(1.0f)});
+    return w.Op("Mul", {w.Op("Mul", {x, w.FloatScalar(0.5f)}), one_plus});
+  }
   if (name == "hardswish") return w.Op("HardSwish", {x});
   if (name == "relu6") return w.Op("Clip", {x, w.FloatScalar(0.0f), w.FloatScalar(6.0f)});
   return x;  // identity

@@ -23,7 +23,9 @@
 namespace memest::zoo {
 
 // Names accepted by Activation(): relu, leaky_relu, prelu, elu, selu, tanh, sigmoid, softplus,
-// silu, mish, gelu (erf form), gelu_tanh (tanh approximation), hardswish, relu6, identity.
+// silu, mish, gelu (erf form), gelu_tanh (tanh approximation with Pow, as Python code writes it),
+// hardswish, relu6, identity (ActivationNames, which the generated families draw from), and
+// gelu_tanh_kernel (F.gelu(approximate="tanh"), the cube as Muls: the Hugging Face builder's).
 const std::vector<std::string>& ActivationNames();
 bool IsActivation(const std::string& name);
 

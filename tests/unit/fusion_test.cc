@@ -200,6 +200,56 @@ TEST(FusionTest, GeluChainSavesOnlyItsInput) {
   EXPECT_TRUE(plain->facts().fusion().chains().empty());
 }
 
+// F.gelu(x, approximate="tanh") as torch.onnx writes it below opset 20 (the cube as Muls) is one
+// kernel that saves its input; the same formula with a Pow is Python code (GPT-2's NewGELU), run op
+// by op, and stays as written.
+TEST(FusionTest, TanhGeluChainIsFusedOnlyWithItsCubeAsMuls) {
+  for (bool pow : {false, true}) {
+    SCOPED_TRACE(pow ? "Pow" : "Muls");
+    GraphBuilder b(13);
+    b.AddInput("X", kFloat, {"N", 64});
+    b.AddInitializer("W", {64, 64});
+    Scalar(b, "three", 3.0f);
+    Scalar(b, "kappa", 0.044715f);
+    Scalar(b, "beta", 0.7978846f);
+    Scalar(b, "one", 1.0f);
+    Scalar(b, "half", 0.5f);
+    b.AddNode("MatMul", {"X", "W"}, {"x"});
+    if (pow) {
+      b.AddNode("Pow", {"x", "three"}, {"cube"});
+    } else {
+      b.AddNode("Mul", {"x", "x"}, {"sq"});
+      b.AddNode("Mul", {"x", "sq"}, {"cube"});
+    }
+    b.AddNode("Mul", {"cube", "kappa"}, {"kc"});
+    b.AddNode("Add", {"x", "kc"}, {"inner"});
+    b.AddNode("Mul", {"inner", "beta"}, {"t"});
+    b.AddNode("Tanh", {"t"}, {"th"});
+    b.AddNode("Add", {"th", "one"}, {"a"});
+    b.AddNode("Mul", {"x", "half"}, {"hx"});
+    b.AddNode("Mul", {"hx", "a"}, {"Y"});
+    b.AddOutput("Y", kFloat);
+    auto m = Load(b);
+    ASSERT_NE(m, nullptr);
+    auto ctx = Context(*m, Batch(8));
+    ASSERT_NE(ctx, nullptr);
+    const ops::Fusion& f = ctx->facts().fusion();
+    if (pow) {
+      EXPECT_TRUE(f.chains().empty());
+      continue;
+    }
+    ASSERT_EQ(f.chains().size(), 1u);
+    EXPECT_EQ(f.chains()[0].kind, ops::FusedKind::kGelu);
+    EXPECT_EQ(f.chains()[0].nodes.size(), 9u);
+    const auto saved = ctx->facts().Saved(f.chains()[0].nodes.back());
+    ASSERT_EQ(saved.size(), 1u);
+    EXPECT_EQ(saved[0].value, m->graph().FindValue("x"));
+    for (const char* v : {"sq", "cube", "kc", "inner", "t", "th", "a", "hx"}) {
+      EXPECT_EQ(ctx->facts().bytes(m->graph().FindValue(v)), 0u) << v;
+    }
+  }
+}
+
 // A fused chain's values inside do not exist, but its backward still makes the gradients of its
 // inputs from outside, at its last node: the weight in front of a GELU or LayerNorm chain gets
 // its gradient, fused or not (the symbolic backend once stopped at the chain's first node).

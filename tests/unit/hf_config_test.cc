@@ -282,6 +282,30 @@ TEST(HfConfigTest, FalconMultiQueryRunsTheMathComposite) {
   EXPECT_GE((*ctx)->facts().Workspace(last), 8ull * 71 * 2048 * 2048 * 9);
 }
 
+// transformers' gelu_pytorch_tanh is F.gelu(approximate="tanh"), one kernel (Gemma's MLP), and
+// is written so that memest fuses it; gelu_new is Python code (GPT-2's NewGELUActivation), op by
+// op.
+TEST(HfConfigTest, GeluPytorchTanhIsOneKernelGeluNewIsNot) {
+  struct Case {
+    const char* file;
+    size_t gelu;
+  };
+  for (const Case& c : {Case{"gemma-2b.json", 18}, Case{"gpt2.json", 0}}) {
+    SCOPED_TRACE(c.file);
+    auto model = Load(Build(Config(c.file)));
+    ASSERT_NE(model, nullptr);
+    Options o = Train(256);
+    o.dims.erase("tgt_seq");
+    auto ctx = memory::EstimationContext::Make(*model, o);
+    ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+    size_t gelu = 0;
+    for (const ops::FusedChain& chain : (*ctx)->facts().fusion().chains()) {
+      gelu += chain.kind == ops::FusedKind::kGelu;
+    }
+    EXPECT_EQ(gelu, c.gelu);
+  }
+}
+
 // The concrete shape of graph output `name` at the given dims.
 std::vector<int64_t> OutputShape(const Model& model, const std::string& name,
                                  const std::map<std::string, int64_t>& dims) {
