@@ -198,12 +198,14 @@ std::optional<FusedChain> Matcher::Gelu(size_t k) const {
   const bool mul = Is(scale, "Mul") && ScalarNear(scale->inputs[1], 1 / std::sqrt(2.0));
   if (!div && !mul) return std::nullopt;
   const Node* plus = SoleConsumer(erf.outputs[0]);
-  if (!Is(plus, "Add") || !ScalarNear(Other(*plus, erf.outputs[0]), 1)) return std::nullopt;
+  if (!Is(plus, "Add") || plus->outputs.empty() || !ScalarNear(Other(*plus, erf.outputs[0]), 1)) {
+    return std::nullopt;
+  }
   const int a = plus->outputs[0];
   FusedChain c{FusedKind::kGelu, {}, {t, erf.outputs[0], a}, {}};
   for (const Node* n : {scale, &erf, plus}) Add(&c, n, g_);
   const Node* times = SoleConsumer(a);
-  if (!Is(times, "Mul")) return std::nullopt;
+  if (!Is(times, "Mul") || times->outputs.empty()) return std::nullopt;
   const int other = Other(*times, a);
   if (other == x) {  // (x * (1 + erf)) * 0.5
     const Node* half = SoleConsumer(times->outputs[0]);
@@ -260,12 +262,15 @@ std::optional<FusedChain> Matcher::GeluTanh(size_t k) const {
       continue;
     }
     const Node* plus = SoleConsumer(tanh.outputs[0]);
-    if (!Is(plus, "Add") || !ScalarNear(Other(*plus, tanh.outputs[0]), 1)) return std::nullopt;
+    if (!Is(plus, "Add") || plus->outputs.empty() ||
+        !ScalarNear(Other(*plus, tanh.outputs[0]), 1)) {
+      return std::nullopt;
+    }
     const int a = plus->outputs[0];
     FusedChain c{FusedKind::kGelu, {}, {square, cube, scaled, inner, t, tanh.outputs[0], a}, {}};
     for (const Node* n : {squared, cubed, kappa, sum, beta, &tanh, plus}) Add(&c, n, g_);
     const Node* times = SoleConsumer(a);
-    if (!Is(times, "Mul")) return std::nullopt;
+    if (!Is(times, "Mul") || times->outputs.empty()) return std::nullopt;
     const int other = Other(*times, a);
     if (other == x) {  // (x * (1 + tanh)) * 0.5
       const Node* half = SoleConsumer(times->outputs[0]);
