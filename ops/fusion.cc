@@ -28,6 +28,7 @@ class Matcher {
   std::optional<FusedChain> LayerNorm(size_t sub) const;
   std::optional<FusedChain> Gelu(size_t erf) const;
   std::optional<FusedChain> GeluTanh(size_t tanh) const;
+  std::optional<FusedChain> GeluTail(int x, const Node& act, FusedChain c) const;
   // The chain and the call it makes (its kernel not chosen yet; the chain's saved list empty).
   std::optional<FusedChain> Attention(size_t softmax, AttentionSite* site) const;
   bool LooksLikeAttention(size_t softmax) const;
@@ -197,23 +198,32 @@ std::optional<FusedChain> Matcher::Gelu(size_t k) const {
   const bool div = Is(scale, "Div") && ScalarNear(scale->inputs[1], std::sqrt(2.0));
   const bool mul = Is(scale, "Mul") && ScalarNear(scale->inputs[1], 1 / std::sqrt(2.0));
   if (!div && !mul) return std::nullopt;
-  const Node* plus = SoleConsumer(erf.outputs[0]);
-  if (!Is(plus, "Add") || plus->outputs.empty() || !ScalarNear(Other(*plus, erf.outputs[0]), 1)) {
+  FusedChain c{FusedKind::kGelu, {}, {t}, {}};
+  for (const Node* n : {scale, &erf}) Add(&c, n, g_);
+  return GeluTail(x, erf, std::move(c));
+}
+
+// The end both GELU forms share, after the Erf or Tanh node `act`: + 1 -> x * that -> * 0.5 (or
+// 0.5 * x first). `c` holds the chain up to `act`; the tail adds `act`'s output and the rest.
+std::optional<FusedChain> Matcher::GeluTail(int x, const Node& act, FusedChain c) const {
+  const Node* plus = SoleConsumer(act.outputs[0]);
+  if (!Is(plus, "Add") || plus->outputs.empty() || !ScalarNear(Other(*plus, act.outputs[0]), 1)) {
     return std::nullopt;
   }
   const int a = plus->outputs[0];
-  FusedChain c{FusedKind::kGelu, {}, {t, erf.outputs[0], a}, {}};
-  for (const Node* n : {scale, &erf, plus}) Add(&c, n, g_);
+  c.interior.push_back(act.outputs[0]);
+  c.interior.push_back(a);
+  Add(&c, plus, g_);
   const Node* times = SoleConsumer(a);
   if (!Is(times, "Mul") || times->outputs.empty()) return std::nullopt;
   const int other = Other(*times, a);
-  if (other == x) {  // (x * (1 + erf)) * 0.5
+  if (other == x) {  // (x * (1 + act)) * 0.5
     const Node* half = SoleConsumer(times->outputs[0]);
     if (!Is(half, "Mul") || !ScalarNear(Other(*half, times->outputs[0]), 0.5)) return std::nullopt;
     c.interior.push_back(times->outputs[0]);
     Add(&c, times, g_);
     Add(&c, half, g_);
-  } else {  // (x * 0.5) * (1 + erf)
+  } else {  // (x * 0.5) * (1 + act)
     const Node* half = Producer(other);
     if (!Is(half, "Mul") || Other(*half, x) < 0 || !ScalarNear(Other(*half, x), 0.5)) {
       return std::nullopt;
@@ -261,38 +271,9 @@ std::optional<FusedChain> Matcher::GeluTanh(size_t k) const {
         squared->inputs[1] != x) {
       continue;
     }
-    const Node* plus = SoleConsumer(tanh.outputs[0]);
-    if (!Is(plus, "Add") || plus->outputs.empty() ||
-        !ScalarNear(Other(*plus, tanh.outputs[0]), 1)) {
-      return std::nullopt;
-    }
-    const int a = plus->outputs[0];
-    FusedChain c{FusedKind::kGelu, {}, {square, cube, scaled, inner, t, tanh.outputs[0], a}, {}};
-    for (const Node* n : {squared, cubed, kappa, sum, beta, &tanh, plus}) Add(&c, n, g_);
-    const Node* times = SoleConsumer(a);
-    if (!Is(times, "Mul") || times->outputs.empty()) return std::nullopt;
-    const int other = Other(*times, a);
-    if (other == x) {  // (x * (1 + tanh)) * 0.5
-      const Node* half = SoleConsumer(times->outputs[0]);
-      if (!Is(half, "Mul") || !ScalarNear(Other(*half, times->outputs[0]), 0.5)) {
-        return std::nullopt;
-      }
-      c.interior.push_back(times->outputs[0]);
-      Add(&c, times, g_);
-      Add(&c, half, g_);
-    } else {  // (x * 0.5) * (1 + tanh)
-      const Node* half = Producer(other);
-      if (!Is(half, "Mul") || Other(*half, x) < 0 || !ScalarNear(Other(*half, x), 0.5)) {
-        return std::nullopt;
-      }
-      c.interior.push_back(other);
-      Add(&c, half, g_);
-      Add(&c, times, g_);
-    }
-    if (!Closed(c)) return std::nullopt;
-    if (RequiresGrad(x)) c.saved.push_back({x, 0, "x"});
-    std::sort(c.nodes.begin(), c.nodes.end());
-    return c;
+    FusedChain c{FusedKind::kGelu, {}, {square, cube, scaled, inner, t}, {}};
+    for (const Node* n : {squared, cubed, kappa, sum, beta, &tanh}) Add(&c, n, g_);
+    return GeluTail(x, tanh, std::move(c));
   }
   return std::nullopt;
 }

@@ -18,6 +18,20 @@ bool IsActivation(const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
+namespace {
+
+// The tanh GELU from its cube (Pow or Muls).
+std::string GeluTanh(GraphWriter& w, const std::string& x, const std::string& cube) {
+  const std::string inner =
+      w.Op("Add", {x, w.Op("Mul", {cube, w.FloatScalar(0.044714998453855515f)})});
+  const std::string t =
+      w.Op("Tanh", {w.Op("Mul", {inner, w.FloatScalar(0.79788458347320556640625f)})});
+  const std::string one_plus = w.Op("Add", {t, w.FloatScalar(1.0f)});
+  return w.Op("Mul", {w.Op("Mul", {x, w.FloatScalar(0.5f)}), one_plus});
+}
+
+}  // namespace
+
 std::string Activation(GraphWriter& w, const std::string& name, const std::string& x) {
   if (name == "relu") return w.Op("Relu", {x});
   if (name == "leaky_relu") return w.Op("LeakyRelu", {x}, {Attr("alpha", 0.01f)});
@@ -36,27 +50,11 @@ std::string Activation(GraphWriter& w, const std::string& name, const std::strin
     const std::string one_plus = w.Op("Add", {e, w.FloatScalar(1.0f)});
     return w.Op("Mul", {w.Op("Mul", {x, one_plus}), w.FloatScalar(0.5f)});
   }
-  if (name == "gelu_tanh") {
-    // 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))).
-    const std::string cube = w.Op("Pow", {x, w.FloatScalar(3.0f)});
-    const std::string inner =
-        w.Op("Add", {x, w.Op("Mul", {cube, w.FloatScalar(0.044714998453855515f)})});
-    const std::string t =
-        w.Op("Tanh", {w.Op("Mul", {inner, w.FloatScalar(0.79788458347320556640625f)})});
-    const std::string one_plus = w.Op("Add", {t, w.FloatScalar(1.0f)});
-    return w.Op("Mul", {w.Op("Mul", {x, w.FloatScalar(0.5f)}), one_plus});
-  }
-  if (name == "gelu_tanh_kernel") {
-    // F.gelu(x, approximate="tanh"), one kernel in PyTorch, as torch.onnx writes it below opset 20
-    // (symbolic_opset9.gelu): the cube as Muls, not Pow (ops/fusion.h fuses this form only).
-    const std::string cube = w.Op("Mul", {x, w.Op("Mul", {x, x})});
-    const std::string inner =
-        w.Op("Add", {x, w.Op("Mul", {cube, w.FloatScalar(0.044714998453855515f)})});
-    const std::string t =
-        w.Op("Tanh", {w.Op("Mul", {inner, w.FloatScalar(0.79788458347320556640625f)})});
-    const std::string one_plus = w.Op("Add", {t, w.FloatScalar(1.0f)});
-    return w.Op("Mul", {w.Op("Mul", {x, w.FloatScalar(0.5f)}), one_plus});
-  }
+  // 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))): the cube as a Pow, as Python code
+  // writes it (op by op in PyTorch), or as Muls, as torch.onnx writes F.gelu(approximate="tanh")
+  // below opset 20 (one kernel in PyTorch; ops/fusion.h fuses this form only).
+  if (name == "gelu_tanh") return GeluTanh(w, x, w.Op("Pow", {x, w.FloatScalar(3.0f)}));
+  if (name == "gelu_tanh_kernel") return GeluTanh(w, x, w.Op("Mul", {x, w.Op("Mul", {x, x})}));
   if (name == "hardswish") return w.Op("HardSwish", {x});
   if (name == "relu6") return w.Op("Clip", {x, w.FloatScalar(0.0f), w.FloatScalar(6.0f)});
   return x;  // identity
