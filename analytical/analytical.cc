@@ -382,21 +382,17 @@ uint64_t Accounting::BackwardTransient(const core::Node& n, size_t k, uint64_t c
   const bool fused_attention = chain != nullptr && chain->kind == ops::FusedKind::kAttention;
   if (!fused_attention || chain->nodes.back() == k) {
     std::span<const int> outs(n.outputs), ins(n.inputs);
-    std::vector<int> chain_outs, chain_ins;  // a fused chain's, each once
+    std::vector<int> chain_outs;  // a fused chain's, each once
     if (fused_attention) {
-      std::set<int> o, i;
+      std::set<int> o;
       for (size_t m : chain->nodes) {
         for (int out : g_.nodes[m].outputs) {
           if (out >= 0 && !facts_.fusion().interior(out)) o.insert(out);
         }
-        for (int in : g_.nodes[m].inputs) {
-          if (in >= 0 && !facts_.fusion().interior(in)) i.insert(in);
-        }
       }
       chain_outs.assign(o.begin(), o.end());
-      chain_ins.assign(i.begin(), i.end());
       outs = chain_outs;
-      ins = chain_ins;
+      ins = chain->inputs;
     }
     for (int out : outs) {
       if (facts_.requires_grad(out)) grad_bytes = SatAdd(grad_bytes, Eff(out));

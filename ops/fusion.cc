@@ -544,6 +544,20 @@ Fusion::Fusion(const core::BoundGraph& b, const std::vector<bool>& requires_grad
     chains_.push_back(std::move(*c));
   }
   DropUnusedCausalMasks(*b.graph);
+  for (FusedChain& c : chains_) FindInputs(*b.graph, &c);
+}
+
+void Fusion::FindInputs(const core::Graph& g, FusedChain* c) const {
+  for (size_t m : c->nodes) {
+    for (int in : g.nodes[m].inputs) {
+      if (in < 0 || interior(in)) continue;
+      const int producer = g.value(in).producer;
+      if (producer >= 0 && chain_of(static_cast<size_t>(producer)) == c) continue;
+      c->inputs.push_back(in);
+    }
+  }
+  std::sort(c->inputs.begin(), c->inputs.end());
+  c->inputs.erase(std::unique(c->inputs.begin(), c->inputs.end()), c->inputs.end());
 }
 
 // A causal mask that every fused chain reading it takes as is_causal is never made at run time

@@ -69,6 +69,9 @@ struct FusedChain {
   std::vector<size_t> nodes;       // topological order; the last one produces the chain's output
   std::vector<int> interior;       // values that exist only inside the fused kernel
   std::vector<SavedTensor> saved;  // what the fused kernel saves for backward
+  // Its inputs from outside (neither interior nor made by its own nodes), sorted, each once: what
+  // the fused kernel's backward makes gradients for, at the last node.
+  std::vector<int> inputs = {};
 };
 
 struct FusionChoices {
@@ -108,6 +111,8 @@ class Fusion {
 
  private:
   void DropUnusedCausalMasks(const core::Graph& g);
+  // Fills c->inputs (after every interior value is known).
+  void FindInputs(const core::Graph& g, FusedChain* c) const;
 
   std::vector<FusedChain> chains_;
   std::vector<int> chain_of_;  // per node: index in chains_, or -1

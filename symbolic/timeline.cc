@@ -175,7 +175,6 @@ class Sim {
   void Record(bool malloc, uint64_t bytes, Category c);
 
   void Prepare();
-  void PrepareChainInputs();
   // kind_ and step_params_, from the graph's values.
   void IndexValues();
   void AllocateWeights();
@@ -201,8 +200,8 @@ class Sim {
   // release of what it saved.
   void BackwardNode(size_t kk);
   // The inputs node kk's backward makes gradients for: its own inputs; for the last node of a
-  // fused chain (ops/fusion.h) the chain's inputs from outside, as the fused kernel's backward
-  // makes them in one call; for the chain's other nodes none (their values do not exist).
+  // fused chain (ops/fusion.h) the chain's inputs from outside (FusedChain::inputs), as the fused
+  // kernel's backward makes them in one call; for the chain's other nodes none.
   std::span<const int> GradInputs(size_t kk) const;
   // The gradients of `ins` (GradInputs(kk)), made from node kk's output gradients.
   void InputGradients(size_t kk, std::span<const int> ins);
@@ -282,10 +281,6 @@ class Sim {
   static constexpr uint64_t kNotWorkedOut = ~uint64_t{0};
   std::vector<uint64_t> conv_workspace_;
   std::vector<int> released_;  // scratch of ReleaseSaved: the roots it released
-  // Per fused chain, its inputs from outside, each once in id order: chain c's are
-  // chain_inputs_[chain_inputs_at_[c] .. chain_inputs_at_[c + 1]) (GradInputs).
-  std::vector<int> chain_inputs_;
-  std::vector<size_t> chain_inputs_at_;
 
   // Per-iteration state.
   base::IdVector<Tensor> value_;  // per root: live storage
@@ -495,7 +490,6 @@ void Sim::Prepare() {
     input_roots_at_[k + 1] = input_roots_.size();
   }
   conv_workspace_.assign(nn, kNotWorkedOut);
-  if (train_) PrepareChainInputs();
   for (size_t k = 0; k < nn; ++k) {
     if (!OnStage(k)) continue;
     for (int r : InputRoots(k, -1)) ++uses_[r];
@@ -564,35 +558,11 @@ void Sim::AllocateWeights() {
   }
 }
 
-void Sim::PrepareChainInputs() {
-  const ops::Fusion& f = facts_.fusion();
-  chain_inputs_at_.assign(1, 0);
-  for (const ops::FusedChain& c : f.chains()) {
-    const size_t first = chain_inputs_.size();
-    for (size_t m : c.nodes) {
-      for (int in : g_.nodes[m].inputs) {
-        if (in < 0 || f.interior(in)) continue;
-        const int producer = g_.value(in).producer;
-        if (producer >= 0 && f.chain_of(static_cast<size_t>(producer)) == &c) continue;
-        chain_inputs_.push_back(in);
-      }
-    }
-    std::sort(chain_inputs_.begin() + static_cast<std::ptrdiff_t>(first), chain_inputs_.end());
-    chain_inputs_.erase(std::unique(chain_inputs_.begin() + static_cast<std::ptrdiff_t>(first),
-                                    chain_inputs_.end()),
-                        chain_inputs_.end());
-    chain_inputs_at_.push_back(chain_inputs_.size());
-  }
-}
-
 std::span<const int> Sim::GradInputs(size_t kk) const {
-  const ops::Fusion& f = facts_.fusion();
-  const ops::FusedChain* c = f.chain_of(kk);
+  const ops::FusedChain* c = facts_.fusion().chain_of(kk);
   if (c == nullptr) return g_.nodes[kk].inputs;
   if (c->nodes.back() != kk) return {};
-  const size_t i = static_cast<size_t>(c - f.chains().data());
-  return std::span<const int>(chain_inputs_)
-      .subspan(chain_inputs_at_[i], chain_inputs_at_[i + 1] - chain_inputs_at_[i]);
+  return c->inputs;
 }
 
 void Sim::PrepareParallel() {
