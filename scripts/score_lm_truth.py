@@ -61,6 +61,12 @@ def measured(row):
             "device": max(i["process_used"] for i in its)}
 
 
+def job_key(row):
+    """What makes two rows the same job (a repeat is scored once)."""
+    return (row["kind"], row["model"], row.get("attention"), row.get("precision"),
+            bool(row.get("hold_logits")), row.get("batch"), row.get("seq"))
+
+
 def rows_to_score(path):
     """(kept rows with their truth, {reason: count}) from a device-truth file."""
     with open(path) as f:
@@ -84,8 +90,7 @@ def rows_to_score(path):
                 reason = "reserved past 90 % of the cap"
             elif start is not None and start > r["after_weights"]["allocated"] + LEAK_SLACK:
                 reason = "began with a previous row's tensors alive"
-        job = (r["kind"], r["model"], r.get("attention"), r.get("precision"),
-               bool(r.get("hold_logits")), r.get("batch"), r.get("seq"))
+        job = job_key(r)
         if not reason and job in jobs:
             reason = "a repeat of a job already scored"
         if reason:

@@ -42,8 +42,7 @@ class RowSelectionTest(unittest.TestCase):
         self.assertEqual(left_out["status over_cap"], 45)
         # calls 4-7 measured 15 jobs twice (under two caps): each is scored once, from its first row
         self.assertEqual(left_out["a repeat of a job already scored"], 15)
-        jobs = [(r["kind"], r["model"], r.get("attention"), r.get("precision"),
-                 bool(r.get("hold_logits")), r["batch"], r["seq"]) for r, _ in kept]
+        jobs = [score_lm_truth.job_key(r) for r, _ in kept]
         self.assertEqual(len(jobs), len(set(jobs)))
         for row, truth in kept:
             self.assertEqual(row["status"], "ok")
