@@ -48,6 +48,7 @@ import gc
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -288,23 +289,25 @@ def run_batch(torch, model, task, batch):
     x = torch.randn(batch, c, h, w, device="cuda")
     y = torch.randint(0, task["num_classes"], (batch,), device="cuda")
     crit = torch.nn.CrossEntropyLoss()
-    rec["status"] = train_steps(torch, opt, lambda: (crit(logits_of(model(x)), y), None), rec)
+    rec["status"] = train_steps(torch, opt, lambda m: (crit(logits_of(model(x)), y), None), rec)
     rec["final"] = snapshot(torch)
     del opt, x, y
     release(torch, model, rec)
     return rec
 
 
-def train_steps(torch, opt, loss_of, rec):
+def train_steps(torch, opt, loss_of, rec, micro_batches=1):
     """3 iterations, a snapshot after each: "ok", or "over_cap" at the first out-of-memory.
-    loss_of() returns the loss and what the caller's loop keeps alive through backward (or None)."""
+    loss_of(m) returns micro-batch m's loss and what the caller's loop keeps alive through backward
+    (or None); with micro_batches K, each iteration accumulates K backwards of loss / K, then steps."""
     try:
         for _ in range(3):
             opt.zero_grad(set_to_none=True)
-            loss, held = loss_of()
-            loss.backward()
+            for m in range(micro_batches):
+                loss, held = loss_of(m)
+                (loss / micro_batches if micro_batches > 1 else loss).backward()
+                del loss, held
             opt.step()
-            del loss, held
             rec["iterations"].append(snapshot(torch))
     except torch.cuda.OutOfMemoryError:
         return "over_cap"
@@ -398,27 +401,89 @@ def lm_base(torch, task, model, t0):
             "after_weights": snapshot(torch)}
 
 
-def lm_train_batch(torch, model, task, batch, seq, precision, hold_logits):
-    """Adam (foreach), 3 iterations; the loss is cross-entropy over every position (no shift)."""
+# A training variant of --lm-train-variants: tokens joined by "+". fp32 | amp-bf16 | bf16 (the
+# model cast to bf16, Adam's state in bf16 too); hold (the logits kept alive through backward);
+# fused (Adam(fused=True)); accumK (K micro-batches of batch / K per optimizer step); ckpt
+# (transformers' gradient_checkpointing_enable, non-reentrant: every decoder layer recomputed in
+# backward); topN (only the last N decoder layers train: every other parameter requires no grad).
+def lm_variant(spec):
+    v = {"variant": spec, "precision": "fp32", "hold_logits": False, "optimizer_impl": "foreach",
+         "micro_batches": 1, "checkpointing": False, "top_layers": 0}
+    for token in spec.split("+"):
+        if token in ("fp32", "amp-bf16", "bf16"):
+            v["precision"] = token
+        elif token == "hold":
+            v["hold_logits"] = True
+        elif token == "fused":
+            v["optimizer_impl"] = "fused"
+        elif token == "ckpt":
+            v["checkpointing"] = True
+        elif re.fullmatch(r"accum[1-9][0-9]*", token):
+            v["micro_batches"] = int(token[5:])
+        elif re.fullmatch(r"top[1-9][0-9]*", token):
+            v["top_layers"] = int(token[3:])
+        else:
+            raise ValueError(f"unknown training variant token {token!r} in {spec!r}")
+    return v
+
+
+def top_layers_regex(model, n):
+    """The regular expression that matches the parameter names of the last n decoder layers
+    (`.layers.<i>.` or GPT-2's `.h.<i>.`): the same names memest's --hf-config graph gives its
+    initializers, so scripts/score_lm_truth.py passes it to memest --trainable as it is."""
+    found = {(m.group(1), int(m.group(2))) for name, _ in model.named_parameters()
+             for m in [re.search(r"\.(layers|h)\.(\d+)\.", name)] if m}
+    word = min(found)[0]
+    last = sorted(i for w, i in found if w == word)[-n:]
+    return r"\.%s\.(%s)\." % (word, "|".join(str(i) for i in last))
+
+
+def lm_train_batch(torch, model, task, batch, seq, variant):
+    """Adam (foreach unless fused), 3 iterations; the loss is cross-entropy over every position (no
+    shift). The variant's settings are undone on the model afterwards."""
     import torch.nn.functional as F
-    rec = {"batch": batch, "seq": seq, "precision": precision, "hold_logits": hold_logits,
-           "iterations": [], "start": snapshot(torch)}
+    v = variant
+    rec = {"batch": batch, "seq": seq, "precision": v["precision"], "hold_logits": v["hold_logits"],
+           "iterations": []}
+    if v["variant"] not in ("fp32", "amp-bf16", "fp32+hold"):  # the variants of the first calls
+        rec.update(variant=v["variant"], optimizer_impl=v["optimizer_impl"],
+                   micro_batches=v["micro_batches"], checkpointing=v["checkpointing"])
+    if v["precision"] == "bf16":
+        model.to(torch.bfloat16)
+    trainable = top_layers_regex(model, v["top_layers"]) if v["top_layers"] else None
+    for name, p in model.named_parameters():
+        p.requires_grad_(trainable is None or re.search(trainable, name) is not None)
+    if trainable:
+        rec["trainable"] = trainable
+        rec["trainable_params"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if v["checkpointing"]:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    rec["start"] = snapshot(torch)
     vocab = model.config.vocab_size
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-4,
+                           fused=v["optimizer_impl"] == "fused" or None)
     ids = torch.randint(0, vocab, (batch, seq), device="cuda")
     labels = torch.randint(0, vocab, (batch, seq), device="cuda")
-    amp = precision == "amp-bf16"
+    amp = v["precision"] == "amp-bf16"
+    micro = batch // v["micro_batches"]
 
-    def loss_of():
+    def loss_of(m):
+        x, y = ids[m * micro:(m + 1) * micro], labels[m * micro:(m + 1) * micro]
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-            if hold_logits:  # `logits = model(x).logits` kept alive through backward
-                logits = model(input_ids=ids).logits
-                return F.cross_entropy(logits.flatten(0, 1), labels.flatten()), logits
-            return F.cross_entropy(model(input_ids=ids).logits.flatten(0, 1), labels.flatten()), None
+            if v["hold_logits"]:  # `logits = model(x).logits` kept alive through backward
+                logits = model(input_ids=x).logits
+                return F.cross_entropy(logits.flatten(0, 1), y.flatten()), logits
+            return F.cross_entropy(model(input_ids=x).logits.flatten(0, 1), y.flatten()), None
 
-    rec["status"] = train_steps(torch, opt, loss_of, rec)
+    rec["status"] = train_steps(torch, opt, loss_of, rec, v["micro_batches"])
     rec["final"] = snapshot(torch)
     del opt, ids, labels
+    if v["checkpointing"]:
+        model.gradient_checkpointing_disable()
+    for p in model.parameters():
+        p.requires_grad_(True)
+    if v["precision"] == "bf16" and not task.get("build_bf16"):
+        model.float()
     release(torch, model, rec)
     return rec
 
@@ -427,16 +492,23 @@ def task_lm_train(task):
     import torch
     torch.cuda.set_per_process_memory_fraction(task["cap_fraction"])
     t0 = time.time()
-    model = lm_model(torch, lm_config(torch, task), task["attention"]).train()
+    variants = [lm_variant(spec) for spec in task["variants"]]
+    # Every variant in bf16: the model is made in bf16 (a 7B decoder's fp32 copy may not fit the cap).
+    task["build_bf16"] = all(v["precision"] == "bf16" for v in variants)
+    dtype = torch.bfloat16 if task["build_bf16"] else None
+    model = lm_model(torch, lm_config(torch, task), task["attention"], dtype).train()
     base = dict(lm_base(torch, task, model, t0), optimizer="adam", loss="cross-entropy")
-    for precision, hold in task["variants"]:
+    for v in variants:
         for batch, seq in task["shapes"]:
             if time.time() > task["stop_at"]:
-                emit(dict(base, batch=batch, seq=seq, precision=precision, hold_logits=hold,
+                emit(dict(base, batch=batch, seq=seq, precision=v["precision"],
+                          hold_logits=v["hold_logits"], variant=v["variant"],
                           status="skipped_deadline"))
                 continue
+            if batch % v["micro_batches"]:
+                continue
             t1 = time.time()
-            rec = lm_train_batch(torch, model, task, batch, seq, precision, hold)
+            rec = lm_train_batch(torch, model, task, batch, seq, v)
             rec.update(base, seconds=round(time.time() - t1, 2))
             emit(rec)
             if rec["status"] != "ok":
@@ -460,7 +532,7 @@ def task_lm_trace(task):
     torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
                                              max_entries=400000)
     t1 = time.time()
-    rec = lm_train_batch(torch, model, task, batch, seq, task["precision"], False)
+    rec = lm_train_batch(torch, model, task, batch, seq, lm_variant(task["precision"]))
     with gzip.open(task["path"], "wb") as f:
         pickle.dump(torch.cuda.memory._snapshot(), f)
     torch.cuda.memory._record_memory_history(enabled=None)
@@ -507,31 +579,89 @@ def task_lm_prefill(task):
             break
 
 
+DECODE_STEPS = 3
+
+
+def task_lm_decode(task):
+    """Inference in bf16 weights, the serving decode: for each (batch, past) a prefill of `past`
+    random tokens fills transformers' default cache (DynamicCache), its logits are dropped, the
+    allocator's cache is emptied and its peaks reset; then DECODE_STEPS steps of one token each
+    (`use_cache=True`, the cache passed back in), a snapshot after each. steps[0] is the job
+    "one decode step over `past` cached tokens"; the cache grows by one token per step."""
+    import torch
+    torch.cuda.set_per_process_memory_fraction(task["cap_fraction"])
+    t0 = time.time()
+    cfg = lm_config(torch, task)
+    model = lm_model(torch, cfg, task["attention"], torch.bfloat16).eval()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = dict(lm_base(torch, task, model, t0), precision="bf16", phase="decode", seq=1)
+    for batch, past in task["shapes"]:
+        if time.time() > task["stop_at"]:
+            emit(dict(base, batch=batch, past=past, status="skipped_deadline"))
+            continue
+        t1 = time.time()
+        rec = {"batch": batch, "past": past, "steps": []}
+        cache = None
+        try:
+            with torch.no_grad():
+                ids = torch.randint(0, cfg.vocab_size, (batch, past), device="cuda")
+                out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+                cache = out.past_key_values
+                del out, ids
+                gc.collect()
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+                rec["after_prefill"] = snapshot(torch)
+                for _ in range(DECODE_STEPS):
+                    ids = torch.randint(0, cfg.vocab_size, (batch, 1), device="cuda")
+                    out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+                    rec.setdefault("logits_shape", list(out.logits.shape))
+                    cache = out.past_key_values
+                    del out, ids
+                    rec["steps"].append(snapshot(torch))
+            rec["cache_class"] = type(cache).__name__
+            rec["status"] = "ok"
+        except torch.cuda.OutOfMemoryError:
+            rec["status"] = "over_cap"
+        cache = None
+        release(torch, None, rec)
+        rec.update(base, seconds=round(time.time() - t1, 2))
+        emit(rec)
+        if rec["status"] != "ok":
+            break
+
+
 # Decoders small enough for Adam in fp32 under the cap, smallest first. Shapes ascend in memory.
 LM_CONFIGS = ["gpt2.json", "pythia-160m.RECONSTRUCTED.json", "qwen2.5-0.5b.json", "gpt2-medium.json",
               "qwen3-0.6b.json", "tinyllama-1.1b-chat-v1.0.json", "qwen2-1.5b-instruct.json"]
 LM_TRAIN_SHAPES = [(1, 512), (4, 512), (1, 1024), (4, 1024)]
-LM_TRAIN_VARIANTS = {"eager": [("fp32", False), ("amp-bf16", False)],
-                     "sdpa": [("fp32", False), ("amp-bf16", False), ("fp32", True)]}
+LM_TRAIN_VARIANTS = {"eager": ["fp32", "amp-bf16"], "sdpa": ["fp32", "amp-bf16", "fp32+hold"]}
 LM_PREFILL_SHAPES = [(1, 1024), (8, 1024), (1, 2048), (8, 2048), (1, 8192), (1, 32768)]
 
 
 def lm_tasks(stop_at, cap, total, configs=None, train_shapes=None, prefill=True, train=True,
-             prefill_shapes=None):
+             prefill_shapes=None, train_variants=None, decode_shapes=None):
+    """One task per (config, attention) of training, one of prefill and one of decode per config.
+    train_variants (lm_variant specs) replace LM_TRAIN_VARIANTS and run with sdpa only."""
     tasks = []
+    by_attention = {"sdpa": train_variants} if train_variants else LM_TRAIN_VARIANTS
     for name in configs or LM_CONFIGS:
         with open(os.path.join(ROOT, "tests", "data", "hf", name)) as f:
             raw = json.load(f)
         longest = raw.get("max_position_embeddings") or raw.get("n_positions") or 2048
         common = {"config": name, "cap_bytes": cap, "cap_fraction": min(1.0, cap / total),
                   "stop_at": stop_at}
-        for attention, variants in (LM_TRAIN_VARIANTS.items() if train else ()):
+        for attention, variants in (by_attention.items() if train else ()):
             tasks.append(dict(common, task="lm_train", attention=attention, variants=variants,
                               shapes=[s for s in train_shapes or LM_TRAIN_SHAPES if s[1] <= longest]))
         if prefill:
             tasks.append(dict(common, task="lm_prefill", attention="sdpa",
                               shapes=[s for s in prefill_shapes or LM_PREFILL_SHAPES
                                       if s[1] <= longest]))
+        if decode_shapes:
+            tasks.append(dict(common, task="lm_decode", attention="sdpa",
+                              shapes=[s for s in decode_shapes if s[1] + DECODE_STEPS <= longest]))
     return tasks
 
 
@@ -540,9 +670,11 @@ def task_fake(task):
     kind = task["task"]
     if kind == "env":
         emit({"kind": "env", "gpu": "fake", "total_memory": 80 * GIB, "per_process_nvml": True})
-    elif kind in ("lm_train", "lm_prefill", "lm_trace"):
-        for b, q in task["shapes"]:
-            emit({"kind": kind, "model": task["config"], "batch": b, "seq": q, "status": "ok"})
+    elif kind in ("lm_train", "lm_prefill", "lm_trace", "lm_decode"):
+        for spec in task.get("variants") or [None]:
+            for b, q in task["shapes"]:
+                row = {"kind": kind, "model": task["config"], "batch": b, "seq": q, "status": "ok"}
+                emit(dict(row, variant=spec) if spec else row)
         time.sleep(0.3)
     elif kind == "train":
         for b in task["batches"]:
@@ -559,7 +691,7 @@ def worker_main(task_json):
         return
     fn = {"env": task_env, "context": task_context, "conv": task_conv, "train": task_train,
           "lm_train": task_lm_train, "lm_prefill": task_lm_prefill,
-          "lm_trace": task_lm_trace}[task["task"]]
+          "lm_trace": task_lm_trace, "lm_decode": task_lm_decode}[task["task"]]
     try:
         fn(task)
     except Exception as e:  # noqa: BLE001 -- the orchestrator records the failure as a row
@@ -671,6 +803,13 @@ def main():
     ap.add_argument("--no-lm-train", action="store_true", help="lm: prefill rows only")
     ap.add_argument("--lm-prefill-shapes", default="",
                     help="lm: BATCHxSEQ,... for the prefill rows (default LM_PREFILL_SHAPES)")
+    ap.add_argument("--lm-train-variants", default="",
+                    help="lm: training variants, comma-separated, each tokens joined by '+' (fp32,"
+                         " amp-bf16, bf16, hold, fused, accumK, ckpt, topN; lm_variant()); sdpa"
+                         " only (default: eager fp32, amp-bf16; sdpa fp32, amp-bf16, fp32+hold)")
+    ap.add_argument("--lm-decode-shapes", default="",
+                    help="lm: BATCHxPAST,... decode rows (one token over PAST cached ones; none by"
+                         " default)")
     ap.add_argument("--lm-trace", default="",
                     help="lm: CONFIG:ATTENTION:PRECISION:BATCHxSEQ,... training rows run with the"
                          " allocator's history recorded, each dumped to OUT/trace-N.pickle.gz")
@@ -716,9 +855,12 @@ def main():
         configs = [c for c in args.lm_configs.split(",") if c]
         def parse(text):
             return [tuple(int(v) for v in x.split("x")) for x in text.split(",") if x]
+        variants = [v for v in args.lm_train_variants.split(",") if v]
+        for v in variants:
+            lm_variant(v)  # a mistyped variant stops here, not in a worker on the GPU
         tasks = lm_tasks(t0 + args.deadline, cap, total, configs, parse(args.lm_train_shapes),
                          not args.no_lm_prefill, not args.no_lm_train,
-                         parse(args.lm_prefill_shapes))
+                         parse(args.lm_prefill_shapes), variants, parse(args.lm_decode_shapes))
         for n, spec in enumerate(x for x in args.lm_trace.split(",") if x):
             name, attention, precision, shape = spec.split(":")
             tasks.insert(n, {"task": "lm_trace", "config": name, "attention": attention,
