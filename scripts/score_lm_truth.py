@@ -51,8 +51,8 @@ LEVELS = ("allocated", "reserved", "device")
 
 def measured(row):
     """{level: bytes} of a finished row."""
-    if row["kind"] == "lm_prefill":
-        s = row["after_forward"]
+    if row["kind"] in ("lm_prefill", "lm_decode"):
+        s = row["after_forward"] if row["kind"] == "lm_prefill" else row["steps"][0]
         return {"allocated": s["peak_allocated"], "reserved": s["peak_reserved"],
                 "device": s["process_used"]}
     its = row["iterations"]
@@ -61,10 +61,27 @@ def measured(row):
             "device": max(i["process_used"] for i in its)}
 
 
+def variant(row):
+    """A training row's variant (gpu_device_truth.py's lm_variant spec); the rows of calls 1-10
+    have no field and are fp32, amp-bf16 or fp32+hold."""
+    if row["kind"] != "lm_train":
+        return None
+    return row.get("variant") or row.get("precision", "") + ("+hold" if row.get("hold_logits") else "")
+
+
 def job_key(row):
     """What makes two rows the same job (a repeat is scored once)."""
-    return (row["kind"], row["model"], row.get("attention"), row.get("precision"),
-            bool(row.get("hold_logits")), row.get("batch"), row.get("seq"))
+    return (row["kind"], row["model"], row.get("attention"), row.get("precision"), variant(row),
+            row.get("batch"), row.get("seq"), row.get("past"))
+
+
+def cast_in_its_peak(row):
+    """A bf16 training row of a model made in fp32 cast the weights down at its start; until
+    gpu_device_truth.py reset the peaks after that (`peaks_reset_at_start`), the cast's moment,
+    fp32 and bf16 weights at once, was inside the row's peaks."""
+    return (row["kind"] == "lm_train" and row.get("precision") == "bf16"
+            and not row.get("peaks_reset_at_start")
+            and row["start"]["allocated"] < row["after_weights"]["allocated"] - LEAK_SLACK)
 
 
 def rows_to_score(path):
@@ -73,16 +90,19 @@ def rows_to_score(path):
         rows = [json.loads(line) for line in f if line.strip()]
     kept, left_out = [], {}
     previous_release = {}  # a worker's rows come in order: (call, kind, model, attention)
+    checkpointed = set()  # workers that have run a gradient-checkpointed row
     jobs = set()  # the jobs kept: a later call's repeat of one is left out (counted once)
     for r in rows:
-        if r.get("kind") not in ("lm_train", "lm_prefill"):
+        if r.get("kind") not in ("lm_train", "lm_prefill", "lm_decode"):
             continue
         worker = (r.get("call"), r["kind"], r["model"], r.get("attention"))
         start = r.get("start", {}).get("allocated", previous_release.get(worker))
         if "after_release" in r:
             previous_release[worker] = r["after_release"]["allocated"]
         reason = None
-        if r.get("status") != "ok":
+        if worker in checkpointed and not r.get("checkpointing"):
+            reason = "ran after a gradient-checkpointed row in its process"
+        elif r.get("status") != "ok":
             reason = f"status {r.get('status')}"
         else:
             truth = measured(r)
@@ -90,6 +110,10 @@ def rows_to_score(path):
                 reason = "reserved past 90 % of the cap"
             elif start is not None and start > r["after_weights"]["allocated"] + LEAK_SLACK:
                 reason = "began with a previous row's tensors alive"
+            elif cast_in_its_peak(r):
+                reason = "its peak includes the cast of the fp32 weights to bf16"
+        if r.get("checkpointing"):
+            checkpointed.add(worker)
         job = job_key(r)
         if not reason and job in jobs:
             reason = "a repeat of a job already scored"
@@ -108,8 +132,20 @@ def memest_args(row, args, backend):
     if row["kind"] == "lm_prefill":
         return cmd + ["--phase", "prefill", "--logits", "last", "--precision", "bf16",
                       "--attention", "auto"]
-    return cmd + ["--precision", row["precision"],
-                  "--attention", "eager" if row["attention"] == "eager" else "auto"]
+    if row["kind"] == "lm_decode":  # seq is 1: one new token over `past` cached ones
+        return cmd + ["--phase", "decode", "--dim", f"past={row['past']}", "--precision", "bf16",
+                      "--attention", "auto"]
+    cmd += ["--precision", row["precision"],
+            "--attention", "eager" if row["attention"] == "eager" else "auto"]
+    if row.get("optimizer_impl", "foreach") != "foreach":
+        cmd += ["--optimizer-impl", row["optimizer_impl"]]
+    if row.get("micro_batches", 1) > 1:
+        cmd += ["--micro-batches", str(row["micro_batches"])]
+    if row.get("trainable"):
+        cmd += ["--trainable", row["trainable"]]
+    if row.get("checkpointing"):
+        cmd += ["--checkpoint", "blocks"]
+    return cmd
 
 
 def estimate(row, args, backend):
@@ -126,6 +162,10 @@ def label(row):
     name = row["model"].removesuffix(".json").removesuffix(".RECONSTRUCTED")
     if row["kind"] == "lm_prefill":
         return f"{name} prefill bf16 b{row['batch']} s{row['seq']}"
+    if row["kind"] == "lm_decode":
+        return f"{name} decode bf16 b{row['batch']} past{row['past']}"
+    if row.get("variant"):
+        return f"{name} {row['attention']} {row['variant']} b{row['batch']} s{row['seq']}"
     hold = " logits held" if row.get("hold_logits") else ""
     return f"{name} {row['attention']} {row['precision']} b{row['batch']} s{row['seq']}{hold}"
 

@@ -33,21 +33,52 @@ class OrchestratorTest(unittest.TestCase):
         self.assertIn(("qwen2.5-0.5b.json", 32768), prefill)
 
 
+class TaskTest(unittest.TestCase):
+    def test_checkpointed_variants_get_a_process_of_their_own(self):
+        import gpu_device_truth
+        tasks = gpu_device_truth.lm_tasks(0, 1 << 30, 80 << 30, ["qwen3-0.6b.json"], [(1, 512)],
+                                          prefill=False,
+                                          train_variants=["bf16", "fp32+ckpt", "amp-bf16+top2"])
+        self.assertEqual([t["variants"] for t in tasks], [["bf16", "amp-bf16+top2"], ["fp32+ckpt"]])
+
+    def test_a_mistyped_variant_is_refused(self):
+        import gpu_device_truth
+        with self.assertRaises(ValueError):
+            gpu_device_truth.lm_variant("fp32+top")
+
+
 class RowSelectionTest(unittest.TestCase):
     def test_the_committed_rows_left_out_and_why(self):
         kept, left_out = score_lm_truth.rows_to_score(ROWS)
-        self.assertEqual(len(kept), 279)
+        self.assertEqual(len(kept), 401)
         self.assertEqual(left_out["began with a previous row's tensors alive"], 1)
-        self.assertEqual(left_out["reserved past 90 % of the cap"], 28)
-        self.assertEqual(left_out["status over_cap"], 45)
+        self.assertEqual(left_out["reserved past 90 % of the cap"], 38)
+        self.assertEqual(left_out["status over_cap"], 61)
+        self.assertEqual(left_out["ran after a gradient-checkpointed row in its process"], 31)
+        self.assertEqual(left_out["its peak includes the cast of the fp32 weights to bf16"], 22)
         # calls 4-7 measured 15 jobs twice (under two caps): each is scored once, from its first row
-        self.assertEqual(left_out["a repeat of a job already scored"], 15)
+        self.assertEqual(left_out["a repeat of a job already scored"], 17)
         jobs = [score_lm_truth.job_key(r) for r, _ in kept]
         self.assertEqual(len(jobs), len(set(jobs)))
         for row, truth in kept:
             self.assertEqual(row["status"], "ok")
             self.assertLessEqual(truth["reserved"], 0.9 * row["cap_bytes"])
             self.assertGreater(truth["device"], truth["reserved"])
+
+    def test_a_row_after_checkpointing_is_scored_from_a_process_without_it(self):
+        # call 15 measured this job before and after a checkpointed row: 4,426 and 11,494 MiB
+        kept, _ = score_lm_truth.rows_to_score(ROWS)
+        truth = {score_lm_truth.label(r): (r["call"], t) for r, t in kept}
+        call, t = truth["gpt2-medium sdpa amp-bf16+top2 b4 s1024"]
+        self.assertEqual(call, 14)
+        self.assertEqual(t["allocated"] >> 20, 4426)
+
+    def test_a_bf16_row_is_scored_without_the_cast_in_its_peak(self):
+        kept, _ = score_lm_truth.rows_to_score(ROWS)
+        truth = {score_lm_truth.label(r): (r["call"], t) for r, t in kept}
+        call, t = truth["tinyllama-1.1b-chat-v1.0 sdpa bf16+top2 b1 s1024"]
+        self.assertEqual(call, 16)  # calls 13 and 14 read 4,386 MiB: the cast, not the step
+        self.assertLess(t["allocated"] >> 20, 4000)
 
     def test_the_contaminated_row_is_the_one_after_an_out_of_memory_row(self):
         kept, _ = score_lm_truth.rows_to_score(ROWS)
