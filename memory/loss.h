@@ -3,10 +3,12 @@
 //
 // Options::loss picks the loss; kAuto is cross-entropy when the output's last dim is > 1 (class
 // logits [N, C], or [N, T, V] flattened as a language model's loss), else mean squared error.
-//  * Cross-entropy (F.cross_entropy = log_softmax + nll_loss) keeps the fp32 log-probabilities
-//    for backward (computed in fp32 under autocast) and reads int64 class targets, one per row.
-//    Its backward makes NllLossBackward's dense fp32 gradient of the log-probs, then
-//    LogSoftmaxBackward's gradient of the logits while the first is still alive.
+//  * Cross-entropy (F.cross_entropy = log_softmax + nll_loss) keeps the log-probabilities for
+//    backward and reads int64 class targets, one per row. The log-probs are fp32 under autocast
+//    (log_softmax and nll_loss are on its fp32 list) and the logits' dtype otherwise: bf16 in a
+//    model cast to bf16 (log_softmax returns its input's dtype). Its backward makes
+//    NllLossBackward's dense gradient of the log-probs (their dtype), then LogSoftmaxBackward's
+//    gradient of the logits while the first is still alive.
 //  * MSE reads a target the size of the output; its backward makes one gradient the size of
 //    the output.
 // Under tensor parallelism the log-probs of a vocabulary-parallel head are split like the logits
@@ -24,7 +26,7 @@ namespace memest::memory {
 
 struct LossTensors {
   bool cross_entropy = false;
-  uint64_t log_probs = 0;    // cross-entropy: fp32 log-probs kept for backward (0 for MSE)
+  uint64_t log_probs = 0;    // cross-entropy: the log-probs kept for backward (0 for MSE)
   uint64_t targets = 0;      // int64 class indices, or the MSE target
   uint64_t output_grad = 0;  // the gradient of the output the loss backward makes
 

@@ -1,0 +1,55 @@
+// What the loss on the first output keeps (memory/loss.h): cross-entropy's log-probabilities are
+// fp32 under autocast and the logits' dtype otherwise.
+#include "memory/loss.h"
+
+#include <gtest/gtest.h>
+
+#include "memest/memest.h"
+#include "memory/context.h"
+#include "testing/onnx_builder.h"
+
+namespace memest {
+namespace {
+
+using memest::testing::GraphBuilder;
+using memest::testing::kFloat;
+
+// X[N,64] @ W[64,1000] -> logits [N,1000].
+std::shared_ptr<const Model> Classifier() {
+  GraphBuilder b(17);
+  b.AddInput("X", kFloat, {"N", 64});
+  b.AddInitializer("W", {64, 1000});
+  b.AddNode("MatMul", {"X", "W"}, {"logits"}, "head");
+  b.AddOutput("logits", kFloat);
+  auto m = LoadModelFromBytes(b.Serialize(), "/tmp", "classifier");
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : nullptr;
+}
+
+TEST(LossTest, LogProbsAreFp32UnderAutocastAndTheLogitsDtypeOtherwise) {
+  auto model = Classifier();
+  ASSERT_NE(model, nullptr);
+  constexpr uint64_t kElements = 32 * 1000;
+  for (auto [precision, bytes] :
+       {std::pair{Precision::kFp32, 4}, std::pair{Precision::kAmpBf16, 4},
+        std::pair{Precision::kAmpFp16, 4}, std::pair{Precision::kBf16, 2}}) {
+    Options o;
+    o.batch = 32;
+    o.precision = precision;
+    if (precision == Precision::kAmpFp16) o.gpu = "v100-32gb";
+    auto ctx = memory::EstimationContext::Make(*model, o);
+    ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+    const int logits = model->graph().outputs.front();
+    const memory::LossTensors t =
+        memory::LossTensorsFor((*ctx)->bound(), (*ctx)->facts(), o, logits);
+    EXPECT_TRUE(t.cross_entropy);
+    EXPECT_EQ(t.log_probs, kElements * bytes) << ToString(precision);
+    EXPECT_EQ(t.targets, uint64_t{32} * 8);  // int64 class indices
+    // The logits' gradient is in the logits' dtype: 2 bytes under autocast and in bf16.
+    EXPECT_EQ(t.output_grad, kElements * (precision == Precision::kFp32 ? 4 : 2))
+        << ToString(precision);
+  }
+}
+
+}  // namespace
+}  // namespace memest
