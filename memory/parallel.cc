@@ -10,6 +10,7 @@
 
 #include "base/checked.h"
 #include "base/name_pattern.h"
+#include "core/blocks.h"
 #include "memory/optimizer.h"
 
 namespace memest::memory {
@@ -19,90 +20,6 @@ using base::SatAdd;
 using base::SatMul;
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return b == 0 ? a : a / b + (a % b != 0); }
-
-// Splits a PyTorch module path or an exporter's node name into its tokens ("/h.3/attn/MatMul"
-// -> h, 3, attn, MatMul).
-std::vector<std::string_view> Tokens(std::string_view name) {
-  std::vector<std::string_view> out;
-  size_t start = 0;
-  for (size_t i = 0; i <= name.size(); ++i) {
-    if (i == name.size() || name[i] == '.' || name[i] == '/') {
-      if (i > start) out.push_back(name.substr(start, i - start));
-      start = i + 1;
-    }
-  }
-  return out;
-}
-
-bool AllDigits(std::string_view t) {
-  return !t.empty() && t.size() <= 9 &&
-         std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-// A block reference in one name: "<word>.<index>" (PyTorch module paths, "h.3") or, failing
-// that form, a token "<word><index>" ("layer3", as some exporters write scopes).
-struct BlockRef {
-  std::string word;
-  int index = -1;
-  bool dotted = false;
-};
-
-std::vector<BlockRef> BlockRefs(std::string_view name) {
-  std::vector<BlockRef> out;
-  const std::vector<std::string_view> t = Tokens(name);
-  for (size_t i = 0; i < t.size(); ++i) {
-    if (i + 1 < t.size() && !AllDigits(t[i]) && AllDigits(t[i + 1])) {
-      out.push_back({std::string(t[i]), std::stoi(std::string(t[i + 1])), true});
-      continue;
-    }
-    size_t digits = t[i].size();
-    while (digits > 0 && t[i][digits - 1] >= '0' && t[i][digits - 1] <= '9') --digits;
-    const std::string_view word = t[i].substr(0, digits), index = t[i].substr(digits);
-    const bool alpha = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
-      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-    });
-    if (alpha && AllDigits(index))
-      out.push_back({std::string(word), std::stoi(std::string(index)), false});
-  }
-  return out;
-}
-
-// The block index `name` carries for `word` (in the form `dotted` says), or -1.
-int IndexAfter(std::string_view name, const std::string& word, bool dotted) {
-  for (const BlockRef& r : BlockRefs(name)) {
-    if (r.word == word && r.dotted == dotted) return r.index;
-  }
-  return -1;
-}
-
-// The block word whose references carry the most distinct indices (>= 2) over the names of nodes
-// and initializers, the dotted form first; empty when none does.
-std::pair<std::string, bool> LayerWord(const core::Graph& g) {
-  std::map<std::pair<bool, std::string>, std::vector<int>> seen;
-  auto scan = [&](const std::string& name) {
-    for (const BlockRef& r : BlockRefs(name)) seen[{r.dotted, r.word}].push_back(r.index);
-  };
-  for (const core::Node& n : g.nodes) scan(n.name);
-  for (const core::Value& v : g.values) {
-    if (v.kind == core::ValueKind::kInitializer) scan(v.name);
-  }
-  for (bool dotted : {true, false}) {
-    std::string best;
-    size_t best_count = 1;
-    for (auto& [key, idx] : seen) {
-      if (key.first != dotted) continue;
-      std::sort(idx.begin(), idx.end());
-      const size_t distinct =
-          static_cast<size_t>(std::unique(idx.begin(), idx.end()) - idx.begin());
-      if (distinct > best_count) {
-        best_count = distinct;
-        best = key.second;
-      }
-    }
-    if (!best.empty()) return {best, dotted};
-  }
-  return {"", true};
-}
 
 bool IsInitializer(const core::Graph& g, int id) {
   return id >= 0 && g.value(id).kind == core::ValueKind::kInitializer;
@@ -226,25 +143,18 @@ Result<ParallelPlan> ParallelPlan::Make(const core::BoundGraph& bound, const Opt
   plan.layer_of_node_.assign(g.nodes.size(), -1);
   if (!options.parallel.enabled()) return plan;
 
-  // Blocks (header: Layers).
-  std::tie(plan.layer_prefix_, plan.layer_dotted_) = LayerWord(g);
+  // Blocks (header: Layers; core/blocks.h).
+  const core::Blocks blocks = core::FindBlocks(g);
+  plan.layer_prefix_ = blocks.word;
+  plan.layer_dotted_ = blocks.dotted;
+  plan.layer_of_node_ = blocks.of_node;
   std::vector<int> indices;
-  if (!plan.layer_prefix_.empty()) {
-    for (size_t k = 0; k < g.nodes.size(); ++k) {
-      const core::Node& n = g.nodes[k];
-      int l = IndexAfter(n.name, plan.layer_prefix_, plan.layer_dotted_);
-      for (size_t i = 0; l < 0 && i < n.inputs.size(); ++i) {
-        if (IsInitializer(g, n.inputs[i])) {
-          l = IndexAfter(g.value(n.inputs[i]).name, plan.layer_prefix_, plan.layer_dotted_);
-        }
-      }
-      plan.layer_of_node_[k] = l;
-      if (l >= 0) indices.push_back(l);
-    }
+  for (int l : blocks.of_node) {
+    if (l >= 0) indices.push_back(l);
   }
   std::sort(indices.begin(), indices.end());
   indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
-  plan.layers_ = static_cast<int>(indices.size());
+  plan.layers_ = blocks.count;
   const int64_t pp = options.parallel.pp;
   if (pp > 1 && pp > plan.layers_) {
     return InvalidArgument(
@@ -297,9 +207,7 @@ Result<ParallelPlan> ParallelPlan::Make(const core::BoundGraph& bound, const Opt
     if (unit_re) {
       unit = unit_re->MatchedText(v.name);
     } else {
-      int l = plan.layer_prefix_.empty()
-                  ? -1
-                  : IndexAfter(v.name, plan.layer_prefix_, plan.layer_dotted_);
+      int l = blocks.IndexIn(v.name);
       if (l < 0) l = plan.layer_of_node_[static_cast<size_t>(v.consumers.front())];
       if (l >= 0) unit = std::to_string(l);
     }

@@ -3,12 +3,9 @@
 // (docs/memory-model.md §9 gives the sources).
 //
 // Policy:
-//  * Layers. The graph's repeated blocks are found from names: the path component
-//    "<word>.<index>" (PyTorch module paths such as "h.3", "layers.12", "blocks.0") whose <word>
-//    carries the most distinct indices (at least 2); when no word does, a token "<word><index>"
-//    ("layer3") the same way. A node belongs to the block named in its own
-//    name or in one of its parameters' names; other nodes belong to the block of the last named
-//    node before them in topological order (none: before the first block).
+//  * Layers: the graph's repeated blocks (core/blocks.h, found from names). For the pipeline, a
+//    node that names no block belongs to the block of the last node before it in topological
+//    order that names one (none: before the first block).
 //  * Pipeline (pp stages, 1F1B). Blocks are cut into pp contiguous runs, floor(l * pp / L)
 //    (l = block index, L = blocks); nodes before the first block run on stage 0 (embedding),
 //    after the last on the last stage (head, loss). A rank holds the parameters its stage's nodes
