@@ -34,7 +34,8 @@
 //                            W + S + G + To + WS                   -> phase optimizer_step )
 //           (conservative: all gradients are counted alongside all saved activations)
 //   infer:  allocated = W + WS + max over the forward walk of the live activations, where a
-//           tensor dies after its last consumer (views share their source's storage)
+//           tensor dies after its last consumer (views share their source's storage); the data
+//           inputs live to the end but a decoder's past KV cache (memory/kv_cache.h)
 //
 //   Each tensor is a 512-byte-rounded block (memory-model.md §1.3). reserved ~= blocks > 1 MiB
 //   rounded up to 2 MiB + small blocks packed into 2 MiB segments (memory-model.md §1.4);
@@ -157,6 +158,8 @@ class Accounting {
         stack_(ctx.stack()),
         weights_(ctx.weights()),
         kept_outputs_(memory::KeptOutputs(*b_.graph, ctx.kv_cache())),
+        kv_(ctx.kv_cache()),
+        checkpoint_(ctx.checkpoint()),
         plan_(ctx.parallel()),
         stage_(ctx.stage()) {}
 
@@ -238,6 +241,8 @@ class Accounting {
   const StackProfile& stack_;
   const memory::WeightStorage& weights_;
   const std::vector<int> kept_outputs_;  // outputs kept to the end (memory/kv_cache.h)
+  const memory::KvCache& kv_;
+  const std::vector<core::CheckpointSegment>& checkpoint_;  // core/checkpoint.h
   const memory::ParallelPlan& plan_;
   const int stage_;
 };
@@ -414,7 +419,7 @@ uint64_t Accounting::BackwardTransient(const core::Node& n, size_t k, uint64_t c
 
 Accounting::Activations Accounting::SavedAndTransients() const {
   Activations a;
-  SavedSet saved(*this, core::CheckpointSegments(g_, o_.checkpoint_segments));
+  SavedSet saved(*this, checkpoint_);
   for (int id : g_.data_inputs) {
     if (plan_.input_on_stage(id, stage_)) saved.Save(id);
   }
@@ -556,6 +561,13 @@ std::vector<std::vector<int>> Accounting::LastUses() const {
     }
   }
   for (int out : kept_outputs_) last_use[static_cast<size_t>(facts_.root(out))] = -1;
+  // The caller holds its inputs to the end, except a decoder's past KV cache (memory/kv_cache.h).
+  const std::vector<bool>& released = kv_.released_at_last_use();
+  for (int id : g_.data_inputs) {
+    if (released.empty() || !released[static_cast<size_t>(id)]) {
+      last_use[static_cast<size_t>(id)] = -1;
+    }
+  }
   std::vector<std::vector<int>> dies_after(g_.nodes.size());
   for (size_t id = 0; id < last_use.size(); ++id) {
     if (last_use[id] >= 0)

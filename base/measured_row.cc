@@ -116,6 +116,10 @@ Status ParseConfig(const Json& config, const RowContext& ctx, Options* o) {
     }
     o->checkpoint_segments = c->get<int64_t>();
   }
+  if (const Json* c = Find(config, "checkpoint_blocks"); c != nullptr && !c->is_null()) {
+    if (!c->is_boolean()) return ctx.Bad("config.checkpoint_blocks", "expected true or false");
+    o->checkpoint_blocks = c->get<bool>();
+  }
   return Status::Ok();
 }
 
@@ -135,6 +139,7 @@ Json ConfigObject(const MeasuredConfig& c) {
          {"iterations", c.iterations ? Json(*c.iterations) : Json(nullptr)}};
   // Written only when used, so that the ids of rows without checkpointing stay as they were.
   if (train && o.checkpoint_segments > 1) j["checkpoint_segments"] = o.checkpoint_segments;
+  if (train && o.checkpoint_blocks) j["checkpoint_blocks"] = true;
   return j;
 }
 

@@ -231,6 +231,11 @@ Status Validate(const Options& o) {
                            std::to_string(o.micro_batches) + " micro-batches");
   }
   if (o.checkpoint_segments < 0) return InvalidArgument("checkpoint_segments must be >= 0");
+  if (o.checkpoint_blocks && o.checkpoint_segments > 1) {
+    return InvalidArgument(
+        "checkpoint_blocks and checkpoint_segments > 1 are two ways to cut the graph for "
+        "activation checkpointing: give one");
+  }
   for (const auto& [name, expr] :
        {std::pair{"trainable", &o.trainable}, std::pair{"freeze", &o.freeze}}) {
     if (expr->size() > 256) {
@@ -320,6 +325,9 @@ std::vector<OptionDoc> DescribeOptions() {
        "gradient accumulation: micro-batches per optimizer step (batch must divide)"},
       {"checkpoint_segments", std::to_string(d.checkpoint_segments),
        "activation checkpointing as checkpoint_sequential with this many segments (0: off)"},
+      {"checkpoint_blocks", d.checkpoint_blocks ? "true" : "false",
+       "activation checkpointing of every repeated block (transformers' gradient "
+       "checkpointing)"},
       {"library_workspaces", d.library_workspaces ? "true" : "false",
        "count cuBLAS workspaces (false: compare with the CPU harness)"},
       {"fused_kernels", d.fused_kernels ? "true" : "false",

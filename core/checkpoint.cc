@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <set>
+#include <utility>
+
+#include "core/blocks.h"
 
 namespace memest::core {
 
@@ -32,6 +36,38 @@ std::vector<int64_t> Crossings(const Graph& g) {
   return crossing;
 }
 
+// The segment [begin, end) of the node order with what it reads from before it and what later
+// nodes read from it.
+CheckpointSegment Segment(const Graph& g, int begin, int end) {
+  CheckpointSegment s;
+  s.begin = begin;
+  s.end = end;
+  std::set<int> inputs, outputs, params;
+  for (int k = s.begin; k < s.end; ++k) {
+    const Node& node = g.node(k);
+    for (int in : node.inputs) {
+      if (in < 0) continue;
+      const Value& v = g.value(in);
+      if (v.kind == ValueKind::kInitializer) {
+        if (v.trainable) params.insert(in);
+      } else if (v.kind == ValueKind::kDataInput || v.producer < s.begin) {
+        inputs.insert(in);
+      }
+    }
+    for (int o : node.outputs) {
+      if (o < 0) continue;
+      const Value& v = g.value(o);
+      bool later = v.graph_output;
+      for (int c : v.consumers) later = later || c >= s.end;
+      if (later) outputs.insert(o);
+    }
+  }
+  s.inputs.assign(inputs.begin(), inputs.end());
+  s.outputs.assign(outputs.begin(), outputs.end());
+  s.parameters.assign(params.begin(), params.end());
+  return s;
+}
+
 }  // namespace
 
 std::vector<CheckpointSegment> CheckpointSegments(const Graph& g, int64_t segments) {
@@ -54,34 +90,41 @@ std::vector<CheckpointSegment> CheckpointSegments(const Graph& g, int64_t segmen
   std::vector<CheckpointSegment> out;
   int begin = 0;
   for (int cut : cuts) {  // the last segment [cuts.back(), n) is not checkpointed
-    CheckpointSegment s;
-    s.begin = begin;
-    s.end = cut;
-    std::set<int> inputs, outputs, params;
-    for (int k = s.begin; k < s.end; ++k) {
-      const Node& node = g.node(k);
-      for (int in : node.inputs) {
-        if (in < 0) continue;
-        const Value& v = g.value(in);
-        if (v.kind == ValueKind::kInitializer) {
-          if (v.trainable) params.insert(in);
-        } else if (v.kind == ValueKind::kDataInput || v.producer < s.begin) {
-          inputs.insert(in);
-        }
-      }
-      for (int o : node.outputs) {
-        if (o < 0) continue;
-        const Value& v = g.value(o);
-        bool later = v.graph_output;
-        for (int c : v.consumers) later = later || c >= s.end;
-        if (later) outputs.insert(o);
-      }
-    }
-    s.inputs.assign(inputs.begin(), inputs.end());
-    s.outputs.assign(outputs.begin(), outputs.end());
-    s.parameters.assign(params.begin(), params.end());
-    out.push_back(std::move(s));
+    out.push_back(Segment(g, begin, cut));
     begin = cut;
+  }
+  return out;
+}
+
+Result<std::vector<CheckpointSegment>> CheckpointSegmentsFor(const Graph& g,
+                                                             const Options& options) {
+  if (options.mode != Mode::kTrain) return std::vector<CheckpointSegment>{};
+  if (!options.checkpoint_blocks) return CheckpointSegments(g, options.checkpoint_segments);
+  const Blocks blocks = FindBlocks(g);
+  std::map<int, std::pair<int, int>> span;  // block index -> [first node, last node]
+  for (size_t k = 0; k < blocks.of_node.size(); ++k) {
+    const int l = blocks.of_node[k];
+    if (l < 0) continue;
+    auto [it, fresh] = span.try_emplace(l, static_cast<int>(k), static_cast<int>(k));
+    if (!fresh) it->second.second = static_cast<int>(k);
+  }
+  if (span.empty()) {
+    return InvalidArgument(
+        "checkpoint_blocks: the graph has no repeated blocks (no '<name>.<index>' path such as "
+        "'layers.3' in its node or parameter names) to checkpoint");
+  }
+  std::vector<std::pair<int, int>> runs;
+  for (const auto& [l, r] : span) runs.push_back(r);
+  std::sort(runs.begin(), runs.end());
+  std::vector<CheckpointSegment> out;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (i > 0 && runs[i].first <= runs[i - 1].second) {
+      return InvalidArgument("checkpoint_blocks: the blocks '" + blocks.pattern() +
+                             "' interleave in the node order (node '" + g.node(runs[i].first).name +
+                             "'), so no block is a segment to "
+                             "checkpoint on its own");
+    }
+    out.push_back(Segment(g, runs[i].first, runs[i].second + 1));
   }
   return out;
 }

@@ -435,11 +435,10 @@ Result<Plan> BuildPlan(const Model& model, const Options& options) {
   plan.model_path = g.summary.path;
   plan.bindings = bound.bindings;
   plan.diagnostics = bound.diagnostics;
-  if (options.mode == Mode::kTrain) {
-    for (const core::CheckpointSegment& c :
-         core::CheckpointSegments(g, options.checkpoint_segments)) {
-      plan.checkpoint.push_back({c.begin, c.end, c.inputs, c.outputs, c.parameters});
-    }
+  MEMEST_ASSIGN_OR_RETURN(std::vector<core::CheckpointSegment> segments,
+                          core::CheckpointSegmentsFor(g, options));
+  for (const core::CheckpointSegment& c : segments) {
+    plan.checkpoint.push_back({c.begin, c.end, c.inputs, c.outputs, c.parameters});
   }
   MEMEST_ASSIGN_OR_RETURN(plan.values, PlanValues(g, bound));
   plan.nodes = PlanNodes(g);

@@ -22,6 +22,7 @@
 #include <memory>
 
 #include "core/bind.h"
+#include "core/checkpoint.h"
 #include "memest/estimate.h"
 #include "memest/gpu_profile.h"
 #include "memest/model.h"
@@ -57,6 +58,9 @@ class EstimationContext {
   const WeightStorage& weights() const { return weights_; }
   // The graph's key/value cache (options.kv_cache_dtype, options.paged_kv_cache).
   const KvCache& kv_cache() const { return kv_cache_; }
+  // The checkpointed segments in training (options.checkpoint_segments or checkpoint_blocks,
+  // core/checkpoint.h); empty when there are none.
+  const std::vector<core::CheckpointSegment>& checkpoint() const { return checkpoint_; }
   // The graph bound at options' dims; shared with other estimates of the model at the same dims
   // (core/bind_cache.h).
   const core::BoundGraph& bound() const { return *bound_; }
@@ -72,7 +76,8 @@ class EstimationContext {
  private:
   EstimationContext(const Model& model, const Options& options, GpuProfile gpu, StackProfile stack,
                     TrainableSet trainable, std::shared_ptr<const core::BoundGraph> bound,
-                    WeightStorage weights, KvCache kv_cache, ParallelPlan plan);
+                    WeightStorage weights, KvCache kv_cache, ParallelPlan plan,
+                    std::vector<core::CheckpointSegment> checkpoint);
 
   const Model& model_;
   const Options options_;
@@ -83,6 +88,7 @@ class EstimationContext {
   const WeightStorage weights_;
   const KvCache kv_cache_;
   const ParallelPlan plan_;
+  const std::vector<core::CheckpointSegment> checkpoint_;
   const std::shared_ptr<const ops::ValueFacts> facts_;  // never null; reads *bound_
   int stage_ = 0;
 };

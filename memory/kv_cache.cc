@@ -50,6 +50,10 @@ Result<KvCache> KvCache::Make(const core::BoundGraph& b, const Options& o) {
   }
   kv.values_ = past;
   kv.values_.insert(kv.values_.end(), present.begin(), present.end());
+  if (!past.empty()) {
+    kv.released_.assign(g.values.size(), false);
+    for (int id : past) kv.released_[static_cast<size_t>(id)] = true;
+  }
   const bool asked = o.kv_cache_dtype != KvCacheDtype::kAuto || o.paged_kv_cache;
   if (asked && kv.values_.empty()) {
     return InvalidArgument(

@@ -13,6 +13,13 @@
 //    blocks); the graph's past inputs and present outputs are views of it, 0 bytes of their own,
 //    and a present output does not keep the tensor it was computed in alive to the end of the
 //    step (its keys and values are written into the pool's blocks): KeptOutputs().
+//  * Lifetime: a past tensor is released after its last reader, not held to the end of the step:
+//    transformers' DynamicCache (the default cache) replaces each layer's keys and values with
+//    torch.cat([old, new]) and drops the old tensors (cache_utils.py, DynamicLayer.update), so in
+//    a decode step layer i's past and present exist together only around layer i's Concat.
+//    Measured: datasets/h100-lm-torch211 calls 11 and 18. The present outputs are held to the end
+//    (the cache keeps them). Other data inputs (the token ids, an input batch) are held by the
+//    caller to the end: ReleasedAtLastUse() says which inputs are not.
 //  * A graph without a cache given either option is InvalidArgument: never a silent no-op.
 #ifndef MEMEST_MEMORY_KV_CACHE_H_
 #define MEMEST_MEMORY_KV_CACHE_H_
@@ -34,6 +41,9 @@ class KvCache {
 
   // The cache's value ids (past inputs, then present outputs).
   const std::vector<int>& values() const { return values_; }
+  // Per value id of the graph, true for the data inputs the step releases after their last
+  // reader (the past tensors, see the policy above); empty when the graph has none.
+  const std::vector<bool>& released_at_last_use() const { return released_; }
   bool empty() const { return values_.empty(); }
   // Per value id, the bytes the options give a cache tensor (nullopt: as sized otherwise);
   // empty when neither option is set.
@@ -47,6 +57,7 @@ class KvCache {
 
  private:
   std::vector<int> values_;
+  std::vector<bool> released_;
   std::vector<std::optional<uint64_t>> stored_;
   uint64_t bytes_per_token_ = 0;
   int layers_ = 0;

@@ -47,6 +47,9 @@ MIB = 1 << 20
 NEAR_CAP = 0.90
 LEAK_SLACK = 128 * MIB
 LEVELS = ("allocated", "reserved", "device")
+# From call 16 on, gpu_device_truth.py ran a model's checkpointed variants in a process of their
+# own (449676e); before, in the one process of the model's other variants.
+OWN_PROCESS_FROM_CALL = 16
 
 
 def measured(row):
@@ -89,13 +92,15 @@ def rows_to_score(path):
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     kept, left_out = [], {}
-    previous_release = {}  # a worker's rows come in order: (call, kind, model, attention)
+    # A worker's rows come in order: (call, kind, model, attention, its own checkpointing process)
+    previous_release = {}
     checkpointed = set()  # workers that have run a gradient-checkpointed row
     jobs = set()  # the jobs kept: a later call's repeat of one is left out (counted once)
     for r in rows:
         if r.get("kind") not in ("lm_train", "lm_prefill", "lm_decode"):
             continue
-        worker = (r.get("call"), r["kind"], r["model"], r.get("attention"))
+        worker = (r.get("call"), r["kind"], r["model"], r.get("attention"),
+                  bool(r.get("checkpointing")) and r.get("call", 0) >= OWN_PROCESS_FROM_CALL)
         start = r.get("start", {}).get("allocated", previous_release.get(worker))
         if "after_release" in r:
             previous_release[worker] = r["after_release"]["allocated"]
@@ -158,6 +163,13 @@ def estimate(row, args, backend):
         return None, f"exit {p.returncode}: {p.stderr.strip()[:200]}"
 
 
+def variant_group(row):
+    """The flags a row exercises beyond calls 1-10's: its variant without the precision (or
+    "plain"), for --by-variant."""
+    extra = [t for t in (variant(row) or "").split("+") if t not in ("fp32", "amp-bf16", "hold")]
+    return "+".join(extra) or "plain"
+
+
 def label(row):
     name = row["model"].removesuffix(".json").removesuffix(".RECONSTRUCTED")
     if row["kind"] == "lm_prefill":
@@ -190,6 +202,9 @@ def main():
     ap.add_argument("--stack", default="h200-pytorch2.11-lazy")
     ap.add_argument("--markdown", action="store_true", help="every row as a markdown table")
     ap.add_argument("--jobs-out", default="", help="every row and estimate as CSV")
+    ap.add_argument("--by-variant", action="store_true",
+                    help="also a summary per training variant (calls 11-18: bf16, fused, accum2,"
+                         " ckpt, top2) and per call group")
     args = ap.parse_args()
 
     kept, left_out = rows_to_score(args.rows)
@@ -205,9 +220,12 @@ def main():
             failures.append(f"{label(r)} [{b}]: {failure}")
             continue
         row = {"job": label(r), "backend": b}
+        group = r["kind"] + (f"[{variant_group(r)}]" if args.by_variant else "")
         for level in LEVELS:
             e = (est[level] - truth[level]) / truth[level]
             errors.setdefault((b, r["kind"], level), []).append(e)
+            if args.by_variant:
+                errors.setdefault((b, group, level), []).append(e)
             row[f"measured_{level}_mib"] = round(truth[level] / MIB)
             row[f"estimate_{level}_mib"] = round(est[level] / MIB)
             row[f"error_{level}_pct"] = round(100 * e, 1)
@@ -216,7 +234,7 @@ def main():
     print(f"{len(kept)} rows scored; left out: "
           + (", ".join(f"{n} {why}" for why, n in sorted(left_out.items())) or "none"))
     for key in sorted(errors):
-        print(f"{key[0]:10} {key[1]:10} {key[2]:9} {summary(errors[key])}")
+        print(f"{key[0]:10} {key[1]:16} {key[2]:9} {summary(errors[key])}")
     for f in failures:
         print("memest failed:", f, file=sys.stderr)
     if args.markdown:

@@ -16,7 +16,7 @@
 //    the backward creates the autograd thread's (memory-model.md §2.3, INF); both persist.
 //  * A convolution allocates its cuDNN workspace after its outputs in forward, and in backward
 //    after its inputs' gradients, and frees it at once (the stack's size, memory/device.h).
-//  * Loss on the first output: cross-entropy keeps fp32 log-probs (memory-model.md §3.2), mse the
+//  * Loss on the first output: cross-entropy keeps the log-probs (memory/loss.h), mse the
 //    target. Its backward: cross-entropy holds the log-probs' gradient and the logits' gradient at
 //    once.
 //  * Backward, in reverse order, for nodes with an input that requires grad and an output that has
@@ -25,7 +25,8 @@
 //    added in place (freed); fan-out gradients of activations accumulate in place (the new buffer
 //    is freed, memory-model.md §3.1); then the node's output gradients and saved tensors are freed
 //    (memory-model.md §3.1 release_variables).
-//  * Activation checkpointing (Options::checkpoint_segments; cuts in core/checkpoint.h): nodes of a
+//  * Activation checkpointing (Options::checkpoint_segments or checkpoint_blocks; cuts in
+//    core/checkpoint.h, EstimationContext::checkpoint()): nodes of a
 //    checkpointed segment save nothing in the forward; the segment's inputs are kept until its
 //    backward. When backward reaches the segment, its forward runs again (saving as usual, with
 //    its own autocast cache), then backward goes through it and the recomputed outputs and the
@@ -64,7 +65,9 @@
 //    other micro-batches' saved tensors (the activations and AMP weight copies the first
 //    forward left alive, re-allocated tensor by tensor) are held beside the current one
 //    (Narayanan et al., 2021, §2.2). Activation checkpointing with stages is not modelled.
-//  * Inference: forward only, no saved tensors, no gradients, one cuBLAS workspace.
+//  * Inference: forward only, no saved tensors, no gradients, one cuBLAS workspace. Data inputs
+//    live to the end of the iteration, except a decoder's past KV cache, released after its last
+//    reader (memory/kv_cache.h).
 //  * Every event goes through CachingAllocatorModel (symbolic/allocator.h); peaks over all
 //    simulated iterations; device peak = peak reserved + the stack's CUDA context and library
 //    memory (memory/device.h, memory-model.md §2.2). The breakdown is taken at the fullest moment
@@ -130,6 +133,8 @@ class Sim {
         facts_(ctx.facts()),
         weights_(ctx.weights()),
         kept_outputs_(memory::KeptOutputs(g_, ctx.kv_cache())),
+        inputs_released_(ctx.kv_cache().released_at_last_use()),
+        checkpoint_(ctx.checkpoint()),
         plan_(ctx.parallel()),
         stage_(key.stage),
         staged_(plan_.stages() > 1),
@@ -242,6 +247,9 @@ class Sim {
   const ops::ValueFacts& facts_;
   const memory::WeightStorage& weights_;
   const std::vector<int> kept_outputs_;  // graph outputs kept to the end (memory/kv_cache.h)
+  // Data inputs released after their last reader (a decoder's past KV cache, memory/kv_cache.h).
+  const std::vector<bool>& inputs_released_;
+  const std::vector<core::CheckpointSegment>& checkpoint_;  // Options' segments (core/checkpoint.h)
   const memory::ParallelPlan& plan_;
   const int stage_;
   const bool staged_;  // pp > 1: only stage_'s nodes run here
@@ -267,8 +275,7 @@ class Sim {
   base::IdVector<int> uses_;        // per root: forward uses by nodes (all aliases)
   base::IdVector<int> saved_by_;    // per root: nodes that save it
   base::IdVector<int> cast_saves_;  // per parameter: lower-precision nodes that save its AMP copy
-  std::vector<core::CheckpointSegment> ckpt_;
-  std::vector<int> seg_of_;  // per node: index into ckpt_, -1 when not checkpointed
+  std::vector<int> seg_of_;         // per node: index into checkpoint_, -1 when not checkpointed
   int loss_value_ = -1;
   memory::LossTensors loss_tensors_;
   std::vector<int> roots_, saved_roots_;  // scratch of InputRoots and SavedRoots
@@ -475,10 +482,7 @@ void Sim::Prepare() {
   saved_by_.assign(nv, 0);
   cast_saves_.assign(nv, 0);
   saved_.resize(nn);
-  if (train_) {
-    ckpt_ = core::CheckpointSegments(g_, o_.checkpoint_segments);
-    if (!ckpt_.empty()) seg_of_ = core::SegmentOfNode(g_, ckpt_);
-  }
+  if (train_ && !checkpoint_.empty()) seg_of_ = core::SegmentOfNode(g_, checkpoint_);
   input_roots_at_.assign(nn + 1, 0);
   for (size_t k = 0; k < nn; ++k) {
     roots_.clear();
@@ -508,7 +512,7 @@ void Sim::Prepare() {
     }
     for (int r : SavedRoots(k, -1)) ++saved_by_[r];
   }
-  for (const core::CheckpointSegment& seg : ckpt_) {  // the checkpoint keeps its inputs
+  for (const core::CheckpointSegment& seg : checkpoint_) {  // the checkpoint keeps its inputs
     std::set<int> roots;
     for (int in : seg.inputs) roots.insert(facts_.root(in));
     for (int r : roots) ++saved_by_[r];
@@ -670,7 +674,11 @@ void Sim::ReduceScatter(size_t k) {
 void Sim::FreeIfDead(int root) {
   if (root < 0) return;
   const core::ValueKind kind = kind_[root];
-  if (kind == core::ValueKind::kInitializer || kind == core::ValueKind::kDataInput) return;
+  if (kind == core::ValueKind::kInitializer) return;
+  if (kind == core::ValueKind::kDataInput &&
+      (inputs_released_.empty() || !inputs_released_[static_cast<size_t>(root)])) {
+    return;
+  }
   if (uses_left_[root] > 0 || saved_left_[root] > 0) {
     return;
   }
@@ -683,7 +691,7 @@ void Sim::FreeIfDead(int root) {
 bool Sim::MadeIn(int root, int seg) const {
   const core::Value& v = g_.value(root);
   if (v.kind != core::ValueKind::kIntermediate || v.producer < 0) return false;
-  const core::CheckpointSegment& s = ckpt_[static_cast<size_t>(seg)];
+  const core::CheckpointSegment& s = checkpoint_[static_cast<size_t>(seg)];
   return v.producer >= s.begin && v.producer < s.end;
 }
 
@@ -693,7 +701,7 @@ bool Sim::MadeIn(int root, int seg) const {
 // recomputed segment outputs stay alive until the segment's backward is done (they are the
 // roots of the inner backward). Under AMP the recomputation has its own autocast cache.
 void Sim::Recompute(int seg) {
-  const core::CheckpointSegment& s = ckpt_[static_cast<size_t>(seg)];
+  const core::CheckpointSegment& s = checkpoint_[static_cast<size_t>(seg)];
   bool needed = false;
   for (int out : s.outputs) needed = needed || grad_[out] >= 0;
   if (!needed) return;
@@ -722,7 +730,7 @@ void Sim::Recompute(int seg) {
 
 // The segment's backward is done: the recomputed outputs and the kept inputs are released.
 void Sim::ReleaseSegment(int seg) {
-  const core::CheckpointSegment& s = ckpt_[static_cast<size_t>(seg)];
+  const core::CheckpointSegment& s = checkpoint_[static_cast<size_t>(seg)];
   std::set<int> roots;
   for (int out : s.outputs) roots.insert(facts_.root(out));
   for (int r : roots) {
@@ -961,7 +969,7 @@ void Sim::BackwardNode(size_t kk) {
   const core::Node& n = g_.nodes[kk];
   node_ = static_cast<int>(kk);
   const int seg = Checkpointed(kk) ? seg_of_[kk] : -1;
-  if (seg >= 0 && static_cast<int>(kk) == ckpt_[static_cast<size_t>(seg)].end - 1) {
+  if (seg >= 0 && static_cast<int>(kk) == checkpoint_[static_cast<size_t>(seg)].end - 1) {
     Recompute(seg);
     node_ = static_cast<int>(kk);
   }
@@ -984,7 +992,7 @@ void Sim::BackwardNode(size_t kk) {
   }
   // release_variables: saved tensors die with their node (memory-model.md §3.1).
   ReleaseSaved(kk, seg);
-  if (seg >= 0 && static_cast<int>(kk) == ckpt_[static_cast<size_t>(seg)].begin) {
+  if (seg >= 0 && static_cast<int>(kk) == checkpoint_[static_cast<size_t>(seg)].begin) {
     ReleaseSegment(seg);
   }
   ReduceScatter(kk);
@@ -1171,7 +1179,7 @@ void Sim::Iteration(int it) {
 
 Result<Simulation> Sim::Run() {
   train_ = o_.mode == Mode::kTrain;
-  if (staged_ && train_ && o_.checkpoint_segments > 0) {
+  if (staged_ && train_ && !checkpoint_.empty()) {
     return InvalidArgument(
         "the symbolic timeline does not model activation checkpointing together with pipeline "
         "stages (pp " +

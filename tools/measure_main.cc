@@ -351,6 +351,9 @@ Result<Config> ParseManifestLine(const std::string& line, const fs::path& dir) {
     if (j.contains("checkpoint_segments") && !j["checkpoint_segments"].is_null()) {
       c.options.checkpoint_segments = j["checkpoint_segments"].get<int64_t>();
     }
+    if (j.contains("checkpoint_blocks") && !j["checkpoint_blocks"].is_null()) {
+      c.options.checkpoint_blocks = j["checkpoint_blocks"].get<bool>();
+    }
     if (j.contains("iterations") && !j["iterations"].is_null()) {
       c.iterations = j["iterations"].get<int>();
     }
@@ -377,6 +380,7 @@ std::vector<std::string> ChildArgs(const Config& c, const RunSettings& s) {
   if (o.checkpoint_segments > 1) {
     a.insert(a.end(), {"--checkpoint", std::to_string(o.checkpoint_segments)});
   }
+  if (o.checkpoint_blocks) a.insert(a.end(), {"--checkpoint", "blocks"});
   if (s.host_limit_bytes > 0) {
     a.insert(a.end(), {"--host-limit-mb", std::to_string(s.host_limit_bytes >> 20)});
   }

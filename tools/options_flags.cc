@@ -311,7 +311,12 @@ Status ApplyMicroBatches(const OptionFlags& all, Options* o) {
   return ApplyInteger(all, "micro-batches", 1, &o->micro_batches);
 }
 
+// --checkpoint blocks | SEGMENTS: every repeated block, or checkpoint_sequential's segments.
 Status ApplyCheckpoint(const OptionFlags& all, Options* o) {
+  if (all.Given("checkpoint") && all.Text("checkpoint") == "blocks") {
+    o->checkpoint_blocks = true;
+    return Status::Ok();
+  }
   return ApplyInteger(all, "checkpoint", 0, &o->checkpoint_segments);
 }
 
@@ -553,10 +558,12 @@ const std::vector<OptionFlag>& Table() {
       Row("--micro-batches", "K",
           "gradient accumulation: micro-batches per optimizer step (--batch must divide)",
           {"micro_batches"}, FlagValue::kText, kTraining, nullptr, ApplyMicroBatches),
-      Row("--checkpoint", "SEGMENTS",
-          "activation checkpointing: checkpoint_sequential with this many segments, at most the "
-          "graph's node count (0: off)",
-          {"checkpoint_segments"}, FlagValue::kText, kTraining, nullptr, ApplyCheckpoint),
+      Row("--checkpoint", "blocks|SEGMENTS",
+          "activation checkpointing: 'blocks' checkpoints every repeated block (a decoder layer, "
+          "as transformers' gradient_checkpointing_enable does); a number is "
+          "checkpoint_sequential with that many segments, at most the graph's node count (0: off)",
+          {"checkpoint_segments", "checkpoint_blocks"}, FlagValue::kText, kTraining, nullptr,
+          ApplyCheckpoint),
       Row(
           "--world-size", "N", "GPUs of the job: dp x tp x pp", {"world_size"}, FlagValue::kInteger,
           kAnyMode, [](const Options& d) { return std::to_string(d.parallel.world_size); },

@@ -218,6 +218,7 @@ std::string SetupText(const Report& r) {
     if (o.micro_batches > 1) parts.push_back(fmt::format("{} micro-batches", o.micro_batches));
     if (o.checkpoint_segments > 1)
       parts.push_back(fmt::format("checkpoint {} segments", o.checkpoint_segments));
+    if (o.checkpoint_blocks) parts.push_back("checkpoint every block");
   }
   parts.push_back(ToString(o.precision));
   if (o.mode == Mode::kTrain) parts.push_back(std::string("loss ") + ToString(o.loss));

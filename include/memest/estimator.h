@@ -30,7 +30,7 @@ class EstimationContext;  // memory/context.h (internal)
 // dims, optimizer, weight decay, precision, loss, gpu, library workspaces) every backend honours.
 struct OptionSupport {
   bool micro_batches = true;        // Options::micro_batches > 1 (training)
-  bool checkpoint_segments = true;  // Options::checkpoint_segments > 1 (training)
+  bool checkpoint_segments = true;  // checkpoint_segments > 1 or checkpoint_blocks (training)
   bool fused_optimizer = true;      // Options::optimizer_impl == kFused (training)
   bool allocator_settings = true;   // any Options::allocator field off its default
   bool stacks = true;               // a stack other than the default (Options::stack, custom_stack)

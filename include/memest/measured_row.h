@@ -46,7 +46,7 @@ enum class RowStatus { kOk, kOom, kError };
 const char* ToString(RowStatus status);  // "ok", "oom", "error"
 
 // The run a row describes: what `config` holds (mode, batch, dims, optimizer, weight_decay,
-// precision, loss, checkpoint_segments, iterations).
+// precision, loss, checkpoint_segments, checkpoint_blocks, iterations).
 struct MeasuredConfig {
   Options options;                      // the fields above; the rest at their defaults
   std::map<std::string, int64_t> dims;  // every bound dim except the one bound by batch
@@ -54,7 +54,8 @@ struct MeasuredConfig {
 };
 
 // The `config` object as canonical JSON text (sorted keys, no spaces); optimizer and
-// weight_decay are null in inference, checkpoint_segments is written only when above 1.
+// weight_decay are null in inference, checkpoint_segments is written only when above 1,
+// checkpoint_blocks only when true.
 std::string MeasuredConfigJson(const MeasuredConfig& config);
 // sha256 of the canonical JSON {"config": <config>, "model_sha256": "<hex>"}: a row's id and
 // the key a sweep resumes by.
@@ -69,8 +70,8 @@ struct MeasuredRow {
   std::string model_name;
   std::string family;  // "unknown" when absent or null
   // From `config`: mode, batch, dims, optimizer, weight_decay, precision, loss,
-  // checkpoint_segments; from `run`: optimizer_impl (when present). `gpu` is left at its
-  // default: the device picks the profile (FindGpuProfileForDevice).
+  // checkpoint_segments, checkpoint_blocks; from `run`: optimizer_impl (when present). `gpu` is
+  // left at its default: the device picks the profile (FindGpuProfileForDevice).
   Options options;
   std::string device_kind;  // "cpu" | "cuda"
   std::string device_name;  // "" when absent

@@ -201,6 +201,13 @@ struct Options {
   // saving anything except its inputs, and is run again with grad enabled when backward reaches
   // it. 0 or 1 = no checkpointing.
   int64_t checkpoint_segments = 0;
+  // Activation checkpointing of every repeated block (core/blocks.h), as transformers'
+  // gradient_checkpointing_enable wraps each decoder layer in torch.utils.checkpoint: the nodes of
+  // every block (the last one too) save nothing in the forward but the block's inputs, and run
+  // again when backward reaches the block; nodes outside the blocks (embedding, final norm, head,
+  // loss) save as usual. Not with checkpoint_segments > 1; a graph without repeated blocks, or
+  // whose blocks interleave in the node order, is refused.
+  bool checkpoint_blocks = false;
   // Count the GPU libraries' workspaces (cuBLAS, memory-model.md §2.3) in the estimate. false
   // models a run without them: the CPU measurement harness (tensor level), which memest-eval
   // compares with.

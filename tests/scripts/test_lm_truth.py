@@ -50,10 +50,10 @@ class TaskTest(unittest.TestCase):
 class RowSelectionTest(unittest.TestCase):
     def test_the_committed_rows_left_out_and_why(self):
         kept, left_out = score_lm_truth.rows_to_score(ROWS)
-        self.assertEqual(len(kept), 401)
+        self.assertEqual(len(kept), 435)
         self.assertEqual(left_out["began with a previous row's tensors alive"], 1)
-        self.assertEqual(left_out["reserved past 90 % of the cap"], 38)
-        self.assertEqual(left_out["status over_cap"], 61)
+        self.assertEqual(left_out["reserved past 90 % of the cap"], 40)
+        self.assertEqual(left_out["status over_cap"], 68)
         self.assertEqual(left_out["ran after a gradient-checkpointed row in its process"], 31)
         self.assertEqual(left_out["its peak includes the cast of the fp32 weights to bf16"], 22)
         # calls 4-7 measured 15 jobs twice (under two caps): each is scored once, from its first row
@@ -72,6 +72,12 @@ class RowSelectionTest(unittest.TestCase):
         call, t = truth["gpt2-medium sdpa amp-bf16+top2 b4 s1024"]
         self.assertEqual(call, 14)
         self.assertEqual(t["allocated"] >> 20, 4426)
+
+    def test_from_call_16_checkpointed_variants_ran_in_a_process_of_their_own(self):
+        # call 19 ran gemma-2b's bf16+ckpt rows beside (not before) its bf16+top2 rows
+        kept, _ = score_lm_truth.rows_to_score(ROWS)
+        truth = {score_lm_truth.label(r): (r["call"], t) for r, t in kept}
+        self.assertEqual(truth["gemma-2b sdpa bf16+top2 b1 s1024"][0], 19)
 
     def test_a_bf16_row_is_scored_without_the_cast_in_its_peak(self):
         kept, _ = score_lm_truth.rows_to_score(ROWS)

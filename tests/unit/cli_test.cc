@@ -995,6 +995,24 @@ TEST_F(CliTest, CheckpointAboveNodeCountIsAUsageError) {
   EXPECT_EQ(json::parse(at.out)["options"]["checkpoint_segments"], nodes);
 }
 
+// --checkpoint blocks: every repeated block, as transformers' gradient checkpointing; a graph
+// without blocks is a usage error naming why, a misspelling a bad integer.
+TEST_F(CliTest, CheckpointBlocksNeedsRepeatedBlocks) {
+  const std::string hf = std::string(MEMEST_SOURCE_DIR) + "/tests/data/hf/qwen3-0.6b.json";
+  CliRun on = Run({"--hf-config", hf, "--batch", "4", "--dim", "seq=1024", "--checkpoint", "blocks",
+                   "--backend", "symbolic", "--json"});
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  EXPECT_EQ(json::parse(on.out)["options"]["checkpoint_blocks"], true);
+  CliRun off = Run(
+      {"--hf-config", hf, "--batch", "4", "--dim", "seq=1024", "--backend", "symbolic", "--json"});
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_LT(json::parse(on.out)["results"][0]["peak"]["allocated"].get<uint64_t>(),
+            json::parse(off.out)["results"][0]["peak"]["allocated"].get<uint64_t>());
+  EXPECT_EQ(Run({"--hf-config", hf, "--batch", "1", "--dim", "seq=64", "--checkpoint", "block"})
+                .exit_code,
+            2);
+}
+
 TEST_F(CliTest, HelpShowsDefaultsReadablyAndEveryFlagIsDocumented) {
   CliRun r = Run({"--help"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

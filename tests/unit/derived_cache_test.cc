@@ -244,6 +244,7 @@ std::vector<Options> MixedQueries() {
   });
   add([](Options* o) { o->allocator.expandable_segments = true; });
   add([](Options* o) { o->checkpoint_segments = 2; });
+  add([](Options* o) { o->checkpoint_blocks = true; });
   add([](Options* o) { o->micro_batches = 2; });
   add([](Options* o) { o->optimizer_impl = OptimizerImpl::kFused; });
   // One cuBLAS workspace, two compute capabilities: the attention kernel differs (bf16 runs

@@ -5,6 +5,7 @@
 // The configs are the real files in tests/data/hf/ (README.md there gives their sources).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/checkpoint.h"
 #include "core/graph.h"
 #include "core/symbolic_shapes.h"
 #include "datasets/zoo/graph_writer.h"
@@ -459,6 +461,63 @@ TEST(HfConfigTest, Qwen3PrefillAndDecodeHaveTheirShapes) {
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   const uint64_t cache = uint64_t{2} * 28 * 3 * 8 * 4096 * 128 * 4;  // k and v, fp32
   EXPECT_GT(e->peak_allocated, uint64_t{596'049'920} * 4 + cache);
+}
+
+// A decode step over transformers' DynamicCache: each layer's past is released at its Concat, so
+// the step holds one cache (the present, past + 1 tokens) and one layer's past beside it, not a
+// past and a present of every layer (memory/kv_cache.h; datasets/h100-lm-torch211 calls 11, 18).
+TEST(HfConfigTest, ADecodeStepHoldsOneCacheNotTwo) {
+  HfGraphOptions decode;
+  decode.phase = HfGraphOptions::kDecode;
+  decode.logits_last_only = true;
+  auto d = Load(Build(Config("qwen3-0.6b.json"), decode));
+  ASSERT_NE(d, nullptr);
+  Options o;
+  o.mode = Mode::kInfer;
+  o.precision = Precision::kBf16;
+  o.batch = 8;
+  o.dims = {{"seq", 1}, {"past", 4095}};
+  const uint64_t weights = uint64_t{596'049'920} * 2;
+  const uint64_t cache = uint64_t{2} * 28 * 8 * 8 * 4096 * 128 * 2;  // k and v of 4,096 tokens
+  for (const char* backend : {"symbolic", "analytical"}) {
+    auto est = MakeEstimator(backend);
+    ASSERT_TRUE(est.ok());
+    auto e = (*est)->Run(*d, o);
+    ASSERT_TRUE(e.ok()) << backend << ": " << e.status().ToString();
+    EXPECT_GT(e->peak_allocated, weights + cache) << backend;
+    EXPECT_LT(e->peak_allocated, weights + cache + cache / 10) << backend;  // was two caches
+    // The step is estimated without the prefill before it, and says so.
+    EXPECT_TRUE(std::any_of(e->diagnostics.begin(), e->diagnostics.end(), [](const auto& d) {
+      return d.code == "decode_after_prefill" && d.severity == Severity::kWarning;
+    })) << backend;
+  }
+}
+
+// Checkpointing every block of a decoder (transformers' gradient_checkpointing_enable): one
+// segment per layer, from its first node to its last; the embedding, the final norm and the head
+// are outside every segment.
+TEST(HfConfigTest, CheckpointingBlocksCheckpointsEveryDecoderLayer) {
+  auto m = Load(Build(Config("qwen3-0.6b.json")));
+  ASSERT_NE(m, nullptr);
+  Options o;
+  o.checkpoint_blocks = true;
+  auto segs = core::CheckpointSegmentsFor(m->graph(), o);
+  ASSERT_TRUE(segs.ok()) << segs.status().ToString();
+  ASSERT_EQ(segs->size(), 28u);
+  const core::Graph& g = m->graph();
+  for (size_t l = 0; l < segs->size(); ++l) {
+    const std::string layer = "model.layers." + std::to_string(l) + "/";
+    EXPECT_EQ(g.node((*segs)[l].begin).name.rfind(layer, 0), 0u) << g.node((*segs)[l].begin).name;
+    EXPECT_EQ(g.node((*segs)[l].end - 1).name.rfind(layer, 0), 0u);
+  }
+  const std::vector<int> of = core::SegmentOfNode(g, *segs);
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const std::string& name = g.nodes[k].name;
+    if (name.rfind("model.norm", 0) == 0 || name.rfind("lm_head", 0) == 0 ||
+        name.rfind("model.embed_tokens", 0) == 0) {
+      EXPECT_EQ(of[k], -1) << name;
+    }
+  }
 }
 
 // A decode step of GPT-2 (learned positions from past to past + seq) and of a mixture of experts

@@ -85,8 +85,11 @@ TEST(KvCacheTest, APagedCacheTakesNoMemoryAndNeverAppliesSilently) {
   auto paged = Symbolic()->Run(*m, o);
   ASSERT_TRUE(plain.ok() && paged.ok());
   // TinyLlama: 22 layers x 2 x 4 kv heads x 64 x 2 B per token; the past alone is 4 x 2048 tokens.
+  // The paged estimate lacks about that much: not exactly, as the two peaks fall at different
+  // moments (a plain past tensor is released at its layer's Concat, memory/kv_cache.h).
   const uint64_t past = uint64_t{4} * 2048 * 22 * 2 * 4 * 64 * 2;
-  EXPECT_GE(plain->peak_allocated - paged->peak_allocated, past);
+  EXPECT_GE(plain->peak_allocated - paged->peak_allocated, past / 100 * 95);
+  EXPECT_LE(plain->peak_allocated - paged->peak_allocated, past / 100 * 105);
   // A graph without a cache: either option is an error naming what is missing.
   auto train = HfGraph("tinyllama-1.1b-chat-v1.0.json", zoo::HfGraphOptions::kTrain, false);
   ASSERT_NE(train, nullptr);
@@ -223,9 +226,9 @@ TEST(ServingTest, AgreesWithPublishedVllmStartUps) {
     const char* config;
     double weights, activation, kv;
   };
-  for (const Row& row : {Row{"meta-llama-3-8b.json", 14.99, 4.76, 51.38},
-                         Row{"qwen3-0.6b.json", 1.12, 5.56, 64.45},
-                         Row{"qwen3-32b.json", 61.03, 5.64, 4.45}}) {
+  for (const Row& row :
+       {Row{"meta-llama-3-8b.json", 14.99, 4.76, 51.38}, Row{"qwen3-0.6b.json", 1.12, 5.56, 64.45},
+        Row{"qwen3-32b.json", 61.03, 5.64, 4.45}}) {
     auto m = HfGraph(row.config, zoo::HfGraphOptions::kPrefill);
     ASSERT_NE(m, nullptr);
     ServingOptions so;
