@@ -544,18 +544,24 @@ def task_lm_trace(task):
     emit(rec)
 
 
-def task_lm_prefill(task):
-    """Inference in bf16 weights: one forward that fills the KV cache, the head on the last token."""
-    import torch
+def lm_inference_model(torch, task, **fields):
+    """(config, model, base row) of an inference task: the model made in bf16 directly (the rows
+    of 2026-11-27 before call 5 built fp32 and cast: the same bf16 weights once the cache is
+    emptied, but a 7B decoder's fp32 copy would not fit beside a second worker), the allocator's
+    cache emptied and its peaks reset; `fields` go into the base row."""
     torch.cuda.set_per_process_memory_fraction(task["cap_fraction"])
     t0 = time.time()
     cfg = lm_config(torch, task)
-    # Built in bf16 directly (the rows of 2026-11-27 built fp32 and cast: the same bf16 weights
-    # once the cache is emptied, but a 7B decoder's fp32 copy would not fit beside a second worker).
     model = lm_model(torch, cfg, task["attention"], torch.bfloat16).eval()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    base = dict(lm_base(torch, task, model, t0), precision="bf16", phase="prefill", logits="last")
+    return cfg, model, dict(lm_base(torch, task, model, t0), precision="bf16", **fields)
+
+
+def task_lm_prefill(task):
+    """Inference in bf16 weights: one forward that fills the KV cache, the head on the last token."""
+    import torch
+    cfg, model, base = lm_inference_model(torch, task, phase="prefill", logits="last")
     for batch, seq in task["shapes"]:
         if time.time() > task["stop_at"]:
             emit(dict(base, batch=batch, seq=seq, status="skipped_deadline"))
@@ -593,13 +599,7 @@ def task_lm_decode(task):
     (`use_cache=True`, the cache passed back in), a snapshot after each. steps[0] is the job
     "one decode step over `past` cached tokens"; the cache grows by one token per step."""
     import torch
-    torch.cuda.set_per_process_memory_fraction(task["cap_fraction"])
-    t0 = time.time()
-    cfg = lm_config(torch, task)
-    model = lm_model(torch, cfg, task["attention"], torch.bfloat16).eval()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    base = dict(lm_base(torch, task, model, t0), precision="bf16", phase="decode", seq=1)
+    cfg, model, base = lm_inference_model(torch, task, phase="decode", seq=1)
     for batch, past in task["shapes"]:
         if time.time() > task["stop_at"]:
             emit(dict(base, batch=batch, past=past, status="skipped_deadline"))
