@@ -121,8 +121,7 @@ Result<std::vector<CheckpointSegment>> CheckpointSegmentsFor(const Graph& g,
     if (i > 0 && runs[i].first <= runs[i - 1].second) {
       return InvalidArgument("checkpoint_blocks: the blocks '" + blocks.pattern() +
                              "' interleave in the node order (node '" + g.node(runs[i].first).name +
-                             "'), so no block is a segment to "
-                             "checkpoint on its own");
+                             "'), so no block is a segment to checkpoint on its own");
     }
     out.push_back(Segment(g, runs[i].first, runs[i].second + 1));
   }

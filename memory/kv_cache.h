@@ -19,7 +19,7 @@
 //    a decode step layer i's past and present exist together only around layer i's Concat.
 //    Measured: datasets/h100-lm-torch211 calls 11 and 18. The present outputs are held to the end
 //    (the cache keeps them). Other data inputs (the token ids, an input batch) are held by the
-//    caller to the end: ReleasedAtLastUse() says which inputs are not.
+//    caller to the end: released_at_last_use() says which inputs are not.
 //  * A graph without a cache given either option is InvalidArgument: never a silent no-op.
 #ifndef MEMEST_MEMORY_KV_CACHE_H_
 #define MEMEST_MEMORY_KV_CACHE_H_

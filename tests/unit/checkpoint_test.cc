@@ -147,6 +147,29 @@ TEST(CheckpointSegmentsTest, BlocksOnAGraphWithoutThemIsAnErrorNotANoOp) {
   EXPECT_FALSE(Validate(o).ok());
 }
 
+TEST(CheckpointSegmentsTest, InterleavedBlocksAreRefusedNamingTheNode) {
+  GraphBuilder b(17);  // blocks.0, blocks.1, blocks.0 again: no block is a run of the node order
+  b.AddInput("X", kFloat, {"N", 64});
+  std::string cur = "X";
+  int n = 0;
+  for (int i : {0, 1, 0}) {
+    const std::string k = std::to_string(i), out = "y" + std::to_string(n++);
+    b.AddInitializer("blocks." + k + ".w" + out, {64});
+    b.AddNode("Mul", {cur, "blocks." + k + ".w" + out}, {out}, "/blocks." + k + "/Mul_" + out);
+    cur = out;
+  }
+  b.AddOutput(cur, kFloat);
+  auto model = LoadModelFromBytes(b.Serialize(), "/tmp", "interleaved");
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Options o;
+  o.checkpoint_blocks = true;
+  auto segs = core::CheckpointSegmentsFor((*model)->graph(), o);
+  ASSERT_FALSE(segs.ok());
+  EXPECT_EQ(segs.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(segs.status().message().find("interleave"), std::string::npos);
+  EXPECT_NE(segs.status().message().find("/blocks.1/"), std::string::npos);
+}
+
 Result<Estimate> Symbolic(const Model& m, int64_t batch, int64_t segments) {
   Options o;
   o.batch = batch;
