@@ -142,6 +142,8 @@ class Analytical final : public Estimator {
   OptionSupport supports() const override {
     OptionSupport s;
     s.allocator_settings = false;
+    // Its closed form counts no output through backward either way: it cannot tell the two.
+    s.dropped_outputs = false;
     return s;
   }
   Result<Estimate> EstimateIn(const memory::EstimationContext& ctx) const override;

@@ -325,6 +325,9 @@ std::vector<OptionDoc> DescribeOptions() {
        "gradient accumulation: micro-batches per optimizer step (batch must divide)"},
       {"checkpoint_segments", std::to_string(d.checkpoint_segments),
        "activation checkpointing as checkpoint_sequential with this many segments (0: off)"},
+      {"outputs_held", d.outputs_held ? "true" : "false",
+       "training: the loop holds the model's outputs through backward (false: dropped once the "
+       "loss is computed, as transformers' Trainer does)"},
       {"checkpoint_blocks", d.checkpoint_blocks ? "true" : "false",
        "activation checkpointing of every repeated block (transformers' gradient "
        "checkpointing)"},

@@ -36,8 +36,9 @@ class Learned final : public Estimator {
     s.trainable_set = false;
     // Nor were its training runs quantized or 8-bit: it would correct what it never saw.
     s.low_bit_storage = false;
-    s.parallelism = false;  // trained on single-GPU runs
-    s.kv_cache = false;     // trained on training steps (GPUMemNet's MLPs)
+    s.parallelism = false;      // trained on single-GPU runs
+    s.kv_cache = false;         // trained on training steps (GPUMemNet's MLPs)
+    s.dropped_outputs = false;  // its features hold the outputs
     return s;
   }
 

@@ -31,6 +31,7 @@ class MeasurementEstimator final : public Estimator {
     s.low_bit_storage = false;  // LibTorch has no bitsandbytes kernels
     s.parallelism = false;      // one process, one device
     s.kv_cache = false;         // the harness runs the graph's tensors in its own dtypes
+    s.dropped_outputs = false;  // the harness holds its outputs to the step's end
     return s;
   }
 

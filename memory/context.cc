@@ -35,6 +35,7 @@ std::string FirstUnmodelledOption(const Options& o, const OptionSupport& support
     return "checkpoint_segments " + std::to_string(o.checkpoint_segments);
   }
   if (train && o.checkpoint_blocks && !support.checkpoint_segments) return "checkpoint_blocks";
+  if (train && !o.outputs_held && !support.dropped_outputs) return "outputs_held false";
   if (train && o.optimizer_impl == OptimizerImpl::kFused && !support.fused_optimizer) {
     return "optimizer_impl fused";
   }

@@ -150,6 +150,8 @@ def memest_args(row, args, backend):
         cmd += ["--trainable", row["trainable"]]
     if row.get("checkpointing"):
         cmd += ["--checkpoint", "blocks"]
+    if not row.get("hold_logits") and backend == "symbolic" and args.outputs_as_run:
+        cmd += ["--outputs", "dropped"]  # the loss was computed on the temporary logits
     return cmd
 
 
@@ -202,6 +204,9 @@ def main():
     ap.add_argument("--stack", default="h200-pytorch2.11-lazy")
     ap.add_argument("--markdown", action="store_true", help="every row as a markdown table")
     ap.add_argument("--jobs-out", default="", help="every row and estimate as CSV")
+    ap.add_argument("--outputs-as-run", action="store_true",
+                    help="symbolic: tell memest that a row's loop dropped the logits after the loss"
+                         " (--outputs dropped) unless the row held them")
     ap.add_argument("--by-variant", action="store_true",
                     help="also a summary per training variant (calls 11-18: bf16, fused, accum2,"
                          " ckpt, top2) and per call group")

@@ -28,9 +28,9 @@ auto OptionFields(const Options& o) {
                o.fit.margin_fraction, o.fit.margin_bytes, o.allocator.expandable_segments,
                o.allocator.max_split_size, o.allocator.roundup_power2_divisions,
                o.allocator.memory_fraction, o.micro_batches, o.checkpoint_segments,
-               o.checkpoint_blocks, o.library_workspaces, o.fused_kernels, o.attention, o.trainable,
-               o.freeze, o.weight_dtype, o.kv_cache_dtype, o.paged_kv_cache,
-               o.allow_unknown_shapes),
+               o.checkpoint_blocks, o.outputs_held, o.library_workspaces, o.fused_kernels,
+               o.attention, o.trainable, o.freeze, o.weight_dtype, o.kv_cache_dtype,
+               o.paged_kv_cache, o.allow_unknown_shapes),
       ParallelFields(o.parallel));
 }
 

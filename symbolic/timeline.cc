@@ -17,8 +17,9 @@
 //  * A convolution allocates its cuDNN workspace after its outputs in forward, and in backward
 //    after its inputs' gradients, and frees it at once (the stack's size, memory/device.h).
 //  * Loss on the first output: cross-entropy keeps the log-probs (memory/loss.h), mse the
-//    target. Its backward: cross-entropy holds the log-probs' gradient and the logits' gradient at
-//    once.
+//    target. The outputs live to the end of backward, unless Options::outputs_held is false: then
+//    an output no node saved is freed once the loss exists. Its backward: cross-entropy holds the
+//    log-probs' gradient and the logits' gradient at once.
 //  * Backward, in reverse order, for nodes with an input that requires grad and an output that has
 //    a gradient: allocate one gradient per such input (views pass the gradient buffer through);
 //    a parameter's first gradient becomes its .grad (stolen, memory-model.md §3.1), later ones are
@@ -869,6 +870,17 @@ void Sim::Loss() {
     log_probs_ = Malloc(loss_tensors_.log_probs, Category::kActivations);
   }
   loss_ = Malloc(4, Category::kTransient);
+  // A loop that drops the outputs once the loss exists frees an output nothing saved
+  // (Options::outputs_held).
+  if (!o_.outputs_held) {
+    for (int out : g_.outputs) {
+      const int r = facts_.root(out);
+      if (r >= 0 && kind_[r] == core::ValueKind::kIntermediate && saved_left_[r] == 0 &&
+          uses_left_[r] == 0) {
+        Free(&value_[r]);
+      }
+    }
+  }
 }
 
 void Sim::LossBackward() {

@@ -162,6 +162,15 @@ Status ApplyLoss(const OptionFlags& all, Options* o) {
   return Status::Ok();
 }
 
+Status ApplyOutputs(const OptionFlags& all, Options* o) {
+  const std::string& text = all.Text("outputs");
+  if (text == "held" || text == "dropped") {
+    o->outputs_held = text == "held";
+    return Status::Ok();
+  }
+  return InvalidArgument(fmt::format("--outputs '{}': expected held or dropped", text));
+}
+
 Status ApplyGpu(const OptionFlags& all, Options* o) {
   o->gpu = all.Text("gpu");
   return Status::Ok();
@@ -479,6 +488,13 @@ const std::vector<OptionFlag>& Table() {
           "--loss", "auto|cross-entropy|mse",
           "loss on the first output in training (ce: cross-entropy)", {"loss"}, FlagValue::kText,
           kTraining, [](const Options& d) { return std::string(ToString(d.loss)); }, ApplyLoss),
+      Row(
+          "--outputs", "held|dropped",
+          "training: the loop holds the model's outputs (logits) through backward, or drops them "
+          "once the loss is computed (transformers' Trainer); dropped: symbolic backend only",
+          {"outputs_held"}, FlagValue::kText, kTraining,
+          [](const Options& d) { return std::string(d.outputs_held ? "held" : "dropped"); },
+          ApplyOutputs),
       Row(
           "--gpu", "NAME", "GPU profile (see --list-gpus)", {"gpu"}, FlagValue::kText, kAnyMode,
           [](const Options& d) { return d.gpu; }, ApplyGpu),

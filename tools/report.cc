@@ -219,6 +219,7 @@ std::string SetupText(const Report& r) {
     if (o.checkpoint_segments > 1)
       parts.push_back(fmt::format("checkpoint {} segments", o.checkpoint_segments));
     if (o.checkpoint_blocks) parts.push_back("checkpoint every block");
+    if (!o.outputs_held) parts.push_back("outputs dropped after the loss");
   }
   parts.push_back(ToString(o.precision));
   if (o.mode == Mode::kTrain) parts.push_back(std::string("loss ") + ToString(o.loss));

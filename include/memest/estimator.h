@@ -42,6 +42,8 @@ struct OptionSupport {
   bool parallelism = true;
   // Options::kv_cache_dtype other than auto, or Options::paged_kv_cache (inference).
   bool kv_cache = true;
+  // Options::outputs_held false (training).
+  bool dropped_outputs = true;
 };
 
 class Estimator {

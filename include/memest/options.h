@@ -208,6 +208,12 @@ struct Options {
   // loss) save as usual. Not with checkpoint_segments > 1; a graph without repeated blocks, or
   // whose blocks interleave in the node order, is refused.
   bool checkpoint_blocks = false;
+  // Training: whether the loop holds the model's outputs until backward has run. true (the
+  // conservative reading): `logits = model(x).logits; loss = f(logits, y); loss.backward()`.
+  // false: the outputs are dropped once the loss is computed (`loss = f(model(x).logits, y)`;
+  // transformers' Trainer, whose compute_loss returns the loss alone), so an output that no node
+  // saved for backward is freed after the loss's forward. Modelled by the symbolic backend.
+  bool outputs_held = true;
   // Count the GPU libraries' workspaces (cuBLAS, memory-model.md §2.3) in the estimate. false
   // models a run without them: the CPU measurement harness (tensor level), which memest-eval
   // compares with.

@@ -174,6 +174,8 @@ const OptionCase kOptionCases[] = {
      [](const OptionSupport& s) { return s.micro_batches; }, &Estimate::peak_allocated},
     {"checkpoint_segments", 4096, [](Options& o) { o.checkpoint_segments = 2; },
      [](const OptionSupport& s) { return s.checkpoint_segments; }, &Estimate::peak_allocated},
+    {"outputs_held false", 4096, [](Options& o) { o.outputs_held = false; },
+     [](const OptionSupport& s) { return s.dropped_outputs; }, &Estimate::peak_allocated},
     {"optimizer_impl fused", 8, [](Options& o) { o.optimizer_impl = OptimizerImpl::kFused; },
      [](const OptionSupport& s) { return s.fused_optimizer; }, &Estimate::peak_allocated},
     {"allocator.expandable_segments", 4096,

@@ -51,5 +51,24 @@ TEST(LossTest, LogProbsAreFp32UnderAutocastAndTheLogitsDtypeOtherwise) {
   }
 }
 
+// A loop that drops the logits once the loss exists (Options::outputs_held false) does not hold
+// them through backward: the symbolic peak, in the loss's backward, is one logits tensor lower.
+TEST(LossTest, DroppedOutputsAreFreedOnceTheLossExists) {
+  auto model = Classifier();
+  ASSERT_NE(model, nullptr);
+  auto est = MakeEstimator("symbolic");
+  ASSERT_TRUE(est.ok());
+  Options o;
+  o.batch = 4096;
+  o.optimizer = Optimizer::kSgd;
+  auto held = (*est)->Run(*model, o);
+  o.outputs_held = false;
+  auto dropped = (*est)->Run(*model, o);
+  ASSERT_TRUE(held.ok() && dropped.ok());
+  // The logits' block: the 16,384,000-byte request takes a 16 MiB segment whole, as the 384 KiB
+  // left over is below the 1 MiB a large block must keep to be split (memory-model.md §1.4).
+  EXPECT_EQ(held->peak_allocated - dropped->peak_allocated, uint64_t{16} << 20);
+}
+
 }  // namespace
 }  // namespace memest
