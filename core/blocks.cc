@@ -98,7 +98,6 @@ Blocks FindBlocks(const Graph& g) {
   std::tie(b.word, b.dotted) = BlockWord(g);
   b.of_node.assign(g.nodes.size(), -1);
   if (b.word.empty()) return b;
-  std::vector<int> indices;
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     const Node& n = g.nodes[k];
     int l = b.IndexIn(n.name);
@@ -107,10 +106,10 @@ Blocks FindBlocks(const Graph& g) {
       if (in >= 0 && g.value(in).kind == ValueKind::kInitializer) l = b.IndexIn(g.value(in).name);
     }
     b.of_node[k] = l;
-    if (l >= 0) indices.push_back(l);
+    if (l >= 0) b.indices.push_back(l);
   }
-  std::sort(indices.begin(), indices.end());
-  b.count = static_cast<int>(std::unique(indices.begin(), indices.end()) - indices.begin());
+  std::sort(b.indices.begin(), b.indices.end());
+  b.indices.erase(std::unique(b.indices.begin(), b.indices.end()), b.indices.end());
   return b;
 }
 

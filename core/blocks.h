@@ -23,7 +23,9 @@ struct Blocks {
   bool dotted = true;  // "<word>.<index>" (else "<word><index>")
   // Per node, the block index its name (or an initializer input's name) carries, or -1.
   std::vector<int> of_node;
-  int count = 0;  // distinct block indices named
+  std::vector<int> indices;  // the distinct block indices nodes name, ascending
+
+  int count() const { return static_cast<int>(indices.size()); }
 
   // "<word>.<index>" or "<word><index>", "" when none was found.
   std::string pattern() const {

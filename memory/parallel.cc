@@ -140,38 +140,28 @@ Result<ParallelPlan> ParallelPlan::Make(const core::BoundGraph& bound, const Opt
   plan.p_ = options.parallel;
   plan.micro_batches_ = options.micro_batches;
   plan.stage_of_node_.assign(g.nodes.size(), 0);
-  plan.layer_of_node_.assign(g.nodes.size(), -1);
   if (!options.parallel.enabled()) return plan;
 
-  // Blocks (header: Layers; core/blocks.h).
-  const core::Blocks blocks = core::FindBlocks(g);
-  plan.layer_prefix_ = blocks.word;
-  plan.layer_dotted_ = blocks.dotted;
-  plan.layer_of_node_ = blocks.of_node;
-  std::vector<int> indices;
-  for (int l : blocks.of_node) {
-    if (l >= 0) indices.push_back(l);
-  }
-  std::sort(indices.begin(), indices.end());
-  indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
-  plan.layers_ = blocks.count;
+  plan.blocks_ = core::FindBlocks(g);  // header: Layers
+  const core::Blocks& blocks = plan.blocks_;
   const int64_t pp = options.parallel.pp;
-  if (pp > 1 && pp > plan.layers_) {
-    return InvalidArgument(
-        "a pipeline of " + std::to_string(pp) + " stages is deeper than the " +
-        std::to_string(plan.layers_) + " blocks of the graph" +
-        (plan.layer_prefix_.empty()
-             ? std::string(" (no repeated '<name>.<index>' blocks found)")
-             : " ('" + plan.layer_prefix_ + (plan.layer_dotted_ ? ".<index>')" : "<index>')")));
+  if (pp > 1 && pp > blocks.count()) {
+    return InvalidArgument("a pipeline of " + std::to_string(pp) + " stages is deeper than the " +
+                           std::to_string(blocks.count()) + " blocks of the graph" +
+                           (blocks.word.empty()
+                                ? std::string(" (no repeated '<name>.<index>' blocks found)")
+                                : " ('" + blocks.pattern() + "')"));
   }
   plan.stages_ = static_cast<int>(pp);
   std::unordered_map<int, int> ordinal;
-  for (size_t i = 0; i < indices.size(); ++i) ordinal[indices[i]] = static_cast<int>(i);
+  for (size_t i = 0; i < blocks.indices.size(); ++i) {
+    ordinal[blocks.indices[i]] = static_cast<int>(i);
+  }
   int current = 0;
   for (size_t k = 0; k < g.nodes.size(); ++k) {
-    const int l = plan.layer_of_node_[k];
+    const int l = blocks.of_node[k];
     if (l >= 0) {
-      current = static_cast<int>(static_cast<int64_t>(ordinal[l]) * pp / plan.layers_);
+      current = static_cast<int>(static_cast<int64_t>(ordinal[l]) * pp / blocks.count());
     }
     plan.stage_of_node_[k] = current;
   }
@@ -208,7 +198,7 @@ Result<ParallelPlan> ParallelPlan::Make(const core::BoundGraph& bound, const Opt
       unit = unit_re->MatchedText(v.name);
     } else {
       int l = blocks.IndexIn(v.name);
-      if (l < 0) l = plan.layer_of_node_[static_cast<size_t>(v.consumers.front())];
+      if (l < 0) l = blocks.of_node[static_cast<size_t>(v.consumers.front())];
       if (l >= 0) unit = std::to_string(l);
     }
     if (!unit.empty()) {
@@ -234,10 +224,11 @@ bool ParallelPlan::parameter_on_stage(int id, int stage) const {
 }
 
 int ParallelPlan::layers_on_stage(int stage) const {
-  if (layers_ == 0) return 0;
+  const int layers = blocks_.count();
+  if (layers == 0) return 0;
   const int64_t pp = stages_;
   int count = 0;
-  for (int l = 0; l < layers_; ++l) count += static_cast<int>(l * pp / layers_) == stage;
+  for (int l = 0; l < layers; ++l) count += static_cast<int>(l * pp / layers) == stage;
   return count;
 }
 

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "core/bind.h"
+#include "core/blocks.h"
 #include "memest/options.h"
 #include "memest/status.h"
 #include "ops/value_facts.h"
@@ -56,11 +57,9 @@ class ParallelPlan {
                                                  const Options& options);
 
   int stages() const { return stages_; }
-  int layers() const { return layers_; }
+  int layers() const { return blocks_.count(); }
   // The blocks' name, as "<word>.<index>" or "<word><index>" ("" when none was found).
-  std::string layer_pattern() const {
-    return layer_prefix_.empty() ? "" : layer_prefix_ + (layer_dotted_ ? ".<index>" : "<index>");
-  }
+  std::string layer_pattern() const { return blocks_.pattern(); }
   int stage_of_node(size_t n) const { return stage_of_node_[n]; }
   // Whether initializer `id` is read by a node of `stage`.
   bool parameter_on_stage(int id, int stage) const;
@@ -89,10 +88,7 @@ class ParallelPlan {
   Parallelism p_;
   int64_t micro_batches_ = 1;
   int stages_ = 1;
-  int layers_ = 0;
-  std::string layer_prefix_;
-  bool layer_dotted_ = true;
-  std::vector<int> layer_of_node_;
+  core::Blocks blocks_;  // the graph's repeated blocks (empty on one GPU)
   std::vector<int> stage_of_node_;
   std::vector<std::vector<int>> readers_;  // per value: the stages whose nodes read it
   std::vector<uint32_t> divisor_;
