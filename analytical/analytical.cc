@@ -564,11 +564,8 @@ std::vector<std::vector<int>> Accounting::LastUses() const {
   }
   for (int out : kept_outputs_) last_use[static_cast<size_t>(facts_.root(out))] = -1;
   // The caller holds its inputs to the end, except a decoder's past KV cache (memory/kv_cache.h).
-  const std::vector<bool>& released = kv_.released_at_last_use();
   for (int id : g_.data_inputs) {
-    if (released.empty() || !released[static_cast<size_t>(id)]) {
-      last_use[static_cast<size_t>(id)] = -1;
-    }
+    if (!kv_.released_at_last_use(id)) last_use[static_cast<size_t>(id)] = -1;
   }
   std::vector<std::vector<int>> dies_after(g_.nodes.size());
   for (size_t id = 0; id < last_use.size(); ++id) {

@@ -366,8 +366,7 @@ void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
                                   std::to_string(w.bytes_before()),
                               "", ""});
   }
-  const std::vector<bool>& past = ctx.kv_cache().released_at_last_use();
-  if (o.mode == Mode::kInfer && !past.empty() && !ctx.kv_cache().paged()) {
+  if (o.mode == Mode::kInfer && ctx.kv_cache().releases_any() && !ctx.kv_cache().paged()) {
     e->diagnostics.push_back(
         {Severity::kWarning, "decode_after_prefill",
          "a decode step is estimated alone, on an allocator that has run nothing before it; run "

@@ -41,9 +41,12 @@ class KvCache {
 
   // The cache's value ids (past inputs, then present outputs).
   const std::vector<int>& values() const { return values_; }
-  // Per value id of the graph, true for the data inputs the step releases after their last
-  // reader (the past tensors, see the policy above); empty when the graph has none.
-  const std::vector<bool>& released_at_last_use() const { return released_; }
+  // Whether the step releases value `id` after its last reader (a past tensor, see the policy
+  // above) rather than the caller holding it to the end.
+  bool released_at_last_use(int id) const {
+    return !released_.empty() && released_[static_cast<size_t>(id)];
+  }
+  bool releases_any() const { return !released_.empty(); }
   bool empty() const { return values_.empty(); }
   // Per value id, the bytes the options give a cache tensor (nullopt: as sized otherwise);
   // empty when neither option is set.

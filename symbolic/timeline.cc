@@ -134,7 +134,7 @@ class Sim {
         facts_(ctx.facts()),
         weights_(ctx.weights()),
         kept_outputs_(memory::KeptOutputs(g_, ctx.kv_cache())),
-        inputs_released_(ctx.kv_cache().released_at_last_use()),
+        kv_cache_(ctx.kv_cache()),
         checkpoint_(ctx.checkpoint()),
         plan_(ctx.parallel()),
         stage_(key.stage),
@@ -224,7 +224,9 @@ class Sim {
   void GatherBackward(size_t k);
   void ReduceScatter(size_t k);
   void Gather(int unit, Tensor* into);
-  void FreeIfDead(int root);
+  // Frees `root` once nothing reads or saved it; a graph output only when `output_dropped` (the
+  // loop let go of it, Options::outputs_held), else it lives to the end of the iteration.
+  void FreeIfDead(int root, bool output_dropped = false);
   // Pipeline stages.
   bool OnStage(size_t node) const { return !staged_ || plan_.stage_of_node(node) == stage_; }
   void FindStageBoundary();
@@ -248,8 +250,7 @@ class Sim {
   const ops::ValueFacts& facts_;
   const memory::WeightStorage& weights_;
   const std::vector<int> kept_outputs_;  // graph outputs kept to the end (memory/kv_cache.h)
-  // Data inputs released after their last reader (a decoder's past KV cache, memory/kv_cache.h).
-  const std::vector<bool>& inputs_released_;
+  const memory::KvCache& kv_cache_;      // which data inputs die at their last reader
   const std::vector<core::CheckpointSegment>& checkpoint_;  // Options' segments (core/checkpoint.h)
   const memory::ParallelPlan& plan_;
   const int stage_;
@@ -483,7 +484,7 @@ void Sim::Prepare() {
   saved_by_.assign(nv, 0);
   cast_saves_.assign(nv, 0);
   saved_.resize(nn);
-  if (train_ && !checkpoint_.empty()) seg_of_ = core::SegmentOfNode(g_, checkpoint_);
+  if (!checkpoint_.empty()) seg_of_ = core::SegmentOfNode(g_, checkpoint_);  // training only
   input_roots_at_.assign(nn + 1, 0);
   for (size_t k = 0; k < nn; ++k) {
     roots_.clear();
@@ -672,19 +673,16 @@ void Sim::ReduceScatter(size_t k) {
   Free(&gathered_[u]);
 }
 
-void Sim::FreeIfDead(int root) {
+void Sim::FreeIfDead(int root, bool output_dropped) {
   if (root < 0) return;
   const core::ValueKind kind = kind_[root];
   if (kind == core::ValueKind::kInitializer) return;
-  if (kind == core::ValueKind::kDataInput &&
-      (inputs_released_.empty() || !inputs_released_[static_cast<size_t>(root)])) {
-    return;
-  }
+  if (kind == core::ValueKind::kDataInput && !kv_cache_.released_at_last_use(root)) return;
   if (uses_left_[root] > 0 || saved_left_[root] > 0) {
     return;
   }
   for (int out : kept_outputs_) {
-    if (facts_.root(out) == root) return;  // graph outputs live until the iteration ends
+    if (facts_.root(out) == root && !output_dropped) return;
   }
   Free(&value_[root]);
 }
@@ -873,13 +871,7 @@ void Sim::Loss() {
   // A loop that drops the outputs once the loss exists frees an output nothing saved
   // (Options::outputs_held).
   if (!o_.outputs_held) {
-    for (int out : g_.outputs) {
-      const int r = facts_.root(out);
-      if (r >= 0 && kind_[r] == core::ValueKind::kIntermediate && saved_left_[r] == 0 &&
-          uses_left_[r] == 0) {
-        Free(&value_[r]);
-      }
-    }
+    for (int out : g_.outputs) FreeIfDead(facts_.root(out), /*output_dropped=*/true);
   }
 }
 
