@@ -208,8 +208,8 @@ def main():
                     help="symbolic: tell memest that a row's loop dropped the logits after the loss"
                          " (--outputs dropped) unless the row held them")
     ap.add_argument("--by-variant", action="store_true",
-                    help="also a summary per training variant (calls 11-18: bf16, fused, accum2,"
-                         " ckpt, top2) and per call group")
+                    help="also a summary per training variant (from call 11: bf16, fused, accum2,"
+                         " ckpt, top2; \"plain\" for the others)")
     args = ap.parse_args()
 
     kept, left_out = rows_to_score(args.rows)
