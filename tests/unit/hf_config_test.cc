@@ -190,6 +190,13 @@ TEST(HfConfigTest, EveryFamilyEstimatesAtBatch2Seq64) {
   }
 }
 
+// Fused chains of `kind` the context's value facts found.
+size_t ChainsOf(const memory::EstimationContext& ctx, ops::FusedKind kind) {
+  size_t n = 0;
+  for (const ops::FusedChain& chain : ctx.facts().fusion().chains()) n += chain.kind == kind;
+  return n;
+}
+
 // Under SDPA every layer's attention is one fused chain (grouped-query attention included: k and
 // v repeated by Unsqueeze, Expand, Reshape before the MatMul), and it saves less than eager. In
 // bf16 PyTorch picks flash for the causal decoders and encoders, memory-efficient for t5 (its
@@ -213,11 +220,7 @@ TEST(HfConfigTest, AttentionFusesInEveryLayerUnderSdpa) {
     o.precision = Precision::kAmpBf16;
     auto ctx = memory::EstimationContext::Make(*model, o);
     ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
-    size_t attention = 0;
-    for (const ops::FusedChain& chain : (*ctx)->facts().fusion().chains()) {
-      attention += chain.kind == ops::FusedKind::kAttention;
-    }
-    EXPECT_EQ(attention, c.chains);
+    EXPECT_EQ(ChainsOf(**ctx, ops::FusedKind::kAttention), c.chains);
     EXPECT_TRUE((*ctx)->facts().fusion().unmatched_attention().empty());
     auto est = MakeEstimator("symbolic");
     o.optimizer = Optimizer::kSgd;  // no optimizer state: the peak is in backward
@@ -300,11 +303,7 @@ TEST(HfConfigTest, GeluPytorchTanhIsOneKernelGeluNewIsNot) {
     o.dims.erase("tgt_seq");
     auto ctx = memory::EstimationContext::Make(*model, o);
     ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
-    size_t gelu = 0;
-    for (const ops::FusedChain& chain : (*ctx)->facts().fusion().chains()) {
-      gelu += chain.kind == ops::FusedKind::kGelu;
-    }
-    EXPECT_EQ(gelu, c.gelu);
+    EXPECT_EQ(ChainsOf(**ctx, ops::FusedKind::kGelu), c.gelu);
   }
 }
 
