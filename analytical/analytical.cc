@@ -144,6 +144,8 @@ class Analytical final : public Estimator {
     s.allocator_settings = false;
     // Its closed form counts no output through backward either way: it cannot tell the two.
     s.dropped_outputs = false;
+    // Nor has it an allocator whose state a prefill could leave behind.
+    s.prefill = false;
     return s;
   }
   Result<Estimate> EstimateIn(const memory::EstimationContext& ctx) const override;

@@ -343,6 +343,11 @@ std::string OptionsToJson(const Options& o) {
             {"allocator", alloc}};
   if (o.batch) j["batch"] = *o.batch;
   if (o.custom_gpu) j["capacity"] = o.custom_gpu->usable_memory.bytes;
+  if (o.prefill) {  // what it says, not its model: OptionsFromJson cannot read one back
+    j["prefill"] = {{"seq_dim", o.prefill->seq_dim},
+                    {"past_dim", o.prefill->past_dim},
+                    {"cache_emptied", o.prefill->cache_emptied}};
+  }
   if (o.parallel.enabled()) {
     const Parallelism& p = o.parallel;
     j["parallel"] = {{"world_size", p.world_size},

@@ -17,8 +17,9 @@
 //    with the replay's allocated and reserved peaks, and the trace at the successor is on the
 //    curves (each malloc rounds to the same size), so the successor's replay, which did not fit,
 //    is what the simulation there does request by request. Anything else -- a size off its curve,
-//    many GPUs (NCCL buffers, pipeline stages), another backend, an error -- is answered by the
-//    exact search, whose answer and errors are the ones given.
+//    many GPUs (NCCL buffers, pipeline stages), a decode step after its prefill (two graphs on
+//    one allocator), another backend, an error -- is answered by the exact search, whose answer
+//    and errors are the ones given.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -387,7 +388,7 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
                                                    const Options& options, const GpuProfile& gpu,
                                                    int64_t limit, Set set, int curve_traces,
                                                    MaxBatchResult* spent) {
-  if (estimator.name() != "symbolic" || options.parallel.enabled() ||
+  if (estimator.name() != "symbolic" || options.parallel.enabled() || options.prefill ||
       limit < kFirstTraced + curve_traces || limit > kMostReplayed) {
     return std::nullopt;
   }

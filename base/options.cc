@@ -278,6 +278,15 @@ Status Validate(const Options& o) {
     // A training step recomputes keys and values; a cache is kept by generation only.
     return InvalidArgument("a KV cache dtype or paged KV cache applies to --mode infer only");
   }
+  if (o.prefill) {
+    if (o.mode != Mode::kInfer) {
+      return InvalidArgument("a prefill before the step applies to --mode infer (a decode step)");
+    }
+    if (o.prefill->model == nullptr) return InvalidArgument("the prefill has no model");
+    if (o.prefill->seq_dim.empty() || o.prefill->past_dim.empty()) {
+      return InvalidArgument("the prefill needs the names of its seq dim and the step's past dim");
+    }
+  }
   if (o.optimizer_impl == OptimizerImpl::kFused && o.optimizer != Optimizer::kAdam &&
       o.optimizer != Optimizer::kAdamW) {
     // torch.optim has fused kernels for Adam and AdamW only (memory-model.md §4.3).
@@ -347,6 +356,9 @@ std::vector<OptionDoc> DescribeOptions() {
        "auto | fp16 | bf16 | fp8 | int8: storage of the graph's past/present key-value cache"},
       {"paged_kv_cache", d.paged_kv_cache ? "true" : "false",
        "the KV cache is a pool sized apart (vLLM): past/present tensors take no memory"},
+      {"prefill", d.prefill ? "(set)" : "(none)",
+       "inference, decode step: the prefill of its past ran just before it on the same allocator "
+       "(kept, or with the cache emptied)"},
       {"allow_unknown_shapes", d.allow_unknown_shapes ? "true" : "false",
        "estimate even when some tensor's shape cannot be inferred (default: refuse)"},
       {"world_size", std::to_string(d.parallel.world_size),

@@ -39,6 +39,7 @@ class Learned final : public Estimator {
     s.parallelism = false;      // trained on single-GPU runs
     s.kv_cache = false;         // trained on training steps (GPUMemNet's MLPs)
     s.dropped_outputs = false;  // its features hold the outputs
+    s.prefill = false;          // nor a prefill before a step
     return s;
   }
 

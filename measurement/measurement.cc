@@ -32,6 +32,7 @@ class MeasurementEstimator final : public Estimator {
     s.parallelism = false;      // one process, one device
     s.kv_cache = false;         // the harness runs the graph's tensors in its own dtypes
     s.dropped_outputs = false;  // the harness holds its outputs to the step's end
+    s.prefill = false;          // it runs the one graph it is given
     return s;
   }
 

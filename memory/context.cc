@@ -36,6 +36,7 @@ std::string FirstUnmodelledOption(const Options& o, const OptionSupport& support
   }
   if (train && o.checkpoint_blocks && !support.checkpoint_segments) return "checkpoint_blocks";
   if (train && !o.outputs_held && !support.dropped_outputs) return "outputs_held false";
+  if (o.prefill && !support.prefill) return "prefill";
   if (train && o.optimizer_impl == OptimizerImpl::kFused && !support.fused_optimizer) {
     return "optimizer_impl fused";
   }
@@ -304,7 +305,45 @@ Result<std::unique_ptr<EstimationContext>> EstimationContext::Make(const Model& 
                            " cannot run node '" + n.name + "' (" + n.op_type + "): " + c.refusal +
                            "; PyTorch would raise \"No available kernel\" (use --attention auto)");
   }
+  if (options.prefill) MEMEST_RETURN_IF_ERROR(ctx->MakePrefill());
   return ctx;
+}
+
+Status EstimationContext::MakePrefill() {
+  const DecodePrefill& p = *options_.prefill;
+  if (!kv_cache_.releases_any() || kv_cache_.paged()) {
+    return InvalidArgument(
+        "a prefill before the step needs a decode step: past_key_values.<i>.key/value inputs "
+        "that the step releases (not a paged cache)");
+  }
+  const auto past = options_.dims.find(p.past_dim);
+  if (past == options_.dims.end()) {
+    return InvalidArgument("the prefill fills the step's past: bind the dim '" + p.past_dim +
+                           "' (--dim " + p.past_dim + "=N)");
+  }
+  Options o = options_;
+  o.prefill.reset();
+  o.dims.erase(p.past_dim);
+  o.dims[p.seq_dim] = past->second;
+  MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<EstimationContext> ctx, Make(*p.model, o));
+  // Every past input of the step is a present output of the prefill.
+  const core::Graph& step = model_.graph();
+  const core::Graph& prefill = p.model->graph();
+  for (int id : kv_cache_.values()) {
+    if (!kv_cache_.released_at_last_use(id)) continue;
+    const std::string& name = step.value(id).name;
+    bool filled = false;
+    for (int out : prefill.outputs) {
+      filled = filled || (out >= 0 && PastNameOf(prefill.value(out).name) == name);
+    }
+    if (!filled) {
+      return InvalidArgument("the prefill graph has no output present." +
+                             name.substr(std::string_view("past_key_values.").size()) +
+                             " to fill the step's input '" + name + "'");
+    }
+  }
+  prefill_ = std::move(ctx);
+  return Status::Ok();
 }
 
 void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
@@ -367,15 +406,28 @@ void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
                               "", ""});
   }
   if (o.mode == Mode::kInfer && ctx.kv_cache().releases_any() && !ctx.kv_cache().paged()) {
-    e->diagnostics.push_back(
-        {Severity::kWarning, "decode_after_prefill",
-         "a decode step is estimated alone, on an allocator that has run nothing before it; run "
-         "after a prefill of the past in the same process, the step's device memory measured up "
-         "to 1.34 times such an estimate (gpt2-medium, 64 x 1,000 cached tokens; "
-         "datasets/h100-lm-torch211 calls 11, 18, 21): the prefill's segments stay partly used "
-         "by the cache. A generation's peak is also at least its prefill's (--phase prefill "
-         "--dim seq=<past>); keep a margin (--safety-margin) for the rest",
-         "", ""});
+    if (const EstimationContext* prefill = ctx.prefill()) {
+      const DecodePrefill& p = *o.prefill;
+      e->diagnostics.push_back(
+          {Severity::kInfo, "decode_after_prefill",
+           "the decode step runs after the prefill of its past (" + p.seq_dim + " " +
+               std::to_string(prefill->options().dims.at(p.seq_dim)) +
+               ") on the same caching allocator, " +
+               (p.cache_emptied ? "with the cache emptied between them" : "nothing released") +
+               "; its peaks are the step's (reset after the prefill)",
+           "", ""});
+    } else {
+      e->diagnostics.push_back(
+          {Severity::kWarning, "decode_after_prefill",
+           "a decode step is estimated alone, on an allocator that has run nothing before it; "
+           "run after a prefill of the past in the same process, the step's device memory "
+           "measured up to 1.34 times such an estimate (gpt2-medium, 64 x 1,000 cached tokens; "
+           "datasets/h100-lm-torch211 calls 11, 18, 21): the prefill's segments stay partly "
+           "used by the cache. The symbolic backend simulates the prefill first "
+           "(Options::prefill; memest --hf-config does by default); else keep a margin "
+           "(--safety-margin)",
+           "", ""});
+    }
   }
   const StackProfile& stack = ctx.stack();
   if (!stack.HoldsOn(ctx.gpu().name)) {

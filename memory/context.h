@@ -72,6 +72,9 @@ class EstimationContext {
   const ParallelPlan& parallel() const { return plan_; }
   int stage() const { return stage_; }
   void set_stage(int stage) { stage_ = stage; }
+  // Options::prefill: the prefill's own context (its model, options.dims with its seq dim bound
+  // to the step's past and the past dim dropped, no prefill of its own); null when unset.
+  const EstimationContext* prefill() const { return prefill_.get(); }
 
  private:
   EstimationContext(const Model& model, const Options& options, GpuProfile gpu, StackProfile stack,
@@ -90,7 +93,12 @@ class EstimationContext {
   const ParallelPlan plan_;
   const std::vector<core::CheckpointSegment> checkpoint_;
   const std::shared_ptr<const ops::ValueFacts> facts_;  // never null; reads *bound_
+  std::unique_ptr<const EstimationContext> prefill_;
   int stage_ = 0;
+
+  // Sets prefill_ for options_.prefill; InvalidArgument when the step is no decode step whose
+  // past the prefill's outputs fill.
+  Status MakePrefill();
 };
 
 // The diagnostics of step 5 above, for an estimate made in `ctx`.

@@ -86,6 +86,12 @@ Result<KvCache> KvCache::Make(const core::BoundGraph& b, const Options& o) {
   return kv;
 }
 
+std::string PastNameOf(std::string_view present) {
+  constexpr std::string_view kPresent = "present.";
+  if (!IsCacheName(present, kPresent)) return "";
+  return "past_key_values." + std::string(present.substr(kPresent.size()));
+}
+
 std::vector<int> KeptOutputs(const core::Graph& g, const KvCache& kv) {
   std::vector<int> kept;
   for (int id : g.outputs) {

@@ -26,6 +26,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/bind.h"
@@ -66,6 +68,10 @@ class KvCache {
   int layers_ = 0;
   bool paged_ = false;
 };
+
+// The past input a present output fills in the next step: "present.3.key" ->
+// "past_key_values.3.key" (the names of the policy above); empty for any other name.
+[[nodiscard]] std::string PastNameOf(std::string_view present);
 
 // The graph outputs whose storage the step keeps until it ends: every output but the present
 // tensors of a paged cache. Both backends keep these (and their roots) alive to the end.

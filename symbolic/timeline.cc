@@ -79,8 +79,11 @@
 #include "symbolic/timeline.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <span>
+#include <string>
+#include <utility>
 
 #include "base/checked.h"
 #include "base/dtype.h"
@@ -118,6 +121,22 @@ void SortUnique(std::vector<int>* v) {
   v->erase(std::unique(v->begin(), v->end()), v->end());
 }
 
+// What a prefill leaves in the process for the decode step after it (Options::prefill): the
+// allocator, and the tensors still alive in it -- the parameters, the cache (named as the step's
+// past inputs) and the cuBLAS workspace.
+struct Prefilled {
+  struct Kept {
+    std::string name;  // in the step's graph
+    CachingAllocatorModel::Handle handle = -1;
+    uint64_t bytes = 0;
+    Category category = Category::kWeights;
+  };
+  CachingAllocatorModel alloc;
+  std::vector<Kept> kept;
+  Kept workspace;                          // handle -1: none
+  std::optional<CategoryPeak> ran_out_at;  // the prefill's request that failed for good
+};
+
 class Sim {
  public:
   // Reads the options and the GPU through `key` only (symbolic/simulation_key.h), which must
@@ -126,7 +145,8 @@ class Sim {
   // instead (TraceRequests), and the simulation's own estimate is meaningless.
   Sim(const memory::EstimationContext& ctx, const SimulationKey& key, bool record,
       std::vector<AllocatorRequest>* requests = nullptr)
-      : b_(ctx.bound()),
+      : ctx_(ctx),
+        b_(ctx.bound()),
         g_(*b_.graph),
         o_(key.options),
         cublas_workspace_(key.cublas_workspace),
@@ -141,14 +161,21 @@ class Sim {
         staged_(plan_.stages() > 1),
         record_(record),
         requests_(requests),
-        alloc_(StepAllocatorConfig(o_, key.allocator_budget)) {}
+        budget_(key.allocator_budget),
+        alloc_(StepAllocatorConfig(o_, budget_)) {}
 
   Result<Simulation> Run();
+  // The forward of a prefill (ctx is Options::prefill's context, memory/context.h): its outputs
+  // and inputs are freed but for the cache, which stays with the parameters and the cuBLAS
+  // workspace for the step (Prefilled). InvalidArgument when two cache outputs share storage.
+  Result<Prefilled> RunPrefill();
   // Some request failed even after the allocator released its cached segments (PyTorch raises
   // OutOfMemoryError there); where that first happened, and how often a cudaMalloc failed.
   bool ran_out() const { return alloc_.oom(); }
   uint64_t retries() const { return alloc_.stats().num_alloc_retries; }
-  CategoryPeak OutOfMemoryAt() const { return Describe(oom_at_); }
+  CategoryPeak OutOfMemoryAt() const {
+    return prefill_ran_out_at_ ? *prefill_ran_out_at_ : Describe(oom_at_);
+  }
 
  private:
   struct Live {
@@ -168,6 +195,9 @@ class Sim {
   };
 
   Tensor Malloc(uint64_t bytes, Category c);
+  // A live slot of `bytes` in category c, with no allocator block yet (Malloc and Adopt give it
+  // one).
+  Tensor NewSlot(uint64_t bytes, Category c);
   void Free(Tensor* t);
   // The live tensor behind a handle; nullptr when the handle is -1 or was freed.
   Live* Find(Tensor t);
@@ -184,6 +214,13 @@ class Sim {
   // kind_ and step_params_, from the graph's values.
   void IndexValues();
   void AllocateWeights();
+  // Takes over what the prefill left (Prefilled): the allocator, the parameters, the cache as the
+  // step's past inputs (adopted_), the workspace; then empties the cache if the options say so and
+  // resets the peaks.
+  // InvalidArgument when a past input's size is not the size the prefill left for it.
+  Status AdoptPrefill(Prefilled p);
+  // A slot for a block already in the allocator, counted in category c.
+  Tensor Adopt(CachingAllocatorModel::Handle handle, uint64_t bytes, Category c);
   void Iteration(int it);
   void Forward(int it);
   // One node of the forward (seg = -1) or of segment seg's recomputation in backward.
@@ -242,6 +279,7 @@ class Sim {
   void Recompute(int seg);
   void ReleaseSegment(int seg);
 
+  const memory::EstimationContext& ctx_;
   const core::BoundGraph& b_;
   const core::Graph& g_;
   const Options& o_;
@@ -256,8 +294,12 @@ class Sim {
   const int stage_;
   const bool staged_;  // pp > 1: only stage_'s nodes run here
   bool record_;
+  bool prefill_ = false;            // RunPrefill: the cache outputs outlive the iteration
+  base::IdVector<Tensor> adopted_;  // per data input: the past the prefill left (-1: none)
+  std::optional<CategoryPeak> prefill_ran_out_at_;
   std::vector<AllocatorRequest>* requests_;  // TraceRequests: what the allocator would be asked
   int64_t mallocs_ = 0;                      // mallocs appended to *requests_ so far
+  const uint64_t budget_;                    // the allocator's capacity
   CachingAllocatorModel alloc_;
   bool train_ = true;
 
@@ -343,8 +385,7 @@ class Sim {
   Simulation sim_;
 };
 
-Tensor Sim::Malloc(uint64_t bytes, Category c) {
-  if (bytes == 0) return -1;
+Tensor Sim::NewSlot(uint64_t bytes, Category c) {
   uint32_t slot;
   if (free_slots_.empty()) {
     slot = static_cast<uint32_t>(tensors_.size());
@@ -357,9 +398,15 @@ Tensor Sim::Malloc(uint64_t bytes, Category c) {
   t.bytes = bytes;
   t.category = c;
   t.alive = true;
-  const Tensor handle = HandleOf(slot, t.generation);
-  if (collect_micro_batch_) micro_batch_made_.push_back(handle);
   live_[c] += bytes;
+  return HandleOf(slot, t.generation);
+}
+
+Tensor Sim::Malloc(uint64_t bytes, Category c) {
+  if (bytes == 0) return -1;
+  const Tensor handle = NewSlot(bytes, c);
+  Live& t = tensors_[SlotOf(handle)];
+  if (collect_micro_batch_) micro_batch_made_.push_back(handle);
   if (requests_ != nullptr) {  // a trace: the request is what it keeps (no allocator, no peaks)
     t.handle = mallocs_++;
     requests_->push_back({bytes, -1});
@@ -551,6 +598,7 @@ void Sim::AllocateWeights() {
     if (v.kind != core::ValueKind::kInitializer || v.consumers.empty()) continue;
     if (!plan_.parameter_on_stage(static_cast<int>(i), stage_)) continue;  // another stage's
     if (sharded_ && v.trainable) continue;  // in the flat buffer below
+    if (value_[i] >= 0) continue;           // the prefill's (AdoptPrefill)
     value_[i] = Malloc(facts_.bytes(static_cast<int>(i)), Category::kWeights);
   }
   if (sharded_) flat_weights_ = Malloc(rank_.weights, Category::kWeights);
@@ -1157,7 +1205,9 @@ void Sim::Iteration(int it) {
     inputs_.clear();
     for (int id : g_.data_inputs) {
       if (!plan_.input_on_stage(id, stage_)) continue;
-      Tensor t = Malloc(facts_.bytes(id), Category::kActivations);
+      Tensor t = -1;
+      if (!adopted_.empty()) std::swap(t, adopted_[id]);  // the past the prefill left
+      if (t < 0) t = Malloc(facts_.bytes(id), Category::kActivations);
       inputs_.push_back(t);
       value_[id] = t;
     }
@@ -1173,12 +1223,86 @@ void Sim::Iteration(int it) {
       Loss();
       Backward();
     } else {
-      for (int out : g_.outputs) Free(&value_[facts_.root(out)]);
+      for (int out : g_.outputs) {
+        if (prefill_ && !memory::PastNameOf(g_.value(out).name).empty()) continue;  // the cache
+        Free(&value_[facts_.root(out)]);
+      }
     }
   }
   ReleaseOtherMicroBatches();  // cool-down
   if (train_) Step(it);
   sim_.iterations.push_back({it, iteration_alloc_peak_, alloc_.stats().reserved});
+}
+
+Result<Prefilled> Sim::RunPrefill() {
+  prefill_ = true;
+  train_ = false;
+  Prepare();
+  PrepareParallel();
+  AllocateWeights();
+  Iteration(1);
+  for (Tensor& t : inputs_) Free(&t);  // the prompt's tensors (`del ids`)
+  if (!alloc_.misuse().ok()) return alloc_.misuse();
+  Prefilled out;
+  auto keep = [&](const std::string& name, Tensor t, Category c) {
+    if (const Live* l = Find(t)) out.kept.push_back({name, l->handle, l->bytes, c});
+  };
+  for (size_t i = 0; i < g_.values.size(); ++i) {
+    if (kind_[i] == core::ValueKind::kInitializer) {
+      keep(g_.values[i].name, value_[i], Category::kWeights);
+    }
+  }
+  std::vector<int> roots;
+  for (int out : g_.outputs) {
+    const std::string past = memory::PastNameOf(g_.value(out).name);
+    if (past.empty()) continue;
+    const int root = facts_.root(out);
+    if (std::find(roots.begin(), roots.end(), root) != roots.end()) {
+      return InvalidArgument("the prefill's cache output '" + g_.value(out).name +
+                             "' shares its storage with another: it cannot fill two past inputs");
+    }
+    roots.push_back(root);
+    keep(past, value_[root],
+         Category::kActivations);  // the step's inputs, as Iteration counts them
+  }
+  if (const Live* l = Find(ws_forward_)) out.workspace = {"", l->handle, l->bytes, l->category};
+  if (alloc_.oom()) out.ran_out_at = OutOfMemoryAt();
+  out.alloc = std::move(alloc_);
+  return out;
+}
+
+Tensor Sim::Adopt(CachingAllocatorModel::Handle handle, uint64_t bytes, Category c) {
+  const Tensor t = NewSlot(bytes, c);
+  tensors_[SlotOf(t)].handle = handle;
+  NoteLargest(c);
+  Record(true, bytes, c);  // a timeline shows it from the start, as the prefill left it
+  return t;
+}
+
+Status Sim::AdoptPrefill(Prefilled p) {
+  alloc_ = std::move(p.alloc);
+  prefill_ran_out_at_ = p.ran_out_at;
+  adopted_.assign(g_.values.size(), -1);
+  for (const Prefilled::Kept& k : p.kept) {
+    const int id = g_.FindValue(k.name);
+    const Tensor t = Adopt(k.handle, k.bytes, k.category);
+    if (id < 0) continue;  // a tensor the step does not read: it stays allocated
+    const bool same_size = k.bytes == facts_.bytes(id);
+    if (kind_[id] == core::ValueKind::kInitializer && same_size) value_[id] = t;
+    if (kind_[id] != core::ValueKind::kDataInput) continue;
+    if (!same_size) {
+      return InvalidArgument("the prefill leaves " + std::to_string(k.bytes) + " bytes for '" +
+                             k.name + "', the step reads " + std::to_string(facts_.bytes(id)) +
+                             ": its graphs disagree on the cache's shape or dtype");
+    }
+    adopted_[id] = t;
+  }
+  if (p.workspace.handle >= 0) {
+    ws_forward_ = Adopt(p.workspace.handle, p.workspace.bytes, p.workspace.category);
+  }
+  if (o_.prefill->cache_emptied) alloc_.EmptyCache();  // torch.cuda.empty_cache()
+  alloc_.ResetPeaks();                                 // torch.cuda.reset_peak_memory_stats()
+  return Status::Ok();
 }
 
 Result<Simulation> Sim::Run() {
@@ -1191,10 +1315,19 @@ Result<Simulation> Sim::Run() {
   }
   Prepare();
   PrepareParallel();
+  // A decode step after its prefill runs once, on what the prefill left; else the steady state.
+  int iterations = kSimulatedIterations;
+  if (const memory::EstimationContext* prefill = ctx_.prefill()) {
+    SimulationKey key = SimulationKey::Of(*prefill);  // read by reference while the Sim runs
+    key.allocator_budget = budget_;
+    MEMEST_ASSIGN_OR_RETURN(Prefilled p, Sim(*prefill, key, /*record=*/false).RunPrefill());
+    MEMEST_RETURN_IF_ERROR(AdoptPrefill(std::move(p)));
+    iterations = 1;
+  }
   AllocateWeights();
   // A step limited by a budget that ran out is not an estimate (symbolic/symbolic.cc keeps the
   // unlimited one), so it stops at the end of that iteration.
-  for (int it = 1; it <= kSimulatedIterations && !alloc_.oom(); ++it) Iteration(it);
+  for (int it = 1; it <= iterations && !alloc_.oom(); ++it) Iteration(it);
 
   // A free the allocator model refused is a bug in this simulation: never an estimate over it.
   if (!alloc_.misuse().ok()) return alloc_.misuse();
@@ -1263,6 +1396,9 @@ AllocatorConfig StepAllocatorConfig(const Options& options, uint64_t budget) {
 }
 
 Result<std::vector<AllocatorRequest>> TraceRequests(const memory::EstimationContext& ctx) {
+  if (ctx.prefill() != nullptr) {
+    return InvalidArgument("a trace holds one graph's requests, not a prefill's and a step's");
+  }
   std::vector<AllocatorRequest> requests;
   const SimulationKey key = SimulationKey::Of(ctx);  // the Sim reads its options by reference
   Sim sim(ctx, key, /*record=*/false, &requests);

@@ -184,6 +184,7 @@ struct Flags {
   std::string hf_config;  // --hf-config: the model is built from this config.json
   std::string phase = "train";
   std::string logits = "all";
+  std::string before_decode = "auto";
   OptionFlags options;  // every flag of the options table
   std::string backend = kDefaultBackend;
   bool max_batch = false;
@@ -201,6 +202,7 @@ struct Flags {
 
   CLI::Option* phase_opt = nullptr;
   CLI::Option* logits_opt = nullptr;
+  CLI::Option* before_decode_opt = nullptr;
   CLI::Option* output_opt = nullptr;
   CLI::Option* backend_opt = nullptr;
 };
@@ -223,6 +225,17 @@ void AddEstimationFlags(CLI::App& app, Flags& f, HelpDefaults& help) {
                                 "with --hf-config: the LM head on all positions or on the last "
                                 "one only, as a serving engine computes it (default: all)")
                      ->type_name("all|last");
+  f.before_decode_opt =
+      app.add_option("--before-decode", f.before_decode,
+                     help.With("with --hf-config --phase decode: what ran before the step in the "
+                               "process. prefill: the prefill of its past (--dim past), on the "
+                               "same caching allocator, as generate() runs it (the LM head on the "
+                               "last position); prefill-emptied: the same, then "
+                               "torch.cuda.empty_cache(); nothing: a fresh allocator; auto: "
+                               "prefill for the backends that model it (symbolic), nothing for "
+                               "the others",
+                               {"prefill"}))
+          ->type_name("auto|prefill|prefill-emptied|nothing");
   f.options.AddTo(app, help);
   app.add_flag("--per-rank", f.per_rank,
                "print one row per group of ranks that hold the same memory (pipeline stage)")
@@ -482,6 +495,25 @@ Result<std::shared_ptr<const Model>> LoadHfModel(const Flags& f, std::string* di
   return LoadModelFromBytes(zoo::SerializeModel(built.model), ".", *display);
 }
 
+// --before-decode on a decode graph: the prefill graph of the same config (the LM head on the last
+// position, as generate() computes it in its prefill), for Options::prefill; nullopt for
+// `nothing` and for other phases.
+Result<std::optional<DecodePrefill>> HfPrefill(const Flags& f) {
+  if (f.phase != "decode" || f.before_decode == "nothing") return std::optional<DecodePrefill>();
+  zoo::HfGraphOptions options;
+  options.phase = zoo::HfGraphOptions::kPrefill;
+  options.logits_last_only = true;
+  options.source = f.hf_config;
+  options.name = "prefill";  // the stem of a weights file never written
+  MEMEST_ASSIGN_OR_RETURN(const nlohmann::json config, zoo::LoadHfConfig(f.hf_config));
+  MEMEST_ASSIGN_OR_RETURN(zoo::HfModel built, zoo::BuildHfModel(config, options));
+  DecodePrefill p;
+  MEMEST_ASSIGN_OR_RETURN(p.model, LoadModelFromBytes(zoo::SerializeModel(built.model), ".",
+                                                      f.hf_config + " (prefill)"));
+  p.cache_emptied = f.before_decode == "prefill-emptied";
+  return std::optional<DecodePrefill>(std::move(p));
+}
+
 // The model to estimate: MODEL.onnx, or the graph of --hf-config. `display` is how the report
 // names it. Prints why it failed and sets `exit_code` on an error.
 // The loaded model is never freed: the process ends right after the report, and destroying a
@@ -513,10 +545,20 @@ std::shared_ptr<const Model> LoadInput(const Flags& f, std::string* display, int
 // prefill or decode graph is inference: --mode defaults to infer for it.
 Status CheckHfFlags(Flags* f) {
   if (f->hf_config.empty()) {
-    for (const CLI::Option* o : {f->phase_opt, f->logits_opt}) {
+    for (const CLI::Option* o : {f->phase_opt, f->logits_opt, f->before_decode_opt}) {
       if (o->count() > 0) return InvalidArgument(o->get_name() + " needs --hf-config");
     }
     return Status::Ok();
+  }
+  if (f->before_decode != "auto" && f->before_decode != "prefill" &&
+      f->before_decode != "prefill-emptied" && f->before_decode != "nothing") {
+    return InvalidArgument(
+        "--before-decode: expected auto, prefill, prefill-emptied or nothing, "
+        "not '" +
+        f->before_decode + "'");
+  }
+  if (f->before_decode_opt->count() > 0 && f->phase != "decode") {
+    return InvalidArgument("--before-decode applies to --phase decode, not " + f->phase);
   }
   if (!f->model_path.empty()) {
     return InvalidArgument(fmt::format("--hf-config {} replaces MODEL.onnx ({}): give one",
@@ -672,6 +714,8 @@ struct Plan {
   std::string backend_request;  // after defaults: what Report::backend_request records
   std::vector<std::string> backends;
   std::vector<std::unique_ptr<Estimator>> estimators;
+  // --before-decode auto: options.prefill only for the backends that model it.
+  bool prefill_where_modelled = false;
 };
 
 Status PreparePlan(const Flags& f, Plan* plan) {
@@ -721,10 +765,12 @@ std::vector<BackendResult> RunBackends(const Plan& plan, const Model& model,
     BackendResult& r = results.emplace_back();
     r.backend = plan.backends[i];
     const Estimator& estimator = *plan.estimators[i];
+    Options options = plan.options;
+    if (plan.prefill_where_modelled && !estimator.supports().prefill) options.prefill.reset();
     if (!searched.empty()) {
       Result<MaxBatchResult> mb = searched == "batch"
-                                      ? FindMaxBatch(estimator, model, plan.options, limit)
-                                      : FindMaxDim(estimator, model, plan.options, searched, limit);
+                                      ? FindMaxBatch(estimator, model, options, limit)
+                                      : FindMaxDim(estimator, model, options, searched, limit);
       if (!mb.ok()) {
         r.status = mb.status();
         continue;
@@ -735,14 +781,14 @@ std::vector<BackendResult> RunBackends(const Plan& plan, const Model& model,
       r.max_batch_replays = mb->replays;
       r.estimate = mb->at_batch;
     } else {
-      Result<Estimate> e = estimator.Run(model, plan.options);
+      Result<Estimate> e = estimator.Run(model, options);
       if (!e.ok()) {
         r.status = e.status();
         continue;
       }
       r.estimate = std::move(e).value();
     }
-    r.fit = CheckFit(r.estimate, plan.gpu, plan.options);
+    r.fit = CheckFit(r.estimate, plan.gpu, options);
   }
   return results;
 }
@@ -873,6 +919,19 @@ int RunCli(int argc, char** argv) {
   if (loaded == nullptr) return load_code;
   KeepUntilExit(loaded);
   const Model& model = *loaded;
+  if (!f.hf_config.empty()) {
+    Result<std::optional<DecodePrefill>> prefill = HfPrefill(f);
+    if (!prefill.ok()) {
+      PrintError(
+          fmt::format("--hf-config {} (prefill): {}", f.hf_config, prefill.status().ToString()));
+      return kExitBadModel;
+    }
+    plan.options.prefill = std::move(prefill).value();
+    plan.prefill_where_modelled = f.before_decode == "auto";
+    const bool modelled = std::any_of(plan.estimators.begin(), plan.estimators.end(),
+                                      [](const auto& e) { return e->supports().prefill; });
+    if (plan.prefill_where_modelled && !modelled) plan.options.prefill.reset();
+  }
   PrintDiagnostics(model.summary().diagnostics, "");
   if (Status s = CheckCheckpointSegments(plan.options, model.summary()); !s.ok()) {
     PrintError(s.message());

@@ -221,6 +221,10 @@ std::string SetupText(const Report& r) {
     if (o.checkpoint_blocks) parts.push_back("checkpoint every block");
     if (!o.outputs_held) parts.push_back("outputs dropped after the loss");
   }
+  if (o.prefill) {
+    parts.push_back(o.prefill->cache_emptied ? "after the prefill of its past, cache emptied"
+                                             : "after the prefill of its past");
+  }
   parts.push_back(ToString(o.precision));
   if (o.mode == Mode::kTrain) parts.push_back(std::string("loss ") + ToString(o.loss));
   if (o.parallel.enabled()) parts.push_back(ParallelText(o.parallel));

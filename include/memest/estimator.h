@@ -44,6 +44,8 @@ struct OptionSupport {
   bool kv_cache = true;
   // Options::outputs_held false (training).
   bool dropped_outputs = true;
+  // Options::prefill set (a decode step after its prefill, inference).
+  bool prefill = true;
 };
 
 class Estimator {

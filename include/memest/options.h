@@ -2,7 +2,8 @@
 //
 // Every field has a documented default, and DescribeOptions() returns those defaults as text so
 // the CLI's --help prints them from this struct (never from a second copy).
-// Options is a plain value: copy it freely; it holds no resources.
+// Options is a plain value: copy it freely; what it points to (a custom GPU or stack, a prefill
+// model) is shared and immutable.
 #ifndef MEMEST_OPTIONS_H_
 #define MEMEST_OPTIONS_H_
 
@@ -18,6 +19,8 @@
 #include "memest/status.h"
 
 namespace memest {
+
+class Model;  // memest/model.h
 
 enum class Mode { kTrain, kInfer };
 // kAdam8bit / kAdamW8bit: bitsandbytes' bnb.optim.Adam8bit / AdamW8bit (block-wise 8-bit state,
@@ -161,6 +164,26 @@ struct Parallelism {
   int64_t DataParallel() const { return dp > 0 ? dp : (tp * pp > 0 ? world_size / (tp * pp) : 0); }
 };
 
+// A decode step's past filled by a prefill in the same process just before it (Options::prefill;
+// the symbolic backend, docs/memory-model.md §10.2): the prefill runs on the same caching
+// allocator, its key/value outputs stay as the step's past, everything else it allocated is
+// freed (its segments stay reserved unless `cache_emptied`), the peaks are reset
+// (torch.cuda.reset_peak_memory_stats), then the step runs once. The estimate is that step's.
+struct DecodePrefill {
+  // The prefill graph: the model's forward over the cached tokens, its dim `seq_dim` bound to the
+  // step's `past_dim` (its other dims and the batch as the step's). Its outputs present.<i>.key /
+  // .value become the step's past_key_values.<i>.key / .value inputs, and its parameters, found by
+  // name, are the step's. Never null in a valid Options.
+  std::shared_ptr<const Model> model;
+  std::string seq_dim = "seq";
+  std::string past_dim = "past";
+  // torch.cuda.empty_cache() between the prefill and the step: the segments that hold none of the
+  // cache are released, those that hold some stay (what the measured rows of
+  // datasets/h100-lm-torch211 did). false: transformers' generate(), which empties nothing.
+  bool cache_emptied = false;
+  bool operator==(const DecodePrefill&) const = default;
+};
+
 struct Options {
   // train: one training step (forward, loss, backward, optimizer step), steady state.
   // infer: one forward pass under no_grad.
@@ -241,6 +264,10 @@ struct Options {
   // memest/serving.h): the graph's past inputs and present outputs are views into it and take
   // no memory of their own in the estimate.
   bool paged_kv_cache = false;
+  // Inference on a decode graph (a past KV cache the step releases, memory/kv_cache.h): the
+  // prefill that filled its past ran just before it, on the same allocator (DecodePrefill).
+  // Unset: the step on an allocator that has run nothing before it (a warning says so).
+  std::optional<DecodePrefill> prefill;
   // An estimate that rests on tensors whose shape no rule can infer (data-dependent sizes:
   // NonZero, Range over computed bounds, string ops; sequence values) is refused with
   // Unsupported naming the ops. true: estimate anyway, counting those tensors conservatively

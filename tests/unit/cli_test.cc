@@ -1477,6 +1477,50 @@ TEST_F(CliTest, HfConfigEstimatesTheGraphOfAConfig) {
   EXPECT_NE(unbound.err.find("seq"), std::string::npos) << unbound.err;
 }
 
+// --before-decode: a decode step after the prefill of its past (auto: for the backends that
+// model it, the symbolic one; the analytical backend estimates the step alone and warns).
+TEST_F(CliTest, BeforeDecodeRunsThePrefillWhereTheBackendModelsIt) {
+  const std::string config = HfConfig("qwen2.5-0.5b.json");
+  const std::vector<std::string> step = {
+      "--hf-config", config,  "--phase",   "decode",      "--batch", "16",          "--dim",
+      "seq=1",       "--dim", "past=2000", "--precision", "bf16",    "--attention", "auto"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = step;
+    args.insert(args.end(), more.begin(), more.end());
+    return Run(args);
+  };
+  auto reserved = [](const CliRun& r, size_t i) {
+    return json::parse(r.out)["results"][i]["peak"]["reserved"].get<uint64_t>();
+  };
+  CliRun both = with({"--backend", "analytical,symbolic", "--json"});
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  EXPECT_NE(both.err.find("warning: [analytical] decode_after_prefill"), std::string::npos)
+      << both.err;
+  EXPECT_EQ(both.err.find("[symbolic] decode_after_prefill"), std::string::npos) << both.err;
+  CliRun alone = with({"--backend", "symbolic", "--before-decode", "nothing", "--json"});
+  CliRun emptied = with({"--backend", "symbolic", "--before-decode", "prefill-emptied", "--json"});
+  CliRun kept = with({"--backend", "symbolic", "--before-decode", "prefill", "--json"});
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  ASSERT_EQ(emptied.exit_code, 0) << emptied.err;
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  EXPECT_EQ(reserved(kept, 0), reserved(both, 1));  // auto is prefill for the symbolic backend
+  EXPECT_GT(reserved(kept, 0), reserved(emptied, 0));
+  EXPECT_NE(reserved(emptied, 0), reserved(alone, 0));
+  EXPECT_EQ(json::parse(emptied.out)["options"]["prefill"]["cache_emptied"], true);
+  // Usage errors: another phase, no --hf-config, an unknown value; the analytical backend told to.
+  EXPECT_EQ(Run({"--hf-config", config, "--phase", "prefill", "--before-decode", "prefill",
+                 "--batch", "1", "--dim", "seq=8"})
+                .exit_code,
+            2);
+  EXPECT_EQ(Run({Model("mlp_small_train.onnx"), "--before-decode", "nothing"}).exit_code, 2);
+  CliRun bad = with({"--before-decode", "warm"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("expected auto, prefill, prefill-emptied or nothing"), std::string::npos);
+  CliRun told = with({"--backend", "analytical", "--before-decode", "prefill"});
+  EXPECT_EQ(told.exit_code, 2) << told.err;
+  EXPECT_NE(told.err.find("prefill"), std::string::npos) << told.err;
+}
+
 TEST_F(CliTest, HfConfigErrorsNameTheField) {
   const fs::path bad = dir_ / "config.json";
   json c = json::parse(ReadFile(HfConfig("llama-2-7b-hf.json")));

@@ -23,6 +23,7 @@
 #include "memest/memest.h"
 #include "memory/context.h"
 #include "ops/fusion.h"
+#include "symbolic/symbolic.h"
 
 namespace memest {
 namespace {
@@ -490,6 +491,109 @@ TEST(HfConfigTest, ADecodeStepHoldsOneCacheNotTwo) {
       return d.code == "decode_after_prefill" && d.severity == Severity::kWarning;
     })) << backend;
   }
+}
+
+// A decode step after the prefill of its past on the same allocator (Options::prefill,
+// memory-model.md §10.2): the cache's blocks sit in segments the prefill reserved, so the step
+// reserves more than on a fresh allocator while it allocates the same; emptying the cache between
+// them releases only the segments that hold none of it. The other backends have no allocator to
+// carry over and refuse the option.
+TEST(HfConfigTest, ADecodeStepAfterItsPrefillReservesWhatThePrefillLeft) {
+  const json config = Config("qwen3-0.6b.json");
+  HfGraphOptions decode, prefill;
+  decode.phase = HfGraphOptions::kDecode;
+  prefill.phase = HfGraphOptions::kPrefill;
+  prefill.logits_last_only = true;
+  auto d = Load(Build(config, decode));
+  auto p = Load(Build(config, prefill));
+  ASSERT_NE(d, nullptr);
+  ASSERT_NE(p, nullptr);
+  Options o;
+  o.mode = Mode::kInfer;
+  o.precision = Precision::kBf16;
+  o.attention = Attention::kAuto;
+  o.batch = 64;
+  o.dims = {{"seq", 1}, {"past", 1000}};
+  auto symbolic = MakeEstimator("symbolic");
+  ASSERT_TRUE(symbolic.ok());
+  auto alone = (*symbolic)->Run(*d, o);
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  o.prefill = DecodePrefill{p};
+  auto kept = (*symbolic)->Run(*d, o);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  o.prefill->cache_emptied = true;
+  auto emptied = (*symbolic)->Run(*d, o);
+  ASSERT_TRUE(emptied.ok()) << emptied.status().ToString();
+  // The same tensors: the prefill leaves the parameters and the cache, nothing else.
+  for (const auto* e : {&*kept, &*emptied}) {
+    EXPECT_LT(e->peak_allocated, alone->peak_allocated + alone->peak_allocated / 100);
+    EXPECT_GT(e->peak_allocated, alone->peak_allocated - alone->peak_allocated / 100);
+    EXPECT_TRUE(std::any_of(e->diagnostics.begin(), e->diagnostics.end(), [](const auto& x) {
+      return x.code == "decode_after_prefill" && x.severity == Severity::kInfo;
+    }));
+  }
+  EXPECT_GT(emptied->peak_reserved, alone->peak_reserved + (uint64_t{512} << 20));
+  EXPECT_GT(kept->peak_reserved, emptied->peak_reserved);
+  // Nothing released: the step reserves at least what the prefill alone did.
+  Options pre = o;
+  pre.prefill.reset();
+  pre.dims = {{"seq", 1000}};
+  auto prefill_alone = symbolic::SimulateModel(*p, pre, /*record_events=*/false);
+  ASSERT_TRUE(prefill_alone.ok()) << prefill_alone.status().ToString();
+  EXPECT_GE(kept->peak_reserved, prefill_alone->iterations.front().reserved);
+  // Every other backend refuses the option, naming it (never a step estimated alone instead).
+  for (const BackendInfo& info : ListBackends()) {
+    if (!info.available) continue;
+    const std::string& backend = info.name;
+    auto est = MakeEstimator(backend);
+    ASSERT_TRUE(est.ok()) << backend;
+    if ((*est)->supports().prefill) continue;
+    auto refused = (*est)->Run(*d, o);
+    ASSERT_FALSE(refused.ok()) << backend;
+    EXPECT_EQ(refused.status().code(), ErrorCode::kInvalidArgument) << backend;
+    EXPECT_NE(refused.status().message().find("prefill"), std::string::npos) << backend;
+  }
+}
+
+// A prefill fills the past of a decode step whose past dim is bound, from outputs named for each
+// past input; anything else is an error that says what is missing.
+TEST(HfConfigTest, APrefillNeedsADecodeStepItsOutputsFill) {
+  HfGraphOptions decode, prefill;
+  decode.phase = HfGraphOptions::kDecode;
+  prefill.phase = HfGraphOptions::kPrefill;
+  auto d = Load(Build(Config("qwen3-0.6b.json"), decode));
+  auto p = Load(Build(Config("qwen3-0.6b.json"), prefill));
+  auto other = Load(Build(Config("gpt2.json"), prefill));  // 12 layers, not 28
+  ASSERT_TRUE(d && p && other);
+  auto symbolic = MakeEstimator("symbolic");
+  ASSERT_TRUE(symbolic.ok());
+  Options o;
+  o.mode = Mode::kInfer;
+  o.batch = 2;
+  o.dims = {{"seq", 1}, {"past", 64}};
+  o.prefill = DecodePrefill{other};
+  auto e = (*symbolic)->Run(*d, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("no output present.12.key"), std::string::npos)
+      << e.status().ToString();
+  o.prefill = DecodePrefill{p};
+  Options on_prefill = o;
+  on_prefill.dims = {{"seq", 8}};
+  e = (*symbolic)->Run(*p, on_prefill);  // the prefill graph has no past to fill
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("needs a decode step"), std::string::npos)
+      << e.status().ToString();
+  o.prefill->past_dim = "history";
+  e = (*symbolic)->Run(*d, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("bind the dim 'history'"), std::string::npos)
+      << e.status().ToString();
+  o.prefill->past_dim = "past";
+  o.mode = Mode::kTrain;
+  EXPECT_FALSE(Validate(o).ok());
+  o.mode = Mode::kInfer;
+  o.prefill->model = nullptr;
+  EXPECT_FALSE(Validate(o).ok());
 }
 
 // Checkpointing every block of a decoder (transformers' gradient_checkpointing_enable): one
