@@ -138,8 +138,12 @@ def memest_args(row, args, backend):
         return cmd + ["--phase", "prefill", "--logits", "last", "--precision", "bf16",
                       "--attention", "auto"]
     if row["kind"] == "lm_decode":  # seq is 1: one new token over `past` cached ones
-        return cmd + ["--phase", "decode", "--dim", f"past={row['past']}", "--precision", "bf16",
-                      "--attention", "auto"]
+        # After the prefill of the past in the same process, the allocator's cache emptied and
+        # its peaks reset between them (gpu_device_truth.py task_lm_decode).
+        cmd += ["--phase", "decode", "--dim", f"past={row['past']}", "--precision", "bf16",
+                "--attention", "auto"]
+        as_run = args.decode_as_run and backend == "symbolic"  # the backend that models it
+        return cmd + ["--before-decode", "prefill-emptied" if as_run else "nothing"]
     cmd += ["--precision", row["precision"],
             "--attention", "eager" if row["attention"] == "eager" else "auto"]
     if row.get("optimizer_impl", "foreach") != "foreach":
@@ -204,6 +208,9 @@ def main():
     ap.add_argument("--stack", default="h200-pytorch2.11-lazy")
     ap.add_argument("--markdown", action="store_true", help="every row as a markdown table")
     ap.add_argument("--jobs-out", default="", help="every row and estimate as CSV")
+    ap.add_argument("--decode-alone", dest="decode_as_run", action="store_false",
+                    help="symbolic: estimate a decode step on a fresh allocator (--before-decode "
+                         "nothing) instead of after its prefill, as it ran (prefill-emptied)")
     ap.add_argument("--outputs-as-run", action="store_true",
                     help="symbolic: tell memest that a row's loop dropped the logits after the loss"
                          " (--outputs dropped) unless the row held them")
