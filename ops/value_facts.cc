@@ -108,6 +108,19 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
   SizeValues(stored_bytes);
 }
 
+// Whether value `id` takes part in type promotion as an fp32 operand (memory-model.md §5.2): an
+// activation -- a data input or a node's output -- of rank >= 1. A parameter does not: a graph
+// writes a Linear's bias as MatMul then Add, where PyTorch's addmm casts the bias with the
+// product; nor does a constant (a Constant node's output, an initializer that trains not): a Python
+// scalar in the model's code, which never promotes a tensor.
+bool ValueFacts::Promotes(int id) const {
+  const core::Value& v = graph_.graph->value(id);
+  if (v.kind == core::ValueKind::kInitializer) return false;
+  if (v.producer >= 0 && graph_.graph->node(v.producer).op_type == "Constant") return false;
+  const core::MaybeDims shape = graph_.shapes.Find(id);
+  return shape && !shape->empty();
+}
+
 // Run-time precision (memory-model.md §5.2/5.3).
 void ValueFacts::MarkLowPrecision() {
   const core::Graph& g = *graph_.graph;
@@ -122,12 +135,13 @@ void ValueFacts::MarkLowPrecision() {
     const core::Node& n = g.nodes[k];
     const OpRule* r = rule(k);
     const AmpPolicy policy = r ? r->amp : AmpPolicy::kPassThrough;
-    bool any_low = false, all_low = true, any_float = false;
+    bool any_low = false, all_low = true, any_float = false, fp32_activation = false;
     for (int in : n.inputs) {
       if (in < 0 || !base::IsFloatDType(graph_.dtypes[static_cast<size_t>(in)])) continue;
       any_float = true;
       any_low = any_low || low_[static_cast<size_t>(in)];
       all_low = all_low && low_[static_cast<size_t>(in)];
+      fp32_activation = fp32_activation || (!low_[static_cast<size_t>(in)] && Promotes(in));
     }
     bool out_low = false;
     switch (policy) {
@@ -135,7 +149,9 @@ void ValueFacts::MarkLowPrecision() {
         out_low = true;
         break;
       case AmpPolicy::kPassThrough:
-        out_low = any_low;
+        // Type promotion: an fp32 activation beside a low-precision one makes the result fp32
+        // (gelu_new's x + 0.044715 * pow(x, 3) under autocast, pow being on the fp32 list).
+        out_low = any_low && !fp32_activation;
         break;
       case AmpPolicy::kPromote:
         out_low = any_float && all_low;

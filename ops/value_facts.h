@@ -124,6 +124,7 @@ class ValueFacts {
  private:
   // The constructor's steps, in order.
   void MarkLowPrecision();
+  bool Promotes(int id) const;  // an fp32 operand that makes a pass-through op's result fp32
   void FindLayout();
   void FindStorageRoots();
   void SizeValues(const std::vector<std::optional<uint64_t>>& stored_bytes);

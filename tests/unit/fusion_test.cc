@@ -633,6 +633,38 @@ TEST(FusionTest, AutocastSavesTheCastCopiesOfActivations) {
   EXPECT_TRUE(saves_s);
 }
 
+// Under autocast a pass-through op follows type promotion: an fp32 activation beside a bf16 one
+// makes its result fp32 (gelu_new's x + 0.044715 * pow(x, 3), pow being on the fp32 list), while
+// a scalar constant and an fp32 parameter leave it bf16 (a Linear's bias, written MatMul then Add,
+// is cast with the product by addmm).
+TEST(FusionTest, AnFp32ActivationPromotesAPassThroughOpUnderAutocast) {
+  GraphBuilder b(17);
+  b.AddInput("X", kFloat, {"N", 8});
+  b.AddInitializer("W", {8, 8});
+  b.AddInitializer("bias", {8});
+  Scalar(b, "three", 3.0f);
+  b.AddNode("MatMul", {"X", "W"}, {"h"});
+  b.AddNode("Add", {"h", "bias"}, {"biased"});
+  b.AddNode("Mul", {"biased", "three"}, {"scaled"});
+  b.AddNode("Pow", {"scaled", "three"}, {"cube"});
+  b.AddNode("Add", {"scaled", "cube"}, {"sum"});
+  b.AddOutput("sum", kFloat);
+  auto m = Load(b);
+  ASSERT_NE(m, nullptr);
+  const core::Graph& g = m->graph();
+  Options amp = Batch(4);
+  amp.precision = Precision::kAmpBf16;
+  auto ctx = Context(*m, amp);
+  ASSERT_NE(ctx, nullptr);
+  const ops::ValueFacts& f = ctx->facts();
+  EXPECT_TRUE(f.low(g.FindValue("h")));
+  EXPECT_TRUE(f.low(g.FindValue("biased")));  // the bias is a parameter: addmm's
+  EXPECT_TRUE(f.low(g.FindValue("scaled")));  // a scalar never promotes
+  EXPECT_FALSE(f.low(g.FindValue("cube")));   // pow: the fp32 list
+  EXPECT_FALSE(f.low(g.FindValue("sum")));    // bf16 + fp32 activation
+  EXPECT_EQ(f.bytes(g.FindValue("sum")), 4u * 8 * 4);
+}
+
 TEST(FusionTest, FlashAttentionInFp32IsRefused) {
   auto m = Load(AttentionGraph(0.0f));
   ASSERT_NE(m, nullptr);
