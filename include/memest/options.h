@@ -181,7 +181,11 @@ struct DecodePrefill {
   // cache are released, those that hold some stay (what the measured rows of
   // datasets/h100-lm-torch211 did). false: transformers' generate(), which empties nothing.
   bool cache_emptied = false;
-  bool operator==(const DecodePrefill&) const = default;
+  // Written out: this header builds as C++17 too (no defaulted comparisons).
+  friend bool operator==(const DecodePrefill& a, const DecodePrefill& b) {
+    return a.model == b.model && a.seq_dim == b.seq_dim && a.past_dim == b.past_dim &&
+           a.cache_emptied == b.cache_emptied;
+  }
 };
 
 struct Options {
