@@ -196,8 +196,9 @@ class Sim {
 
   Tensor Malloc(uint64_t bytes, Category c);
   // A live slot of `bytes` in category c, with no allocator block yet (Malloc and Adopt give it
-  // one).
-  Tensor NewSlot(uint64_t bytes, Category c);
+  // one). Inlined: every Malloc runs it, and the call alone was 1.3 % of ResNet-50's symbolic
+  // max-batch search in instructions (callgrind).
+  [[gnu::always_inline]] Tensor NewSlot(uint64_t bytes, Category c);
   void Free(Tensor* t);
   // The live tensor behind a handle; nullptr when the handle is -1 or was freed.
   Live* Find(Tensor t);
@@ -385,7 +386,7 @@ class Sim {
   Simulation sim_;
 };
 
-Tensor Sim::NewSlot(uint64_t bytes, Category c) {
+inline Tensor Sim::NewSlot(uint64_t bytes, Category c) {
   uint32_t slot;
   if (free_slots_.empty()) {
     slot = static_cast<uint32_t>(tensors_.size());
