@@ -109,10 +109,10 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
 }
 
 // Whether value `id` takes part in type promotion as an fp32 operand (memory-model.md §5.2): an
-// activation -- a data input or a node's output -- of rank >= 1. A parameter does not: a graph
-// writes a Linear's bias as MatMul then Add, where PyTorch's addmm casts the bias with the
-// product; nor does a constant (a Constant node's output, an initializer that trains not): a Python
-// scalar in the model's code, which never promotes a tensor.
+// activation -- a data input or a node's output -- of rank >= 1. No initializer does: a parameter
+// because a graph writes a Linear's bias as MatMul then Add, where PyTorch's addmm casts the bias
+// with the product; a constant (an initializer or a Constant node's output) because it stands for
+// a Python scalar of the model's code, which never promotes a tensor.
 bool ValueFacts::Promotes(int id) const {
   const core::Value& v = graph_.graph->value(id);
   if (v.kind == core::ValueKind::kInitializer) return false;

@@ -919,7 +919,11 @@ int RunCli(int argc, char** argv) {
   if (loaded == nullptr) return load_code;
   KeepUntilExit(loaded);
   const Model& model = *loaded;
-  if (!f.hf_config.empty()) {
+  // --before-decode auto builds the prefill only when a backend of the plan models it.
+  plan.prefill_where_modelled = f.before_decode == "auto";
+  const bool modelled = std::any_of(plan.estimators.begin(), plan.estimators.end(),
+                                    [](const auto& e) { return e->supports().prefill; });
+  if (!f.hf_config.empty() && (modelled || !plan.prefill_where_modelled)) {
     Result<std::optional<DecodePrefill>> prefill = HfPrefill(f);
     if (!prefill.ok()) {
       PrintError(
@@ -927,10 +931,6 @@ int RunCli(int argc, char** argv) {
       return kExitBadModel;
     }
     plan.options.prefill = std::move(prefill).value();
-    plan.prefill_where_modelled = f.before_decode == "auto";
-    const bool modelled = std::any_of(plan.estimators.begin(), plan.estimators.end(),
-                                      [](const auto& e) { return e->supports().prefill; });
-    if (plan.prefill_where_modelled && !modelled) plan.options.prefill.reset();
   }
   PrintDiagnostics(model.summary().diagnostics, "");
   if (Status s = CheckCheckpointSegments(plan.options, model.summary()); !s.ok()) {
