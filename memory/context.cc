@@ -424,8 +424,8 @@ void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
            "measured up to 1.34 times such an estimate (gpt2-medium, 64 x 1,000 cached tokens; "
            "datasets/h100-lm-torch211 calls 11, 18, 21): the prefill's segments stay partly "
            "used by the cache. The symbolic backend simulates the prefill first "
-           "(Options::prefill; memest --hf-config does by default); else keep a margin "
-           "(--safety-margin)",
+           "(Options::prefill; memest --hf-config --backend symbolic does by default); else keep a "
+           "margin (--safety-margin)",
            "", ""});
     }
   }
