@@ -1263,8 +1263,8 @@ Result<Prefilled> Sim::RunPrefill() {
                              "' shares its storage with another: it cannot fill two past inputs");
     }
     roots.push_back(root);
-    keep(past, value_[root],
-         Category::kActivations);  // the step's inputs, as Iteration counts them
+    // Counted as the step's data inputs are (Iteration): activations.
+    keep(past, value_[root], Category::kActivations);
   }
   if (const Live* l = Find(ws_forward_)) out.workspace = {"", l->handle, l->bytes, l->category};
   if (alloc_.oom()) out.ran_out_at = OutOfMemoryAt();
