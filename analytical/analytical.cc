@@ -390,7 +390,7 @@ uint64_t Accounting::BackwardTransient(const core::Node& n, size_t k, uint64_t c
   const ops::FusedChain* chain = facts_.fusion().chain_of(k);
   const bool fused_attention = chain != nullptr && chain->kind == ops::FusedKind::kAttention;
   if (!fused_attention || chain->nodes.back() == k) {
-    std::span<const int> outs(n.outputs), ins(n.inputs);
+    std::span<const int> outs = core::Span(n.outputs), ins = core::Span(n.inputs);
     std::vector<int> chain_outs;  // a fused chain's, each once
     if (fused_attention) {
       std::set<int> o;

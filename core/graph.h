@@ -15,9 +15,11 @@
 #include <google/protobuf/arena.h>
 #include <onnx/onnx_pb.h>
 
+#include <boost/container/small_vector.hpp>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +28,15 @@
 #include "memest/model.h"
 
 namespace memest::core {
+
+// A node's inputs or outputs, a value's consumers: ids, and most such lists are short. The first
+// kInlineIds are kept in the node or value itself, with no heap block of their own (a std::vector
+// each was three heap blocks per node of a large graph, a third of what loading it allocated, and
+// a pointer to chase wherever the graph is walked). Otherwise it is a vector.
+inline constexpr size_t kInlineIds = 3;
+using IdList = boost::container::small_vector<int, kInlineIds>;
+// An id list as a span (std::span cannot tell that a small_vector is contiguous).
+inline std::span<const int> Span(const IdList& ids) { return {ids.data(), ids.size()}; }
 
 struct Dim {
   int64_t value = -1;  // >= 0 when known
@@ -47,8 +58,8 @@ struct Value {
   bool has_shape = false;  // rank known
   std::vector<Dim> dims;   // as declared in the file (inputs, initializers, value_info)
   ValueKind kind = ValueKind::kIntermediate;
-  int producer = -1;           // node id
-  std::vector<int> consumers;  // node ids (a node consuming twice appears twice)
+  int producer = -1;  // node id
+  IdList consumers;   // node ids (a node consuming twice appears twice)
   bool graph_output = false;
   bool trainable = false;  // float initializer that is a parameter (not a BN running stat)
   bool external = false;   // initializer stored in external data
@@ -60,8 +71,8 @@ struct Node {
   std::string name;  // as in the file, or "<op_type>_<index>" when unnamed
   std::string op_type;
   std::string domain;                      // "" for ai.onnx
-  std::vector<int> inputs;                 // value ids; -1 for an omitted optional input
-  std::vector<int> outputs;                // value ids; -1 for an omitted optional output
+  IdList inputs;                           // value ids; -1 for an omitted optional input
+  IdList outputs;                          // value ids; -1 for an omitted optional output
   const onnx::NodeProto* proto = nullptr;  // into Graph::proto
   int64_t opset = 0;                       // opset version of the node's domain
   int64_t subgraph_nodes = 0;              // nodes inside If/Loop/Scan bodies (recursive)

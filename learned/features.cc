@@ -59,7 +59,8 @@ std::string ActivationOf(const core::Graph& g, size_t k) {
   const std::string& op = n.op_type;
   auto consumers_of_output = [&](const core::Node& node) -> std::vector<int> {
     if (node.outputs.empty() || node.outputs[0] < 0) return {};
-    return g.value(node.outputs[0]).consumers;
+    const core::IdList& consumers = g.value(node.outputs[0]).consumers;
+    return {consumers.begin(), consumers.end()};
   };
   if (op == "Relu") return "relu";
   if (op == "LeakyRelu") return "leaky_relu";

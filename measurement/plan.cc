@@ -391,8 +391,8 @@ std::vector<PlanNode> PlanNodes(const core::Graph& g) {
     p.op_type = n.op_type;
     p.domain = n.domain == "ai.onnx" ? "" : n.domain;
     p.opset = n.opset;
-    p.inputs = n.inputs;
-    p.outputs = n.outputs;
+    p.inputs.assign(n.inputs.begin(), n.inputs.end());
+    p.outputs.assign(n.outputs.begin(), n.outputs.end());
     if (n.proto != nullptr) CopyAttributes(*n.proto, &p);
     p.has_subgraph = p.has_subgraph || n.subgraph_nodes > 0;
     nodes.push_back(std::move(p));

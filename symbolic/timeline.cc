@@ -615,7 +615,7 @@ void Sim::AllocateWeights() {
 
 std::span<const int> Sim::GradInputs(size_t kk) const {
   const ops::FusedChain* c = facts_.fusion().chain_of(kk);
-  if (c == nullptr) return g_.nodes[kk].inputs;
+  if (c == nullptr) return core::Span(g_.nodes[kk].inputs);
   if (c->nodes.back() != kk) return {};
   return c->inputs;
 }

@@ -115,8 +115,8 @@ class GraphBuilder {
     n.op_type = op;
     n.domain = domain;
     n.name = op + "_" + std::to_string(graph_.nodes.size());
-    n.inputs = std::move(inputs);
-    n.outputs = std::move(outputs);
+    n.inputs.assign(inputs.begin(), inputs.end());
+    n.outputs.assign(outputs.begin(), outputs.end());
     n.proto = proto;
     n.opset = opset;
     const int id = static_cast<int>(graph_.nodes.size());
