@@ -437,7 +437,9 @@ Status Loader::ReadNodes() {
       node.name = n.name();
     }
     if (n.op_type().empty()) return InvalidModel("node " + Quote(node.name) + " has no op_type");
-    node.outputs.reserve(static_cast<size_t>(n.output_size()));
+    if (n.output_size() > static_cast<int>(kInlineIds)) {
+      node.outputs.reserve(static_cast<size_t>(n.output_size()));
+    }
     for (const auto& out : n.output()) {
       if (out.empty()) {
         node.outputs.push_back(-1);
@@ -473,7 +475,9 @@ Status Loader::ReadNodes() {
     } else {
       node.opset = op->second;
     }
-    node.inputs.reserve(static_cast<size_t>(n.input_size()));
+    if (n.input_size() > static_cast<int>(kInlineIds)) {
+      node.inputs.reserve(static_cast<size_t>(n.input_size()));
+    }
     for (const auto& in : n.input()) {
       if (in.empty()) {
         node.inputs.push_back(-1);

@@ -282,6 +282,7 @@ SymTensor ConstantType(const onnx::TensorProto& t) {
   out.dtype = base::IsKnownDType(t.data_type()) ? t.data_type() : 0;
   if (t.dims_size() > static_cast<int>(core::kMaxRank)) return out;
   std::vector<DimExpr> dims;
+  dims.reserve(static_cast<size_t>(t.dims_size()));
   uint64_t numel = 1;
   for (int64_t d : t.dims()) {
     if (d < 0) return out;
