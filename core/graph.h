@@ -115,7 +115,10 @@ struct Graph {
   ParsedModel proto;  // nodes in topological order, large weights stripped
   std::vector<Node> nodes;
   std::vector<Value> values;
-  NameIndex value_index;         // name -> value id
+  NameIndex value_index;  // name -> value id
+  // Every node's Node::rule again, back to back (ops::ResolveRules): a walk that asks each
+  // node's rule reads 4 bytes a node here instead of a cache line of Node. Empty until resolved.
+  std::vector<int32_t> rules;
   std::vector<int> data_inputs;  // value ids, in graph-input order
   std::vector<int> outputs;      // value ids, in graph-output order
   ModelSummary summary;

@@ -1037,9 +1037,12 @@ const OpRule* RuleOf(const core::Node& node) {
 }
 
 void ResolveRules(core::Graph* graph) {
+  graph->rules.clear();
+  graph->rules.reserve(graph->nodes.size());
   for (core::Node& node : graph->nodes) {
     const OpRule* rule = FindRule(node.domain, node.op_type);
     node.rule = rule == nullptr ? core::Node::kNoRule : static_cast<int32_t>(rule - kRules.data());
+    graph->rules.push_back(node.rule);
   }
 }
 

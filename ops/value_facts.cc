@@ -92,9 +92,8 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
       shard_(std::move(shard_divisor)) {
   const core::Graph& g = *graph.graph;
   const size_t nv = g.values.size();
-  rules_.reserve(g.nodes.size());
-  for (const core::Node& n : g.nodes) {
-    const OpRule* r = rules_.emplace_back(RuleOf(n));
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const OpRule* r = rule(n);
     has_gemm_ = has_gemm_ || (r != nullptr && r->uses_cublas);
   }
   if (trainable_.size() != nv) {
