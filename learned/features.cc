@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <span>
 
 #include "analytical/analytical.h"
 #include "base/checked.h"
@@ -57,10 +58,9 @@ std::string ActivationOf(const core::Graph& g, size_t k) {
   const core::Node& n = g.nodes[k];
   if (!n.domain.empty()) return "";
   const std::string& op = n.op_type;
-  auto consumers_of_output = [&](const core::Node& node) -> std::vector<int> {
+  auto consumers_of_output = [&](const core::Node& node) -> std::span<const int> {
     if (node.outputs.empty() || node.outputs[0] < 0) return {};
-    const core::IdList& consumers = g.value(node.outputs[0]).consumers;
-    return {consumers.begin(), consumers.end()};
+    return core::Span(g.value(node.outputs[0]).consumers);
   };
   if (op == "Relu") return "relu";
   if (op == "LeakyRelu") return "leaky_relu";

@@ -1047,6 +1047,7 @@ void ResolveRules(core::Graph* graph) {
 }
 
 std::span<const OpRule> AllRules() { return kRules; }
+const OpRule* const internal::kRuleTable = kRules.data();
 
 OpCoverage OpsWithoutRules() {
   // get_all_schemas() holds the newest version of each (name, domain).

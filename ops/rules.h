@@ -138,6 +138,17 @@ const OpRule* FindRule(std::string_view domain, std::string_view op_type);
 // The rule of a graph node, or nullptr: the one LoadModel resolved (core::Node::rule, no lookup
 // by name), or FindRule's for a node it has not resolved.
 const OpRule* RuleOf(const core::Node& node);
+// The same for node `n` of `graph`, read from core::Graph::rules where ResolveRules filled it (a
+// walk over every node reads 4 bytes a node there, not a cache line of core::Node each). Inline:
+// the simulation asks it several times per node and iteration.
+namespace internal {
+extern const OpRule* const kRuleTable;  // the rules core::Node::rule indexes
+}  // namespace internal
+inline const OpRule* RuleOf(const core::Graph& graph, size_t n) {
+  if (n >= graph.rules.size()) return RuleOf(graph.nodes[n]);
+  const int32_t rule = graph.rules[n];
+  return rule == core::Node::kNoRule ? nullptr : internal::kRuleTable + rule;
+}
 // Resolves core::Node::rule for every node of `graph` (LoadModel, once per model).
 void ResolveRules(core::Graph* graph);
 

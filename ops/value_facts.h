@@ -95,14 +95,8 @@ class ValueFacts {
   }
   // Op types whose outputs had to be sized by the fallback.
   const std::set<std::string>& fallback_ops() const { return fallback_ops_; }
-  // Node n's rule (resolved at load: ops::RuleOf), nullptr when memest has none. Read from
-  // core::Graph::rules where the graph's rules are resolved: 4 bytes a node, not a cache line of
-  // core::Node each (RuleOf was 5.8 % of the 100k chain's symbolic estimate).
-  const OpRule* rule(size_t n) const {
-    const core::Graph& g = *graph_.graph;
-    if (n >= g.rules.size()) return RuleOf(g.nodes[n]);
-    return g.rules[n] < 0 ? nullptr : rule_table_ + g.rules[n];
-  }
+  // Node n's rule (resolved at load: ops::RuleOf), nullptr when memest has none.
+  const OpRule* rule(size_t n) const { return RuleOf(*graph_.graph, n); }
   // Whether node `n`'s outputs alias input 0's storage at run time (the rule's `view`, unless
   // the layout policy above makes it a copy).
   bool is_view(size_t n) const { return is_view_[n]; }
@@ -142,7 +136,6 @@ class ValueFacts {
 
   const core::BoundGraph& graph_;
   Precision precision_;
-  const OpRule* rule_table_ = AllRules().data();  // what core::Graph::rules index
   std::vector<bool> trainable_;
   std::vector<bool> requires_grad_;
   std::vector<bool> low_;
