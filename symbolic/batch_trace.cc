@@ -44,6 +44,44 @@ uint64_t PeakRequested(const std::vector<AllocatorRequest>& requests) {
   return most;
 }
 
+BatchTrace::Curve BatchTrace::Line(uint64_t s0, uint64_t s1, int64_t h) {
+  // rise < 2^46 and h < 2^24: 64-bit arithmetic, no 128-bit division.
+  const auto rise = static_cast<int64_t>(s1 - s0);
+  Curve c;
+  c.first = s0;
+  c.d1_num = rise;
+  c.integral = rise % h == 0;
+  if (c.integral) {
+    c.d1 = rise / h;
+    c.narrow = c.d1 < (int64_t{1} << 37);  // as in Parabola (the sizes do not fall: d1 >= 0)
+  }
+  c.slope1 = static_cast<double>(rise) / static_cast<double>(h);
+  return c;
+}
+
+BatchTrace::Curve BatchTrace::Parabola(const uint64_t s[3], Wide h01, Wide h12, Wide den) {
+  // Newton's divided differences, over den: d1 = rise / h01, d2 = bend / (h01 h12 h02).
+  const Wide rise = static_cast<Wide>(s[1]) - s[0];
+  const Wide bend = (static_cast<Wide>(s[2]) - s[1]) * h01 - rise * h12;
+  Curve c;
+  c.first = s[0];
+  c.d1_num = rise * (den / h01);
+  c.d2_num = bend;
+  c.integral = c.d1_num % den == 0 && c.d2_num % den == 0 && FitsInt64(c.d1_num / den) &&
+               FitsInt64(c.d2_num / den);
+  if (c.integral) {
+    c.d1 = static_cast<int64_t>(c.d1_num / den);
+    c.d2 = static_cast<int64_t>(c.d2_num / den);
+    // |x|, |y| < 2^24 (values and traced values are at most kMostValue), so |d1 x| and
+    // |d2 x y| stay under 2^61 and the sum with first (< 2^46) under 2^63.
+    c.narrow = c.d1 > -(int64_t{1} << 37) && c.d1 < (int64_t{1} << 37) &&
+               c.d2 > -(int64_t{1} << 13) && c.d2 < (int64_t{1} << 13);
+  }
+  c.slope1 = static_cast<double>(c.d1_num) / static_cast<double>(den);
+  c.slope2 = static_cast<double>(c.d2_num) / static_cast<double>(den);
+  return c;
+}
+
 std::optional<BatchTrace> BatchTrace::Fit(const std::vector<Traced>& traces) {
   const size_t k = traces.size();
   if (k < 2 || k > 3) return std::nullopt;
@@ -78,26 +116,8 @@ std::optional<BatchTrace> BatchTrace::Fit(const std::vector<Traced>& traces) {
       s[i] = (*traces[i].requests)[r].bytes;
       if (s[i] >= kMostBytes || (i > 0 && s[i] < s[i - 1])) return std::nullopt;
     }
-    // Newton's divided differences, over den_: d1 = rise / h01, d2 = bend / (h01 h12 h02).
-    const Wide rise = static_cast<Wide>(s[1]) - s[0];
-    const Wide bend = k == 3 ? (static_cast<Wide>(s[2]) - s[1]) * h01 - rise * h12 : 0;
-    Curve c;
-    c.first = s[0];
-    c.d1_num = rise * (t.den_ / h01);
-    c.d2_num = bend;
-    c.integral = c.d1_num % t.den_ == 0 && c.d2_num % t.den_ == 0 && FitsInt64(c.d1_num / t.den_) &&
-                 FitsInt64(c.d2_num / t.den_);
-    if (c.integral) {
-      c.d1 = static_cast<int64_t>(c.d1_num / t.den_);
-      c.d2 = static_cast<int64_t>(c.d2_num / t.den_);
-      // |x|, |y| < 2^24 (values and traced values are at most kMostValue), so |d1 x| and
-      // |d2 x y| stay under 2^61 and the sum with first (< 2^46) under 2^63.
-      c.narrow = c.d1 > -(int64_t{1} << 37) && c.d1 < (int64_t{1} << 37) &&
-                 c.d2 > -(int64_t{1} << 13) && c.d2 < (int64_t{1} << 13);
-    }
-    c.slope1 = static_cast<double>(c.d1_num) / static_cast<double>(t.den_);
-    c.slope2 = static_cast<double>(c.d2_num) / static_cast<double>(t.den_);
-    t.curves_.push_back(c);
+    t.curves_.push_back(k == 2 ? Line(s[0], s[1], static_cast<int64_t>(h01))
+                               : Parabola(s, h01, h12, t.den_));
     t.most_alive_ = std::max(t.most_alive_, ++alive);
   }
   return t;

@@ -100,6 +100,12 @@ class BatchTrace {
     double slope1 = 0, slope2 = 0;    // d1 and d2, for the estimates that need no exactness
   };
 
+  using Wide = __int128;
+  // The curve through sizes s0 at v0 and s1 at v0 + h (a line), and through three sizes at
+  // v0 < v1 < v2 (h01 = v1 - v0, h12 = v2 - v1, den = den_).
+  static Curve Line(uint64_t s0, uint64_t s1, int64_t h);
+  static Curve Parabola(const uint64_t s[3], Wide h01, Wide h12, Wide den);
+
   std::vector<AllocatorRequest> requests_;  // at the first value traced
   std::vector<Curve> curves_;               // per malloc
   int64_t v_[3] = {0, 0, 0};
