@@ -1,9 +1,10 @@
 // symbolic/free_list.h -- the caching-allocator model's free blocks of one pool, ordered by
 // (size, address) for best fit (PyTorch keeps them in a std::set with the same order).
 //
-// Policy: sorted runs ("chunks") of at most kChunkMax entries, kept in order, each with its last
-// key in a separate sorted array. A search is two binary searches over contiguous keys: the
-// chunk (over the last keys) and the entry within it; an insert or erase moves at most one
+// Policy: sorted runs ("chunks") of at most kChunkMax entries (key and id side by side, so that
+// an insert or erase moves one array), kept in order, each with its last key in a separate sorted
+// array. A search is two binary searches over contiguous memory: the chunk (over the last keys;
+// none while there is one chunk) and the entry within it; an insert or erase moves at most one
 // chunk's entries, and a full chunk splits in two. So the cost stays that of a small sorted
 // vector whether the pool holds ten free blocks (ResNet-50 training: 76 at most at batch 900) or
 // thousands (a 100,000-node chain goes past 512 at times), without a heap node per entry as a
@@ -41,19 +42,22 @@ class FreeList {
   template <typename F>
   void ForEach(F f) const {
     for (const Chunk& c : chunks_) {
-      for (size_t i = 0; i < c.keys.size(); ++i) f(Unpack(c.keys[i]), c.ids[i]);
+      for (const Entry& e : c) f(Unpack(e.key), e.id);
     }
   }
 
  private:
   using Packed = unsigned __int128;
-  struct Chunk {
-    std::vector<Packed> keys;  // sorted
-    std::vector<int64_t> ids;  // ids[i] belongs to keys[i]
+  struct Entry {
+    Packed key;
+    int64_t id;
   };
+  using Chunk = std::vector<Entry>;  // sorted by key
 
   static Packed Pack(Key key) { return (Packed{key.first} << 64) | key.second; }
   static Key Unpack(Packed p) { return {static_cast<uint64_t>(p >> 64), static_cast<uint64_t>(p)}; }
+  // The order std::lower_bound searches a chunk by.
+  static bool KeyBelow(const Entry& e, Packed key) { return e.key < key; }
   // The first chunk whose last key is >= p (chunks_.size() when none is).
   [[nodiscard]] size_t ChunkFor(Packed p) const;
   // The chunk and index of key p, or nullopt when it is not in the list.
@@ -63,7 +67,7 @@ class FreeList {
   void SplitChunk(size_t c);
 
   std::vector<Chunk> chunks_;  // in key order; none is empty
-  std::vector<Packed> last_;   // last_[c] = chunks_[c].keys.back()
+  std::vector<Packed> last_;   // last_[c] = chunks_[c].back().key
   size_t size_ = 0;
   // Where the last LowerBound found its entry: the allocator takes that very block next (erases
   // or replaces it), so Locate looks there first. Never trusted blindly: a position whose key is
