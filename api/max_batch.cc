@@ -15,11 +15,12 @@
 //    stalls.
 //  * The replay's answer stands only when checked: the backend's estimate at the answer fits
 //    with the replay's allocated and reserved peaks, and the trace at the successor is on the
-//    curves (each malloc rounds to the same size), so the successor's replay, which did not fit,
-//    is what the simulation there does request by request. Anything else -- a size off its curve,
-//    many GPUs (NCCL buffers, pipeline stages), a decode step after its prefill (two graphs on
-//    one allocator), another backend, an error -- is answered by the exact search, whose answer
-//    and errors are the ones given.
+//    curves (each malloc rounds to the same size) as far as the successor's replay ran -- to the
+//    request that failed, where the walk stops (TraceRequests' most_requests) -- so the
+//    successor's replay, which did not fit, is what the simulation there does request by request.
+//    Anything else -- a size off its curve, many GPUs (NCCL buffers, pipeline stages), a decode
+//    step after its prefill (two graphs on one allocator), another backend, an error -- is answered
+//    by the exact search, whose answer and errors are the ones given.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -208,6 +209,7 @@ struct Probe {
   double per_batch = 0;   // growth per batch of the requested bytes alive where it was decided
   uint64_t overhead = 0;  // symbolic::BatchTrace::Replay::overhead
   symbolic::AllocatorStats stats;  // the replay's allocator statistics
+  size_t requests_run = 0;         // symbolic::BatchTrace::Replay::requests_run
 };
 
 // The verdict CheckFit gives the symbolic estimate of a replayed step: its device peak is the
@@ -242,6 +244,7 @@ class Prober {
     Probe p;
     p.stats = r.stats;
     p.overhead = r.overhead;
+    p.requests_run = r.requests_run;
     if (r.ran_out) {
       p.excess = static_cast<double>(r.short_by);
       p.per_batch = r.bytes_per_unit;
@@ -280,8 +283,10 @@ class Prober {
 // failed. Each guess is kept inside the open bracket; a second probe in a row that did not halve
 // the bracket, or an overhead guess that no batch meets or that is past the lowest failure, is
 // followed by a bisection.
-// 0 when batch 1 does not fit or the probes run out.
-int64_t ReplaySearch(Prober* probe, int64_t start, int64_t limit, Probe* at_answer) {
+// 0 when batch 1 does not fit or the probes run out; *at_answer and *at_successor are the probes
+// at the answer and at its successor.
+int64_t ReplaySearch(Prober* probe, int64_t start, int64_t limit, Probe* at_answer,
+                     Probe* at_successor) {
   constexpr int kMostProbes = 48;
   int64_t lo = 0, hi = limit + 1;  // lo fits (0: none yet), hi does not (limit + 1: none yet)
   int64_t next = std::clamp<int64_t>(start, 1, limit);
@@ -297,6 +302,7 @@ int64_t ReplaySearch(Prober* probe, int64_t start, int64_t limit, Probe* at_answ
       *at_answer = p;
     } else {
       hi = b;
+      *at_successor = p;
     }
     // Where the excess meets zero: the largest batch that fits is about the floor of it.
     double root = static_cast<double>(b) + 1;
@@ -341,33 +347,40 @@ int64_t FarTraced(uint64_t first_peak, uint64_t budget, int64_t limit) {
                              kFirstTraced + 2, limit);
 }
 
-// The step's allocator requests at value v of the searched batch, and the context they were
-// traced in; nullopt when the options or the bind refuse v (the exact search says why).
+// The step's allocator requests at value v of the searched batch (its first `most_requests`),
+// and the context they were traced in; nullopt when the options or the bind refuse v (the exact
+// search says why).
 template <typename Set>
 std::optional<
     std::pair<std::unique_ptr<memory::EstimationContext>, std::vector<symbolic::AllocatorRequest>>>
-TraceAt(const Model& model, Options o, Set set, int64_t v) {
+TraceAt(const Model& model, Options o, Set set, int64_t v,
+        size_t most_requests = std::numeric_limits<size_t>::max()) {
   set(&o, v);
   if (!Validate(o).ok()) return std::nullopt;
   auto ctx = memory::EstimationContext::Make(model, o);
   if (!ctx.ok()) return std::nullopt;
-  auto requests = symbolic::TraceRequests(**ctx);
+  auto requests = symbolic::TraceRequests(**ctx, most_requests);
   if (!requests.ok()) return std::nullopt;
   return std::make_pair(std::move(ctx).value(), std::move(requests).value());
 }
 
 // The check of the replay's answer (policy at the top): the estimate at `batch`, when it fits
-// with the replay's peaks `at` and the trace at batch + 1 is on the lines; nullopt otherwise.
+// with the replay's peaks `at` and the trace at batch + 1 is on the lines -- as far as the replay
+// there (`successor`) ran: a simulation that makes the same first requests as a replay that ran
+// out runs out at the same one, so the walk stops there. nullopt otherwise.
 template <typename Set>
 std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& model,
                                     const Options& options, const GpuProfile& gpu, int64_t limit,
                                     Set set, const symbolic::BatchTrace& trace,
                                     const symbolic::AllocatorConfig& config, int64_t batch,
-                                    const Probe& at, MaxBatchResult* spent) {
+                                    const Probe& at, const Probe& successor,
+                                    MaxBatchResult* spent) {
   if (batch < limit) {
-    auto successor = TraceAt(model, options, set, batch + 1);
+    auto next = TraceAt(model, options, set, batch + 1, successor.requests_run);
     ++spent->traces;
-    if (!successor || !trace.Matches(successor->second, batch + 1, config)) return std::nullopt;
+    if (!next || !trace.Matches(next->second, batch + 1, config, successor.requests_run)) {
+      return std::nullopt;
+    }
   }
   Options o = options;
   set(&o, batch);
@@ -420,13 +433,13 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     std::optional<symbolic::BatchTrace> trace = symbolic::BatchTrace::Fit(traced);
     if (!trace) return std::nullopt;
     Prober prober(*trace, ctx, budget, options, gpu);
-    Probe at_answer;
-    const int64_t batch =
-        ReplaySearch(&prober, trace->LargestWithin(budget, limit), limit, &at_answer);
+    Probe at_answer, at_successor;
+    const int64_t batch = ReplaySearch(&prober, trace->LargestWithin(budget, limit), limit,
+                                       &at_answer, &at_successor);
     spent->replays += prober.replays();
     if (batch < 1) return std::nullopt;
     std::optional<Estimate> e = CheckAnswer(estimator, model, options, gpu, limit, set, *trace,
-                                            prober.config(), batch, at_answer, spent);
+                                            prober.config(), batch, at_answer, at_successor, spent);
     if (!e) return std::nullopt;
     MaxBatchResult r = *spent;
     r.batch = batch;

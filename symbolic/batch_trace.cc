@@ -148,8 +148,8 @@ double BatchTrace::Growth(size_t m, int64_t v) const {
 }
 
 bool BatchTrace::Matches(const std::vector<AllocatorRequest>& trace, int64_t v,
-                         const AllocatorConfig& config) const {
-  if (trace.size() != requests_.size() || v < 1 || v > kMostValue) return false;
+                         const AllocatorConfig& config, size_t prefix) const {
+  if (trace.size() != std::min(prefix, requests_.size()) || v < 1 || v > kMostValue) return false;
   size_t m = 0;
   for (size_t i = 0; i < trace.size(); ++i) {
     const AllocatorRequest& want = requests_[i];
@@ -232,6 +232,7 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config) con
       const Wide requested = static_cast<Wide>(alloc.stats().requested) + bytes;
       out.overhead = Saturate(std::max<Wide>(need, config.capacity) - requested);
       out.bytes_per_unit = AliveGrowth(i + 1, v);
+      out.requests_run = i + 1;
       break;
     }
     if (alloc.stats().allocated > peak_allocated) {
@@ -239,6 +240,7 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config) con
       at_peak = i + 1;
     }
   }
+  if (!out.ran_out) out.requests_run = requests_.size();
   out.peak_bytes_per_unit = AliveGrowth(at_peak, v);
   out.stats = alloc.stats();
   return out;

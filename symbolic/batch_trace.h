@@ -23,6 +23,7 @@
 #define MEMEST_SYMBOLIC_BATCH_TRACE_H_
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -47,9 +48,12 @@ class BatchTrace {
   [[nodiscard]] static std::optional<BatchTrace> Fit(const std::vector<Traced>& traces);
 
   // Whether `trace`, taken at value `v`, is what the curves give at v: the same requests, each
-  // malloc rounding (under `config`) to the size its curve rounds to.
+  // malloc rounding (under `config`) to the size its curve rounds to. With `prefix`, `trace` is
+  // the step's first `prefix` requests (TraceRequests' most_requests), compared with the curves'
+  // first ones.
   [[nodiscard]] bool Matches(const std::vector<AllocatorRequest>& trace, int64_t v,
-                             const AllocatorConfig& config) const;
+                             const AllocatorConfig& config,
+                             size_t prefix = std::numeric_limits<size_t>::max()) const;
 
   // The largest value in [1, limit] at which the requested bytes alive at once stay within
   // `bytes` by the curves (in doubles; where they grow with the value); 0 when even 1 does not.
@@ -60,6 +64,9 @@ class BatchTrace {
   struct Replay {
     AllocatorStats stats;  // at the end, or at the request that failed
     bool ran_out = false;
+    // The requests replayed: all, or up to and including the one that failed. A simulation that
+    // makes these same first requests (Matches with this prefix) fails at the same one.
+    size_t requests_run = 0;
     // When ran_out: the bytes the failing request's segment lacked after the release, and the
     // growth per unit of the value of the requested bytes alive there.
     uint64_t short_by = 0;

@@ -79,6 +79,7 @@
 #include "symbolic/timeline.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <set>
 #include <span>
@@ -137,6 +138,11 @@ struct Prefilled {
   std::optional<CategoryPeak> ran_out_at;  // the prefill's request that failed for good
 };
 
+// Thrown by a trace that has made the requests it was asked for (TraceRequests' most_requests),
+// to leave the walk wherever it is; caught by TraceRequests. Not a std::exception, so that
+// nothing on the way mistakes it for an error.
+struct TraceIsLongEnough {};
+
 class Sim {
  public:
   // Reads the options and the GPU through `key` only (symbolic/simulation_key.h), which must
@@ -144,7 +150,8 @@ class Sim {
   // With `requests` set, the allocator is left out: every malloc and free is appended to it
   // instead (TraceRequests), and the simulation's own estimate is meaningless.
   Sim(const memory::EstimationContext& ctx, const SimulationKey& key, bool record,
-      std::vector<AllocatorRequest>* requests = nullptr)
+      std::vector<AllocatorRequest>* requests = nullptr,
+      size_t most_requests = std::numeric_limits<size_t>::max())
       : ctx_(ctx),
         b_(ctx.bound()),
         g_(*b_.graph),
@@ -161,6 +168,7 @@ class Sim {
         staged_(plan_.stages() > 1),
         record_(record),
         requests_(requests),
+        most_requests_(most_requests),
         budget_(key.allocator_budget),
         alloc_(StepAllocatorConfig(o_, budget_)) {}
 
@@ -195,6 +203,11 @@ class Sim {
   };
 
   Tensor Malloc(uint64_t bytes, Category c);
+  // Appends a request to *requests_; past most_requests_ the walk is over (TraceIsLongEnough).
+  void Trace(AllocatorRequest r) {
+    requests_->push_back(r);
+    if (requests_->size() >= most_requests_) throw TraceIsLongEnough{};
+  }
   // A live slot of `bytes` in category c, with no allocator block yet (Malloc and Adopt give it
   // one). Inlined: every Malloc runs it, and the call alone was 1.3 % of ResNet-50's symbolic
   // max-batch search in instructions (callgrind).
@@ -299,6 +312,7 @@ class Sim {
   base::IdVector<Tensor> adopted_;  // per data input: the past the prefill left (-1: none)
   std::optional<CategoryPeak> prefill_ran_out_at_;
   std::vector<AllocatorRequest>* requests_;  // TraceRequests: what the allocator would be asked
+  const size_t most_requests_;               // TraceRequests stops the walk at so many
   int64_t mallocs_ = 0;                      // mallocs appended to *requests_ so far
   const uint64_t budget_;                    // the allocator's capacity
   CachingAllocatorModel alloc_;
@@ -410,7 +424,7 @@ Tensor Sim::Malloc(uint64_t bytes, Category c) {
   if (collect_micro_batch_) micro_batch_made_.push_back(handle);
   if (requests_ != nullptr) {  // a trace: the request is what it keeps (no allocator, no peaks)
     t.handle = mallocs_++;
-    requests_->push_back({bytes, -1});
+    Trace({bytes, -1});
     return handle;
   }
   // After a request failed for good the step is not an estimate (symbolic/symbolic.cc): the rest
@@ -458,8 +472,8 @@ void Sim::Free(Tensor* t) {
     free_slots_.push_back(SlotOf(*t));
     live_[l->category] -= l->bytes;
     if (requests_ != nullptr) {  // a trace
-      requests_->push_back({0, l->handle});
       *t = -1;
+      Trace({0, l->handle});
       return;
     }
     alloc_.Free(l->handle);
@@ -1396,14 +1410,20 @@ AllocatorConfig StepAllocatorConfig(const Options& options, uint64_t budget) {
                          kLargeBuffer, options.allocator.roundup_power2_divisions, budget};
 }
 
-Result<std::vector<AllocatorRequest>> TraceRequests(const memory::EstimationContext& ctx) {
+Result<std::vector<AllocatorRequest>> TraceRequests(const memory::EstimationContext& ctx,
+                                                    size_t most_requests) {
   if (ctx.prefill() != nullptr) {
     return InvalidArgument("a trace holds one graph's requests, not a prefill's and a step's");
   }
   std::vector<AllocatorRequest> requests;
+  if (most_requests == 0) return requests;
   const SimulationKey key = SimulationKey::Of(ctx);  // the Sim reads its options by reference
-  Sim sim(ctx, key, /*record=*/false, &requests);
-  MEMEST_RETURN_IF_ERROR(sim.Run().status());
+  Sim sim(ctx, key, /*record=*/false, &requests, most_requests);
+  try {
+    MEMEST_RETURN_IF_ERROR(sim.Run().status());
+  } catch (const TraceIsLongEnough&) {
+    // The first most_requests requests are made.
+  }
   return requests;
 }
 

@@ -9,6 +9,7 @@
 #define MEMEST_SYMBOLIC_TIMELINE_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -90,7 +91,10 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, const Simulati
 // The step's allocator requests, in order, without the allocator (unlimited budget): the same
 // mallocs and frees Simulate(ctx, ...) hands the allocator model, since what the step allocates
 // never depends on the allocator's state. What symbolic/batch_trace.h replays at other batches.
-Result<std::vector<AllocatorRequest>> TraceRequests(const memory::EstimationContext& ctx);
+// With `most_requests`, the walk stops once it has made that many: the step's first requests.
+Result<std::vector<AllocatorRequest>> TraceRequests(
+    const memory::EstimationContext& ctx,
+    size_t most_requests = std::numeric_limits<size_t>::max());
 
 }  // namespace memest::symbolic
 

@@ -4,6 +4,7 @@
 // search on the bundled models, timm's graphs and language models from Hugging Face configs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -128,6 +129,52 @@ TEST(BatchTraceTest, MatchesComparesTheRoundedSizes) {
   EXPECT_TRUE(t->Matches({{19400, -1}, {0, 0}}, 10, config));   // same block
   EXPECT_FALSE(t->Matches({{19500, -1}, {0, 0}}, 10, config));  // the next block: off the line
   EXPECT_FALSE(t->Matches({{19000, -1}}, 10, config));
+}
+
+// A trace asked for its first requests is the full trace's prefix (the walk stops there), and
+// Matches compares a prefix with the curves' first requests.
+TEST(BatchTraceTest, APrefixOfTheTraceIsCheckedAsFarAsItGoes) {
+  auto model = Load(Source("datasets/models/resnet18_train.onnx"));
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.gpu = "h100-80gb";
+  const auto at2 = TraceAt(*model, o, 2), at9 = TraceAt(*model, o, 9);
+  auto t = BatchTrace::Fit({{2, &at2}, {9, &at9}});
+  ASSERT_TRUE(t.has_value());
+  Options at = o;
+  at.batch = 40;
+  auto ctx = memory::EstimationContext::Make(*model, at);
+  ASSERT_TRUE(ctx.ok());
+  const auto full = symbolic::TraceRequests(**ctx);
+  ASSERT_TRUE(full.ok());
+  const symbolic::AllocatorConfig config = symbolic::StepAllocatorConfig(at, ~0ull);
+  for (size_t n : {size_t{0}, size_t{1}, full->size() / 3, full->size() - 1, full->size()}) {
+    const auto prefix = symbolic::TraceRequests(**ctx, n);
+    ASSERT_TRUE(prefix.ok());
+    ASSERT_EQ(prefix->size(), n);
+    EXPECT_TRUE(std::equal(prefix->begin(), prefix->end(), full->begin(),
+                           [](const AllocatorRequest& a, const AllocatorRequest& b) {
+                             return a.bytes == b.bytes && a.freed == b.freed;
+                           }))
+        << n;
+    EXPECT_TRUE(t->Matches(*prefix, 40, config, n)) << n;
+    if (n < full->size()) {
+      EXPECT_FALSE(t->Matches(*prefix, 40, config)) << n << " is not the whole step";
+    }
+  }
+  // A prefix off the curves is refused like a whole trace.
+  auto shifted = symbolic::TraceRequests(**ctx, full->size() / 3);
+  ASSERT_TRUE(shifted.ok());
+  for (AllocatorRequest& r : *shifted) r.bytes += r.freed < 0 && r.bytes > 4096 ? 4096 : 0;
+  EXPECT_FALSE(t->Matches(*shifted, 40, config, shifted->size()));
+  // A replay that runs out says how far it ran: up to and including the request that failed.
+  symbolic::AllocatorConfig small = config;
+  small.capacity = uint64_t{64} << 20;
+  const auto r = t->Run(4000, small);
+  ASSERT_TRUE(r.ran_out);
+  EXPECT_GT(r.requests_run, 0u);
+  EXPECT_LT(r.requests_run, full->size());
+  EXPECT_EQ(t->Run(40, config).requests_run, full->size());
 }
 
 // A replay that runs out says what the allocator would have had to reserve there beyond the
