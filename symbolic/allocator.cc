@@ -67,7 +67,7 @@ void CachingAllocatorModel::ResetPeaks() {
   stats_.peak_reserved = stats_.reserved;
 }
 
-int64_t CachingAllocatorModel::NewBlock(const Block& b) {
+inline int64_t CachingAllocatorModel::NewBlock(const Block& b) {
   if (!free_ids_.empty()) {
     const int64_t id = free_ids_.back();
     free_ids_.pop_back();
@@ -90,7 +90,7 @@ void CachingAllocatorModel::EraseFree(int64_t id) {
 
 uint64_t CachingAllocatorModel::BlockSize(Handle h) const { return h < 0 ? 0 : blocks_[h].size; }
 
-int64_t CachingAllocatorModel::FindFree(uint64_t rounded, bool small) {
+inline int64_t CachingAllocatorModel::FindFree(uint64_t rounded, bool small) {
   const auto found = (small ? free_small_ : free_large_).LowerBound(FreeKey{rounded, 0});
   if (!found) return -1;
   const uint64_t size = found->first.first;
@@ -102,7 +102,7 @@ int64_t CachingAllocatorModel::FindFree(uint64_t rounded, bool small) {
   return found->second;
 }
 
-bool CachingAllocatorModel::ShouldSplit(const Block& b, uint64_t rounded) const {
+inline bool CachingAllocatorModel::ShouldSplit(const Block& b, uint64_t rounded) const {
   const uint64_t remaining = b.size - rounded;
   if (b.small || config_.expandable_segments) return remaining >= kMinBlockSize;
   const bool below_max = !config_.max_split_size || rounded < *config_.max_split_size;

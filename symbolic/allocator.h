@@ -106,10 +106,11 @@ class CachingAllocatorModel {
   using FreeKey = FreeList::Key;  // (size, addr): best fit, lowest address
 
   Handle MallocExpandable(uint64_t rounded, uint64_t bytes, bool small);
-  int64_t FindFree(uint64_t rounded, bool small);
-  bool ShouldSplit(const Block& b, uint64_t rounded) const;
+  // Inlined, with NewBlock and ShouldSplit: every malloc runs them (callgrind).
+  [[gnu::always_inline]] int64_t FindFree(uint64_t rounded, bool small);
+  [[gnu::always_inline]] bool ShouldSplit(const Block& b, uint64_t rounded) const;
   Handle Hand(int64_t id, uint64_t rounded, uint64_t bytes);
-  int64_t NewBlock(const Block& b);
+  [[gnu::always_inline]] int64_t NewBlock(const Block& b);
   bool ReserveSegment(uint64_t size, bool small, int64_t* block);
   bool ReleaseCached();
   void InsertFree(int64_t id);
