@@ -14,7 +14,9 @@
 //    they step by how far the last one was from fitting (ReplaySearch), bisecting when that
 //    stalls.
 //  * The replay's answer stands only when checked: the backend's estimate at the answer fits
-//    with the replay's allocated and reserved peaks, and the trace at the successor is on the
+//    with the replay's allocated and reserved peaks (the estimate follows the answer's replay,
+//    symbolic::EstimateFollowing, when the step there makes the replay's requests, instead of
+//    running the allocator model a second time), and the trace at the successor is on the
 //    curves (each malloc rounds to the same size) as far as the successor's replay ran -- to the
 //    request that failed, where the walk stops (TraceRequests' most_requests) -- so the
 //    successor's replay, which did not fit, is what the simulation there does request by request.
@@ -25,6 +27,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include "base/checked.h"
 #include "memest/estimator.h"
@@ -232,6 +235,11 @@ class Prober {
 
   const symbolic::AllocatorConfig& config() const { return config_; }
   int replays() const { return replays_; }
+  // The allocator's run at `b`, the last probe that fitted (the search's answer, when it has
+  // one): what the check's estimate follows instead of running the allocator model again.
+  symbolic::AllocatorRun LastFit(int64_t b) const {
+    return {config_, trace_.RequestsAt(b), last_fit_after_, last_fit_end_};
+  }
   // The largest batch whose requested bytes alive at once, and `overhead` bytes more, stay within
   // the allocator's budget (BatchTrace::LargestWithin); 0 when none does.
   int64_t LargestWithinBudget(uint64_t overhead, int64_t limit) const {
@@ -240,7 +248,7 @@ class Prober {
 
   Probe At(int64_t b) {
     ++replays_;
-    const symbolic::BatchTrace::Replay r = trace_.Run(b, config_);
+    const symbolic::BatchTrace::Replay r = trace_.Run(b, config_, &after_);
     Probe p;
     p.stats = r.stats;
     p.overhead = r.overhead;
@@ -260,6 +268,10 @@ class Prober {
     p.fits = f.fits;
     p.excess = -static_cast<double>(f.headroom);
     p.per_batch = r.peak_bytes_per_unit;
+    if (p.fits) {
+      std::swap(after_, last_fit_after_);
+      last_fit_end_ = r.stats;
+    }
     return p;
   }
 
@@ -269,6 +281,9 @@ class Prober {
   const GpuProfile& gpu_;
   const StackProfile& stack_;
   const symbolic::AllocatorConfig config_;
+  // The allocator's state after each request: of the probe (reused), of the last that fitted.
+  std::vector<std::pair<uint64_t, uint64_t>> after_, last_fit_after_;
+  symbolic::AllocatorStats last_fit_end_;
   uint64_t outside_ = 0;
   int replays_ = 0;
 };
@@ -374,7 +389,7 @@ std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& mod
                                     Set set, const symbolic::BatchTrace& trace,
                                     const symbolic::AllocatorConfig& config, int64_t batch,
                                     const Probe& at, const Probe& successor,
-                                    MaxBatchResult* spent) {
+                                    const symbolic::AllocatorRun& run, MaxBatchResult* spent) {
   if (batch < limit) {
     auto next = TraceAt(model, options, set, batch + 1, successor.requests_run);
     ++spent->traces;
@@ -385,7 +400,14 @@ std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& mod
   Options o = options;
   set(&o, batch);
   ++spent->evaluations;
-  Result<Estimate> e = estimator.Run(model, o);
+  // The estimate follows the answer's replay (the same allocator run, when the step at `batch`
+  // makes its requests: symbolic::EstimateFollowing checks them one by one); else it is made
+  // anew.
+  Result<Estimate> e =
+      memory::RunEstimate(estimator, model, o, [&run](const memory::EstimationContext& ctx) {
+        return symbolic::EstimateFollowing(ctx, run);
+      });
+  if (!e.ok()) e = estimator.Run(model, o);
   if (!e.ok() || !CheckFit(*e, gpu, options).fits || e->peak_allocated != at.stats.peak_allocated ||
       e->peak_reserved != at.stats.peak_reserved) {
     return std::nullopt;
@@ -438,8 +460,9 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
                                        &at_answer, &at_successor);
     spent->replays += prober.replays();
     if (batch < 1) return std::nullopt;
-    std::optional<Estimate> e = CheckAnswer(estimator, model, options, gpu, limit, set, *trace,
-                                            prober.config(), batch, at_answer, at_successor, spent);
+    std::optional<Estimate> e =
+        CheckAnswer(estimator, model, options, gpu, limit, set, *trace, prober.config(), batch,
+                    at_answer, at_successor, prober.LastFit(batch), spent);
     if (!e) return std::nullopt;
     MaxBatchResult r = *spent;
     r.batch = batch;

@@ -149,11 +149,11 @@ Result<Estimate> EstimateEveryStage(const Estimator& backend, EstimationContext*
   return std::move(*worst);
 }
 
-Result<Estimate> RunInContext(const Estimator& backend, const Model& model,
-                              const Options& options) {
+Result<Estimate> RunInContext(const Estimator& backend, const Model& model, const Options& options,
+                              const BackendPart& in) {
   MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<EstimationContext> ctx,
                           EstimationContext::Make(model, options));
-  MEMEST_ASSIGN_OR_RETURN(Estimate e, EstimateEveryStage(backend, ctx.get()));
+  MEMEST_ASSIGN_OR_RETURN(Estimate e, in ? in(*ctx) : EstimateEveryStage(backend, ctx.get()));
   // A backend's sums of multiples of bounded tensors (core/bind.h) stay below 2^60; beyond it a
   // result could rest on wrapped 64-bit arithmetic, so it is refused, never printed.
   constexpr uint64_t kMaxLevel = uint64_t{1} << 60;
@@ -455,23 +455,28 @@ void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
   }
 }
 
+Result<Estimate> RunEstimate(const Estimator& backend, const Model& model, const Options& options,
+                             const BackendPart& in) {
+  MEMEST_RETURN_IF_ERROR(Validate(options));
+  const std::string unmodelled = FirstUnmodelledOption(options, backend.supports());
+  if (!unmodelled.empty()) {
+    return InvalidArgument(
+        "the " + std::string(backend.name()) + " backend does not model option " + unmodelled +
+        "; leave it at its default or use a backend that does " + "(--list-backends)");
+  }
+  try {
+    return RunInContext(backend, model, options, in);
+  } catch (const std::bad_alloc&) {
+    return Internal(std::string(backend.name()) + ": out of memory");
+  } catch (const std::exception& e) {
+    return Internal(std::string(backend.name()) + ": unexpected error: " + e.what());
+  }
+}
+
 }  // namespace memory
 
 Result<Estimate> Estimator::Run(const Model& model, const Options& options) const {
-  MEMEST_RETURN_IF_ERROR(Validate(options));
-  const std::string unmodelled = memory::FirstUnmodelledOption(options, supports());
-  if (!unmodelled.empty()) {
-    return InvalidArgument("the " + std::string(name()) + " backend does not model option " +
-                           unmodelled + "; leave it at its default or use a backend that does " +
-                           "(--list-backends)");
-  }
-  try {
-    return memory::RunInContext(*this, model, options);
-  } catch (const std::bad_alloc&) {
-    return Internal(std::string(name()) + ": out of memory");
-  } catch (const std::exception& e) {
-    return Internal(std::string(name()) + ": unexpected error: " + e.what());
-  }
+  return memory::RunEstimate(*this, model, options, nullptr);
 }
 
 }  // namespace memest

@@ -19,6 +19,7 @@
 #ifndef MEMEST_MEMORY_CONTEXT_H_
 #define MEMEST_MEMORY_CONTEXT_H_
 
+#include <functional>
 #include <memory>
 
 #include "core/bind.h"
@@ -34,6 +35,10 @@
 #include "memory/trainable.h"
 #include "memory/weight_storage.h"
 #include "ops/value_facts.h"
+
+namespace memest {
+class Estimator;  // memest/estimator.h
+}  // namespace memest
 
 namespace memest::memory {
 
@@ -103,6 +108,15 @@ class EstimationContext {
 
 // The diagnostics of step 5 above, for an estimate made in `ctx`.
 void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* estimate);
+
+// The backend's own estimate in a context (by default its EstimateIn, on every pipeline stage).
+using BackendPart = std::function<Result<Estimate>(const EstimationContext&)>;
+// Estimator::Run: the options checked, the context made, the backend's part (`in`, when set,
+// instead of the default: a caller holding part of the work already, api/max_batch.cc), the
+// result refused past 1 EiB, the common diagnostics and the stack's band added, every exception
+// an error.
+Result<Estimate> RunEstimate(const Estimator& backend, const Model& model, const Options& options,
+                             const BackendPart& in);
 
 }  // namespace memest::memory
 

@@ -207,9 +207,15 @@ double BatchTrace::AliveGrowth(size_t end, int64_t v) const {
   return growth;
 }
 
-BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config) const {
+BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config,
+                                   std::vector<std::pair<uint64_t, uint64_t>>* after) const {
   Replay out;
   CachingAllocatorModel alloc(config);
+  if (after != nullptr) after->resize(requests_.size());
+  // The allocator's state after request i, when kept.
+  const auto note = [&](size_t i) {
+    if (after != nullptr) (*after)[i] = {alloc.stats().allocated, alloc.stats().reserved};
+  };
   alloc.Reserve(2 * most_alive_ + 64);
   std::vector<CachingAllocatorModel::Handle> handle(curves_.size(), -1);
   uint64_t peak_allocated = 0;
@@ -219,10 +225,12 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config) con
     const AllocatorRequest& r = requests_[i];
     if (r.freed >= 0) {
       alloc.Free(handle[static_cast<size_t>(r.freed)]);
+      note(i);
       continue;
     }
     const uint64_t bytes = Bytes(m, v);
     handle[m++] = alloc.Malloc(bytes);
+    note(i);
     if (alloc.oom()) {
       out.ran_out = true;
       const uint64_t segment =
@@ -243,6 +251,15 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config) con
   if (!out.ran_out) out.requests_run = requests_.size();
   out.peak_bytes_per_unit = AliveGrowth(at_peak, v);
   out.stats = alloc.stats();
+  return out;
+}
+
+std::vector<AllocatorRequest> BatchTrace::RequestsAt(int64_t v) const {
+  std::vector<AllocatorRequest> out;
+  out.reserve(requests_.size());
+  size_t m = 0;
+  for (const AllocatorRequest& r : requests_)
+    out.push_back(r.freed >= 0 ? r : AllocatorRequest{Bytes(m++, v), -1});
   return out;
 }
 

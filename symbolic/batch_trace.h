@@ -79,8 +79,14 @@ class BatchTrace {
     uint64_t overhead = 0;
   };
   // The step at value `v` through an allocator model configured by `config` (its capacity the
-  // budget), stopping at the first request that fails for good.
-  [[nodiscard]] Replay Run(int64_t v, const AllocatorConfig& config) const;
+  // budget), stopping at the first request that fails for good. With `after`, the allocated and
+  // reserved bytes after each request are kept there too (resized to the step's requests):
+  // with RequestsAt(v), the AllocatorRun that Simulate can follow instead of running the
+  // allocator model again (symbolic/timeline.h).
+  [[nodiscard]] Replay Run(int64_t v, const AllocatorConfig& config,
+                           std::vector<std::pair<uint64_t, uint64_t>>* after = nullptr) const;
+  // The step's requests at value `v` by the curves.
+  [[nodiscard]] std::vector<AllocatorRequest> RequestsAt(int64_t v) const;
 
  private:
   BatchTrace() = default;

@@ -130,6 +130,20 @@ uint64_t StepBudget(const memory::EstimationContext& ctx) {
   return memory::AllocatorBudget(ctx.options(), ctx.gpu(), ctx.stack(), nccl);
 }
 
+Result<Estimate> EstimateFollowing(const memory::EstimationContext& ctx, const AllocatorRun& run) {
+  if (ctx.options().parallel.enabled()) {
+    return InvalidArgument("an allocator run is one rank's step; this one has many");
+  }
+  SimulationKey limited = SimulationKey::Of(ctx);
+  const uint64_t budget = StepBudget(ctx);
+  limited.allocator_budget = budget;
+  MEMEST_ASSIGN_OR_RETURN(Simulation sim, Simulate(ctx, limited, run));
+  // As EstimateIn: a step that met the budget (retries; it did not run out) is noted so.
+  Simulation step;
+  Settle(std::move(sim), budget, &step);
+  return std::move(step.estimate);
+}
+
 Result<Simulation> SimulateModel(const Model& model, const Options& options, bool record_events) {
   try {
     MEMEST_RETURN_IF_ERROR(Validate(options));

@@ -69,13 +69,15 @@
 //  * Inference: forward only, no saved tensors, no gradients, one cuBLAS workspace. Data inputs
 //    live to the end of the iteration, except a decoder's past KV cache, released after its last
 //    reader (memory/kv_cache.h).
-//  * Every event goes through CachingAllocatorModel (symbolic/allocator.h); peaks over all
-//    simulated iterations; device peak = peak reserved + the stack's CUDA context and library
-//    memory (memory/device.h, memory-model.md §2.2). The breakdown is taken at the fullest moment
-//    (most allocated) at peak reserved: requested bytes per category, allocator rounding (allocated
-//    - requested) and cached-but-free segment memory (reserved - allocated). Separately, each
-//    category's own maximum over all iterations, with the phase, iteration and node where it was
-//    first reached (Estimate::largest).
+//  * Every event goes through CachingAllocatorModel (symbolic/allocator.h) -- or, following an
+//    allocator run made already over the same requests (Simulate's AllocatorRun overload, the
+//    max-batch check), is checked against the run's next request and reads the allocator's state
+//    after it from the run. Peaks over all simulated iterations; device peak = peak reserved + the
+//    stack's CUDA context and library memory (memory/device.h, memory-model.md §2.2). The
+//    breakdown is taken at the fullest moment (most allocated) at peak reserved: requested bytes
+//    per category, allocator rounding (allocated - requested) and cached-but-free segment memory
+//    (reserved - allocated). Separately, each category's own maximum over all iterations, with
+//    the phase, iteration and node where it was first reached (Estimate::largest).
 #include "symbolic/timeline.h"
 
 #include <algorithm>
@@ -172,6 +174,9 @@ class Sim {
         budget_(key.allocator_budget),
         alloc_(StepAllocatorConfig(o_, budget_)) {}
 
+  Sim(const Sim&) = delete;  // stats_ points into the Sim itself
+  Sim& operator=(const Sim&) = delete;
+
   Result<Simulation> Run();
   // The forward of a prefill (ctx is Options::prefill's context, memory/context.h): its outputs
   // and inputs are freed but for the cache, which stays with the parameters and the cuBLAS
@@ -180,7 +185,13 @@ class Sim {
   // Some request failed even after the allocator released its cached segments (PyTorch raises
   // OutOfMemoryError there); where that first happened, and how often a cudaMalloc failed.
   bool ran_out() const { return alloc_.oom(); }
-  uint64_t retries() const { return alloc_.stats().num_alloc_retries; }
+  uint64_t retries() const { return Stats().num_alloc_retries; }
+  // Reads the allocator's state after each request from `run` (Simulate's overload) instead of
+  // running the allocator model; Run fails when the step's requests are not run's.
+  void Follow(const AllocatorRun* run) {
+    run_ = run;
+    stats_ = &run_stats_;
+  }
   CategoryPeak OutOfMemoryAt() const {
     return prefill_ran_out_at_ ? *prefill_ran_out_at_ : Describe(oom_at_);
   }
@@ -203,6 +214,10 @@ class Sim {
   };
 
   Tensor Malloc(uint64_t bytes, Category c);
+  // The allocator's statistics now: the model's, or (following a run) what run_ says.
+  const AllocatorStats& Stats() const { return *stats_; }
+  // Request r of the step, taken from run_: notes the first that is not run's next request.
+  void FollowRequest(const AllocatorRequest& r);
   // Appends a request to *requests_; past most_requests_ the walk is over (TraceIsLongEnough).
   void Trace(AllocatorRequest r) {
     requests_->push_back(r);
@@ -313,9 +328,14 @@ class Sim {
   std::optional<CategoryPeak> prefill_ran_out_at_;
   std::vector<AllocatorRequest>* requests_;  // TraceRequests: what the allocator would be asked
   const size_t most_requests_;               // TraceRequests stops the walk at so many
-  int64_t mallocs_ = 0;                      // mallocs appended to *requests_ so far
+  const AllocatorRun* run_ = nullptr;        // Follow: the allocator's run over this step
+  size_t run_next_ = 0;                      // run_->requests of the step so far
+  std::optional<size_t> run_differs_at_;     // the first request that is not run_'s
+  AllocatorStats run_stats_;                 // run_->after of the last request, then run_->end
+  int64_t mallocs_ = 0;  // mallocs so far, in a trace or following a run (the number names it)
   const uint64_t budget_;                    // the allocator's capacity
   CachingAllocatorModel alloc_;
+  const AllocatorStats* stats_ = &alloc_.stats();  // Stats(): the model's, or run_stats_
   bool train_ = true;
 
   std::vector<Live> tensors_;                                // by slot
@@ -430,14 +450,17 @@ Tensor Sim::Malloc(uint64_t bytes, Category c) {
   // After a request failed for good the step is not an estimate (symbolic/symbolic.cc): the rest
   // of the iteration runs without the allocator, whose every later failure would release and
   // scan again.
-  if (alloc_.oom()) {
+  if (run_ != nullptr) {  // following a run: the malloc's number names its block, as in a trace
+    t.handle = mallocs_++;
+    FollowRequest({bytes, -1});
+  } else if (alloc_.oom()) {
     t.handle = -1;
   } else {
     t.handle = alloc_.Malloc(bytes);
     if (alloc_.oom()) oom_at_ = Here(bytes);
   }
   NoteLargest(c);
-  const AllocatorStats& s = alloc_.stats();
+  const AllocatorStats& s = Stats();
   // The device peak is the reserved peak; of the moments at that reservation, the breakdown
   // describes the fullest (most allocated), where the least of it is cached but free.
   if (s.reserved > peak_reserved_seen_ ||
@@ -476,7 +499,11 @@ void Sim::Free(Tensor* t) {
       Trace({0, l->handle});
       return;
     }
-    alloc_.Free(l->handle);
+    if (run_ != nullptr) {
+      FollowRequest({0, l->handle});
+    } else {
+      alloc_.Free(l->handle);
+    }
     NoteCachedFree();
     Record(false, l->bytes, l->category);
   }
@@ -508,8 +535,23 @@ void Sim::NoteLargest(Category c) {
   if (now > largest_[c].bytes) largest_[c] = Here(now);
 }
 
+void Sim::FollowRequest(const AllocatorRequest& r) {
+  const std::vector<AllocatorRequest>& want = run_->requests;
+  const bool same =
+      run_next_ < want.size() && want[run_next_].freed == r.freed &&
+      (r.freed >= 0 || CachingAllocatorModel::RoundSize(want[run_next_].bytes, run_->config) ==
+                           CachingAllocatorModel::RoundSize(r.bytes, run_->config));
+  if (!same) {
+    if (!run_differs_at_) run_differs_at_ = run_next_;
+    return;
+  }
+  run_stats_.allocated = run_->after[run_next_].first;
+  run_stats_.reserved = run_->after[run_next_].second;
+  ++run_next_;
+}
+
 void Sim::NoteCachedFree() {
-  const AllocatorStats& s = alloc_.stats();
+  const AllocatorStats& s = Stats();
   const uint64_t now = s.reserved > s.allocated ? s.reserved - s.allocated : 0;
   if (now > largest_cached_free_.bytes) largest_cached_free_ = Here(now);
 }
@@ -523,8 +565,8 @@ void Sim::Record(bool malloc, uint64_t bytes, Category c) {
   e.phase = phase_;
   e.node = node_;
   e.iteration = iteration_;
-  e.allocated = alloc_.stats().allocated;
-  e.reserved = alloc_.stats().reserved;
+  e.allocated = Stats().allocated;
+  e.reserved = Stats().reserved;
   sim_.events.push_back(e);
 }
 
@@ -600,7 +642,7 @@ void Sim::Prepare() {
   // model's blocks are about as many (one per live tensor, a free one beside some).
   const size_t alive_at_once = std::min<size_t>(2 * nv + 64, size_t{1} << 24);
   tensors_.reserve(alive_at_once);
-  if (requests_ == nullptr) alloc_.Reserve(alive_at_once);
+  if (requests_ == nullptr && run_ == nullptr) alloc_.Reserve(alive_at_once);
   if (!record_) return;
   sim_.node_names.reserve(nn);
   for (const auto& n : g_.nodes) sim_.node_names.push_back(n.name);
@@ -1204,7 +1246,7 @@ void Sim::ReleaseOtherMicroBatches() {
 
 void Sim::Iteration(int it) {
   iteration_ = it;
-  iteration_alloc_peak_ = alloc_.stats().allocated;
+  iteration_alloc_peak_ = Stats().allocated;
   phase_ = Phase::kUnknown;
   if (train_) {
     for (Tensor& g : param_grad_) Free(&g);  // zero_grad(set_to_none=True)
@@ -1246,7 +1288,7 @@ void Sim::Iteration(int it) {
   }
   ReleaseOtherMicroBatches();  // cool-down
   if (train_) Step(it);
-  sim_.iterations.push_back({it, iteration_alloc_peak_, alloc_.stats().reserved});
+  sim_.iterations.push_back({it, iteration_alloc_peak_, Stats().reserved});
 }
 
 Result<Prefilled> Sim::RunPrefill() {
@@ -1346,9 +1388,17 @@ Result<Simulation> Sim::Run() {
 
   // A free the allocator model refused is a bug in this simulation: never an estimate over it.
   if (!alloc_.misuse().ok()) return alloc_.misuse();
+  if (run_ != nullptr) {
+    if (run_differs_at_ || run_next_ != run_->requests.size()) {
+      return InvalidArgument("the step's request " +
+                             std::to_string(run_differs_at_.value_or(run_next_)) +
+                             " is not the allocator run's");
+    }
+    run_stats_ = run_->end;
+  }
   Estimate& e = sim_.estimate;
   e.backend = "symbolic";
-  const AllocatorStats& s = alloc_.stats();
+  const AllocatorStats& s = Stats();
   e.peak_allocated = s.peak_allocated;
   e.peak_reserved = s.peak_reserved;
   Breakdown& bd = e.breakdown;
@@ -1403,6 +1453,27 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, const Simulati
 
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, bool record_events) {
   return Simulate(ctx, SimulationKey::Of(ctx), record_events);
+}
+
+Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
+                            const AllocatorRun& run) {
+  const AllocatorConfig& want = run.config;
+  const AllocatorConfig config = StepAllocatorConfig(key.options, key.allocator_budget);
+  if (ctx.prefill() != nullptr || run.end.num_ooms > 0 || run.after.size() != run.requests.size() ||
+      want.expandable_segments != config.expandable_segments ||
+      want.max_split_size != config.max_split_size ||
+      want.max_non_split_rounding_size != config.max_non_split_rounding_size ||
+      want.roundup_power2_divisions != config.roundup_power2_divisions ||
+      want.capacity != config.capacity) {
+    return InvalidArgument(
+        "the allocator run is not this step's: another allocator, a prefill, "
+        "or a run that ran out");
+  }
+  Sim sim(ctx, key, /*record=*/false);
+  sim.Follow(&run);
+  MEMEST_ASSIGN_OR_RETURN(Simulation out, sim.Run());
+  out.budget = {sim.ran_out(), sim.OutOfMemoryAt(), sim.retries()};
+  return out;
 }
 
 AllocatorConfig StepAllocatorConfig(const Options& options, uint64_t budget) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/bind.h"
@@ -72,6 +73,16 @@ struct AllocatorRequest {
   int64_t freed = -1;  // a free: the malloc it frees; -1 for a malloc
 };
 
+// The allocator model's run over a step's requests, made already (a replay,
+// symbolic/batch_trace.h): the requests as made, the allocated and reserved bytes after each, and
+// the statistics at the end.
+struct AllocatorRun {
+  AllocatorConfig config;
+  std::vector<AllocatorRequest> requests;
+  std::vector<std::pair<uint64_t, uint64_t>> after;  // (allocated, reserved) after requests[i]
+  AllocatorStats end;
+};
+
 // Iterations simulated: 1 (first: optimizer state and workspaces created) and 2..3 (steady).
 inline constexpr int kSimulatedIterations = 3;
 
@@ -83,6 +94,14 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, bool record_ev
 // equal to it).
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
                             bool record_events);
+
+// The same over a step whose allocator run is `run` (which did not run out, under
+// StepAllocatorConfig(options, key.allocator_budget)): the allocator model is not run again, its
+// state after each request is read from `run`. Exactly Simulate(ctx, key, false) when the step
+// makes run's requests (each malloc rounding to the size run's does: the allocator decides on
+// rounded sizes only); InvalidArgument, naming the first request that differs, otherwise.
+Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
+                            const AllocatorRun& run);
 
 // The allocator model a simulation under `options` replays its step through, limited to
 // `budget` bytes reserved.

@@ -177,6 +177,54 @@ TEST(BatchTraceTest, APrefixOfTheTraceIsCheckedAsFarAsItGoes) {
   EXPECT_EQ(t->Run(40, config).requests_run, full->size());
 }
 
+// The estimate follows an allocator run (a replay's) only where the step makes the run's requests
+// under the run's allocator: then it is the backend's own estimate; else it says why not.
+TEST(BatchTraceTest, AnEstimateFollowsOnlyItsOwnStepsAllocatorRun) {
+  auto model = Load(Source("datasets/models/resnet18_train.onnx"));
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.gpu = "h100-80gb";
+  const auto at2 = TraceAt(*model, o, 2), at9 = TraceAt(*model, o, 9);
+  auto t = BatchTrace::Fit({{2, &at2}, {9, &at9}});
+  ASSERT_TRUE(t.has_value());
+  auto est = MakeEstimator("symbolic");
+  ASSERT_TRUE(est.ok());
+  Options at = o;
+  at.batch = 40;
+  auto ctx = memory::EstimationContext::Make(*model, at);
+  ASSERT_TRUE(ctx.ok());
+  const symbolic::AllocatorConfig config =
+      symbolic::StepAllocatorConfig(at, symbolic::StepBudget(**ctx));
+  std::vector<std::pair<uint64_t, uint64_t>> after;
+  const auto r = t->Run(40, config, &after);
+  ASSERT_FALSE(r.ran_out);
+  const symbolic::AllocatorRun run{config, t->RequestsAt(40), after, r.stats};
+  auto follow = [&run](const memory::EstimationContext& c) {
+    return symbolic::EstimateFollowing(c, run);
+  };
+  auto followed = memory::RunEstimate(**est, *model, at, follow);
+  auto direct = (*est)->Run(*model, at);
+  ASSERT_TRUE(followed.ok()) << followed.status().ToString();
+  ASSERT_TRUE(direct.ok());
+  EXPECT_EQ(EstimateToJson(*followed), EstimateToJson(*direct));
+  // Another batch makes other requests (larger activations).
+  Options at41 = at;
+  at41.batch = 41;
+  auto other = memory::RunEstimate(**est, *model, at41, follow);
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(other.status().message().find("is not the allocator run's"), std::string::npos)
+      << other.status().ToString();
+  // A run under another allocator (another budget) is not this step's either.
+  symbolic::AllocatorRun smaller = run;
+  smaller.config.capacity -= 1;
+  auto refused =
+      memory::RunEstimate(**est, *model, at, [&smaller](const memory::EstimationContext& c) {
+        return symbolic::EstimateFollowing(c, smaller);
+      });
+  EXPECT_FALSE(refused.ok());
+}
+
 // A replay that runs out says what the allocator would have had to reserve there beyond the
 // requested bytes: the search's next guess counts it (api/max_batch.cc ReplaySearch).
 TEST(BatchTraceTest, AReplayThatRunsOutSaysItsOverhead) {
@@ -316,6 +364,15 @@ void Compare(const Model& model, const Options& o, const std::string& what, Tall
   tally->replays += fast->replays;
   tally->evaluations += fast->evaluations;
   EXPECT_EQ(exact->traces, 0);
+  // The estimate at the replay's answer, which follows the answer's allocator run
+  // (symbolic::EstimateFollowing), is the backend's own estimate there, to the last field.
+  if (fast->batch > 0 && fast->traces > 0) {
+    Options at = o;
+    searched.Set(&at, fast->batch);
+    auto direct = (*est)->Run(model, at);
+    ASSERT_TRUE(direct.ok()) << what;
+    EXPECT_EQ(EstimateToJson(fast->at_batch), EstimateToJson(*direct)) << what;
+  }
   if (fast->batch != exact->batch) {
     std::printf("%s: replay %lld, exact search %lld (fits turns back there)\n", what.c_str(),
                 static_cast<long long>(fast->batch), static_cast<long long>(exact->batch));
