@@ -237,7 +237,9 @@ class Prober {
   int replays() const { return replays_; }
   // The allocator's run at `b`, the last probe that fitted (the search's answer, when it has
   // one): what the check's estimate follows instead of running the allocator model again.
+  // Empty (which nothing follows) when the last probe that fitted was not at `b`.
   symbolic::AllocatorRun LastFit(int64_t b) const {
+    if (b != last_fit_at_) return {};
     return {config_, trace_.RequestsAt(b), last_fit_after_, last_fit_end_};
   }
   // The largest batch whose requested bytes alive at once, and `overhead` bytes more, stay within
@@ -271,6 +273,7 @@ class Prober {
     if (p.fits) {
       std::swap(after_, last_fit_after_);
       last_fit_end_ = r.stats;
+      last_fit_at_ = b;
     }
     return p;
   }
@@ -284,6 +287,7 @@ class Prober {
   // The allocator's state after each request: of the probe (reused), of the last that fitted.
   std::vector<std::pair<uint64_t, uint64_t>> after_, last_fit_after_;
   symbolic::AllocatorStats last_fit_end_;
+  int64_t last_fit_at_ = 0;
   uint64_t outside_ = 0;
   int replays_ = 0;
 };
