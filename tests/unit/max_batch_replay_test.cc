@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,21 @@ std::vector<AllocatorRequest> TraceAt(const Model& model, Options o, int64_t bat
   EXPECT_TRUE(t.ok()) << t.status().ToString();
   return t.ok() ? *t : std::vector<AllocatorRequest>{};
 }
+
+// ResNet-18 training on h100-80gb, and the lines through its step's traces at batches 2 and 9.
+struct Resnet18Lines {
+  std::shared_ptr<const Model> model = Load(Source("datasets/models/resnet18_train.onnx"));
+  Options options = [] {
+    Options o;
+    o.gpu = "h100-80gb";
+    return o;
+  }();
+  std::optional<BatchTrace> lines = [this]() -> std::optional<BatchTrace> {
+    if (model == nullptr) return std::nullopt;
+    const auto at2 = TraceAt(*model, options, 2), at9 = TraceAt(*model, options, 9);
+    return BatchTrace::Fit({{2, &at2}, {9, &at9}});
+  }();
+};
 
 TEST(BatchTraceTest, TracesThatDifferInTheirRequestsHaveNoLines) {
   const std::vector<AllocatorRequest> a = {{100, -1}, {200, -1}, {0, 0}};
@@ -134,12 +150,9 @@ TEST(BatchTraceTest, MatchesComparesTheRoundedSizes) {
 // A trace asked for its first requests is the full trace's prefix (the walk stops there), and
 // Matches compares a prefix with the curves' first requests.
 TEST(BatchTraceTest, APrefixOfTheTraceIsCheckedAsFarAsItGoes) {
-  auto model = Load(Source("datasets/models/resnet18_train.onnx"));
-  ASSERT_NE(model, nullptr);
-  Options o;
-  o.gpu = "h100-80gb";
-  const auto at2 = TraceAt(*model, o, 2), at9 = TraceAt(*model, o, 9);
-  auto t = BatchTrace::Fit({{2, &at2}, {9, &at9}});
+  const Resnet18Lines fixture;
+  ASSERT_NE(fixture.model, nullptr);
+  const auto& [model, o, t] = fixture;
   ASSERT_TRUE(t.has_value());
   Options at = o;
   at.batch = 40;
@@ -180,12 +193,9 @@ TEST(BatchTraceTest, APrefixOfTheTraceIsCheckedAsFarAsItGoes) {
 // The estimate follows an allocator run (a replay's) only where the step makes the run's requests
 // under the run's allocator: then it is the backend's own estimate; else it says why not.
 TEST(BatchTraceTest, AnEstimateFollowsOnlyItsOwnStepsAllocatorRun) {
-  auto model = Load(Source("datasets/models/resnet18_train.onnx"));
-  ASSERT_NE(model, nullptr);
-  Options o;
-  o.gpu = "h100-80gb";
-  const auto at2 = TraceAt(*model, o, 2), at9 = TraceAt(*model, o, 9);
-  auto t = BatchTrace::Fit({{2, &at2}, {9, &at9}});
+  const Resnet18Lines fixture;
+  ASSERT_NE(fixture.model, nullptr);
+  const auto& [model, o, t] = fixture;
   ASSERT_TRUE(t.has_value());
   auto est = MakeEstimator("symbolic");
   ASSERT_TRUE(est.ok());
