@@ -269,7 +269,9 @@ class Prober {
     const Fit f = CheckFit(e, gpu_, options_);
     p.fits = f.fits;
     p.excess = -static_cast<double>(f.headroom);
-    p.per_batch = r.peak_bytes_per_unit;
+    // Where a replay that ran through does not fit (the band, a margin), the next guess reads the
+    // growth at its allocated peak.
+    if (!p.fits) p.per_batch = trace_.AliveGrowth(r.at_peak, b);
     if (p.fits) {
       std::swap(after_, last_fit_after_);
       last_fit_end_ = r.stats;

@@ -249,7 +249,7 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config,
     }
   }
   if (!out.ran_out) out.requests_run = requests_.size();
-  out.peak_bytes_per_unit = AliveGrowth(at_peak, v);
+  out.at_peak = at_peak;
   out.stats = alloc.stats();
   return out;
 }

@@ -71,8 +71,9 @@ class BatchTrace {
     // growth per unit of the value of the requested bytes alive there.
     uint64_t short_by = 0;
     double bytes_per_unit = 0;
-    // The growth per unit of the value of the requested bytes alive at the allocated peak.
-    double peak_bytes_per_unit = 0;
+    // The requests up to the last one that raised the allocated peak: AliveGrowth(at_peak, v) is
+    // the growth per unit of the requested bytes alive there.
+    size_t at_peak = 0;
     // When ran_out: what the allocator would have had to reserve there (the reserved bytes and
     // short_by, at least the capacity) beyond the requested bytes alive with the failing
     // request's -- rounding, split remainders and cached blocks.
@@ -85,6 +86,9 @@ class BatchTrace {
   // allocator model again (symbolic/timeline.h).
   [[nodiscard]] Replay Run(int64_t v, const AllocatorConfig& config,
                            std::vector<std::pair<uint64_t, uint64_t>>* after = nullptr) const;
+  // The growth per unit of the value, at value v, of the requested bytes alive after the first
+  // `end` requests.
+  [[nodiscard]] double AliveGrowth(size_t end, int64_t v) const;
   // The step's requests at value `v` by the curves.
   [[nodiscard]] std::vector<AllocatorRequest> RequestsAt(int64_t v) const;
 
@@ -94,8 +98,6 @@ class BatchTrace {
   uint64_t Bytes(size_t m, int64_t v) const;
   uint64_t WideBytes(size_t m, int64_t v) const;  // Bytes() in 128 bits
   double Growth(size_t m, int64_t v) const;
-  // The growth per unit, at value v, of the requested bytes alive after the first `end` requests.
-  double AliveGrowth(size_t end, int64_t v) const;
 
   // A malloc's size in Newton's form over the traced values v_[0..2]:
   //   bytes(v) = floor(first + d1 (v - v0) + d2 (v - v0) (v - v1)),
