@@ -208,9 +208,11 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
 // A replay's verdict at one batch, with what the next guess needs when it does not fit.
 struct Probe {
   bool fits = false;
-  double excess = 0;      // bytes past what fits; <= 0 when it fits (the room left, negated)
-  double per_batch = 0;   // growth per batch of the requested bytes alive where it was decided
-  uint64_t overhead = 0;  // symbolic::BatchTrace::Replay::overhead
+  double excess = 0;  // bytes past what fits; <= 0 when it fits (the room left, negated)
+  // The requests after which the bytes alive decided the verdict (the failing one's, or the
+  // allocated peak's): Prober::Growth reads their growth per batch when a guess needs it.
+  size_t decided_at = 0;
+  uint64_t overhead = 0;           // symbolic::BatchTrace::Replay::overhead
   symbolic::AllocatorStats stats;  // the replay's allocator statistics
   size_t requests_run = 0;         // symbolic::BatchTrace::Replay::requests_run
 };
@@ -247,6 +249,8 @@ class Prober {
   int64_t LargestWithinBudget(uint64_t overhead, int64_t limit) const {
     return trace_.LargestWithin(config_.capacity - std::min(config_.capacity, overhead), limit);
   }
+  // The growth per batch of the requested bytes alive where probe p at b was decided.
+  double Growth(const Probe& p, int64_t b) const { return trace_.AliveGrowth(p.decided_at, b); }
 
   Probe At(int64_t b) {
     ++replays_;
@@ -257,7 +261,7 @@ class Prober {
     p.requests_run = r.requests_run;
     if (r.ran_out) {
       p.excess = static_cast<double>(r.short_by);
-      p.per_batch = r.bytes_per_unit;
+      p.decided_at = r.requests_run;
       return p;
     }
     Estimate e;
@@ -269,9 +273,7 @@ class Prober {
     const Fit f = CheckFit(e, gpu_, options_);
     p.fits = f.fits;
     p.excess = -static_cast<double>(f.headroom);
-    // Where a replay that ran through does not fit (the band, a margin), the next guess reads the
-    // growth at its allocated peak.
-    if (!p.fits) p.per_batch = trace_.AliveGrowth(r.at_peak, b);
+    p.decided_at = r.at_peak;
     if (p.fits) {
       std::swap(after_, last_fit_after_);
       last_fit_end_ = r.stats;
@@ -335,8 +337,8 @@ int64_t ReplaySearch(Prober* probe, int64_t start, int64_t limit, Probe* at_answ
     } else if (prev_b > 0 && prev_b != b && p.excess != prev_excess) {
       root = static_cast<double>(b) -
              p.excess * static_cast<double>(b - prev_b) / (p.excess - prev_excess);
-    } else if (!p.fits && p.per_batch > 0) {
-      root = static_cast<double>(b) - p.excess / p.per_batch;
+    } else if (const double growth = p.fits ? 0 : probe->Growth(p, b); growth > 0) {
+      root = static_cast<double>(b) - p.excess / growth;
     }
     prev_b = b;
     prev_excess = p.excess;

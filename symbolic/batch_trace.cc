@@ -239,7 +239,6 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config,
       out.short_by = Saturate(need - static_cast<Wide>(config.capacity));
       const Wide requested = static_cast<Wide>(alloc.stats().requested) + bytes;
       out.overhead = Saturate(std::max<Wide>(need, config.capacity) - requested);
-      out.bytes_per_unit = AliveGrowth(i + 1, v);
       out.requests_run = i + 1;
       break;
     }

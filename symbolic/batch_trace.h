@@ -18,7 +18,8 @@
 //    the same first request that fails.
 //  * Replay stops at the first request that fails even after the cached segments are released
 //    (PyTorch raises OutOfMemoryError there); what it reports then is how far the step was from
-//    the budget and how fast the bytes alive there grow with the value, for the next guess.
+//    the budget and where, so that the next guess can read how fast the bytes alive there grow
+//    with the value (AliveGrowth).
 #ifndef MEMEST_SYMBOLIC_BATCH_TRACE_H_
 #define MEMEST_SYMBOLIC_BATCH_TRACE_H_
 
@@ -67,10 +68,8 @@ class BatchTrace {
     // The requests replayed: all, or up to and including the one that failed. A simulation that
     // makes these same first requests (Matches with this prefix) fails at the same one.
     size_t requests_run = 0;
-    // When ran_out: the bytes the failing request's segment lacked after the release, and the
-    // growth per unit of the value of the requested bytes alive there.
+    // When ran_out: the bytes the failing request's segment lacked after the release.
     uint64_t short_by = 0;
-    double bytes_per_unit = 0;
     // The requests up to the last one that raised the allocated peak: AliveGrowth(at_peak, v) is
     // the growth per unit of the requested bytes alive there.
     size_t at_peak = 0;
