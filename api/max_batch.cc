@@ -399,11 +399,13 @@ std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& mod
                                     const Probe& at, const Probe& successor,
                                     const symbolic::AllocatorRun& run, MaxBatchResult* spent) {
   if (batch < limit) {
-    auto next = TraceAt(model, options, set, batch + 1, successor.requests_run);
+    // (A successor's probe always ran at least its failing request; 0 would be no probe at all,
+    // and then the whole trace is checked.)
+    const size_t prefix =
+        successor.requests_run > 0 ? successor.requests_run : std::numeric_limits<size_t>::max();
+    auto next = TraceAt(model, options, set, batch + 1, prefix);
     ++spent->traces;
-    if (!next || !trace.Matches(next->second, batch + 1, config, successor.requests_run)) {
-      return std::nullopt;
-    }
+    if (!next || !trace.Matches(next->second, batch + 1, config, prefix)) return std::nullopt;
   }
   Options o = options;
   set(&o, batch);
