@@ -462,7 +462,7 @@ Result<Estimate> RunEstimate(const Estimator& backend, const Model& model, const
   if (!unmodelled.empty()) {
     return InvalidArgument(
         "the " + std::string(backend.name()) + " backend does not model option " + unmodelled +
-        "; leave it at its default or use a backend that does " + "(--list-backends)");
+        "; leave it at its default or use a backend that does (--list-backends)");
   }
   try {
     return RunInContext(backend, model, options, in);

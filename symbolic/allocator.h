@@ -40,6 +40,8 @@ struct AllocatorConfig {
   // Device bytes the allocator may reserve before a request fails (cudaMalloc fails); unlimited
   // by default.
   uint64_t capacity = std::numeric_limits<uint64_t>::max();
+
+  bool operator==(const AllocatorConfig&) const = default;
 };
 
 struct AllocatorStats {

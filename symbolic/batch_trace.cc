@@ -153,10 +153,8 @@ bool BatchTrace::Matches(const std::vector<AllocatorRequest>& trace, int64_t v,
   size_t m = 0;
   for (size_t i = 0; i < trace.size(); ++i) {
     const AllocatorRequest& want = requests_[i];
-    if (trace[i].freed != want.freed) return false;
-    if (want.freed >= 0) continue;
-    if (CachingAllocatorModel::RoundSize(Bytes(m++, v), config) !=
-        CachingAllocatorModel::RoundSize(trace[i].bytes, config)) {
+    if (!SameRequest(trace[i], want.freed >= 0 ? want : AllocatorRequest{Bytes(m++, v), -1},
+                     config)) {
       return false;
     }
   }

@@ -332,8 +332,8 @@ class Sim {
   size_t run_next_ = 0;                      // run_->requests of the step so far
   std::optional<size_t> run_differs_at_;     // the first request that is not run_'s
   AllocatorStats run_stats_;                 // run_->after of the last request, then run_->end
-  int64_t mallocs_ = 0;  // mallocs so far, in a trace or following a run (the number names it)
-  const uint64_t budget_;                    // the allocator's capacity
+  int64_t mallocs_ = 0;    // mallocs so far, in a trace or following a run (the number names it)
+  const uint64_t budget_;  // the allocator's capacity
   CachingAllocatorModel alloc_;
   const AllocatorStats* stats_ = &alloc_.stats();  // Stats(): the model's, or run_stats_
   bool train_ = true;
@@ -537,11 +537,7 @@ void Sim::NoteLargest(Category c) {
 
 void Sim::FollowRequest(const AllocatorRequest& r) {
   const std::vector<AllocatorRequest>& want = run_->requests;
-  const bool same =
-      run_next_ < want.size() && want[run_next_].freed == r.freed &&
-      (r.freed >= 0 || CachingAllocatorModel::RoundSize(want[run_next_].bytes, run_->config) ==
-                           CachingAllocatorModel::RoundSize(r.bytes, run_->config));
-  if (!same) {
+  if (run_next_ >= want.size() || !SameRequest(r, want[run_next_], run_->config)) {
     if (!run_differs_at_) run_differs_at_ = run_next_;
     return;
   }
@@ -1457,14 +1453,8 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, bool record_ev
 
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
                             const AllocatorRun& run) {
-  const AllocatorConfig& want = run.config;
-  const AllocatorConfig config = StepAllocatorConfig(key.options, key.allocator_budget);
   if (ctx.prefill() != nullptr || run.end.num_ooms > 0 || run.after.size() != run.requests.size() ||
-      want.expandable_segments != config.expandable_segments ||
-      want.max_split_size != config.max_split_size ||
-      want.max_non_split_rounding_size != config.max_non_split_rounding_size ||
-      want.roundup_power2_divisions != config.roundup_power2_divisions ||
-      want.capacity != config.capacity) {
+      run.config != StepAllocatorConfig(key.options, key.allocator_budget)) {
     return InvalidArgument(
         "the allocator run is not this step's: another allocator, a prefill, "
         "or a run that ran out");

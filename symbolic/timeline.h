@@ -83,6 +83,16 @@ struct AllocatorRun {
   AllocatorStats end;
 };
 
+// Whether requests a and b are the same to an allocator under `config`: the free of the same
+// malloc, or mallocs whose sizes round to the same block (it decides on rounded sizes only).
+// Inline: a replay's check and a simulation following a run ask it for every request.
+[[nodiscard]] inline bool SameRequest(const AllocatorRequest& a, const AllocatorRequest& b,
+                                      const AllocatorConfig& config) {
+  return a.freed == b.freed &&
+         (a.freed >= 0 || CachingAllocatorModel::RoundSize(a.bytes, config) ==
+                              CachingAllocatorModel::RoundSize(b.bytes, config));
+}
+
 // Iterations simulated: 1 (first: optimizer state and workspaces created) and 2..3 (steady).
 inline constexpr int kSimulatedIterations = 3;
 
