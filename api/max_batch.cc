@@ -13,12 +13,15 @@
 //    what the allocator held beyond them where the last replay ran out stay within it; then
 //    they step by how far the last one was from fitting (ReplaySearch), bisecting when that
 //    stalls.
-//  * The replay's answer stands only when checked: the backend's estimate at the answer fits
-//    with the replay's allocated and reserved peaks (the estimate follows the answer's replay,
-//    symbolic::EstimateFollowing, when the step there makes the replay's requests, instead of
-//    running the allocator model a second time), and the trace at the successor is on the
-//    curves (each malloc rounds to the same size) as far as the successor's replay ran -- to the
-//    request that failed, where the walk stops (TraceRequests' most_requests) -- so the
+//  * A replay runs the training loop as the estimate does, until it repeats itself: past the
+//    traced iterations with the last one's requests (symbolic/batch_trace.h, the loop).
+//  * The replay's answer stands only when checked: the backend's estimate at the answer fits with
+//    the replay's allocated and reserved peaks (the estimate follows the answer's replay,
+//    symbolic::EstimateFollowing, when the step there makes the replay's requests and repeats
+//    its iterations as traced, instead of running the allocator model a second time), and the
+//    trace at the successor is on the curves (each malloc rounds to the same size) as far as the
+//    successor's replay ran -- to the request that failed, where the walk stops (TraceRequests'
+//    most_requests; past the traced iterations, the trace loops as the curves do) -- so the
 //    successor's replay, which did not fit, is what the simulation there does request by request.
 //    Anything else -- a size off its curve, many GPUs (NCCL buffers, pipeline stages), a decode
 //    step after its prefill (two graphs on one allocator), another backend, an error -- is answered
@@ -238,11 +241,13 @@ class Prober {
   const symbolic::AllocatorConfig& config() const { return config_; }
   int replays() const { return replays_; }
   // The allocator's run at `b`, the last probe that fitted (the search's answer, when it has
-  // one): what the check's estimate follows instead of running the allocator model again.
-  // Empty (which nothing follows) when the last probe that fitted was not at `b`.
-  symbolic::AllocatorRun LastFit(int64_t b) const {
+  // one), handed over: what the check's estimate follows instead of running the allocator model
+  // again. Empty (which nothing follows) when the last probe that fitted was not at `b`.
+  symbolic::AllocatorRun TakeLastFit(int64_t b) {
     if (b != last_fit_at_) return {};
-    return {config_, trace_.RequestsAt(b), last_fit_after_, last_fit_end_};
+    last_fit_.requests = trace_.RequestsAt(b, last_fit_.after.size());
+    last_fit_at_ = 0;
+    return std::move(last_fit_);
   }
   // The largest batch whose requested bytes alive at once, and `overhead` bytes more, stay within
   // the allocator's budget (BatchTrace::LargestWithin); 0 when none does.
@@ -254,7 +259,7 @@ class Prober {
 
   Probe At(int64_t b) {
     ++replays_;
-    const symbolic::BatchTrace::Replay r = trace_.Run(b, config_, &after_);
+    const symbolic::BatchTrace::Replay r = trace_.Run(b, config_, &run_);
     Probe p;
     p.stats = r.stats;
     p.overhead = r.overhead;
@@ -275,8 +280,7 @@ class Prober {
     p.excess = -static_cast<double>(f.headroom);
     p.decided_at = r.at_peak;
     if (p.fits) {
-      std::swap(after_, last_fit_after_);
-      last_fit_end_ = r.stats;
+      std::swap(run_, last_fit_);
       last_fit_at_ = b;
     }
     return p;
@@ -288,9 +292,8 @@ class Prober {
   const GpuProfile& gpu_;
   const StackProfile& stack_;
   const symbolic::AllocatorConfig config_;
-  // The allocator's state after each request: of the probe (reused), of the last that fitted.
-  std::vector<std::pair<uint64_t, uint64_t>> after_, last_fit_after_;
-  symbolic::AllocatorStats last_fit_end_;
+  // The allocator's run: of the probe (its vectors reused), of the last that fitted.
+  symbolic::AllocatorRun run_, last_fit_;
   int64_t last_fit_at_ = 0;
   uint64_t outside_ = 0;
   int replays_ = 0;
@@ -374,10 +377,9 @@ int64_t FarTraced(uint64_t first_peak, uint64_t budget, int64_t limit) {
 // and the context they were traced in; nullopt when the options or the bind refuse v (the exact
 // search says why).
 template <typename Set>
-std::optional<
-    std::pair<std::unique_ptr<memory::EstimationContext>, std::vector<symbolic::AllocatorRequest>>>
-TraceAt(const Model& model, Options o, Set set, int64_t v,
-        size_t most_requests = std::numeric_limits<size_t>::max()) {
+std::optional<std::pair<std::unique_ptr<memory::EstimationContext>, symbolic::StepTrace>> TraceAt(
+    const Model& model, Options o, Set set, int64_t v,
+    size_t most_requests = std::numeric_limits<size_t>::max()) {
   set(&o, v);
   if (!Validate(o).ok()) return std::nullopt;
   auto ctx = memory::EstimationContext::Make(model, o);
@@ -445,13 +447,13 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     const uint64_t budget = symbolic::StepBudget(ctx);
     // Past the budget at the first value traced: the answer is 0 or 1, which the exact search
     // finds in one or two estimates.
-    const uint64_t first_peak = symbolic::PeakRequested(first->second);
+    const uint64_t first_peak = symbolic::PeakRequested(first->second.requests);
     if (first_peak > budget) return std::nullopt;
     // The others: the farthest, and with three, one halfway.
     const int64_t far = FarTraced(first_peak, budget, limit);
     std::vector<int64_t> at = {kFirstTraced, far};
     if (curve_traces == 3) at.insert(at.begin() + 1, kFirstTraced + (far - kFirstTraced) / 2);
-    std::vector<std::vector<symbolic::AllocatorRequest>> kept;
+    std::vector<symbolic::StepTrace> kept;
     kept.reserve(at.size());
     kept.push_back(std::move(first->second));
     for (size_t i = 1; i < at.size(); ++i) {
@@ -472,7 +474,7 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     if (batch < 1) return std::nullopt;
     std::optional<Estimate> e =
         CheckAnswer(estimator, model, options, gpu, limit, set, *trace, prober.config(), batch,
-                    at_answer, at_successor, prober.LastFit(batch), spent);
+                    at_answer, at_successor, prober.TakeLastFit(batch), spent);
     if (!e) return std::nullopt;
     MaxBatchResult r = *spent;
     r.batch = batch;

@@ -67,6 +67,28 @@ void CachingAllocatorModel::ResetPeaks() {
   stats_.peak_reserved = stats_.reserved;
 }
 
+void CachingAllocatorModel::AppendLayout(std::vector<uint64_t>* words) const {
+  constexpr uint64_t kFlag = uint64_t{1} << 63;  // sizes and byte counts stay far below it
+  words->reserve(words->size() + 2 * (segments_.size() + blocks_.size() - free_ids_.size()) + 16);
+  for (const Segment& seg : segments_) {  // in the order of their addresses (next_addr_ grows)
+    if (!seg.alive) continue;
+    words->push_back(seg.addr);
+    words->push_back(seg.size | (seg.small ? kFlag : 0));
+    for (int64_t id = seg.first; id >= 0; id = blocks_[id].next) {
+      const Block& b = blocks_[id];
+      words->push_back(b.size);
+      words->push_back(b.requested | (b.free ? kFlag : 0));
+    }
+  }
+  for (const int seg : expandable_segment_) {
+    words->push_back(seg < 0 ? ~uint64_t{0} : segments_[seg].addr);
+  }
+  const AllocatorStats& s = stats_;
+  words->insert(words->end(),
+                {next_addr_, s.allocated, s.requested, s.reserved, s.segments, s.num_device_alloc,
+                 s.num_device_free, s.num_alloc_retries, s.num_ooms, uint64_t{oom_}});
+}
+
 inline int64_t CachingAllocatorModel::NewBlock(const Block& b) {
   if (!free_ids_.empty()) {
     const int64_t id = free_ids_.back();

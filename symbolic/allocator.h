@@ -86,6 +86,15 @@ class CachingAllocatorModel {
   uint64_t BlockSize(Handle h) const;
   // Starts new peaks from the current values (reset_peak_memory_stats, memory-model.md §1.8).
   void ResetPeaks();
+  // Where the block behind a live handle starts: what names it in a Layout().
+  uint64_t Address(Handle h) const { return h < 0 ? 0 : blocks_[h].addr; }
+  // Appends everything the model's later answers depend on, as words two states can be compared
+  // by: each live segment (address, size, pool) with its blocks in address order (size, requested
+  // bytes, free; each starts where the one before ends), the address the next segment gets, the
+  // expandable segments, the current byte counts and the counters. Two models under one config
+  // with equal layouts answer the same requests alike, block for block at the same addresses;
+  // block ids, which no decision reads, are not in it. One pass over the live blocks.
+  void AppendLayout(std::vector<uint64_t>* words) const;
 
  private:
   struct Block {

@@ -85,12 +85,16 @@ BatchTrace::Curve BatchTrace::Parabola(const uint64_t s[3], Wide h01, Wide h12, 
 std::optional<BatchTrace> BatchTrace::Fit(const std::vector<Traced>& traces) {
   const size_t k = traces.size();
   if (k < 2 || k > 3) return std::nullopt;
+  bool loops = true;
   for (size_t i = 0; i < k; ++i) {
-    if (traces[i].requests == nullptr || traces[i].at < 1 || traces[i].at > kMostValue ||
+    if (traces[i].trace == nullptr || traces[i].at < 1 || traces[i].at > kMostValue ||
         (i > 0 && traces[i].at <= traces[i - 1].at) ||
-        traces[i].requests->size() != traces[0].requests->size()) {
+        traces[i].trace->requests.size() != traces[0].trace->requests.size()) {
       return std::nullopt;
     }
+    const StepTrace& t = *traces[i].trace;
+    loops = loops && t.loops && t.previous_begins == traces[0].trace->previous_begins &&
+            t.last_begins == traces[0].trace->last_begins;
   }
   BatchTrace t;
   for (size_t i = 0; i < k; ++i) t.v_[i] = traces[i].at;
@@ -98,13 +102,13 @@ std::optional<BatchTrace> BatchTrace::Fit(const std::vector<Traced>& traces) {
   const Wide h12 = k == 3 ? t.v_[2] - t.v_[1] : 1;
   const Wide h02 = k == 3 ? t.v_[2] - t.v_[0] : 1;
   t.den_ = k == 3 ? h01 * h12 * h02 : h01;
-  const std::vector<AllocatorRequest>& base = *traces[0].requests;
+  const std::vector<AllocatorRequest>& base = traces[0].trace->requests;
   t.requests_ = base;
   size_t alive = 0;
   for (size_t r = 0; r < base.size(); ++r) {
     const int64_t freed = base[r].freed;
     for (size_t i = 1; i < k; ++i) {
-      if ((*traces[i].requests)[r].freed != freed) return std::nullopt;
+      if (traces[i].trace->requests[r].freed != freed) return std::nullopt;
     }
     if (freed >= 0) {
       if (static_cast<size_t>(freed) >= t.curves_.size() || alive == 0) return std::nullopt;
@@ -113,14 +117,61 @@ std::optional<BatchTrace> BatchTrace::Fit(const std::vector<Traced>& traces) {
     }
     uint64_t s[3] = {0, 0, 0};
     for (size_t i = 0; i < k; ++i) {
-      s[i] = (*traces[i].requests)[r].bytes;
+      s[i] = traces[i].trace->requests[r].bytes;
       if (s[i] >= kMostBytes || (i > 0 && s[i] < s[i - 1])) return std::nullopt;
     }
     t.curves_.push_back(k == 2 ? Line(s[0], s[1], static_cast<int64_t>(h01))
                                : Parabola(s, h01, h12, t.den_));
     t.most_alive_ = std::max(t.most_alive_, ++alive);
   }
+  t.loops_ = loops && t.FindLoop(traces[0].trace->previous_begins, traces[0].trace->last_begins);
   return t;
+}
+
+bool BatchTrace::FindLoop(size_t previous_begins, size_t last_begins) {
+  if (previous_begins >= last_begins || last_begins >= requests_.size()) return false;
+  size_t m = 0;  // mallocs before request i
+  for (size_t i = 0; i < last_begins; ++i) {
+    if (i == previous_begins) previous_first_malloc_ = m;
+    m += requests_[i].freed < 0;
+  }
+  previous_begins_ = previous_begins;
+  loop_begins_ = last_begins;
+  loop_first_malloc_ = m;
+  const size_t mallocs = curves_.size() - m;
+  if (loop_first_malloc_ - previous_first_malloc_ != mallocs || mallocs > UINT32_MAX) return false;
+  std::vector<bool> own_freed(mallocs, false), previous_freed(mallocs, false);
+  uint32_t r = 0;
+  for (size_t i = last_begins; i < requests_.size(); ++i) {
+    const int64_t f = requests_[i].freed;
+    if (f < 0) {
+      loop_.push_back({LoopRequest::kMalloc, r++});
+    } else if (static_cast<size_t>(f) >= loop_first_malloc_) {
+      const auto own = static_cast<uint32_t>(static_cast<size_t>(f) - loop_first_malloc_);
+      own_freed[own] = true;
+      loop_.push_back({LoopRequest::kFreeOwn, own});
+    } else if (static_cast<size_t>(f) >= previous_first_malloc_) {
+      const auto prev = static_cast<uint32_t>(static_cast<size_t>(f) - previous_first_malloc_);
+      previous_freed[prev] = true;
+      loop_.push_back({LoopRequest::kFreePrevious, prev});
+    } else {
+      return false;  // an older malloc: not a loop of one iteration
+    }
+  }
+  // What outlives an iteration is what the next one frees: nothing piles up.
+  for (uint32_t q = 0; q < mallocs; ++q) {
+    if (own_freed[q] == previous_freed[q]) return false;
+    if (!own_freed[q]) carried_.push_back(q);
+  }
+  return true;
+}
+
+void BatchTrace::LoopState(const CachingAllocatorModel& alloc,
+                           const std::vector<CachingAllocatorModel::Handle>& previous,
+                           std::vector<uint64_t>* words) const {
+  words->clear();
+  for (uint32_t q : carried_) words->push_back(alloc.Address(previous[q]));
+  alloc.AppendLayout(words);
 }
 
 uint64_t BatchTrace::Bytes(size_t m, int64_t v) const {
@@ -147,9 +198,15 @@ double BatchTrace::Growth(size_t m, int64_t v) const {
   return c.slope1 + c.slope2 * static_cast<double>(2 * v - v_[0] - v_[1]);
 }
 
-bool BatchTrace::Matches(const std::vector<AllocatorRequest>& trace, int64_t v,
-                         const AllocatorConfig& config, size_t prefix) const {
+bool BatchTrace::Matches(const StepTrace& step, int64_t v, const AllocatorConfig& config,
+                         size_t prefix) const {
+  const std::vector<AllocatorRequest>& trace = step.requests;
   if (trace.size() != std::min(prefix, requests_.size()) || v < 1 || v > kMostValue) return false;
+  if (prefix != std::numeric_limits<size_t>::max() && prefix > requests_.size() &&
+      (!loops_ || !step.loops || step.previous_begins != previous_begins_ ||
+       step.last_begins != loop_begins_)) {
+    return false;
+  }
   size_t m = 0;
   for (size_t i = 0; i < trace.size(); ++i) {
     const AllocatorRequest& want = requests_[i];
@@ -196,6 +253,10 @@ int64_t BatchTrace::LargestWithin(uint64_t bytes, int64_t limit) const {
 }
 
 double BatchTrace::AliveGrowth(size_t end, int64_t v) const {
+  // In the loop, the bytes alive are the last traced iteration's at the same place.
+  if (loops_ && end > requests_.size()) {
+    end = loop_begins_ + (end - requests_.size()) % loop_.size();
+  }
   double growth = 0;
   size_t m = 0;
   for (size_t i = 0; i < end && i < requests_.size(); ++i) {
@@ -206,29 +267,26 @@ double BatchTrace::AliveGrowth(size_t end, int64_t v) const {
 }
 
 BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config,
-                                   std::vector<std::pair<uint64_t, uint64_t>>* after) const {
+                                   AllocatorRun* kept) const {
+  using Handle = CachingAllocatorModel::Handle;
   Replay out;
   CachingAllocatorModel alloc(config);
-  if (after != nullptr) after->resize(requests_.size());
-  // The allocator's state after request i, when kept.
-  const auto note = [&](size_t i) {
-    if (after != nullptr) (*after)[i] = {alloc.stats().allocated, alloc.stats().reserved};
-  };
+  std::vector<std::pair<uint64_t, uint64_t>>* after = kept ? &kept->after : nullptr;
+  if (after != nullptr) after->clear();
   alloc.Reserve(2 * most_alive_ + 64);
-  std::vector<CachingAllocatorModel::Handle> handle(curves_.size(), -1);
   uint64_t peak_allocated = 0;
+  size_t done = 0;     // requests made
   size_t at_peak = 0;  // requests up to the last one that raised the allocated peak
-  size_t m = 0;
-  for (size_t i = 0; i < requests_.size(); ++i) {
-    const AllocatorRequest& r = requests_[i];
-    if (r.freed >= 0) {
-      alloc.Free(handle[static_cast<size_t>(r.freed)]);
-      note(i);
-      continue;
+  // One request: frees `freed`, or mallocs `bytes` into *made. False when it failed for good.
+  const auto request = [&](Handle freed, uint64_t bytes, Handle* made) {
+    ++done;
+    if (made == nullptr) {
+      alloc.Free(freed);
+      if (after != nullptr) after->emplace_back(alloc.stats().allocated, alloc.stats().reserved);
+      return true;
     }
-    const uint64_t bytes = Bytes(m, v);
-    handle[m++] = alloc.Malloc(bytes);
-    note(i);
+    *made = alloc.Malloc(bytes);
+    if (after != nullptr) after->emplace_back(alloc.stats().allocated, alloc.stats().reserved);
     if (alloc.oom()) {
       out.ran_out = true;
       const uint64_t segment =
@@ -237,26 +295,104 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config,
       out.short_by = Saturate(need - static_cast<Wide>(config.capacity));
       const Wide requested = static_cast<Wide>(alloc.stats().requested) + bytes;
       out.overhead = Saturate(std::max<Wide>(need, config.capacity) - requested);
-      out.requests_run = i + 1;
-      break;
+      return false;
     }
     if (alloc.stats().allocated > peak_allocated) {
       peak_allocated = alloc.stats().allocated;
-      at_peak = i + 1;
+      at_peak = done;
+    }
+    return true;
+  };
+  LoopWatch watch;
+  std::vector<uint64_t> state;
+  // At the start of iteration `it`: whether it starts as an earlier one did.
+  const auto repeats = [&](int it, const std::vector<Handle>& previous) {
+    LoopState(alloc, previous, &state);
+    out.repeat = watch.Starts(it, &state);
+    return out.repeat.has_value();
+  };
+  std::vector<Handle> handle(curves_.size(), -1);  // by malloc number
+  std::vector<Handle> previous, own;
+  size_t m = 0;
+  bool ok = true;
+  for (size_t i = 0; ok && i < requests_.size(); ++i) {
+    if (loops_ && i == loop_begins_) {
+      previous.assign(handle.begin() + static_cast<ptrdiff_t>(previous_first_malloc_),
+                      handle.begin() + static_cast<ptrdiff_t>(loop_first_malloc_));
+      (void)repeats(kTracedIterations, previous);  // no iteration before it has a state
+    }
+    const AllocatorRequest& r = requests_[i];
+    ok = r.freed >= 0 ? request(handle[static_cast<size_t>(r.freed)], 0, nullptr)
+                      : request(-1, Bytes(m, v), &handle[m]);
+    m += r.freed < 0;
+  }
+  if (ok && loops_) {
+    previous.assign(handle.begin() + static_cast<ptrdiff_t>(loop_first_malloc_), handle.end());
+    own.assign(previous.size(), -1);
+    for (int it = kTracedIterations + 1; ok && !repeats(it, previous); ++it) {
+      if (it > kMostIterations) break;
+      for (size_t i = 0; ok && i < loop_.size(); ++i) {
+        const LoopRequest& q = loop_[i];
+        switch (q.kind) {
+          case LoopRequest::kMalloc:
+            ok = request(-1, Bytes(loop_first_malloc_ + q.r, v), &own[q.r]);
+            break;
+          case LoopRequest::kFreeOwn:
+            ok = request(own[q.r], 0, nullptr);
+            break;
+          case LoopRequest::kFreePrevious:
+            ok = request(previous[q.r], 0, nullptr);
+            break;
+        }
+      }
+      std::swap(previous, own);
     }
   }
-  if (!out.ran_out) out.requests_run = requests_.size();
+  if (!ok) out.repeat.reset();
+  out.requests_run = done;
   out.at_peak = at_peak;
   out.stats = alloc.stats();
+  if (kept != nullptr) {
+    kept->config = config;
+    kept->end = out.stats;
+    kept->repeat = out.repeat;
+  }
   return out;
 }
 
-std::vector<AllocatorRequest> BatchTrace::RequestsAt(int64_t v) const {
+std::vector<AllocatorRequest> BatchTrace::RequestsAt(int64_t v, size_t count) const {
   std::vector<AllocatorRequest> out;
-  out.reserve(requests_.size());
+  const size_t traced = std::min(count, requests_.size());
+  out.reserve(loops_ && count != std::numeric_limits<size_t>::max() ? count : traced);
   size_t m = 0;
-  for (const AllocatorRequest& r : requests_)
+  for (size_t i = 0; i < traced; ++i) {
+    const AllocatorRequest& r = requests_[i];
     out.push_back(r.freed >= 0 ? r : AllocatorRequest{Bytes(m++, v), -1});
+  }
+  if (!loops_ || count <= requests_.size() || count == std::numeric_limits<size_t>::max()) {
+    return out;
+  }
+  // The loop's iterations: each one's mallocs numbered on from the iteration before's.
+  const size_t mallocs = curves_.size() - loop_first_malloc_;
+  size_t previous = loop_first_malloc_, own = curves_.size();
+  while (out.size() < count) {
+    for (size_t i = 0; i < loop_.size() && out.size() < count; ++i) {
+      const LoopRequest& q = loop_[i];
+      switch (q.kind) {
+        case LoopRequest::kMalloc:
+          out.push_back({Bytes(loop_first_malloc_ + q.r, v), -1});
+          break;
+        case LoopRequest::kFreeOwn:
+          out.push_back({0, static_cast<int64_t>(own + q.r)});
+          break;
+        case LoopRequest::kFreePrevious:
+          out.push_back({0, static_cast<int64_t>(previous + q.r)});
+          break;
+      }
+    }
+    previous = own;
+    own += mallocs;
+  }
   return out;
 }
 

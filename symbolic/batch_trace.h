@@ -20,6 +20,12 @@
 //    (PyTorch raises OutOfMemoryError there); what it reports then is how far the step was from
 //    the budget and where, so that the next guess can read how fast the bytes alive there grow
 //    with the value (AliveGrowth).
+//  * The loop: when every trace repeats its last iteration for ever (StepTrace::loops, at the same
+//    places), Replay goes on past the traced iterations with the last one's requests -- its
+//    mallocs on the same curves, its frees of its own and of the iteration before's mallocs --
+//    until an iteration starts from the allocator state one of the two before it started from
+//    (the same blocks, the iteration before's tensors in the same ones): from there the loop
+//    repeats, as Simulate finds it does (symbolic/timeline.h kMostIterations).
 #ifndef MEMEST_SYMBOLIC_BATCH_TRACE_H_
 #define MEMEST_SYMBOLIC_BATCH_TRACE_H_
 
@@ -39,21 +45,22 @@ namespace memest::symbolic {
 // One trace of the step, at value `at` of the searched batch or dim.
 struct Traced {
   int64_t at = 0;
-  const std::vector<AllocatorRequest>* requests = nullptr;
+  const StepTrace* trace = nullptr;
 };
 
 class BatchTrace {
  public:
   // The curves through two or three traces at increasing values >= 1; nullopt when the traces
-  // differ in anything but the mallocs' sizes, or a size falls as the value grows.
+  // differ in anything but the mallocs' sizes, or a size falls as the value grows. The loop
+  // goes on past the traced iterations when every trace loops, with the same iterations.
   [[nodiscard]] static std::optional<BatchTrace> Fit(const std::vector<Traced>& traces);
 
   // Whether `trace`, taken at value `v`, is what the curves give at v: the same requests, each
   // malloc rounding (under `config`) to the size its curve rounds to. With `prefix`, `trace` is
   // the step's first `prefix` requests (TraceRequests' most_requests), compared with the curves'
-  // first ones.
-  [[nodiscard]] bool Matches(const std::vector<AllocatorRequest>& trace, int64_t v,
-                             const AllocatorConfig& config,
+  // first ones; a prefix past the traced iterations (a replay that ran on in the loop; the
+  // default is the traced iterations alone) also needs the trace to loop as the curves do.
+  [[nodiscard]] bool Matches(const StepTrace& trace, int64_t v, const AllocatorConfig& config,
                              size_t prefix = std::numeric_limits<size_t>::max()) const;
 
   // The largest value in [1, limit] at which the requested bytes alive at once stay within
@@ -65,9 +72,13 @@ class BatchTrace {
   struct Replay {
     AllocatorStats stats;  // at the end, or at the request that failed
     bool ran_out = false;
-    // The requests replayed: all, or up to and including the one that failed. A simulation that
-    // makes these same first requests (Matches with this prefix) fails at the same one.
+    // The requests replayed, the loop's past the traced ones included: all, or up to and
+    // including the one that failed. A simulation that makes these same first requests (Matches
+    // with this prefix) fails at the same one.
     size_t requests_run = 0;
+    // Where the loop repeats itself; none when the replay ran out, the traces do not loop, or
+    // the loop did not repeat within kMostIterations.
+    std::optional<LoopRepeat> repeat;
     // When ran_out: the bytes the failing request's segment lacked after the release.
     uint64_t short_by = 0;
     // The requests up to the last one that raised the allocated peak: AliveGrowth(at_peak, v) is
@@ -79,17 +90,20 @@ class BatchTrace {
     uint64_t overhead = 0;
   };
   // The step at value `v` through an allocator model configured by `config` (its capacity the
-  // budget), stopping at the first request that fails for good. With `after`, the allocated and
-  // reserved bytes after each request are kept there too (resized to the step's requests):
-  // with RequestsAt(v), the AllocatorRun that Simulate can follow instead of running the
-  // allocator model again (symbolic/timeline.h).
+  // budget), the loop's iterations past the traced ones included, stopping at the first request
+  // that fails for good. With `kept`, the run is kept there too: its config, the allocated and
+  // reserved bytes after each request, the statistics at the end and where the loop repeats;
+  // with RequestsAt(v, requests_run) as its requests, the AllocatorRun that Simulate can follow
+  // instead of running the allocator model again (symbolic/timeline.h).
   [[nodiscard]] Replay Run(int64_t v, const AllocatorConfig& config,
-                           std::vector<std::pair<uint64_t, uint64_t>>* after = nullptr) const;
+                           AllocatorRun* kept = nullptr) const;
   // The growth per unit of the value, at value v, of the requested bytes alive after the first
   // `end` requests.
   [[nodiscard]] double AliveGrowth(size_t end, int64_t v) const;
-  // The step's requests at value `v` by the curves.
-  [[nodiscard]] std::vector<AllocatorRequest> RequestsAt(int64_t v) const;
+  // The step's first `count` requests at value `v` by the curves (past the traced ones: the
+  // loop's, when the traces loop); all the traced ones by default.
+  [[nodiscard]] std::vector<AllocatorRequest> RequestsAt(
+      int64_t v, size_t count = std::numeric_limits<size_t>::max()) const;
 
  private:
   BatchTrace() = default;
@@ -120,8 +134,33 @@ class BatchTrace {
   static Curve Line(uint64_t s0, uint64_t s1, int64_t h);
   static Curve Parabola(const uint64_t s[3], Wide h01, Wide h12, Wide den);
 
+  // The loop's requests: the last traced iteration's, each a malloc (its number r within the
+  // iteration; its curve is loop_first_malloc_ + r), or the free of the iteration's own malloc r
+  // or of the iteration before's.
+  struct LoopRequest {
+    enum Kind : uint8_t { kMalloc, kFreeOwn, kFreePrevious };
+    Kind kind = kMalloc;
+    uint32_t r = 0;
+  };
+  // Reads the loop off the traced requests (StepTrace's iterations); false when the last
+  // iteration frees a malloc older than the iteration before, or leaves one of that iteration's
+  // that lived through it, or the two iterations make different numbers of mallocs.
+  bool FindLoop(size_t previous_begins, size_t last_begins);
+  // The iteration before's mallocs alive at an iteration's start (`previous`: their blocks, by
+  // number), then the allocator's layout: what decides all the loop does from there.
+  void LoopState(const CachingAllocatorModel& alloc,
+                 const std::vector<CachingAllocatorModel::Handle>& previous,
+                 std::vector<uint64_t>* words) const;
+
   std::vector<AllocatorRequest> requests_;  // at the first value traced
   std::vector<Curve> curves_;               // per malloc
+  bool loops_ = false;
+  std::vector<LoopRequest> loop_;
+  size_t previous_begins_ = 0;        // requests before the next-to-last traced iteration
+  size_t loop_begins_ = 0;            // requests before the last traced iteration
+  size_t loop_first_malloc_ = 0;      // mallocs before it
+  size_t previous_first_malloc_ = 0;  // mallocs before the iteration before it
+  std::vector<uint32_t> carried_;     // the loop's mallocs that outlive their iteration
   int64_t v_[3] = {0, 0, 0};
   __int128 den_ = 1;  // (v1 - v0)(v2 - v1)(v2 - v0) through three traces, v1 - v0 through two
   size_t most_alive_ = 0;

@@ -59,7 +59,7 @@ SimulationKey SimulationKey::Of(const memory::EstimationContext& ctx) {
 bool SimulationKey::operator==(const SimulationKey& other) const {
   return OptionFields(options) == OptionFields(other.options) && kernels == other.kernels &&
          cublas_workspace == other.cublas_workspace && stage == other.stage &&
-         allocator_budget == other.allocator_budget;
+         allocator_budget == other.allocator_budget && iterations == other.iterations;
 }
 
 }  // namespace memest::symbolic

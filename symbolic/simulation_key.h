@@ -40,6 +40,9 @@ struct SimulationKey {
   // the key Of() returns. The symbolic backend simulates under its GPU's budget and keeps a step
   // that never met it under the unlimited key, for GPUs with other budgets (symbolic/symbolic.cc).
   uint64_t allocator_budget = std::numeric_limits<uint64_t>::max();
+  // Training iterations simulated: 0 (in the key Of() returns) for the loop until it repeats
+  // itself (symbolic/timeline.h kMostIterations), else exactly so many.
+  int iterations = 0;
 
   // The key of the simulation `ctx` asks for (at its current stage), without a budget.
   [[nodiscard]] static SimulationKey Of(const memory::EstimationContext& ctx);

@@ -69,6 +69,12 @@
 //  * Inference: forward only, no saved tensors, no gradients, one cuBLAS workspace. Data inputs
 //    live to the end of the iteration, except a decoder's past KV cache, released after its last
 //    reader (memory/kv_cache.h).
+//  * The loop: iterations run until one starts from the state an earlier one started from -- the
+//    same tensors alive between iterations, in the same allocator blocks (IterationStart,
+//    symbolic/loop_watch.h) -- at most kMostIterations (else the estimate warns, unsettled). From
+//    there the loop repeats itself: what the estimate reports is what every iteration to come
+//    reaches. The first iterations need not say it: the caching allocator can take several to
+//    settle, and a later one can reserve more than the first three did.
 //  * Every event goes through CachingAllocatorModel (symbolic/allocator.h) -- or, following an
 //    allocator run made already over the same requests (Simulate's AllocatorRun overload, the
 //    max-batch check), is checked against the run's next request and reads the allocator's state
@@ -149,11 +155,10 @@ class Sim {
  public:
   // Reads the options and the GPU through `key` only (symbolic/simulation_key.h), which must
   // outlive the Sim: it keeps a reference to key.options.
-  // With `requests` set, the allocator is left out: every malloc and free is appended to it
-  // instead (TraceRequests), and the simulation's own estimate is meaningless.
+  // With `trace` set, the allocator is left out: every malloc and free is appended to its
+  // requests instead (TraceRequests), and the simulation's own estimate is meaningless.
   Sim(const memory::EstimationContext& ctx, const SimulationKey& key, bool record,
-      std::vector<AllocatorRequest>* requests = nullptr,
-      size_t most_requests = std::numeric_limits<size_t>::max())
+      StepTrace* trace = nullptr, size_t most_requests = std::numeric_limits<size_t>::max())
       : ctx_(ctx),
         b_(ctx.bound()),
         g_(*b_.graph),
@@ -169,9 +174,11 @@ class Sim {
         stage_(key.stage),
         staged_(plan_.stages() > 1),
         record_(record),
-        requests_(requests),
+        trace_(trace),
+        requests_(trace != nullptr ? &trace->requests : nullptr),
         most_requests_(most_requests),
         budget_(key.allocator_budget),
+        iterations_(key.iterations),
         alloc_(StepAllocatorConfig(o_, budget_)) {}
 
   Sim(const Sim&) = delete;  // stats_ points into the Sim itself
@@ -251,6 +258,33 @@ class Sim {
   // A slot for a block already in the allocator, counted in category c.
   Tensor Adopt(CachingAllocatorModel::Handle handle, uint64_t bytes, Category c);
   void Iteration(int it);
+  // What an iteration does depends on nothing but the state it starts from: the tensors alive
+  // between iterations and the allocator holding them (symbolic/loop_watch.h). Writes that state
+  // to *words (replacing them): each such tensor in one fixed order (its block's address and its
+  // category; 0 where there is none), then the allocator's layout (AppendLayout, which has each
+  // block's bytes). False when a live tensor is not one of them, or an address is too large to
+  // share a word with a category: then the state is not compared with any.
+  [[nodiscard]] bool IterationStart(std::vector<uint64_t>* words) const;
+  // The same without the allocator (a trace, or following a run): each such tensor's bytes and
+  // category. What the iteration asks the allocator for depends on nothing else.
+  [[nodiscard]] bool RequestsStart(std::vector<uint64_t>* words) const;
+  // IterationStart and RequestsStart: each tensor alive between iterations, in one fixed order,
+  // as word(tensor) (0 where there is none); false when some live tensor is not one of them.
+  template <typename Word>
+  [[nodiscard]] bool CarriedTensors(std::vector<uint64_t>* words, Word word) const;
+  // The training loop, iteration after iteration: SimulationKey::iterations of them, or else
+  // until one starts from the state an earlier one started from (LoopWatch; repeat_), at most
+  // kMostIterations. A trace makes kTracedIterations, and notes whether the last one starts as
+  // the one before did (RequestsStart; StepTrace::loops); a simulation following a run goes to
+  // the run's end (EndOfRun).
+  Status Loop();
+  // Following a run, at its end: the loop repeats where the run's did, when the step made the
+  // run's requests and its last traced iteration started as the one before did (`loops`).
+  Status EndOfRun(bool loops);
+  // The `iterations` diagnostic: iterations 1 to kTracedIterations, then the most any later one
+  // reaches -- whichever iterations were simulated to find that (following a run, or with a
+  // fixed number, the loop is seen to repeat elsewhere), the same text.
+  std::string IterationsNote() const;
   void Forward(int it);
   // One node of the forward (seg = -1) or of segment seg's recomputation in backward.
   void ForwardNode(size_t k, int seg);
@@ -326,7 +360,8 @@ class Sim {
   bool prefill_ = false;            // RunPrefill: the cache outputs outlive the iteration
   base::IdVector<Tensor> adopted_;  // per data input: the past the prefill left (-1: none)
   std::optional<CategoryPeak> prefill_ran_out_at_;
-  std::vector<AllocatorRequest>* requests_;  // TraceRequests: what the allocator would be asked
+  StepTrace* trace_;                         // TraceRequests: what the allocator would be asked
+  std::vector<AllocatorRequest>* requests_;  // &trace_->requests
   const size_t most_requests_;               // TraceRequests stops the walk at so many
   const AllocatorRun* run_ = nullptr;        // Follow: the allocator's run over this step
   size_t run_next_ = 0;                      // run_->requests of the step so far
@@ -334,6 +369,7 @@ class Sim {
   AllocatorStats run_stats_;                 // run_->after of the last request, then run_->end
   int64_t mallocs_ = 0;    // mallocs so far, in a trace or following a run (the number names it)
   const uint64_t budget_;  // the allocator's capacity
+  const int iterations_;   // SimulationKey::iterations: 0 for the loop until it repeats itself
   CachingAllocatorModel alloc_;
   const AllocatorStats* stats_ = &alloc_.stats();  // Stats(): the model's, or run_stats_
   bool train_ = true;
@@ -417,6 +453,8 @@ class Sim {
   int alloc_peak_iteration_ = 0;
   uint64_t iteration_alloc_peak_ = 0;
   Moment oom_at_;  // the first request that failed for good (bytes: its size)
+  // Where the loop repeats itself, once seen (Loop; following a run, the run's).
+  std::optional<LoopRepeat> repeat_;
   Simulation sim_;
 };
 
@@ -1287,6 +1325,149 @@ void Sim::Iteration(int it) {
   sim_.iterations.push_back({it, iteration_alloc_peak_, Stats().reserved});
 }
 
+template <typename Word>
+bool Sim::CarriedTensors(std::vector<uint64_t>* words, Word word) const {
+  words->clear();
+  size_t alive = 0;
+  bool fits = true;
+  auto add = [&](Tensor t) {
+    const Live* l = t < 0 ? nullptr : &tensors_[SlotOf(t)];
+    if (l == nullptr || !l->alive || l->generation != GenerationOf(t)) {
+      words->push_back(0);
+      return;
+    }
+    ++alive;
+    const std::optional<uint64_t> w = word(*l);
+    fits = fits && w.has_value();
+    words->push_back(w.value_or(0));
+  };
+  for (size_t i = 0; i < g_.values.size(); ++i) {
+    if (kind_[i] == core::ValueKind::kInitializer) add(value_[i]);
+  }
+  for (int p : step_params_) add(param_grad_[p]);
+  for (const std::vector<Tensor>* ts : {&inputs_, &state_, &buckets_, &other_micro_batches_}) {
+    words->push_back(ts->size());
+    for (Tensor t : *ts) add(t);
+  }
+  for (const base::IdVector<Tensor>* ts : {&gathered_, &unit_grads_}) {
+    for (Tensor t : *ts) add(t);
+  }
+  for (Tensor t : {ws_forward_, ws_backward_, log_probs_, loss_, root_gathered_, flat_weights_,
+                   flat_grads_, flat_state_}) {
+    add(t);
+  }
+  return fits && alive == tensors_.size() - free_slots_.size();
+}
+
+// A tensor as one word: a value below 2^56 and its category above it (a handful of values).
+std::optional<uint64_t> WithCategory(uint64_t value, Category c) {
+  if (value == 0 || value >= (uint64_t{1} << 56)) return std::nullopt;
+  return value | uint64_t{static_cast<uint8_t>(c)} << 56;
+}
+
+bool Sim::IterationStart(std::vector<uint64_t>* words) const {
+  const bool known = CarriedTensors(words, [this](const Live& l) {
+    return WithCategory(alloc_.Address(l.handle), l.category);  // > 0: segments start at 2 MiB
+  });
+  if (known) alloc_.AppendLayout(words);
+  return known;
+}
+
+bool Sim::RequestsStart(std::vector<uint64_t>* words) const {
+  return CarriedTensors(words, [](const Live& l) { return WithCategory(l.bytes, l.category); });
+}
+
+Status Sim::Loop() {
+  LoopWatch watch;
+  std::vector<uint64_t> start;
+  // Without the allocator: RequestsStart() of the last two traced iterations.
+  std::vector<uint64_t> requests_start[2];
+  bool known[2] = {false, false};
+  const bool fixed = iterations_ > 0;  // exactly so many, never taken as repeating
+  const int most = fixed ? iterations_ : kMostIterations + 1;
+  // A step limited by a budget that ran out is not an estimate (symbolic/symbolic.cc keeps the
+  // unlimited one), so it stops at the end of that iteration.
+  for (int it = 1; it <= most && !alloc_.oom(); ++it) {
+    if (run_ != nullptr || requests_ != nullptr) {
+      const int before_last = kTracedIterations - 1;
+      if (it == before_last || it == kTracedIterations) {
+        const int i = it - before_last;
+        known[i] = RequestsStart(&requests_start[i]);
+        if (trace_ != nullptr) {
+          (i == 0 ? trace_->previous_begins : trace_->last_begins) = requests_->size();
+        }
+      }
+      const bool loops = known[0] && known[1] && requests_start[0] == requests_start[1];
+      if (trace_ != nullptr && it == kTracedIterations) trace_->loops = loops;
+      if (run_ != nullptr && it > kTracedIterations && run_next_ == run_->requests.size()) {
+        return EndOfRun(loops);
+      }
+    } else if (it > 1 && !fixed && IterationStart(&start)) {
+      repeat_ = watch.Starts(it, &start);
+      if (repeat_) return Status::Ok();
+    }
+    if (!fixed && it > kMostIterations) break;
+    Iteration(it);
+  }
+  if (run_ != nullptr) return EndOfRun(false);  // a run longer than any loop is simulated
+  return Status::Ok();                          // a trace, or unsettled (Run warns)
+}
+
+Status Sim::EndOfRun(bool loops) {
+  if (run_differs_at_ || run_next_ != run_->requests.size()) {
+    return InvalidArgument("the step's request " +
+                           std::to_string(run_differs_at_.value_or(run_next_)) +
+                           " is not the allocator run's");
+  }
+  if (!loops || !run_->repeat) {
+    return InvalidArgument(
+        "following an allocator run: the step does not repeat its iterations as traced, or the "
+        "run did not see the loop repeat itself");
+  }
+  repeat_ = run_->repeat;
+  run_stats_ = run_->end;
+  return Status::Ok();
+}
+
+std::string Sim::IterationsNote() const {
+  auto mib = [](uint64_t b) { return std::to_string(b >> 20) + " MiB"; };
+  const int simulated = static_cast<int>(sim_.iterations.size());
+  // Iteration i's figures; past the simulated ones, those of the iteration it repeats.
+  auto figures = [&](int i) -> const IterationPeak& {
+    if (i > simulated && repeat_)
+      i = repeat_->from + (i - repeat_->from) % (repeat_->at - repeat_->from);
+    return sim_.iterations[static_cast<size_t>(i - 1)];
+  };
+  auto text = [&](const IterationPeak& f) {
+    return "allocated peak " + mib(f.allocated) + ", reserved " + mib(f.reserved);
+  };
+  std::string note;
+  for (int i = 1; i <= kTracedIterations && (repeat_ || i <= simulated); ++i) {
+    note +=
+        (note.empty() ? "" : "; ") + ("iteration " + std::to_string(i) + ": ") + text(figures(i));
+  }
+  // Later iterations: those simulated past kTracedIterations, and every repeating one (each comes
+  // again later).
+  IterationPeak later;
+  bool any = false;
+  auto take = [&](const IterationPeak& f) {
+    any = true;
+    later.allocated = std::max(later.allocated, f.allocated);
+    later.reserved = std::max(later.reserved, f.reserved);
+  };
+  const int last = repeat_ ? repeat_->at - 1 : simulated;
+  for (int i = kTracedIterations + 1; i <= last; ++i) take(figures(i));
+  if (repeat_) {
+    for (int i = repeat_->from; i < repeat_->at; ++i) take(figures(i));
+  }
+  if (any) {
+    note += "; later iterations: " + text(later) +
+            (repeat_ ? " (simulated until an iteration started as an earlier one had)"
+                     : " (the most of those simulated)");
+  }
+  return note;
+}
+
 Result<Prefilled> Sim::RunPrefill() {
   prefill_ = true;
   train_ = false;
@@ -1368,30 +1549,21 @@ Result<Simulation> Sim::Run() {
   }
   Prepare();
   PrepareParallel();
-  // A decode step after its prefill runs once, on what the prefill left; else the steady state.
-  int iterations = kSimulatedIterations;
+  // A decode step after its prefill runs once, on what the prefill left; else the loop.
   if (const memory::EstimationContext* prefill = ctx_.prefill()) {
     SimulationKey key = SimulationKey::Of(*prefill);  // read by reference while the Sim runs
     key.allocator_budget = budget_;
     MEMEST_ASSIGN_OR_RETURN(Prefilled p, Sim(*prefill, key, /*record=*/false).RunPrefill());
     MEMEST_RETURN_IF_ERROR(AdoptPrefill(std::move(p)));
-    iterations = 1;
+    AllocateWeights();
+    Iteration(1);
+  } else {
+    AllocateWeights();
+    MEMEST_RETURN_IF_ERROR(Loop());
   }
-  AllocateWeights();
-  // A step limited by a budget that ran out is not an estimate (symbolic/symbolic.cc keeps the
-  // unlimited one), so it stops at the end of that iteration.
-  for (int it = 1; it <= iterations && !alloc_.oom(); ++it) Iteration(it);
 
   // A free the allocator model refused is a bug in this simulation: never an estimate over it.
   if (!alloc_.misuse().ok()) return alloc_.misuse();
-  if (run_ != nullptr) {
-    if (run_differs_at_ || run_next_ != run_->requests.size()) {
-      return InvalidArgument("the step's request " +
-                             std::to_string(run_differs_at_.value_or(run_next_)) +
-                             " is not the allocator run's");
-    }
-    run_stats_ = run_->end;
-  }
   Estimate& e = sim_.estimate;
   e.backend = "symbolic";
   const AllocatorStats& s = Stats();
@@ -1422,14 +1594,15 @@ Result<Simulation> Sim::Run() {
   e.peak_device = bd.Total();
   e.peak_phase = peak_phase_;
   e.peak_node = peak_node_ >= 0 ? g_.node(peak_node_).name : "";
-  auto mib = [](uint64_t b) { return std::to_string(b >> 20) + " MiB"; };
-  std::string iters;
-  for (const auto& ip : sim_.iterations) {
-    iters += (iters.empty() ? "" : "; ") + std::string("iteration ") +
-             std::to_string(ip.iteration) + ": allocated peak " + mib(ip.allocated) +
-             ", reserved " + mib(ip.reserved);
+  e.diagnostics.push_back({Severity::kInfo, "iterations", IterationsNote(), "", ""});
+  if (!repeat_ && iterations_ == 0 && ctx_.prefill() == nullptr && !alloc_.oom()) {
+    e.diagnostics.push_back(
+        {Severity::kWarning, "unsettled",
+         "the training loop's allocator state did not repeat within " +
+             std::to_string(kMostIterations) +
+             " simulated iterations: a later iteration may reach more than this estimate",
+         "", ""});
   }
-  e.diagnostics.push_back({Severity::kInfo, "iterations", iters, "", ""});
   e.diagnostics.push_back({Severity::kInfo, "allocated_peak",
                            std::string("allocated peak in ") + memest::ToString(alloc_peak_phase_) +
                                " of iteration " + std::to_string(alloc_peak_iteration_),
@@ -1453,7 +1626,8 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, bool record_ev
 
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
                             const AllocatorRun& run) {
-  if (ctx.prefill() != nullptr || run.end.num_ooms > 0 || run.after.size() != run.requests.size() ||
+  if (ctx.prefill() != nullptr || key.iterations != 0 || run.end.num_ooms > 0 || !run.repeat ||
+      run.after.size() != run.requests.size() ||
       run.config != StepAllocatorConfig(key.options, key.allocator_budget)) {
     return InvalidArgument(
         "the allocator run is not this step's: another allocator, a prefill, "
@@ -1471,21 +1645,21 @@ AllocatorConfig StepAllocatorConfig(const Options& options, uint64_t budget) {
                          kLargeBuffer, options.allocator.roundup_power2_divisions, budget};
 }
 
-Result<std::vector<AllocatorRequest>> TraceRequests(const memory::EstimationContext& ctx,
-                                                    size_t most_requests) {
+Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx, size_t most_requests) {
   if (ctx.prefill() != nullptr) {
     return InvalidArgument("a trace holds one graph's requests, not a prefill's and a step's");
   }
-  std::vector<AllocatorRequest> requests;
-  if (most_requests == 0) return requests;
-  const SimulationKey key = SimulationKey::Of(ctx);  // the Sim reads its options by reference
-  Sim sim(ctx, key, /*record=*/false, &requests, most_requests);
+  StepTrace trace;
+  if (most_requests == 0) return trace;
+  SimulationKey key = SimulationKey::Of(ctx);  // the Sim reads its options by reference
+  key.iterations = kTracedIterations;
+  Sim sim(ctx, key, /*record=*/false, &trace, most_requests);
   try {
     MEMEST_RETURN_IF_ERROR(sim.Run().status());
   } catch (const TraceIsLongEnough&) {
     // The first most_requests requests are made.
   }
-  return requests;
+  return trace;
 }
 
 }  // namespace memest::symbolic

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "memory/category.h"
 #include "memory/context.h"
 #include "symbolic/allocator.h"
+#include "symbolic/loop_watch.h"
 #include "symbolic/simulation_key.h"
 
 namespace memest::symbolic {
@@ -74,13 +76,28 @@ struct AllocatorRequest {
 };
 
 // The allocator model's run over a step's requests, made already (a replay,
-// symbolic/batch_trace.h): the requests as made, the allocated and reserved bytes after each, and
-// the statistics at the end.
+// symbolic/batch_trace.h): the requests as made -- the loop's first iterations, to where it
+// repeats itself -- the allocated and reserved bytes after each, the statistics at the end, and
+// where the loop repeats.
 struct AllocatorRun {
   AllocatorConfig config;
   std::vector<AllocatorRequest> requests;
   std::vector<std::pair<uint64_t, uint64_t>> after;  // (allocated, reserved) after requests[i]
   AllocatorStats end;
+  std::optional<LoopRepeat> repeat;  // none: the run did not see the loop repeat itself
+};
+
+// The step's requests without the allocator (TraceRequests): its first kTracedIterations
+// iterations, and where the last two begin. `loops`: the simulation's state at the start of the
+// last one was what it was at the start of the one before (the same tensors alive, by their
+// places in the step, of the same sizes), so every later iteration makes the last one's requests
+// again: its mallocs in the same order and sizes, its frees of its own and of the iteration
+// before's mallocs at the same places.
+struct StepTrace {
+  std::vector<AllocatorRequest> requests;
+  size_t previous_begins = 0;  // requests before the next-to-last traced iteration
+  size_t last_begins = 0;      // requests before the last traced iteration
+  bool loops = false;
 };
 
 // Whether requests a and b are the same to an allocator under `config`: the free of the same
@@ -93,8 +110,15 @@ struct AllocatorRun {
                               CachingAllocatorModel::RoundSize(b.bytes, config));
 }
 
-// Iterations simulated: 1 (first: optimizer state and workspaces created) and 2..3 (steady).
-inline constexpr int kSimulatedIterations = 3;
+// A trace (TraceRequests), and so a replay of it and the run a simulation follows, holds the
+// step's first kTracedIterations iterations: the first (optimizer state and workspaces created)
+// and two more.
+inline constexpr int kTracedIterations = 3;
+// A simulation runs the training loop until an iteration starts from the state an earlier one
+// started from (the same tensors alive in the same allocator blocks): from there the loop repeats
+// itself, and no later iteration reaches more. It stops after kMostIterations without that, and
+// warns that later iterations may reach more.
+inline constexpr int kMostIterations = 16;
 
 // The simulation over a context built by Estimator::Run() or SimulateModel() (the bound graph,
 // its value facts, the options and the GPU profile). Its estimate carries the symbolic backend's
@@ -106,10 +130,12 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, const Simulati
                             bool record_events);
 
 // The same over a step whose allocator run is `run` (which did not run out, under
-// StepAllocatorConfig(options, key.allocator_budget)): the allocator model is not run again, its
-// state after each request is read from `run`. Exactly Simulate(ctx, key, false) when the step
-// makes run's requests (each malloc rounding to the size run's does: the allocator decides on
-// rounded sizes only); InvalidArgument, naming the first request that differs, otherwise.
+// StepAllocatorConfig(options, key.allocator_budget), and saw the loop repeat itself): the
+// allocator model is not run again, its state after each request is read from `run`, and the
+// loop is taken to repeat where run's did. Exactly Simulate(ctx, key, false) when the step makes
+// run's requests (each malloc rounding to the size run's does: the allocator decides on rounded
+// sizes only) and repeats its iterations as its trace did (StepTrace::loops); InvalidArgument,
+// naming the first request that differs, or saying which of those did not hold, otherwise.
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
                             const AllocatorRun& run);
 
@@ -118,12 +144,13 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, const Simulati
 [[nodiscard]] AllocatorConfig StepAllocatorConfig(const Options& options, uint64_t budget);
 
 // The step's allocator requests, in order, without the allocator (unlimited budget): the same
-// mallocs and frees Simulate(ctx, ...) hands the allocator model, since what the step allocates
-// never depends on the allocator's state. What symbolic/batch_trace.h replays at other batches.
-// With `most_requests`, the walk stops once it has made that many: the step's first requests.
-Result<std::vector<AllocatorRequest>> TraceRequests(
-    const memory::EstimationContext& ctx,
-    size_t most_requests = std::numeric_limits<size_t>::max());
+// mallocs and frees Simulate(ctx, ...) hands the allocator model over its first
+// kTracedIterations iterations, since what the step allocates never depends on the allocator's
+// state. What symbolic/batch_trace.h replays at other batches. With `most_requests`, the walk
+// stops once it has made that many: the step's first requests (and `loops` is known only when
+// the walk got to the last traced iteration).
+Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx,
+                                size_t most_requests = std::numeric_limits<size_t>::max());
 
 }  // namespace memest::symbolic
 

@@ -28,6 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 using symbolic::AllocatorRequest;
 using symbolic::BatchTrace;
+using symbolic::StepTrace;
 
 fs::path Source(const std::string& rel) { return fs::path(MEMEST_SOURCE_DIR) / rel; }
 
@@ -38,14 +39,17 @@ std::shared_ptr<const Model> Load(const fs::path& path) {
 }
 
 // The step's requests at `batch`, traced in the context an estimate at `batch` would make.
-std::vector<AllocatorRequest> TraceAt(const Model& model, Options o, int64_t batch) {
+StepTrace TraceAt(const Model& model, Options o, int64_t batch) {
   o.batch = batch;
   auto ctx = memory::EstimationContext::Make(model, o);
   EXPECT_TRUE(ctx.ok()) << ctx.status().ToString();
   auto t = symbolic::TraceRequests(**ctx);
   EXPECT_TRUE(t.ok()) << t.status().ToString();
-  return t.ok() ? *t : std::vector<AllocatorRequest>{};
+  return t.ok() ? *t : StepTrace{};
 }
+
+// Requests made up for a test, as a trace that does not loop.
+StepTrace Steps(std::vector<AllocatorRequest> requests) { return {std::move(requests)}; }
 
 // ResNet-18 training on h100-80gb, and the lines through its step's traces at batches 2 and 9.
 struct Resnet18Lines {
@@ -63,10 +67,10 @@ struct Resnet18Lines {
 };
 
 TEST(BatchTraceTest, TracesThatDifferInTheirRequestsHaveNoLines) {
-  const std::vector<AllocatorRequest> a = {{100, -1}, {200, -1}, {0, 0}};
-  const std::vector<AllocatorRequest> freed_other = {{150, -1}, {300, -1}, {0, 1}};
-  const std::vector<AllocatorRequest> shorter = {{150, -1}, {300, -1}};
-  const std::vector<AllocatorRequest> shrinking = {{50, -1}, {300, -1}, {0, 0}};
+  const StepTrace a = Steps({{100, -1}, {200, -1}, {0, 0}});
+  const StepTrace freed_other = Steps({{150, -1}, {300, -1}, {0, 1}});
+  const StepTrace shorter = Steps({{150, -1}, {300, -1}});
+  const StepTrace shrinking = Steps({{50, -1}, {300, -1}, {0, 0}});
   EXPECT_FALSE(BatchTrace::Fit({{1, &a}, {2, &freed_other}}).has_value());
   EXPECT_FALSE(BatchTrace::Fit({{1, &a}, {2, &shorter}}).has_value());
   EXPECT_FALSE(BatchTrace::Fit({{1, &a}, {2, &shrinking}}).has_value());
@@ -77,8 +81,8 @@ TEST(BatchTraceTest, TracesThatDifferInTheirRequestsHaveNoLines) {
 
 TEST(BatchTraceTest, LargestWithinIsWhereTheBytesAliveAtOnceReachTheLimit) {
   // Two tensors alive together: 1000 + 10 b and 24 b bytes (a weight-like constant in the first).
-  const std::vector<AllocatorRequest> at1 = {{1010, -1}, {24, -1}, {0, 1}, {0, 0}};
-  const std::vector<AllocatorRequest> at5 = {{1050, -1}, {120, -1}, {0, 1}, {0, 0}};
+  const StepTrace at1 = Steps({{1010, -1}, {24, -1}, {0, 1}, {0, 0}});
+  const StepTrace at5 = Steps({{1050, -1}, {120, -1}, {0, 1}, {0, 0}});
   auto t = BatchTrace::Fit({{1, &at1}, {5, &at5}});
   ASSERT_TRUE(t.has_value());
   // 1000 + 34 b <= 4400 up to b = 100.
@@ -91,14 +95,14 @@ TEST(BatchTraceTest, LargestWithinIsWhereTheBytesAliveAtOnceReachTheLimit) {
 TEST(BatchTraceTest, ThreeTracesGiveEachSizeItsParabola) {
   // 4096 s^2 + 8 s + 100 bytes (scores and a constant), traced at s = 2, 5 and 9.
   auto size = [](uint64_t v) { return 4096 * v * v + 8 * v + 100; };
-  const std::vector<AllocatorRequest> at2 = {{size(2), -1}, {0, 0}};
-  const std::vector<AllocatorRequest> at5 = {{size(5), -1}, {0, 0}};
-  const std::vector<AllocatorRequest> at9 = {{size(9), -1}, {0, 0}};
+  const StepTrace at2 = Steps({{size(2), -1}, {0, 0}});
+  const StepTrace at5 = Steps({{size(5), -1}, {0, 0}});
+  const StepTrace at9 = Steps({{size(9), -1}, {0, 0}});
   auto t = BatchTrace::Fit({{2, &at2}, {5, &at5}, {9, &at9}});
   ASSERT_TRUE(t.has_value());
   const symbolic::AllocatorConfig config;
   for (uint64_t v : {1, 3, 100, 4096}) {
-    EXPECT_TRUE(t->Matches({{size(v), -1}, {0, 0}}, static_cast<int64_t>(v), config)) << v;
+    EXPECT_TRUE(t->Matches(Steps({{size(v), -1}, {0, 0}}), static_cast<int64_t>(v), config)) << v;
   }
   // 4096 s^2 + 8 s + 100 <= 10^9 up to s = 494.
   EXPECT_EQ(t->LargestWithin(1'000'000'000, 1 << 20), 494);
@@ -123,8 +127,8 @@ TEST(BatchTraceTest, ACurvesSizeIsExactWhateverItsCoefficients) {
       {"half-integer slope", 10, 13, [](int64_t v) { return uint64_t(10 + 3 * (v - 1) / 2); }},
   };
   for (const Case& c : cases) {
-    const std::vector<AllocatorRequest> at1 = {{c.at1, -1}, {0, 0}};
-    const std::vector<AllocatorRequest> at3 = {{c.at3, -1}, {0, 0}};
+    const StepTrace at1 = Steps({{c.at1, -1}, {0, 0}});
+    const StepTrace at3 = Steps({{c.at3, -1}, {0, 0}});
     auto t = BatchTrace::Fit({{1, &at1}, {3, &at3}});
     ASSERT_TRUE(t.has_value()) << c.what;
     for (int64_t v : {1, 2, 3, 4, 7, 100}) {
@@ -135,16 +139,16 @@ TEST(BatchTraceTest, ACurvesSizeIsExactWhateverItsCoefficients) {
 }
 
 TEST(BatchTraceTest, MatchesComparesTheRoundedSizes) {
-  const std::vector<AllocatorRequest> at1 = {{1000, -1}, {0, 0}};
-  const std::vector<AllocatorRequest> at2 = {{3000, -1}, {0, 0}};
+  const StepTrace at1 = Steps({{1000, -1}, {0, 0}});
+  const StepTrace at2 = Steps({{3000, -1}, {0, 0}});
   auto t = BatchTrace::Fit({{1, &at1}, {2, &at2}});
   ASSERT_TRUE(t.has_value());
   const symbolic::AllocatorConfig config;
   // At 10 the line gives 19000 bytes, which rounds to 19456 (512-byte blocks).
-  EXPECT_TRUE(t->Matches({{19000, -1}, {0, 0}}, 10, config));
-  EXPECT_TRUE(t->Matches({{19400, -1}, {0, 0}}, 10, config));   // same block
-  EXPECT_FALSE(t->Matches({{19500, -1}, {0, 0}}, 10, config));  // the next block: off the line
-  EXPECT_FALSE(t->Matches({{19000, -1}}, 10, config));
+  EXPECT_TRUE(t->Matches(Steps({{19000, -1}, {0, 0}}), 10, config));
+  EXPECT_TRUE(t->Matches(Steps({{19400, -1}, {0, 0}}), 10, config));   // same block
+  EXPECT_FALSE(t->Matches(Steps({{19500, -1}, {0, 0}}), 10, config));  // the next block
+  EXPECT_FALSE(t->Matches(Steps({{19000, -1}}), 10, config));
 }
 
 // A trace asked for its first requests is the full trace's prefix (the walk stops there), and
@@ -160,34 +164,46 @@ TEST(BatchTraceTest, APrefixOfTheTraceIsCheckedAsFarAsItGoes) {
   ASSERT_TRUE(ctx.ok());
   const auto full = symbolic::TraceRequests(**ctx);
   ASSERT_TRUE(full.ok());
+  const size_t traced = full->requests.size();
+  EXPECT_TRUE(full->loops);
   const symbolic::AllocatorConfig config = symbolic::StepAllocatorConfig(at, ~0ull);
-  for (size_t n : {size_t{0}, size_t{1}, full->size() / 3, full->size() - 1, full->size()}) {
+  for (size_t n : {size_t{0}, size_t{1}, traced / 3, traced - 1, traced}) {
     const auto prefix = symbolic::TraceRequests(**ctx, n);
     ASSERT_TRUE(prefix.ok());
-    ASSERT_EQ(prefix->size(), n);
-    EXPECT_TRUE(std::equal(prefix->begin(), prefix->end(), full->begin(),
+    ASSERT_EQ(prefix->requests.size(), n);
+    EXPECT_TRUE(std::equal(prefix->requests.begin(), prefix->requests.end(), full->requests.begin(),
                            [](const AllocatorRequest& a, const AllocatorRequest& b) {
                              return a.bytes == b.bytes && a.freed == b.freed;
                            }))
         << n;
     EXPECT_TRUE(t->Matches(*prefix, 40, config, n)) << n;
-    if (n < full->size()) {
+    if (n < traced) {
       EXPECT_FALSE(t->Matches(*prefix, 40, config)) << n << " is not the whole step";
     }
   }
   // A prefix off the curves is refused like a whole trace.
-  auto shifted = symbolic::TraceRequests(**ctx, full->size() / 3);
+  auto shifted = symbolic::TraceRequests(**ctx, traced / 3);
   ASSERT_TRUE(shifted.ok());
-  for (AllocatorRequest& r : *shifted) r.bytes += r.freed < 0 && r.bytes > 4096 ? 4096 : 0;
-  EXPECT_FALSE(t->Matches(*shifted, 40, config, shifted->size()));
+  for (AllocatorRequest& r : shifted->requests) r.bytes += r.freed < 0 && r.bytes > 4096 ? 4096 : 0;
+  EXPECT_FALSE(t->Matches(*shifted, 40, config, shifted->requests.size()));
   // A replay that runs out says how far it ran: up to and including the request that failed.
   symbolic::AllocatorConfig small = config;
   small.capacity = uint64_t{64} << 20;
   const auto r = t->Run(4000, small);
   ASSERT_TRUE(r.ran_out);
   EXPECT_GT(r.requests_run, 0u);
-  EXPECT_LT(r.requests_run, full->size());
-  EXPECT_EQ(t->Run(40, config).requests_run, full->size());
+  EXPECT_LT(r.requests_run, traced);
+  EXPECT_FALSE(r.repeat.has_value());
+  // One that fits runs the loop past the traced iterations until it repeats itself; a prefix
+  // that long needs the whole trace, looping as the curves do.
+  const auto fits = t->Run(40, config);
+  ASSERT_TRUE(fits.repeat.has_value());
+  EXPECT_GT(fits.requests_run, traced);
+  EXPECT_TRUE(t->Matches(*full, 40, config, fits.requests_run));
+  StepTrace no_loop = *full;
+  no_loop.loops = false;
+  EXPECT_TRUE(t->Matches(no_loop, 40, config));
+  EXPECT_FALSE(t->Matches(no_loop, 40, config, fits.requests_run));
 }
 
 // The estimate follows an allocator run (a replay's) only where the step makes the run's requests
@@ -205,10 +221,10 @@ TEST(BatchTraceTest, AnEstimateFollowsOnlyItsOwnStepsAllocatorRun) {
   ASSERT_TRUE(ctx.ok());
   const symbolic::AllocatorConfig config =
       symbolic::StepAllocatorConfig(at, symbolic::StepBudget(**ctx));
-  std::vector<std::pair<uint64_t, uint64_t>> after;
-  const auto r = t->Run(40, config, &after);
+  symbolic::AllocatorRun run;
+  const auto r = t->Run(40, config, &run);
   ASSERT_FALSE(r.ran_out);
-  const symbolic::AllocatorRun run{config, t->RequestsAt(40), after, r.stats};
+  run.requests = t->RequestsAt(40, run.after.size());  // the loop's too
   auto follow = [&run](const memory::EstimationContext& c) {
     return symbolic::EstimateFollowing(c, run);
   };
@@ -239,8 +255,8 @@ TEST(BatchTraceTest, AnEstimateFollowsOnlyItsOwnStepsAllocatorRun) {
 // requested bytes: the search's next guess counts it (api/max_batch.cc ReplaySearch).
 TEST(BatchTraceTest, AReplayThatRunsOutSaysItsOverhead) {
   // One tensor of 1000 b bytes: at b = 3, 3000 bytes, a small block in a new 2 MiB segment.
-  const std::vector<AllocatorRequest> at1 = {{1000, -1}, {0, 0}};
-  const std::vector<AllocatorRequest> at2 = {{2000, -1}, {0, 0}};
+  const StepTrace at1 = Steps({{1000, -1}, {0, 0}});
+  const StepTrace at2 = Steps({{2000, -1}, {0, 0}});
   auto t = BatchTrace::Fit({{1, &at1}, {2, &at2}});
   ASSERT_TRUE(t.has_value());
   symbolic::AllocatorConfig config;

@@ -1,0 +1,44 @@
+// symbolic/loop_watch.cc -- seeing the training loop repeat itself (policy in loop_watch.h).
+#include "symbolic/loop_watch.h"
+
+namespace memest::symbolic {
+
+LoopWatch::Print LoopWatch::Fingerprint(const std::vector<uint64_t>& words) {
+  // Two multiply-xorshift hashes with different constants over the words and their count.
+  Print p{0x9e3779b97f4a7c15ull ^ words.size(), 0xc2b2ae3d27d4eb4full + words.size()};
+  for (uint64_t w : words) {
+    p.a = (p.a ^ w) * 0xff51afd7ed558ccdull;
+    p.a ^= p.a >> 33;
+    p.b = (p.b + w) * 0x94d049bb133111ebull;
+    p.b ^= p.b >> 31;
+  }
+  return p;
+}
+
+std::optional<LoopRepeat> LoopWatch::Starts(int it, std::vector<uint64_t>* words) {
+  for (const auto& [earlier, state] : recent_) {
+    if (earlier > 0 && state == *words) return LoopRepeat{earlier, it};
+  }
+  if (candidate_at_ > 0 && it == candidate_at_ + period_) {
+    if (candidate_ == *words) return LoopRepeat{candidate_at_, it};
+    candidate_at_ = 0;
+  }
+  const Print print = Fingerprint(*words);
+  if (candidate_at_ == 0) {
+    for (auto seen = prints_.rbegin(); seen != prints_.rend(); ++seen) {
+      if (seen->first < it - 2 && seen->second == print) {
+        candidate_at_ = it;
+        period_ = it - seen->first;
+        candidate_ = *words;
+        break;
+      }
+    }
+  }
+  prints_.emplace_back(it, print);
+  std::pair<int, std::vector<uint64_t>>& slot = recent_[it % 2];
+  slot.first = it;
+  std::swap(slot.second, *words);
+  return std::nullopt;
+}
+
+}  // namespace memest::symbolic

@@ -1,0 +1,57 @@
+// symbolic/loop_watch.h -- seeing the training loop repeat itself: the states its iterations start
+// from, compared. Shared by the simulation (symbolic/timeline.cc) and the replay of its requests
+// (symbolic/batch_trace.cc), which watch the same loop.
+//
+// Policy:
+//  * An iteration does what the state it starts from decides, and nothing else: the tensors alive
+//    between iterations, where the allocator holds them, and the allocator's blocks. Once an
+//    iteration k starts from the state an earlier one j started from, iterations j .. k-1 repeat
+//    for ever, and no later iteration reaches more than they did.
+//  * States are compared word for word. The last two are kept whole: the caching allocator
+//    settles into a loop of one or two iterations (a buffer freed and made again each iteration
+//    alternates between two places). Of the older ones only a fingerprint is kept (two 64-bit
+//    hashes); when one matches, the state is kept whole and compared, word for word, with the
+//    state as many iterations later (a loop of four: gradient accumulation over two
+//    micro-batches). A fingerprint only ever decides what to compare.
+#ifndef MEMEST_SYMBOLIC_LOOP_WATCH_H_
+#define MEMEST_SYMBOLIC_LOOP_WATCH_H_
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace memest::symbolic {
+
+// Iterations from .. at-1 of the training loop repeat for ever: iteration `at` started from the
+// state iteration `from` had started from.
+struct LoopRepeat {
+  int from = 0;
+  int at = 0;
+  bool operator==(const LoopRepeat&) const = default;
+};
+
+class LoopWatch {
+ public:
+  // Iteration `it` (numbers increase) starts from the state *words. Returns where the loop
+  // repeats, once an iteration starts from a state an earlier one was seen to start from. Takes
+  // the words over, leaving *words with an older state's to be filled again (no allocation).
+  [[nodiscard]] std::optional<LoopRepeat> Starts(int it, std::vector<uint64_t>* words);
+
+ private:
+  struct Print {
+    uint64_t a = 0, b = 0;
+    bool operator==(const Print&) const = default;
+  };
+  static Print Fingerprint(const std::vector<uint64_t>& words);
+
+  std::pair<int, std::vector<uint64_t>> recent_[2];  // the last two, by it % 2 (0: none)
+  std::vector<std::pair<int, Print>> prints_;        // every state seen
+  // A state whose fingerprint an older one had, kept whole to be compared `period` later.
+  int candidate_at_ = 0, period_ = 0;
+  std::vector<uint64_t> candidate_;
+};
+
+}  // namespace memest::symbolic
+
+#endif  // MEMEST_SYMBOLIC_LOOP_WATCH_H_
