@@ -1,13 +1,17 @@
-// tests/testing/bundled.h -- the bundled models (datasets/models/) loaded for a test.
+// tests/testing/bundled.h -- the bundled models (datasets/models/) loaded for a test, and where
+// datasets/timm-a100's graphs are.
 #ifndef MEMEST_TESTS_TESTING_BUNDLED_H_
 #define MEMEST_TESTS_TESTING_BUNDLED_H_
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "memest/memest.h"
+#include "testing/onnx_builder.h"
 
 namespace memest::testing {
 
@@ -19,6 +23,19 @@ inline std::shared_ptr<const Model> BundledModel(const std::string& name) {
                      (has_suffix ? "" : ".onnx"));
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return m.ok() ? std::move(m).value() : nullptr;
+}
+
+// The folder of datasets/timm-a100's 81 training graphs: the one datasets/timm-a100/unpack.sh
+// unpacked them into, or else `scratch`, where they are unpacked from the tarball (a clean clone
+// has only the tarball). A failed unpack fails the test.
+inline std::filesystem::path TimmGraphs(const TempDir& scratch) {
+  const std::filesystem::path source =
+      std::filesystem::path(MEMEST_SOURCE_DIR) / "datasets/timm-a100";
+  if (std::filesystem::exists(source / "models/.unpacked")) return source / "models";
+  const std::string tar =
+      "tar -xJf '" + (source / "models.tar.xz").string() + "' -C '" + scratch.path() + "'";
+  EXPECT_EQ(std::system(tar.c_str()), 0) << tar;
+  return std::filesystem::path(scratch.path()) / "models";
 }
 
 }  // namespace memest::testing

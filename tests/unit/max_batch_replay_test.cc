@@ -20,6 +20,7 @@
 #include "memory/context.h"
 #include "symbolic/batch_trace.h"
 #include "symbolic/symbolic.h"
+#include "tests/testing/bundled.h"
 #include "tests/testing/onnx_builder.h"
 
 namespace memest {
@@ -523,16 +524,8 @@ TEST(MaxBatchReplayTest, LanguageModels) {
 
 // timm's 81 training graphs on three GPUs: the answers, and what the searches spent (printed).
 TEST(MaxBatchReplayTest, TimmGraphs) {
-  // The graphs unpacked by datasets/timm-a100/unpack.sh, or else from its tarball into a
-  // scratch folder (a clean clone has only the tarball).
   testing::TempDir scratch;
-  fs::path dir = Source("datasets/timm-a100/models");
-  if (!fs::exists(dir / ".unpacked")) {
-    const std::string tar = "tar -xJf '" + Source("datasets/timm-a100/models.tar.xz").string() +
-                            "' -C '" + scratch.path() + "'";
-    ASSERT_EQ(std::system(tar.c_str()), 0) << tar;
-    dir = fs::path(scratch.path()) / "models";
-  }
+  const fs::path dir = testing::TimmGraphs(scratch);
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.path().extension() == ".onnx") files.push_back(entry.path());

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -18,6 +17,7 @@
 #include "symbolic/loop_watch.h"
 #include "symbolic/simulation_key.h"
 #include "symbolic/timeline.h"
+#include "testing/bundled.h"
 #include "testing/onnx_builder.h"
 
 namespace memest::symbolic {
@@ -140,13 +140,7 @@ TEST(SteadyStateTest, TheLoopsEstimateIsThatOfAnyLongerRun) {
 // three (found by simulating 3 and 12 iterations of every row): the estimate is the loop's.
 TEST(SteadyStateTest, LaterIterationsCanReachMoreThanTheFirstThree) {
   testing::TempDir scratch;
-  fs::path dir = Source("datasets/timm-a100/models");
-  if (!fs::exists(dir / ".unpacked")) {
-    const std::string tar = "tar -xJf '" + Source("datasets/timm-a100/models.tar.xz").string() +
-                            "' -C '" + scratch.path() + "'";
-    ASSERT_EQ(std::system(tar.c_str()), 0) << tar;
-    dir = fs::path(scratch.path()) / "models";
-  }
+  const fs::path dir = testing::TimmGraphs(scratch);
   const std::vector<std::pair<std::string, int64_t>> rows = {
       {"eca_resnet33ts", 8},
       {"mobileone_s2", 8},
