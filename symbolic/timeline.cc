@@ -74,7 +74,10 @@
 //    symbolic/loop_watch.h) -- at most kMostIterations (else the estimate warns, unsettled). From
 //    there the loop repeats itself: what the estimate reports is what every iteration to come
 //    reaches. The first iterations need not say it: the caching allocator can take several to
-//    settle, and a later one can reserve more than the first three did.
+//    settle, and a later one can reserve more than the first three did. When the third iteration
+//    starts with the tensors the second did (RequestsStart), every later one makes its requests
+//    again, so from the fourth on they are run through the allocator model without walking the
+//    graph (LoopRest), each moment the estimate keeps taken where the walk made the request.
 //  * Every event goes through CachingAllocatorModel (symbolic/allocator.h) -- or, following an
 //    allocator run made already over the same requests (Simulate's AllocatorRun overload, the
 //    max-batch check), is checked against the run's next request and reads the allocator's state
