@@ -1726,7 +1726,9 @@ Result<Prefilled> Sim::RunPrefill() {
 
 Tensor Sim::Adopt(CachingAllocatorModel::Handle handle, uint64_t bytes, Category c) {
   const Tensor t = NewSlot(bytes, c);
-  tensors_[SlotOf(t)].handle = handle;
+  Live& l = tensors_[SlotOf(t)];
+  l.handle = handle;
+  l.made_in = 0;  // before the step's first iteration (MadeState reads it)
   NoteLargest(c);
   Record(true, bytes, c);  // a timeline shows it from the start, as the prefill left it
   return t;
