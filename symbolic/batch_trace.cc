@@ -140,38 +140,25 @@ bool BatchTrace::FindLoop(size_t previous_begins, size_t last_begins) {
   loop_first_malloc_ = m;
   const size_t mallocs = curves_.size() - m;
   if (loop_first_malloc_ - previous_first_malloc_ != mallocs || mallocs > UINT32_MAX) return false;
-  std::vector<bool> own_freed(mallocs, false), previous_freed(mallocs, false);
   uint32_t r = 0;
   for (size_t i = last_begins; i < requests_.size(); ++i) {
     const int64_t f = requests_[i].freed;
     if (f < 0) {
       loop_.push_back({LoopRequest::kMalloc, r++});
     } else if (static_cast<size_t>(f) >= loop_first_malloc_) {
-      const auto own = static_cast<uint32_t>(static_cast<size_t>(f) - loop_first_malloc_);
-      own_freed[own] = true;
-      loop_.push_back({LoopRequest::kFreeOwn, own});
+      loop_.push_back({LoopRequest::kFreeOwn,
+                       static_cast<uint32_t>(static_cast<size_t>(f) - loop_first_malloc_)});
     } else if (static_cast<size_t>(f) >= previous_first_malloc_) {
-      const auto prev = static_cast<uint32_t>(static_cast<size_t>(f) - previous_first_malloc_);
-      previous_freed[prev] = true;
-      loop_.push_back({LoopRequest::kFreePrevious, prev});
+      loop_.push_back({LoopRequest::kFreePrevious,
+                       static_cast<uint32_t>(static_cast<size_t>(f) - previous_first_malloc_)});
     } else {
       return false;  // an older malloc: not a loop of one iteration
     }
   }
-  // What outlives an iteration is what the next one frees: nothing piles up.
-  for (uint32_t q = 0; q < mallocs; ++q) {
-    if (own_freed[q] == previous_freed[q]) return false;
-    if (!own_freed[q]) carried_.push_back(q);
-  }
+  std::optional<std::vector<uint32_t>> carried = CarriedMallocs(loop_, mallocs);
+  if (!carried) return false;
+  carried_ = std::move(*carried);
   return true;
-}
-
-void BatchTrace::LoopState(const CachingAllocatorModel& alloc,
-                           const std::vector<CachingAllocatorModel::Handle>& previous,
-                           std::vector<uint64_t>* words) const {
-  words->clear();
-  for (uint32_t q : carried_) words->push_back(alloc.Address(previous[q]));
-  alloc.AppendLayout(words);
 }
 
 uint64_t BatchTrace::Bytes(size_t m, int64_t v) const {
@@ -307,7 +294,7 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config,
   std::vector<uint64_t> state;
   // At the start of iteration `it`: whether it starts as an earlier one did.
   const auto repeats = [&](int it, const std::vector<Handle>& previous) {
-    LoopState(alloc, previous, &state);
+    LoopStart(alloc, previous, carried_, &state);
     out.repeat = watch.Starts(it, &state);
     return out.repeat.has_value();
   };
@@ -378,17 +365,10 @@ std::vector<AllocatorRequest> BatchTrace::RequestsAt(int64_t v, size_t count) co
   while (out.size() < count) {
     for (size_t i = 0; i < loop_.size() && out.size() < count; ++i) {
       const LoopRequest& q = loop_[i];
-      switch (q.kind) {
-        case LoopRequest::kMalloc:
-          out.push_back({Bytes(loop_first_malloc_ + q.r, v), -1});
-          break;
-        case LoopRequest::kFreeOwn:
-          out.push_back({0, static_cast<int64_t>(own + q.r)});
-          break;
-        case LoopRequest::kFreePrevious:
-          out.push_back({0, static_cast<int64_t>(previous + q.r)});
-          break;
-      }
+      const uint64_t bytes =
+          q.kind == LoopRequest::kMalloc ? Bytes(loop_first_malloc_ + q.r, v) : 0;
+      out.push_back(
+          StepRequest(q, bytes, static_cast<int64_t>(own), static_cast<int64_t>(previous)));
     }
     previous = own;
     own += mallocs;

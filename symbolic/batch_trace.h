@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "symbolic/allocator.h"
+#include "symbolic/loop_watch.h"
 #include "symbolic/timeline.h"
 
 namespace memest::symbolic {
@@ -134,27 +135,16 @@ class BatchTrace {
   static Curve Line(uint64_t s0, uint64_t s1, int64_t h);
   static Curve Parabola(const uint64_t s[3], Wide h01, Wide h12, Wide den);
 
-  // The loop's requests: the last traced iteration's, each a malloc (its number r within the
-  // iteration; its curve is loop_first_malloc_ + r), or the free of the iteration's own malloc r
-  // or of the iteration before's.
-  struct LoopRequest {
-    enum Kind : uint8_t { kMalloc, kFreeOwn, kFreePrevious };
-    Kind kind = kMalloc;
-    uint32_t r = 0;
-  };
   // Reads the loop off the traced requests (StepTrace's iterations); false when the last
-  // iteration frees a malloc older than the iteration before, or leaves one of that iteration's
-  // that lived through it, or the two iterations make different numbers of mallocs.
+  // iteration frees a malloc older than the iteration before, its mallocs are not freed once each
+  // by it or the next (CarriedMallocs), or the two iterations make different numbers of mallocs.
   bool FindLoop(size_t previous_begins, size_t last_begins);
-  // The iteration before's mallocs alive at an iteration's start (`previous`: their blocks, by
-  // number), then the allocator's layout: what decides all the loop does from there.
-  void LoopState(const CachingAllocatorModel& alloc,
-                 const std::vector<CachingAllocatorModel::Handle>& previous,
-                 std::vector<uint64_t>* words) const;
 
   std::vector<AllocatorRequest> requests_;  // at the first value traced
   std::vector<Curve> curves_;               // per malloc
   bool loops_ = false;
+  // The loop's requests: the last traced iteration's (a malloc's curve is
+  // loop_first_malloc_ + r).
   std::vector<LoopRequest> loop_;
   size_t previous_begins_ = 0;        // requests before the next-to-last traced iteration
   size_t loop_begins_ = 0;            // requests before the last traced iteration

@@ -41,4 +41,28 @@ std::optional<LoopRepeat> LoopWatch::Starts(int it, std::vector<uint64_t>* words
   return std::nullopt;
 }
 
+std::optional<std::vector<uint32_t>> CarriedMallocs(const std::vector<LoopRequest>& requests,
+                                                    size_t mallocs) {
+  std::vector<uint8_t> own(mallocs, 0), previous(mallocs, 0);
+  for (const LoopRequest& q : requests) {
+    if (q.kind == LoopRequest::kMalloc) continue;
+    if (q.r >= mallocs) return std::nullopt;
+    ++(q.kind == LoopRequest::kFreeOwn ? own : previous)[q.r];
+  }
+  std::vector<uint32_t> carried;
+  for (uint32_t r = 0; r < mallocs; ++r) {
+    if (own[r] + previous[r] != 1) return std::nullopt;  // freed twice, or piling up
+    if (previous[r] == 1) carried.push_back(r);
+  }
+  return carried;
+}
+
+void LoopStart(const CachingAllocatorModel& alloc,
+               const std::vector<CachingAllocatorModel::Handle>& previous,
+               const std::vector<uint32_t>& carried, std::vector<uint64_t>* words) {
+  words->clear();
+  for (uint32_t r : carried) words->insert(words->end(), {r, alloc.Address(previous[r])});
+  alloc.AppendLayout(words);
+}
+
 }  // namespace memest::symbolic

@@ -1,6 +1,7 @@
 // symbolic/loop_watch.h -- seeing the training loop repeat itself: the states its iterations start
-// from, compared. Shared by the simulation (symbolic/timeline.cc) and the replay of its requests
-// (symbolic/batch_trace.cc), which watch the same loop.
+// from, compared; and an iteration whose requests every later one makes again. Shared by the
+// simulation (symbolic/timeline.cc) and the replay of its requests (symbolic/batch_trace.cc),
+// which watch the same loop.
 //
 // Policy:
 //  * An iteration does what the state it starts from decides, and nothing else: the tensors alive
@@ -13,6 +14,10 @@
 //    hashes); when one matches, the state is kept whole and compared, word for word, with the
 //    state as many iterations later (a loop of four: gradient accumulation over two
 //    micro-batches). A fingerprint only ever decides what to compare.
+//  * An iteration whose requests every later one makes again (LoopRequest) frees only its own
+//    mallocs and the iteration before's, and what outlives it is what the next one frees
+//    (CarriedMallocs); the state each later iteration starts from is then where those mallocs of
+//    the iteration before are, and the allocator's layout (LoopStart).
 #ifndef MEMEST_SYMBOLIC_LOOP_WATCH_H_
 #define MEMEST_SYMBOLIC_LOOP_WATCH_H_
 
@@ -20,6 +25,8 @@
 #include <optional>
 #include <utility>
 #include <vector>
+
+#include "symbolic/allocator.h"
 
 namespace memest::symbolic {
 
@@ -30,6 +37,29 @@ struct LoopRepeat {
   int at = 0;
   bool operator==(const LoopRepeat&) const = default;
 };
+
+// One request of an iteration that every later iteration makes again: a malloc (its number r
+// among the iteration's mallocs), or the free of the iteration's own malloc r or of the iteration
+// before's.
+struct LoopRequest {
+  enum Kind : uint8_t { kMalloc, kFreeOwn, kFreePrevious };
+  Kind kind = kMalloc;
+  uint32_t r = 0;
+};
+
+// The mallocs of such an iteration (`mallocs` of them) that outlive it, by number, increasing:
+// each freed by the next iteration, every other one by the iteration itself. nullopt when a
+// malloc is freed twice or by neither (it would pile up), or a free names no malloc.
+[[nodiscard]] std::optional<std::vector<uint32_t>> CarriedMallocs(
+    const std::vector<LoopRequest>& requests, size_t mallocs);
+
+// The state an iteration of such a loop starts from, as LoopWatch compares it: each malloc of the
+// iteration before that outlived it (`carried`: its number and the address of its block, from
+// `previous` by number), then the allocator's layout (CachingAllocatorModel::AppendLayout).
+// Replaces *words.
+void LoopStart(const CachingAllocatorModel& alloc,
+               const std::vector<CachingAllocatorModel::Handle>& previous,
+               const std::vector<uint32_t>& carried, std::vector<uint64_t>* words);
 
 class LoopWatch {
  public:

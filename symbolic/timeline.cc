@@ -216,13 +216,9 @@ class Sim {
     int made_in = 0;          // the iteration that allocated it (0: before the first)
     uint32_t made_at = 0;     // its malloc's number within that iteration
   };
-  // The loop's iterations after the last walked one, when they repeat its requests (LoopRest):
-  // each request of that iteration, a malloc (its number r there, its bytes) or the free of that
-  // iteration's malloc r (own) or of the one before's (previous), with where the walk made it.
-  struct LoopStep {
-    enum Kind : uint8_t { kMalloc, kFreeOwn, kFreePrevious };
-    Kind kind = kMalloc;
-    uint32_t r = 0;
+  // Where the walk made a request of the iteration the loop's later ones repeat (LoopRest): a
+  // malloc's bytes, the phase and the node.
+  struct LoopWhere {
     uint64_t bytes = 0;
     Phase phase = Phase::kUnknown;
     int node = -1;
@@ -297,32 +293,28 @@ class Sim {
   // Following a run, at its end: the loop repeats where the run's did, when the step made the
   // run's requests and its last traced iteration started as the one before did (`loops`).
   Status EndOfRun(bool loops);
-  // A request of the walked iteration the loop's later ones repeat (loop_steps_): the malloc of
-  // t (in the allocator model, or following a run), the free of l.
+  // A request of the walked iteration the loop's later ones repeat (loop_requests_): the malloc
+  // of t (in the allocator model, or following a run), the free of l.
   void NoteLoopMalloc(const Live& t);
   void NoteLoopFree(const Live& l);
-  // After request q of iteration `it` of the loop's later ones: the moments Malloc and Free
-  // keep, taken where the walk made q (the bytes alive per category are the walked iteration's
-  // there, so no category's maximum moves).
-  void NoteLoopMoments(const LoopStep& q, int it);
+  // After request i of the walked iteration, made again in iteration `it`: the moments Malloc
+  // and Free keep, taken where the walk made it (the bytes alive per category are the walked
+  // iteration's there, so no category's maximum moves).
+  void NoteLoopMoments(size_t i, int it);
   // Following a run: its iterations from `first` on, checked against the walked iteration's
   // requests (each malloc numbered on from the iteration before's) without walking the graph.
   void FollowLoopRest(int first, uint32_t mallocs);
-  // The state an iteration starts from when every later one repeats the walked iteration's
-  // requests: each malloc of the iteration before that is still alive (its number there and
-  // its block's address, by number), then the allocator's layout. MadeState reads the tensors
-  // made in iteration `made_in`; RestState the blocks `previous` of the mallocs `carried`.
+  // LoopStart (symbolic/loop_watch.h) of the walked iteration: the tensors made in iteration
+  // `made_in`, the one before it, that are still alive, by their number there.
   void MadeState(int made_in, std::vector<uint64_t>* words) const;
-  void RestState(const std::vector<CachingAllocatorModel::Handle>& previous,
-                 const std::vector<uint32_t>& carried, std::vector<uint64_t>* words) const;
   // The mallocs of the walked iteration that outlive it, when its requests are those every later
-  // iteration makes (each such malloc freed by the next iteration, the others by itself, no
-  // older one freed, as many mallocs as the iteration before); nullopt otherwise.
+  // iteration makes (CarriedMallocs, no older one freed, as many mallocs as the iteration
+  // before); nullopt otherwise.
   std::optional<std::vector<uint32_t>> LoopCarried(uint32_t previous_mallocs) const;
   // The loop from iteration `first` on without walking the graph: the walked iteration's
-  // requests through the allocator model (LoopStep), each moment the estimate keeps taken where
-  // the walk made that request, until an iteration starts from the state an earlier one did
-  // (LoopWatch, `start`: the state iteration first - 1 started from, MadeState's).
+  // requests through the allocator model (loop_requests_), each moment the estimate keeps taken
+  // where the walk made that request, until an iteration starts from the state an earlier one did
+  // (LoopWatch over LoopStart; `start`: the state iteration first - 1 started from, MadeState's).
   void LoopRest(int first, const std::vector<uint32_t>& carried, std::vector<uint64_t> start);
   // The `iterations` diagnostic: iterations 1 to kTracedIterations, then the most any later one
   // reaches -- whichever iterations were simulated to find that (following a run, or with a
@@ -416,8 +408,9 @@ class Sim {
   // the bytes alive per category after each of its mallocs, each malloc's block; false once a
   // request is not one a repeating iteration makes.
   bool noting_loop_ = false, loop_noted_ok_ = true;
-  std::vector<LoopStep> loop_steps_;
-  std::vector<uint64_t> loop_live_;  // kNumCategories per malloc, in Category order
+  std::vector<LoopRequest> loop_requests_;
+  std::vector<LoopWhere> loop_where_;  // by request
+  std::vector<uint64_t> loop_live_;    // kNumCategories per malloc, in Category order
   std::vector<CachingAllocatorModel::Handle> loop_blocks_;
   const uint64_t budget_;  // the allocator's capacity
   const int iterations_;   // SimulationKey::iterations: 0 for the loop until it repeats itself
@@ -1437,70 +1430,58 @@ bool Sim::RequestsStart(std::vector<uint64_t>* words) const {
 Status Sim::Loop() {
   LoopWatch watch;
   std::vector<uint64_t> start;
-  // RequestsStart() of the last two traced iterations (without the allocator, or before the
-  // loop goes on without the walk).
+  const bool fixed = iterations_ > 0;                          // exactly so many, never repeating
+  const bool walks = requests_ == nullptr && run_ == nullptr;  // through the allocator model
+  // RequestsStart() at the start of the last two traced iterations: whether the last starts as
+  // the one before did. A trace notes it (StepTrace::loops); a run followed, or a walk looking
+  // for the loop's repeat, then goes on without walking (FollowLoopRest, LoopRest).
+  const bool compares_requests = !walks || (!fixed && !record_);
   std::vector<uint64_t> requests_start[2];
   bool known[2] = {false, false};
   const int before_last = kTracedIterations - 1;
-  std::vector<uint64_t> made_start;    // MadeState at the start of iteration kTracedIterations
-  uint32_t previous_mallocs = 0;       // the iteration before it made so many
-  const bool fixed = iterations_ > 0;  // exactly so many, never taken as repeating
+  std::vector<uint64_t> made_start;  // MadeState at the start of iteration kTracedIterations
+  uint32_t previous_mallocs = 0;     // the iteration before it made so many
   const int most = fixed ? iterations_ : kMostIterations + 1;
   // A step limited by a budget that ran out is not an estimate (symbolic/symbolic.cc keeps the
   // unlimited one), so it stops at the end of that iteration.
   for (int it = 1; it <= most && !alloc_.oom(); ++it) {
-    if (run_ != nullptr || requests_ != nullptr) {
-      if (it == before_last || it == kTracedIterations) {
-        const int i = it - before_last;
-        known[i] = RequestsStart(&requests_start[i]);
-        if (trace_ != nullptr) {
-          (i == 0 ? trace_->previous_begins : trace_->last_begins) = requests_->size();
-        }
+    if (compares_requests && (it == before_last || it == kTracedIterations)) {
+      const int i = it - before_last;
+      known[i] = RequestsStart(&requests_start[i]);
+      if (trace_ != nullptr) {
+        (i == 0 ? trace_->previous_begins : trace_->last_begins) = requests_->size();
       }
-      const bool loops = known[0] && known[1] && requests_start[0] == requests_start[1];
-      if (trace_ != nullptr && it == kTracedIterations) trace_->loops = loops;
-      if (run_ != nullptr && it == kTracedIterations) {
-        noting_loop_ = loops;  // the walked iteration's requests, for FollowLoopRest
-        previous_mallocs = made_;
+    }
+    const bool loops = known[0] && known[1] && requests_start[0] == requests_start[1];
+    if (trace_ != nullptr && it == kTracedIterations) trace_->loops = loops;
+    if (compares_requests && requests_ == nullptr && it == kTracedIterations) {
+      noting_loop_ = loops;  // the walked iteration's requests, for the iterations after it
+      previous_mallocs = made_;
+      if (noting_loop_ && walks) {
+        MadeState(it - 1, &made_start);
+        loop_requests_.reserve(2 * size_t{made_});  // as many as the iteration before made
+        loop_where_.reserve(2 * size_t{made_});
+        loop_live_.reserve(size_t{made_} * kNumCategories);
+        loop_blocks_.reserve(made_);
       }
-      if (run_ != nullptr && it == kTracedIterations + 1 && noting_loop_) {
-        noting_loop_ = false;
-        if (LoopCarried(previous_mallocs)) {
+    }
+    if (noting_loop_ && it == kTracedIterations + 1) {
+      noting_loop_ = false;
+      if (const auto carried = LoopCarried(previous_mallocs)) {
+        if (run_ != nullptr) {
           FollowLoopRest(it, previous_mallocs);
           return EndOfRun(loops);
         }
+        LoopRest(it, *carried, std::move(made_start));
+        return Status::Ok();
       }
-      if (run_ != nullptr && it > kTracedIterations && run_next_ == run_->requests.size()) {
-        return EndOfRun(loops);
-      }
-    } else if (it > 1 && !fixed) {
-      // Once an iteration's requests are seen to be every later one's, the loop goes on without
-      // walking the graph (LoopRest).
-      if (noting_loop_ && it == kTracedIterations + 1) {
-        noting_loop_ = false;
-        if (const auto carried = LoopCarried(previous_mallocs)) {
-          LoopRest(it, *carried, std::move(made_start));
-          return Status::Ok();
-        }
-      }
-      if (IterationStart(&start)) {
-        repeat_ = watch.Starts(it, &start);
-        if (repeat_) return Status::Ok();
-      }
-      if (!record_ && (it == before_last || it == kTracedIterations)) {
-        const int i = it - before_last;
-        known[i] = RequestsStart(&requests_start[i]);
-      }
-      if (!record_ && it == kTracedIterations) {
-        noting_loop_ = known[0] && known[1] && requests_start[0] == requests_start[1];
-        previous_mallocs = made_;
-        if (noting_loop_) {
-          MadeState(it - 1, &made_start);
-          loop_steps_.reserve(2 * size_t{made_});  // as many as the iteration before made
-          loop_live_.reserve(size_t{made_} * kNumCategories);
-          loop_blocks_.reserve(made_);
-        }
-      }
+    }
+    if (run_ != nullptr && it > kTracedIterations && run_next_ == run_->requests.size()) {
+      return EndOfRun(loops);
+    }
+    if (walks && it > 1 && !fixed && IterationStart(&start)) {
+      repeat_ = watch.Starts(it, &start);
+      if (repeat_) return Status::Ok();
     }
     if (!fixed && it > kMostIterations) break;
     Iteration(it);
@@ -1510,16 +1491,32 @@ Status Sim::Loop() {
 }
 
 void Sim::NoteLoopMalloc(const Live& t) {
-  loop_steps_.push_back({LoopStep::kMalloc, t.made_at, t.bytes, phase_, node_});
+  loop_requests_.push_back({LoopRequest::kMalloc, t.made_at});
+  loop_where_.push_back({t.bytes, phase_, node_});
   for (int c = 0; c < kNumCategories; ++c) loop_live_.push_back(live_[Category(c)]);
   loop_blocks_.push_back(t.handle);
 }
 
-void Sim::NoteLoopMoments(const LoopStep& q, int it) {
+void Sim::NoteLoopFree(const Live& l) {
+  LoopRequest q{LoopRequest::kFreeOwn, l.made_at};
+  if (l.made_in == iteration_ - 1) {
+    q.kind = LoopRequest::kFreePrevious;
+  } else if (l.made_in != iteration_) {
+    loop_noted_ok_ = false;  // an older tensor: not an iteration that repeats
+  }
+  loop_requests_.push_back(q);
+  loop_where_.push_back({0, phase_, node_});
+}
+
+void Sim::NoteLoopMoments(size_t i, int it) {
+  const LoopRequest& q = loop_requests_[i];
+  const LoopWhere& where = loop_where_[i];
   const AllocatorStats& s = Stats();
-  if (q.kind != LoopStep::kMalloc) {
+  if (q.kind != LoopRequest::kMalloc) {
     const uint64_t cached = s.reserved > s.allocated ? s.reserved - s.allocated : 0;
-    if (cached > largest_cached_free_.bytes) largest_cached_free_ = {cached, q.phase, it, q.node};
+    if (cached > largest_cached_free_.bytes) {
+      largest_cached_free_ = {cached, where.phase, it, where.node};
+    }
     return;
   }
   if (s.reserved > peak_reserved_seen_ ||
@@ -1529,13 +1526,13 @@ void Sim::NoteLoopMoments(const LoopStep& q, int it) {
       at_peak_[Category(c)] = loop_live_[size_t{q.r} * kNumCategories + c];
     }
     allocated_at_peak_ = s.allocated;
-    peak_phase_ = q.phase;
-    peak_node_ = q.node;
+    peak_phase_ = where.phase;
+    peak_node_ = where.node;
   }
   if (s.allocated > alloc_peak_seen_) {
     alloc_peak_seen_ = s.allocated;
-    alloc_peak_phase_ = q.phase;
-    alloc_peak_node_ = q.node;
+    alloc_peak_phase_ = where.phase;
+    alloc_peak_node_ = where.node;
     alloc_peak_iteration_ = it;
   }
   iteration_alloc_peak_ = std::max(iteration_alloc_peak_, s.allocated);
@@ -1546,12 +1543,10 @@ void Sim::FollowLoopRest(int first, uint32_t mallocs) {
   for (int it = first; it <= kMostIterations && run_next_ < run_->requests.size(); ++it) {
     iteration_ = it;
     iteration_alloc_peak_ = Stats().allocated;
-    for (const LoopStep& q : loop_steps_) {
-      const int64_t base = q.kind == LoopStep::kFreeOwn ? own : previous;
-      FollowRequest(q.kind == LoopStep::kMalloc ? AllocatorRequest{q.bytes, -1}
-                                                : AllocatorRequest{0, base + q.r});
+    for (size_t i = 0; i < loop_requests_.size(); ++i) {
+      FollowRequest(StepRequest(loop_requests_[i], loop_where_[i].bytes, own, previous));
       if (run_differs_at_) return;
-      NoteLoopMoments(q, it);
+      NoteLoopMoments(i, it);
     }
     sim_.iterations.push_back({it, iteration_alloc_peak_, Stats().reserved});
     previous = own;
@@ -1559,49 +1554,22 @@ void Sim::FollowLoopRest(int first, uint32_t mallocs) {
   }
 }
 
-void Sim::NoteLoopFree(const Live& l) {
-  LoopStep q{LoopStep::kFreeOwn, l.made_at, 0, phase_, node_};
-  if (l.made_in == iteration_ - 1) {
-    q.kind = LoopStep::kFreePrevious;
-  } else if (l.made_in != iteration_) {
-    loop_noted_ok_ = false;  // an older tensor: not an iteration that repeats
-  }
-  loop_steps_.push_back(q);
-}
-
 void Sim::MadeState(int made_in, std::vector<uint64_t>* words) const {
-  std::vector<std::pair<uint32_t, uint64_t>> made;
+  std::vector<CachingAllocatorModel::Handle> made(made_, -1);  // by number (made_: made_in's)
+  std::vector<uint32_t> alive;
   for (const Live& l : tensors_) {
-    if (l.alive && l.made_in == made_in) made.emplace_back(l.made_at, alloc_.Address(l.handle));
+    if (!l.alive || l.made_in != made_in) continue;
+    made[l.made_at] = l.handle;
+    alive.push_back(l.made_at);
   }
-  std::sort(made.begin(), made.end());
-  words->clear();
-  for (const auto& [at, address] : made) words->insert(words->end(), {at, address});
-  alloc_.AppendLayout(words);
-}
-
-void Sim::RestState(const std::vector<CachingAllocatorModel::Handle>& previous,
-                    const std::vector<uint32_t>& carried, std::vector<uint64_t>* words) const {
-  words->clear();
-  for (uint32_t r : carried) words->insert(words->end(), {r, alloc_.Address(previous[r])});
-  alloc_.AppendLayout(words);
+  std::sort(alive.begin(), alive.end());
+  LoopStart(alloc_, made, alive, words);
 }
 
 std::optional<std::vector<uint32_t>> Sim::LoopCarried(uint32_t previous_mallocs) const {
-  const size_t mallocs = loop_live_.size() / kNumCategories;
+  const size_t mallocs = loop_blocks_.size();
   if (!loop_noted_ok_ || mallocs != previous_mallocs || alloc_.oom()) return std::nullopt;
-  std::vector<uint8_t> own(mallocs, 0), previous(mallocs, 0);
-  for (const LoopStep& q : loop_steps_) {
-    if (q.kind == LoopStep::kMalloc) continue;
-    if (q.r >= mallocs) return std::nullopt;
-    ++(q.kind == LoopStep::kFreeOwn ? own : previous)[q.r];
-  }
-  std::vector<uint32_t> carried;
-  for (uint32_t r = 0; r < mallocs; ++r) {
-    if (own[r] + previous[r] != 1) return std::nullopt;  // freed twice, or piling up
-    if (previous[r] == 1) carried.push_back(r);
-  }
-  return carried;
+  return CarriedMallocs(loop_requests_, mallocs);
 }
 
 void Sim::LoopRest(int first, const std::vector<uint32_t>& carried, std::vector<uint64_t> start) {
@@ -1610,22 +1578,23 @@ void Sim::LoopRest(int first, const std::vector<uint32_t>& carried, std::vector<
   std::vector<CachingAllocatorModel::Handle> previous = loop_blocks_, own(previous.size(), -1);
   std::vector<uint64_t> state;
   for (int it = first; it <= kMostIterations + 1; ++it) {
-    RestState(previous, carried, &state);
+    LoopStart(alloc_, previous, carried, &state);
     repeat_ = watch.Starts(it, &state);
     if (repeat_ || it > kMostIterations) return;
     iteration_ = it;
     iteration_alloc_peak_ = Stats().allocated;
-    for (const LoopStep& q : loop_steps_) {
-      if (q.kind == LoopStep::kMalloc) {
-        own[q.r] = alloc_.Malloc(q.bytes);
+    for (size_t i = 0; i < loop_requests_.size(); ++i) {
+      const LoopRequest& q = loop_requests_[i];
+      if (q.kind == LoopRequest::kMalloc) {
+        own[q.r] = alloc_.Malloc(loop_where_[i].bytes);
         if (alloc_.oom()) {
-          oom_at_ = {q.bytes, q.phase, it, q.node};
+          oom_at_ = {loop_where_[i].bytes, loop_where_[i].phase, it, loop_where_[i].node};
           return;
         }
       } else {
-        alloc_.Free(q.kind == LoopStep::kFreeOwn ? own[q.r] : previous[q.r]);
+        alloc_.Free(q.kind == LoopRequest::kFreeOwn ? own[q.r] : previous[q.r]);
       }
-      NoteLoopMoments(q, it);
+      NoteLoopMoments(i, it);
     }
     sim_.iterations.push_back({it, iteration_alloc_peak_, Stats().reserved});
     std::swap(previous, own);

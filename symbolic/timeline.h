@@ -100,6 +100,15 @@ struct StepTrace {
   bool loops = false;
 };
 
+// Loop request q (symbolic/loop_watch.h) as a request of the step, in an iteration whose mallocs
+// are numbered from `own` on and the iteration before's from `previous` on; `bytes` is a malloc's
+// size.
+[[nodiscard]] inline AllocatorRequest StepRequest(const LoopRequest& q, uint64_t bytes, int64_t own,
+                                                  int64_t previous) {
+  if (q.kind == LoopRequest::kMalloc) return {bytes, -1};
+  return {0, (q.kind == LoopRequest::kFreeOwn ? own : previous) + static_cast<int64_t>(q.r)};
+}
+
 // Whether requests a and b are the same to an allocator under `config`: the free of the same
 // malloc, or mallocs whose sizes round to the same block (it decides on rounded sizes only).
 // Inline: a replay's check and a simulation following a run ask it for every request.
