@@ -75,9 +75,12 @@
 //    there the loop repeats itself: what the estimate reports is what every iteration to come
 //    reaches. The first iterations need not say it: the caching allocator can take several to
 //    settle, and a later one can reserve more than the first three did. When the third iteration
-//    starts with the tensors the second did (RequestsStart), every later one makes its requests
-//    again, so from the fourth on they are run through the allocator model without walking the
-//    graph (LoopRest), each moment the estimate keeps taken where the walk made the request.
+//    starts with the tensors the second did (RequestsStart), every later one makes the second's
+//    requests again -- its frees of the first iteration's tensors renamed to the mallocs of its
+//    own that took their places between iterations (LoopCarriedRenamed) -- so from the third on
+//    they are run through the allocator model without walking the graph (LoopRest), each moment
+//    the estimate keeps taken where the walk made the request. Where that renaming fails (a freed
+//    tensor with no successor), the third iteration is walked and its requests repeated instead.
 //  * Every event goes through CachingAllocatorModel (symbolic/allocator.h) -- or, following an
 //    allocator run made already over the same requests (Simulate's AllocatorRun overload, the
 //    max-batch check), is checked against the run's next request and reads the allocator's state
@@ -308,13 +311,27 @@ class Sim {
   // `made_in`, the one before it, that are still alive, by their number there.
   void MadeState(int made_in, std::vector<uint64_t>* words) const;
   // The mallocs of the walked iteration that outlive it, when its requests are those every later
-  // iteration makes (CarriedMallocs, no older one freed, as many mallocs as the iteration
-  // before); nullopt otherwise.
-  std::optional<std::vector<uint32_t>> LoopCarried(uint32_t previous_mallocs) const;
+  // iteration makes (CarriedMallocs, no older one freed); nullopt otherwise.
+  std::optional<std::vector<uint32_t>> LoopCarried() const;
+  // Each live tensor as (made_in, made_at) in CarriedTensors' order, with bit 63 set (0: no
+  // tensor there); false when some live tensor is not in that order.
+  [[nodiscard]] bool MadeWhere(std::vector<uint64_t>* words) const;
+  // The walk noted iteration kTracedIterations - 1 and the next starts with the tensors it did
+  // (RequestsStart): its frees of the iteration before's tensors become frees of its own mallocs
+  // that took their places (the same place in CarriedTensors' order; `before`: MadeWhere at its
+  // start, `before_mallocs`: the iteration before made so many), so that every later iteration
+  // makes its requests again. Then LoopCarried; nullopt when some freed tensor has no such
+  // successor.
+  std::optional<std::vector<uint32_t>> LoopCarriedRenamed(const std::vector<uint64_t>& before,
+                                                          uint32_t before_mallocs);
+  // Starts noting the walked iteration's requests (loop_requests_ and its companions), with room
+  // for twice as many mallocs as the iteration before made.
+  void StartNotingLoop();
   // The loop from iteration `first` on without walking the graph: the walked iteration's
   // requests through the allocator model (loop_requests_), each moment the estimate keeps taken
   // where the walk made that request, until an iteration starts from the state an earlier one did
-  // (LoopWatch over LoopStart; `start`: the state iteration first - 1 started from, MadeState's).
+  // (LoopWatch over LoopStart; `start`: the state iteration first - 1 started from, MadeState's,
+  // or empty when that iteration's tensors were numbered otherwise).
   void LoopRest(int first, const std::vector<uint32_t>& carried, std::vector<uint64_t> start);
   // The `iterations` diagnostic: iterations 1 to kTracedIterations, then the most any later one
   // reaches -- whichever iterations were simulated to find that (following a run, or with a
@@ -1439,8 +1456,13 @@ Status Sim::Loop() {
   std::vector<uint64_t> requests_start[2];
   bool known[2] = {false, false};
   const int before_last = kTracedIterations - 1;
+  // A walk, or a run followed, notes iteration before_last, whose requests every later one makes
+  // again when the next starts as it did (LoopCarriedRenamed); where that fails, iteration
+  // kTracedIterations is noted instead.
+  const bool notes_early = compares_requests && requests_ == nullptr;
+  std::vector<uint64_t> made_where;  // MadeWhere at the start of iteration before_last
   std::vector<uint64_t> made_start;  // MadeState at the start of iteration kTracedIterations
-  uint32_t previous_mallocs = 0;     // the iteration before it made so many
+  uint32_t previous_mallocs = 0;     // the iteration before the noted one made so many
   const int most = fixed ? iterations_ : kMostIterations + 1;
   // A step limited by a budget that ran out is not an estimate (symbolic/symbolic.cc keeps the
   // unlimited one), so it stops at the end of that iteration.
@@ -1454,20 +1476,13 @@ Status Sim::Loop() {
     }
     const bool loops = known[0] && known[1] && requests_start[0] == requests_start[1];
     if (trace_ != nullptr && it == kTracedIterations) trace_->loops = loops;
-    if (compares_requests && requests_ == nullptr && it == kTracedIterations) {
-      noting_loop_ = loops;  // the walked iteration's requests, for the iterations after it
-      previous_mallocs = made_;
-      if (noting_loop_ && walks) {
-        MadeState(it - 1, &made_start);
-        loop_requests_.reserve(2 * size_t{made_});  // as many as the iteration before made
-        loop_where_.reserve(2 * size_t{made_});
-        loop_live_.reserve(size_t{made_} * kNumCategories);
-        loop_blocks_.reserve(made_);
-      }
-    }
     if (noting_loop_ && it == kTracedIterations + 1) {
       noting_loop_ = false;
-      if (const auto carried = LoopCarried(previous_mallocs)) {
+      // The noted iteration's mallocs are numbered as the iteration before's were.
+      const auto carried = loop_blocks_.size() == previous_mallocs && !loop_requests_.empty()
+                               ? LoopCarried()
+                               : std::nullopt;
+      if (carried) {
         if (run_ != nullptr) {
           FollowLoopRest(it, previous_mallocs);
           return EndOfRun(loops);
@@ -1483,11 +1498,48 @@ Status Sim::Loop() {
       repeat_ = watch.Starts(it, &start);
       if (repeat_) return Status::Ok();
     }
+    if (notes_early && it == kTracedIterations) {
+      noting_loop_ = false;
+      if (const auto carried =
+              loops ? LoopCarriedRenamed(made_where, previous_mallocs) : std::nullopt) {
+        if (run_ != nullptr) {
+          FollowLoopRest(it, static_cast<uint32_t>(loop_blocks_.size()));
+          return EndOfRun(loops);
+        }
+        LoopRest(it, *carried, {});
+        return Status::Ok();
+      }
+    }
+    // Noting the iteration about to be walked.
+    if (notes_early && it == before_last) {
+      previous_mallocs = made_;
+      noting_loop_ = MadeWhere(&made_where);
+      if (noting_loop_) StartNotingLoop();
+    } else if (compares_requests && requests_ == nullptr && it == kTracedIterations) {
+      previous_mallocs = made_;
+      noting_loop_ = loops;
+      if (noting_loop_) {
+        if (walks) MadeState(it - 1, &made_start);
+        StartNotingLoop();
+      }
+    }
     if (!fixed && it > kMostIterations) break;
     Iteration(it);
   }
   if (run_ != nullptr) return EndOfRun(false);  // a run longer than any loop is simulated
   return Status::Ok();                          // a trace, or unsettled (Run warns)
+}
+
+void Sim::StartNotingLoop() {
+  loop_noted_ok_ = true;
+  loop_requests_.clear();
+  loop_where_.clear();
+  loop_live_.clear();
+  loop_blocks_.clear();
+  loop_requests_.reserve(2 * size_t{made_});  // as many as the iteration before made
+  loop_where_.reserve(2 * size_t{made_});
+  loop_live_.reserve(size_t{made_} * kNumCategories);
+  loop_blocks_.reserve(made_);
 }
 
 void Sim::NoteLoopMalloc(const Live& t) {
@@ -1548,7 +1600,7 @@ void Sim::FollowLoopRest(int first, uint32_t mallocs) {
       if (run_differs_at_) return;
       NoteLoopMoments(i, it);
     }
-    sim_.iterations.push_back({it, iteration_alloc_peak_, Stats().reserved});
+    sim_.iterations.push_back({it, iteration_alloc_peak_, Stats().reserved, /*walked=*/false});
     previous = own;
     own += mallocs;
   }
@@ -1566,15 +1618,51 @@ void Sim::MadeState(int made_in, std::vector<uint64_t>* words) const {
   LoopStart(alloc_, made, alive, words);
 }
 
-std::optional<std::vector<uint32_t>> Sim::LoopCarried(uint32_t previous_mallocs) const {
-  const size_t mallocs = loop_blocks_.size();
-  if (!loop_noted_ok_ || mallocs != previous_mallocs || alloc_.oom()) return std::nullopt;
-  return CarriedMallocs(loop_requests_, mallocs);
+std::optional<std::vector<uint32_t>> Sim::LoopCarried() const {
+  if (!loop_noted_ok_ || alloc_.oom()) return std::nullopt;
+  return CarriedMallocs(loop_requests_, loop_blocks_.size());
+}
+
+namespace {
+constexpr uint64_t kMadeFlag = uint64_t{1} << 63;  // a MadeWhere word that names a tensor
+}  // namespace
+
+bool Sim::MadeWhere(std::vector<uint64_t>* words) const {
+  return CarriedTensors(words, [](const Live& l) -> std::optional<uint64_t> {
+    return kMadeFlag | uint64_t(static_cast<uint32_t>(l.made_in)) << 32 | l.made_at;
+  });
+}
+
+std::optional<std::vector<uint32_t>> Sim::LoopCarriedRenamed(const std::vector<uint64_t>& before,
+                                                             uint32_t before_mallocs) {
+  std::vector<uint64_t> now;
+  if (!loop_noted_ok_ || loop_requests_.empty() || !MadeWhere(&now) ||
+      now.size() != before.size()) {
+    return std::nullopt;
+  }
+  // The noted iteration's malloc that took the place of each of the iteration before's.
+  const auto made_in = [](uint64_t w) { return static_cast<int>((w & ~kMadeFlag) >> 32); };
+  const auto made_at = [](uint64_t w) { return static_cast<uint32_t>(w); };
+  const int noted = iteration_;
+  std::vector<int64_t> successor(before_mallocs, -1);
+  for (size_t i = 0; i < now.size(); ++i) {
+    const uint64_t was = before[i], is = now[i];
+    if ((was & kMadeFlag) == 0 || made_in(was) != noted - 1 || made_at(was) >= before_mallocs) {
+      continue;
+    }
+    if ((is & kMadeFlag) != 0 && made_in(is) == noted) successor[made_at(was)] = made_at(is);
+  }
+  for (LoopRequest& q : loop_requests_) {
+    if (q.kind != LoopRequest::kFreePrevious) continue;
+    if (q.r >= successor.size() || successor[q.r] < 0) return std::nullopt;
+    q.r = static_cast<uint32_t>(successor[q.r]);
+  }
+  return LoopCarried();
 }
 
 void Sim::LoopRest(int first, const std::vector<uint32_t>& carried, std::vector<uint64_t> start) {
   LoopWatch watch;
-  (void)watch.Starts(first - 1, &start);
+  if (!start.empty()) (void)watch.Starts(first - 1, &start);
   std::vector<CachingAllocatorModel::Handle> previous = loop_blocks_, own(previous.size(), -1);
   std::vector<uint64_t> state;
   for (int it = first; it <= kMostIterations + 1; ++it) {
@@ -1596,7 +1684,7 @@ void Sim::LoopRest(int first, const std::vector<uint32_t>& carried, std::vector<
       }
       NoteLoopMoments(i, it);
     }
-    sim_.iterations.push_back({it, iteration_alloc_peak_, Stats().reserved});
+    sim_.iterations.push_back({it, iteration_alloc_peak_, Stats().reserved, /*walked=*/false});
     std::swap(previous, own);
   }
 }

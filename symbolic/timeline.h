@@ -48,6 +48,7 @@ struct IterationPeak {
   int iteration = 0;
   uint64_t allocated = 0;  // peak allocated within the iteration
   uint64_t reserved = 0;   // reserved at the end of the iteration
+  bool walked = true;      // false: the loop's repeated requests, without walking the graph
 };
 
 // How a simulation limited by SimulationKey::allocator_budget went.
