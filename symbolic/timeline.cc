@@ -425,6 +425,12 @@ class Sim {
   // the bytes alive per category after each of its mallocs, each malloc's block; false once a
   // request is not one a repeating iteration makes.
   bool noting_loop_ = false, loop_noted_ok_ = true;
+  // The weights (the initializers' tensors, made before the first iteration) alive when the loop
+  // starts, and how many tensors made before it were freed or relabelled since: while none was,
+  // the weights are where and what they were, and CarriedTensors counts them without listing them.
+  size_t weights_alive_ = 0;
+  bool weights_counted_ = false;
+  uint64_t made_before_changed_ = 0;
   std::vector<LoopRequest> loop_requests_;
   std::vector<LoopWhere> loop_where_;  // by request
   std::vector<uint64_t> loop_live_;    // kNumCategories per malloc, in Category order
@@ -593,6 +599,7 @@ Sim::Live* Sim::Find(Tensor t) {
 
 void Sim::Free(Tensor* t) {
   if (Live* l = Find(*t)) {
+    if (l->made_in == 0) ++made_before_changed_;
     l->alive = false;
     l->generation = (l->generation + 1) & 0x7fffffff;
     free_slots_.push_back(SlotOf(*t));
@@ -617,6 +624,7 @@ void Sim::Free(Tensor* t) {
 void Sim::Relabel(Tensor t, Category c) {
   Live* l = Find(t);
   if (l == nullptr) return;  // a freed tensor has no bytes to move
+  if (l->made_in == 0) ++made_before_changed_;
   live_[l->category] -= l->bytes;
   l->category = c;
   live_[c] += l->bytes;
@@ -1408,8 +1416,15 @@ bool Sim::CarriedTensors(std::vector<uint64_t>* words, Word word) const {
     fits = fits && w.has_value();
     words->push_back(w.value_or(0));
   };
-  for (size_t i = 0; i < g_.values.size(); ++i) {
-    if (kind_[i] == core::ValueKind::kInitializer) add(value_[i]);
+  constexpr uint64_t kWeightsAsMade = 1, kWeightsListed = 2;
+  if (weights_counted_ && made_before_changed_ == 0) {
+    words->push_back(kWeightsAsMade);
+    alive += weights_alive_;
+  } else {
+    words->push_back(kWeightsListed);
+    for (size_t i = 0; i < g_.values.size(); ++i) {
+      if (kind_[i] == core::ValueKind::kInitializer) add(value_[i]);
+    }
   }
   for (int p : step_params_) add(param_grad_[p]);
   for (const std::vector<Tensor>* ts : {&inputs_, &state_, &buckets_, &other_micro_batches_}) {
@@ -1445,6 +1460,15 @@ bool Sim::RequestsStart(std::vector<uint64_t>* words) const {
 }
 
 Status Sim::Loop() {
+  weights_alive_ = 0;
+  weights_counted_ = true;  // unless some weight was made otherwise: then they are listed
+  for (size_t i = 0; i < g_.values.size(); ++i) {
+    const Live* w = kind_[i] == core::ValueKind::kInitializer ? Find(value_[i]) : nullptr;
+    if (w == nullptr) continue;
+    ++weights_alive_;
+    weights_counted_ = weights_counted_ && w->made_in == 0;
+  }
+  made_before_changed_ = 0;
   LoopWatch watch;
   std::vector<uint64_t> start;
   const bool fixed = iterations_ > 0;                          // exactly so many, never repeating
