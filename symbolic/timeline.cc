@@ -219,12 +219,22 @@ class Sim {
     int made_in = 0;          // the iteration that allocated it (0: before the first)
     uint32_t made_at = 0;     // its malloc's number within that iteration
   };
-  // Where the walk made a request of the iteration the loop's later ones repeat (LoopRest): a
-  // malloc's bytes, the phase and the node.
+  // Where the walk made a request of the iteration the loop's later ones repeat (LoopRest): the
+  // tensor's bytes and category (a malloc's, or the freed tensor's then), the node and the phase
+  // (in one byte: 16 bytes a request).
   struct LoopWhere {
     uint64_t bytes = 0;
-    Phase phase = Phase::kUnknown;
     int node = -1;
+    uint8_t phase_byte = 0;
+    Category category = Category::kTransient;
+    Phase phase() const { return static_cast<Phase>(phase_byte); }
+  };
+  // A tensor of the noted iteration relabelled before its request `before`: its bytes move from
+  // one category to the other.
+  struct LoopRelabel {
+    uint32_t before = 0;
+    Category from = Category::kTransient, to = Category::kTransient;
+    uint64_t bytes = 0;
   };
   // Where a category's (or the cached-free bytes') maximum was first reached; the node's name is
   // looked up once, when the estimate is written.
@@ -304,6 +314,10 @@ class Sim {
   // and Free keep, taken where the walk made it (the bytes alive per category are the walked
   // iteration's there, so no category's maximum moves).
   void NoteLoopMoments(size_t i, int it);
+  // at_peak_ when the reserved peak's moment is at a noted request's repeat: the bytes alive per
+  // category there in the walk, from those at the noted iteration's start and its requests and
+  // relabels up to that one.
+  void LoopAtPeak();
   // Following a run: its iterations from `first` on, checked against the walked iteration's
   // requests (each malloc numbered on from the iteration before's) without walking the graph.
   void FollowLoopRest(int first, uint32_t mallocs);
@@ -433,7 +447,11 @@ class Sim {
   uint64_t made_before_changed_ = 0;
   std::vector<LoopRequest> loop_requests_;
   std::vector<LoopWhere> loop_where_;  // by request
-  std::vector<uint64_t> loop_live_;    // kNumCategories per malloc, in Category order
+  std::vector<LoopRelabel> loop_relabels_;
+  base::IdVector<uint64_t, Category> loop_live_start_{kNumCategories};  // live_ as it began
+  // The noted request at whose repeat the reserved peak's moment is, when one is (its bytes alive
+  // per category, at_peak_, are the walk's there: LoopAtPeak works them out once, at the end).
+  std::optional<size_t> loop_peak_request_;
   std::vector<CachingAllocatorModel::Handle> loop_blocks_;
   const uint64_t budget_;  // the allocator's capacity
   const int iterations_;   // SimulationKey::iterations: 0 for the loop until it repeats itself
@@ -625,6 +643,10 @@ void Sim::Relabel(Tensor t, Category c) {
   Live* l = Find(t);
   if (l == nullptr) return;  // a freed tensor has no bytes to move
   if (l->made_in == 0) ++made_before_changed_;
+  if (noting_loop_) {
+    loop_relabels_.push_back(
+        {static_cast<uint32_t>(loop_requests_.size()), l->category, c, l->bytes});
+  }
   live_[l->category] -= l->bytes;
   l->category = c;
   live_[c] += l->bytes;
@@ -1509,9 +1531,11 @@ Status Sim::Loop() {
       if (carried) {
         if (run_ != nullptr) {
           FollowLoopRest(it, previous_mallocs);
+          LoopAtPeak();
           return EndOfRun(loops);
         }
         LoopRest(it, *carried, std::move(made_start));
+        LoopAtPeak();
         return Status::Ok();
       }
     }
@@ -1528,9 +1552,11 @@ Status Sim::Loop() {
               loops ? LoopCarriedRenamed(made_where, previous_mallocs) : std::nullopt) {
         if (run_ != nullptr) {
           FollowLoopRest(it, static_cast<uint32_t>(loop_blocks_.size()));
+          LoopAtPeak();
           return EndOfRun(loops);
         }
         LoopRest(it, *carried, {});
+        LoopAtPeak();
         return Status::Ok();
       }
     }
@@ -1558,18 +1584,18 @@ void Sim::StartNotingLoop() {
   loop_noted_ok_ = true;
   loop_requests_.clear();
   loop_where_.clear();
-  loop_live_.clear();
+  loop_relabels_.clear();
+  loop_live_start_ = live_;
+  loop_peak_request_.reset();
   loop_blocks_.clear();
   loop_requests_.reserve(2 * size_t{made_});  // as many as the iteration before made
   loop_where_.reserve(2 * size_t{made_});
-  loop_live_.reserve(size_t{made_} * kNumCategories);
   loop_blocks_.reserve(made_);
 }
 
 void Sim::NoteLoopMalloc(const Live& t) {
   loop_requests_.push_back({LoopRequest::kMalloc, t.made_at});
-  loop_where_.push_back({t.bytes, phase_, node_});
-  for (int c = 0; c < kNumCategories; ++c) loop_live_.push_back(live_[Category(c)]);
+  loop_where_.push_back({t.bytes, node_, static_cast<uint8_t>(phase_), t.category});
   loop_blocks_.push_back(t.handle);
 }
 
@@ -1581,7 +1607,7 @@ void Sim::NoteLoopFree(const Live& l) {
     loop_noted_ok_ = false;  // an older tensor: not an iteration that repeats
   }
   loop_requests_.push_back(q);
-  loop_where_.push_back({0, phase_, node_});
+  loop_where_.push_back({l.bytes, node_, static_cast<uint8_t>(phase_), l.category});
 }
 
 void Sim::NoteLoopMoments(size_t i, int it) {
@@ -1591,27 +1617,45 @@ void Sim::NoteLoopMoments(size_t i, int it) {
   if (q.kind != LoopRequest::kMalloc) {
     const uint64_t cached = s.reserved > s.allocated ? s.reserved - s.allocated : 0;
     if (cached > largest_cached_free_.bytes) {
-      largest_cached_free_ = {cached, where.phase, it, where.node};
+      largest_cached_free_ = {cached, where.phase(), it, where.node};
     }
     return;
   }
   if (s.reserved > peak_reserved_seen_ ||
       (s.reserved == peak_reserved_seen_ && s.allocated > allocated_at_peak_)) {
     peak_reserved_seen_ = s.reserved;
-    for (int c = 0; c < kNumCategories; ++c) {
-      at_peak_[Category(c)] = loop_live_[size_t{q.r} * kNumCategories + c];
-    }
+    loop_peak_request_ = i;
     allocated_at_peak_ = s.allocated;
-    peak_phase_ = where.phase;
+    peak_phase_ = where.phase();
     peak_node_ = where.node;
   }
   if (s.allocated > alloc_peak_seen_) {
     alloc_peak_seen_ = s.allocated;
-    alloc_peak_phase_ = where.phase;
+    alloc_peak_phase_ = where.phase();
     alloc_peak_node_ = where.node;
     alloc_peak_iteration_ = it;
   }
   iteration_alloc_peak_ = std::max(iteration_alloc_peak_, s.allocated);
+}
+
+void Sim::LoopAtPeak() {
+  if (!loop_peak_request_) return;
+  base::IdVector<uint64_t, Category> live = loop_live_start_;
+  auto relabel = loop_relabels_.begin();
+  for (size_t k = 0; k <= *loop_peak_request_; ++k) {
+    for (; relabel != loop_relabels_.end() && relabel->before <= k; ++relabel) {
+      live[relabel->from] -= relabel->bytes;
+      live[relabel->to] += relabel->bytes;
+    }
+    const LoopWhere& w = loop_where_[k];
+    if (loop_requests_[k].kind == LoopRequest::kMalloc) {
+      live[w.category] += w.bytes;
+    } else {
+      live[w.category] -= w.bytes;
+    }
+  }
+  at_peak_ = live;
+  loop_peak_request_.reset();
 }
 
 void Sim::FollowLoopRest(int first, uint32_t mallocs) {
@@ -1700,7 +1744,7 @@ void Sim::LoopRest(int first, const std::vector<uint32_t>& carried, std::vector<
       if (q.kind == LoopRequest::kMalloc) {
         own[q.r] = alloc_.Malloc(loop_where_[i].bytes);
         if (alloc_.oom()) {
-          oom_at_ = {loop_where_[i].bytes, loop_where_[i].phase, it, loop_where_[i].node};
+          oom_at_ = {loop_where_[i].bytes, loop_where_[i].phase(), it, loop_where_[i].node};
           return;
         }
       } else {
