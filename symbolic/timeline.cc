@@ -1542,7 +1542,12 @@ Status Sim::Loop() {
     if (run_ != nullptr && it > kTracedIterations && run_next_ == run_->requests.size()) {
       return EndOfRun(loops);
     }
-    if (walks && it > 1 && !fixed && IterationStart(&start)) {
+    // A walk that notes iteration before_last goes on without the walk from the next one, which
+    // LoopRest's own watch compares with the later ones: the states before it are not taken (an
+    // iteration that starts as before_last did is then seen one iteration later, as the next
+    // repeated), and a walk that cannot go on without the walk compares from the one after.
+    const bool watched = it > (notes_early ? kTracedIterations : 1);
+    if (walks && watched && !fixed && IterationStart(&start)) {
       repeat_ = watch.Starts(it, &start);
       if (repeat_) return Status::Ok();
     }
