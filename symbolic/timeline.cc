@@ -303,6 +303,13 @@ class Sim {
   // the one before did (RequestsStart; StepTrace::loops); a simulation following a run goes to
   // the run's end (EndOfRun).
   Status Loop();
+  // Counts the weights alive as the loop starts (weights_alive_), for CarriedTensors.
+  void CountWeights();
+  // From iteration `first` on, the noted iteration's requests again: through the allocator model
+  // (LoopRest from `start`, the state iteration first - 1 started from, or none), or checked
+  // against the run followed (FollowLoopRest, then EndOfRun with `loops`); then LoopAtPeak.
+  Status RepeatNoted(int first, const std::vector<uint32_t>& carried, std::vector<uint64_t> start,
+                     bool loops);
   // Following a run, at its end: the loop repeats where the run's did, when the step made the
   // run's requests and its last traced iteration started as the one before did (`loops`).
   Status EndOfRun(bool loops);
@@ -1481,7 +1488,7 @@ bool Sim::RequestsStart(std::vector<uint64_t>* words) const {
   return CarriedTensors(words, [](const Live& l) { return WithCategory(l.bytes, l.category); });
 }
 
-Status Sim::Loop() {
+void Sim::CountWeights() {
   weights_alive_ = 0;
   weights_counted_ = true;  // unless some weight was made otherwise: then they are listed
   for (size_t i = 0; i < g_.values.size(); ++i) {
@@ -1491,6 +1498,22 @@ Status Sim::Loop() {
     weights_counted_ = weights_counted_ && w->made_in == 0;
   }
   made_before_changed_ = 0;
+}
+
+Status Sim::RepeatNoted(int first, const std::vector<uint32_t>& carried,
+                        std::vector<uint64_t> start, bool loops) {
+  if (run_ != nullptr) {
+    FollowLoopRest(first, static_cast<uint32_t>(loop_blocks_.size()));
+    LoopAtPeak();
+    return EndOfRun(loops);
+  }
+  LoopRest(first, carried, std::move(start));
+  LoopAtPeak();
+  return Status::Ok();
+}
+
+Status Sim::Loop() {
+  CountWeights();
   LoopWatch watch;
   std::vector<uint64_t> start;
   const bool fixed = iterations_ > 0;                          // exactly so many, never repeating
@@ -1528,16 +1551,7 @@ Status Sim::Loop() {
       const auto carried = loop_blocks_.size() == previous_mallocs && !loop_requests_.empty()
                                ? LoopCarried()
                                : std::nullopt;
-      if (carried) {
-        if (run_ != nullptr) {
-          FollowLoopRest(it, previous_mallocs);
-          LoopAtPeak();
-          return EndOfRun(loops);
-        }
-        LoopRest(it, *carried, std::move(made_start));
-        LoopAtPeak();
-        return Status::Ok();
-      }
+      if (carried) return RepeatNoted(it, *carried, std::move(made_start), loops);
     }
     if (run_ != nullptr && it > kTracedIterations && run_next_ == run_->requests.size()) {
       return EndOfRun(loops);
@@ -1555,14 +1569,7 @@ Status Sim::Loop() {
       noting_loop_ = false;
       if (const auto carried =
               loops ? LoopCarriedRenamed(made_where, previous_mallocs) : std::nullopt) {
-        if (run_ != nullptr) {
-          FollowLoopRest(it, static_cast<uint32_t>(loop_blocks_.size()));
-          LoopAtPeak();
-          return EndOfRun(loops);
-        }
-        LoopRest(it, *carried, {});
-        LoopAtPeak();
-        return Status::Ok();
+        return RepeatNoted(it, *carried, {}, loops);
       }
     }
     // Noting the iteration about to be walked.
