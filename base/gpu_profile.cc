@@ -8,6 +8,10 @@
 //    is type-checked before it is read. If the embedded data were malformed (a memest bug, never
 //    user input), GpuProfiles() returns an empty list and FindGpuProfile() returns kInternal with
 //    the reason.
+//  - A lookup by a name the table has parses that one profile (each is compiled in on its own as
+//    well, base/embed_json.cmake), with the same checks: a CLI call asks for one GPU, and the
+//    whole table (69 KB, mostly the values' sources) cost it more instructions than ResNet-50's
+//    symbolic estimate. Any other name, and every other function, reads the whole table.
 //  - The data is validated strictly so that a typo in gpu_profiles.json fails loudly in the unit
 //    tests: unknown keys, empty sources, calibrated values without a data file, usable > total,
 //    duplicate names and unknown allocators are all errors. docs/gpu-profiles.md describes the
@@ -30,6 +34,10 @@
 namespace memest::base {
 
 extern const char kGpuProfilesJson[];
+// Each profile of kGpuProfilesJson's "profiles" on its own, with its name (base/embed_json.cmake).
+extern const int kGpuProfilesJsonCount;
+extern const char* const kGpuProfilesJsonNames[];
+extern const char* const kGpuProfilesJsonElements[];
 
 // Internal: parses and validates a profile table. It has external linkage but no public header,
 // so that tests/unit/gpu_profile_test.cc can feed it malformed text. Never throws (except
@@ -88,6 +96,14 @@ Result<GpuProfile> ParseProfile(const json& p, size_t index) {
     return Internal(where + ": usable_memory must be in (0, total_memory]");
   }
   return g;
+}
+
+// The embedded profile `index` alone, checked as in the table.
+Result<GpuProfile> ParseEmbeddedProfile(size_t index) {
+  const std::string_view text = kGpuProfilesJsonElements[index];
+  const json p = json::parse(text.begin(), text.end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (p.is_discarded()) return Internal("embedded gpu_profiles.json: profile not valid JSON");
+  return ParseProfile(p, index);
 }
 
 const EmbeddedTable<GpuProfile>& GetTable() {
@@ -182,6 +198,12 @@ Result<GpuProfile> FindGpuProfileForDevice(std::string_view device_name) {
 }
 
 Result<GpuProfile> FindGpuProfile(std::string_view name) {
+  const std::string wanted_name = base::ToLowerAscii(name);
+  for (int i = 0; i < base::kGpuProfilesJsonCount; ++i) {
+    if (wanted_name == base::kGpuProfilesJsonNames[i]) {
+      return base::ParseEmbeddedProfile(static_cast<size_t>(i));
+    }
+  }
   const auto& table = base::GetTable();
   if (!table.status.ok()) return table.status;
   const std::string wanted = base::ToLowerAscii(name);

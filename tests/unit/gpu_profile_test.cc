@@ -196,6 +196,29 @@ TEST(GpuProfileTest, LookupIsCaseInsensitive) {
   EXPECT_TRUE(FindGpuProfile("Rtx4090-24Gb").ok());
 }
 
+// A lookup by name parses that profile alone (its own copy compiled in): it must be the table's.
+TEST(GpuProfileTest, ALookupByNameGivesTheTablesProfileFieldAfterField) {
+  auto same = [](const ProfileValue& a, const ProfileValue& b) {
+    return a.bytes == b.bytes && a.source == b.source && a.calibrated == b.calibrated;
+  };
+  ASSERT_FALSE(GpuProfiles().empty());
+  for (const GpuProfile& want : GpuProfiles()) {
+    auto got = FindGpuProfile(want.name);
+    ASSERT_TRUE(got.ok()) << want.name << ": " << got.status().ToString();
+    EXPECT_EQ(got->name, want.name);
+    EXPECT_EQ(got->display_name, want.display_name) << want.name;
+    EXPECT_EQ(got->sm_major, want.sm_major) << want.name;
+    EXPECT_EQ(got->sm_minor, want.sm_minor) << want.name;
+    EXPECT_EQ(got->sm_source, want.sm_source) << want.name;
+    EXPECT_TRUE(same(got->total_memory, want.total_memory)) << want.name;
+    EXPECT_TRUE(same(got->usable_memory, want.usable_memory)) << want.name;
+    EXPECT_TRUE(same(got->cublas_workspace, want.cublas_workspace)) << want.name;
+    EXPECT_EQ(got->allocator, want.allocator) << want.name;
+    EXPECT_EQ(got->mig_parent, want.mig_parent) << want.name;
+    EXPECT_EQ(got->mig_profile, want.mig_profile) << want.name;
+  }
+}
+
 TEST(GpuProfileTest, UnknownNameIsNotFoundAndListsKnownNames) {
   Result<GpuProfile> p = FindGpuProfile("a30-24gb");
   ASSERT_FALSE(p.ok());
