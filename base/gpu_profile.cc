@@ -9,9 +9,10 @@
 //    user input), GpuProfiles() returns an empty list and FindGpuProfile() returns kInternal with
 //    the reason.
 //  - A lookup by a name the table has parses that one profile (each is compiled in on its own as
-//    well, base/embed_json.cmake), with the same checks: a CLI call asks for one GPU, and the
-//    whole table (69 KB, mostly the values' sources) cost it more instructions than ResNet-50's
-//    symbolic estimate. Any other name, and every other function, reads the whole table.
+//    well, base/embed_json.cmake), with the same checks, once per process (a magic static per
+//    profile): a CLI call asks for one GPU, and the whole table (69 KB, mostly the values'
+//    sources) cost it more instructions than ResNet-50's symbolic estimate. Any other name, and
+//    every other function, reads the whole table.
 //  - The data is validated strictly so that a typo in gpu_profiles.json fails loudly in the unit
 //    tests: unknown keys, empty sources, calibrated values without a data file, usable > total,
 //    duplicate names and unknown allocators are all errors. docs/gpu-profiles.md describes the
@@ -22,7 +23,10 @@
 #include <cctype>
 #include <cstdint>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -98,12 +102,25 @@ Result<GpuProfile> ParseProfile(const json& p, size_t index) {
   return g;
 }
 
-// The embedded profile `index` alone, checked as in the table.
-Result<GpuProfile> ParseEmbeddedProfile(size_t index) {
-  const std::string_view text = kGpuProfilesJsonElements[index];
-  const json p = json::parse(text.begin(), text.end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
-  if (p.is_discarded()) return Internal("embedded gpu_profiles.json: profile not valid JSON");
-  return ParseProfile(p, index);
+// The embedded profile `index` alone, checked as in the table: parsed on first use, once per
+// process (a service asks for the same GPUs estimate after estimate), and kept.
+const Result<GpuProfile>& EmbeddedProfile(size_t index) {
+  struct Slot {
+    std::once_flag once;
+    std::optional<Result<GpuProfile>> profile;
+  };
+  static const std::unique_ptr<Slot[]> slots(new Slot[kGpuProfilesJsonCount]);
+  Slot& slot = slots[index];
+  std::call_once(slot.once, [&] {
+    const std::string_view text = kGpuProfilesJsonElements[index];
+    const json p =
+        json::parse(text.begin(), text.end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
+    slot.profile = p.is_discarded()
+                       ? Result<GpuProfile>(Internal("embedded gpu_profiles.json: profile " +
+                                                     std::to_string(index) + " not valid JSON"))
+                       : ParseProfile(p, index);
+  });
+  return *slot.profile;
 }
 
 const EmbeddedTable<GpuProfile>& GetTable() {
@@ -198,18 +215,15 @@ Result<GpuProfile> FindGpuProfileForDevice(std::string_view device_name) {
 }
 
 Result<GpuProfile> FindGpuProfile(std::string_view name) {
-  const std::string wanted_name = base::ToLowerAscii(name);
+  const std::string wanted = base::ToLowerAscii(name);
   for (int i = 0; i < base::kGpuProfilesJsonCount; ++i) {
-    if (wanted_name == base::kGpuProfilesJsonNames[i]) {
-      return base::ParseEmbeddedProfile(static_cast<size_t>(i));
+    if (wanted == base::kGpuProfilesJsonNames[i]) {
+      return base::EmbeddedProfile(static_cast<size_t>(i));
     }
   }
+  // Not a name the table has: its error, if it has one, else the names it has.
   const auto& table = base::GetTable();
   if (!table.status.ok()) return table.status;
-  const std::string wanted = base::ToLowerAscii(name);
-  for (const GpuProfile& p : table.rows) {
-    if (p.name == wanted) return p;
-  }
   return NotFound("unknown GPU profile '" + std::string(name) +
                   "'; known profiles: " + base::KnownNames(table.rows));
 }

@@ -442,16 +442,17 @@ class Sim {
   AllocatorStats run_stats_;                 // run_->after of the last request, then run_->end
   int64_t mallocs_ = 0;  // mallocs so far, in a trace or following a run (the number names it)
   uint32_t made_ = 0;    // mallocs so far in this iteration (Live::made_at)
-  // The walked iteration whose requests the loop's later ones repeat (LoopRest): its requests,
-  // the bytes alive per category after each of its mallocs, each malloc's block; false once a
-  // request is not one a repeating iteration makes.
-  bool noting_loop_ = false, loop_noted_ok_ = true;
   // The weights (the initializers' tensors, made before the first iteration) alive when the loop
   // starts, and how many tensors made before it were freed or relabelled since: while none was,
   // the weights are where and what they were, and CarriedTensors counts them without listing them.
   size_t weights_alive_ = 0;
   bool weights_counted_ = false;
   uint64_t made_before_changed_ = 0;
+  // The walked iteration whose requests the loop's later ones repeat (LoopRest): its requests,
+  // where each was made (with the tensor's bytes and category), its relabels, the bytes alive per
+  // category as it began, each malloc's block; loop_noted_ok_ false once a request is not one a
+  // repeating iteration makes.
+  bool noting_loop_ = false, loop_noted_ok_ = true;
   std::vector<LoopRequest> loop_requests_;
   std::vector<LoopWhere> loop_where_;  // by request
   std::vector<LoopRelabel> loop_relabels_;
