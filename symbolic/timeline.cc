@@ -81,6 +81,8 @@
 //    they are run through the allocator model without walking the graph (LoopRest), each moment
 //    the estimate keeps taken where the walk made the request. Where that renaming fails (a freed
 //    tensor with no successor), the third iteration is walked and its requests repeated instead.
+//    A trace (TraceRequests) makes its third iteration's requests the same way: the second's
+//    again, renamed, unless the renaming fails or it is asked to walk it (TraceWalk).
 //  * Every event goes through CachingAllocatorModel (symbolic/allocator.h) -- or, following an
 //    allocator run made already over the same requests (Simulate's AllocatorRun overload, the
 //    max-batch check), is checked against the run's next request and reads the allocator's state
@@ -186,6 +188,10 @@ class Sim {
         budget_(key.allocator_budget),
         iterations_(key.iterations),
         alloc_(StepAllocatorConfig(o_, budget_)) {}
+
+  // A trace walks its last iteration too instead of making the noted one's requests again
+  // (TraceRequests' TraceWalk::kEveryIteration).
+  void WalkEveryTraced() { walks_every_traced_ = true; }
 
   Sim(const Sim&) = delete;  // stats_ points into the Sim itself
   Sim& operator=(const Sim&) = delete;
@@ -310,6 +316,10 @@ class Sim {
   // against the run followed (FollowLoopRest, then EndOfRun with `loops`); then LoopAtPeak.
   Status RepeatNoted(int first, const std::vector<uint32_t>& carried, std::vector<uint64_t> start,
                      bool loops);
+  // A trace's iteration kTracedIterations without walking it: the noted iteration's requests
+  // again (renamed by LoopCarriedRenamed), its mallocs numbered on from the trace's, as the walk
+  // would have made them.
+  void TraceNoted();
   // Following a run, at its end: the loop repeats where the run's did, when the step made the
   // run's requests and its last traced iteration started as the one before did (`loops`).
   Status EndOfRun(bool loops);
@@ -436,6 +446,7 @@ class Sim {
   StepTrace* trace_;                         // TraceRequests: what the allocator would be asked
   std::vector<AllocatorRequest>* requests_;  // &trace_->requests
   const size_t most_requests_;               // TraceRequests stops the walk at so many
+  bool walks_every_traced_ = false;          // WalkEveryTraced()
   const AllocatorRun* run_ = nullptr;        // Follow: the allocator's run over this step
   size_t run_next_ = 0;                      // run_->requests of the step so far
   std::optional<size_t> run_differs_at_;     // the first request that is not run_'s
@@ -577,6 +588,7 @@ Tensor Sim::Malloc(uint64_t bytes, Category c) {
   if (collect_micro_batch_) micro_batch_made_.push_back(handle);
   if (requests_ != nullptr) {  // a trace: the request is what it keeps (no allocator, no peaks)
     t.handle = mallocs_++;
+    if (noting_loop_) NoteLoopMalloc(t);
     Trace({bytes, -1});
     return handle;
   }
@@ -632,6 +644,7 @@ void Sim::Free(Tensor* t) {
     live_[l->category] -= l->bytes;
     if (requests_ != nullptr) {  // a trace
       *t = -1;
+      if (noting_loop_) NoteLoopFree(*l);
       Trace({0, l->handle});
       return;
     }
@@ -1501,6 +1514,16 @@ void Sim::CountWeights() {
   made_before_changed_ = 0;
 }
 
+void Sim::TraceNoted() {
+  trace_->last_repeated = true;
+  const int64_t own = mallocs_;
+  const int64_t previous = own - static_cast<int64_t>(loop_blocks_.size());
+  for (size_t i = 0; i < loop_requests_.size(); ++i) {
+    Trace(StepRequest(loop_requests_[i], loop_where_[i].bytes, own, previous));
+  }
+  mallocs_ += loop_blocks_.size();
+}
+
 Status Sim::RepeatNoted(int first, const std::vector<uint32_t>& carried,
                         std::vector<uint64_t> start, bool loops) {
   if (run_ != nullptr) {
@@ -1526,10 +1549,10 @@ Status Sim::Loop() {
   std::vector<uint64_t> requests_start[2];
   bool known[2] = {false, false};
   const int before_last = kTracedIterations - 1;
-  // A walk, or a run followed, notes iteration before_last, whose requests every later one makes
-  // again when the next starts as it did (LoopCarriedRenamed); where that fails, iteration
-  // kTracedIterations is noted instead.
-  const bool notes_early = compares_requests && requests_ == nullptr;
+  // A walk, a run followed or a trace notes iteration before_last, whose requests every later one
+  // makes again when the next starts as it did (LoopCarriedRenamed); where that fails, a walk or
+  // a run followed notes iteration kTracedIterations instead, and a trace walks it.
+  const bool notes_early = compares_requests && !walks_every_traced_;
   std::vector<uint64_t> made_where;  // MadeWhere at the start of iteration before_last
   std::vector<uint64_t> made_start;  // MadeState at the start of iteration kTracedIterations
   uint32_t previous_mallocs = 0;     // the iteration before the noted one made so many
@@ -1570,6 +1593,10 @@ Status Sim::Loop() {
       noting_loop_ = false;
       if (const auto carried =
               loops ? LoopCarriedRenamed(made_where, previous_mallocs) : std::nullopt) {
+        if (trace_ != nullptr) {
+          TraceNoted();
+          return Status::Ok();
+        }
         return RepeatNoted(it, *carried, {}, loops);
       }
     }
@@ -2004,7 +2031,8 @@ AllocatorConfig StepAllocatorConfig(const Options& options, uint64_t budget) {
                          kLargeBuffer, options.allocator.roundup_power2_divisions, budget};
 }
 
-Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx, size_t most_requests) {
+Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx, size_t most_requests,
+                                TraceWalk walk) {
   if (ctx.prefill() != nullptr) {
     return InvalidArgument("a trace holds one graph's requests, not a prefill's and a step's");
   }
@@ -2013,6 +2041,7 @@ Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx, size_t mos
   SimulationKey key = SimulationKey::Of(ctx);  // the Sim reads its options by reference
   key.iterations = kTracedIterations;
   Sim sim(ctx, key, /*record=*/false, &trace, most_requests);
+  if (walk == TraceWalk::kEveryIteration) sim.WalkEveryTraced();
   try {
     MEMEST_RETURN_IF_ERROR(sim.Run().status());
   } catch (const TraceIsLongEnough&) {

@@ -99,6 +99,9 @@ struct StepTrace {
   size_t previous_begins = 0;  // requests before the next-to-last traced iteration
   size_t last_begins = 0;      // requests before the last traced iteration
   bool loops = false;
+  // The last iteration's requests were made as the one before's again (TraceWalk::kNotedLoop),
+  // not walked.
+  bool last_repeated = false;
 };
 
 // Loop request q (symbolic/loop_watch.h) as a request of the step, in an iteration whose mallocs
@@ -153,6 +156,13 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, const Simulati
 // `budget` bytes reserved.
 [[nodiscard]] AllocatorConfig StepAllocatorConfig(const Options& options, uint64_t budget);
 
+// How a trace makes its last iteration's requests. kNotedLoop: when that iteration starts with
+// the tensors the one before did (StepTrace::loops), it makes the one before's requests again,
+// its frees of older tensors renamed to the mallocs that took their places, as the simulation's
+// loop does (timeline.cc, the loop), without walking the graph a third time; otherwise it is
+// walked. kEveryIteration: it is always walked (what the tests compare kNotedLoop with).
+enum class TraceWalk { kNotedLoop, kEveryIteration };
+
 // The step's allocator requests, in order, without the allocator (unlimited budget): the same
 // mallocs and frees Simulate(ctx, ...) hands the allocator model over its first
 // kTracedIterations iterations, since what the step allocates never depends on the allocator's
@@ -160,7 +170,8 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, const Simulati
 // stops once it has made that many: the step's first requests (and `loops` is known only when
 // the walk got to the last traced iteration).
 Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx,
-                                size_t most_requests = std::numeric_limits<size_t>::max());
+                                size_t most_requests = std::numeric_limits<size_t>::max(),
+                                TraceWalk walk = TraceWalk::kNotedLoop);
 
 }  // namespace memest::symbolic
 

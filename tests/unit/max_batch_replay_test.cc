@@ -298,6 +298,125 @@ TEST(BatchTraceTest, TheReplayIsTheSimulationAtOtherBatches) {
   }
 }
 
+// What a trace compares: each kind of trace at one set of options, the repeated last iteration
+// against the walked one (TraceRequests' TraceWalk), request for request.
+struct TraceWalks {
+  int traces = 0, repeated = 0;
+
+  void Compare(const Model& model, const Options& o, const std::string& what) {
+    auto ctx = memory::EstimationContext::Make(model, o);
+    ASSERT_TRUE(ctx.ok()) << what << ": " << ctx.status().ToString();
+    auto noted = symbolic::TraceRequests(**ctx);
+    auto walked = symbolic::TraceRequests(**ctx, std::numeric_limits<size_t>::max(),
+                                          symbolic::TraceWalk::kEveryIteration);
+    ASSERT_TRUE(noted.ok() && walked.ok()) << what;
+    ++traces;
+    repeated += noted->last_repeated;
+    EXPECT_FALSE(walked->last_repeated) << what;
+    EXPECT_EQ(noted->loops, walked->loops) << what;
+    EXPECT_EQ(noted->previous_begins, walked->previous_begins) << what;
+    EXPECT_EQ(noted->last_begins, walked->last_begins) << what;
+    ASSERT_EQ(noted->requests.size(), walked->requests.size()) << what;
+    for (size_t i = 0; i < noted->requests.size(); ++i) {
+      const AllocatorRequest& a = noted->requests[i];
+      const AllocatorRequest& b = walked->requests[i];
+      if (a.bytes != b.bytes || a.freed != b.freed) {
+        ADD_FAILURE() << what << ": request " << i << " is (" << a.bytes << ", " << a.freed
+                      << ") repeated and (" << b.bytes << ", " << b.freed << ") walked";
+        return;
+      }
+    }
+    // A prefix that ends inside the repeated iteration (the successor's trace of a replay that
+    // ran out there) is the walked trace's first requests.
+    const size_t prefix = (noted->last_begins + noted->requests.size()) / 2;
+    if (prefix > noted->last_begins) {
+      auto part = symbolic::TraceRequests(**ctx, prefix);
+      ASSERT_TRUE(part.ok()) << what;
+      ASSERT_EQ(part->requests.size(), prefix) << what;
+      EXPECT_TRUE(std::equal(part->requests.begin(), part->requests.end(), walked->requests.begin(),
+                             [](const AllocatorRequest& a, const AllocatorRequest& b) {
+                               return a.bytes == b.bytes && a.freed == b.freed;
+                             }))
+          << what << ": the first " << prefix << " requests";
+    }
+  }
+};
+
+// A trace does not walk its last iteration when it starts with the tensors the one before did:
+// it makes that one's requests again (TraceWalk::kNotedLoop), as the simulation's loop does. The
+// requests are the walked ones on the bundled models under the options the step reads, in
+// training and inference, and on timm's 81 training graphs; and most of those traces repeat.
+TEST(BatchTraceTest, ARepeatedLastIterationIsTheWalkedOne) {
+  const std::vector<std::pair<std::string, std::function<void(Options*)>>> variants = {
+      {"default", [](Options*) {}},
+      {"infer", [](Options* o) { o->mode = Mode::kInfer; }},
+      {"amp-bf16", [](Options* o) { o->precision = Precision::kAmpBf16; }},
+      {"sgd", [](Options* o) { o->optimizer = Optimizer::kSgd; }},
+      {"checkpoint 3", [](Options* o) { o->checkpoint_segments = 3; }},
+      {"micro-batches 4", [](Options* o) { o->micro_batches = 4; }},
+      {"expandable", [](Options* o) { o->allocator.expandable_segments = true; }},
+  };
+  TraceWalks bundled;
+  for (const char* name : {"resnet18_train", "resnet50_train", "gpt2_tiny_train", "mlp_small_train",
+                           "resnet18_eval"}) {
+    auto model = Load(Source(std::string("datasets/models/") + name + ".onnx"));
+    ASSERT_NE(model, nullptr);
+    for (const auto& [what, apply] : variants) {
+      for (int64_t batch : {4, 12}) {  // micro-batches of 1 and 3
+        Options o;
+        o.gpu = "h100-80gb";
+        o.batch = batch;
+        apply(&o);
+        bundled.Compare(*model, o,
+                        std::string(name) + " " + what + " batch " + std::to_string(batch));
+      }
+    }
+  }
+  std::printf("bundled: %d traces, %d repeated their last iteration\n", bundled.traces,
+              bundled.repeated);
+  EXPECT_EQ(bundled.traces, 70);
+  EXPECT_GE(bundled.repeated, bundled.traces / 2);
+
+  testing::TempDir scratch;
+  const fs::path dir = testing::TimmGraphs(scratch);
+  TraceWalks timm;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".onnx") continue;
+    auto model = Load(entry.path());
+    if (model == nullptr) continue;
+    Options o;
+    o.gpu = "a100-80gb";
+    o.batch = 2;
+    timm.Compare(*model, o, entry.path().stem().string());
+  }
+  std::printf("timm: %d traces, %d repeated their last iteration\n", timm.traces, timm.repeated);
+  EXPECT_EQ(timm.traces, 81);
+  EXPECT_GE(timm.repeated, timm.traces / 2);
+
+  // Language models from the Hugging Face configs of tests/data/hf, training at batch 2 and
+  // sequence 64 (what the max-dim search traces).
+  TraceWalks lm;
+  for (const auto& entry : fs::directory_iterator(Source("tests/data/hf"))) {
+    if (entry.path().extension() != ".json") continue;
+    auto config = zoo::LoadHfConfig(entry.path().string());
+    ASSERT_TRUE(config.ok()) << entry.path();
+    if ((*config)["model_type"] == "t5") continue;
+    auto hf = zoo::BuildHfModel(*config, {});
+    ASSERT_TRUE(hf.ok()) << entry.path() << ": " << hf.status().ToString();
+    auto model = LoadModelFromBytes(zoo::SerializeModel(hf->model), ".", hf->architecture);
+    ASSERT_TRUE(model.ok()) << entry.path();
+    Options o;
+    o.gpu = "h100-80gb";
+    o.batch = 2;
+    o.dims["seq"] = 64;
+    lm.Compare(**model, o, entry.path().stem().string());
+  }
+  std::printf("language models: %d traces, %d repeated their last iteration\n", lm.traces,
+              lm.repeated);
+  EXPECT_GT(lm.traces, 0);
+  EXPECT_GE(lm.repeated, lm.traces / 2);
+}
+
 // A step whose sizes are not lines in the batch -- a [N, N] similarity matrix, as contrastive
 // losses make -- is off the lines at the answer's successor, and the exact search answers.
 TEST(MaxBatchReplayTest, SizesOffTheirLinesAreSearchedExactly) {

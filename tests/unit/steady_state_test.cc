@@ -139,7 +139,9 @@ TEST(SteadyStateTest, TheLoopsEstimateIsThatOfAnyLongerRun) {
         tally(run);
         // Training with the defaults: the second iteration's requests are repeated from the
         // third on, without walking the graph again.
-        if (what == "default") EXPECT_EQ(run.walked, 2u) << at + what;
+        if (what == "default") {
+          EXPECT_EQ(run.walked, 2u) << at + what;
+        }
       }
       if (std::string(name) == "gpt2_tiny_train") {
         Options o;
