@@ -4,6 +4,9 @@
 // Policy:
 //  - One schema for both (a table entry and a file's "stack" object are read by the same code);
 //    the table is parsed once on first use (function-local static) and is immutable afterwards.
+//    A stack looked up by a name the table has (and the default, the first) is parsed on its own,
+//    once per process (each stack is also compiled in alone, base/embed_json.cmake), not the
+//    whole table with its sources and calibration notes: a CLI call asks for one.
 //  - The embedded table is memest's own data: a defect in it is kInternal (the unit tests parse
 //    it). A user's file is input: a defect is kInvalidArgument naming the field; a missing file
 //    is kNotFound. Nothing throws; files over kMaxStackFileBytes are refused unread.
@@ -16,7 +19,10 @@
 
 #include <cmath>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -27,6 +33,10 @@
 namespace memest::base {
 
 extern const char kStacksJson[];
+// Each stack of kStacksJson's "stacks" on its own, with its name (base/embed_json.cmake).
+extern const int kStacksJsonCount;
+extern const char* const kStacksJsonNames[];
+extern const char* const kStacksJsonElements[];
 
 namespace {
 
@@ -258,6 +268,26 @@ Result<std::vector<StackProfile>> ParseTable(std::string_view text) {
   return out;
 }
 
+// Stack `index` of the embedded table, parsed on its own once per process (as ParseTable reads
+// it: the same checks, the same path in errors).
+const Result<StackProfile>& EmbeddedStack(size_t index) {
+  struct Slot {
+    std::once_flag once;
+    std::optional<Result<StackProfile>> stack;
+  };
+  static const std::unique_ptr<Slot[]> slots(new Slot[kStacksJsonCount]);
+  Slot& slot = slots[index];
+  std::call_once(slot.once, [&] {
+    const JsonFields f(ErrorCode::kInternal);
+    const std::string where = "stacks[" + std::to_string(index) + "]";
+    const std::string_view text = kStacksJsonElements[index];
+    const json s = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+    slot.stack = s.is_discarded() ? Result<StackProfile>(f.Error(where + ": not valid JSON"))
+                                  : ReadStack(f, s, where, /*v1=*/false);
+  });
+  return *slot.stack;
+}
+
 const EmbeddedTable<StackProfile>& GetTable() {
   static const auto* const table =
       MakeEmbeddedTable(ParseTable(kStacksJson), "embedded stacks.json");
@@ -272,23 +302,22 @@ namespace memest {
 const std::vector<StackProfile>& StackProfiles() { return base::GetTable().rows; }
 
 Result<StackProfile> FindStackProfile(std::string_view name) {
+  const std::string wanted = base::ToLowerAscii(name);
+  for (int i = 0; i < base::kStacksJsonCount; ++i) {
+    if (wanted == base::kStacksJsonNames[i]) return base::EmbeddedStack(static_cast<size_t>(i));
+  }
+  // Not a name the table has: its error, if it has one, else the names it has.
   const auto& table = base::GetTable();
   if (!table.status.ok()) return table.status;
-  const std::string wanted = base::ToLowerAscii(name);
   std::string known;
-  for (const StackProfile& s : table.rows) {
-    if (s.name == wanted) return s;
-    known += (known.empty() ? "" : ", ") + s.name;
-  }
+  for (const StackProfile& s : table.rows) known += (known.empty() ? "" : ", ") + s.name;
   return NotFound("unknown stack '" + std::string(name) + "'; known stacks: " + known +
                   " (or a file written by memest calibrate: --stack-file)");
 }
 
 Result<StackProfile> ResolveStack(std::string_view name) {
   if (!name.empty()) return FindStackProfile(name);
-  const auto& table = base::GetTable();
-  if (!table.status.ok()) return table.status;
-  return table.rows.front();
+  return base::EmbeddedStack(0);  // the default (ParseTable checks it is for any GPU)
 }
 
 Result<StackProfile> ParseStackProfile(std::string_view json_text, const std::string& where) {

@@ -59,6 +59,20 @@ TEST(StackTest, TheDefaultIsTheFirstCitedStackForAnyGpu) {
   EXPECT_NE(missing.status().message().find("pytorch2-lazy"), std::string::npos);
 }
 
+// A stack found by name (and the default) is parsed on its own (each is also compiled in alone):
+// it is the table's, field for field, as the stack file format writes every field.
+TEST(StackTest, ALookupByNameGivesTheTablesStack) {
+  for (const StackProfile& want : StackProfiles()) {
+    auto got = FindStackProfile(want.name);
+    ASSERT_TRUE(got.ok()) << want.name << ": " << got.status().ToString();
+    EXPECT_EQ(StackProfileToJson(*got), StackProfileToJson(want)) << want.name;
+    EXPECT_EQ(got->calibration_json, want.calibration_json) << want.name;
+  }
+  auto d = ResolveStack("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(StackProfileToJson(*d), StackProfileToJson(StackProfiles().front()));
+}
+
 TEST(StackTest, AFileRoundTrips) {
   StackProfile s = *ResolveStack("");
   s.name = "mine";
