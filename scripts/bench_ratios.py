@@ -3,6 +3,13 @@
 
     python3 scripts/bench_ratios.py [--bench build/bench/memest_bench] [--min-time 0.2]
     python3 scripts/bench_ratios.py --json run.json     # a saved --benchmark_format=json run
+    python3 scripts/bench_ratios.py --speed --json run.json   # README's Speed table
+
+With --speed, the run is the Speed table's (`--benchmark_filter='resnet50|Queries|Threads|Cli|qwen25'`,
+saved with --benchmark_format=json) and its rows are printed as README shows them: ResNet-50's
+load and estimates as ratios to its parse, each search to one estimate at batch 64 (seq 2,048)
+and to one at the batch (seq) it answers, 1,000 queries per estimate, the threads' scaling, and
+the CLI processes.
 
 For each generated chain (10k, 100k, 1M nodes) one run gives the protobuf parse of its bytes,
 load (parse, validation, symbolic shape inference), one analytical and one symbolic training
@@ -35,17 +42,99 @@ def ms(b):
 
 
 def medians(data):
-    """Per benchmark name, one entry whose real_time is the median over its repetitions."""
-    runs = {}
+    """Per benchmark name, one entry whose real_time is the median over its repetitions (the
+    run's own median aggregate when it reported aggregates only)."""
+    runs, aggregates = {}, {}
     for b in data["benchmarks"]:
         if b.get("run_type", "iteration") == "iteration":
             runs.setdefault(b["name"], []).append(b)
-    out = {}
+        elif b.get("aggregate_name") == "median":
+            aggregates[b["run_name"]] = b
+    out = dict(aggregates)
     for name, bs in runs.items():
         m = dict(bs[0])
         m["real_time"] = statistics.median(x["real_time"] for x in bs)
         out[name] = m
     return out
+
+
+def speed_table(data):
+    """README's Speed table: each row's time and its ratio, all from this one run."""
+    by = medians(data)
+
+    def get(name):
+        b = by.get(name, by.get(name + "/real_time"))  # UseRealTime() names end so
+        if b is None:
+            print(f"(no {name} in this run)", file=sys.stderr)
+        return b
+
+    def t(name):
+        b = get(name)
+        return ms(b) if b else float("nan")
+
+    def counter(name, key):
+        b = get(name)
+        return b.get(key, float("nan")) if b else float("nan")
+
+    parse = t("BM_ProtobufParse/resnet50")
+    est_a = t("BM_Estimate/resnet50_train_analytical")
+    est_s = t("BM_Estimate/resnet50_train_symbolic")
+    at_b = t("BM_EstimateAtMaxBatch/resnet50_symbolic")
+    mb = "BM_MaxBatch/resnet50_symbolic"
+    seq = t("BM_EstimateSeq/qwen25_05b_train_seq2048")
+    at_s = t("BM_EstimateAtMaxSeq/qwen25_05b_train")
+    ms_ = "BM_MaxSeq/qwen25_05b_train"
+    rows = [
+        ("ResNet-50: protobuf parse", parse, "1 × parse"),
+        ("ResNet-50: load", t("BM_Load/resnet50"), f"{t('BM_Load/resnet50') / parse:.2f} × parse"),
+        ("estimate, analytical", est_a, f"{est_a / parse:.2f} × parse"),
+        ("estimate, symbolic, batch 64", est_s, f"{est_s / parse:.2f} × parse"),
+        ("same, --checkpoint 4", t("BM_Estimate/resnet50_train_symbolic_checkpoint4"),
+         f"{t('BM_Estimate/resnet50_train_symbolic_checkpoint4') / parse:.2f} × parse"),
+        (f"estimate, symbolic, at the answer (batch "
+         f"{counter('BM_EstimateAtMaxBatch/resnet50_symbolic', 'batch'):.0f})", at_b,
+         f"{at_b / est_s:.2f} × the estimate at batch 64"),
+        (f"--max-batch symbolic ({counter(mb, 'evaluations'):.0f} estimate, "
+         f"{counter(mb, 'traces'):.0f} traces, {counter(mb, 'replays'):.0f} replays; answer "
+         f"{counter(mb, 'max_batch'):.0f})", t(mb),
+         f"{t(mb) / est_s:.1f} × the estimate at batch 64; {t(mb) / at_b:.2f} × the one at the answer"),
+        ("same, exact search", t("BM_MaxBatch/resnet50_symbolic_exact"),
+         f"{t('BM_MaxBatch/resnet50_symbolic_exact') / est_s:.1f} × the estimate at batch 64"),
+        (f"--max-batch analytical ({counter('BM_MaxBatch/resnet50', 'evaluations'):.0f} estimates)",
+         t("BM_MaxBatch/resnet50"), f"{t('BM_MaxBatch/resnet50') / est_a:.1f} × one estimate"),
+        ("Qwen2.5-0.5B estimate at seq 2,048", seq, "1 ×"),
+        (f"same at the answer (seq {counter('BM_EstimateAtMaxSeq/qwen25_05b_train', 'seq'):.0f})",
+         at_s, f"{at_s / seq:.2f} ×"),
+        (f"--max-dim seq by replay ({counter(ms_, 'traces'):.0f} traces, "
+         f"{counter(ms_, 'replays'):.0f} replays)", t(ms_),
+         f"{t(ms_) / seq:.1f} × the estimate at 2,048; {t(ms_) / at_s:.1f} × the one at the answer"),
+        ("same, exact search", t("BM_MaxSeq/qwen25_05b_train_exact"),
+         f"{t('BM_MaxSeq/qwen25_05b_train_exact') / seq:.1f} × the estimate at 2,048"),
+    ]
+    for name, est in (("analytical", est_a), ("symbolic", est_s)):
+        for order in ("grouped", "shuffled"):
+            q = t(f"BM_Queries/resnet50_{name}_{order}")
+            rows.append((f"1,000 queries, {name}, {order}", q,
+                         f"{q / 1000 / est:.2f} × one estimate each"))
+    ips = [counter(f"BM_EstimateThreads/resnet50_symbolic/real_time/threads:{n}",
+                   "items_per_second") for n in (1, 2, 4)]
+    rows.append(("symbolic estimates per second, 1 / 2 / 4 threads",
+                 float("nan"), " / ".join(f"{x:,.0f}" for x in ips) +
+                 f"; {ips[1] / ips[0]:.2f} × at 2 threads"))
+    for label, name in (("cold start, --batch 64", "BM_CliProcess/cold_start_resnet50_batch64"),
+                        ("cold start, --version", "BM_CliProcess/cold_start_version_only")):
+        rows.append((label, t(name), ""))
+    for size, nodes in (("10k", 1e4), ("100k", 1e5), ("1m", 1e6)):
+        a = t(f"BM_CliProcessChain/cold_chain{size}_analytical")
+        y = t(f"BM_CliProcessChain/cold_chain{size}_symbolic")
+        rows.append((f"CLI on chain{size}, analytical / symbolic", float("nan"),
+                     f"{a:,.1f} / {y:,.1f} ms; {a * 1e3 / nodes:.1f} / {y * 1e3 / nodes:.1f} µs per node"))
+    print("| what | time | ratio |\n|---|---:|---:|")
+    for name, time, ratio in rows:
+        cell = "" if time != time else (f"{time:.3f} ms" if time < 10 else f"{time:.1f} ms")
+        print(f"| {name} | {cell} | {ratio} |")
+    ctx = data.get("context", {})
+    print(f"\n{ctx.get('date', '')}, {ctx.get('num_cpus', '?')} CPUs")
 
 
 def table(data):
@@ -83,7 +172,14 @@ def main():
     ap.add_argument("--bench", default="build/bench/memest_bench")
     ap.add_argument("--min-time", default="0.2")
     ap.add_argument("--json", help="a saved --benchmark_format=json output instead of a run")
+    ap.add_argument("--speed", action="store_true",
+                    help="print README's Speed table from --json (a run of its filter)")
     a = ap.parse_args()
+    if a.speed:
+        if not a.json:
+            ap.error("--speed reads a saved run: give --json")
+        speed_table(json.load(open(a.json)))
+        return
     data = json.load(open(a.json)) if a.json else run(a.bench, a.min_time)
     table(data)
 

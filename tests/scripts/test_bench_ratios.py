@@ -1,0 +1,105 @@
+"""scripts/bench_ratios.py: the chains' table and README's Speed table, read from saved Google
+Benchmark JSON runs (made up here, with known times)."""
+import contextlib
+import io
+import pathlib
+import sys
+import unittest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import bench_ratios  # noqa: E402
+
+
+def median(name, ms, **counters):
+    """A --benchmark_report_aggregates_only entry: the median over the repetitions."""
+    return dict(name=name + "_median", run_name=name, run_type="aggregate", aggregate_name="median",
+                real_time=ms, time_unit="ms", **counters)
+
+
+def iteration(name, ms, **counters):
+    return dict(name=name, run_name=name, run_type="iteration", real_time=ms, time_unit="ms",
+                **counters)
+
+
+def printed(fn, data):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        fn(data)
+    return out.getvalue()
+
+
+class SpeedTableTest(unittest.TestCase):
+    def run_of(self):
+        b = [
+            median("BM_ProtobufParse/resnet50", 0.5),
+            median("BM_Load/resnet50", 1.0),
+            median("BM_Estimate/resnet50_train_analytical", 0.05),
+            median("BM_Estimate/resnet50_train_symbolic", 1.0),
+            median("BM_Estimate/resnet50_train_symbolic_checkpoint4", 1.25),
+            median("BM_EstimateAtMaxBatch/resnet50_symbolic", 2.5, batch=966),
+            median("BM_MaxBatch/resnet50_symbolic", 6.0, evaluations=1, traces=3, replays=4,
+                   max_batch=966),
+            median("BM_MaxBatch/resnet50_symbolic_exact", 15.0, evaluations=10, max_batch=966),
+            median("BM_MaxBatch/resnet50", 0.3, evaluations=6, max_batch=877),
+            median("BM_EstimateSeq/qwen25_05b_train_seq2048", 4.0),
+            median("BM_EstimateAtMaxSeq/qwen25_05b_train", 6.0, seq=2214),
+            median("BM_MaxSeq/qwen25_05b_train", 20.0, traces=4, replays=4),
+            median("BM_MaxSeq/qwen25_05b_train_exact", 80.0),
+        ]
+        for backend, per_query in (("analytical", 0.025), ("symbolic", 0.4)):
+            for order in ("grouped", "shuffled"):
+                b.append(median(f"BM_Queries/resnet50_{backend}_{order}", per_query * 1000))
+        for n, ips in ((1, 1000), (2, 1900), (4, 1850)):
+            b.append(median(f"BM_EstimateThreads/resnet50_symbolic/real_time/threads:{n}", 1.0,
+                            items_per_second=ips))
+        # The process benchmarks run with UseRealTime(): their names end in /real_time.
+        b.append(median("BM_CliProcess/cold_start_resnet50_batch64/real_time", 7.0))
+        b.append(median("BM_CliProcess/cold_start_version_only/real_time", 5.0))
+        for size, ms in (("10k", 30), ("100k", 300), ("1m", 3000)):
+            b.append(median(f"BM_CliProcessChain/cold_chain{size}_analytical/real_time", ms))
+            b.append(median(f"BM_CliProcessChain/cold_chain{size}_symbolic/real_time", 2 * ms))
+        return {"benchmarks": b, "context": {"date": "today", "num_cpus": 2}}
+
+    def test_each_search_against_an_estimate_at_batch_64_and_at_its_answer(self):
+        text = printed(bench_ratios.speed_table, self.run_of())
+        self.assertIn("| 2.00 × parse |", text)  # load
+        self.assertIn("at the answer (batch 966) | 2.500 ms | 2.50 × the estimate at batch 64 |",
+                      text)
+        self.assertIn("answer 966) | 6.000 ms | 6.0 × the estimate at batch 64; 2.40 × the one at "
+                      "the answer |", text)
+        self.assertIn("| 15.0 ms | 15.0 × the estimate at batch 64 |", text)
+        self.assertIn("(6 estimates) | 0.300 ms | 6.0 × one estimate |", text)
+        self.assertIn("| 20.0 ms | 5.0 × the estimate at 2,048; 3.3 × the one at the answer |",
+                      text)
+        self.assertIn("| 0.50 × one estimate each |", text)  # 25 µs of a 50 µs estimate
+        self.assertIn("1,000 / 1,900 / 1,850; 1.90 × at 2 threads", text)
+        self.assertIn("30.0 / 60.0 ms; 3.0 / 6.0 µs per node", text)
+        self.assertIn("| cold start, --batch 64 | 7.000 ms |", text)
+
+    def test_a_missing_benchmark_is_said_and_left_blank(self):
+        run = self.run_of()
+        run["benchmarks"] = [b for b in run["benchmarks"]
+                             if b["run_name"] != "BM_EstimateAtMaxBatch/resnet50_symbolic"]
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            bench_ratios.speed_table(run)
+        self.assertIn("no BM_EstimateAtMaxBatch/resnet50_symbolic", err.getvalue())
+
+
+class ChainTableTest(unittest.TestCase):
+    def test_ratios_to_the_parse_and_the_issue_targets(self):
+        b = []
+        for rep in range(3):  # medians over repetitions: 10, 20 (twice), 60 -> 20
+            b.append(iteration("BM_ProtobufParse/chain10k", 10.0, nodes=10000))
+            b.append(iteration("BM_Load/chain10k", [20.0, 20.0, 60.0][rep]))
+            b.append(iteration("BM_Estimate/chain10k_train_analytical", 5.0))
+            b.append(iteration("BM_Estimate/chain10k_train_symbolic", 40.0))
+        text = printed(bench_ratios.table, {"benchmarks": b, "context": {}})
+        self.assertIn("| chain10k (10,000 nodes) | 10.0 | 20.0 (2.00) | 5.0 (0.50) | 40.0 (4.00) |",
+                      text)
+        self.assertIn("| 2.50 | 6.00 |", text)
+
+
+if __name__ == "__main__":
+    unittest.main()
