@@ -109,7 +109,7 @@ const Result<GpuProfile>& EmbeddedProfile(size_t index) {
     std::once_flag once;
     std::optional<Result<GpuProfile>> profile;
   };
-  static const std::unique_ptr<Slot[]> slots(new Slot[kGpuProfilesJsonCount]);
+  static Slot* const slots = new Slot[kGpuProfilesJsonCount];  // never destroyed
   Slot& slot = slots[index];
   std::call_once(slot.once, [&] {
     const std::string_view text = kGpuProfilesJsonElements[index];

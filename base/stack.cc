@@ -19,7 +19,6 @@
 
 #include <cmath>
 #include <fstream>
-#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -268,14 +267,16 @@ Result<std::vector<StackProfile>> ParseTable(std::string_view text) {
   return out;
 }
 
-// Stack `index` of the embedded table, parsed on its own once per process (as ParseTable reads
-// it: the same checks, the same path in errors).
+// Stack `index` of the embedded table, parsed on its own once per process and never destroyed
+// (as ParseTable reads each stack: the same checks; errors name it stacks[index]). The table's
+// own checks -- the first stack for any GPU, no name twice -- are ParseTable's, which the unit
+// tests run.
 const Result<StackProfile>& EmbeddedStack(size_t index) {
   struct Slot {
     std::once_flag once;
     std::optional<Result<StackProfile>> stack;
   };
-  static const std::unique_ptr<Slot[]> slots(new Slot[kStacksJsonCount]);
+  static Slot* const slots = new Slot[kStacksJsonCount];
   Slot& slot = slots[index];
   std::call_once(slot.once, [&] {
     const JsonFields f(ErrorCode::kInternal);
@@ -317,7 +318,7 @@ Result<StackProfile> FindStackProfile(std::string_view name) {
 
 Result<StackProfile> ResolveStack(std::string_view name) {
   if (!name.empty()) return FindStackProfile(name);
-  return base::EmbeddedStack(0);  // the default (ParseTable checks it is for any GPU)
+  return base::EmbeddedStack(0);  // the default (StackTest parses the table, which checks it)
 }
 
 Result<StackProfile> ParseStackProfile(std::string_view json_text, const std::string& where) {

@@ -195,7 +195,7 @@ void BM_MaxBatch(benchmark::State& state, const std::string& name,
 // One symbolic estimate at the batch BM_MaxBatch's symbolic search answers (found once, untimed):
 // the estimate a search is compared with when its cost is counted at the batch it finds. Near
 // the GPU's capacity the allocator model's loop takes more iterations to repeat (ResNet-50 at
-// its answer on h100-80gb: 13, against 4 at batch 64), so this estimate costs more than one at
+// its answer on h100-80gb: 12, against 4 at batch 64), so this estimate costs more than one at
 // batch 64.
 void BM_EstimateAtMaxBatch(benchmark::State& state, const std::string& name) {
   auto subject = SetUp(state, name, "symbolic");

@@ -189,12 +189,12 @@ class Sim {
         iterations_(key.iterations),
         alloc_(StepAllocatorConfig(o_, budget_)) {}
 
+  Sim(const Sim&) = delete;  // stats_ points into the Sim itself
+  Sim& operator=(const Sim&) = delete;
+
   // A trace walks its last iteration too instead of making the noted one's requests again
   // (TraceRequests' TraceWalk::kEveryIteration).
   void WalkEveryTraced() { walks_every_traced_ = true; }
-
-  Sim(const Sim&) = delete;  // stats_ points into the Sim itself
-  Sim& operator=(const Sim&) = delete;
 
   Result<Simulation> Run();
   // The forward of a prefill (ctx is Options::prefill's context, memory/context.h): its outputs
@@ -1543,15 +1543,17 @@ Status Sim::Loop() {
   const bool fixed = iterations_ > 0;                          // exactly so many, never repeating
   const bool walks = requests_ == nullptr && run_ == nullptr;  // through the allocator model
   // RequestsStart() at the start of the last two traced iterations: whether the last starts as
-  // the one before did. A trace notes it (StepTrace::loops); a run followed, or a walk looking
-  // for the loop's repeat, then goes on without walking (FollowLoopRest, LoopRest).
+  // the one before did. A trace notes it (StepTrace::loops) and makes its last iteration without
+  // walking (TraceNoted); a run followed, or a walk looking for the loop's repeat, goes on
+  // without walking (FollowLoopRest, LoopRest).
   const bool compares_requests = !walks || (!fixed && !record_);
   std::vector<uint64_t> requests_start[2];
   bool known[2] = {false, false};
   const int before_last = kTracedIterations - 1;
   // A walk, a run followed or a trace notes iteration before_last, whose requests every later one
   // makes again when the next starts as it did (LoopCarriedRenamed); where that fails, a walk or
-  // a run followed notes iteration kTracedIterations instead, and a trace walks it.
+  // a run followed notes iteration kTracedIterations instead, and a trace walks it. A trace asked
+  // to walk every iteration (WalkEveryTraced) notes nothing.
   const bool notes_early = compares_requests && !walks_every_traced_;
   std::vector<uint64_t> made_where;  // MadeWhere at the start of iteration before_last
   std::vector<uint64_t> made_start;  // MadeState at the start of iteration kTracedIterations
