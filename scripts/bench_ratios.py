@@ -76,6 +76,9 @@ def speed_table(data):
         b = get(name)
         return b.get(key, float("nan")) if b else float("nan")
 
+    def plural(n, noun):
+        return f"{n:.0f} {noun}" + ("" if n == 1 else "s")
+
     parse = t("BM_ProtobufParse/resnet50")
     est_a = t("BM_Estimate/resnet50_train_analytical")
     est_s = t("BM_Estimate/resnet50_train_symbolic")
@@ -94,7 +97,7 @@ def speed_table(data):
         (f"estimate, symbolic, at the answer (batch "
          f"{counter('BM_EstimateAtMaxBatch/resnet50_symbolic', 'batch'):.0f})", at_b,
          f"{at_b / est_s:.2f} × the estimate at batch 64"),
-        (f"--max-batch symbolic ({counter(mb, 'evaluations'):.0f} estimate, "
+        (f"--max-batch symbolic ({plural(counter(mb, 'evaluations'), 'estimate')}, "
          f"{counter(mb, 'traces'):.0f} traces, {counter(mb, 'replays'):.0f} replays; answer "
          f"{counter(mb, 'max_batch'):.0f})", t(mb),
          f"{t(mb) / est_s:.1f} × the estimate at batch 64; {t(mb) / at_b:.2f} × the one at the answer"),

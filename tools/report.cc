@@ -20,6 +20,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -501,11 +502,16 @@ Grid BuildGrid(const Report& r) {
   return g;
 }
 
+// "1 evaluation", "6 evaluations".
+std::string Count(int64_t n, std::string_view noun) {
+  return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
+}
+
 // ", 3 traces and 5 allocator replays" when the search replayed the symbolic step.
 std::string ReplayCount(const BackendResult& res) {
   if (res.max_batch_traces == 0) return "";
-  return fmt::format(", {} traces and {} allocator replays", res.max_batch_traces,
-                     res.max_batch_replays);
+  return fmt::format(", {} and {}", Count(res.max_batch_traces, "trace"),
+                     Count(res.max_batch_replays, "allocator replay"));
 }
 
 std::string MaxBatchSentence(const Report& r) {
@@ -513,14 +519,13 @@ std::string MaxBatchSentence(const Report& r) {
     const BackendResult& res = r.results.front();
     if (!res.status.ok()) return "";
     if (res.max_batch.value_or(0) == 0) {
-      return fmt::format(
-          "max {0}: none -- even {0} 1 does not fit on {1} ({2}, {3} "
-          "evaluations)\n",
-          r.max_dim, r.gpu.name, res.backend, res.max_batch_evaluations);
+      return fmt::format("max {0}: none -- even {0} 1 does not fit on {1} ({2}, {3})\n", r.max_dim,
+                         r.gpu.name, res.backend, Count(res.max_batch_evaluations, "evaluation"));
     }
-    return fmt::format("max {}: {} fits on {} ({}, {} evaluations{}, search limit {})\n", r.max_dim,
-                       *res.max_batch, r.gpu.name, res.backend, res.max_batch_evaluations,
-                       ReplayCount(res), r.max_batch_limit);
+    return fmt::format("max {}: {} fits on {} ({}, {}{}, search limit {})\n", r.max_dim,
+                       *res.max_batch, r.gpu.name, res.backend,
+                       Count(res.max_batch_evaluations, "evaluation"), ReplayCount(res),
+                       r.max_batch_limit);
   }
   const auto mb = ConservativeMaxBatch(r.results);
   if (!mb) return "";

@@ -585,6 +585,13 @@ TEST_F(CliTest, MaxBatchOnH100) {
   const size_t pos = t.out.find("max batch: ");
   ASSERT_NE(pos, std::string::npos) << t.out;
   EXPECT_GE(std::stoll(t.out.substr(pos + 11)), 1) << t.out;
+
+  // The symbolic search's line counts its one estimate, traces and replays, each noun as many.
+  CliRun s = Run(
+      {Model("resnet18_train.onnx"), "--max-batch", "--gpu", "h100-80gb", "--backend", "symbolic"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_NE(s.out.find("(symbolic, 1 evaluation, 3 traces and "), std::string::npos) << s.out;
+  EXPECT_EQ(s.out.find("1 evaluations"), std::string::npos) << s.out;
 }
 
 // --memory-fraction: the verdict needs the reserved peak within F x the GPU's total memory, the
