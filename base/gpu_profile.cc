@@ -9,10 +9,10 @@
 //    user input), GpuProfiles() returns an empty list and FindGpuProfile() returns kInternal with
 //    the reason.
 //  - A lookup by a name the table has parses that one profile (each is compiled in on its own as
-//    well, base/embed_json.cmake), with the same checks, once per process (a magic static per
-//    profile): a CLI call asks for one GPU, and the whole table (69 KB, mostly the values'
-//    sources) cost it more instructions than ResNet-50's symbolic estimate. Any other name, and
-//    every other function, reads the whole table.
+//    well, base/embed_json.cmake), with the same checks, once per process (base::EmbeddedEntries,
+//    shared with the stacks): a CLI call asks for one GPU, and the whole table (69 KB, mostly the
+//    values' sources) cost it more instructions than ResNet-50's symbolic estimate. Any other name,
+//    and every other function, reads the whole table.
 //  - The data is validated strictly so that a typo in gpu_profiles.json fails loudly in the unit
 //    tests: unknown keys, empty sources, calibrated values without a data file, usable > total,
 //    duplicate names and unknown allocators are all errors. docs/gpu-profiles.md describes the
@@ -23,10 +23,7 @@
 #include <cctype>
 #include <cstdint>
 #include <fstream>
-#include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -102,25 +99,13 @@ Result<GpuProfile> ParseProfile(const json& p, size_t index) {
   return g;
 }
 
-// The embedded profile `index` alone, checked as in the table: parsed on first use, once per
-// process (a service asks for the same GPUs estimate after estimate), and kept.
-const Result<GpuProfile>& EmbeddedProfile(size_t index) {
-  struct Slot {
-    std::once_flag once;
-    std::optional<Result<GpuProfile>> profile;
-  };
-  static Slot* const slots = new Slot[kGpuProfilesJsonCount];  // never destroyed
-  Slot& slot = slots[index];
-  std::call_once(slot.once, [&] {
-    const std::string_view text = kGpuProfilesJsonElements[index];
-    const json p =
-        json::parse(text.begin(), text.end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
-    slot.profile = p.is_discarded()
-                       ? Result<GpuProfile>(Internal("embedded gpu_profiles.json: profile " +
-                                                     std::to_string(index) + " not valid JSON"))
-                       : ParseProfile(p, index);
-  });
-  return *slot.profile;
+// The embedded profiles one by one, each checked as in the table when first looked up by name
+// (a service asks for the same GPUs estimate after estimate).
+const EmbeddedEntries<GpuProfile>& EmbeddedProfiles() {
+  static const auto* const entries = new EmbeddedEntries<GpuProfile>(  // never destroyed
+      kGpuProfilesJsonCount, kGpuProfilesJsonNames, kGpuProfilesJsonElements, &ParseProfile,
+      "embedded gpu_profiles.json");
+  return *entries;
 }
 
 const EmbeddedTable<GpuProfile>& GetTable() {
@@ -215,11 +200,8 @@ Result<GpuProfile> FindGpuProfileForDevice(std::string_view device_name) {
 }
 
 Result<GpuProfile> FindGpuProfile(std::string_view name) {
-  const std::string wanted = base::ToLowerAscii(name);
-  for (int i = 0; i < base::kGpuProfilesJsonCount; ++i) {
-    if (wanted == base::kGpuProfilesJsonNames[i]) {
-      return base::EmbeddedProfile(static_cast<size_t>(i));
-    }
+  if (const auto* profile = base::EmbeddedProfiles().Find(base::ToLowerAscii(name))) {
+    return *profile;
   }
   // Not a name the table has: its error, if it has one, else the names it has.
   const auto& table = base::GetTable();

@@ -7,7 +7,11 @@
 #ifndef MEMEST_BASE_JSON_FIELDS_H_
 #define MEMEST_BASE_JSON_FIELDS_H_
 
+#include <cstddef>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -76,6 +80,61 @@ const EmbeddedTable<Row>* MakeEmbeddedTable(Result<std::vector<Row>> parsed, con
   }
   return t;
 }
+
+// The same table's entries also compiled in one by one (base/embed_json.cmake SPLIT: a count,
+// each entry's name and its JSON text), so that a lookup by name parses that entry alone: on first
+// use, once per process (a call_once per entry: safe from any thread), with `parse`, the checks
+// the whole table's parse gives each entry. Callers keep it in a never-destroyed function-local
+// static. The checks of the table as a whole (no name twice, ...) stay the table's.
+template <typename Row>
+class EmbeddedEntries {
+ public:
+  using Parse = Result<Row> (*)(const nlohmann::json& entry, size_t index);
+
+  EmbeddedEntries(int count, const char* const* names, const char* const* texts, Parse parse,
+                  const char* what)
+      : count_(static_cast<size_t>(count)),
+        names_(names),
+        texts_(texts),
+        parse_(parse),
+        what_(what),
+        slots_(std::make_unique<Slot[]>(count_)) {}
+
+  // Entry `index` (< the count) parsed.
+  const Result<Row>& At(size_t index) const {
+    Slot& slot = slots_[index];
+    std::call_once(slot.once, [&] {
+      const std::string_view text = texts_[index];
+      const nlohmann::json entry = nlohmann::json::parse(text.begin(), text.end(), nullptr,
+                                                         /*allow_exceptions=*/false);
+      slot.row = entry.is_discarded()
+                     ? Result<Row>(Internal(std::string(what_) + ": entry " +
+                                            std::to_string(index) + " is not valid JSON"))
+                     : parse_(entry, index);
+    });
+    return *slot.row;
+  }
+  // The entry named `name` exactly (the tables' names are lower case), parsed; nullptr when none
+  // is.
+  const Result<Row>* Find(std::string_view name) const {
+    for (size_t i = 0; i < count_; ++i) {
+      if (name == names_[i]) return &At(i);
+    }
+    return nullptr;
+  }
+
+ private:
+  struct Slot {
+    std::once_flag once;
+    std::optional<Result<Row>> row;
+  };
+  const size_t count_;
+  const char* const* const names_;
+  const char* const* const texts_;
+  const Parse parse_;
+  const char* const what_;
+  const std::unique_ptr<Slot[]> slots_;
+};
 
 }  // namespace memest::base
 

@@ -19,9 +19,7 @@
 
 #include <cmath>
 #include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -267,26 +265,18 @@ Result<std::vector<StackProfile>> ParseTable(std::string_view text) {
   return out;
 }
 
-// Stack `index` of the embedded table, parsed on its own once per process and never destroyed
-// (as ParseTable reads each stack: the same checks; errors name it stacks[index]). The table's
-// own checks -- the first stack for any GPU, no name twice -- are ParseTable's, which the unit
-// tests run.
-const Result<StackProfile>& EmbeddedStack(size_t index) {
-  struct Slot {
-    std::once_flag once;
-    std::optional<Result<StackProfile>> stack;
-  };
-  static Slot* const slots = new Slot[kStacksJsonCount];
-  Slot& slot = slots[index];
-  std::call_once(slot.once, [&] {
-    const JsonFields f(ErrorCode::kInternal);
-    const std::string where = "stacks[" + std::to_string(index) + "]";
-    const std::string_view text = kStacksJsonElements[index];
-    const json s = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-    slot.stack = s.is_discarded() ? Result<StackProfile>(f.Error(where + ": not valid JSON"))
-                                  : ReadStack(f, s, where, /*v1=*/false);
-  });
-  return *slot.stack;
+// The embedded stacks one by one, each read as ParseTable reads it (errors name it
+// stacks[index]) when first looked up. The table's own checks -- the first stack for any GPU, no
+// name twice -- are ParseTable's, which the unit tests run.
+const EmbeddedEntries<StackProfile>& EmbeddedStacks() {
+  static const auto* const entries = new EmbeddedEntries<StackProfile>(  // never destroyed
+      kStacksJsonCount, kStacksJsonNames, kStacksJsonElements,
+      [](const json& s, size_t index) {
+        return ReadStack(JsonFields(ErrorCode::kInternal), s,
+                         "stacks[" + std::to_string(index) + "]", /*v1=*/false);
+      },
+      "embedded stacks.json");
+  return *entries;
 }
 
 const EmbeddedTable<StackProfile>& GetTable() {
@@ -303,10 +293,7 @@ namespace memest {
 const std::vector<StackProfile>& StackProfiles() { return base::GetTable().rows; }
 
 Result<StackProfile> FindStackProfile(std::string_view name) {
-  const std::string wanted = base::ToLowerAscii(name);
-  for (int i = 0; i < base::kStacksJsonCount; ++i) {
-    if (wanted == base::kStacksJsonNames[i]) return base::EmbeddedStack(static_cast<size_t>(i));
-  }
+  if (const auto* stack = base::EmbeddedStacks().Find(base::ToLowerAscii(name))) return *stack;
   // Not a name the table has: its error, if it has one, else the names it has.
   const auto& table = base::GetTable();
   if (!table.status.ok()) return table.status;
@@ -318,7 +305,7 @@ Result<StackProfile> FindStackProfile(std::string_view name) {
 
 Result<StackProfile> ResolveStack(std::string_view name) {
   if (!name.empty()) return FindStackProfile(name);
-  return base::EmbeddedStack(0);  // the default (StackTest parses the table, which checks it)
+  return base::EmbeddedStacks().At(0);  // the default (StackTest parses the table: it checks it)
 }
 
 Result<StackProfile> ParseStackProfile(std::string_view json_text, const std::string& where) {

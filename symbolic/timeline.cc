@@ -347,12 +347,12 @@ class Sim {
   // Each live tensor as (made_in, made_at) in CarriedTensors' order, with bit 63 set (0: no
   // tensor there); false when some live tensor is not in that order.
   [[nodiscard]] bool MadeWhere(std::vector<uint64_t>* words) const;
-  // The walk noted iteration kTracedIterations - 1 and the next starts with the tensors it did
-  // (RequestsStart): its frees of the iteration before's tensors become frees of its own mallocs
-  // that took their places (the same place in CarriedTensors' order; `before`: MadeWhere at its
-  // start, `before_mallocs`: the iteration before made so many), so that every later iteration
-  // makes its requests again. Then LoopCarried; nullopt when some freed tensor has no such
-  // successor.
+  // The walk (or trace) noted iteration kTracedIterations - 1 and the next starts with the tensors
+  // it did (RequestsStart): its frees of the iteration before's tensors become frees of its own
+  // mallocs that took their places (the same place in CarriedTensors' order; `before`: MadeWhere
+  // at its start, `before_mallocs`: the iteration before made so many), so that every later
+  // iteration makes its requests again. Then LoopCarried; nullopt when some freed tensor has no
+  // such successor.
   std::optional<std::vector<uint32_t>> LoopCarriedRenamed(const std::vector<uint64_t>& before,
                                                           uint32_t before_mallocs);
   // Starts noting the walked iteration's requests (loop_requests_ and its companions), with room
