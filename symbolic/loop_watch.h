@@ -1,6 +1,6 @@
 // symbolic/loop_watch.h -- seeing the training loop repeat itself: the states its iterations start
 // from, compared; and an iteration whose requests every later one makes again. Shared by the
-// simulation (symbolic/timeline.cc) and the replay of its requests (symbolic/batch_trace.cc),
+// simulation (symbolic/timeline_loop.cc) and the replay of its requests (symbolic/batch_trace.cc),
 // which watch the same loop.
 //
 // Policy:

@@ -159,7 +159,7 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, const Simulati
 // How a trace makes its last iteration's requests. kNotedLoop: when that iteration starts with
 // the tensors the one before did (StepTrace::loops), it makes the one before's requests again,
 // its frees of older tensors renamed to the mallocs that took their places, as the simulation's
-// loop does (timeline.cc, the loop), without walking the graph a third time; otherwise it is
+// loop does (symbolic/timeline_loop.cc), without walking the graph a third time; otherwise it is
 // walked. kEveryIteration: it is always walked (what the tests compare kNotedLoop with).
 enum class TraceWalk { kNotedLoop, kEveryIteration };
 
