@@ -8,7 +8,7 @@ PACKAGES=(
   libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
   libboost-dev  # header-only: boost::container::small_vector for the graph's id lists (core/graph.h)
-  libjemalloc-dev  # the CLI's allocator, with transparent huge pages (tools/jemalloc_conf.cc)
+  libjemalloc-dev  # the CLI's allocator (tools/jemalloc_conf.cc)
   libonnx-testdata
   python3-dev python3-pybind11 python3-torch  # the Python module and its from_torch test (python/)
   rustc  # the C API from Rust (tests/install/rust_consumer.rs)
