@@ -28,12 +28,8 @@
 #include "symbolic/loop_watch.h"
 #include "symbolic/timeline.h"
 
-// Hidden: nothing outside the library calls into Sim. The layers are compiled as position-
-// independent code for the shared library, where an exported method could be interposed and would
-// not be inlined; hidden, each file's calls to the methods it defines inline as they did while Sim
-// had internal linkage (callgrind: the 10k chain's symbolic estimate within 0.3 %).
 namespace memest::symbolic {
-namespace [[gnu::visibility("hidden")]] internal {
+namespace internal {
 
 // A tensor handle, -1 = none: the slot in Sim::tensors_ in the low 32 bits and the slot's
 // generation above them. A freed slot is reused under the next generation, so the simulation holds
@@ -76,7 +72,11 @@ struct Prefilled {
 // nothing on the way mistakes it for an error.
 struct TraceIsLongEnough {};
 
-class Sim {
+// Hidden: nothing outside the library calls into Sim. The layers are compiled as position-
+// independent code for the shared library, where an exported method could be interposed and would
+// not be inlined; hidden, each file's calls to the methods it defines inline as they did while Sim
+// had internal linkage (callgrind: the 10k chain's symbolic estimate within 0.3 %).
+class __attribute__((visibility("hidden"))) Sim {
  public:
   // Reads the options and the GPU through `key` only (symbolic/simulation_key.h), which must
   // outlive the Sim: it keeps a reference to key.options.
@@ -181,7 +181,7 @@ class Sim {
   // A live slot of `bytes` in category c, with no allocator block yet (Malloc and Adopt give it
   // one). Inlined: every Malloc runs it, and the call alone was 1.3 % of ResNet-50's symbolic
   // max-batch search in instructions (callgrind).
-  [[gnu::always_inline]] Tensor NewSlot(uint64_t bytes, Category c);
+  [[gnu::always_inline]] inline Tensor NewSlot(uint64_t bytes, Category c);
   void Free(Tensor* t);
   // The live tensor behind a handle; nullptr when the handle is -1 or was freed.
   Live* Find(Tensor t);
@@ -479,7 +479,7 @@ class Sim {
   Simulation sim_;
 };
 
-}  // namespace gnu::visibility("hidden")]]internal
+}  // namespace internal
 }  // namespace memest::symbolic
 
 #endif  // MEMEST_SYMBOLIC_SIM_H_

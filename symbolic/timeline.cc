@@ -79,10 +79,10 @@
 //    breakdown is taken at the fullest moment (most allocated) at peak reserved: requested bytes
 //    per category, allocator rounding (allocated - requested) and cached-but-free segment memory
 //    (reserved - allocated). Separately, each category's own maximum over all iterations, with
+//    the phase, iteration and node where it was first reached (Estimate::largest).
 #include "symbolic/timeline.h"
 
 #include <algorithm>
-#include <limits>
 #include <optional>
 #include <set>
 #include <span>
@@ -425,11 +425,15 @@ void Sim::Gather(int unit, Tensor* into) {
   if (*into < 0) *into = Malloc(unit_bytes_[unit], Category::kCollective);
 }
 
+namespace {
+
 // FSDP full/hybrid issue the next unit's all-gather while the current one computes (implicit
 // prefetch); ZeRO-3 and grad-op are modelled without it.
 bool Prefetches(const Parallelism& p) {
   return p.sharding == Sharding::kFsdpFull || p.sharding == Sharding::kFsdpHybrid;
 }
+
+}  // namespace
 
 void Sim::GatherForward(size_t k) {
   if (unit_of_node_.empty()) return;

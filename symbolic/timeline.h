@@ -2,9 +2,10 @@
 // through the caching-allocator model.
 //
 // Simulate() walks the bound graph the way PyTorch eager would run it (policy at the top of
-// timeline.cc) and produces every malloc/free with its size, category, phase and node, and the
-// allocator's allocated/reserved bytes after each event. The result carries the common Estimate
-// (peaks, breakdown at the device-level peak, phase and node) plus per-iteration peaks.
+// timeline.cc, and of timeline_loop.cc for the loop) and produces every malloc/free with its
+// size, category, phase and node, and the allocator's allocated/reserved bytes after each event.
+// The result carries the common Estimate (peaks, breakdown at the device-level peak, phase and
+// node) plus per-iteration peaks.
 #ifndef MEMEST_SYMBOLIC_TIMELINE_H_
 #define MEMEST_SYMBOLIC_TIMELINE_H_
 
