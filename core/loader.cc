@@ -43,11 +43,13 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <queue>
 #include <set>
 #include <span>
 #include <sstream>
 #include <string_view>
+#include <utility>
 
 #include "base/checked.h"
 #include "base/dtype.h"
@@ -186,28 +188,41 @@ int64_t CountSubgraphNodes(const onnx::NodeProto& node) {
 // foreign domain, the nodes inside subgraphs, and the signs of an eval-mode export.
 class NodeTally {
  public:
-  void Note(const Node& n) {
+  // Notes `n`; returns whether it is a standard Constant node (whose small values the loader
+  // keeps).
+  bool Note(const Node& n) {
     subgraph_nodes_ += n.subgraph_nodes;
     if (!n.domain.empty()) {
       custom_.emplace(n.domain, n.op_type);
       ++foreign_[n.domain];
-      return;
+      return false;
     }
-    if (n.op_type == "Conv") ++conv_;
-    if (n.op_type == "Dropout") ++dropout_;
-    if (n.op_type == "BatchNormalization") {
-      ++bn_;
-      int outputs = 0;
-      for (int o : n.outputs) outputs += o >= 0;
-      if (outputs <= 1) ++bn_inference_;
+    const Kind kind = NoteStandard(n.op_type);
+    switch (kind) {
+      case Kind::kConv:
+        ++conv_;
+        break;
+      case Kind::kDropout:
+        ++dropout_;
+        break;
+      case Kind::kBatchNorm: {
+        ++bn_;
+        int outputs = 0;
+        for (int o : n.outputs) outputs += o >= 0;
+        if (outputs <= 1) ++bn_inference_;
+        break;
+      }
+      case Kind::kConstant:
+      case Kind::kOther:
+        break;
     }
-    NoteStandard(n.op_type);
+    return kind == Kind::kConstant;
   }
 
   // The op types, sorted, each once; a foreign domain's as "domain::op".
   std::vector<std::string> OpTypes() const {
     std::set<std::string> ops(many_.begin(), many_.end());
-    ops.insert(few_.begin(), few_.end());
+    for (const auto& [op, kind] : few_) ops.insert(op);
     for (const auto& [domain, op] : custom_) ops.insert(domain + "::" + op);
     return {ops.begin(), ops.end()};
   }
@@ -219,23 +234,38 @@ class NodeTally {
   int bn_inference() const { return bn_inference_; }
 
  private:
+  // The standard op types the summary and the loader single out.
+  enum class Kind : uint8_t { kOther, kConv, kDropout, kBatchNorm, kConstant };
+  static Kind KindOf(const std::string& op) {
+    if (op == "Conv") return Kind::kConv;
+    if (op == "Dropout") return Kind::kDropout;
+    if (op == "BatchNormalization") return Kind::kBatchNorm;
+    if (op == "Constant") return Kind::kConstant;
+    return Kind::kOther;
+  }
+
   // The distinct standard op types are usually few (tens): the first kFewOpTypes are looked up
-  // in a vector, the last one found first (a tree's several string comparisons per node were 2 %
-  // of loading a chain); any more go to a tree, so that a file of many distinct op types stays
+  // in a vector, the last one found first, each with its Kind worked out when first seen (a
+  // tree's several string comparisons per node were 2 % of loading a chain, and the Kind's four
+  // about as much); any more go to a tree, so that a file of many distinct op types stays
   // n log n.
-  void NoteStandard(const std::string& op) {
-    if (last_ < few_.size() && few_[last_] == op) return;
-    last_ = static_cast<size_t>(std::find(few_.begin(), few_.end(), op) - few_.begin());
-    if (last_ < few_.size()) return;
+  Kind NoteStandard(const std::string& op) {
+    if (last_ < few_.size() && few_[last_].first == op) return few_[last_].second;
+    last_ = static_cast<size_t>(
+        std::find_if(few_.begin(), few_.end(), [&](const auto& f) { return f.first == op; }) -
+        few_.begin());
+    if (last_ < few_.size()) return few_[last_].second;
+    const Kind kind = KindOf(op);
     if (few_.size() < kFewOpTypes) {
-      few_.push_back(op);
+      few_.emplace_back(op, kind);
     } else {
       many_.insert(op);
     }
+    return kind;
   }
 
   static constexpr size_t kFewOpTypes = 64;
-  std::vector<std::string> few_;
+  std::vector<std::pair<std::string, Kind>> few_;
   size_t last_ = 0;
   std::set<std::string> many_;
   std::set<std::pair<std::string, std::string>> custom_;
@@ -257,9 +287,12 @@ class Loader {
   Status ReadInitializers();
   Status ReadInputs();
   Status ReadNodes();
+  Status KeepConstantValues(const onnx::NodeProto& n, const Node& node);
   Status SortNodes();
   Status ReadValueInfo();
+  // Marks the trainable initializers and counts them into the summary (CountParameter).
   void MarkTrainable();
+  void CountParameter(uint64_t numel, int32_t dtype);
   // Strips large payloads; returns the bytes they held.
   uint64_t StripWeights();
   // Node::proto of every node, after sorting (the proto was reordered) or a move to the heap.
@@ -272,7 +305,9 @@ class Loader {
   std::unique_ptr<Graph> g_ = std::make_unique<Graph>();
   std::map<std::string, int64_t> opsets_;
   std::vector<Diagnostic> diags_;
-  NodeTally tally_;  // ReadNodes notes every node; Summarize reads it
+  NodeTally tally_;             // ReadNodes notes every node; Summarize reads it
+  bool in_file_order_ = false;  // ReadNodes: every node reads only values made before it
+  size_t initializers_ = 0;  // ReadInitializers: the initializers are the values [0, initializers_)
 };
 
 int Loader::AddValue(const std::string& name, ValueKind kind) {
@@ -385,6 +420,7 @@ Status Loader::ReadInitializers() {
     for (int64_t d : s.dims()) dense_shape.add_dims(d);
     MEMEST_RETURN_IF_ERROR(read_one(dense_shape, "sparse initializer", /*validated=*/false));
   }
+  initializers_ = g_->values.size();
   return Status::Ok();
 }
 
@@ -420,14 +456,26 @@ Status Loader::ReadInputs() {
   return Status::Ok();
 }
 
+// One pass over the nodes, in file order: each node's inputs are looked up, then its outputs
+// added. An input made by a later node (a file not in topological order) is looked up again once
+// every output is known. Errors come as two passes over the nodes would give them: first a node
+// with no op_type or an output made twice, in any node; then, in node order, an input nothing
+// provides or a Constant whose dims are invalid.
 Status Loader::ReadNodes() {
   const auto& graph = g_->proto->graph();
-  // First pass: every node's name and outputs, so inputs may refer to later nodes (unsorted
-  // files).
   g_->nodes.resize(static_cast<size_t>(graph.node_size()));
+  struct Pending {  // an input not provided by the nodes before its reader
+    int node;
+    int slot;
+  };
+  std::vector<Pending> pending;
+  std::optional<std::pair<int, Status>> bad_constant;  // the first, by node
+  std::set<std::string> undeclared_domains;
   for (int i = 0; i < graph.node_size(); ++i) {
     if (i + kPrefetchAhead < graph.node_size()) {
-      for (const auto& out : graph.node(i + kPrefetchAhead).output()) g_->value_index.Prefetch(out);
+      const auto& ahead = graph.node(i + kPrefetchAhead);
+      for (const auto& in : ahead.input()) g_->value_index.Prefetch(in);
+      for (const auto& out : ahead.output()) g_->value_index.Prefetch(out);
     }
     const auto& n = graph.node(i);
     Node& node = g_->node(i);
@@ -437,6 +485,29 @@ Status Loader::ReadNodes() {
       node.name = n.name();
     }
     if (n.op_type().empty()) return InvalidModel("node " + Quote(node.name) + " has no op_type");
+    node.op_type = n.op_type();
+    node.domain = NormalizeDomain(n.domain());
+    auto op = opsets_.find(node.domain);
+    if (op == opsets_.end()) {
+      undeclared_domains.insert(node.domain.empty() ? "ai.onnx" : node.domain);
+    } else {
+      node.opset = op->second;
+    }
+    if (n.input_size() > static_cast<int>(kInlineIds)) {
+      node.inputs.reserve(static_cast<size_t>(n.input_size()));
+    }
+    for (const auto& in : n.input()) {
+      int id = -1;
+      if (!in.empty()) {
+        id = g_->FindValue(in);
+        if (id < 0) {
+          pending.push_back({i, static_cast<int>(node.inputs.size())});
+        } else {
+          g_->value(id).consumers.push_back(i);
+        }
+      }
+      node.inputs.push_back(id);
+    }
     if (n.output_size() > static_cast<int>(kInlineIds)) {
       node.outputs.reserve(static_cast<size_t>(n.output_size()));
     }
@@ -459,59 +530,36 @@ Status Loader::ReadNodes() {
       g_->value(id).producer = i;
       node.outputs.push_back(id);
     }
-  }
-  std::set<std::string> undeclared_domains;
-  for (int i = 0; i < graph.node_size(); ++i) {
-    if (i + kPrefetchAhead < graph.node_size()) {
-      for (const auto& in : graph.node(i + kPrefetchAhead).input()) g_->value_index.Prefetch(in);
-    }
-    const auto& n = graph.node(i);
-    Node& node = g_->node(i);
-    node.op_type = n.op_type();
-    node.domain = NormalizeDomain(n.domain());
-    auto op = opsets_.find(node.domain);
-    if (op == opsets_.end()) {
-      undeclared_domains.insert(node.domain.empty() ? "ai.onnx" : node.domain);
-    } else {
-      node.opset = op->second;
-    }
-    if (n.input_size() > static_cast<int>(kInlineIds)) {
-      node.inputs.reserve(static_cast<size_t>(n.input_size()));
-    }
-    for (const auto& in : n.input()) {
-      if (in.empty()) {
-        node.inputs.push_back(-1);
-        continue;
-      }
-      const int id = g_->FindValue(in);
-      if (id < 0) {
-        return InvalidModel("node " + Quote(node.name) + " (" + node.op_type + ") reads tensor " +
-                            Quote(in) + " that no node, initializer or graph input provides");
-      }
-      node.inputs.push_back(id);
-      g_->value(id).consumers.push_back(i);
-    }
     node.subgraph_nodes = CountSubgraphNodes(n);
-    tally_.Note(node);
-    // Constant nodes: keep small integer values (shape computations need them).
-    if (node.op_type == "Constant" && node.domain.empty() && !node.outputs.empty() &&
-        node.outputs[0] >= 0) {
-      Value& v = g_->value(node.outputs[0]);
-      for (const auto& attr : n.attribute()) {
-        if (attr.name() == "value" && attr.has_t()) {
-          std::vector<int64_t> dims(attr.t().dims().begin(), attr.t().dims().end());
-          auto numel = base::CheckedNumel(dims);
-          if (!numel) {
-            return InvalidModel("Constant node " + Quote(node.name) + " has invalid dims");
-          }
-          v.int_data = SmallIntData(attr.t(), *numel);
-        } else if (attr.name() == "value_int") {
-          v.int_data = std::vector<int64_t>{attr.i()};
-        } else if (attr.name() == "value_ints") {
-          v.int_data = std::vector<int64_t>(attr.ints().begin(), attr.ints().end());
-        }
-      }
+    const bool constant = tally_.Note(node);
+    if (constant && !bad_constant) {
+      Status kept = KeepConstantValues(n, node);
+      if (!kept.ok()) bad_constant.emplace(i, std::move(kept));
     }
+  }
+  // The inputs made by later nodes, now that every output is known; the values they name get
+  // their consumers in node order again, as every other value has them.
+  std::vector<int> reordered;
+  for (const Pending& p : pending) {
+    const Node& node = g_->node(p.node);
+    const std::string& in = graph.node(p.node).input(p.slot);
+    const int id = g_->FindValue(in);
+    if (id < 0) {
+      if (bad_constant && bad_constant->first < p.node) break;
+      return InvalidModel("node " + Quote(node.name) + " (" + node.op_type + ") reads tensor " +
+                          Quote(in) + " that no node, initializer or graph input provides");
+    }
+    g_->node(p.node).inputs[static_cast<size_t>(p.slot)] = id;
+    g_->value(id).consumers.push_back(p.node);
+    reordered.push_back(id);
+  }
+  if (bad_constant) return std::move(bad_constant->second);
+  in_file_order_ = pending.empty();
+  std::sort(reordered.begin(), reordered.end());
+  reordered.erase(std::unique(reordered.begin(), reordered.end()), reordered.end());
+  for (int id : reordered) {
+    IdList& c = g_->value(id).consumers;
+    std::sort(c.begin(), c.end());
   }
   for (const auto& d : undeclared_domains) {
     diags_.push_back({Severity::kWarning, "undeclared_domain",
@@ -529,21 +577,30 @@ Status Loader::ReadNodes() {
   return Status::Ok();
 }
 
-// Whether every node reads only values made by earlier nodes: the file's order is then the
-// topological order Kahn's algorithm below would produce (it always takes the lowest ready
-// index), and there is no cycle. Exporters write sorted files; this check costs one read of
-// every edge and no allocation.
-bool AlreadySorted(const Graph& g) {
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    for (int in : g.nodes[i].inputs) {
-      if (in >= 0 && g.value(in).producer >= static_cast<int>(i)) return false;
+// Keeps the small integer values of a Constant node's output (shape computations need them).
+Status Loader::KeepConstantValues(const onnx::NodeProto& n, const Node& node) {
+  if (node.outputs.empty() || node.outputs[0] < 0) return Status::Ok();
+  Value& v = g_->value(node.outputs[0]);
+  for (const auto& attr : n.attribute()) {
+    if (attr.name() == "value" && attr.has_t()) {
+      std::vector<int64_t> dims(attr.t().dims().begin(), attr.t().dims().end());
+      auto numel = base::CheckedNumel(dims);
+      if (!numel) return InvalidModel("Constant node " + Quote(node.name) + " has invalid dims");
+      v.int_data = SmallIntData(attr.t(), *numel);
+    } else if (attr.name() == "value_int") {
+      v.int_data = std::vector<int64_t>{attr.i()};
+    } else if (attr.name() == "value_ints") {
+      v.int_data = std::vector<int64_t>(attr.ints().begin(), attr.ints().end());
     }
   }
-  return true;
+  return Status::Ok();
 }
 
 Status Loader::SortNodes() {
-  if (AlreadySorted(*g_)) return Status::Ok();
+  // When every node reads only values made by earlier nodes (ReadNodes looked none up twice), the
+  // file's order is the topological order Kahn's algorithm below would produce (it always takes
+  // the lowest ready index), and there is no cycle. Exporters write sorted files.
+  if (in_file_order_) return Status::Ok();
   const size_t n = g_->nodes.size();
   // Each node's distinct producers, as edges producer -> user in one flat array (by producer).
   std::vector<std::pair<int, int>> edges;
@@ -657,7 +714,7 @@ bool IsOneElementParameterSlot(const Node& node, size_t slot) {
 }  // namespace
 
 void Loader::MarkTrainable() {
-  for (size_t i = 0; i < g_->values.size(); ++i) {
+  for (size_t i = 0; i < initializers_; ++i) {
     Value& v = g_->values[i];
     if (v.kind != ValueKind::kInitializer || !base::IsFloatDType(v.dtype) || v.consumers.empty()) {
       continue;
@@ -688,7 +745,16 @@ void Loader::MarkTrainable() {
       only_bn_stats = only_bn_stats && is_stat;
     }
     v.trainable = !only_bn_stats;
+    if (v.trainable) CountParameter(numel, v.dtype);
   }
+}
+
+void Loader::CountParameter(uint64_t numel, int32_t dtype) {
+  ModelSummary& s = g_->summary;
+  s.parameter_count = static_cast<int64_t>(
+      std::min<uint64_t>(base::SatAdd(static_cast<uint64_t>(s.parameter_count), numel),
+                         std::numeric_limits<int64_t>::max()));
+  s.parameter_bytes = base::SatAdd(s.parameter_bytes, base::SatMul(numel, base::DTypeSize(dtype)));
 }
 
 uint64_t Loader::StripWeights() {
@@ -733,16 +799,7 @@ void Loader::Summarize() {
   s.node_count = static_cast<int64_t>(g_->nodes.size());
   s.subgraph_node_count = tally_.subgraph_nodes();
   s.op_types = tally_.OpTypes();
-  for (const Value& v : g_->values) {
-    if (!v.trainable) continue;
-    uint64_t numel = 1;
-    for (const Dim& d : v.dims) numel = base::SatMul(numel, static_cast<uint64_t>(d.value));
-    s.parameter_count = static_cast<int64_t>(
-        std::min<uint64_t>(base::SatAdd(static_cast<uint64_t>(s.parameter_count), numel),
-                           std::numeric_limits<int64_t>::max()));
-    s.parameter_bytes =
-        base::SatAdd(s.parameter_bytes, base::SatMul(numel, base::DTypeSize(v.dtype)));
-  }
+  // parameter_count and parameter_bytes: MarkTrainable (CountParameter).
   std::set<std::string> syms;
   for (int id : g_->data_inputs) {
     const Value& v = g_->value(id);

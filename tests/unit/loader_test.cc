@@ -459,6 +459,27 @@ TEST(LoaderTest, NodesOutOfOrderAreSortedStablyWithTheirProtos) {
   EXPECT_THAT(g.value(g.FindValue("a_out")).consumers, ElementsAre(2));
 }
 
+TEST(LoaderTest, AValueReadBeforeAndAfterItsProducerListsItsConsumersInFileOrder) {
+  // ReadNodes looks node_u's input up again after every output is known: "later"'s consumers are
+  // still in file order (node_u, node_q, node_r), then renumbered with the sort (node_p first).
+  GraphBuilder b(13);
+  b.AddInput("X", kFloat, {"N", 4});
+  b.AddNode("Add", {"later", "X"}, {"u_out"}, "node_u");
+  b.AddNode("Relu", {"X"}, {"later"}, "node_p");
+  b.AddNode("Neg", {"later"}, {"q_out"}, "node_q");
+  b.AddNode("Mul", {"u_out", "later"}, {"r_out"}, "node_r");
+  b.AddOutput("q_out", kFloat);
+  b.AddOutput("r_out", kFloat);
+  auto r = LoadBuilt(b.model());
+  ASSERT_TRUE(r.ok()) << Describe(r.status());
+  const core::Graph& g = (*r)->graph();
+  std::vector<std::string> order;
+  for (const core::Node& n : g.nodes) order.push_back(n.name);
+  EXPECT_THAT(order, ElementsAre("node_p", "node_u", "node_q", "node_r"));
+  EXPECT_THAT(g.value(g.FindValue("later")).consumers, ElementsAre(1, 2, 3));
+  EXPECT_THAT(g.nodes[1].inputs, ElementsAre(g.FindValue("later"), g.FindValue("X")));
+}
+
 TEST(LoaderTest, SelfLoopIsInvalidModel) {
   GraphBuilder b(13);
   b.AddInput("X", kFloat, {"N", 4});
