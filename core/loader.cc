@@ -248,7 +248,7 @@ class NodeTally {
   // in a vector, the last one found first, each with its Kind worked out when first seen (a
   // tree's several string comparisons per node were 2 % of loading a chain, and the Kind's four
   // about as much); any more go to a tree, so that a file of many distinct op types stays
-  // n log n.
+  // n log n, and have their Kind worked out at each node.
   Kind NoteStandard(const std::string& op) {
     if (last_ < few_.size() && few_[last_].first == op) return few_[last_].second;
     last_ = static_cast<size_t>(
@@ -460,7 +460,8 @@ Status Loader::ReadInputs() {
 // added. An input made by a later node (a file not in topological order) is looked up again once
 // every output is known. Errors come as two passes over the nodes would give them: first a node
 // with no op_type or an output made twice, in any node; then, in node order, an input nothing
-// provides or a Constant whose dims are invalid.
+// provides. (A Constant whose tensor has invalid dims is rejected where it is read; validation
+// rejects such a tensor first: core/validate.cc.)
 Status Loader::ReadNodes() {
   const auto& graph = g_->proto->graph();
   g_->nodes.resize(static_cast<size_t>(graph.node_size()));
@@ -469,7 +470,6 @@ Status Loader::ReadNodes() {
     int slot;
   };
   std::vector<Pending> pending;
-  std::optional<std::pair<int, Status>> bad_constant;  // the first, by node
   std::set<std::string> undeclared_domains;
   for (int i = 0; i < graph.node_size(); ++i) {
     if (i + kPrefetchAhead < graph.node_size()) {
@@ -532,10 +532,7 @@ Status Loader::ReadNodes() {
     }
     node.subgraph_nodes = CountSubgraphNodes(n);
     const bool constant = tally_.Note(node);
-    if (constant && !bad_constant) {
-      Status kept = KeepConstantValues(n, node);
-      if (!kept.ok()) bad_constant.emplace(i, std::move(kept));
-    }
+    if (constant) MEMEST_RETURN_IF_ERROR(KeepConstantValues(n, node));
   }
   // The inputs made by later nodes, now that every output is known; the values they name get
   // their consumers in node order again, as every other value has them.
@@ -545,7 +542,6 @@ Status Loader::ReadNodes() {
     const std::string& in = graph.node(p.node).input(p.slot);
     const int id = g_->FindValue(in);
     if (id < 0) {
-      if (bad_constant && bad_constant->first < p.node) break;
       return InvalidModel("node " + Quote(node.name) + " (" + node.op_type + ") reads tensor " +
                           Quote(in) + " that no node, initializer or graph input provides");
     }
@@ -553,7 +549,6 @@ Status Loader::ReadNodes() {
     g_->value(id).consumers.push_back(p.node);
     reordered.push_back(id);
   }
-  if (bad_constant) return std::move(bad_constant->second);
   in_file_order_ = pending.empty();
   std::sort(reordered.begin(), reordered.end());
   reordered.erase(std::unique(reordered.begin(), reordered.end()), reordered.end());
