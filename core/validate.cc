@@ -21,6 +21,10 @@ namespace {
 
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
+// ValidateTensor, with `what()` the tensor's description in errors (defined below).
+template <typename What>
+Status CheckTensor(const onnx::TensorProto& t, What what);
+
 // How many entries of the typed field a tensor of `numel` elements of `dtype` needs, and
 // that field's current size; {0, 0} for dtypes with no typed field.
 struct TypedField {
@@ -236,62 +240,83 @@ class Validator {
     return {};
   }
 
+  // A node's attributes: each named once, each well formed, a control-flow node's bodies there.
+  // The node's description (its name, and where a body lies) is built only for an error or for
+  // what needs it: most attributes are a few numbers, and a description per node was a tenth of
+  // loading a transformer export.
   Status CheckNode(const onnx::NodeProto& n, int index, const Scope& scope, int depth,
                    const std::string& where) {
-    // Most nodes of large graphs (MatMul, Add, activations) carry no attribute: nothing to check,
-    // and no description to build.
+    // Most nodes of large graphs (MatMul, Add, activations) carry no attribute: nothing to check.
     if (n.attribute_size() == 0 && RequiredBodies(n).empty()) return Status::Ok();
-    const std::string node = "node " + NodeName(n, index) + (depth > 0 ? " in " + where : "");
+    const auto node = [&] {
+      return "node " + NodeName(n, index) + (depth > 0 ? " in " + where : "");
+    };
+    const auto& attrs = n.attribute();
+    // Names seen: by comparing with the earlier ones while a node has few attributes (the usual
+    // case, no allocation), in a hash set past that (a crafted node may have very many).
+    constexpr int kFewAttributes = 16;
     std::unordered_set<std::string_view> seen;
-    for (const auto& attr : n.attribute()) {
-      if (attr.name().empty()) return InvalidModel(node + " has an attribute without a name");
-      if (!seen.insert(attr.name()).second) {
-        return InvalidModel(node + " has attribute " + Quote(attr.name()) + " twice");
+    for (int i = 0; i < attrs.size(); ++i) {
+      const auto& attr = attrs[i];
+      if (attr.name().empty()) return InvalidModel(node() + " has an attribute without a name");
+      bool twice = false;
+      if (attrs.size() <= kFewAttributes) {
+        for (int j = 0; j < i && !twice; ++j) twice = attrs[j].name() == attr.name();
+      } else {
+        twice = !seen.insert(attr.name()).second;
       }
+      if (twice) return InvalidModel(node() + " has attribute " + Quote(attr.name()) + " twice");
       MEMEST_RETURN_IF_ERROR(CheckAttribute(attr, node, scope, depth));
     }
     for (const char* body : RequiredBodies(n)) {
-      if (!seen.count(body)) {
-        return InvalidModel(node + " lacks its required attribute " + Quote(body));
+      if (std::none_of(attrs.begin(), attrs.end(),
+                       [&](const auto& a) { return a.name() == body; })) {
+        return InvalidModel(node() + " lacks its required attribute " + Quote(body));
       }
     }
     return Status::Ok();
   }
 
-  Status CheckAttribute(const onnx::AttributeProto& attr, const std::string& node,
+  // `node()` describes the attribute's node.
+  template <typename DescribeNode>
+  Status CheckAttribute(const onnx::AttributeProto& attr, const DescribeNode& node,
                         const Scope& scope, int depth) {
     using A = onnx::AttributeProto;
-    const std::string what = node + " attribute " + Quote(attr.name());
+    const auto describe = [&] { return node() + " attribute " + Quote(attr.name()); };
     const bool missing_field = (attr.type() == A::GRAPH && !attr.has_g()) ||
                                (attr.type() == A::TENSOR && !attr.has_t()) ||
                                (attr.type() == A::SPARSE_TENSOR && !attr.has_sparse_tensor()) ||
                                (attr.type() == A::TYPE_PROTO && !attr.has_tp());
-    if (missing_field) return InvalidModel(what + " declares a type but carries no value");
-    MEMEST_RETURN_IF_ERROR(CheckOneValueKind(attr, what));
+    if (missing_field) return InvalidModel(describe() + " declares a type but carries no value");
+    if (auto kind = OneValueKind(attr); !kind.empty()) return InvalidModel(describe() + kind);
     const int64_t elements = int64_t{attr.ints_size()} + attr.floats_size() + attr.strings_size() +
                              attr.tensors_size() + attr.graphs_size();
     if (elements > kMaxAttributeElements) {
-      return InvalidModel(what + " holds " + std::to_string(elements) +
+      return InvalidModel(describe() + " holds " + std::to_string(elements) +
                           " elements, above memest's bound of " +
                           std::to_string(kMaxAttributeElements));
     }
-    if (attr.has_t()) MEMEST_RETURN_IF_ERROR(ValidateTensor(attr.t(), what));
-    for (const auto& t : attr.tensors()) MEMEST_RETURN_IF_ERROR(ValidateTensor(t, what));
+    if (attr.has_t()) MEMEST_RETURN_IF_ERROR(CheckTensor(attr.t(), describe));
+    for (const auto& t : attr.tensors()) MEMEST_RETURN_IF_ERROR(CheckTensor(t, describe));
     if (attr.has_sparse_tensor()) {
-      MEMEST_RETURN_IF_ERROR(ValidateTensor(attr.sparse_tensor().values(), what));
-      MEMEST_RETURN_IF_ERROR(ValidateTensor(attr.sparse_tensor().indices(), what));
+      MEMEST_RETURN_IF_ERROR(CheckTensor(attr.sparse_tensor().values(), describe));
+      MEMEST_RETURN_IF_ERROR(CheckTensor(attr.sparse_tensor().indices(), describe));
     }
-    if (attr.has_g()) MEMEST_RETURN_IF_ERROR(CheckGraph(attr.g(), &scope, depth + 1, what));
+    if (!attr.has_g() && attr.graphs_size() == 0) return Status::Ok();
+    // A body's errors name where it lies.
+    const std::string where = describe();
+    if (attr.has_g()) MEMEST_RETURN_IF_ERROR(CheckGraph(attr.g(), &scope, depth + 1, where));
     for (const auto& g : attr.graphs()) {
-      MEMEST_RETURN_IF_ERROR(CheckGraph(g, &scope, depth + 1, what));
+      MEMEST_RETURN_IF_ERROR(CheckGraph(g, &scope, depth + 1, where));
     }
     return Status::Ok();
   }
 
   // An attribute carries the value its type names and nothing else (libonnx reads the fields
   // it finds, whatever the type says: an INTS attribute carrying a graph reached an inference
-  // function as a body). An untyped attribute (old IR) carries one kind of value at most.
-  static Status CheckOneValueKind(const onnx::AttributeProto& a, const std::string& what) {
+  // function as a body). An untyped attribute (old IR) carries one kind of value at most. Empty
+  // when it does; else what is wrong, to follow the attribute's description.
+  static std::string OneValueKind(const onnx::AttributeProto& a) {
     using A = onnx::AttributeProto;
     const std::pair<A::AttributeType, bool> kinds[] = {
         {A::FLOAT, a.has_f()},
@@ -314,12 +339,12 @@ class Validator {
       if (!has) continue;
       ++present;
       if (a.type() != A::UNDEFINED && type != a.type()) {
-        return InvalidModel(what + " has type " + A::AttributeType_Name(a.type()) +
-                            " but also carries a " + A::AttributeType_Name(type) + " value");
+        return " has type " + A::AttributeType_Name(a.type()) + " but also carries a " +
+               A::AttributeType_Name(type) + " value";
       }
     }
-    if (present > 1) return InvalidModel(what + " carries values of several types");
-    return Status::Ok();
+    if (present > 1) return " carries values of several types";
+    return {};
   }
 
   const onnx::ModelProto& model_;
@@ -331,7 +356,7 @@ class Validator {
 namespace {
 
 // ValidateTensor, with `what()` the tensor's name in errors: made only for an error (a large
-// graph's initializers each built a name they almost never need).
+// graph's initializers each built a name they almost never need; so did a Constant node's value).
 template <typename What>
 Status CheckTensor(const onnx::TensorProto& t, What what) {
   if (!base::IsKnownDType(t.data_type())) {

@@ -65,6 +65,8 @@ void Sanitize(SymTensor* t) {
   if (t->shape && t->shape->size() > kMaxRank) {
     t->shape.reset();
   }
+  if (!IsKnownDType(t->dtype)) t->dtype = 0;
+  if (!t->values && !t->float_values) return;  // no elements to check against the shape
   std::optional<uint64_t> numel;
   if (t->shape) {
     uint64_t n = 1;
@@ -81,7 +83,6 @@ void Sanitize(SymTensor* t) {
   const bool small = numel && *numel <= kMaxTrackedElements;
   if (t->values && (!small || t->values->size() != *numel)) t->values.reset();
   if (t->float_values && (!small || t->float_values->size() != *numel)) t->float_values.reset();
-  if (!IsKnownDType(t->dtype)) t->dtype = 0;
 }
 
 // The file's declared type of `v` (value_info), dims named after input symbols when they match.

@@ -2,6 +2,7 @@
 // pools, MaxUnpool, RoiAlign) and of the products (MatMul, Gemm, Einsum). The contract is
 // ops/shape_rules.h's, the policy is at the top of ops/shape_rules.cc.
 #include <cctype>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -269,16 +270,18 @@ Status MatMulShapes(InferContext& c, size_t ai, size_t bi, int32_t dtype) {
   const Dims* b = c.shape(bi);
   if (a == nullptr || b == nullptr) return Status::Ok();
   if (a->empty() || b->empty()) return Bad(c, "scalar operand");
-  Dims x = *a, w = *b;
-  const bool a_vec = x.size() == 1, b_vec = w.size() == 1;
-  if (a_vec) x.insert(x.begin(), DimExpr(1));
-  if (b_vec) w.push_back(DimExpr(1));
-  const Dims xb(x.begin(), x.end() - 2), wb(w.begin(), w.end() - 2);
+  // A 1-D operand is a matrix of one row (a) or one column (b), dropped from the result again;
+  // the batch dims are all but the last two.
+  const size_t ar = a->size(), br = b->size();
+  const bool a_vec = ar == 1, b_vec = br == 1;
+  const Dims xb(a->begin(), a->begin() + static_cast<std::ptrdiff_t>(a_vec ? 0 : ar - 2));
+  const Dims wb(b->begin(), b->begin() + static_cast<std::ptrdiff_t>(b_vec ? 0 : br - 2));
   auto batch = BroadcastTwo(c, xb, wb);
   if (!batch) return Bad(c, "batch dims do not broadcast");
   Dims d = std::move(*batch);
-  if (!a_vec) d.push_back(x[x.size() - 2]);
-  if (!b_vec) d.push_back(w.back());
+  d.reserve(d.size() + 2);
+  if (!a_vec) d.push_back((*a)[ar - 2]);
+  if (!b_vec) d.push_back((*b)[br - 1]);
   y.shape = std::move(d);
   return Status::Ok();
 }

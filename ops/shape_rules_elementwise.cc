@@ -41,6 +41,9 @@ namespace {
 template <typename Fn>
 void FoldFloat(InferContext& c, size_t n, Fn fn) {
   if (!base::IsFloatDType(c.out(0).dtype)) return;
+  for (size_t k = 0; k < n; ++k) {
+    if (c.float_values(k) == nullptr && c.values(k) == nullptr) return;  // nothing to fold
+  }
   std::vector<std::vector<double>> numbers(n);
   for (size_t k = 0; k < n; ++k) {
     if (const auto* f = c.float_values(k)) {
@@ -260,18 +263,20 @@ namespace {
 // dims cannot broadcast.
 Result<std::optional<Dims>> BroadcastInputs(InferContext& c, size_t first, size_t last) {
   std::optional<Dims> out;
+  const Dims* only = nullptr;  // the first input's shape, copied only when no other comes
   for (size_t i = first; i < last && i < c.num_inputs(); ++i) {
     if (!c.has_input(i)) continue;
     const Dims* s = c.shape(i);
     if (s == nullptr) return std::optional<Dims>();
-    if (!out) {
-      out = *s;
+    if (!out && only == nullptr) {
+      only = s;
       continue;
     }
-    auto b = BroadcastTwo(c, *out, *s);
+    auto b = BroadcastTwo(c, out ? *out : *only, *s);
     if (!b) return Bad(c, "input shapes do not broadcast");
     out = std::move(b);
   }
+  if (!out && only != nullptr) out = *only;
   return out;
 }
 

@@ -63,11 +63,11 @@ std::optional<std::vector<int64_t>> ConstDims(const Dims& d) {
 }
 
 std::optional<size_t> ConstNumel(const Dims& d) {
-  auto c = ConstDims(d);
-  if (!c) return std::nullopt;
   uint64_t n = 1;
-  for (int64_t x : *c) {
-    if (__builtin_mul_overflow(n, static_cast<uint64_t>(x), &n)) return std::nullopt;
+  for (const DimExpr& e : d) {
+    const auto x = e.AsConstant();
+    if (!x || *x < 0) return std::nullopt;
+    if (__builtin_mul_overflow(n, static_cast<uint64_t>(*x), &n)) return std::nullopt;
   }
   if (n > core::kMaxTrackedElements) return std::nullopt;
   return static_cast<size_t>(n);

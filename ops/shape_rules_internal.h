@@ -96,6 +96,10 @@ template <typename T, typename Get, typename Fn, typename Put>
 void FoldBroadcast(InferContext& c, size_t n, Get get, Fn fn, Put put) {
   SymTensor& o = c.out(0);
   if (!o.shape) return;
+  // Most tensors' elements are unknown: nothing to fold then, and nothing worth allocating.
+  for (size_t k = 0; k < n; ++k) {
+    if (get(k) == nullptr) return;
+  }
   auto out_dims = ConstDims(*o.shape);
   auto numel = ConstNumel(*o.shape);
   if (!out_dims || !numel) return;

@@ -49,6 +49,8 @@ Status LayerNorm(InferContext& c) {
   if (x == nullptr) return Status::Ok();
   auto axis = NormAxis(c.attr_int("axis", -1), x->size());
   if (!axis) return Bad(c, "axis out of range");
+  // Mean and InvStdDev: training exports keep them, others omit them (nothing to set then).
+  if (!c.has_output(1) && !c.has_output(2)) return Status::Ok();
   Dims d = *x;
   for (size_t i = *axis; i < d.size(); ++i) d[i] = 1;
   for (size_t i = 1; i < 3; ++i) c.Set(i, static_cast<int32_t>(stash), d);

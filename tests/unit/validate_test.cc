@@ -161,6 +161,25 @@ TEST(Validate, AnAttributeCarriesOnlyTheValueItsTypeNames) {
   ExpectRejected(untyped, "carries values of several types");
 }
 
+// Each attribute has a name, and no name comes twice: among a node's few attributes (compared
+// one by one) and among many (a set past 16).
+TEST(Validate, AnAttributeIsNamedOnce) {
+  GraphBuilder nameless = Relu();
+  AddAttribute(*nameless.graph().mutable_node(0), "", onnx::AttributeProto::INT)->set_i(1);
+  ExpectRejected(nameless, "node 'Relu_0' (Relu) has an attribute without a name");
+  for (const int count : {3, 40}) {
+    GraphBuilder b = Relu();
+    onnx::NodeProto& node = *b.graph().mutable_node(0);
+    for (int i = 0; i < count; ++i) {
+      AddAttribute(node, "a" + std::to_string(i), onnx::AttributeProto::INT)->set_i(i);
+    }
+    auto load = LoadModelFromBytes(b.Serialize(), "/tmp", "distinct");
+    EXPECT_TRUE(load.ok()) << count << ": " << load.status().ToString();
+    AddAttribute(node, "a1", onnx::AttributeProto::INT)->set_i(0);
+    ExpectRejected(b, "node 'Relu_0' (Relu) has attribute 'a1' twice");
+  }
+}
+
 TEST(Validate, RequiredAttributesArePresentAtAnyDepth) {
   GraphBuilder top(17);
   top.AddInput("x", kFloat, {"N", 4});
