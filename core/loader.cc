@@ -47,7 +47,6 @@
 #include <queue>
 #include <set>
 #include <span>
-#include <sstream>
 #include <string_view>
 #include <utility>
 
@@ -81,25 +80,23 @@ std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
 std::string NormalizeDomain(const std::string& d) { return d == "ai.onnx" ? std::string() : d; }
 
-// True when `location` is a relative path that stays within the model's folder.
-bool LocationStaysInside(const std::string& location) {
-  if (location.empty() || location.find('\0') != std::string::npos) return false;
+// True when `location` is a relative path that stays within the model's folder. Every external
+// initializer names one (a large export: hundreds), so its parts are read in place.
+bool LocationStaysInside(std::string_view location) {
+  if (location.empty() || location.find('\0') != std::string_view::npos) return false;
   if (location[0] == '/' || location[0] == '\\') return false;
   if (location.size() > 1 && location[1] == ':') return false;  // "C:..."
   int depth = 0;
-  std::string part;
-  std::istringstream in(location);
-  while (std::getline(in, part, '/')) {
+  while (!location.empty()) {
     // Backslashes are path separators on Windows exporters: treat them as such.
-    std::string sub;
-    std::istringstream in2(part);
-    while (std::getline(in2, sub, '\\')) {
-      if (sub.empty() || sub == ".") continue;
-      if (sub == "..") {
-        if (--depth < 0) return false;
-      } else {
-        ++depth;
-      }
+    const size_t end = std::min(location.find_first_of("/\\"), location.size());
+    const std::string_view part = location.substr(0, end);
+    location.remove_prefix(std::min(end + 1, location.size()));
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      if (--depth < 0) return false;
+    } else {
+      ++depth;
     }
   }
   return true;

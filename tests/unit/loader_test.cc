@@ -598,8 +598,11 @@ GraphBuilder ModelWithExternalWeight(const std::string& location) {
 }
 
 TEST(LoaderTest, ExternalDataEscapingTheModelFolderIsInvalidModel) {
-  for (const std::string location : {"../secret.bin", "/etc/passwd", "a/../../x",
-                                     "sub/../../secret.bin", "../../../../../../etc/shadow"}) {
+  // Backslashes separate parts as slashes do (Windows exporters).
+  for (const std::string location :
+       {"../secret.bin", "/etc/passwd", "a/../../x", "sub/../../secret.bin",
+        "../../../../../../etc/shadow", "a\\..\\..\\x", "sub/..\\../x", "C:\\w.bin",
+        "\\\\server\\share\\w.bin", "./../x"}) {
     SCOPED_TRACE(location);
     TempDir dir;
     GraphBuilder b = ModelWithExternalWeight(location);
@@ -615,7 +618,8 @@ TEST(LoaderTest, ExternalDataEscapingTheModelFolderIsInvalidModel) {
 }
 
 TEST(LoaderTest, ExternalDataInsideTheFolderIsAcceptedWithoutOpeningIt) {
-  for (const std::string location : {"weights.bin", "sub/w.bin", "./w.bin"}) {
+  for (const std::string location : {"weights.bin", "sub/w.bin", "./w.bin", "sub/../w.bin",
+                                     "a/./b//c.bin", "sub\\w.bin", "a\\..\\w.bin"}) {
     SCOPED_TRACE(location);
     TempDir dir;  // the data file does not exist: the loader must not try to read it
     GraphBuilder b = ModelWithExternalWeight(location);
