@@ -271,7 +271,7 @@ Status MatMulShapes(InferContext& c, size_t ai, size_t bi, int32_t dtype) {
   if (a == nullptr || b == nullptr) return Status::Ok();
   if (a->empty() || b->empty()) return Bad(c, "scalar operand");
   // A 1-D operand is a matrix of one row (a) or one column (b), dropped from the result again;
-  // the batch dims are all but the last two.
+  // an operand's batch dims are all but its last two (a 1-D operand has none).
   const size_t ar = a->size(), br = b->size();
   const bool a_vec = ar == 1, b_vec = br == 1;
   const Dims xb(a->begin(), a->begin() + static_cast<std::ptrdiff_t>(a_vec ? 0 : ar - 2));

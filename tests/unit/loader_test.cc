@@ -598,7 +598,8 @@ GraphBuilder ModelWithExternalWeight(const std::string& location) {
 }
 
 TEST(LoaderTest, ExternalDataEscapingTheModelFolderIsInvalidModel) {
-  // Backslashes separate parts as slashes do (Windows exporters).
+  // Backslashes separate parts as slashes do (Windows exporters); absolute paths, drive letters
+  // and UNC paths are refused outright.
   for (const std::string location :
        {"../secret.bin", "/etc/passwd", "a/../../x", "sub/../../secret.bin",
         "../../../../../../etc/shadow", "a\\..\\..\\x", "sub/..\\../x", "C:\\w.bin",
@@ -610,6 +611,7 @@ TEST(LoaderTest, ExternalDataEscapingTheModelFolderIsInvalidModel) {
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), ErrorCode::kInvalidModel) << Describe(r.status());
     EXPECT_THAT(r.status().message(), HasSubstr("ext_weight"));
+    EXPECT_THAT(r.status().message(), HasSubstr("leaves the model's folder"));
 
     auto rb = LoadModelFromBytes(b.Serialize(), dir.path(), "in-memory");
     ASSERT_FALSE(rb.ok());

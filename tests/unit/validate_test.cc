@@ -206,7 +206,16 @@ TEST(Validate, ScanWithoutBodyIsRejected) {
   b.AddInput("x", kFloat, {3, 2});
   SetIntAttr(b.AddNode("Scan", {"s", "x"}, {"y"}), "num_scan_inputs", 1);
   b.AddOutput("y", kFloat);
-  ExpectRejected(b, "lacks its required attribute 'body'");
+  ExpectRejected(b, "node 'Scan_0' (Scan) lacks its required attribute 'body'");
+  // In a body, the error names the node and the attribute of the node it lies in.
+  onnx::GraphProto body = Body({{"x", "a"}});
+  onnx::NodeProto& scan = *body.mutable_node(0);
+  scan.set_op_type("Scan");
+  scan.add_input("x");
+  SetIntAttr(scan, "num_scan_inputs", 1);
+  ExpectRejected(IfWithBody(body),
+                 "node 'Scan_0' (Scan) in node 'If_0' (If) attribute 'then_branch' lacks its "
+                 "required attribute 'body'");
 }
 
 TEST(Validate, RankIsBounded) {
