@@ -65,10 +65,18 @@ double SearchSignal(const Estimate& e) {
 // in the batch, so a candidate is where the line through two estimates meets the capacity.
 // Unbracketed (no failing batch yet), the line runs through the last two estimates and a
 // candidate is at least one more than the largest fitting batch (twice it when the line does not
-// rise). Bracketed, the line runs through the largest fitting and smallest failing batch and the
-// candidate is clamped into the open bracket; a batch that failed just below the capacity line
-// is followed by steps down from it (1, 2, 4, ... batches); a step that did not halve the
-// bracket, or a bracket that does not straddle the capacity, is followed by a bisection.
+// rise) -- but the candidate after that jump reads the jump's own estimate instead: batch 1 sits
+// off the line the larger batches follow (fixed transients and small blocks weigh on it, and its
+// peak is often the optimizer step's), so the line is drawn through the jump with the slope of
+// what grows with the batch there, its saved activations and transients per batch, and the
+// candidate is the nearest batch to where it meets the capacity. And a candidate above a fitting
+// batch whose room left is less than two batches' growth of its allocated bytes is that batch's
+// successor: near the capacity the rounding of blocks and segments moves the peak by a batch or
+// two either way, and the successor's verdict may end the search. Bracketed, the line runs through
+// the largest fitting and smallest failing batch and the candidate is clamped into the open
+// bracket; a batch that failed just below the capacity line is followed by steps down from it (1,
+// 2, 4, ... batches); a step that did not halve the bracket, or a bracket that does not straddle
+// the capacity, is followed by a bisection.
 class Candidates {
  public:
   Candidates(double capacity, int64_t limit, const Estimate& at_one)
@@ -83,7 +91,7 @@ class Candidates {
 
   // The batch to estimate next; a step down doubles the one after it.
   int64_t Next() {
-    if (bad_ == 0) return Extrapolate();
+    if (bad_ == 0) return SuccessorWhenClose(Extrapolate());
     if (!bisect_ && good_peak_ <= cap_ && cap_ < bad_peak_) return Interpolate();
     if (last_.batch == bad_ && FailedJustBelowCapacity()) {
       const int64_t next = std::max(good_ + 1, bad_ - down_);
@@ -97,7 +105,9 @@ class Candidates {
   void Record(int64_t batch, bool fits, const Estimate& e) {
     const int64_t width = bad_ == 0 ? 0 : bad_ - good_;
     prev_ = last_;
-    last_ = {batch, SearchSignal(e), static_cast<double>(e.peak_allocated)};
+    last_ = {batch, SearchSignal(e), static_cast<double>(e.peak_allocated),
+             static_cast<double>(e.breakdown.saved_activations) +
+                 static_cast<double>(e.breakdown.transient)};
     if (fits) {
       good_ = batch;
       good_peak_ = last_.peak;
@@ -114,11 +124,37 @@ class Candidates {
     int64_t batch = 0;
     double peak = 0;       // SearchSignal
     double allocated = 0;  // peak_allocated
+    double growing = 0;    // the breakdown's saved activations and transients (requested bytes)
   };
+  // A fitting batch whose room left is under this many batches' growth of its allocated bytes is
+  // followed by its successor.
+  static constexpr double kCloseBatches = 2;
   // A failing batch is within this many batches' growth of the capacity line.
   static constexpr double kNearCapacity = 16;
 
+  // The candidate right after the jump from batch 1 (policy above): the line through the jump's
+  // peak whose slope is what grows with the batch there; 0 when it says nothing (no such bytes,
+  // or it meets the capacity at or below the jump).
+  int64_t FromTheJump() const {
+    if (prev_.batch != 1 || last_.batch != good_ || good_ <= 1 || !(last_.growing > 0)) return 0;
+    const double per_batch = last_.growing / static_cast<double>(good_);
+    const double root = static_cast<double>(good_) + (cap_ - last_.peak) / per_batch;
+    if (!(root > static_cast<double>(good_))) return 0;
+    const double nearest = std::floor(std::min(root, static_cast<double>(limit_)) + 0.5);
+    return std::clamp<int64_t>(static_cast<int64_t>(nearest), good_ + 1, limit_);
+  }
+
+  // `next`, or the largest fitting batch's successor when that batch was the last estimated and
+  // its room left is under kCloseBatches batches' growth of its allocated bytes (policy above).
+  int64_t SuccessorWhenClose(int64_t next) const {
+    if (next <= good_ + 1 || last_.batch != good_ || good_ <= 1 || prev_.batch <= 1) return next;
+    const double slope =
+        (last_.allocated - prev_.allocated) / static_cast<double>(last_.batch - prev_.batch);
+    return slope > 0 && (cap_ - good_peak_) / slope < kCloseBatches ? good_ + 1 : next;
+  }
+
   int64_t Extrapolate() const {
+    if (const int64_t from_jump = FromTheJump(); from_jump > 0) return from_jump;
     // Where the device peak does not rise yet (segments rounded up hide small batches'
     // growth), the allocated bytes' slope, which does.
     const double step = static_cast<double>(last_.batch - prev_.batch);
