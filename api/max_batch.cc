@@ -63,27 +63,36 @@ double SearchSignal(const Estimate& e) {
 // The candidates of the max-batch search (policy in memest/estimator.h and docs/cli.md
 // `--max-batch`): safeguarded interpolation on SearchSignal. The device peak is close to affine
 // in the batch, so a candidate is where the line through two estimates meets the capacity.
-// Unbracketed (no failing batch yet), the line runs through the last two estimates and a
-// candidate is at least one more than the largest fitting batch (twice it when the line does not
-// rise) -- but the candidate after that jump reads the jump's own estimate instead: batch 1 sits
-// off the line the larger batches follow (fixed transients and small blocks weigh on it, and its
-// peak is often the optimizer step's), so the line is drawn through the jump with the slope of
-// what grows with the batch there, its saved activations and transients per batch, and the
-// candidate is the nearest batch to where it meets the capacity. And a candidate above a fitting
-// batch whose room left is less than two batches' growth of its allocated bytes is that batch's
-// successor: near the capacity the rounding of blocks and segments moves the peak by a batch or
-// two either way, and the successor's verdict may end the search. Bracketed, the line runs through
-// the largest fitting and smallest failing batch and the candidate is clamped into the open
-// bracket; a batch that failed just below the capacity line is followed by steps down from it (1,
-// 2, 4, ... batches); a step that did not halve the bracket, or a bracket that does not straddle
-// the capacity, is followed by a bisection.
+// Unbracketed (no failing batch yet), the line runs through the last two estimates and a candidate
+// is at least one more than the largest fitting batch. What an estimate says grows with the batch
+// -- its saved activations and transients, unless its peak is the optimizer step's, whose
+// transients are the step's temporaries -- draws two lines of its own. The first candidate after
+// batch 1 is where the line through batch 1's peak with that slope meets the capacity, rounded
+// down: batch 1's transients hold fixed parts too, so the slope is steep and the candidate usually
+// fits, below the answer. Where batch 1 says nothing of its growth, the first candidate is a jump:
+// batch 1 times the capacity over its peak, at least twice it (the same whenever the line does not
+// rise). And the candidate right after the first candidate or a jump that fitted reads that batch's
+// own estimate: the batch before it sits off the line the larger batches follow (fixed transients
+// and small blocks weigh on it, its peak often the optimizer step's), so the line runs through its
+// peak with the slope of what grows there, and the candidate is the batch nearest to where it meets
+// the capacity (or, where it says nothing, the line through the two estimates). (For a dim whose
+// bytes grow with its square, these slopes are too low and a candidate may overshoot: it fails, and
+// the bracket goes on as below.) And while no batch has failed, a candidate above the last batch
+// estimated, which fits, is replaced by its successor when that batch's room left (the capacity
+// less its peak) is under two batches' growth of its allocated bytes between the last two estimates
+// (not right after batch 1): near the capacity the rounding of blocks and segments moves the peak
+// by a batch or two either way, and the successor's verdict may end the search. Bracketed, the line
+// runs through the largest fitting and smallest failing batch and the candidate is clamped into the
+// open bracket; a batch that failed just below the capacity line is followed by steps down from it
+// (1, 2, 4, ... batches); a step that did not halve the bracket, or a bracket that does not
+// straddle the capacity, is followed by a bisection.
 class Candidates {
  public:
   Candidates(double capacity, int64_t limit, const Estimate& at_one)
       : cap_(capacity),
         limit_(limit),
         good_peak_(SearchSignal(at_one)),
-        last_{1, good_peak_, static_cast<double>(at_one.peak_allocated)} {}
+        last_{1, good_peak_, static_cast<double>(at_one.peak_allocated), Growing(at_one)} {}
 
   // Whether the answer is known: the limit fits, or the bracket is two adjacent batches.
   bool done() const { return bad_ == 0 ? good_ >= limit_ : bad_ - good_ <= 1; }
@@ -105,9 +114,7 @@ class Candidates {
   void Record(int64_t batch, bool fits, const Estimate& e) {
     const int64_t width = bad_ == 0 ? 0 : bad_ - good_;
     prev_ = last_;
-    last_ = {batch, SearchSignal(e), static_cast<double>(e.peak_allocated),
-             static_cast<double>(e.breakdown.saved_activations) +
-                 static_cast<double>(e.breakdown.transient)};
+    last_ = {batch, SearchSignal(e), static_cast<double>(e.peak_allocated), Growing(e)};
     if (fits) {
       good_ = batch;
       good_peak_ = last_.peak;
@@ -124,7 +131,9 @@ class Candidates {
     int64_t batch = 0;
     double peak = 0;       // SearchSignal
     double allocated = 0;  // peak_allocated
-    double growing = 0;    // the breakdown's saved activations and transients (requested bytes)
+    // The breakdown's saved activations and transients (requested bytes), at a peak outside the
+    // optimizer step; 0 at the step's.
+    double growing = 0;
   };
   // A fitting batch whose room left is under this many batches' growth of its allocated bytes is
   // followed by its successor.
@@ -132,16 +141,36 @@ class Candidates {
   // A failing batch is within this many batches' growth of the capacity line.
   static constexpr double kNearCapacity = 16;
 
-  // The candidate right after the jump from batch 1 (policy above): the line through the jump's
-  // peak whose slope is what grows with the batch there; 0 when it says nothing (no such bytes,
-  // or it meets the capacity at or below the jump).
+  // What grows with the batch at an estimate's peak: its saved activations and transients
+  // (requested bytes). At the optimizer step's peak the transients are the step's temporaries
+  // and no saved activation is alive: nothing there says, 0.
+  static double Growing(const Estimate& e) {
+    if (e.peak_phase == Phase::kOptimizerStep) return 0;
+    return static_cast<double>(e.breakdown.saved_activations) +
+           static_cast<double>(e.breakdown.transient);
+  }
+
+  // The first candidate after batch 1 (policy above): where the line through batch 1's peak with
+  // the slope of what grows there meets the capacity, rounded down, at least 2; 0 when batch 1
+  // says nothing of its growth.
+  int64_t FromBatchOne() const {
+    if (prev_.batch != 0 || !(last_.growing > 0)) return 0;
+    const double root = 1 + (cap_ - last_.peak) / last_.growing;
+    if (!(root > 1)) return 0;
+    if (root >= static_cast<double>(limit_)) return limit_;  // (compared before any cast)
+    return std::max<int64_t>(static_cast<int64_t>(root), 2);
+  }
+
+  // The candidate right after the first candidate or a jump, when that batch fitted (policy
+  // above): the line through its peak whose slope is what grows with the batch there; 0 when it
+  // says nothing (no such bytes, or the line meets the capacity at or below it).
   int64_t FromTheJump() const {
-    if (prev_.batch != 1 || last_.batch != good_ || good_ <= 1 || !(last_.growing > 0)) return 0;
+    if (last_.batch != jumped_to_ || last_.batch != good_ || !(last_.growing > 0)) return 0;
     const double per_batch = last_.growing / static_cast<double>(good_);
     const double root = static_cast<double>(good_) + (cap_ - last_.peak) / per_batch;
     if (!(root > static_cast<double>(good_))) return 0;
-    const double nearest = std::floor(std::min(root, static_cast<double>(limit_)) + 0.5);
-    return std::clamp<int64_t>(static_cast<int64_t>(nearest), good_ + 1, limit_);
+    if (root >= static_cast<double>(limit_)) return limit_;  // (compared before any cast)
+    return std::clamp<int64_t>(static_cast<int64_t>(std::floor(root + 0.5)), good_ + 1, limit_);
   }
 
   // `next`, or the largest fitting batch's successor when that batch was the last estimated and
@@ -153,7 +182,8 @@ class Candidates {
     return slope > 0 && (cap_ - good_peak_) / slope < kCloseBatches ? good_ + 1 : next;
   }
 
-  int64_t Extrapolate() const {
+  int64_t Extrapolate() {
+    if (const int64_t first = FromBatchOne(); first > 0) return jumped_to_ = first;
     if (const int64_t from_jump = FromTheJump(); from_jump > 0) return from_jump;
     // Where the device peak does not rise yet (segments rounded up hide small batches'
     // growth), the allocated bytes' slope, which does.
@@ -168,9 +198,10 @@ class Candidates {
       // r = cap / peak(b) >= 1), and at least a doubling.
       const double jump =
           static_cast<double>(good_) * std::max(2.0, std::floor(cap_ / std::max(good_peak_, 1.0)));
-      return jump >= static_cast<double>(limit_) ? limit_ : static_cast<int64_t>(jump);
+      jumped_to_ = jump >= static_cast<double>(limit_) ? limit_ : static_cast<int64_t>(jump);
+      return jumped_to_;
     }
-    predicted = std::min(predicted, static_cast<double>(limit_));
+    if (predicted >= static_cast<double>(limit_)) return limit_;  // (compared before any cast)
     return std::max<int64_t>(static_cast<int64_t>(predicted), good_ + 1);
   }
 
@@ -196,7 +227,8 @@ class Candidates {
   double bad_peak_ = 0;
   Point last_, prev_;  // the last two evaluations
   bool bisect_ = false;
-  int64_t down_ = 1;  // the next step down from a batch that failed just below the capacity
+  int64_t down_ = 1;       // the next step down from a batch that failed just below the capacity
+  int64_t jumped_to_ = 0;  // the first candidate's or the last jump's batch (Extrapolate)
 };
 
 // What the search records for a candidate too large to estimate: peaks past any GPU.

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Counts the estimates the exact max-batch search spends, per search and in all.
+
+    python3 scripts/max_batch_evaluations.py [--bin build/tools/memest] [--set main|options|lm]
+                                             [--backend analytical] [--per-search]
+
+Sets (docs/cli.md `--max-batch`):
+  main     the 81 timm graphs of datasets/timm-a100 and the four bundled training graphs, on
+           a100-80gb, h100-80gb and l4-24gb (255 searches): what the search's rules were chosen on
+  options  the same graphs on a100-40gb with amp-bf16, with sgd, and in inference (255)
+  lm       the language models of tests/data/hf (not the t5s) on h100-80gb, eager and
+           memory-efficient attention, --max-dim seq at batch 4 and --max-batch at seq 512
+Each search is one `memest ... --json` process; its count is max_batch.evaluations. Run two
+binaries and compare the totals and the answers (--per-search prints both for each search).
+"""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def graphs():
+    return (sorted(glob.glob(os.path.join(ROOT, "datasets/models/*_train.onnx"))) +
+            sorted(glob.glob(os.path.join(ROOT, "datasets/timm-a100/models/*.onnx"))))
+
+
+def searches(which):
+    if which == "main":
+        for g in graphs():
+            for gpu in ("a100-80gb", "h100-80gb", "l4-24gb"):
+                yield os.path.basename(g) + " " + gpu, [g, "--max-batch", "--gpu", gpu]
+    elif which == "options":
+        for g in graphs():
+            for opt in (["--precision", "amp-bf16"], ["--optimizer", "sgd"], ["--mode", "infer"]):
+                yield (os.path.basename(g) + " " + " ".join(opt),
+                       [g, "--max-batch", "--gpu", "a100-40gb"] + opt)
+    elif which == "lm":
+        for f in sorted(glob.glob(os.path.join(ROOT, "tests/data/hf/*.json"))):
+            if "t5" in os.path.basename(f):
+                continue
+            for att in ("eager", "sdpa-mem-efficient"):
+                for q in (["--max-dim", "seq", "--batch", "4"], ["--max-batch", "--dim", "seq=512"]):
+                    yield (os.path.basename(f) + " " + att + " " + " ".join(q),
+                           ["--hf-config", f, "--attention", att, "--gpu", "h100-80gb"] + q)
+    else:
+        raise SystemExit("unknown set " + which)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build/tools/memest"))
+    ap.add_argument("--set", default="main", choices=("main", "options", "lm"))
+    ap.add_argument("--backend", default="analytical")
+    ap.add_argument("--per-search", action="store_true")
+    a = ap.parse_args()
+    total = searched = refused = 0
+    for name, args in searches(a.set):
+        p = subprocess.run([a.bin] + args + ["--backend", a.backend, "--json"],
+                           capture_output=True, text=True)
+        try:
+            mb = json.loads(p.stdout)["results"][0]["max_batch"]
+        except (ValueError, KeyError, IndexError):
+            refused += 1  # an error the CLI reported (e.g. flash attention in fp32)
+            if a.per_search:
+                print(name, "refused")
+            continue
+        searched += 1
+        total += mb["evaluations"]
+        if a.per_search:
+            print(name, mb["batch"], mb["evaluations"])
+    print(f"{a.set}: {searched} searches, {total} estimates"
+          f" ({total / max(searched, 1):.2f} a search), {refused} refused")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
