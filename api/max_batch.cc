@@ -62,7 +62,10 @@ double SearchSignal(const Estimate& e) {
 
 // The candidates of the max-batch search (policy in memest/estimator.h and docs/cli.md
 // `--max-batch`): safeguarded interpolation on SearchSignal. The device peak is close to affine
-// in the batch, so a candidate is where the line through two estimates meets the capacity.
+// in the batch, so a candidate is where the line through two estimates meets the capacity -- the
+// device peak at which the verdict turns, as the last estimate's fit reads it (Capacity()): the
+// GPU's usable memory less the safety margin and the interval's top above the point estimate,
+// and under a memory fraction the room within the allocator's limit.
 // Unbracketed (no failing batch yet), the line runs through the last two estimates and a candidate
 // is at least one more than the largest fitting batch. What an estimate says grows with the batch
 // -- its saved activations and transients, unless its peak is the optimizer step's, whose
@@ -88,8 +91,8 @@ double SearchSignal(const Estimate& e) {
 // straddle the capacity, is followed by a bisection.
 class Candidates {
  public:
-  Candidates(double capacity, int64_t limit, const Estimate& at_one)
-      : cap_(capacity),
+  Candidates(const Fit& fit_at_one, int64_t limit, const Estimate& at_one)
+      : cap_(Capacity(at_one, fit_at_one)),
         limit_(limit),
         good_peak_(SearchSignal(at_one)),
         last_{1, good_peak_, static_cast<double>(at_one.peak_allocated), Growing(at_one)} {}
@@ -111,8 +114,10 @@ class Candidates {
   }
 
   // The verdict and estimate at `batch`, the last Next().
-  void Record(int64_t batch, bool fits, const Estimate& e) {
+  void Record(int64_t batch, const Fit& fit, const Estimate& e) {
+    const bool fits = fit.fits;
     const int64_t width = bad_ == 0 ? 0 : bad_ - good_;
+    cap_ = Capacity(e, fit);
     prev_ = last_;
     last_ = {batch, SearchSignal(e), static_cast<double>(e.peak_allocated), Growing(e)};
     if (fits) {
@@ -140,6 +145,14 @@ class Candidates {
   static constexpr double kCloseBatches = 2;
   // A failing batch is within this many batches' growth of the capacity line.
   static constexpr double kNearCapacity = 16;
+
+  // The device peak at which the verdict turns, as estimate e's reads it: its peak plus its room
+  // left -- the GPU's usable memory less what the fit policy keeps free beside the peak (the
+  // safety margin, the interval's top above the point estimate; under a memory fraction, the
+  // room within the allocator's limit).
+  static double Capacity(const Estimate& e, const Fit& fit) {
+    return static_cast<double>(e.peak_device) + static_cast<double>(fit.headroom);
+  }
 
   // What grows with the batch at an estimate's peak: its saved activations and transients
   // (requested bytes). At the optimizer step's peak the transients are the step's temporaries
@@ -219,7 +232,7 @@ class Candidates {
     return bad_peak_ <= cap_ && cap_ - bad_peak_ <= kNearCapacity * per_batch;
   }
 
-  const double cap_;
+  double cap_;  // Capacity() at the last estimate
   const int64_t limit_;
   int64_t good_ = 1;
   double good_peak_;
@@ -255,11 +268,12 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
     return e;
   };
   MEMEST_ASSIGN_OR_RETURN(r.at_batch, estimate(1));
-  if (!CheckFit(r.at_batch, gpu, options).fits) {
+  const Fit at_one = CheckFit(r.at_batch, gpu, options);
+  if (!at_one.fits) {
     r.batch = 0;
     return r;
   }
-  Candidates search(static_cast<double>(gpu.usable_memory.bytes), limit, r.at_batch);
+  Candidates search(at_one, limit, r.at_batch);
   while (!search.done()) {
     const int64_t next = search.Next();
     Result<Estimate> at = estimate(next);
@@ -268,9 +282,9 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
     if (!at.ok() && at.status().code() == ErrorCode::kOverflow) at = Unaffordable();
     if (!at.ok()) return at.status();
     Estimate e = std::move(at).value();
-    const bool fits = CheckFit(e, gpu, options).fits;
-    search.Record(next, fits, e);
-    if (fits) r.at_batch = std::move(e);
+    const Fit fit = CheckFit(e, gpu, options);
+    search.Record(next, fit, e);
+    if (fit.fits) r.at_batch = std::move(e);
   }
   r.batch = search.largest_fitting();
   return r;

@@ -3,6 +3,7 @@
 
     python3 scripts/max_batch_evaluations.py [--bin build/tools/memest] [--set main|options|lm]
                                              [--backend analytical] [--per-search]
+                                             [--extra "--safety-margin 5%"]
 
 Sets (docs/cli.md `--max-batch`):
   main     the 81 timm graphs of datasets/timm-a100 and the four bundled training graphs, on
@@ -10,8 +11,9 @@ Sets (docs/cli.md `--max-batch`):
   options  the same graphs on a100-40gb with amp-bf16, with sgd, and in inference (255)
   lm       the language models of tests/data/hf (not the t5s) on h100-80gb, eager and
            memory-efficient attention, --max-dim seq at batch 4 and --max-batch at seq 512
-Each search is one `memest ... --json` process; its count is max_batch.evaluations. Run two
-binaries and compare the totals and the answers (--per-search prints both for each search).
+Each search is one `memest ... --json` process (with --extra's arguments appended); its count is
+max_batch.evaluations. Run two binaries and compare the totals and the answers (--per-search
+prints both for each search).
 """
 import argparse
 import glob
@@ -56,10 +58,11 @@ def main():
     ap.add_argument("--set", default="main", choices=("main", "options", "lm"))
     ap.add_argument("--backend", default="analytical")
     ap.add_argument("--per-search", action="store_true")
+    ap.add_argument("--extra", default="", help="more memest arguments for every search")
     a = ap.parse_args()
     total = searched = refused = 0
     for name, args in searches(a.set):
-        p = subprocess.run([a.bin] + args + ["--backend", a.backend, "--json"],
+        p = subprocess.run([a.bin] + args + a.extra.split() + ["--backend", a.backend, "--json"],
                            capture_output=True, text=True)
         try:
             mb = json.loads(p.stdout)["results"][0]["max_batch"]
