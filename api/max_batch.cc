@@ -63,9 +63,9 @@ double SearchSignal(const Estimate& e) {
 // The candidates of the max-batch search (policy in memest/estimator.h and docs/cli.md
 // `--max-batch`): safeguarded interpolation on SearchSignal. The device peak is close to affine
 // in the batch, so a candidate is where the line through two estimates meets the capacity -- the
-// device peak at which the verdict turns, as the last estimate's fit reads it (Capacity()): the
-// GPU's usable memory less the safety margin and the interval's top above the point estimate,
-// and under a memory fraction the room within the allocator's limit.
+// device peak at which the verdict turns, as the last estimate's fit reads it (Capacity(): the
+// GPU's usable memory less the safety margin, reached by the interval's top where that is judged,
+// and under a memory fraction the room within the allocator's limit).
 // Unbracketed (no failing batch yet), the line runs through the last two estimates and a candidate
 // is at least one more than the largest fitting batch. What an estimate says grows with the batch
 // -- its saved activations and transients, unless its peak is the optimizer step's, whose
@@ -117,7 +117,8 @@ class Candidates {
   void Record(int64_t batch, const Fit& fit, const Estimate& e) {
     const bool fits = fit.fits;
     const int64_t width = bad_ == 0 ? 0 : bad_ - good_;
-    cap_ = Capacity(e, fit);
+    // A candidate too large to estimate (Unaffordable) says nothing of where the verdict turns.
+    if (e.peak_device < kUnaffordable) cap_ = Capacity(e, fit);
     prev_ = last_;
     last_ = {batch, SearchSignal(e), static_cast<double>(e.peak_allocated), Growing(e)};
     if (fits) {
@@ -145,13 +146,21 @@ class Candidates {
   static constexpr double kCloseBatches = 2;
   // A failing batch is within this many batches' growth of the capacity line.
   static constexpr double kNearCapacity = 16;
+  // Peaks past any estimate (RunInContext refuses 2^60 bytes): Unaffordable()'s.
+  static constexpr uint64_t kUnaffordable = uint64_t{1} << 60;
 
-  // The device peak at which the verdict turns, as estimate e's reads it: its peak plus its room
-  // left -- the GPU's usable memory less what the fit policy keeps free beside the peak (the
-  // safety margin, the interval's top above the point estimate; under a memory fraction, the
-  // room within the allocator's limit).
+  // The device peak at which the verdict turns, as estimate e's fit reads it: the GPU's usable
+  // memory less the safety margin, where the judged peak may reach -- the interval's top, when
+  // it is judged, in the proportion it stands to the peak at e (a stack's band is a share of the
+  // peak) -- and under a memory fraction no more than e's peak plus its room left (the limit
+  // plus what lives outside the allocator, less the margin on the limit and the interval).
   static double Capacity(const Estimate& e, const Fit& fit) {
-    return static_cast<double>(e.peak_device) + static_cast<double>(fit.headroom);
+    const double peak = static_cast<double>(e.peak_device);
+    const double reach = static_cast<double>(fit.capacity) - static_cast<double>(fit.margin);
+    const double by_capacity =
+        fit.judged > e.peak_device ? reach * peak / static_cast<double>(fit.judged) : reach;
+    if (fit.reserved_limit == 0) return by_capacity;
+    return std::min(by_capacity, peak + static_cast<double>(fit.headroom));
   }
 
   // What grows with the batch at an estimate's peak: its saved activations and transients

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -109,6 +110,24 @@ TEST_F(MaxBatchTest, TheLinesAimWhereTheVerdictTurns) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const uint64_t room = capacity_ - options_.fit.MarginBytes(capacity_);
   EXPECT_EQ(r->batch, static_cast<int64_t>((room - kOutside - kGiB) / per_sample));
+  EXPECT_LE(r->evaluations, 6);
+}
+
+// Under a memory fraction the verdict turns where the reserved bytes reach the allocator's limit,
+// and the lines aim there (they aimed at the whole usable memory, and took 19 estimates here).
+TEST_F(MaxBatchTest, UnderAMemoryFractionTheLinesAimAtTheLimit) {
+  options_.allocator.memory_fraction = 0.4;
+  auto gpu = ResolveGpuProfile(options_);
+  ASSERT_TRUE(gpu.ok());
+  const std::optional<uint64_t> limit = options_.allocator.ReservedLimit(gpu->total_memory.bytes);
+  ASSERT_TRUE(limit.has_value());
+  const uint64_t per_sample = 37 * (uint64_t{1} << 20);
+  auto r = Search([&](int64_t b) {
+    const uint64_t bytes = kGiB + per_sample * static_cast<uint64_t>(b);
+    return Step{bytes, bytes};
+  });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->batch, static_cast<int64_t>((*limit - kGiB) / per_sample));
   EXPECT_LE(r->evaluations, 6);
 }
 
