@@ -1,0 +1,64 @@
+"""scripts/max_batch_evaluations.py: the searches of each set, and its totals from a made-up memest
+(a script that answers every search with 3 estimates and refuses the memory-efficient ones)."""
+import os
+import pathlib
+import stat
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts/max_batch_evaluations.py"
+sys.path.insert(0, str(ROOT / "scripts"))
+import max_batch_evaluations  # noqa: E402
+
+FAKE = """#!/usr/bin/env python3
+import json, sys
+args = sys.argv[1:]
+if "sdpa-mem-efficient" in args:
+    print("memest: error: refused", file=sys.stderr)
+    sys.exit(2)
+extra = 1 if "--safety-margin" in args else 0
+print(json.dumps({"results": [{"max_batch": {"batch": 7, "evaluations": 3 + extra}}]}))
+"""
+
+
+class SetsTest(unittest.TestCase):
+    def test_each_set_lists_its_searches(self):
+        graphs = len(max_batch_evaluations.graphs())
+        self.assertGreaterEqual(graphs, 85)  # 81 timm graphs and the bundled training ones
+        self.assertEqual(len(list(max_batch_evaluations.searches("main"))), 3 * graphs)
+        self.assertEqual(len(list(max_batch_evaluations.searches("options"))), 3 * graphs)
+        configs = [p for p in (ROOT / "tests/data/hf").glob("*.json") if "t5" not in p.name]
+        lm = list(max_batch_evaluations.searches("lm"))
+        self.assertEqual(len(lm), 4 * len(configs))
+        self.assertTrue(all(a[0] == "--hf-config" for _, a in lm))
+
+
+class TotalsTest(unittest.TestCase):
+    def run_script(self, *args):
+        with tempfile.TemporaryDirectory() as d:
+            fake = pathlib.Path(d) / "memest"
+            fake.write_text(FAKE)
+            fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+            p = subprocess.run([sys.executable, str(SCRIPT), "--bin", str(fake)] + list(args),
+                               capture_output=True, text=True, check=True)
+        return p.stdout.strip().splitlines()
+
+    def test_counts_and_refusals(self):
+        configs = [p for p in (ROOT / "tests/data/hf").glob("*.json") if "t5" not in p.name]
+        last = self.run_script("--set", "lm")[-1]
+        n = 2 * len(configs)  # the eager searches; the memory-efficient ones are refused
+        self.assertEqual(last, f"lm: {n} searches, {3 * n} estimates (3.00 a search), {n} refused")
+
+    def test_extra_arguments_reach_every_search(self):
+        lines = self.run_script("--set", "lm", "--extra", "--safety-margin 5%", "--per-search")
+        answered = [l for l in lines[:-1] if not l.endswith(" refused")]
+        self.assertTrue(answered)
+        self.assertTrue(all(l.endswith(" 7 4") for l in answered))
+        self.assertIn("estimates (4.00 a search)", lines[-1])
+
+
+if __name__ == "__main__":
+    unittest.main()
