@@ -172,25 +172,32 @@ class Candidates {
            static_cast<double>(e.breakdown.transient);
   }
 
-  // The first candidate after batch 1 (policy above): where the line through batch 1's peak with
-  // the slope of what grows there meets the capacity, rounded down, at least 2; 0 when batch 1
-  // says nothing of its growth.
+  // Where the line through the last estimate's peak, with the slope of what grows with the batch
+  // there (per batch), meets the capacity; 0 when it says nothing (no such bytes, or it meets the
+  // capacity at or below that batch).
+  double GrowthRoot() const {
+    if (!(last_.growing > 0)) return 0;
+    const double batch = static_cast<double>(last_.batch);
+    const double root = batch + (cap_ - last_.peak) / (last_.growing / batch);
+    return root > batch ? root : 0;
+  }
+
+  // The first candidate after batch 1 (policy above): GrowthRoot() there, rounded down, at least
+  // 2; 0 when batch 1 says nothing of its growth.
   int64_t FromBatchOne() const {
-    if (prev_.batch != 0 || !(last_.growing > 0)) return 0;
-    const double root = 1 + (cap_ - last_.peak) / last_.growing;
-    if (!(root > 1)) return 0;
+    if (prev_.batch != 0) return 0;
+    const double root = GrowthRoot();
+    if (root == 0) return 0;
     if (root >= static_cast<double>(limit_)) return limit_;  // (compared before any cast)
     return std::max<int64_t>(static_cast<int64_t>(root), 2);
   }
 
   // The candidate right after the first candidate or a jump, when that batch fitted (policy
-  // above): the line through its peak whose slope is what grows with the batch there; 0 when it
-  // says nothing (no such bytes, or the line meets the capacity at or below it).
+  // above): GrowthRoot() there, the nearest batch; 0 when it says nothing.
   int64_t FromTheJump() const {
-    if (last_.batch != jumped_to_ || last_.batch != good_ || !(last_.growing > 0)) return 0;
-    const double per_batch = last_.growing / static_cast<double>(good_);
-    const double root = static_cast<double>(good_) + (cap_ - last_.peak) / per_batch;
-    if (!(root > static_cast<double>(good_))) return 0;
+    if (last_.batch != jumped_to_ || last_.batch != good_) return 0;
+    const double root = GrowthRoot();
+    if (root == 0) return 0;
     if (root >= static_cast<double>(limit_)) return limit_;  // (compared before any cast)
     return std::clamp<int64_t>(static_cast<int64_t>(std::floor(root + 0.5)), good_ + 1, limit_);
   }
@@ -198,7 +205,7 @@ class Candidates {
   // `next`, or the largest fitting batch's successor when that batch was the last estimated and
   // its room left is under kCloseBatches batches' growth of its allocated bytes (policy above).
   int64_t SuccessorWhenClose(int64_t next) const {
-    if (next <= good_ + 1 || last_.batch != good_ || good_ <= 1 || prev_.batch <= 1) return next;
+    if (next <= good_ + 1 || last_.batch != good_ || prev_.batch <= 1) return next;
     const double slope =
         (last_.allocated - prev_.allocated) / static_cast<double>(last_.batch - prev_.batch);
     return slope > 0 && (cap_ - good_peak_) / slope < kCloseBatches ? good_ + 1 : next;
