@@ -6,8 +6,9 @@
                                              [--extra "--safety-margin 5%"]
 
 Sets (docs/cli.md `--max-batch`):
-  main     the 81 timm graphs of datasets/timm-a100 and the four bundled training graphs, on
-           a100-80gb, h100-80gb and l4-24gb (255 searches): what the search's rules were chosen on
+  main     the 81 timm graphs of datasets/timm-a100 (unpacked first when they are not yet) and
+           the four bundled training graphs, on a100-80gb, h100-80gb and l4-24gb (255
+           searches): what the search's rules were chosen on
   options  the same graphs on a100-40gb with amp-bf16, with sgd, and in inference (255)
   lm       the language models of tests/data/hf (not the t5s) on h100-80gb, eager and
            memory-efficient attention, --max-dim seq at batch 4 and --max-batch at seq 512
@@ -26,6 +27,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def graphs():
+    """The bundled training graphs and the timm ones, unpacked first if they are not yet."""
+    subprocess.run([os.path.join(ROOT, "datasets/timm-a100/unpack.sh")], check=True)
     return (sorted(glob.glob(os.path.join(ROOT, "datasets/models/*_train.onnx"))) +
             sorted(glob.glob(os.path.join(ROOT, "datasets/timm-a100/models/*.onnx"))))
 
