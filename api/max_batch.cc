@@ -30,9 +30,11 @@
 //    by the exact search, whose answer and errors are the ones given.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "base/checked.h"
 #include "memest/estimator.h"
@@ -61,56 +63,89 @@ double SearchSignal(const Estimate& e) {
 }
 
 // The candidates of the max-batch search (policy in memest/estimator.h and docs/cli.md
-// `--max-batch`): safeguarded interpolation on SearchSignal. The device peak is close to affine
-// in the batch, so a candidate is where the line through two estimates meets the capacity -- the
-// device peak at which the verdict turns, as the last estimate's fit reads it (Capacity(): the
-// GPU's usable memory less the safety margin, reached by the interval's top where that is judged,
-// and under a memory fraction the room within the allocator's limit).
-// Unbracketed (no failing batch yet), the line runs through the last two estimates and a candidate
-// is at least one more than the largest fitting batch. What an estimate says grows with the batch
-// -- its saved activations and transients, unless its peak is the optimizer step's, whose
-// transients are the step's temporaries -- draws two lines of its own. The first candidate after
-// batch 1 is where the line through batch 1's peak with that slope meets the capacity, rounded
-// down: batch 1's transients hold fixed parts too, so the slope is steep and the candidate usually
-// fits, below the answer. Where batch 1 says nothing of its growth, the first candidate is a jump:
-// batch 1 times the capacity over its peak, at least twice it (the same whenever the line does not
-// rise). And the candidate right after the first candidate or a jump that fitted reads that batch's
-// own estimate: the batch before it sits off the line the larger batches follow (fixed transients
-// and small blocks weigh on it, its peak often the optimizer step's), so the line runs through its
-// peak with the slope of what grows there, and the candidate is the batch nearest to where it meets
-// the capacity (or, where it says nothing, the line through the two estimates). (For a dim whose
-// bytes grow with its square, these slopes are too low and a candidate may overshoot: it fails, and
-// the bracket goes on as below.) And while no batch has failed, a candidate above the last batch
-// estimated, which fits, is replaced by its successor when that batch's room left (the capacity
-// less its peak) is under two batches' growth of its allocated bytes between the last two estimates
-// (not right after batch 1): near the capacity the rounding of blocks and segments moves the peak
-// by a batch or two either way, and the successor's verdict may end the search. Bracketed, the line
-// runs through the largest fitting and smallest failing batch and the candidate is clamped into the
-// open bracket; a batch that failed just below the capacity line is followed by steps down from it
-// (1, 2, 4, ... batches); a step that did not halve the bracket, or a bracket that does not
-// straddle the capacity, is followed by a bisection.
+// `--max-batch`): safeguarded interpolation on SearchSignal, toward the device peak at which the
+// verdict turns, as the last estimate's fit reads it (Capacity(): the GPU's usable memory less the
+// safety margin, reached by the interval's top where that is judged, and under a memory fraction
+// the room within the allocator's limit).
+//
+// What an estimate says grows with the value -- its saved activations and transients, unless its
+// peak is the optimizer step's, whose transients are the step's temporaries -- is the model the
+// candidates come from. Sizes are affine in the batch, and where two searched dims meet (the
+// attention scores of a sequence) they grow with its square, so through two estimates that say
+// what grows, the growth is the curve beta v + gamma v^2 (the growth curve; a line when gamma is
+// 0), and the peak is an estimate's fixed part (its peak less its growth) plus the curve.
+//
+// Unbracketed (no failing value yet):
+//  * the first candidate after 1 is where the line through 1's peak with the slope of its growth
+//    meets the capacity, rounded down (1's transients hold fixed parts too, so the slope is steep
+//    and the candidate usually fits, below the answer);
+//  * the candidate right after the first candidate or a jump that fitted reads that value's own
+//    estimate: the line through its peak with the slope of its growth per value (the nearest
+//    value), for the value before sits off the line the larger ones follow (fixed transients and
+//    small blocks weigh on it, and its peak is often the optimizer step's);
+//  * else the line through the last two estimates, at least one more than the largest fitting
+//    value; where it does not rise, a jump: the value times the capacity over its peak, at least
+//    twice it -- and at least 8 times it when the peak is the optimizer step's (nothing there says
+//    how the forward and backward grow; the bracket that follows is closed by the curve in a few
+//    estimates, so a long jump costs less than many doublings);
+//  * and a candidate above the last value estimated, which fits, is replaced by its successor when
+//    that value's room left (the capacity less its peak) is under two values' growth of its
+//    allocated bytes between the last two estimates (not right after 1): near the capacity the
+//    rounding of blocks and segments moves the peak by a value or two either way, and the
+//    successor's verdict may end the search.
+// Bracketed (the largest fitting and the smallest failing value), the candidate is clamped into
+// the open bracket and is:
+//  * the growth curve's through the largest fitting value and the estimate nearest it that says
+//    what grows, the mean of the two points where it meets the capacity from either one's fixed
+//    part (the fixed parts differ by the rounding of blocks, which moves the peak up and down);
+//  * else the line through the bracket's ends, where they straddle the capacity, and else a
+//    bisection;
+//  * steps down from the failing end (1, 2, 4, ... values) once a candidate from the curve or the
+//    line failed right under it (the bracket narrowed by at most a sixteenth, or 2) -- the peak
+//    there is a plateau of rounded segments above the capacity, or bends -- or a value failed
+//    whose own line value is just below the capacity (cached segments it could not release), until
+//    one fits, or the next step would be longer than 32 values or a quarter of the bracket (then
+//    the plateau is long, or the curve wrong); from there on the curve and the line are not
+//    trusted in this bracket, and it is bisected (no more steps down);
+//  * and a bisection after two steps in a row that did not halve the bracket (so at worst about
+//    three estimates halve it).
 class Candidates {
  public:
   Candidates(const Fit& fit_at_one, int64_t limit, const Estimate& at_one)
       : cap_(Capacity(at_one, fit_at_one)),
         limit_(limit),
         good_peak_(SearchSignal(at_one)),
-        last_{1, good_peak_, static_cast<double>(at_one.peak_allocated), Growing(at_one)} {}
+        last_{1, good_peak_, static_cast<double>(at_one.peak_allocated), Growing(at_one),
+              at_one.peak_phase == Phase::kOptimizerStep} {
+    if (last_.growing > 0) grown_.push_back(last_);
+  }
 
   // Whether the answer is known: the limit fits, or the bracket is two adjacent batches.
   bool done() const { return bad_ == 0 ? good_ >= limit_ : bad_ - good_ <= 1; }
   int64_t largest_fitting() const { return good_; }
 
-  // The batch to estimate next; a step down doubles the one after it.
+  // The batch to estimate next.
   int64_t Next() {
+    made_ = Made::kOther;
     if (bad_ == 0) return SuccessorWhenClose(Extrapolate());
-    if (!bisect_ && good_peak_ <= cap_ && cap_ < bad_peak_) return Interpolate();
-    if (last_.batch == bad_ && FailedJustBelowCapacity()) {
-      const int64_t next = std::max(good_ + 1, bad_ - down_);
-      down_ *= 2;
-      return next;
+    if (down_ > 0) {
+      if (down_ <= kLongestStepDown && down_ * kStepsDownWithin <= bad_ - good_) {
+        made_ = Made::kStepDown;
+        return bad_ - down_;  // above good_: down_ is at most a quarter of the bracket
+      }
+      down_ = 0;  // the steps down ran out: the curve and the line are not trusted here
+      stepped_down_ = true;
     }
-    return good_ + (bad_ - good_) / 2;
+    if (stepped_down_ || not_halving_ >= kBisectAfter) return Bisect();
+    made_ = Made::kModel;
+    if (const std::optional<double> root = BracketRoot()) {
+      // (compared before any cast)
+      if (!(*root < static_cast<double>(bad_) - 1)) return bad_ - 1;
+      if (!(*root > static_cast<double>(good_) + 1)) return good_ + 1;
+      return static_cast<int64_t>(std::floor(*root + 0.5));
+    }
+    if (good_peak_ <= cap_ && cap_ < bad_peak_) return Interpolate();
+    return Bisect();
   }
 
   // The verdict and estimate at `batch`, the last Next().
@@ -120,16 +155,29 @@ class Candidates {
     // A candidate too large to estimate (Unaffordable) says nothing of where the verdict turns.
     if (e.peak_device < kUnaffordable) cap_ = Capacity(e, fit);
     prev_ = last_;
-    last_ = {batch, SearchSignal(e), static_cast<double>(e.peak_allocated), Growing(e)};
+    last_ = {batch, SearchSignal(e), static_cast<double>(e.peak_allocated), Growing(e),
+             e.peak_phase == Phase::kOptimizerStep};
+    if (last_.growing > 0) grown_.push_back(last_);
     if (fits) {
       good_ = batch;
       good_peak_ = last_.peak;
-      down_ = 1;
     } else {
       bad_ = batch;
       bad_peak_ = last_.peak;
     }
-    bisect_ = width > 0 && !bisect_ && 2 * (bad_ - good_) > width;
+    if (width > 0) {
+      const int64_t now = bad_ - good_;
+      not_halving_ = now > width / 2 ? not_halving_ + 1 : 0;
+      if (fits) {
+        stepped_down_ = stepped_down_ || made_ == Made::kStepDown;
+        down_ = 0;
+      } else if (made_ == Made::kStepDown) {
+        down_ *= 2;
+      } else if (made_ == Made::kModel && width - now <= std::max<int64_t>(2, width / 16)) {
+        down_ = 1;
+      }
+    }
+    if (!fits && down_ == 0 && !stepped_down_ && FailedJustBelowCapacity()) down_ = 1;
   }
 
  private:
@@ -140,12 +188,23 @@ class Candidates {
     // The breakdown's saved activations and transients (requested bytes), at a peak outside the
     // optimizer step; 0 at the step's.
     double growing = 0;
+    bool at_step = false;  // the peak is the optimizer step's
   };
+  // What made the last candidate: how the bracket's next step reads its verdict. kOther:
+  // unbracketed; kModel: the growth curve or the line between the bracket's ends.
+  enum class Made { kOther, kModel, kStepDown, kBisection };
   // A fitting batch whose room left is under this many batches' growth of its allocated bytes is
   // followed by its successor.
   static constexpr double kCloseBatches = 2;
   // A failing batch is within this many batches' growth of the capacity line.
   static constexpr double kNearCapacity = 16;
+  // The least jump while the peak is the optimizer step's.
+  static constexpr double kJumpAtTheStep = 8;
+  // The steps down end past this many values, or past 1/kStepsDownWithin of the bracket.
+  static constexpr int64_t kLongestStepDown = 32;
+  static constexpr int64_t kStepsDownWithin = 4;
+  // A bisection follows this many bracket steps in a row that did not halve the bracket.
+  static constexpr int kBisectAfter = 2;
   // Peaks past any estimate (RunInContext refuses 2^60 bytes): Unaffordable()'s.
   static constexpr uint64_t kUnaffordable = uint64_t{1} << 60;
 
@@ -170,6 +229,53 @@ class Candidates {
     if (e.peak_phase == Phase::kOptimizerStep) return 0;
     return static_cast<double>(e.breakdown.saved_activations) +
            static_cast<double>(e.breakdown.transient);
+  }
+
+  // The growth curve through a and b (both growing; policy above), beta v + gamma v^2 with no
+  // constant part: the mean of the values where it meets the capacity from a's fixed part and from
+  // b's (a value at or below 0 where a fixed part alone passes it); nullopt when it says nothing
+  // (gamma or beta negative -- growth with a constant part -- or no real root).
+  std::optional<double> CurveRoot(const Point& a, const Point& b) const {
+    const double va = static_cast<double>(a.batch), vb = static_cast<double>(b.batch);
+    if (!(a.growing > 0 && b.growing > 0) || va == vb) return std::nullopt;
+    const double gamma = (b.growing / vb - a.growing / va) / (vb - va);
+    const double beta = a.growing / va - gamma * va;
+    if (!(gamma >= 0 && beta >= 0)) return std::nullopt;
+    // gamma v^2 + beta v = room, solved as 2 room / (beta + sqrt(beta^2 + 4 gamma room)): the
+    // same root as (-beta + sqrt(...)) / (2 gamma), without its cancellation for a small gamma,
+    // and room / beta at gamma 0.
+    auto meets = [&](const Point& p) -> std::optional<double> {
+      const double v = static_cast<double>(p.batch);
+      const double room = cap_ - (p.peak - (beta * v + gamma * v * v));
+      const double disc = beta * beta + 4 * gamma * room;
+      if (!(disc >= 0)) return std::nullopt;
+      const double denominator = beta + std::sqrt(disc);
+      if (!(denominator > 0)) return std::nullopt;
+      const double root = 2 * room / denominator;
+      return std::isfinite(root) ? std::optional<double>(root) : std::nullopt;
+    };
+    const std::optional<double> from_a = meets(a), from_b = meets(b);
+    if (!from_a || !from_b) return std::nullopt;
+    return (*from_a + *from_b) / 2;
+  }
+
+  // Bracketed: the growth curve through the largest fitting batch and the estimate nearest it
+  // that says what grows (the earlier one on a tie); nullopt when there is none.
+  std::optional<double> BracketRoot() const {
+    const Point* good = nullptr;
+    const Point* nearest = nullptr;
+    for (const Point& p : grown_) {
+      if (p.batch == good_) good = &p;
+    }
+    if (good == nullptr) return std::nullopt;
+    for (const Point& p : grown_) {
+      if (p.batch != good_ &&
+          (nearest == nullptr || std::abs(p.batch - good_) < std::abs(nearest->batch - good_))) {
+        nearest = &p;
+      }
+    }
+    if (nearest == nullptr) return std::nullopt;
+    return CurveRoot(*good, *nearest);
   }
 
   // Where the line through the last estimate's peak, with the slope of what grows with the batch
@@ -224,9 +330,11 @@ class Candidates {
     if (slope <= 0 || !(predicted > static_cast<double>(good_))) {
       // Nothing rises yet: a jump by the capacity over the peak so far, which a peak with a
       // fixed part and a part per batch cannot pass (W + a r b <= r (W + a b) = cap, for
-      // r = cap / peak(b) >= 1), and at least a doubling.
-      const double jump =
-          static_cast<double>(good_) * std::max(2.0, std::floor(cap_ / std::max(good_peak_, 1.0)));
+      // r = cap / peak(b) >= 1); but at least a doubling, and at least kJumpAtTheStep times while
+      // the peak is the optimizer step's (policy above), which can pass it.
+      const double least = last_.at_step ? kJumpAtTheStep : 2.0;
+      const double jump = static_cast<double>(good_) *
+                          std::max(least, std::floor(cap_ / std::max(good_peak_, 1.0)));
       jumped_to_ = jump >= static_cast<double>(limit_) ? limit_ : static_cast<int64_t>(jump);
       return jumped_to_;
     }
@@ -236,8 +344,16 @@ class Candidates {
 
   int64_t Interpolate() const {
     const double t = (cap_ - good_peak_) / (bad_peak_ - good_peak_);
-    const int64_t next = good_ + static_cast<int64_t>(t * static_cast<double>(bad_ - good_));
-    return std::clamp<int64_t>(next, good_ + 1, bad_ - 1);
+    const double at = t * static_cast<double>(bad_ - good_);  // (compared before any cast)
+    if (!(at < static_cast<double>(bad_ - good_ - 1))) return bad_ - 1;
+    if (!(at > 1)) return good_ + 1;
+    return good_ + static_cast<int64_t>(at);
+  }
+
+  int64_t Bisect() {
+    made_ = Made::kBisection;
+    not_halving_ = 0;
+    return good_ + (bad_ - good_) / 2;
   }
 
   // The failing batch's line value is below the capacity (cached segments it could not
@@ -254,10 +370,13 @@ class Candidates {
   double good_peak_;
   int64_t bad_ = 0;  // 0 = no failing batch found yet
   double bad_peak_ = 0;
-  Point last_, prev_;  // the last two evaluations
-  bool bisect_ = false;
-  int64_t down_ = 1;       // the next step down from a batch that failed just below the capacity
-  int64_t jumped_to_ = 0;  // the first candidate's or the last jump's batch (Extrapolate)
+  Point last_, prev_;         // the last two evaluations
+  std::vector<Point> grown_;  // every evaluation that says what grows, in order
+  Made made_ = Made::kOther;
+  int not_halving_ = 0;        // bracket steps in a row that did not halve it
+  int64_t down_ = 0;           // the next step down from the failing batch; 0: not stepping down
+  bool stepped_down_ = false;  // the steps down ended: the rest is bisected
+  int64_t jumped_to_ = 0;      // the first candidate's or the last jump's batch (Extrapolate)
 };
 
 // What the search records for a candidate too large to estimate: peaks past any GPU.

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Counts the estimates the exact max-batch search spends, per search and in all.
 
-    python3 scripts/max_batch_evaluations.py [--bin build/tools/memest] [--set main|options|lm]
+    python3 scripts/max_batch_evaluations.py [--bin build/tools/memest]
+                                             [--set main|options|lm|lm-gpus|lm-options]
                                              [--backend analytical] [--per-search]
                                              [--extra "--safety-margin 5%"]
 
@@ -12,6 +13,11 @@ Sets (docs/cli.md `--max-batch`):
   options  the same graphs on a100-40gb with amp-bf16, with sgd, and in inference (255)
   lm       the language models of tests/data/hf (not the t5s) on h100-80gb, eager and
            memory-efficient attention, --max-dim seq at batch 4 and --max-batch at seq 512
+  lm-gpus  the same models and attentions: a100-40gb --max-dim seq at batch 1 and --max-batch at
+           seq 1024, l4-24gb with amp-bf16 --max-dim seq at batch 2
+  lm-options  the same models and attentions: a100-80gb with amp-bf16 --max-dim seq at batch 8
+           and with sgd --max-batch at seq 2048, h100-80gb with --checkpoint 4 --max-dim seq at
+           batch 2
 Each search is one `memest ... --json` process (with --extra's arguments appended); its count is
 max_batch.evaluations. Run two binaries and compare the totals and the answers (--per-search
 prints both for each search).
@@ -33,6 +39,20 @@ def graphs():
             sorted(glob.glob(os.path.join(ROOT, "datasets/timm-a100/models/*.onnx"))))
 
 
+# The language-model sets: each query's arguments after --hf-config and --attention.
+LM_QUERIES = {
+    "lm": [["--gpu", "h100-80gb", "--max-dim", "seq", "--batch", "4"],
+           ["--gpu", "h100-80gb", "--max-batch", "--dim", "seq=512"]],
+    "lm-gpus": [["--gpu", "a100-40gb", "--max-dim", "seq", "--batch", "1"],
+                ["--gpu", "a100-40gb", "--max-batch", "--dim", "seq=1024"],
+                ["--gpu", "l4-24gb", "--precision", "amp-bf16", "--max-dim", "seq", "--batch", "2"]],
+    "lm-options": [["--gpu", "a100-80gb", "--precision", "amp-bf16", "--max-dim", "seq",
+                    "--batch", "8"],
+                   ["--gpu", "a100-80gb", "--optimizer", "sgd", "--max-batch", "--dim", "seq=2048"],
+                   ["--gpu", "h100-80gb", "--checkpoint", "4", "--max-dim", "seq", "--batch", "2"]],
+}
+
+
 def searches(which):
     if which == "main":
         for g in graphs():
@@ -43,14 +63,14 @@ def searches(which):
             for opt in (["--precision", "amp-bf16"], ["--optimizer", "sgd"], ["--mode", "infer"]):
                 yield (os.path.basename(g) + " " + " ".join(opt),
                        [g, "--max-batch", "--gpu", "a100-40gb"] + opt)
-    elif which == "lm":
+    elif which in LM_QUERIES:
         for f in sorted(glob.glob(os.path.join(ROOT, "tests/data/hf/*.json"))):
             if "t5" in os.path.basename(f):
                 continue
             for att in ("eager", "sdpa-mem-efficient"):
-                for q in (["--max-dim", "seq", "--batch", "4"], ["--max-batch", "--dim", "seq=512"]):
+                for q in LM_QUERIES[which]:
                     yield (os.path.basename(f) + " " + att + " " + " ".join(q),
-                           ["--hf-config", f, "--attention", att, "--gpu", "h100-80gb"] + q)
+                           ["--hf-config", f, "--attention", att] + q)
     else:
         raise SystemExit("unknown set " + which)
 
@@ -58,12 +78,12 @@ def searches(which):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", default=os.path.join(ROOT, "build/tools/memest"))
-    ap.add_argument("--set", default="main", choices=("main", "options", "lm"))
+    ap.add_argument("--set", default="main", choices=("main", "options") + tuple(LM_QUERIES))
     ap.add_argument("--backend", default="analytical")
     ap.add_argument("--per-search", action="store_true")
     ap.add_argument("--extra", default="", help="more memest arguments for every search")
     a = ap.parse_args()
-    total = searched = refused = 0
+    total = searched = refused = answered = answered_total = 0
     for name, args in searches(a.set):
         p = subprocess.run([a.bin] + args + a.extra.split() + ["--backend", a.backend, "--json"],
                            capture_output=True, text=True)
@@ -76,10 +96,14 @@ def main():
             continue
         searched += 1
         total += mb["evaluations"]
+        if mb["batch"] > 0:  # not a search that ends at batch (or value) 1 not fitting
+            answered += 1
+            answered_total += mb["evaluations"]
         if a.per_search:
             print(name, mb["batch"], mb["evaluations"])
     print(f"{a.set}: {searched} searches, {total} estimates"
-          f" ({total / max(searched, 1):.2f} a search), {refused} refused")
+          f" ({total / max(searched, 1):.2f} a search), {refused} refused;"
+          f" {answered} with an answer, {answered_total / max(answered, 1):.2f} estimates each")
     return 0
 
 

@@ -34,6 +34,10 @@ class SetsTest(unittest.TestCase):
         lm = list(max_batch_evaluations.searches("lm"))
         self.assertEqual(len(lm), 4 * len(configs))
         self.assertTrue(all(a[0] == "--hf-config" for _, a in lm))
+        for other in ("lm-gpus", "lm-options"):  # three queries, each with both attentions
+            searches = list(max_batch_evaluations.searches(other))
+            self.assertEqual(len(searches), 6 * len(configs))
+            self.assertEqual(len({label for label, _ in searches}), len(searches))
 
 
 class TotalsTest(unittest.TestCase):
@@ -50,7 +54,8 @@ class TotalsTest(unittest.TestCase):
         configs = [p for p in (ROOT / "tests/data/hf").glob("*.json") if "t5" not in p.name]
         last = self.run_script("--set", "lm")[-1]
         n = 2 * len(configs)  # the eager searches; the memory-efficient ones are refused
-        self.assertEqual(last, f"lm: {n} searches, {3 * n} estimates (3.00 a search), {n} refused")
+        self.assertEqual(last, f"lm: {n} searches, {3 * n} estimates (3.00 a search), {n} refused;"
+                               f" {n} with an answer, 3.00 estimates each")
 
     def test_extra_arguments_reach_every_search(self):
         lines = self.run_script("--set", "lm", "--extra", "--safety-margin 5%", "--per-search")

@@ -484,10 +484,12 @@ struct Tally {
   int replayed = 0;  // of those, answered by the replay
   // What the fast searches spent, summed (the figures a change to the probes is judged by).
   int64_t traces = 0, replays = 0, evaluations = 0;
+  int64_t exact_evaluations = 0;  // the exact search's estimates (the replay's fallback)
 
   std::string Spent() const {
     return "spent " + std::to_string(traces) + " traces, " + std::to_string(replays) +
-           " replays, " + std::to_string(evaluations) + " estimates";
+           " replays, " + std::to_string(evaluations) + " estimates; the exact search " +
+           std::to_string(exact_evaluations) + " estimates";
   }
 };
 
@@ -509,6 +511,7 @@ void Compare(const Model& model, const Options& o, const std::string& what, Tall
   tally->traces += fast->traces;
   tally->replays += fast->replays;
   tally->evaluations += fast->evaluations;
+  tally->exact_evaluations += exact->evaluations;
   EXPECT_EQ(exact->traces, 0);
   // The estimate at the replay's answer, which follows the answer's allocator run
   // (symbolic::EstimateFollowing), is the backend's own estimate there, to the last field.

@@ -277,6 +277,87 @@ TEST_F(MaxBatchTest, ABatchThatFailedJustBelowTheCapacityIsFollowedByStepsDown) 
   EXPECT_EQ(*(first_failure + 1), *first_failure - 1);
 }
 
+// What grows with the value grows with its square too (a sequence: its attention scores): a
+// line through two estimates lands short of or past the answer, and the line through the
+// bracket's ends, on a convex peak, creeps up on it from below. The growth curve through two
+// estimates (beta v + gamma v^2) meets the capacity at the answer.
+TEST_F(MaxBatchTest, AGrowthWithTheSquareOfTheValueIsFoundInAFewEstimates) {
+  const uint64_t fixed = 6 * kGiB, linear = 3 * (uint64_t{1} << 20),
+                 square = 6 * (uint64_t{1} << 10);
+  auto growth = [&](int64_t v) {
+    const auto u = static_cast<uint64_t>(v);
+    return linear * u + square * u * u;
+  };
+  std::vector<int64_t> asked;
+  auto r = Search([&](int64_t v) {
+    asked.push_back(v);
+    const uint64_t peak = fixed + growth(v);
+    return Step{peak, peak, false, false, growth(v)};
+  });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  int64_t answer = 1;
+  while (fixed + growth(answer + 1) <= capacity_ - kOutside) ++answer;
+  EXPECT_EQ(r->batch, answer);
+  // 4 here; 19 without the curve, 17 with the lines alone (before it).
+  EXPECT_LE(r->evaluations, 5) << ::testing::PrintToString(asked);
+}
+
+// The 30 values before the allocated bytes reach the budget fail too, their reserved bytes a
+// plateau just above it (segments rounded up): a candidate drawn by a line or the curve lands on
+// the plateau right under the failing end, again and again, and a bisection from far below
+// follows each. After one such failure the search steps down from the failing end, 1, 2, 4, ...
+// values, until one fits.
+TEST_F(MaxBatchTest, ACandidateThatFailedRightUnderTheFailingEndIsFollowedByStepsDown) {
+  const uint64_t per_sample = 30 * (uint64_t{1} << 20), base = 3 * kGiB;
+  const uint64_t budget = capacity_ - kOutside;
+  const int64_t answer = static_cast<int64_t>((budget - base) / per_sample) - 30;
+  auto f = [&](int64_t v) {
+    const uint64_t allocated = base + per_sample * static_cast<uint64_t>(v);
+    const uint64_t reserved =
+        v > answer ? std::max(allocated, budget + (uint64_t{1} << 20)) : allocated;
+    return Step{allocated, reserved, false, false, allocated - base};
+  };
+  std::vector<int64_t> asked;
+  auto r = Search([&](int64_t v) {
+    asked.push_back(v);
+    return f(v);
+  });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->batch, answer);
+  // Failing candidates 1, 2 and 4 values apart, each right under the last.
+  bool stepped_down = false;
+  for (size_t i = 3; i < asked.size(); ++i) {
+    stepped_down =
+        stepped_down || (asked[i - 2] == asked[i - 3] - 1 && asked[i - 1] == asked[i - 2] - 2 &&
+                         asked[i] == asked[i - 1] - 4 && asked[i] > answer);
+  }
+  EXPECT_TRUE(stepped_down) << ::testing::PrintToString(asked);
+  // 12 here; 27 without the steps down, 21 with the lines alone (before them).
+  EXPECT_LE(r->evaluations, 14) << ::testing::PrintToString(asked);
+}
+
+// While the peak is the optimizer step's, nothing an estimate says grows: the search jumps, at
+// least 8 times the value (here the capacity is not twice the step's peak, so a jump by the
+// capacity over the peak would be a doubling, 13 of them to reach the backward's growth).
+TEST_F(MaxBatchTest, WhileThePeakIsTheOptimizerStepsTheJumpIsLong) {
+  const uint64_t per_sample = 10 * (uint64_t{1} << 20);
+  const uint64_t weights = kGiB, step = 45 * kGiB, temporaries = kGiB;
+  std::vector<int64_t> asked;
+  auto r = Search([&](int64_t b) {
+    asked.push_back(b);
+    const uint64_t backward = weights + per_sample * static_cast<uint64_t>(b);
+    if (backward < step) return Step{step, step, false, false, 0, true, temporaries};
+    return Step{backward, backward, false, false, backward - weights};
+  });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const int64_t answer = static_cast<int64_t>((capacity_ - kOutside - weights) / per_sample);
+  EXPECT_EQ(r->batch, answer);
+  ASSERT_GE(asked.size(), 2u);
+  EXPECT_EQ(asked[1], 8);
+  // 10 here; 17 with doublings, 18 with the lines alone (before the curve).
+  EXPECT_LE(r->evaluations, 12) << ::testing::PrintToString(asked);
+}
+
 // A "fits" that turns back: the answer fits and its successor does not.
 TEST_F(MaxBatchTest, WhereFitsTurnsBackTheAnswerFitsAndItsSuccessorDoesNot) {
   const std::set<int64_t> holes = {700, 701, 702, 705, 720, 721, 730};
