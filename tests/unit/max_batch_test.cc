@@ -81,6 +81,25 @@ class MaxBatchTest : public ::testing::Test {
     return FindMaxBatch(Formula(std::move(f)), *model_, options_, int64_t{1} << 24);
   }
 
+  // A peak that is the optimizer step's (`step` bytes, `temporaries` of them its transients) until
+  // the backward's -- `weights` plus `per_sample` a batch, which grows -- passes it; the batches
+  // the search asks for go to *asked.
+  struct StepThenBackward {
+    uint64_t per_sample = 0, weights = 0, step = 0, temporaries = 0;
+  };
+  Result<MaxBatchResult> Search(const StepThenBackward& p, std::vector<int64_t>* asked) {
+    return Search([p, asked](int64_t b) {
+      asked->push_back(b);
+      const uint64_t backward = p.weights + p.per_sample * static_cast<uint64_t>(b);
+      if (backward < p.step) return Step{p.step, p.step, false, false, 0, true, p.temporaries};
+      return Step{backward, backward, false, false, backward - p.weights};
+    });
+  }
+  // Its answer: the largest batch whose backward fits.
+  int64_t Answer(const StepThenBackward& p) const {
+    return static_cast<int64_t>((capacity_ - kOutside - p.weights) / p.per_sample);
+  }
+
   std::shared_ptr<const Model> model_;
   Options options_;
   uint64_t capacity_ = 0;
@@ -161,17 +180,11 @@ TEST_F(MaxBatchTest, TheFirstCandidateReadsWhatGrowsAtBatchOne) {
 // what grows with the batch there (the breakdown's saved activations), and lands on the answer or
 // its successor.
 TEST_F(MaxBatchTest, TheCandidateAfterTheJumpReadsWhatGrowsThere) {
-  const uint64_t per_sample = 200 * (uint64_t{1} << 20);
-  const uint64_t weights = kGiB, step = 3 * kGiB;
+  const StepThenBackward p{200 * (uint64_t{1} << 20), kGiB, 3 * kGiB, 0};
   std::vector<int64_t> asked;
-  auto r = Search([&](int64_t b) {
-    asked.push_back(b);
-    const uint64_t backward = weights + per_sample * static_cast<uint64_t>(b);
-    if (backward < step) return Step{step, step, false, false, 0, true};
-    return Step{backward, backward, false, false, backward - weights};
-  });
+  auto r = Search(p, &asked);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  const int64_t answer = static_cast<int64_t>((capacity_ - kOutside - weights) / per_sample);
+  const int64_t answer = Answer(p);
   EXPECT_EQ(r->batch, answer);
   ASSERT_GE(asked.size(), 3u);
   EXPECT_LE(std::abs(asked[2] - answer), 1) << asked[2];
@@ -183,20 +196,14 @@ TEST_F(MaxBatchTest, TheCandidateAfterTheJumpReadsWhatGrowsThere) {
 // drawn from them (read as growth, they would put the first candidate some 4,600 batches out,
 // more than twice the answer): the first is the jump, the capacity over batch 1's peak.
 TEST_F(MaxBatchTest, AJumpStillAtTheOptimizerStepIsNotReadForGrowth) {
-  const uint64_t per_sample = 40 * (uint64_t{1} << 20);
-  const uint64_t weights = kGiB, step = 6 * kGiB, temporaries = 16 * (uint64_t{1} << 20);
+  const StepThenBackward p{40 * (uint64_t{1} << 20), kGiB, 6 * kGiB, 16 * (uint64_t{1} << 20)};
   std::vector<int64_t> asked;
-  auto r = Search([&](int64_t b) {
-    asked.push_back(b);
-    const uint64_t backward = weights + per_sample * static_cast<uint64_t>(b);
-    if (backward < step) return Step{step, step, false, false, 0, true, temporaries};
-    return Step{backward, backward, false, false, backward - weights};
-  });
+  auto r = Search(p, &asked);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  const int64_t answer = static_cast<int64_t>((capacity_ - kOutside - weights) / per_sample);
+  const int64_t answer = Answer(p);
   EXPECT_EQ(r->batch, answer);
   ASSERT_GE(asked.size(), 2u);
-  EXPECT_EQ(asked[1], static_cast<int64_t>(capacity_ / (step + kOutside)));
+  EXPECT_EQ(asked[1], static_cast<int64_t>(capacity_ / (p.step + kOutside)));
   for (int64_t b : asked) EXPECT_LE(b, 2 * answer) << "asked " << b;
 }
 
@@ -340,18 +347,11 @@ TEST_F(MaxBatchTest, ACandidateThatFailedRightUnderTheFailingEndIsFollowedByStep
 // least 8 times the value (here the capacity is not twice the step's peak, so a jump by the
 // capacity over the peak would be a doubling, 13 of them to reach the backward's growth).
 TEST_F(MaxBatchTest, WhileThePeakIsTheOptimizerStepsTheJumpIsLong) {
-  const uint64_t per_sample = 10 * (uint64_t{1} << 20);
-  const uint64_t weights = kGiB, step = 45 * kGiB, temporaries = kGiB;
+  const StepThenBackward p{10 * (uint64_t{1} << 20), kGiB, 45 * kGiB, kGiB};
   std::vector<int64_t> asked;
-  auto r = Search([&](int64_t b) {
-    asked.push_back(b);
-    const uint64_t backward = weights + per_sample * static_cast<uint64_t>(b);
-    if (backward < step) return Step{step, step, false, false, 0, true, temporaries};
-    return Step{backward, backward, false, false, backward - weights};
-  });
+  auto r = Search(p, &asked);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  const int64_t answer = static_cast<int64_t>((capacity_ - kOutside - weights) / per_sample);
-  EXPECT_EQ(r->batch, answer);
+  EXPECT_EQ(r->batch, Answer(p));
   ASSERT_GE(asked.size(), 2u);
   EXPECT_EQ(asked[1], 8);
   // 10 here; 17 with doublings, 18 with the lines alone (before the curve).
