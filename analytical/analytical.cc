@@ -32,7 +32,8 @@
 //
 //   train:  allocated = max( W + S + A + G + max(Tf, Tb) + WS      -> phase backward,
 //                            W + S + G + To + WS                   -> phase optimizer_step )
-//           (conservative: all gradients are counted alongside all saved activations)
+//           (conservative: all gradients are counted alongside all saved activations); both
+//           phases are reported at their own peaks (Estimate::phases), the larger is the estimate's
 //   infer:  allocated = W + WS + max over the forward walk of the live activations, where a
 //           tensor dies after its last consumer (views share their source's storage); the data
 //           inputs live to the end but a decoder's past KV cache (memory/kv_cache.h)
@@ -229,7 +230,9 @@ class Accounting {
   void ShardStates(const memory::StepTemporaries& temps, ModelStates* m, Estimate* e) const;
   uint64_t Workspace(const GpuProfile& gpu, int count) const;
   uint64_t LargestParameter() const;
-  void Finish(const Blocks& all, const GpuProfile& gpu, Estimate* e) const;
+  // The peak fields and the outside-allocator and rounding parts of p's breakdown, from the
+  // blocks allocated at its peak (p's requested parts set).
+  void Finish(const Blocks& all, PhasePeak* p) const;
   uint64_t Eff(int id) const { return facts_.bytes(id); }
   bool OnStage(size_t node) const { return plan_.stage_of_node(node) == stage_; }
   // A parameter (or buffer) this rank holds: read by a node of its stage.
@@ -278,21 +281,29 @@ uint64_t Accounting::Workspace(const GpuProfile& gpu, int count) const {
   return SatMul(gpu.cublas_workspace.bytes, static_cast<uint64_t>(count));
 }
 
-void Accounting::Finish(const Blocks& all, const GpuProfile& gpu, Estimate* e) const {
-  e->peak_allocated = all.allocated;
-  e->peak_reserved = std::max(all.Reserved(), all.allocated);
-  memory::SetOutsideAllocator(stack_, &e->breakdown);
+void Accounting::Finish(const Blocks& all, PhasePeak* p) const {
+  p->peak_allocated = all.allocated;
+  p->peak_reserved = std::max(all.Reserved(), all.allocated);
+  memory::SetOutsideAllocator(stack_, &p->breakdown);
   // Breakdown fields hold requested bytes; allocated - requested is block rounding, reserved -
   // allocated the segment memory held free.
-  Breakdown& bd = e->breakdown;
+  Breakdown& bd = p->breakdown;
   const uint64_t requested = SatAdd(
       SatAdd(SatAdd(bd.weights, bd.gradients), SatAdd(bd.optimizer_state, bd.saved_activations)),
       SatAdd(bd.transient, bd.collective_buffers));
   const uint64_t allocated =
-      std::clamp(e->peak_allocated, requested, std::max(requested, e->peak_reserved));
+      std::clamp(p->peak_allocated, requested, std::max(requested, p->peak_reserved));
   bd.allocator_overhead = allocated - requested;
-  bd.cached_free = e->peak_reserved - std::min(allocated, e->peak_reserved);
-  e->peak_device = bd.Total();
+  bd.cached_free = p->peak_reserved - std::min(allocated, p->peak_reserved);
+  p->peak_device = bd.Total();
+}
+
+void TakePeak(const PhasePeak& p, Estimate* e) {
+  e->peak_allocated = p.peak_allocated;
+  e->peak_reserved = p.peak_reserved;
+  e->peak_device = p.peak_device;
+  e->breakdown = p.breakdown;
+  e->peak_phase = p.phase;
 }
 
 Blocks Accounting::OptimizerState() const {
@@ -530,29 +541,34 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
   for (int i = 0; i < plan_.in_flight(stage_); ++i) saved_all.Add(act.saved);
   const uint64_t transient = std::max(act.forward, act.backward);
 
+  // Each phase at its own peak (Estimate::phases); the one with more reserved bytes is the
+  // estimate's.
   const Blocks fwdbwd = m.AtBackward(saved_all, transient, ws);
   const Blocks step = m.AtStep(ws);
+  PhasePeak backward;
+  backward.phase = Phase::kBackward;
+  backward.breakdown.weights = SatAdd(m.weights.requested, m.cast_cache.requested);
+  backward.breakdown.gradients = m.grads.requested;
+  backward.breakdown.optimizer_state = m.state.requested;
+  backward.breakdown.saved_activations = saved_all.requested;
+  backward.breakdown.transient = SatAdd(transient, ws);
+  backward.breakdown.collective_buffers = SatAdd(m.collective.requested, m.buckets.requested);
+  backward.breakdown.nccl_buffers = e.breakdown.nccl_buffers;
+  Finish(fwdbwd, &backward);
+  PhasePeak at_step;
+  at_step.phase = Phase::kOptimizerStep;
+  at_step.breakdown.weights = m.weights.requested;
+  at_step.breakdown.gradients = SatAdd(m.grads.requested, m.step_only.requested);
+  at_step.breakdown.optimizer_state = m.state.requested;
+  at_step.breakdown.transient = SatAdd(m.step_temporaries, ws);
+  at_step.breakdown.collective_buffers = m.buckets.requested;
+  at_step.breakdown.nccl_buffers = e.breakdown.nccl_buffers;
+  Finish(step, &at_step);
 
-  Breakdown& bd = e.breakdown;
-  bd.weights = SatAdd(m.weights.requested, 0);
-  bd.gradients = m.grads.requested;
-  bd.optimizer_state = m.state.requested;
-  if (fwdbwd.Reserved() >= step.Reserved()) {
-    bd.weights = SatAdd(bd.weights, m.cast_cache.requested);
-    bd.saved_activations = saved_all.requested;
-    bd.transient = SatAdd(transient, ws);
-    bd.collective_buffers = SatAdd(m.collective.requested, m.buckets.requested);
-    e.peak_phase = Phase::kBackward;
-    e.peak_node = act.backward >= act.forward ? act.backward_node : "";
-
-    Finish(fwdbwd, gpu, &e);
-  } else {
-    bd.gradients = SatAdd(bd.gradients, m.step_only.requested);
-    bd.collective_buffers = m.buckets.requested;
-    bd.transient = SatAdd(m.step_temporaries, ws);
-    e.peak_phase = Phase::kOptimizerStep;
-    Finish(step, gpu, &e);
-  }
+  const bool backward_peaks = fwdbwd.Reserved() >= step.Reserved();
+  TakePeak(backward_peaks ? backward : at_step, &e);
+  if (backward_peaks) e.peak_node = act.backward >= act.forward ? act.backward_node : "";
+  e.phases = {std::move(backward), std::move(at_step)};
   return e;
 }
 
@@ -580,7 +596,6 @@ std::vector<std::vector<int>> Accounting::LastUses() const {
 Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
   Estimate e;
   e.backend = "analytical";
-  e.peak_phase = Phase::kInference;
   Blocks weights, params, cast_cache;
   Weights(&weights, &params, &cast_cache);
   // The live activations node by node: a root from its producer (a data input from the start)
@@ -622,11 +637,13 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
   all.Add(cast_cache);
   all.Add(peak_set);
   all.Add(ws);
-  Breakdown& bd = e.breakdown;
-  bd.weights = SatAdd(weights.requested, cast_cache.requested);
-  bd.saved_activations = 0;
-  bd.transient = SatAdd(peak_set.requested, ws);  // live activations at the peak + workspace
-  Finish(all, gpu, &e);
+  PhasePeak peak;
+  peak.phase = Phase::kInference;
+  peak.breakdown.weights = SatAdd(weights.requested, cast_cache.requested);
+  // live activations at the peak + workspace
+  peak.breakdown.transient = SatAdd(peak_set.requested, ws);
+  Finish(all, &peak);
+  TakePeak(peak, &e);
   return e;
 }
 

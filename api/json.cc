@@ -401,6 +401,18 @@ std::string EstimateToJson(const Estimate& e, const Fit* fit) {
     j["ranks"] = ranks;
     j["host_bytes"] = e.host_bytes;
   }
+  if (!e.phases.empty()) {
+    Json phases = Json::array();
+    for (const PhasePeak& p : e.phases) {
+      phases.push_back({{"phase", ToString(p.phase)},
+                        {"peak",
+                         {{"allocated", p.peak_allocated},
+                          {"reserved", p.peak_reserved},
+                          {"device", p.peak_device}}},
+                        {"breakdown", BreakdownJson(p.breakdown)}});
+    }
+    j["phases"] = phases;
+  }
   j["diagnostics"] = base::DiagnosticsJson(e.diagnostics);
   if (fit != nullptr) {
     j["fit"] = {{"fits", fit->fits},

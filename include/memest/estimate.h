@@ -75,15 +75,25 @@ struct Diagnostic {
 struct RankPeak {
   int64_t first_rank = 0;  // ranks first_rank..last_rank (Megatron order, memest/options.h)
   int64_t last_rank = 0;
-  int stage = 0;            // pipeline stage, 0-based
-  int layers = 0;           // the graph's repeated blocks on this stage
-  int in_flight = 1;        // micro-batches whose activations the stage holds (1F1B)
+  int stage = 0;      // pipeline stage, 0-based
+  int layers = 0;     // the graph's repeated blocks on this stage
+  int in_flight = 1;  // micro-batches whose activations the stage holds (1F1B)
   uint64_t peak_device = 0;
   Breakdown breakdown;
   Phase peak_phase = Phase::kUnknown;
   std::string peak_node;
   uint64_t host_bytes = 0;  // offloaded to host memory (optimizer state, parameters)
   std::string note;         // what sets these ranks apart ("first stage: embedding", ...)
+};
+
+// One phase of a training step at its own peak, for a backend that accounts the phases apart:
+// what the estimate's peak fields and breakdown would read were this phase the largest.
+struct PhasePeak {
+  Phase phase = Phase::kUnknown;
+  uint64_t peak_allocated = 0;
+  uint64_t peak_reserved = 0;
+  uint64_t peak_device = 0;  // == breakdown.Total()
+  Breakdown breakdown;
 };
 
 struct Estimate {
@@ -96,6 +106,12 @@ struct Estimate {
   std::string peak_node;  // node at (or just before) the peak; empty if not known
   // Per-category maxima over the step; set by backends that replay the step (symbolic).
   std::optional<CategoryMaxima> largest;
+  // Training by the analytical backend: the forward and backward's peak (kBackward) and the
+  // optimizer step's (kOptimizerStep), in that order; the peak fields above are the one with
+  // the larger reserved bytes. Below the batch where activations outgrow the optimizer step, the
+  // step is the peak, and the backward's entry is what still says how the peak grows with the
+  // batch. Empty for every other backend and for inference.
+  std::vector<PhasePeak> phases;
   // Interval on peak_device: the learned backend's own, else the stack's residual band
   // measured on held-out rows (memory/device.h); unset when neither exists.
   std::optional<uint64_t> device_low;

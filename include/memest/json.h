@@ -37,7 +37,8 @@ namespace memest {
 std::string OptionsToJson(const Options& options);
 
 // One estimate as a JSON object: backend, peak {allocated, reserved, device}, breakdown,
-// peak_phase, peak_node, interval, ranks and host_bytes (many GPUs only), diagnostics, and with
+// peak_phase, peak_node, interval, ranks and host_bytes (many GPUs only), phases (where the
+// backend accounts the step's phases apart), diagnostics, and with
 // `fit` its fit {fits, capacity, headroom, judged, on, margin} -- the keys of a memest.estimate/1
 // result (docs/json-schema.md) without its max_batch.
 std::string EstimateToJson(const Estimate& estimate, const Fit* fit = nullptr);

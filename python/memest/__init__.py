@@ -67,6 +67,7 @@ class Estimate:
     diagnostics: list = field(default_factory=list)
     ranks: list = field(default_factory=list)  # many GPUs: one dict per pipeline stage
     host_bytes: int = 0
+    phases: list = field(default_factory=list)  # analytical training: one dict per phase
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -88,6 +89,7 @@ def _estimate_from_json(text: str) -> Estimate:
         diagnostics=j.get("diagnostics", []),
         ranks=j.get("ranks", []),
         host_bytes=j.get("host_bytes", 0),
+        phases=j.get("phases", []),
     )
 
 

@@ -34,6 +34,10 @@ class EstimateTest(unittest.TestCase):
             self.assertEqual(e.fit.fits, r["fit"]["fits"])
             self.assertEqual(e.fit.headroom, r["fit"]["headroom"])
             self.assertEqual(sum(e.to_dict()["breakdown"].values()), e.peak_device)
+            self.assertEqual(e.phases, r.get("phases", []), backend)
+            # The analytical backend reports the step's two phases; the symbolic one none.
+            expected = ["backward", "optimizer_step"] if backend == "analytical" else []
+            self.assertEqual([p["phase"] for p in e.phases], expected, backend)
 
     def test_bytes_and_paths_load_the_same_model(self):
         with open(GPT2, "rb") as f:

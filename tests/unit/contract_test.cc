@@ -71,6 +71,29 @@ TEST_P(ContractTest, BreakdownSumsToDevicePeakAndLevelsAreOrdered) {
   }
 }
 
+// Where a backend reports the step's phases apart (Estimate::phases), each is a whole peak like
+// the estimate's own, and the estimate's peak is the one of them with the most reserved bytes.
+TEST_P(ContractTest, EachPhaseSumsToItsPeakAndTheLargestIsTheEstimates) {
+  for (Mode mode : {Mode::kTrain, Mode::kInfer}) {
+    Options o = Base(8);
+    o.mode = mode;
+    const Estimate e = Run(o);
+    if (e.phases.empty()) continue;
+    EXPECT_EQ(mode, Mode::kTrain) << "phases are a training step's";
+    const PhasePeak* top = nullptr;
+    for (const PhasePeak& p : e.phases) {
+      EXPECT_EQ(p.breakdown.Total(), p.peak_device) << ToString(p.phase);
+      EXPECT_LE(p.peak_allocated, p.peak_reserved) << ToString(p.phase);
+      EXPECT_LE(p.peak_reserved, p.peak_device) << ToString(p.phase);
+      if (top == nullptr || p.peak_reserved > top->peak_reserved) top = &p;
+    }
+    EXPECT_EQ(top->phase, e.peak_phase);
+    EXPECT_EQ(top->peak_device, e.peak_device);
+    EXPECT_EQ(top->peak_reserved, e.peak_reserved);
+    EXPECT_EQ(top->peak_allocated, e.peak_allocated);
+  }
+}
+
 TEST_P(ContractTest, NonDecreasingInBatch) {
   for (Mode mode : {Mode::kTrain, Mode::kInfer}) {
     uint64_t previous = 0;
