@@ -68,12 +68,14 @@ double SearchSignal(const Estimate& e) {
 // safety margin, reached by the interval's top where that is judged, and under a memory fraction
 // the room within the allocator's limit).
 //
-// What an estimate says grows with the value -- its saved activations and transients, unless its
-// peak is the optimizer step's, whose transients are the step's temporaries -- is the model the
-// candidates come from. Sizes are affine in the batch, and where two searched dims meet (the
-// attention scores of a sequence) they grow with its square, so through two estimates that say
-// what grows, the growth is the curve beta v + gamma v^2 (the growth curve; a line when gamma is
-// 0), and the peak is an estimate's fixed part (its peak less its growth) plus the curve.
+// What an estimate says grows with the value -- its saved activations and transients; where its
+// peak is the optimizer step's, whose transients are the step's temporaries, those of its forward
+// and backward's phase when it reports them (the analytical backend: Estimate::phases), with that
+// phase's peak, else nothing -- is the model the candidates come from. Sizes are affine in the
+// batch, and where two searched dims meet (the attention scores of a sequence) they grow with its
+// square, so through two estimates that say what grows, the growth is the curve beta v + gamma v^2
+// (the growth curve; a line when gamma is 0), and the peak is an estimate's fixed part (its peak
+// less its growth) plus the curve.
 //
 // Unbracketed (no failing value yet):
 //  * the first candidate after 1 is where the line through 1's peak with the slope of its growth
@@ -85,9 +87,10 @@ double SearchSignal(const Estimate& e) {
 //    small blocks weigh on it, and its peak is often the optimizer step's);
 //  * else the line through the last two estimates, at least one more than the largest fitting
 //    value; where it does not rise, a jump: the value times the capacity over its peak, at least
-//    twice it -- and at least 8 times it when the peak is the optimizer step's (nothing there says
-//    how the forward and backward grow; the bracket that follows is closed by the curve in a few
-//    estimates, so a long jump costs less than many doublings);
+//    twice it -- and at least 8 times it when the peak is the optimizer step's and the estimate
+//    does not report its backward's (nothing there says how the forward and backward grow; the
+//    bracket that follows is closed by the curve in a few estimates, so a long jump costs less
+//    than many doublings);
 //  * and a candidate above the last value estimated, which fits, is replaced by its successor when
 //    that value's room left (the capacity less its peak) is under two values' growth of its
 //    allocated bytes between the last two estimates (not right after 1): near the capacity the
@@ -95,9 +98,12 @@ double SearchSignal(const Estimate& e) {
 //    successor's verdict may end the search.
 // Bracketed (the largest fitting and the smallest failing value), the candidate is clamped into
 // the open bracket and is:
-//  * the growth curve's through the largest fitting value and the estimate nearest it that says
-//    what grows, the mean of the two points where it meets the capacity from either one's fixed
-//    part (the fixed parts differ by the rounding of blocks, which moves the peak up and down);
+//  * the growth curve's through the largest fitting value and the nearest larger estimate that
+//    says what grows (the failing side, so that the curve is read between its points: read
+//    beyond two smaller values, a constant part of what grows bends it away from the answer), else
+//    the nearest smaller one; the mean of the two points where it meets the capacity from either
+//    one's fixed part (the fixed parts differ by the rounding of blocks, which moves the peak up
+//    and down);
 //  * else the line through the bracket's ends, where they straddle the capacity, and else a
 //    bisection;
 //  * steps down from the failing end (1, 2, 4, ... values) once a candidate from the curve or the
@@ -112,11 +118,8 @@ double SearchSignal(const Estimate& e) {
 class Candidates {
  public:
   Candidates(const Fit& fit_at_one, int64_t limit, const Estimate& at_one)
-      : cap_(Capacity(at_one, fit_at_one)),
-        limit_(limit),
-        good_peak_(SearchSignal(at_one)),
-        last_{1, good_peak_, static_cast<double>(at_one.peak_allocated), Growing(at_one),
-              at_one.peak_phase == Phase::kOptimizerStep} {
+      : cap_(Capacity(at_one, fit_at_one)), limit_(limit), last_(PointOf(1, at_one)) {
+    good_peak_ = last_.peak;
     if (last_.growing > 0) grown_.push_back(last_);
   }
 
@@ -155,8 +158,7 @@ class Candidates {
     // A candidate too large to estimate (Unaffordable) says nothing of where the verdict turns.
     if (e.peak_device < kUnaffordable) cap_ = Capacity(e, fit);
     prev_ = last_;
-    last_ = {batch, SearchSignal(e), static_cast<double>(e.peak_allocated), Growing(e),
-             e.peak_phase == Phase::kOptimizerStep};
+    last_ = PointOf(batch, e);
     if (last_.growing > 0) grown_.push_back(last_);
     if (fits) {
       good_ = batch;
@@ -186,9 +188,10 @@ class Candidates {
     double peak = 0;       // SearchSignal
     double allocated = 0;  // peak_allocated
     // The breakdown's saved activations and transients (requested bytes), at a peak outside the
-    // optimizer step; 0 at the step's.
+    // optimizer step, or the forward and backward's phase's where the estimate says it (PointOf);
+    // 0 at the step's otherwise.
     double growing = 0;
-    bool at_step = false;  // the peak is the optimizer step's
+    bool at_step = false;  // the peak is the optimizer step's, and nothing says what grows
   };
   // What made the last candidate: how the bracket's next step reads its verdict. kOther:
   // unbracketed; kModel: the growth curve or the line between the bracket's ends.
@@ -220,6 +223,26 @@ class Candidates {
         fit.judged > e.peak_device ? reach * peak / static_cast<double>(fit.judged) : reach;
     if (fit.reserved_limit == 0) return by_capacity;
     return std::min(by_capacity, peak + static_cast<double>(fit.headroom));
+  }
+
+  // An estimate as the search reads it. Where its peak is the optimizer step's and it says what
+  // the forward and backward's was (Estimate::phases: below the batch where the activations
+  // outgrow the step), the point is that phase's -- its peak (as SearchSignal reads the
+  // estimate's, less the difference), allocated bytes and what grows in it: the step's peak is
+  // the same at every batch, so the verdict turns where the backward's meets the capacity.
+  static Point PointOf(int64_t batch, const Estimate& e) {
+    Point p{batch, SearchSignal(e), static_cast<double>(e.peak_allocated), Growing(e),
+            e.peak_phase == Phase::kOptimizerStep};
+    if (!p.at_step) return p;
+    for (const PhasePeak& phase : e.phases) {
+      if (phase.phase != Phase::kBackward) continue;
+      p.peak -= static_cast<double>(e.peak_device - std::min(e.peak_device, phase.peak_device));
+      p.allocated = static_cast<double>(phase.peak_allocated);
+      p.growing = static_cast<double>(phase.breakdown.saved_activations) +
+                  static_cast<double>(phase.breakdown.transient);
+      p.at_step = false;
+    }
+    return p;
   }
 
   // What grows with the batch at an estimate's peak: its saved activations and transients
@@ -259,23 +282,25 @@ class Candidates {
     return (*from_a + *from_b) / 2;
   }
 
-  // Bracketed: the growth curve through the largest fitting batch and the estimate nearest it
-  // that says what grows (the earlier one on a tie); nullopt when there is none.
+  // Bracketed: the growth curve through the largest fitting value and the nearest larger
+  // estimate that says what grows -- the failing side, so that the curve is read between its
+  // points -- or, when there is none, the nearest smaller one; nullopt when there is neither.
   std::optional<double> BracketRoot() const {
     const Point* good = nullptr;
-    const Point* nearest = nullptr;
+    const Point* above = nullptr;
+    const Point* below = nullptr;
     for (const Point& p : grown_) {
-      if (p.batch == good_) good = &p;
-    }
-    if (good == nullptr) return std::nullopt;
-    for (const Point& p : grown_) {
-      if (p.batch != good_ &&
-          (nearest == nullptr || std::abs(p.batch - good_) < std::abs(nearest->batch - good_))) {
-        nearest = &p;
+      if (p.batch == good_) {
+        good = &p;
+      } else if (p.batch > good_) {
+        if (above == nullptr || p.batch < above->batch) above = &p;
+      } else if (below == nullptr || p.batch > below->batch) {
+        below = &p;
       }
     }
-    if (nearest == nullptr) return std::nullopt;
-    return CurveRoot(*good, *nearest);
+    const Point* other = above != nullptr ? above : below;
+    if (good == nullptr || other == nullptr) return std::nullopt;
+    return CurveRoot(*good, *other);
   }
 
   // Where the line through the last estimate's peak, with the slope of what grows with the batch
@@ -367,7 +392,7 @@ class Candidates {
   double cap_;  // Capacity() at the last estimate
   const int64_t limit_;
   int64_t good_ = 1;
-  double good_peak_;
+  double good_peak_ = 0;
   int64_t bad_ = 0;  // 0 = no failing batch found yet
   double bad_peak_ = 0;
   Point last_, prev_;         // the last two evaluations

@@ -38,6 +38,10 @@ struct Step {
   bool at_step = false;
   uint64_t temporaries = 0;
   uint64_t transient = 0;  // outside the step: the breakdown's transients
+  // At the step's peak: the forward and backward's peak (allocated = reserved), reported as the
+  // analytical backend reports it (Estimate::phases), with `growing` its saved activations; 0:
+  // not reported.
+  uint64_t backward = 0;
 };
 
 class Formula final : public Estimator {
@@ -56,6 +60,21 @@ class Formula final : public Estimator {
     e.breakdown.transient = std::min(s.at_step ? s.temporaries : s.transient,
                                      e.peak_device - e.breakdown.saved_activations);
     e.breakdown.weights = e.peak_device - e.breakdown.saved_activations - e.breakdown.transient;
+    if (s.at_step && s.backward > 0) {
+      PhasePeak b;
+      b.phase = Phase::kBackward;
+      b.peak_allocated = b.peak_reserved = s.backward;
+      b.peak_device = s.backward + kOutside;
+      b.breakdown.saved_activations = s.growing;
+      b.breakdown.weights = b.peak_device - s.growing;
+      PhasePeak step;
+      step.phase = Phase::kOptimizerStep;
+      step.peak_allocated = e.peak_allocated;
+      step.peak_reserved = e.peak_reserved;
+      step.peak_device = e.peak_device;
+      step.breakdown = e.breakdown;
+      e.phases = {b, step};
+    }
     if (s.retried) e.diagnostics.push_back({Severity::kInfo, "allocator_retries", "", "", ""});
     if (s.ran_out) e.diagnostics.push_back({Severity::kInfo, "out_of_memory", "", "", ""});
     return e;
@@ -84,20 +103,52 @@ class MaxBatchTest : public ::testing::Test {
   // A peak that is the optimizer step's (`step` bytes, `temporaries` of them its transients) until
   // the backward's -- `weights` plus `per_sample` a batch, which grows -- passes it; the batches
   // the search asks for go to *asked.
+  // With `phases`, an estimate at the step's peak also says what the backward's was.
   struct StepThenBackward {
     uint64_t per_sample = 0, weights = 0, step = 0, temporaries = 0;
+    bool phases = false;
   };
   Result<MaxBatchResult> Search(const StepThenBackward& p, std::vector<int64_t>* asked) {
     return Search([p, asked](int64_t b) {
       asked->push_back(b);
       const uint64_t backward = p.weights + p.per_sample * static_cast<uint64_t>(b);
-      if (backward < p.step) return Step{p.step, p.step, false, false, 0, true, p.temporaries};
+      if (backward < p.step) {
+        Step s{p.step, p.step, false, false, 0, true, p.temporaries};
+        if (p.phases) {
+          s.backward = backward;
+          s.growing = backward - p.weights;
+        }
+        return s;
+      }
       return Step{backward, backward, false, false, backward - p.weights};
     });
   }
   // Its answer: the largest batch whose backward fits.
   int64_t Answer(const StepThenBackward& p) const {
     return static_cast<int64_t>((capacity_ - kOutside - p.weights) / p.per_sample);
+  }
+
+  // A peak of `fixed` bytes and what grows, constant + linear v + square v^2 (the breakdown's
+  // saved activations); the values the search asks for go to *asked.
+  struct Polynomial {
+    uint64_t fixed = 0, constant = 0, linear = 0, square = 0;
+    uint64_t Growth(int64_t v) const {
+      const auto u = static_cast<uint64_t>(v);
+      return constant + linear * u + square * u * u;
+    }
+  };
+  Result<MaxBatchResult> Search(const Polynomial& p, std::vector<int64_t>* asked) {
+    return Search([p, asked](int64_t v) {
+      asked->push_back(v);
+      const uint64_t peak = p.fixed + p.Growth(v);
+      return Step{peak, peak, false, false, p.Growth(v)};
+    });
+  }
+  // Its answer: the largest value whose peak fits.
+  int64_t Answer(const Polynomial& p) const {
+    int64_t answer = 1;
+    while (p.fixed + p.Growth(answer + 1) <= capacity_ - kOutside) ++answer;
+    return answer;
   }
 
   std::shared_ptr<const Model> model_;
@@ -289,22 +340,11 @@ TEST_F(MaxBatchTest, ABatchThatFailedJustBelowTheCapacityIsFollowedByStepsDown) 
 // bracket's ends, on a convex peak, creeps up on it from below. The growth curve through two
 // estimates (beta v + gamma v^2) meets the capacity at the answer.
 TEST_F(MaxBatchTest, AGrowthWithTheSquareOfTheValueIsFoundInAFewEstimates) {
-  const uint64_t fixed = 6 * kGiB, linear = 3 * (uint64_t{1} << 20),
-                 square = 6 * (uint64_t{1} << 10);
-  auto growth = [&](int64_t v) {
-    const auto u = static_cast<uint64_t>(v);
-    return linear * u + square * u * u;
-  };
+  const Polynomial p{6 * kGiB, 0, 3 * (uint64_t{1} << 20), 6 * (uint64_t{1} << 10)};
   std::vector<int64_t> asked;
-  auto r = Search([&](int64_t v) {
-    asked.push_back(v);
-    const uint64_t peak = fixed + growth(v);
-    return Step{peak, peak, false, false, growth(v)};
-  });
+  auto r = Search(p, &asked);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  int64_t answer = 1;
-  while (fixed + growth(answer + 1) <= capacity_ - kOutside) ++answer;
-  EXPECT_EQ(r->batch, answer);
+  EXPECT_EQ(r->batch, Answer(p));
   // 4 here; 19 without the curve, 17 with the lines alone (before it).
   EXPECT_LE(r->evaluations, 5) << ::testing::PrintToString(asked);
 }
@@ -356,6 +396,39 @@ TEST_F(MaxBatchTest, WhileThePeakIsTheOptimizerStepsTheJumpIsLong) {
   EXPECT_EQ(asked[1], 8);
   // 10 here; 17 with doublings, 18 with the lines alone (before the curve).
   EXPECT_LE(r->evaluations, 12) << ::testing::PrintToString(asked);
+}
+
+// The same peaks, but each estimate at the step's peak says what the backward's was (as the
+// analytical backend does, Estimate::phases): the line through batch 1's backward meets the
+// capacity at the answer, and no jump is made.
+TEST_F(MaxBatchTest, AtTheStepsPeakTheBackwardsPhaseDrawsTheCandidates) {
+  StepThenBackward p{10 * (uint64_t{1} << 20), kGiB, 45 * kGiB, kGiB};
+  p.phases = true;
+  std::vector<int64_t> asked;
+  auto r = Search(p, &asked);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const int64_t answer = Answer(p);
+  EXPECT_EQ(r->batch, answer);
+  ASSERT_GE(asked.size(), 2u);
+  EXPECT_EQ(asked[1], answer);
+  // 3 here (1, the answer, its successor); 10 without the backward's phase (above).
+  EXPECT_LE(r->evaluations, 3) << ::testing::PrintToString(asked);
+}
+
+// What grows has a constant part (a transient of fixed size, such as an embedding's gradient),
+// beside a part that grows with the square of the value. Once a value fits and a larger one
+// fails, the growth curve is drawn through the fitting one and the failing one and read between
+// them; through the fitting one and a smaller one, the constant part bends it, and read beyond
+// them it lands far from the answer.
+TEST_F(MaxBatchTest, InTheBracketTheCurveIsReadBetweenItsPoints) {
+  const Polynomial p{3 * kGiB, 2 * kGiB, 256 * (uint64_t{1} << 10), 2 * (uint64_t{1} << 10)};
+  std::vector<int64_t> asked;
+  auto r = Search(p, &asked);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->batch, Answer(p));
+  // 9 here; 23 with the curve through the nearest smaller value (before), whose candidates land
+  // past the answer and start steps down that find nothing.
+  EXPECT_LE(r->evaluations, 10) << ::testing::PrintToString(asked);
 }
 
 // A "fits" that turns back: the answer fits and its successor does not.
