@@ -18,6 +18,10 @@ Sets (docs/cli.md `--max-batch`):
   lm-options  the same models and attentions: a100-80gb with amp-bf16 --max-dim seq at batch 8
            and with sgd --max-batch at seq 2048, h100-80gb with --checkpoint 4 --max-dim seq at
            batch 2
+  lm-heldout  the same models and attentions: h200-141gb in bf16 --max-dim seq at batch 16,
+           l40s-48gb with fused AdamW --max-batch at seq 256, v100-32gb with amp-fp16 and the
+           embeddings frozen --max-dim seq at batch 1: written down before the rules that read
+           the backward's phase were measured, and run once they were final
 Each search is one `memest ... --json` process (with --extra's arguments appended); its count is
 max_batch.evaluations. Run two binaries and compare the totals and the answers (--per-search
 prints both for each search).
