@@ -52,14 +52,16 @@ namespace {
 // symbolic/symbolic.cc). Its reserved peak is held at the budget by released caches, or is the
 // unlimited step's, so it is the allocated bytes that meet the capacity: the device peak less
 // what the allocator held cached but free.
+bool WithinBudget(const Estimate& e) {
+  return std::any_of(e.diagnostics.begin(), e.diagnostics.end(), [](const Diagnostic& d) {
+    return d.code == "allocator_retries" || d.code == "out_of_memory";
+  });
+}
 double SearchSignal(const Estimate& e) {
-  const bool within_budget =
-      std::any_of(e.diagnostics.begin(), e.diagnostics.end(), [](const Diagnostic& d) {
-        return d.code == "allocator_retries" || d.code == "out_of_memory";
-      });
   const uint64_t cached_free = e.peak_reserved - std::min(e.peak_allocated, e.peak_reserved);
-  return static_cast<double>(
-      within_budget && e.peak_device >= cached_free ? e.peak_device - cached_free : e.peak_device);
+  return static_cast<double>(WithinBudget(e) && e.peak_device >= cached_free
+                                 ? e.peak_device - cached_free
+                                 : e.peak_device);
 }
 
 // The candidates of the max-batch search (policy in memest/estimator.h and docs/cli.md
@@ -227,20 +229,22 @@ class Candidates {
 
   // An estimate as the search reads it. Where its peak is the optimizer step's and it says what
   // the forward and backward's was (Estimate::phases: below the batch where the activations
-  // outgrow the step), the point is that phase's -- its peak (as SearchSignal reads the
-  // estimate's, less the difference), allocated bytes and what grows in it: the step's peak is
-  // the same at every batch, so the verdict turns where the backward's meets the capacity.
+  // outgrow the step), the point is that phase's -- its device peak, allocated bytes and what
+  // grows in it: the step's peak is the same at every batch, so the verdict turns where the
+  // backward's meets the capacity.
   static Point PointOf(int64_t batch, const Estimate& e) {
     Point p{batch, SearchSignal(e), static_cast<double>(e.peak_allocated), Growing(e),
             e.peak_phase == Phase::kOptimizerStep};
-    if (!p.at_step) return p;
+    // (Not for a step made within the allocator's budget, whose signal is not its device peak,
+    // nor for a pipeline's worst stage, where another stage's backward may decide.)
+    if (!p.at_step || WithinBudget(e) || e.ranks.size() > 1) return p;
     for (const PhasePeak& phase : e.phases) {
       if (phase.phase != Phase::kBackward) continue;
-      p.peak -= static_cast<double>(e.peak_device - std::min(e.peak_device, phase.peak_device));
+      p.peak = static_cast<double>(phase.peak_device);
       p.allocated = static_cast<double>(phase.peak_allocated);
       p.growing = static_cast<double>(phase.breakdown.saved_activations) +
                   static_cast<double>(phase.breakdown.transient);
-      p.at_step = false;
+      p.at_step = !(p.growing > 0);
     }
     return p;
   }
@@ -356,7 +360,8 @@ class Candidates {
       // Nothing rises yet: a jump by the capacity over the peak so far, which a peak with a
       // fixed part and a part per batch cannot pass (W + a r b <= r (W + a b) = cap, for
       // r = cap / peak(b) >= 1); but at least a doubling, and at least kJumpAtTheStep times while
-      // the peak is the optimizer step's (policy above), which can pass it.
+      // the peak is the optimizer step's and nothing says what grows (policy above), which can
+      // pass it.
       const double least = last_.at_step ? kJumpAtTheStep : 2.0;
       const double jump = static_cast<double>(good_) *
                           std::max(least, std::floor(cap_ / std::max(good_peak_, 1.0)));

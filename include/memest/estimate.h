@@ -110,7 +110,8 @@ struct Estimate {
   // optimizer step's (kOptimizerStep), in that order; the peak fields above are the one with
   // the larger reserved bytes. Below the batch where activations outgrow the optimizer step, the
   // step is the peak, and the backward's entry is what still says how the peak grows with the
-  // batch. Empty for every other backend and for inference.
+  // batch. Many GPUs: the worst stage's (that of the fields above). Empty for every other backend
+  // and for inference.
   std::vector<PhasePeak> phases;
   // Interval on peak_device: the learned backend's own, else the stack's residual band
   // measured on held-out rows (memory/device.h); unset when neither exists.

@@ -42,6 +42,7 @@ struct Step {
   // analytical backend reports it (Estimate::phases), with `growing` its saved activations; 0:
   // not reported.
   uint64_t backward = 0;
+  bool pipeline = false;  // the estimate is a pipeline's worst stage (two stages in its ranks)
 };
 
 class Formula final : public Estimator {
@@ -75,6 +76,7 @@ class Formula final : public Estimator {
       step.breakdown = e.breakdown;
       e.phases = {b, step};
     }
+    if (s.pipeline) e.ranks.resize(2);
     if (s.retried) e.diagnostics.push_back({Severity::kInfo, "allocator_retries", "", "", ""});
     if (s.ran_out) e.diagnostics.push_back({Severity::kInfo, "out_of_memory", "", "", ""});
     return e;
@@ -103,10 +105,11 @@ class MaxBatchTest : public ::testing::Test {
   // A peak that is the optimizer step's (`step` bytes, `temporaries` of them its transients) until
   // the backward's -- `weights` plus `per_sample` a batch, which grows -- passes it; the batches
   // the search asks for go to *asked.
-  // With `phases`, an estimate at the step's peak also says what the backward's was.
+  // With `phases`, an estimate at the step's peak also says what the backward's was; with
+  // `retried` it was made within the allocator's budget, with `pipeline` it is a worst stage's.
   struct StepThenBackward {
     uint64_t per_sample = 0, weights = 0, step = 0, temporaries = 0;
-    bool phases = false;
+    bool phases = false, retried = false, pipeline = false;
   };
   Result<MaxBatchResult> Search(const StepThenBackward& p, std::vector<int64_t>* asked) {
     return Search([p, asked](int64_t b) {
@@ -118,6 +121,8 @@ class MaxBatchTest : public ::testing::Test {
           s.backward = backward;
           s.growing = backward - p.weights;
         }
+        s.retried = p.retried;
+        s.pipeline = p.pipeline;
         return s;
       }
       return Step{backward, backward, false, false, backward - p.weights};
@@ -413,6 +418,25 @@ TEST_F(MaxBatchTest, AtTheStepsPeakTheBackwardsPhaseDrawsTheCandidates) {
   EXPECT_EQ(asked[1], answer);
   // 3 here (1, the answer, its successor); 10 without the backward's phase (above).
   EXPECT_LE(r->evaluations, 3) << ::testing::PrintToString(asked);
+}
+
+// The phases are not read from an estimate made within the allocator's budget (its signal is its
+// allocated side, not its device peak) nor from a pipeline's worst stage (another stage's backward
+// may decide): there the step's peak says nothing of what grows, and the search jumps as without
+// them.
+TEST_F(MaxBatchTest, PhasesWithinTheBudgetOrOfAPipelineStageAreNotRead) {
+  for (const bool pipeline : {false, true}) {
+    StepThenBackward p{10 * (uint64_t{1} << 20), kGiB, 45 * kGiB, kGiB};
+    p.phases = true;
+    p.retried = !pipeline;
+    p.pipeline = pipeline;
+    std::vector<int64_t> asked;
+    auto r = Search(p, &asked);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->batch, Answer(p)) << pipeline;
+    ASSERT_GE(asked.size(), 2u);
+    EXPECT_EQ(asked[1], 8) << pipeline;
+  }
 }
 
 // What grows has a constant part (a transient of fixed size, such as an embedding's gradient),
