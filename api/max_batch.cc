@@ -30,7 +30,6 @@
 //    by the exact search, whose answer and errors are the ones given.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -47,16 +46,18 @@ namespace memest {
 
 namespace {
 
-// What the search draws its line through: the device peak, except for a step the symbolic
-// backend simulated within the allocator's budget (noted allocator_retries or out_of_memory,
-// symbolic/symbolic.cc). Its reserved peak is held at the budget by released caches, or is the
-// unlimited step's, so it is the allocated bytes that meet the capacity: the device peak less
-// what the allocator held cached but free.
+// Whether the symbolic backend simulated the step within the allocator's budget (noted
+// allocator_retries or out_of_memory, symbolic/symbolic.cc).
 bool WithinBudget(const Estimate& e) {
   return std::any_of(e.diagnostics.begin(), e.diagnostics.end(), [](const Diagnostic& d) {
     return d.code == "allocator_retries" || d.code == "out_of_memory";
   });
 }
+
+// What the search draws its line through: the device peak, except for a step made within the
+// allocator's budget (WithinBudget). Its reserved peak is held at the budget by released caches,
+// or is the unlimited step's, so it is the allocated bytes that meet the capacity: the device
+// peak less what the allocator held cached but free.
 double SearchSignal(const Estimate& e) {
   const uint64_t cached_free = e.peak_reserved - std::min(e.peak_allocated, e.peak_reserved);
   return static_cast<double>(WithinBudget(e) && e.peak_device >= cached_free
