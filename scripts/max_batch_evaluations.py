@@ -62,6 +62,14 @@ LM_QUERIES = {
                     "--max-batch", "--dim", "seq=256"],
                    ["--gpu", "v100-32gb", "--precision", "amp-fp16", "--freeze", "embed",
                     "--max-dim", "seq", "--batch", "1"]],
+    # Written down before the candidates read from the analytical backend's terms
+    # (api/term_candidates.h) were measured on any set, and run only once they were final.
+    "lm-heldout2": [["--gpu", "a100-40gb", "--precision", "amp-fp16", "--max-dim", "seq",
+                     "--batch", "8"],
+                    ["--gpu", "h100-80gb", "--optimizer-impl", "single-tensor", "--max-batch",
+                     "--dim", "seq=1024"],
+                    ["--gpu", "l4-24gb", "--checkpoint", "blocks", "--max-dim", "seq",
+                     "--batch", "1"]],
 }
 
 
