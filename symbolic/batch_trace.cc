@@ -11,20 +11,11 @@ namespace {
 
 using Wide = __int128;
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
-// Sizes and values the curves take: products of three of them stay far inside 128 bits.
-constexpr uint64_t kMostBytes = uint64_t{1} << 46;
-constexpr int64_t kMostValue = int64_t{1} << 24;
+constexpr int64_t kMostValue = base::SizeCurves::kMostValue;
 
 uint64_t Saturate(Wide v) {
   if (v <= 0) return 0;
   return v >= static_cast<Wide>(kMax) ? kMax : static_cast<uint64_t>(v);
-}
-
-// floor(a / b) for b > 0.
-Wide FloorDiv(Wide a, Wide b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-
-bool FitsInt64(Wide v) {
-  return v >= std::numeric_limits<int64_t>::min() && v <= std::numeric_limits<int64_t>::max();
 }
 
 }  // namespace
@@ -44,64 +35,25 @@ uint64_t PeakRequested(const std::vector<AllocatorRequest>& requests) {
   return most;
 }
 
-BatchTrace::Curve BatchTrace::Line(uint64_t s0, uint64_t s1, int64_t h) {
-  // rise < 2^46 and h < 2^24: 64-bit arithmetic, no 128-bit division.
-  const auto rise = static_cast<int64_t>(s1 - s0);
-  Curve c;
-  c.first = s0;
-  c.d1_num = rise;
-  c.integral = rise % h == 0;
-  if (c.integral) {
-    c.d1 = rise / h;
-    c.narrow = c.d1 < (int64_t{1} << 37);  // as in Parabola (the sizes do not fall: d1 >= 0)
-  }
-  c.slope1 = static_cast<double>(rise) / static_cast<double>(h);
-  return c;
-}
-
-BatchTrace::Curve BatchTrace::Parabola(const uint64_t s[3], Wide h01, Wide h12, Wide den) {
-  // Newton's divided differences, over den: d1 = rise / h01, d2 = bend / (h01 h12 h02).
-  const Wide rise = static_cast<Wide>(s[1]) - s[0];
-  const Wide bend = (static_cast<Wide>(s[2]) - s[1]) * h01 - rise * h12;
-  Curve c;
-  c.first = s[0];
-  c.d1_num = rise * (den / h01);
-  c.d2_num = bend;
-  c.integral = c.d1_num % den == 0 && c.d2_num % den == 0 && FitsInt64(c.d1_num / den) &&
-               FitsInt64(c.d2_num / den);
-  if (c.integral) {
-    c.d1 = static_cast<int64_t>(c.d1_num / den);
-    c.d2 = static_cast<int64_t>(c.d2_num / den);
-    // |x|, |y| < 2^24 (values and traced values are at most kMostValue), so |d1 x| and
-    // |d2 x y| stay under 2^61 and the sum with first (< 2^46) under 2^63.
-    c.narrow = c.d1 > -(int64_t{1} << 37) && c.d1 < (int64_t{1} << 37) &&
-               c.d2 > -(int64_t{1} << 13) && c.d2 < (int64_t{1} << 13);
-  }
-  c.slope1 = static_cast<double>(c.d1_num) / static_cast<double>(den);
-  c.slope2 = static_cast<double>(c.d2_num) / static_cast<double>(den);
-  return c;
-}
-
 std::optional<BatchTrace> BatchTrace::Fit(const std::vector<Traced>& traces) {
   const size_t k = traces.size();
   if (k < 2 || k > 3) return std::nullopt;
   bool loops = true;
+  std::vector<int64_t> at;
   for (size_t i = 0; i < k; ++i) {
-    if (traces[i].trace == nullptr || traces[i].at < 1 || traces[i].at > kMostValue ||
-        (i > 0 && traces[i].at <= traces[i - 1].at) ||
+    if (traces[i].trace == nullptr || traces[i].at < 1 ||
         traces[i].trace->requests.size() != traces[0].trace->requests.size()) {
       return std::nullopt;
     }
     const StepTrace& t = *traces[i].trace;
     loops = loops && t.loops && t.previous_begins == traces[0].trace->previous_begins &&
             t.last_begins == traces[0].trace->last_begins;
+    at.push_back(traces[i].at);
   }
+  std::optional<base::SizeCurves> curves = base::SizeCurves::Over(at);
+  if (!curves) return std::nullopt;
   BatchTrace t;
-  for (size_t i = 0; i < k; ++i) t.v_[i] = traces[i].at;
-  const Wide h01 = t.v_[1] - t.v_[0];
-  const Wide h12 = k == 3 ? t.v_[2] - t.v_[1] : 1;
-  const Wide h02 = k == 3 ? t.v_[2] - t.v_[0] : 1;
-  t.den_ = k == 3 ? h01 * h12 * h02 : h01;
+  t.curves_ = std::move(*curves);
   const std::vector<AllocatorRequest>& base = traces[0].trace->requests;
   t.requests_ = base;
   size_t alive = 0;
@@ -116,12 +68,8 @@ std::optional<BatchTrace> BatchTrace::Fit(const std::vector<Traced>& traces) {
       continue;
     }
     uint64_t s[3] = {0, 0, 0};
-    for (size_t i = 0; i < k; ++i) {
-      s[i] = traces[i].trace->requests[r].bytes;
-      if (s[i] >= kMostBytes || (i > 0 && s[i] < s[i - 1])) return std::nullopt;
-    }
-    t.curves_.push_back(k == 2 ? Line(s[0], s[1], static_cast<int64_t>(h01))
-                               : Parabola(s, h01, h12, t.den_));
+    for (size_t i = 0; i < k; ++i) s[i] = traces[i].trace->requests[r].bytes;
+    if (!t.curves_.Add(std::span<const uint64_t>(s, k))) return std::nullopt;
     t.most_alive_ = std::max(t.most_alive_, ++alive);
   }
   t.loops_ = loops && t.FindLoop(traces[0].trace->previous_begins, traces[0].trace->last_begins);
@@ -161,30 +109,6 @@ bool BatchTrace::FindLoop(size_t previous_begins, size_t last_begins) {
   return true;
 }
 
-uint64_t BatchTrace::Bytes(size_t m, int64_t v) const {
-  const Curve& c = curves_[m];
-  if (c.narrow && v >= 1 && v <= kMostValue) {
-    const int64_t x = v - v_[0];
-    const int64_t bytes = static_cast<int64_t>(c.first) + c.d1 * x + c.d2 * x * (v - v_[1]);
-    return bytes <= 0 ? 0 : static_cast<uint64_t>(bytes);
-  }
-  return WideBytes(m, v);
-}
-
-uint64_t BatchTrace::WideBytes(size_t m, int64_t v) const {
-  const Curve& c = curves_[m];
-  const Wide x = static_cast<Wide>(v) - v_[0];
-  const Wide y = static_cast<Wide>(v) - v_[1];
-  if (c.integral) return Saturate(static_cast<Wide>(c.first) + c.d1 * x + c.d2 * x * y);
-  return Saturate(
-      FloorDiv(static_cast<Wide>(c.first) * den_ + c.d1_num * x + c.d2_num * x * y, den_));
-}
-
-double BatchTrace::Growth(size_t m, int64_t v) const {
-  const Curve& c = curves_[m];
-  return c.slope1 + c.slope2 * static_cast<double>(2 * v - v_[0] - v_[1]);
-}
-
 bool BatchTrace::Matches(const StepTrace& step, int64_t v, const AllocatorConfig& config,
                          size_t prefix) const {
   const std::vector<AllocatorRequest>& trace = step.requests;
@@ -197,7 +121,7 @@ bool BatchTrace::Matches(const StepTrace& step, int64_t v, const AllocatorConfig
   size_t m = 0;
   for (size_t i = 0; i < trace.size(); ++i) {
     const AllocatorRequest& want = requests_[i];
-    if (!SameRequest(trace[i], want.freed >= 0 ? want : AllocatorRequest{Bytes(m++, v), -1},
+    if (!SameRequest(trace[i], want.freed >= 0 ? want : AllocatorRequest{curves_.Bytes(m++, v), -1},
                      config)) {
       return false;
     }
@@ -210,17 +134,17 @@ int64_t BatchTrace::LargestWithin(uint64_t bytes, int64_t limit) const {
   // the alive curves' coefficients); the answer is the least, over the mallocs, of the largest v
   // at which that stays within `bytes`.
   limit = std::min(limit, kMostValue);
-  const double h = static_cast<double>(v_[1] - v_[0]);
+  const double h = static_cast<double>(curves_.at(1) - curves_.at(0));
   const double cap = static_cast<double>(bytes);
   double a = 0, b = 0, c = 0;
   double best = static_cast<double>(limit);
   size_t m = 0;
   for (const AllocatorRequest& r : requests_) {
     const double sign = r.freed >= 0 ? -1 : 1;
-    const Curve& curve = curves_[r.freed >= 0 ? static_cast<size_t>(r.freed) : m++];
-    a += sign * static_cast<double>(curve.first);
-    b += sign * (curve.slope1 - curve.slope2 * h);
-    c += sign * curve.slope2;
+    const size_t j = r.freed >= 0 ? static_cast<size_t>(r.freed) : m++;
+    a += sign * curves_.First(j);
+    b += sign * (curves_.D1(j) - curves_.D2(j) * h);
+    c += sign * curves_.D2(j);
     if (sign < 0) continue;
     double x = 0;  // the largest x with c x^2 + b x + a <= cap, where the bytes grow
     if (c > 0) {
@@ -234,7 +158,7 @@ int64_t BatchTrace::LargestWithin(uint64_t bytes, int64_t limit) const {
     } else {
       continue;
     }
-    best = std::min(best, static_cast<double>(v_[0]) + x);
+    best = std::min(best, static_cast<double>(curves_.at(0)) + x);
   }
   return best < 1 ? 0 : static_cast<int64_t>(std::floor(best));
 }
@@ -248,7 +172,8 @@ double BatchTrace::AliveGrowth(size_t end, int64_t v) const {
   size_t m = 0;
   for (size_t i = 0; i < end && i < requests_.size(); ++i) {
     const AllocatorRequest& r = requests_[i];
-    growth += r.freed >= 0 ? -Growth(static_cast<size_t>(r.freed), v) : Growth(m++, v);
+    growth +=
+        r.freed >= 0 ? -curves_.Growth(static_cast<size_t>(r.freed), v) : curves_.Growth(m++, v);
   }
   return growth;
 }
@@ -310,7 +235,7 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config,
     }
     const AllocatorRequest& r = requests_[i];
     ok = r.freed >= 0 ? request(handle[static_cast<size_t>(r.freed)], 0, nullptr)
-                      : request(-1, Bytes(m, v), &handle[m]);
+                      : request(-1, curves_.Bytes(m, v), &handle[m]);
     m += r.freed < 0;
   }
   if (ok && loops_) {
@@ -322,7 +247,7 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config,
         const LoopRequest& q = loop_[i];
         switch (q.kind) {
           case LoopRequest::kMalloc:
-            ok = request(-1, Bytes(loop_first_malloc_ + q.r, v), &own[q.r]);
+            ok = request(-1, curves_.Bytes(loop_first_malloc_ + q.r, v), &own[q.r]);
             break;
           case LoopRequest::kFreeOwn:
             ok = request(own[q.r], 0, nullptr);
@@ -354,7 +279,7 @@ std::vector<AllocatorRequest> BatchTrace::RequestsAt(int64_t v, size_t count) co
   size_t m = 0;
   for (size_t i = 0; i < traced; ++i) {
     const AllocatorRequest& r = requests_[i];
-    out.push_back(r.freed >= 0 ? r : AllocatorRequest{Bytes(m++, v), -1});
+    out.push_back(r.freed >= 0 ? r : AllocatorRequest{curves_.Bytes(m++, v), -1});
   }
   if (!loops_ || count <= requests_.size() || count == std::numeric_limits<size_t>::max()) {
     return out;
@@ -366,7 +291,7 @@ std::vector<AllocatorRequest> BatchTrace::RequestsAt(int64_t v, size_t count) co
     for (size_t i = 0; i < loop_.size() && out.size() < count; ++i) {
       const LoopRequest& q = loop_[i];
       const uint64_t bytes =
-          q.kind == LoopRequest::kMalloc ? Bytes(loop_first_malloc_ + q.r, v) : 0;
+          q.kind == LoopRequest::kMalloc ? curves_.Bytes(loop_first_malloc_ + q.r, v) : 0;
       out.push_back(
           StepRequest(q, bytes, static_cast<int64_t>(own), static_cast<int64_t>(previous)));
     }

@@ -6,11 +6,11 @@
 // Policy:
 //  * Traces of the step (TraceRequests, symbolic/timeline.h) at values v1 < v2 (< v3) that make
 //    the same requests in the same order (the same frees of the same mallocs) give each malloc's
-//    size as the polynomial through its sizes, rounded down: the line through two (a batch dim
-//    times the rest), the parabola through three (eager attention's [B, H, S, S] scores grow with
-//    the square of the sequence length). A size that is neither (a workspace that is a fraction
-//    of its operands, a [N, N] matrix on two traces) is off its curve elsewhere, and Matches()
-//    says so when a trace at that value is compared.
+//    size as the polynomial through its sizes, rounded down (base/size_curves.h): the line through
+//    two (a batch dim times the rest), the parabola through three (eager attention's [B, H, S, S]
+//    scores grow with the square of the sequence length). A size that is neither (a workspace that
+//    is a fraction of its operands, a [N, N] matrix on two traces) is off its curve elsewhere, and
+//    Matches() says so when a trace at that value is compared.
 //  * The caching allocator decides on rounded sizes only (allocator.cc RoundSize; the requested
 //    bytes are only counted), so a trace matches the curves at v when each malloc rounds to the
 //    size its curve rounds to. Then Replay(v) hands the allocator model, request by request, what
@@ -34,6 +34,7 @@
 #include <optional>
 #include <vector>
 
+#include "base/size_curves.h"
 #include "symbolic/allocator.h"
 #include "symbolic/loop_watch.h"
 #include "symbolic/timeline.h"
@@ -108,32 +109,6 @@ class BatchTrace {
 
  private:
   BatchTrace() = default;
-  // Malloc number m's bytes at value v on its curve, and (roughly) their growth per unit there.
-  uint64_t Bytes(size_t m, int64_t v) const;
-  uint64_t WideBytes(size_t m, int64_t v) const;  // Bytes() in 128 bits
-  double Growth(size_t m, int64_t v) const;
-
-  // A malloc's size in Newton's form over the traced values v_[0..2]:
-  //   bytes(v) = floor(first + d1 (v - v0) + d2 (v - v0) (v - v1)),
-  // d1 = (bytes(v1) - first) / (v1 - v0), d2 the second divided difference (0 through two
-  // traces). Both are integers for sizes that are integer polynomials (the usual case); else they
-  // are kept as numerators over den_.
-  struct Curve {
-    uint64_t first = 0;
-    bool integral = true;
-    // Integral, with coefficients small enough that first + d1 x + d2 x y cannot overflow 64
-    // bits at any value the curves are read at: Bytes() then needs no 128-bit arithmetic.
-    bool narrow = false;
-    int64_t d1 = 0, d2 = 0;           // when integral
-    __int128 d1_num = 0, d2_num = 0;  // over den_, when not
-    double slope1 = 0, slope2 = 0;    // d1 and d2, for the estimates that need no exactness
-  };
-
-  using Wide = __int128;
-  // The curve through sizes s0 at v0 and s1 at v0 + h (a line), and through three sizes at
-  // v0 < v1 < v2 (h01 = v1 - v0, h12 = v2 - v1, den = den_).
-  static Curve Line(uint64_t s0, uint64_t s1, int64_t h);
-  static Curve Parabola(const uint64_t s[3], Wide h01, Wide h12, Wide den);
 
   // Reads the loop off the traced requests (StepTrace's iterations); false when the last
   // iteration frees a malloc older than the iteration before, its mallocs are not freed once each
@@ -141,7 +116,7 @@ class BatchTrace {
   bool FindLoop(size_t previous_begins, size_t last_begins);
 
   std::vector<AllocatorRequest> requests_;  // at the first value traced
-  std::vector<Curve> curves_;               // per malloc
+  base::SizeCurves curves_;                 // per malloc (base/size_curves.h)
   bool loops_ = false;
   // The loop's requests: the last traced iteration's (a malloc's curve is
   // loop_first_malloc_ + r).
@@ -151,8 +126,6 @@ class BatchTrace {
   size_t loop_first_malloc_ = 0;      // mallocs before it
   size_t previous_first_malloc_ = 0;  // mallocs before the iteration before it
   std::vector<uint32_t> carried_;     // the loop's mallocs that outlive their iteration
-  int64_t v_[3] = {0, 0, 0};
-  __int128 den_ = 1;  // (v1 - v0)(v2 - v1)(v2 - v0) through three traces, v1 - v0 through two
   size_t most_alive_ = 0;
 };
 

@@ -114,7 +114,8 @@ TEST(BatchTraceTest, ThreeTracesGiveEachSizeItsParabola) {
 }
 
 // A curve's size is computed in 64 bits when its coefficients are small and in 128 bits
-// otherwise (batch_trace.h Curve::narrow); either way it is the exact polynomial, rounded down.
+// otherwise (base/size_curves.h, Curve::narrow); either way it is the exact polynomial, rounded
+// down.
 TEST(BatchTraceTest, ACurvesSizeIsExactWhateverItsCoefficients) {
   struct Case {
     const char* what;

@@ -1,0 +1,114 @@
+// base/size_curves.cc -- sizes as polynomials in a searched value (policy in size_curves.h).
+#include "base/size_curves.h"
+
+#include <limits>
+
+namespace memest::base {
+namespace {
+
+using Wide = __int128;
+constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+
+uint64_t Saturate(Wide v) {
+  if (v <= 0) return 0;
+  return v >= static_cast<Wide>(kMax) ? kMax : static_cast<uint64_t>(v);
+}
+
+// floor(a / b) for b > 0.
+Wide FloorDiv(Wide a, Wide b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+bool FitsInt64(Wide v) {
+  return v >= std::numeric_limits<int64_t>::min() && v <= std::numeric_limits<int64_t>::max();
+}
+
+}  // namespace
+
+std::optional<SizeCurves> SizeCurves::Over(std::span<const int64_t> at) {
+  const size_t k = at.size();
+  if (k < 2 || k > 3) return std::nullopt;
+  for (size_t i = 0; i < k; ++i) {
+    if (at[i] < (i == 0 ? 0 : 1) || at[i] > kMostValue || (i > 0 && at[i] <= at[i - 1])) {
+      return std::nullopt;
+    }
+  }
+  SizeCurves c;
+  c.traced_ = k;
+  for (size_t i = 0; i < k; ++i) c.v_[i] = at[i];
+  const Wide h01 = c.v_[1] - c.v_[0];
+  c.den_ = k == 3 ? h01 * (c.v_[2] - c.v_[1]) * (c.v_[2] - c.v_[0]) : h01;
+  return c;
+}
+
+SizeCurves::Curve SizeCurves::Line(uint64_t s0, uint64_t s1, int64_t h) {
+  // rise < 2^46 and h < 2^24: 64-bit arithmetic, no 128-bit division.
+  const auto rise = static_cast<int64_t>(s1 - s0);
+  Curve c;
+  c.first = s0;
+  c.d1_num = rise;
+  c.integral = rise % h == 0;
+  if (c.integral) {
+    c.d1 = rise / h;
+    c.narrow = c.d1 < (int64_t{1} << 37);  // as in Parabola (the sizes do not fall: d1 >= 0)
+  }
+  c.slope1 = static_cast<double>(rise) / static_cast<double>(h);
+  return c;
+}
+
+SizeCurves::Curve SizeCurves::Parabola(const uint64_t s[3], Wide h01, Wide h12, Wide den) {
+  // Newton's divided differences, over den: d1 = rise / h01, d2 = bend / (h01 h12 h02).
+  const Wide rise = static_cast<Wide>(s[1]) - s[0];
+  const Wide bend = (static_cast<Wide>(s[2]) - s[1]) * h01 - rise * h12;
+  Curve c;
+  c.first = s[0];
+  c.d1_num = rise * (den / h01);
+  c.d2_num = bend;
+  c.integral = c.d1_num % den == 0 && c.d2_num % den == 0 && FitsInt64(c.d1_num / den) &&
+               FitsInt64(c.d2_num / den);
+  if (c.integral) {
+    c.d1 = static_cast<int64_t>(c.d1_num / den);
+    c.d2 = static_cast<int64_t>(c.d2_num / den);
+    // |x|, |y| < 2^24 (values and traced values are at most kMostValue), so |d1 x| and
+    // |d2 x y| stay under 2^61 and the sum with first (< 2^46) under 2^63.
+    c.narrow = c.d1 > -(int64_t{1} << 37) && c.d1 < (int64_t{1} << 37) &&
+               c.d2 > -(int64_t{1} << 13) && c.d2 < (int64_t{1} << 13);
+  }
+  c.slope1 = static_cast<double>(c.d1_num) / static_cast<double>(den);
+  c.slope2 = static_cast<double>(c.d2_num) / static_cast<double>(den);
+  return c;
+}
+
+bool SizeCurves::Add(std::span<const uint64_t> s) {
+  if (s.size() != traced_) return false;
+  for (size_t i = 0; i < traced_; ++i) {
+    if (s[i] >= kMostBytes || (i > 0 && s[i] < s[i - 1])) return false;
+  }
+  const Wide h01 = v_[1] - v_[0];
+  curves_.push_back(traced_ == 2 ? Line(s[0], s[1], static_cast<int64_t>(h01))
+                                 : Parabola(s.data(), h01, v_[2] - v_[1], den_));
+  return true;
+}
+
+uint64_t SizeCurves::Bytes(size_t j, int64_t v) const {
+  const Curve& c = curves_[j];
+  if (c.narrow && v >= 1 && v <= kMostValue) {
+    const int64_t x = v - v_[0];
+    const int64_t bytes = static_cast<int64_t>(c.first) + c.d1 * x + c.d2 * x * (v - v_[1]);
+    return bytes <= 0 ? 0 : static_cast<uint64_t>(bytes);
+  }
+  return WideBytes(c, v);
+}
+
+uint64_t SizeCurves::WideBytes(const Curve& c, int64_t v) const {
+  const Wide x = static_cast<Wide>(v) - v_[0];
+  const Wide y = static_cast<Wide>(v) - v_[1];
+  if (c.integral) return Saturate(static_cast<Wide>(c.first) + c.d1 * x + c.d2 * x * y);
+  return Saturate(
+      FloorDiv(static_cast<Wide>(c.first) * den_ + c.d1_num * x + c.d2_num * x * y, den_));
+}
+
+double SizeCurves::Growth(size_t j, int64_t v) const {
+  const Curve& c = curves_[j];
+  return c.slope1 + c.slope2 * static_cast<double>(2 * v - v_[0] - v_[1]);
+}
+
+}  // namespace memest::base

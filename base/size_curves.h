@@ -1,0 +1,92 @@
+// base/size_curves.h -- sizes in bytes as polynomials in a searched value (the batch, or a dim
+// such as the sequence length), each through its sizes at two or three traced values: what the
+// max-batch and max-dim searches read between and beyond their traces (the symbolic backend's
+// allocator requests, symbolic/batch_trace.h; the analytical backend's terms,
+// analytical/train_terms.h).
+//
+// Policy:
+//  * Through two traces a size is the line through them (a batch dim times the rest); through
+//    three, the parabola (eager attention's [B, H, S, S] scores grow with the square of the
+//    sequence length). Each is kept in Newton's form over the traced values and read rounded
+//    down, exactly: in 64-bit integers where the coefficients are integers small enough, else in
+//    128 bits over the common denominator.
+//  * A size that falls as the value grows, or that is 2^46 bytes or more, gets no curve: the
+//    searches' models assume sizes that grow, and their products with values up to 2^24 stay far
+//    inside 128 bits.
+//  * A size that is neither a line nor a parabola (a workspace that is a fraction of its operands)
+//    is off its curve elsewhere; the callers compare a trace at another value with the curves
+//    before they trust them there.
+#ifndef MEMEST_BASE_SIZE_CURVES_H_
+#define MEMEST_BASE_SIZE_CURVES_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace memest::base {
+
+class SizeCurves {
+ public:
+  SizeCurves() = default;  // no curves, no traced values
+
+  // The largest size a curve passes through (exclusive) and the largest value it is read at.
+  static constexpr uint64_t kMostBytes = uint64_t{1} << 46;
+  static constexpr int64_t kMostValue = int64_t{1} << 24;
+
+  // Curves through sizes at the values `at`: 2 or 3 of them, increasing, in [1, kMostValue] --
+  // the first may be 0, the origin, where a caller that expects sizes proportional to the value
+  // (or to its square) puts size 0; nullopt otherwise.
+  [[nodiscard]] static std::optional<SizeCurves> Over(std::span<const int64_t> at);
+
+  // Adds the curve through sizes[i] at at(i), one size per traced value. False, and nothing
+  // added, when a size is kMostBytes or more or falls as the value grows.
+  [[nodiscard]] bool Add(std::span<const uint64_t> sizes);
+
+  void Reserve(size_t n) { curves_.reserve(n); }
+  size_t size() const { return curves_.size(); }
+  size_t traced() const { return traced_; }
+  int64_t at(size_t i) const { return v_[i]; }
+
+  // Curve j's bytes at value v, rounded down (0 where the polynomial is negative).
+  [[nodiscard]] uint64_t Bytes(size_t j, int64_t v) const;
+  // Curve j's growth per unit of the value at v (in doubles, for guesses that need no exactness).
+  [[nodiscard]] double Growth(size_t j, int64_t v) const;
+  // Curve j as first + d1 x + d2 x (x - h) in x = v - at(0), h = at(1) - at(0), in doubles.
+  [[nodiscard]] double First(size_t j) const { return static_cast<double>(curves_[j].first); }
+  [[nodiscard]] double D1(size_t j) const { return curves_[j].slope1; }
+  [[nodiscard]] double D2(size_t j) const { return curves_[j].slope2; }
+
+ private:
+  using Wide = __int128;
+  // A size in Newton's form over the traced values v_[0..2]:
+  //   bytes(v) = floor(first + d1 (v - v0) + d2 (v - v0) (v - v1)),
+  // d1 = (bytes(v1) - first) / (v1 - v0), d2 the second divided difference (0 through two
+  // traces). Both are integers for sizes that are integer polynomials (the usual case); else they
+  // are kept as numerators over den_.
+  struct Curve {
+    uint64_t first = 0;
+    bool integral = true;
+    // Integral, with coefficients small enough that first + d1 x + d2 x y cannot overflow 64
+    // bits at any value the curves are read at: Bytes() then needs no 128-bit arithmetic.
+    bool narrow = false;
+    int64_t d1 = 0, d2 = 0;           // when integral
+    __int128 d1_num = 0, d2_num = 0;  // over den_, when not
+    double slope1 = 0, slope2 = 0;    // d1 and d2, for the estimates that need no exactness
+  };
+  // The curve through sizes s0 at v0 and s1 at v0 + h (a line), and through three sizes at
+  // v0 < v1 < v2 (h01 = v1 - v0, h12 = v2 - v1, den = den_).
+  static Curve Line(uint64_t s0, uint64_t s1, int64_t h);
+  static Curve Parabola(const uint64_t s[3], Wide h01, Wide h12, Wide den);
+  uint64_t WideBytes(const Curve& c, int64_t v) const;  // Bytes() in 128 bits
+
+  std::vector<Curve> curves_;
+  size_t traced_ = 0;
+  int64_t v_[3] = {0, 0, 0};
+  // (v1 - v0)(v2 - v1)(v2 - v0) through three traces, v1 - v0 through two
+  Wide den_ = 1;
+};
+
+}  // namespace memest::base
+
+#endif  // MEMEST_BASE_SIZE_CURVES_H_
