@@ -33,7 +33,10 @@
 //   train:  allocated = max( W + S + A + G + max(Tf, Tb) + WS      -> phase backward,
 //                            W + S + G + To + WS                   -> phase optimizer_step )
 //           (conservative: all gradients are counted alongside all saved activations); both
-//           phases are reported at their own peaks (Estimate::phases), the larger is the estimate's
+//           phases are reported at their own peaks (Estimate::phases), the larger is the
+//           estimate's. A and the transients are gathered term by term (analytical/train_terms.h
+//           TrainTerms: summed as they come, and kept one by one for the max-batch search's
+//           curves), and StepPeaks adds them up into both phases
 //   infer:  allocated = W + WS + max over the forward walk of the live activations, where a
 //           tensor dies after its last consumer (views share their source's storage); the data
 //           inputs live to the end but a decoder's past KV cache (memory/kv_cache.h)
@@ -65,11 +68,11 @@
 #include <string>
 #include <vector>
 
+#include "analytical/train_terms.h"
 #include "base/checked.h"
 #include "base/dtype.h"
 #include "core/bind.h"
 #include "core/checkpoint.h"
-#include "memory/allocator_constants.h"
 #include "memory/context.h"
 #include "memory/device.h"
 #include "memory/kv_cache.h"
@@ -84,56 +87,6 @@ namespace {
 
 using base::SatAdd;
 using base::SatMul;
-
-using memory::kMinBlockSize;  // the allocator's constants, memory-model.md §1.1
-using memory::kRoundLarge;
-using memory::kSmallBuffer;
-using memory::kSmallSize;
-
-uint64_t RoundUp(uint64_t n, uint64_t m) { return SatMul(n / m + (n % m != 0), m); }
-
-// Requested bytes, and what the caching allocator makes of them (closed-form approximation).
-struct Blocks {
-  uint64_t requested = 0;
-  uint64_t allocated = 0;  // 512-byte-rounded blocks
-  uint64_t large = 0;      // reserved bytes of blocks > 1 MiB (2 MiB-rounded)
-  uint64_t small = 0;      // allocated bytes of blocks <= 1 MiB
-
-  // The block the allocator hands out for a request of `bytes` (512-byte rounded).
-  static uint64_t BlockOf(uint64_t bytes) {
-    return bytes < kMinBlockSize ? kMinBlockSize : RoundUp(bytes, kMinBlockSize);
-  }
-  void Add(uint64_t bytes, uint64_t count = 1) {
-    if (bytes == 0 || count == 0) return;
-    const uint64_t block = BlockOf(bytes);
-    requested = SatAdd(requested, SatMul(bytes, count));
-    allocated = SatAdd(allocated, SatMul(block, count));
-    if (block > kSmallSize) {
-      large = SatAdd(large, SatMul(RoundUp(block, kRoundLarge), count));
-    } else {
-      small = SatAdd(small, SatMul(block, count));
-    }
-  }
-  // Takes back one Add(bytes) (never below zero).
-  void Remove(uint64_t bytes) {
-    if (bytes == 0) return;
-    const uint64_t block = BlockOf(bytes);
-    requested -= std::min(requested, bytes);
-    allocated -= std::min(allocated, block);
-    if (block > kSmallSize) {
-      large -= std::min(large, RoundUp(block, kRoundLarge));
-    } else {
-      small -= std::min(small, block);
-    }
-  }
-  void Add(const Blocks& o) {
-    requested = SatAdd(requested, o.requested);
-    allocated = SatAdd(allocated, o.allocated);
-    large = SatAdd(large, o.large);
-    small = SatAdd(small, o.small);
-  }
-  uint64_t Reserved() const { return SatAdd(large, RoundUp(small, kSmallBuffer)); }
-};
 
 class Analytical final : public Estimator {
  public:
@@ -168,55 +121,23 @@ class Accounting {
         plan_(ctx.parallel()),
         stage_(ctx.stage()) {}
 
-  Result<Estimate> Train(const GpuProfile& gpu);
+  // The training estimate, its terms in *terms (train_terms.h).
+  Result<Estimate> Train(const GpuProfile& gpu, TrainTerms* terms);
   Result<Estimate> Infer(const GpuProfile& gpu);
 
  private:
   class SavedSet;
-  // What backward keeps, and the largest forward and backward transients with the backward's
-  // node (the loss's when its backward is the largest).
+  // The largest forward and backward transients, with the backward's node (the loss's when its
+  // backward is the largest).
   struct Activations {
-    Blocks saved;
     uint64_t forward = 0, backward = 0;
     std::string backward_node;
-  };
-  // The step's model states as this rank holds them.
-  struct ModelStates {
-    Blocks weights, cast_cache, grads, state;
-    Blocks collective;              // gathered units: live in forward and backward
-    Blocks buckets;                 // DDP's gradient buckets: allocated once, kept
-    Blocks step_only;               // ZeRO's fp32 gradient partition, made for the step
-    uint64_t step_temporaries = 0;  // the optimizer step's temporaries at its peak
-
-    // What is allocated at the peak of forward/backward, with `saved` activations, the largest
-    // `transient` and the cuBLAS workspaces `ws`; and at the optimizer step's peak.
-    Blocks AtBackward(const Blocks& saved, uint64_t transient, uint64_t ws) const {
-      Blocks all = weights;
-      all.Add(cast_cache);
-      all.Add(state);
-      all.Add(saved);
-      all.Add(grads);
-      all.Add(transient);
-      all.Add(ws);
-      all.Add(collective);
-      all.Add(buckets);
-      return all;
-    }
-    Blocks AtStep(uint64_t ws) const {
-      Blocks all = weights;
-      all.Add(buckets);
-      all.Add(state);
-      all.Add(grads);
-      all.Add(step_only);
-      if (step_temporaries) all.Add(step_temporaries);
-      all.Add(ws);
-      return all;
-    }
   };
 
   void Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cache) const;
   Blocks OptimizerState() const;
-  Activations SavedAndTransients() const;
+  // Fills terms' saved activations and transients (their segments too).
+  Activations SavedAndTransients(TrainTerms* terms) const;
   // Inference: per node, the storage roots whose last use (by any alias) it is; graph outputs
   // kept to the end are in none.
   std::vector<std::vector<int>> LastUses() const;
@@ -230,9 +151,6 @@ class Accounting {
   void ShardStates(const memory::StepTemporaries& temps, ModelStates* m, Estimate* e) const;
   uint64_t Workspace(const GpuProfile& gpu, int count) const;
   uint64_t LargestParameter() const;
-  // The peak fields and the outside-allocator and rounding parts of p's breakdown, from the
-  // blocks allocated at its peak (p's requested parts set).
-  void Finish(const Blocks& all, PhasePeak* p) const;
   uint64_t Eff(int id) const { return facts_.bytes(id); }
   bool OnStage(size_t node) const { return plan_.stage_of_node(node) == stage_; }
   // A parameter (or buffer) this rank holds: read by a node of its stage.
@@ -281,31 +199,6 @@ uint64_t Accounting::Workspace(const GpuProfile& gpu, int count) const {
   return SatMul(gpu.cublas_workspace.bytes, static_cast<uint64_t>(count));
 }
 
-void Accounting::Finish(const Blocks& all, PhasePeak* p) const {
-  p->peak_allocated = all.allocated;
-  p->peak_reserved = std::max(all.Reserved(), all.allocated);
-  memory::SetOutsideAllocator(stack_, &p->breakdown);
-  // Breakdown fields hold requested bytes; allocated - requested is block rounding, reserved -
-  // allocated the segment memory held free.
-  Breakdown& bd = p->breakdown;
-  const uint64_t requested = SatAdd(
-      SatAdd(SatAdd(bd.weights, bd.gradients), SatAdd(bd.optimizer_state, bd.saved_activations)),
-      SatAdd(bd.transient, bd.collective_buffers));
-  const uint64_t allocated =
-      std::clamp(p->peak_allocated, requested, std::max(requested, p->peak_reserved));
-  bd.allocator_overhead = allocated - requested;
-  bd.cached_free = p->peak_reserved - std::min(allocated, p->peak_reserved);
-  p->peak_device = bd.Total();
-}
-
-void TakePeak(const PhasePeak& p, Estimate* e) {
-  e->peak_allocated = p.peak_allocated;
-  e->peak_reserved = p.peak_reserved;
-  e->peak_device = p.peak_device;
-  e->breakdown = p.breakdown;
-  e->peak_phase = p.phase;
-}
-
 Blocks Accounting::OptimizerState() const {
   Blocks state;
   state.Add(memory::SharedStateBytes(o_.optimizer));
@@ -320,63 +213,56 @@ Blocks Accounting::OptimizerState() const {
   return state;
 }
 
-// What backward needs kept, each value once (a view keeps its source). Under activation
+// What backward needs kept, each value once (a view keeps its source), as terms. Under activation
 // checkpointing a segment keeps only its inputs; what its nodes save exists for one segment at a
-// time, when backward recomputes it (with its outputs), so the largest segment's set counts.
+// time, when backward recomputes it (with its outputs), so the largest segment's set counts
+// (StepPeaks).
 class Accounting::SavedSet {
  public:
-  SavedSet(const Accounting& a, std::vector<core::CheckpointSegment> segments)
+  SavedSet(const Accounting& a, std::vector<core::CheckpointSegment> segments, TrainTerms* out)
       : a_(a),
         segs_(std::move(segments)),
+        out_(*out),
         counted_(a.g_.values.size(), false),
-        seg_saved_(segs_.size()),
         seg_counted_(segs_.size()) {
     for (size_t sg = 0; sg < segs_.size(); ++sg) {
-      for (int in : segs_[sg].inputs) Save(in);
-      for (int out : segs_[sg].outputs) SaveInSegment(out, static_cast<int>(sg));
+      for (int in : segs_[sg].inputs) Save(in, -1);
+      for (int out_id : segs_[sg].outputs) SaveInSegment(out_id, static_cast<int>(sg), -1);
     }
   }
   const std::vector<core::CheckpointSegment>& segments() const { return segs_; }
 
-  // Kept outside any segment (a graph input, a segment's input, a node's save).
-  void Save(int id) {
+  // Kept outside any segment (a graph input, a segment's input, a node's save), by `node`.
+  void Save(int id, int node) {
     id = a_.facts_.root(id);
     if (id < 0 || counted_[static_cast<size_t>(id)]) return;
     if (a_.g_.value(id).kind == core::ValueKind::kInitializer) return;  // counted as weights
     counted_[static_cast<size_t>(id)] = true;
-    saved_.Add(a_.Eff(id));
+    out_.AddSaved({a_.Eff(id), -1, id, node});
   }
-  // Saved by a node of segment `seg`: the segment's own if the segment makes it.
-  void SaveInSegment(int id, int seg) {
+  // Saved by `node` of segment `seg`: the segment's own if the segment makes it.
+  void SaveInSegment(int id, int seg, int node) {
     id = a_.facts_.root(id);
     const core::Value& v = a_.g_.value(id);
     if (v.kind == core::ValueKind::kInitializer) return;
     const core::CheckpointSegment& c = segs_[static_cast<size_t>(seg)];
     if (v.kind != core::ValueKind::kIntermediate || v.producer < c.begin || v.producer >= c.end) {
-      Save(id);  // made outside: a segment input, kept by the checkpoint
+      Save(id, node);  // made outside: a segment input, kept by the checkpoint
     } else if (seg_counted_[static_cast<size_t>(seg)].insert(id).second) {
-      seg_saved_[static_cast<size_t>(seg)].Add(a_.Eff(id));
+      out_.AddSaved({a_.Eff(id), seg, id, node});
     }
   }
-  // Where bytes saved by a node of segment `seg` (-1: none) go.
-  Blocks& Into(int seg) { return seg >= 0 ? seg_saved_[static_cast<size_t>(seg)] : saved_; }
-  // Everything kept outside the segments, plus the largest segment's own.
-  Blocks Total() const {
-    Blocks all = saved_;
-    if (!seg_saved_.empty()) {
-      all.Add(*std::max_element(
-          seg_saved_.begin(), seg_saved_.end(),
-          [](const Blocks& x, const Blocks& y) { return x.allocated < y.allocated; }));
-    }
-    return all;
+  // Bytes saved by `node` of segment `seg` (-1: none) beyond the values (a copy of `value`, or
+  // -1).
+  void Bytes(uint64_t bytes, int seg, int value, int node) {
+    if (bytes > 0) out_.AddSaved({bytes, seg, value, node});
   }
 
  private:
   const Accounting& a_;
   const std::vector<core::CheckpointSegment> segs_;
+  TrainTerms& out_;
   std::vector<bool> counted_;
-  Blocks saved_;
-  std::vector<Blocks> seg_saved_;
   std::vector<std::set<int>> seg_counted_;
 };
 
@@ -432,55 +318,62 @@ uint64_t Accounting::BackwardTransient(const core::Node& n, size_t k, uint64_t c
   return grad_bytes;
 }
 
-Accounting::Activations Accounting::SavedAndTransients() const {
+Accounting::Activations Accounting::SavedAndTransients(TrainTerms* terms) const {
   Activations a;
-  SavedSet saved(*this, checkpoint_);
+  terms->Start(static_cast<int>(checkpoint_.size()));
+  if (terms->keep)
+    terms->transients.reserve(2 * g_.nodes.size() + 1);  // each node's two, the loss's
+  SavedSet saved(*this, checkpoint_, terms);
   for (int id : g_.data_inputs) {
-    if (plan_.input_on_stage(id, stage_)) saved.Save(id);
+    if (plan_.input_on_stage(id, stage_)) saved.Save(id, -1);
   }
   const std::vector<int> seg_of = core::SegmentOfNode(g_, saved.segments());
   std::vector<int> saved_here;  // by the node at hand; reused, as most nodes save a few or none
   for (const core::Node& n : g_.nodes) {
     const size_t k = static_cast<size_t>(&n - g_.nodes.data());
     if (!OnStage(k)) continue;
+    const int node = static_cast<int>(k);
     const ops::OpRule* rule = facts_.rule(k);
     saved_here.clear();
     const int seg = seg_of[k];
     for (const ops::SavedTensor& s : facts_.Saved(k)) {
       if (s.value < 0) {
-        saved.Into(seg).Add(s.bytes);
+        saved.Bytes(s.bytes, seg, -1, node);
         continue;
       }
       if (seg >= 0) {
-        saved.SaveInSegment(s.value, seg);
+        saved.SaveInSegment(s.value, seg, node);
       } else {
-        saved.Save(s.value);
+        saved.Save(s.value, node);
       }
       saved_here.push_back(s.value);
       // fp32-policy op on a low-precision input saves an fp32 copy (memory-model.md §5.3).
       if (rule && rule->amp == ops::AmpPolicy::kFp32 && facts_.low(s.value) &&
           o_.precision != Precision::kBf16) {
-        saved.Into(seg).Add(b_.Bytes(s.value));
+        saved.Bytes(b_.Bytes(s.value), seg, s.value, node);
       }
     }
     const uint64_t conv_ws =
         memory::ConvWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces);
-    a.forward = std::max(a.forward, ForwardTransient(n, k, conv_ws, saved_here));
+    const uint64_t forward = ForwardTransient(n, k, conv_ws, saved_here);
     const uint64_t backward = BackwardTransient(n, k, conv_ws);
+    terms->AddTransient(forward);
+    terms->AddTransient(backward);
+    a.forward = std::max(a.forward, forward);
     if (backward > a.backward) {
       a.backward = backward;
       a.backward_node = n.name;
     }
   }
-  a.saved = saved.Total();
   // Loss on the first graph output (options.h Loss), on the stage that computes it.
   const int first_out = g_.outputs.empty() ? -1 : g_.outputs.front();
   const int out_producer = first_out < 0 ? -1 : g_.value(first_out).producer;
   if (first_out >= 0 && (out_producer < 0 ? stage_ == plan_.stages() - 1
                                           : OnStage(static_cast<size_t>(out_producer)))) {
     const memory::LossTensors loss = memory::LossTensorsFor(b_, facts_, o_, first_out);
-    if (loss.cross_entropy) a.saved.Add(loss.log_probs);
-    a.saved.Add(loss.targets);
+    if (loss.cross_entropy) saved.Bytes(loss.log_probs, -1, first_out, -1);
+    saved.Bytes(loss.targets, -1, -1, -1);
+    terms->AddTransient(loss.BackwardPeak());
     if (loss.BackwardPeak() > a.backward) {
       a.backward = loss.BackwardPeak();
       a.backward_node = "loss";
@@ -516,59 +409,34 @@ void Accounting::ShardStates(const memory::StepTemporaries& temps, ModelStates* 
   e->breakdown.nccl_buffers = memory::NcclBufferBytes(plan_);
 }
 
-Result<Estimate> Accounting::Train(const GpuProfile& gpu) {
-  Estimate e;
-  e.backend = "analytical";
-  ModelStates m;
+Result<Estimate> Accounting::Train(const GpuProfile& gpu, TrainTerms* t) {
+  ModelStates& m = t->states;
   Blocks params;
   Weights(&m.weights, &params, &m.cast_cache);
   // Gradients: one block per parameter tensor, like the parameters; optimizer state: the
   // optimizer's tensors per parameter (memory/optimizer.h).
   m.grads = params;
   m.state = OptimizerState();
-  const Activations act = SavedAndTransients();
+  const Activations act = SavedAndTransients(t);
   // The optimizer step's temporaries at its peak (memory/optimizer.h): one parameter-sized list,
   // or the single-tensor step's copies of the largest parameter.
   const memory::StepTemporaries temps = memory::StepTemporariesFor(o_);
   m.step_temporaries = temps.lists > 0
                            ? params.requested
                            : SatMul(LargestParameter(), static_cast<uint64_t>(temps.per_parameter));
-  const uint64_t ws = Workspace(gpu, 2);
+  t->workspace = Workspace(gpu, 2);
   // Many GPUs: the rank's model states and collective buffers (memory/parallel.h).
-  ShardStates(temps, &m, &e);
-  // 1F1B: the stage holds the saved activations of this many micro-batches at once.
-  Blocks saved_all;
-  for (int i = 0; i < plan_.in_flight(stage_); ++i) saved_all.Add(act.saved);
-  const uint64_t transient = std::max(act.forward, act.backward);
+  Estimate sharding;
+  ShardStates(temps, &m, &sharding);
+  t->nccl_buffers = sharding.breakdown.nccl_buffers;
+  t->in_flight = plan_.in_flight(stage_);
 
-  // Each phase at its own peak (Estimate::phases); the one with more reserved bytes is the
-  // estimate's.
-  const Blocks fwdbwd = m.AtBackward(saved_all, transient, ws);
-  const Blocks step = m.AtStep(ws);
-  PhasePeak backward;
-  backward.phase = Phase::kBackward;
-  backward.breakdown.weights = SatAdd(m.weights.requested, m.cast_cache.requested);
-  backward.breakdown.gradients = m.grads.requested;
-  backward.breakdown.optimizer_state = m.state.requested;
-  backward.breakdown.saved_activations = saved_all.requested;
-  backward.breakdown.transient = SatAdd(transient, ws);
-  backward.breakdown.collective_buffers = SatAdd(m.collective.requested, m.buckets.requested);
-  backward.breakdown.nccl_buffers = e.breakdown.nccl_buffers;
-  Finish(fwdbwd, &backward);
-  PhasePeak at_step;
-  at_step.phase = Phase::kOptimizerStep;
-  at_step.breakdown.weights = m.weights.requested;
-  at_step.breakdown.gradients = SatAdd(m.grads.requested, m.step_only.requested);
-  at_step.breakdown.optimizer_state = m.state.requested;
-  at_step.breakdown.transient = SatAdd(m.step_temporaries, ws);
-  at_step.breakdown.collective_buffers = m.buckets.requested;
-  at_step.breakdown.nccl_buffers = e.breakdown.nccl_buffers;
-  Finish(step, &at_step);
-
-  const bool backward_peaks = fwdbwd.Reserved() >= step.Reserved();
-  TakePeak(backward_peaks ? backward : at_step, &e);
-  if (backward_peaks) e.peak_node = act.backward >= act.forward ? act.backward_node : "";
-  e.phases = {std::move(backward), std::move(at_step)};
+  Estimate e = StepPeaks(*t, stack_);
+  e.backend = "analytical";
+  e.host_bytes = sharding.host_bytes;
+  if (e.peak_phase == Phase::kBackward) {
+    e.peak_node = act.backward >= act.forward ? act.backward_node : "";
+  }
   return e;
 }
 
@@ -642,7 +510,7 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
   peak.breakdown.weights = SatAdd(weights.requested, cast_cache.requested);
   // live activations at the peak + workspace
   peak.breakdown.transient = SatAdd(peak_set.requested, ws);
-  Finish(all, &peak);
+  FinishPhase(all, stack_, &peak);
   TakePeak(peak, &e);
   return e;
 }
@@ -661,15 +529,27 @@ void NoteFractionWithoutAllocatorModel(const Options& o, Estimate* e) {
        "", ""});
 }
 
-Result<Estimate> Analytical::EstimateIn(const memory::EstimationContext& ctx) const {
+// The estimate in ctx, its terms in *terms (one by one where terms->keep).
+Result<Estimate> Account(const memory::EstimationContext& ctx, TrainTerms* terms) {
   Accounting acc(ctx);
   Result<Estimate> e =
-      ctx.options().mode == Mode::kTrain ? acc.Train(ctx.gpu()) : acc.Infer(ctx.gpu());
+      ctx.options().mode == Mode::kTrain ? acc.Train(ctx.gpu(), terms) : acc.Infer(ctx.gpu());
   if (e.ok()) NoteFractionWithoutAllocatorModel(ctx.options(), &*e);
   return e;
 }
 
+Result<Estimate> Analytical::EstimateIn(const memory::EstimationContext& ctx) const {
+  TrainTerms sums_only;
+  sums_only.keep = false;
+  return Account(ctx, &sums_only);
+}
+
 }  // namespace
+
+Result<Estimate> EstimateWithTerms(const memory::EstimationContext& ctx, TrainTerms* terms) {
+  *terms = TrainTerms();
+  return Account(ctx, terms);
+}
 
 std::unique_ptr<Estimator> MakeAnalyticalEstimator() { return std::make_unique<Analytical>(); }
 

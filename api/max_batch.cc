@@ -2,7 +2,11 @@
 //
 // Policy (docs/cli.md `--max-batch`; the contract in memest/estimator.h):
 //  * The exact search (ExactSearch): safeguarded interpolation over the backend's own
-//    estimates (Candidates); the answer is a batch that fits whose successor does not.
+//    estimates (Candidates); the answer is a batch that fits whose successor does not. For the
+//    analytical backend's training step on one GPU, the candidates come first from the closed
+//    form read through the curves of the estimates' terms (TermCandidates,
+//    api/term_candidates.h), and from Candidates where those say nothing; every verdict is an
+//    estimate's either way.
 //  * The symbolic backend's max batch (and max dim) first goes through its replay
 //    (ReplayLargestFitting; symbolic/batch_trace.h): the step's allocator requests are traced at
 //    batch 2 and at one larger batch (a dim: at three values, so that sizes growing with its
@@ -35,6 +39,8 @@
 #include <utility>
 #include <vector>
 
+#include "analytical/train_terms.h"
+#include "api/term_candidates.h"
 #include "base/checked.h"
 #include "memest/estimator.h"
 #include "memory/context.h"
@@ -129,6 +135,11 @@ class Candidates {
   // Whether the answer is known: the limit fits, or the bracket is two adjacent batches.
   bool done() const { return bad_ == 0 ? good_ >= limit_ : bad_ - good_ <= 1; }
   int64_t largest_fitting() const { return good_; }
+  int64_t smallest_failing() const { return bad_; }  // 0: none yet
+
+  // The next batch comes from elsewhere (TermCandidates): Record reads it as made by none of the
+  // rules here.
+  void NextFromElsewhere() { made_ = Made::kOther; }
 
   // The batch to estimate next.
   int64_t Next() {
@@ -423,13 +434,25 @@ Estimate Unaffordable() {
 template <typename Set, typename Label>
 Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& model,
                                    const Options& options, const GpuProfile& gpu, int64_t limit,
-                                   Label label, Set set) {
+                                   Label label, Set set, int term_points) {
   MaxBatchResult r;
   Options o = options;
+  // The analytical backend's training step on one GPU keeps its terms (api/term_candidates.h).
+  const bool with_terms = estimator.name() == "analytical" && options.mode == Mode::kTrain &&
+                          !options.parallel.enabled() && !options.prefill;
+  analytical::TrainTerms terms;
+  std::optional<StackProfile> stack;  // the context's, for the curves' verdicts
+  std::optional<TermCandidates> from_terms;
   auto estimate = [&](int64_t v) -> Result<Estimate> {
     set(&o, v);
     ++r.evaluations;
-    auto e = estimator.Run(model, o);
+    terms = analytical::TrainTerms();
+    auto e = with_terms ? memory::RunEstimate(estimator, model, o,
+                                              [&](const memory::EstimationContext& ctx) {
+                                                if (!stack) stack = ctx.stack();
+                                                return analytical::EstimateWithTerms(ctx, &terms);
+                                              })
+                        : estimator.Run(model, o);
     if (!e.ok()) return e.status().WithContext(label(v));
     return e;
   };
@@ -440,8 +463,20 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
     return r;
   }
   Candidates search(at_one, limit, r.at_batch);
+  if (stack) {
+    from_terms.emplace(*stack, gpu, options, term_points);
+    from_terms->Record(1, std::move(terms), r.at_batch, at_one);
+  }
   while (!search.done()) {
-    const int64_t next = search.Next();
+    int64_t next = 0;
+    if (std::optional<int64_t> t = from_terms ? from_terms->Next(search.largest_fitting(),
+                                                                 search.smallest_failing(), limit)
+                                              : std::nullopt) {
+      next = *t;
+      search.NextFromElsewhere();
+    } else {
+      next = search.Next();
+    }
     Result<Estimate> at = estimate(next);
     // A candidate whose tensors overflow the byte arithmetic (RunInContext refuses past 2^60
     // bytes) needs more than any GPU has: it does not fit, and the search goes on below it.
@@ -450,6 +485,7 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
     Estimate e = std::move(at).value();
     const Fit fit = CheckFit(e, gpu, options);
     search.Record(next, fit, e);
+    if (from_terms) from_terms->Record(next, std::move(terms), e, fit);
     if (fit.fits) r.at_batch = std::move(e);
   }
   r.batch = search.largest_fitting();
@@ -753,7 +789,8 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
 template <typename Set, typename Label>
 Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Model& model,
                                             const Options& options, const GpuProfile& gpu,
-                                            int64_t limit, Label label, Set set, int curve_traces) {
+                                            int64_t limit, Label label, Set set, int curve_traces,
+                                            bool dim_squared) {
   MaxBatchResult spent;
   if (curve_traces > 0) {
     if (auto r = ReplayLargestFitting(estimator, model, options, gpu, limit, set, curve_traces,
@@ -761,8 +798,8 @@ Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Mo
       return std::move(r).value();
     }
   }
-  MEMEST_ASSIGN_OR_RETURN(MaxBatchResult r,
-                          ExactSearch(estimator, model, options, gpu, limit, label, set));
+  MEMEST_ASSIGN_OR_RETURN(MaxBatchResult r, ExactSearch(estimator, model, options, gpu, limit,
+                                                        label, set, dim_squared ? 3 : 2));
   r.evaluations += spent.evaluations;
   r.traces = spent.traces;
   r.replays = spent.replays;
@@ -794,7 +831,8 @@ Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& mod
                               estimator, model, options, *gpu, limit,
                               [k](int64_t micro) { return "batch " + std::to_string(micro * k); },
                               [k](Options* o, int64_t micro) { o->batch = micro * k; },
-                              /*curve_traces=*/search == MaxBatchSearch::kAuto ? 2 : 0));
+                              /*curve_traces=*/search == MaxBatchSearch::kAuto ? 2 : 0,
+                              /*dim_squared=*/false));
   r.batch *= k;
   return r;
 }
@@ -828,7 +866,7 @@ Result<MaxBatchResult> FindMaxDim(const Estimator& estimator, const Model& model
       estimator, model, options, *gpu, limit,
       [&dim](int64_t v) { return dim + " " + std::to_string(v); },
       [&dim](Options* o, int64_t v) { o->dims[dim] = v; },
-      /*curve_traces=*/search == MaxBatchSearch::kAuto ? 3 : 0);
+      /*curve_traces=*/search == MaxBatchSearch::kAuto ? 3 : 0, /*dim_squared=*/true);
 }
 
 }  // namespace memest

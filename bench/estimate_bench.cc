@@ -344,8 +344,9 @@ void BM_HfPrefillEstimate(benchmark::State& state, const std::string& name, int6
 }
 
 // The longest sequence that fits a training step of a loaded language model at batch 4 on an
-// H100 (FindMaxDim over "seq"), by the symbolic replay or the exact search; BM_EstimateSeq is one
-// symbolic estimate of the same model at batch 4, to compare with.
+// H100 (FindMaxDim over "seq"), by the symbolic replay or the exact search, or by the analytical
+// backend's search (the exact search, its candidates from the estimates' terms); BM_EstimateSeq is
+// one estimate of the same model at batch 4 by the same backend, to compare with.
 memest::Options SeqOptions() {
   memest::Options o;
   o.gpu = "h100-80gb";
@@ -353,8 +354,9 @@ memest::Options SeqOptions() {
   return o;
 }
 
-void BM_MaxSeq(benchmark::State& state, const std::string& name, memest::MaxBatchSearch search) {
-  auto subject = SetUp(state, name, "symbolic");
+void BM_MaxSeq(benchmark::State& state, const std::string& name, memest::MaxBatchSearch search,
+               const char* backend = "symbolic") {
+  auto subject = SetUp(state, name, backend);
   if (!subject) return;
   const memest::Options o = SeqOptions();
   SearchEachIteration(
@@ -366,8 +368,9 @@ void BM_MaxSeq(benchmark::State& state, const std::string& name, memest::MaxBatc
       "max_seq");
 }
 
-void BM_EstimateSeq(benchmark::State& state, const std::string& name, int64_t seq) {
-  auto subject = SetUp(state, name, "symbolic");
+void BM_EstimateSeq(benchmark::State& state, const std::string& name, int64_t seq,
+                    const char* backend = "symbolic") {
+  auto subject = SetUp(state, name, backend);
   if (!subject) return;
   memest::Options o = SeqOptions();
   o.dims["seq"] = seq;
@@ -451,6 +454,8 @@ BENCHMARK_CAPTURE(BM_EstimateSeq, qwen25_05b_train_seq2048, std::string("hf:qwen
 BENCHMARK_CAPTURE(BM_EstimateAtMaxSeq, qwen25_05b_train, std::string("hf:qwen2.5-0.5b"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_MaxSeq, qwen25_05b_train, std::string("hf:qwen2.5-0.5b"), memest::MaxBatchSearch::kAuto)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_MaxSeq, qwen25_05b_train_exact, std::string("hf:qwen2.5-0.5b"), memest::MaxBatchSearch::kExact)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_EstimateSeq, qwen25_05b_train_seq2048_analytical, std::string("hf:qwen2.5-0.5b"), 2048, "analytical")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxSeq, qwen25_05b_train_analytical, std::string("hf:qwen2.5-0.5b"), memest::MaxBatchSearch::kAuto, "analytical")->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_HfPrefillEstimate, llama3_8b_prefill_seq2k, std::string("hf-prefill:meta-llama-3-8b"), 2048)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_HfPrefillEstimate, llama3_8b_prefill_seq32k, std::string("hf-prefill:meta-llama-3-8b"), 32768)->Unit(benchmark::kMillisecond);
 // clang-format on

@@ -87,6 +87,8 @@ def speed_table(data):
     seq = t("BM_EstimateSeq/qwen25_05b_train_seq2048")
     at_s = t("BM_EstimateAtMaxSeq/qwen25_05b_train")
     ms_ = "BM_MaxSeq/qwen25_05b_train"
+    seq_a = t("BM_EstimateSeq/qwen25_05b_train_seq2048_analytical")
+    msa = "BM_MaxSeq/qwen25_05b_train_analytical"
     rows = [
         ("ResNet-50: protobuf parse", parse, "1 × parse"),
         ("ResNet-50: load", t("BM_Load/resnet50"), f"{t('BM_Load/resnet50') / parse:.2f} × parse"),
@@ -113,6 +115,9 @@ def speed_table(data):
          f"{t(ms_) / seq:.1f} × the estimate at 2,048; {t(ms_) / at_s:.1f} × the one at the answer"),
         ("same, exact search", t("BM_MaxSeq/qwen25_05b_train_exact"),
          f"{t('BM_MaxSeq/qwen25_05b_train_exact') / seq:.1f} × the estimate at 2,048"),
+        ("Qwen2.5-0.5B analytical estimate at seq 2,048", seq_a, "1 ×"),
+        (f"--max-dim seq analytical ({plural(counter(msa, 'evaluations'), 'estimate')}; answer "
+         f"{counter(msa, 'max_seq'):.0f})", t(msa), f"{t(msa) / seq_a:.1f} × one estimate"),
     ]
     for name, est in (("analytical", est_a), ("symbolic", est_s)):
         for order in ("grouped", "shuffled"):

@@ -1,0 +1,228 @@
+// analytical/train_terms.cc -- the training estimate's terms, their peaks, and their curves
+// (policy in train_terms.h; the formula at the top of analytical.cc).
+#include "analytical/train_terms.h"
+
+#include <algorithm>
+
+#include "base/checked.h"
+#include "memory/allocator_constants.h"
+#include "memory/device.h"
+
+namespace memest::analytical {
+namespace {
+
+using base::SatAdd;
+using base::SatMul;
+
+using memory::kRoundLarge;  // the allocator's constants, memory-model.md §1.1
+using memory::kSmallBuffer;
+using memory::kSmallSize;
+
+// What is allocated at the peak of forward and backward, with `saved` activations, the largest
+// `transient` and the cuBLAS workspaces `ws`; and at the optimizer step's peak.
+Blocks AtBackward(const ModelStates& m, const Blocks& saved, uint64_t transient, uint64_t ws) {
+  Blocks all = m.weights;
+  all.Add(m.cast_cache);
+  all.Add(m.state);
+  all.Add(saved);
+  all.Add(m.grads);
+  all.Add(transient);
+  all.Add(ws);
+  all.Add(m.collective);
+  all.Add(m.buckets);
+  return all;
+}
+
+Blocks AtStep(const ModelStates& m, uint64_t ws) {
+  Blocks all = m.weights;
+  all.Add(m.buckets);
+  all.Add(m.state);
+  all.Add(m.grads);
+  all.Add(m.step_only);
+  if (m.step_temporaries) all.Add(m.step_temporaries);
+  all.Add(ws);
+  return all;
+}
+
+}  // namespace
+
+void TakePeak(const PhasePeak& p, Estimate* e) {
+  e->peak_allocated = p.peak_allocated;
+  e->peak_reserved = p.peak_reserved;
+  e->peak_device = p.peak_device;
+  e->breakdown = p.breakdown;
+  e->peak_phase = p.phase;
+}
+
+void Blocks::Remove(uint64_t bytes) {
+  if (bytes == 0) return;
+  const uint64_t block = BlockOf(bytes);
+  requested -= std::min(requested, bytes);
+  allocated -= std::min(allocated, block);
+  if (block > kSmallSize) {
+    large -= std::min(large, Blocks::RoundUp(block, kRoundLarge));
+  } else {
+    small -= std::min(small, block);
+  }
+}
+
+void Blocks::Add(const Blocks& o) {
+  requested = SatAdd(requested, o.requested);
+  allocated = SatAdd(allocated, o.allocated);
+  large = SatAdd(large, o.large);
+  small = SatAdd(small, o.small);
+}
+
+uint64_t Blocks::Reserved() const { return SatAdd(large, Blocks::RoundUp(small, kSmallBuffer)); }
+
+void FinishPhase(const Blocks& all, const StackProfile& stack, PhasePeak* p) {
+  p->peak_allocated = all.allocated;
+  p->peak_reserved = std::max(all.Reserved(), all.allocated);
+  memory::SetOutsideAllocator(stack, &p->breakdown);
+  // Breakdown fields hold requested bytes; allocated - requested is block rounding, reserved -
+  // allocated the segment memory held free.
+  Breakdown& bd = p->breakdown;
+  const uint64_t requested = SatAdd(
+      SatAdd(SatAdd(bd.weights, bd.gradients), SatAdd(bd.optimizer_state, bd.saved_activations)),
+      SatAdd(bd.transient, bd.collective_buffers));
+  const uint64_t allocated =
+      std::clamp(p->peak_allocated, requested, std::max(requested, p->peak_reserved));
+  bd.allocator_overhead = allocated - requested;
+  bd.cached_free = p->peak_reserved - std::min(allocated, p->peak_reserved);
+  p->peak_device = bd.Total();
+}
+
+bool TrainTerms::SameShape(const TrainTerms& o) const {
+  if (!(states == o.states) || workspace != o.workspace || nccl_buffers != o.nccl_buffers ||
+      in_flight != o.in_flight || segments != o.segments || saved.size() != o.saved.size() ||
+      transients.size() != o.transients.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < saved.size(); ++i) {
+    const SavedTerm &a = saved[i], &b = o.saved[i];
+    if (a.segment != b.segment || a.value != b.value || a.node != b.node) return false;
+  }
+  return true;
+}
+
+namespace {
+
+// Both phases' peaks, from the terms' fixed parts and their sums.
+Estimate PeaksOf(const TrainTerms& t, const TermSums& sums, const StackProfile& stack) {
+  const ModelStates& m = t.states;
+  const Blocks saved = sums.Saved(t.in_flight);
+  const uint64_t transient = sums.transient();
+  const Blocks fwdbwd = AtBackward(m, saved, transient, t.workspace);
+  const Blocks step = AtStep(m, t.workspace);
+  PhasePeak backward;
+  backward.phase = Phase::kBackward;
+  backward.breakdown.weights = SatAdd(m.weights.requested, m.cast_cache.requested);
+  backward.breakdown.gradients = m.grads.requested;
+  backward.breakdown.optimizer_state = m.state.requested;
+  backward.breakdown.saved_activations = saved.requested;
+  backward.breakdown.transient = SatAdd(transient, t.workspace);
+  backward.breakdown.collective_buffers = SatAdd(m.collective.requested, m.buckets.requested);
+  backward.breakdown.nccl_buffers = t.nccl_buffers;
+  FinishPhase(fwdbwd, stack, &backward);
+  PhasePeak at_step;
+  at_step.phase = Phase::kOptimizerStep;
+  at_step.breakdown.weights = m.weights.requested;
+  at_step.breakdown.gradients = SatAdd(m.grads.requested, m.step_only.requested);
+  at_step.breakdown.optimizer_state = m.state.requested;
+  at_step.breakdown.transient = SatAdd(m.step_temporaries, t.workspace);
+  at_step.breakdown.collective_buffers = m.buckets.requested;
+  at_step.breakdown.nccl_buffers = t.nccl_buffers;
+  FinishPhase(step, stack, &at_step);
+
+  // Each phase at its own peak (Estimate::phases); the one with more reserved bytes is the
+  // estimate's.
+  Estimate e;
+  e.backend = "analytical";  // (the stack's band is the backend's)
+  TakePeak(fwdbwd.Reserved() >= step.Reserved() ? backward : at_step, &e);
+  e.phases = {std::move(backward), std::move(at_step)};
+  return e;
+}
+
+}  // namespace
+
+Blocks TermSums::Saved(int in_flight) const {
+  Blocks one = outside_;
+  if (!in_segment_.empty()) {
+    one.Add(*std::max_element(
+        in_segment_.begin(), in_segment_.end(),
+        [](const Blocks& x, const Blocks& y) { return x.allocated < y.allocated; }));
+  }
+  // 1F1B: the stage holds the saved activations of this many micro-batches at once.
+  Blocks all;
+  for (int i = 0; i < in_flight; ++i) all.Add(one);
+  return all;
+}
+
+void TrainTerms::Start(int checkpointed_segments) {
+  segments = checkpointed_segments;
+  saved.clear();
+  transients.clear();
+  sums = TermSums(checkpointed_segments);
+}
+
+Estimate StepPeaks(const TrainTerms& t, const StackProfile& stack) {
+  return PeaksOf(t, t.sums, stack);
+}
+
+std::optional<TrainCurve> TrainCurve::Fit(std::span<const int64_t> at,
+                                          std::span<const TrainTerms* const> terms, bool origin) {
+  if (at.size() != terms.size() || terms.empty() || terms[0] == nullptr ||
+      terms[0]->transients.empty() || terms.size() + (origin ? 1 : 0) > 3) {
+    return std::nullopt;
+  }
+  for (const TrainTerms* t : terms) {
+    if (t == nullptr || !t->SameShape(*terms[0])) return std::nullopt;
+  }
+  const size_t first = origin ? 1 : 0;  // where the traced terms start among the points
+  int64_t values[3] = {0, 0, 0};
+  for (size_t i = 0; i < at.size(); ++i) values[first + i] = at[i];
+  const std::span<const int64_t> points(values, at.size() + first);
+  std::optional<base::SizeCurves> saved = base::SizeCurves::Over(points);
+  std::optional<base::SizeCurves> transient = base::SizeCurves::Over(points);
+  if (!saved || !transient) return std::nullopt;
+  saved->Reserve(terms[0]->saved.size());
+  transient->Reserve(terms[0]->transients.size());
+  uint64_t sizes[3] = {0, 0, 0};  // at the origin: 0
+  const std::span<const uint64_t> traced(sizes, points.size());
+  for (size_t j = 0; j < terms[0]->saved.size(); ++j) {
+    for (size_t i = 0; i < terms.size(); ++i) sizes[first + i] = terms[i]->saved[j].bytes;
+    if (!saved->Add(traced)) return std::nullopt;
+  }
+  for (size_t j = 0; j < terms[0]->transients.size(); ++j) {
+    for (size_t i = 0; i < terms.size(); ++i) sizes[first + i] = terms[i]->transients[j];
+    if (!transient->Add(traced)) return std::nullopt;
+  }
+  TrainCurve c;
+  c.shape_ = *terms[0];
+  c.saved_ = std::move(*saved);
+  c.transient_ = std::move(*transient);
+  return c;
+}
+
+TrainTerms TrainCurve::At(int64_t v) const {
+  TrainTerms t = shape_;
+  t.Start(shape_.segments);
+  for (size_t j = 0; j < shape_.saved.size(); ++j) {
+    SavedTerm term = shape_.saved[j];
+    term.bytes = saved_.Bytes(j, v);
+    t.AddSaved(term);
+  }
+  for (size_t j = 0; j < transient_.size(); ++j) t.AddTransient(transient_.Bytes(j, v));
+  return t;
+}
+
+Estimate TrainCurve::PeaksAt(int64_t v, const StackProfile& stack) const {
+  TermSums sums(shape_.segments);
+  for (size_t j = 0; j < shape_.saved.size(); ++j) {
+    sums.AddSaved(saved_.Bytes(j, v), shape_.saved[j].segment);
+  }
+  for (size_t j = 0; j < transient_.size(); ++j) sums.AddTransient(transient_.Bytes(j, v));
+  return PeaksOf(shape_, sums, stack);
+}
+
+}  // namespace memest::analytical

@@ -1,0 +1,128 @@
+// api/term_candidates.cc -- the exact search's candidates from the analytical backend's terms
+// (policy in term_candidates.h).
+#include "api/term_candidates.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "memory/device.h"
+
+namespace memest {
+
+double TermCandidates::BackwardHeadroom(Estimate e) const {
+  for (const PhasePeak& p : e.phases) {
+    if (p.phase == Phase::kBackward) analytical::TakePeak(p, &e);
+  }
+  // The stack's band, as the estimate would have it with that phase's peak (a share of the peak).
+  e.device_low.reset();
+  e.device_high.reset();
+  memory::ApplyResidualBand(stack_, &e);
+  return static_cast<double>(CheckFit(e, gpu_, options_).headroom);
+}
+
+void TermCandidates::Record(int64_t v, analytical::TrainTerms terms, const Estimate& e,
+                            const Fit& fit) {
+  successor_next_ = false;
+  const double headroom = BackwardHeadroom(e);
+  if (proposed_at_ != 0 && v == proposed_at_) {
+    if (fit.fits != proposed_fits_) {
+      if (!through_origin_) ++misses_;
+    } else if (fit.fits) {
+      // The curves' largest fitting value fitted; where they said its headroom to the byte, they
+      // are exact there, and their successor's verdict is the next to check.
+      successor_next_ = !through_origin_ || headroom == proposed_headroom_;
+    }
+  }
+  proposed_at_ = 0;
+  if (terms.transients.empty()) return;  // no training step's terms (inference)
+  points_seen_.push_back({v, std::move(terms), headroom});
+}
+
+std::optional<int64_t> TermCandidates::Propose(int64_t v, bool fits, double headroom) {
+  proposed_at_ = v;
+  proposed_fits_ = fits;
+  proposed_headroom_ = headroom;
+  ++proposed_;
+  return v;
+}
+
+std::optional<int64_t> TermCandidates::Next(int64_t good, int64_t bad, int64_t limit) {
+  proposed_at_ = 0;
+  if (misses_ >= kMostMisses || points_seen_.empty()) return std::nullopt;
+  // The curves' largest fitting value fitted: by the same curves its successor does not.
+  if (successor_next_ && points_seen_.back().v == good && (bad == 0 || good + 1 < bad)) {
+    return Propose(good + 1, false);
+  }
+  // The last `points_` estimates whose terms are alike (the last one's), in increasing values;
+  // with fewer, the origin too (terms proportional to the value, or to its square).
+  const analytical::TrainTerms& last = points_seen_.back().terms;
+  std::vector<const Point*> use;
+  for (auto it = points_seen_.rbegin();
+       it != points_seen_.rend() && use.size() < static_cast<size_t>(points_); ++it) {
+    if (it->terms.SameShape(last)) use.push_back(&*it);
+  }
+  const bool origin = use.size() < static_cast<size_t>(points_);
+  if (use.size() + (origin ? 1 : 0) < 2) return std::nullopt;
+  std::sort(use.begin(), use.end(), [](const Point* a, const Point* b) { return a->v < b->v; });
+  std::vector<int64_t> at;
+  std::vector<const analytical::TrainTerms*> terms;
+  for (const Point* p : use) {
+    if (!at.empty() && at.back() == p->v) return std::nullopt;
+    at.push_back(p->v);
+    terms.push_back(&p->terms);
+  }
+  const std::optional<analytical::TrainCurve> curve =
+      analytical::TrainCurve::Fit(at, terms, origin);
+  if (!curve) return std::nullopt;
+  through_origin_ = origin;
+
+  // The backward's headroom by the curves at v (BackwardHeadroom); at a value the curves pass
+  // through, the estimate's own.
+  const auto headroom = [&](int64_t v) {
+    for (const Point* p : use) {
+      if (p->v == v) return p->headroom;
+    }
+    return BackwardHeadroom(curve->PeaksAt(v, stack_));
+  };
+  // The largest value the curves say fits, between the largest fitting value and the smallest
+  // failing one (the curves' verdict read as turning once, as the estimates' usually does).
+  int64_t lo = good, hi = bad > 0 ? bad : std::min(limit, base::SizeCurves::kMostValue);
+  if (lo >= hi) return std::nullopt;
+  double room_lo = headroom(lo), room_hi = headroom(hi);
+  if (room_lo < 0) return std::nullopt;  // the estimate there fits: its backward does
+  if (room_hi >= 0) return bad > 0 ? std::nullopt : Propose(hi, true, room_hi);
+  // Regula falsi between the two (Illinois: a side kept twice in a row has its headroom halved),
+  // a bisection after two steps that did not halve the interval.
+  int kept = 0, slow = 0;
+  while (hi - lo > 1) {
+    const int64_t width = hi - lo;
+    int64_t v = lo + width / 2;
+    if (slow < 2) {
+      const double x =
+          static_cast<double>(lo) + static_cast<double>(width) * room_lo / (room_lo - room_hi);
+      v = std::clamp<int64_t>(static_cast<int64_t>(std::floor(x)), lo + 1, hi - 1);
+    }
+    const double room = headroom(v);
+    if (room >= 0) {
+      lo = v;
+      room_lo = room;
+      if (kept > 0) room_hi /= 2;
+      kept = kept > 0 ? kept + 1 : 1;
+    } else {
+      hi = v;
+      room_hi = room;
+      if (kept < 0) room_lo /= 2;
+      kept = kept < 0 ? kept - 1 : -1;
+    }
+    slow = 2 * (hi - lo) > width ? slow + 1 : 0;
+    if (slow > 2) slow = 0;
+  }
+  // lo == good: the curves say its successor fails; else lo fits by them. (Not through the
+  // origin: a fixed part of a term -- an embedding's gradient -- read as growing with the value
+  // says a fitting value's successor fails where it has room for many more.)
+  if (lo == good) return origin ? std::nullopt : Propose(good + 1, false);
+  return Propose(lo, true, room_lo);
+}
+
+}  // namespace memest

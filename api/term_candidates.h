@@ -1,0 +1,81 @@
+// api/term_candidates.h -- the exact max-batch search's candidates read from the analytical
+// backend's terms (analytical/train_terms.h): the closed form at any value from the curves
+// through the terms of the values estimated so far.
+//
+// Policy (docs/cli.md `--max-batch`):
+//  * Every estimate the search makes of an analytical training step keeps its terms. Once two of
+//    them have the same terms (the first, at batch 1, often has not: a broadcast over the batch
+//    dim is a view only there), the curves through the last two (three, for a dim whose sizes can
+//    grow with its square) give the closed form at any value, its block rounding and segments
+//    included, and each candidate is the largest value the curves say fits, between the largest
+//    fitting value and the smallest failing one the estimates found (regula falsi on the
+//    headroom of the forward and backward's phase, which decides where the step's fits); where that
+//    is the largest fitting value, or once it fitted, its successor, so that the estimates close
+//    the bracket (after curves through the origin, only where the estimate's headroom is theirs
+//    to the byte: elsewhere the terms' fixed parts moved the answer, and new curves say where).
+//  * The curves only propose: each verdict is the estimate's. A candidate whose estimate gives
+//    another verdict than the curves did is a miss; after kMostMisses the search goes on with its
+//    own candidates (Candidates, api/max_batch.cc), as it does wherever there are no terms.
+//    Curves through the origin are a guess (a term with a fixed part, such as an embedding's
+//    gradient, is read as growing): their misses are not counted, and where they say the largest
+//    fitting value's successor fails, Candidates proposes instead.
+#ifndef MEMEST_API_TERM_CANDIDATES_H_
+#define MEMEST_API_TERM_CANDIDATES_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "analytical/train_terms.h"
+#include "memest/estimator.h"
+
+namespace memest {
+
+class TermCandidates {
+ public:
+  // `points`: 2 (the batch: lines) or 3 (a dim: parabolas once three estimates have terms).
+  TermCandidates(const StackProfile& stack, const GpuProfile& gpu, const Options& options,
+                 int points)
+      : stack_(stack), gpu_(gpu), options_(options), points_(points) {}
+
+  // An estimate at value v, with its terms, and its verdict (CheckFit's).
+  void Record(int64_t v, analytical::TrainTerms terms, const Estimate& e, const Fit& fit);
+
+  // The next value to estimate inside (good, bad) -- bad 0: none failed yet, the limit is the
+  // top -- or nullopt when the curves say nothing (too few terms alike, too many misses).
+  [[nodiscard]] std::optional<int64_t> Next(int64_t good, int64_t bad, int64_t limit);
+
+  // Candidates proposed, and those the estimate's verdict contradicted.
+  int proposed() const { return proposed_; }
+  int misses() const { return misses_; }
+
+ private:
+  static constexpr int kMostMisses = 2;
+  struct Point {
+    int64_t v = 0;
+    analytical::TrainTerms terms;
+    double headroom = 0;  // BackwardHeadroom
+  };
+  // CheckFit's headroom of e's forward and backward phase judged alone. The optimizer step's
+  // peak is the same at every value: where it fits, the verdict turns where this meets 0, and it
+  // grows smoothly with the value where the estimate's own stays at the step's.
+  double BackwardHeadroom(Estimate e) const;
+  // Proposes v, which the curves say fits or not (with that headroom: BackwardHeadroom).
+  std::optional<int64_t> Propose(int64_t v, bool fits, double headroom = 0);
+  const StackProfile& stack_;
+  const GpuProfile& gpu_;
+  const Options& options_;
+  const int points_;
+  std::vector<Point> points_seen_;  // in the order estimated
+  int64_t proposed_at_ = 0;         // the last candidate proposed (0: none pending)
+  bool proposed_fits_ = false;      // what the curves said of it
+  bool through_origin_ = false;     // the curves it came from went through the origin
+  double proposed_headroom_ = 0;    // what the curves said its headroom is
+  bool successor_next_ = false;     // it was the curves' largest fitting value, and it fitted
+  int proposed_ = 0;
+  int misses_ = 0;
+};
+
+}  // namespace memest
+
+#endif  // MEMEST_API_TERM_CANDIDATES_H_

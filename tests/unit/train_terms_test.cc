@@ -1,0 +1,259 @@
+// The analytical training estimate's terms (analytical/train_terms.h): they give back the
+// estimate, and their curves through two or three values give the estimate at other values, block
+// rounding and segments included; and the exact max-batch search reads its candidates from them
+// (api/term_candidates.h).
+#include "analytical/train_terms.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/term_candidates.h"
+#include "datasets/zoo/graph_writer.h"
+#include "datasets/zoo/hf.h"
+#include "memest/memest.h"
+#include "memory/context.h"
+#include "memory/device.h"
+
+namespace memest {
+namespace {
+
+std::shared_ptr<const Model> Bundled(const std::string& name) {
+  auto m = LoadModel(std::string(MEMEST_SOURCE_DIR) + "/datasets/models/" + name);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+std::shared_ptr<const Model> Lm(const std::string& config_name) {
+  auto config = zoo::LoadHfConfig(std::string(MEMEST_SOURCE_DIR) + "/tests/data/hf/" + config_name);
+  EXPECT_TRUE(config.ok());
+  if (!config.ok()) return nullptr;
+  auto hf = zoo::BuildHfModel(*config, {});
+  EXPECT_TRUE(hf.ok()) << hf.status().ToString();
+  if (!hf.ok()) return nullptr;
+  auto m = LoadModelFromBytes(zoo::SerializeModel(hf->model), ".", hf->architecture);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+struct Traced {
+  Estimate estimate;
+  analytical::TrainTerms terms;
+  StackProfile stack;
+};
+
+Traced TraceAt(const Model& m, Options o) {
+  Traced t;
+  auto ctx = memory::EstimationContext::Make(m, o);
+  EXPECT_TRUE(ctx.ok()) << ctx.status().ToString();
+  if (!ctx.ok()) return t;
+  auto e = analytical::EstimateWithTerms(**ctx, &t.terms);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  if (e.ok()) t.estimate = std::move(e).value();
+  t.stack = (*ctx)->stack();
+  return t;
+}
+
+Traced TraceAtBatch(const Model& m, Options o, int64_t batch) {
+  o.batch = batch;
+  return TraceAt(m, o);
+}
+
+// The peaks the closed form gives from `terms`.
+Estimate PeaksOf(const analytical::TrainTerms& terms, const StackProfile& stack) {
+  return analytical::StepPeaks(terms, stack);
+}
+
+void ExpectSamePeaks(const Estimate& got, const Estimate& want, const std::string& where) {
+  EXPECT_EQ(got.peak_allocated, want.peak_allocated) << where;
+  EXPECT_EQ(got.peak_reserved, want.peak_reserved) << where;
+  EXPECT_EQ(got.peak_device, want.peak_device) << where;
+  EXPECT_EQ(got.peak_phase, want.peak_phase) << where;
+  ASSERT_EQ(got.phases.size(), want.phases.size()) << where;
+  for (size_t i = 0; i < got.phases.size(); ++i) {
+    EXPECT_EQ(got.phases[i].peak_device, want.phases[i].peak_device) << where << " phase " << i;
+    EXPECT_EQ(got.phases[i].breakdown.saved_activations, want.phases[i].breakdown.saved_activations)
+        << where << " phase " << i;
+  }
+}
+
+// The estimate with its terms is the backend's estimate, and the terms give its peaks back.
+TEST(TrainTermsTest, TheTermsGiveTheEstimateBack) {
+  auto model = Bundled("resnet18_train.onnx");
+  ASSERT_NE(model, nullptr);
+  auto est = MakeEstimator("analytical");
+  ASSERT_TRUE(est.ok());
+  for (const char* precision : {"fp32", "amp-fp16"}) {
+    Options o;
+    o.batch = 24;
+    o.checkpoint_segments = 3;
+    auto p = ParsePrecision(precision);
+    ASSERT_TRUE(p.ok());
+    o.precision = *p;
+    const Traced t = TraceAt(*model, o);
+    auto run = (*est)->Run(*model, o);
+    ASSERT_TRUE(run.ok());
+    ExpectSamePeaks(t.estimate, *run, precision);
+    EXPECT_EQ(t.estimate.peak_node, run->peak_node);
+    ExpectSamePeaks(PeaksOf(t.terms, t.stack), *run, std::string(precision) + " from terms");
+    EXPECT_GT(t.terms.segments, 1);
+    EXPECT_FALSE(t.terms.saved.empty());
+  }
+}
+
+// Lines through the terms at two batches give the estimate at any other batch, below, between
+// and far beyond them: sizes are affine in the batch, and the rounding is the closed form's own.
+TEST(TrainTermsTest, LinesThroughTwoBatchesGiveTheEstimateAtOthers) {
+  for (const char* name : {"resnet18_train.onnx", "gpt2_tiny_train.onnx"}) {
+    auto model = Bundled(name);
+    ASSERT_NE(model, nullptr);
+    Options o;
+    const Traced a = TraceAtBatch(*model, o, 3);
+    const Traced b = TraceAtBatch(*model, o, 40);
+    const int64_t at[] = {3, 40};
+    const analytical::TrainTerms* terms[] = {&a.terms, &b.terms};
+    const auto curve = analytical::TrainCurve::Fit(at, terms);
+    ASSERT_TRUE(curve.has_value()) << name;
+    for (int64_t v : {2, 17, 41, 333, 2049}) {
+      const Traced real = TraceAtBatch(*model, o, v);
+      ExpectSamePeaks(PeaksOf(curve->At(v), a.stack), real.estimate,
+                      std::string(name) + " at " + std::to_string(v));
+      ExpectSamePeaks(curve->PeaksAt(v, a.stack), real.estimate,
+                      std::string(name) + " at " + std::to_string(v) + " (PeaksAt)");
+    }
+  }
+}
+
+// Where every term is proportional to the batch -- an MLP's activations and its loss's targets --
+// the lines through the origin and one estimate give the estimate at every other batch.
+TEST(TrainTermsTest, ThroughTheOriginOneEstimateGivesTheOthersWhereTermsAreProportional) {
+  auto model = Bundled("mlp_small_train.onnx");
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 6;
+  const Traced six = TraceAt(*model, o);
+  const int64_t at[] = {6};
+  const analytical::TrainTerms* terms[] = {&six.terms};
+  const auto curve = analytical::TrainCurve::Fit(at, terms, /*origin=*/true);
+  ASSERT_TRUE(curve.has_value());
+  for (int64_t v : {1, 7, 500, 100000}) {
+    o.batch = v;
+    ExpectSamePeaks(curve->PeaksAt(v, six.stack), TraceAt(*model, o).estimate,
+                    "batch " + std::to_string(v));
+  }
+}
+
+// A sequence length's attention scores grow with its square: parabolas through three values give
+// the estimate at others, where lines through two do not.
+TEST(TrainTermsTest, ParabolasThroughThreeValuesOfTheSequenceGiveTheEstimate) {
+  auto model = Lm("bert-base-uncased.json");
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 2;
+  o.attention = Attention::kEager;
+  std::vector<Traced> traced;
+  const int64_t at[] = {64, 200, 512};
+  for (int64_t seq : at) {
+    o.dims["seq"] = seq;
+    traced.push_back(TraceAt(*model, o));
+  }
+  const analytical::TrainTerms* three[] = {&traced[0].terms, &traced[1].terms, &traced[2].terms};
+  const auto parabolas = analytical::TrainCurve::Fit(at, three);
+  ASSERT_TRUE(parabolas.has_value());
+  const auto lines = analytical::TrainCurve::Fit(std::span(at).first(2), std::span(three).first(2));
+  ASSERT_TRUE(lines.has_value());
+  for (int64_t seq : {100, 1000, 3000}) {
+    o.dims["seq"] = seq;
+    const Traced real = TraceAt(*model, o);
+    ExpectSamePeaks(PeaksOf(parabolas->At(seq), traced[0].stack), real.estimate,
+                    "seq " + std::to_string(seq));
+    if (seq > at[2]) {
+      EXPECT_LT(PeaksOf(lines->At(seq), traced[0].stack).peak_allocated,
+                real.estimate.peak_allocated)
+          << "lines through two values miss the square beyond them, seq " << seq;
+    }
+  }
+}
+
+// Terms that differ in more than their bytes -- other values saved, other segments -- give no
+// curves, nor do two traces at one value.
+TEST(TrainTermsTest, TermsOfAnotherShapeGiveNoCurves) {
+  auto model = Bundled("resnet18_train.onnx");
+  ASSERT_NE(model, nullptr);
+  Options o;
+  const Traced plain = TraceAtBatch(*model, o, 4);
+  const Traced plain8 = TraceAtBatch(*model, o, 8);
+  o.checkpoint_segments = 2;
+  const Traced checkpointed = TraceAtBatch(*model, o, 8);
+  const int64_t at[] = {4, 8};
+  const analytical::TrainTerms* mixed[] = {&plain.terms, &checkpointed.terms};
+  EXPECT_FALSE(analytical::TrainCurve::Fit(at, mixed).has_value());
+  const analytical::TrainTerms* alike[] = {&plain.terms, &plain8.terms};
+  EXPECT_TRUE(analytical::TrainCurve::Fit(at, alike).has_value());
+  const int64_t same[] = {4, 4};
+  EXPECT_FALSE(analytical::TrainCurve::Fit(same, alike).has_value());
+}
+
+// From the terms of two estimates, the candidate is the search's answer itself, and then its
+// successor: the estimates that close the bracket. So too under a stack whose band the fit is
+// judged with (the curves' peaks get the band of their own peak, as the estimates do).
+TEST(TrainTermsTest, TheCandidatesFromTheTermsAreTheAnswerAndItsSuccessor) {
+  auto model = Bundled("resnet18_train.onnx");
+  ASSERT_NE(model, nullptr);
+  auto est = MakeEstimator("analytical");
+  ASSERT_TRUE(est.ok());
+  for (const char* stack_name : {"", "a100-40gb-timm"}) {
+    SCOPED_TRACE(std::string("stack '") + stack_name + "'");
+    Options o;
+    o.gpu = "a100-40gb";
+    o.stack = stack_name;
+    auto gpu = ResolveGpuProfile(o);
+    ASSERT_TRUE(gpu.ok());
+    auto search = FindMaxBatch(**est, *model, o);
+    ASSERT_TRUE(search.ok());
+    const int64_t answer = search->batch;
+    ASSERT_GT(answer, 100);
+
+    o.batch = 1;
+    const StackProfile stack = TraceAt(*model, o).stack;
+    TermCandidates candidates(stack, *gpu, o, 2);
+    for (int64_t v : {5, 60}) {
+      o.batch = v;
+      Traced t = TraceAt(*model, o);
+      candidates.Record(v, std::move(t.terms), t.estimate, CheckFit(t.estimate, *gpu, o));
+    }
+    const std::optional<int64_t> first = candidates.Next(60, 0, int64_t{1} << 24);
+    ASSERT_TRUE(first.has_value());
+    EXPECT_EQ(*first, answer);
+    o.batch = answer;
+    Traced at_answer = TraceAt(*model, o);
+    candidates.Record(answer, std::move(at_answer.terms), at_answer.estimate,
+                      CheckFit(at_answer.estimate, *gpu, o));
+    EXPECT_EQ(candidates.Next(answer, 0, int64_t{1} << 24), answer + 1);
+    EXPECT_EQ(candidates.misses(), 0);
+  }
+}
+
+// The analytical search takes the answer and its successor right after the two estimates that
+// give the curves: four estimates for an affine graph, the floor of a search by estimates plus
+// the one the curves need.
+TEST(TrainTermsTest, TheAnalyticalSearchNeedsTwoEstimatesBeyondTheCurves) {
+  auto est = MakeEstimator("analytical");
+  ASSERT_TRUE(est.ok());
+  for (const char* name : {"resnet18_train.onnx", "resnet50_train.onnx", "gpt2_tiny_train.onnx"}) {
+    auto model = Bundled(name);
+    ASSERT_NE(model, nullptr);
+    for (const char* gpu : {"l4-24gb", "h100-80gb"}) {
+      Options o;
+      o.gpu = gpu;
+      auto r = FindMaxBatch(**est, *model, o);
+      ASSERT_TRUE(r.ok()) << name;
+      EXPECT_LE(r->evaluations, 4) << name << " on " << gpu << ": answer " << r->batch;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace memest
