@@ -12,7 +12,6 @@ namespace memest::analytical {
 namespace {
 
 using base::SatAdd;
-using base::SatMul;
 
 using memory::kRoundLarge;  // the allocator's constants, memory-model.md §1.1
 using memory::kSmallBuffer;

@@ -107,26 +107,16 @@ class TermSums {
   void AddSaved(uint64_t bytes, int segment) {
     (segment >= 0 ? in_segment_[static_cast<size_t>(segment)] : outside_).Add(bytes);
   }
-  void AddTransient(uint64_t bytes) {
-    if (bytes > transient_) {
-      transient_ = bytes;
-      largest_ = transients_;
-    }
-    ++transients_;
-  }
+  void AddTransient(uint64_t bytes) { transient_ = std::max(transient_, bytes); }
   // What backward keeps of `in_flight` micro-batches: of each, everything outside the segments
   // plus the largest segment's own (recomputed in backward one segment at a time).
   [[nodiscard]] Blocks Saved(int in_flight) const;
   uint64_t transient() const { return transient_; }
-  // The largest transient's index in the order added (none: the count added).
-  size_t largest() const { return largest_ < transients_ ? largest_ : transients_; }
 
  private:
   Blocks outside_;
   std::vector<Blocks> in_segment_;
   uint64_t transient_ = 0;
-  size_t largest_ = SIZE_MAX;
-  size_t transients_ = 0;
 };
 
 struct TrainTerms {
@@ -168,9 +158,10 @@ struct TrainTerms {
 
 class TrainCurve {
  public:
-  // The curves through terms[i] at at[i] (increasing values), and with `origin`, through 0 bytes
-  // at value 0 first: 2 or 3 points in all. Nullopt when the terms differ in anything but their
-  // bytes, or a term falls as the value grows.
+  // The curves through terms[i] at at[i] (increasing values in [1, 2^24]), and with `origin`,
+  // through 0 bytes at value 0 first: 2 or 3 points in all. Nullopt when the terms differ in
+  // anything but their bytes, hold no transients (an inference step's), or a term falls as the
+  // value grows or is 2^46 bytes or more (base/size_curves.h).
   [[nodiscard]] static std::optional<TrainCurve> Fit(std::span<const int64_t> at,
                                                      std::span<const TrainTerms* const> terms,
                                                      bool origin = false);

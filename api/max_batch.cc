@@ -480,7 +480,10 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
     Result<Estimate> at = estimate(next);
     // A candidate whose tensors overflow the byte arithmetic (RunInContext refuses past 2^60
     // bytes) needs more than any GPU has: it does not fit, and the search goes on below it.
-    if (!at.ok() && at.status().code() == ErrorCode::kOverflow) at = Unaffordable();
+    if (!at.ok() && at.status().code() == ErrorCode::kOverflow) {
+      at = Unaffordable();
+      terms = analytical::TrainTerms();  // (no terms: nothing the curves can read)
+    }
     if (!at.ok()) return at.status();
     Estimate e = std::move(at).value();
     const Fit fit = CheckFit(e, gpu, options);

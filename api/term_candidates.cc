@@ -6,6 +6,7 @@
 #include <cmath>
 #include <utility>
 
+#include "base/size_curves.h"
 #include "memory/device.h"
 
 namespace memest {
@@ -50,6 +51,8 @@ std::optional<int64_t> TermCandidates::Propose(int64_t v, bool fits, double head
 std::optional<int64_t> TermCandidates::Next(int64_t good, int64_t bad, int64_t limit) {
   proposed_at_ = 0;
   if (misses_ >= kMostMisses || points_seen_.empty()) return std::nullopt;
+  // (The successor of a value proposed by curves through the origin is theirs too: a miss there
+  // is not counted either.)
   // The curves' largest fitting value fitted: by the same curves its successor does not.
   if (successor_next_ && points_seen_.back().v == good && (bad == 0 || good + 1 < bad)) {
     return Propose(good + 1, false);
@@ -63,12 +66,13 @@ std::optional<int64_t> TermCandidates::Next(int64_t good, int64_t bad, int64_t l
     if (it->terms.SameShape(last)) use.push_back(&*it);
   }
   const bool origin = use.size() < static_cast<size_t>(points_);
-  if (use.size() + (origin ? 1 : 0) < 2) return std::nullopt;
+  if (use.size() + (origin ? 1 : 0) < 2 || (origin && origin_guesses_ >= kMostOriginGuesses)) {
+    return std::nullopt;
+  }
   std::sort(use.begin(), use.end(), [](const Point* a, const Point* b) { return a->v < b->v; });
   std::vector<int64_t> at;
   std::vector<const analytical::TrainTerms*> terms;
-  for (const Point* p : use) {
-    if (!at.empty() && at.back() == p->v) return std::nullopt;
+  for (const Point* p : use) {  // (distinct values: each value is estimated once)
     at.push_back(p->v);
     terms.push_back(&p->terms);
   }
@@ -76,6 +80,7 @@ std::optional<int64_t> TermCandidates::Next(int64_t good, int64_t bad, int64_t l
       analytical::TrainCurve::Fit(at, terms, origin);
   if (!curve) return std::nullopt;
   through_origin_ = origin;
+  if (origin) ++origin_guesses_;
 
   // The backward's headroom by the curves at v (BackwardHeadroom); at a value the curves pass
   // through, the estimate's own.
@@ -86,12 +91,15 @@ std::optional<int64_t> TermCandidates::Next(int64_t good, int64_t bad, int64_t l
     return BackwardHeadroom(curve->PeaksAt(v, stack_));
   };
   // The largest value the curves say fits, between the largest fitting value and the smallest
-  // failing one (the curves' verdict read as turning once, as the estimates' usually does).
-  int64_t lo = good, hi = bad > 0 ? bad : std::min(limit, base::SizeCurves::kMostValue);
+  // failing one (the curves' verdict read as turning once, as the estimates' usually does), and
+  // within the values the curves are read at.
+  const int64_t above = bad > 0 ? bad : limit + 1;  // the least value not to propose
+  int64_t lo = good, hi = std::min(above, base::SizeCurves::kMostValue);
   if (lo >= hi) return std::nullopt;
   double room_lo = headroom(lo), room_hi = headroom(hi);
   if (room_lo < 0) return std::nullopt;  // the estimate there fits: its backward does
-  if (room_hi >= 0) return bad > 0 ? std::nullopt : Propose(hi, true, room_hi);
+  if (room_hi >= 0) return hi < above ? Propose(hi, true, room_hi) : std::nullopt;
+  double room_at_lo = room_lo;  // (room_lo is halved by the Illinois rule)
   // Regula falsi between the two (Illinois: a side kept twice in a row has its headroom halved),
   // a bisection after two steps that did not halve the interval.
   int kept = 0, slow = 0;
@@ -101,12 +109,15 @@ std::optional<int64_t> TermCandidates::Next(int64_t good, int64_t bad, int64_t l
     if (slow < 2) {
       const double x =
           static_cast<double>(lo) + static_cast<double>(width) * room_lo / (room_lo - room_hi);
-      v = std::clamp<int64_t>(static_cast<int64_t>(std::floor(x)), lo + 1, hi - 1);
+      // (clamped before the cast: lo < x < hi, but in doubles)
+      v = static_cast<int64_t>(
+          std::floor(std::clamp(x, static_cast<double>(lo + 1), static_cast<double>(hi - 1))));
     }
     const double room = headroom(v);
     if (room >= 0) {
       lo = v;
       room_lo = room;
+      room_at_lo = room;
       if (kept > 0) room_hi /= 2;
       kept = kept > 0 ? kept + 1 : 1;
     } else {
@@ -122,7 +133,7 @@ std::optional<int64_t> TermCandidates::Next(int64_t good, int64_t bad, int64_t l
   // origin: a fixed part of a term -- an embedding's gradient -- read as growing with the value
   // says a fitting value's successor fails where it has room for many more.)
   if (lo == good) return origin ? std::nullopt : Propose(good + 1, false);
-  return Propose(lo, true, room_lo);
+  return Propose(lo, true, room_at_lo);
 }
 
 }  // namespace memest

@@ -17,8 +17,10 @@
 //    another verdict than the curves did is a miss; after kMostMisses the search goes on with its
 //    own candidates (Candidates, api/max_batch.cc), as it does wherever there are no terms.
 //    Curves through the origin are a guess (a term with a fixed part, such as an embedding's
-//    gradient, is read as growing): their misses are not counted, and where they say the largest
-//    fitting value's successor fails, Candidates proposes instead.
+//    gradient, is read as growing): their misses are not counted (they guess at most
+//    kMostOriginGuesses times), and where they say the largest fitting value's successor fails,
+//    Candidates proposes instead. The curves are read at values up to 2^24
+//    (base/size_curves.h): past it, Candidates proposes.
 #ifndef MEMEST_API_TERM_CANDIDATES_H_
 #define MEMEST_API_TERM_CANDIDATES_H_
 
@@ -31,6 +33,7 @@
 
 namespace memest {
 
+// Holds references to the stack, GPU and options it is made with: they outlive it (ExactSearch's).
 class TermCandidates {
  public:
   // `points`: 2 (the batch: lines) or 3 (a dim: parabolas once three estimates have terms).
@@ -41,16 +44,20 @@ class TermCandidates {
   // An estimate at value v, with its terms, and its verdict (CheckFit's).
   void Record(int64_t v, analytical::TrainTerms terms, const Estimate& e, const Fit& fit);
 
-  // The next value to estimate inside (good, bad) -- bad 0: none failed yet, the limit is the
-  // top -- or nullopt when the curves say nothing (too few terms alike, too many misses).
+  // The next value to estimate inside (good, bad) -- bad 0: none failed yet, and the limit is the
+  // top -- and at most SizeCurves::kMostValue (2^24), where the curves are read; nullopt when the
+  // curves say nothing (too few terms alike, too many misses, too many guesses through the
+  // origin).
   [[nodiscard]] std::optional<int64_t> Next(int64_t good, int64_t bad, int64_t limit);
 
   // Candidates proposed, and those the estimate's verdict contradicted.
-  int proposed() const { return proposed_; }
-  int misses() const { return misses_; }
+  [[nodiscard]] int proposed() const { return proposed_; }
+  [[nodiscard]] int misses() const { return misses_; }
 
  private:
   static constexpr int kMostMisses = 2;
+  // Curves through the origin guess (their misses are not counted): at most this many times.
+  static constexpr int kMostOriginGuesses = 3;
   struct Point {
     int64_t v = 0;
     analytical::TrainTerms terms;
@@ -74,6 +81,7 @@ class TermCandidates {
   bool successor_next_ = false;     // it was the curves' largest fitting value, and it fitted
   int proposed_ = 0;
   int misses_ = 0;
+  int origin_guesses_ = 0;
 };
 
 }  // namespace memest

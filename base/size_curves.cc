@@ -67,7 +67,7 @@ SizeCurves::Curve SizeCurves::Parabola(const uint64_t s[3], Wide h01, Wide h12, 
   if (c.integral) {
     c.d1 = static_cast<int64_t>(c.d1_num / den);
     c.d2 = static_cast<int64_t>(c.d2_num / den);
-    // |x|, |y| < 2^24 (values and traced values are at most kMostValue), so |d1 x| and
+    // |x|, |y| <= 2^24 (values and traced values are at most kMostValue), so |d1 x| and
     // |d2 x y| stay under 2^61 and the sum with first (< 2^46) under 2^63.
     c.narrow = c.d1 > -(int64_t{1} << 37) && c.d1 < (int64_t{1} << 37) &&
                c.d2 > -(int64_t{1} << 13) && c.d2 < (int64_t{1} << 13);

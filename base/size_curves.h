@@ -40,7 +40,8 @@ class SizeCurves {
   [[nodiscard]] static std::optional<SizeCurves> Over(std::span<const int64_t> at);
 
   // Adds the curve through sizes[i] at at(i), one size per traced value. False, and nothing
-  // added, when a size is kMostBytes or more or falls as the value grows.
+  // added, when the sizes are not one per traced value, or a size is kMostBytes or more or falls
+  // as the value grows.
   [[nodiscard]] bool Add(std::span<const uint64_t> sizes);
 
   void Reserve(size_t n) { curves_.reserve(n); }
@@ -48,7 +49,8 @@ class SizeCurves {
   size_t traced() const { return traced_; }
   int64_t at(size_t i) const { return v_[i]; }
 
-  // Curve j's bytes at value v, rounded down (0 where the polynomial is negative).
+  // Curve j's bytes at value v in [0, kMostValue] (where the 128-bit arithmetic cannot
+  // overflow), rounded down (0 where the polynomial is negative).
   [[nodiscard]] uint64_t Bytes(size_t j, int64_t v) const;
   // Curve j's growth per unit of the value at v (in doubles, for guesses that need no exactness).
   [[nodiscard]] double Growth(size_t j, int64_t v) const;

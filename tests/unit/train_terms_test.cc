@@ -236,6 +236,23 @@ TEST(TrainTermsTest, TheCandidatesFromTheTermsAreTheAnswerAndItsSuccessor) {
   }
 }
 
+// A limit past the values the curves are read at (2^24) keeps the candidates within them, and the
+// search answers as under the default limit.
+TEST(TrainTermsTest, ALimitPastTheCurvesRangeGivesTheSameAnswer) {
+  auto model = Bundled("mlp_small_train.onnx");
+  ASSERT_NE(model, nullptr);
+  auto est = MakeEstimator("analytical");
+  ASSERT_TRUE(est.ok());
+  Options o;
+  o.gpu = "h100-80gb";
+  auto within = FindMaxBatch(**est, *model, o);
+  auto past = FindMaxBatch(**est, *model, o, int64_t{1} << 40);
+  ASSERT_TRUE(within.ok());
+  ASSERT_TRUE(past.ok()) << past.status().ToString();
+  EXPECT_GT(within->batch, 1);
+  EXPECT_EQ(past->batch, within->batch);
+}
+
 // The analytical search takes the answer and its successor right after the two estimates that
 // give the curves: four estimates for an affine graph, the floor of a search by estimates plus
 // the one the curves need.
