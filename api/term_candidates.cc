@@ -48,28 +48,72 @@ std::optional<int64_t> TermCandidates::Propose(int64_t v, bool fits, double head
   return v;
 }
 
+std::vector<const TermCandidates::Point*> TermCandidates::LastAlike() const {
+  const analytical::TrainTerms& last = points_seen_.back().terms;
+  std::vector<const Point*> alike;
+  for (auto it = points_seen_.rbegin();
+       it != points_seen_.rend() && alike.size() < static_cast<size_t>(points_); ++it) {
+    if (it->terms.SameShape(last)) alike.push_back(&*it);
+  }
+  std::sort(alike.begin(), alike.end(), [](const Point* a, const Point* b) { return a->v < b->v; });
+  return alike;
+}
+
+namespace {
+
+// Regula falsi between lo (room_lo >= 0: fits) and hi (room_hi < 0), Illinois' way: a side kept
+// twice in a row has its headroom halved; a bisection after two steps that did not halve the
+// interval. The largest value whose headroom is >= 0, and that headroom in *room.
+template <typename Headroom>
+int64_t LargestWithRoom(int64_t lo, int64_t hi, double room_lo, double room_hi,
+                        const Headroom& headroom, double* room) {
+  *room = room_lo;
+  int kept = 0, slow = 0;
+  while (hi - lo > 1) {
+    const int64_t width = hi - lo;
+    int64_t v = lo + width / 2;
+    if (slow < 2) {
+      const double x =
+          static_cast<double>(lo) + static_cast<double>(width) * room_lo / (room_lo - room_hi);
+      // (clamped before the cast: lo < x < hi, but in doubles)
+      v = static_cast<int64_t>(
+          std::floor(std::clamp(x, static_cast<double>(lo + 1), static_cast<double>(hi - 1))));
+    }
+    const double r = headroom(v);
+    if (r >= 0) {
+      lo = v;
+      room_lo = *room = r;
+      if (kept > 0) room_hi /= 2;
+      kept = kept > 0 ? kept + 1 : 1;
+    } else {
+      hi = v;
+      room_hi = r;
+      if (kept < 0) room_lo /= 2;
+      kept = kept < 0 ? kept - 1 : -1;
+    }
+    slow = 2 * (hi - lo) > width ? slow + 1 : 0;
+    if (slow > 2) slow = 0;
+  }
+  return lo;
+}
+
+}  // namespace
+
 std::optional<int64_t> TermCandidates::Next(int64_t good, int64_t bad, int64_t limit) {
   proposed_at_ = 0;
   if (misses_ >= kMostMisses || points_seen_.empty()) return std::nullopt;
-  // (The successor of a value proposed by curves through the origin is theirs too: a miss there
-  // is not counted either.)
-  // The curves' largest fitting value fitted: by the same curves its successor does not.
+  // The curves' largest fitting value fitted: by the same curves its successor does not. (After
+  // curves through the origin, the successor is theirs too: a miss there is not counted either.)
   if (successor_next_ && points_seen_.back().v == good && (bad == 0 || good + 1 < bad)) {
     return Propose(good + 1, false);
   }
-  // The last `points_` estimates whose terms are alike (the last one's), in increasing values;
-  // with fewer, the origin too (terms proportional to the value, or to its square).
-  const analytical::TrainTerms& last = points_seen_.back().terms;
-  std::vector<const Point*> use;
-  for (auto it = points_seen_.rbegin();
-       it != points_seen_.rend() && use.size() < static_cast<size_t>(points_); ++it) {
-    if (it->terms.SameShape(last)) use.push_back(&*it);
-  }
+  // The curves through the last `points_` estimates alike (the last one's); with fewer, through
+  // the origin too (terms proportional to the value, or to its square).
+  const std::vector<const Point*> use = LastAlike();
   const bool origin = use.size() < static_cast<size_t>(points_);
   if (use.size() + (origin ? 1 : 0) < 2 || (origin && origin_guesses_ >= kMostOriginGuesses)) {
     return std::nullopt;
   }
-  std::sort(use.begin(), use.end(), [](const Point* a, const Point* b) { return a->v < b->v; });
   std::vector<int64_t> at;
   std::vector<const analytical::TrainTerms*> terms;
   for (const Point* p : use) {  // (distinct values: each value is estimated once)
@@ -94,46 +138,18 @@ std::optional<int64_t> TermCandidates::Next(int64_t good, int64_t bad, int64_t l
   // failing one (the curves' verdict read as turning once, as the estimates' usually does), and
   // within the values the curves are read at.
   const int64_t above = bad > 0 ? bad : limit + 1;  // the least value not to propose
-  int64_t lo = good, hi = std::min(above, base::SizeCurves::kMostValue);
-  if (lo >= hi) return std::nullopt;
-  double room_lo = headroom(lo), room_hi = headroom(hi);
-  if (room_lo < 0) return std::nullopt;  // the estimate there fits: its backward does
+  const int64_t hi = std::min(above, base::SizeCurves::kMostValue);
+  if (good >= hi) return std::nullopt;
+  const double room_good = headroom(good), room_hi = headroom(hi);
+  if (room_good < 0) return std::nullopt;  // the estimate there fits: its backward does
   if (room_hi >= 0) return hi < above ? Propose(hi, true, room_hi) : std::nullopt;
-  double room_at_lo = room_lo;  // (room_lo is halved by the Illinois rule)
-  // Regula falsi between the two (Illinois: a side kept twice in a row has its headroom halved),
-  // a bisection after two steps that did not halve the interval.
-  int kept = 0, slow = 0;
-  while (hi - lo > 1) {
-    const int64_t width = hi - lo;
-    int64_t v = lo + width / 2;
-    if (slow < 2) {
-      const double x =
-          static_cast<double>(lo) + static_cast<double>(width) * room_lo / (room_lo - room_hi);
-      // (clamped before the cast: lo < x < hi, but in doubles)
-      v = static_cast<int64_t>(
-          std::floor(std::clamp(x, static_cast<double>(lo + 1), static_cast<double>(hi - 1))));
-    }
-    const double room = headroom(v);
-    if (room >= 0) {
-      lo = v;
-      room_lo = room;
-      room_at_lo = room;
-      if (kept > 0) room_hi /= 2;
-      kept = kept > 0 ? kept + 1 : 1;
-    } else {
-      hi = v;
-      room_hi = room;
-      if (kept < 0) room_lo /= 2;
-      kept = kept < 0 ? kept - 1 : -1;
-    }
-    slow = 2 * (hi - lo) > width ? slow + 1 : 0;
-    if (slow > 2) slow = 0;
-  }
+  double room = 0;
+  const int64_t lo = LargestWithRoom(good, hi, room_good, room_hi, headroom, &room);
   // lo == good: the curves say its successor fails; else lo fits by them. (Not through the
   // origin: a fixed part of a term -- an embedding's gradient -- read as growing with the value
   // says a fitting value's successor fails where it has room for many more.)
   if (lo == good) return origin ? std::nullopt : Propose(good + 1, false);
-  return Propose(lo, true, room_at_lo);
+  return Propose(lo, true, room);
 }
 
 }  // namespace memest

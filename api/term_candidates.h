@@ -67,6 +67,8 @@ class TermCandidates {
   // peak is the same at every value: where it fits, the verdict turns where this meets 0, and it
   // grows smoothly with the value where the estimate's own stays at the step's.
   double BackwardHeadroom(Estimate e) const;
+  // The last `points_` estimates whose terms are alike the last one's, in increasing values.
+  std::vector<const Point*> LastAlike() const;
   // Proposes v, which the curves say fits or not (with that headroom: BackwardHeadroom).
   std::optional<int64_t> Propose(int64_t v, bool fits, double headroom = 0);
   const StackProfile& stack_;
