@@ -148,7 +148,8 @@ class Accounting {
   // The gradients node k's backward holds at once, with its workspaces.
   uint64_t BackwardTransient(const core::Node& n, size_t k, uint64_t conv_ws) const;
   // Many GPUs: the rank's sharded states, DDP buckets and NCCL buffers (memory/parallel.h).
-  void ShardStates(const memory::StepTemporaries& temps, ModelStates* m, Estimate* e) const;
+  // Sets t's states and NCCL buffers; returns the host bytes (ZeRO's offload), 0 on one GPU.
+  uint64_t ShardStates(const memory::StepTemporaries& temps, TrainTerms* t) const;
   uint64_t Workspace(const GpuProfile& gpu, int count) const;
   uint64_t LargestParameter() const;
   uint64_t Eff(int id) const { return facts_.bytes(id); }
@@ -382,9 +383,9 @@ Accounting::Activations Accounting::SavedAndTransients(TrainTerms* terms) const 
   return a;
 }
 
-void Accounting::ShardStates(const memory::StepTemporaries& temps, ModelStates* m,
-                             Estimate* e) const {
-  if (!o_.parallel.enabled()) return;
+uint64_t Accounting::ShardStates(const memory::StepTemporaries& temps, TrainTerms* t) const {
+  if (!o_.parallel.enabled()) return 0;
+  ModelStates* m = &t->states;
   const memory::RankStates r =
       memory::ShardModelStates(memory::RankParameters(b_, facts_, plan_, stage_), o_);
   if (!r.unsharded) {
@@ -405,8 +406,8 @@ void Accounting::ShardStates(const memory::StepTemporaries& temps, ModelStates* 
     m->step_temporaries = temps.lists > 0 ? r.gradients : 0;  // one shard-sized list
   }
   for (uint64_t size : memory::BucketSizes(r.buckets, o_.parallel)) m->buckets.Add(size);
-  e->host_bytes = r.host;
-  e->breakdown.nccl_buffers = memory::NcclBufferBytes(plan_);
+  t->nccl_buffers = memory::NcclBufferBytes(plan_);
+  return r.host;
 }
 
 Result<Estimate> Accounting::Train(const GpuProfile& gpu, TrainTerms* t) {
@@ -426,14 +427,12 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu, TrainTerms* t) {
                            : SatMul(LargestParameter(), static_cast<uint64_t>(temps.per_parameter));
   t->workspace = Workspace(gpu, 2);
   // Many GPUs: the rank's model states and collective buffers (memory/parallel.h).
-  Estimate sharding;
-  ShardStates(temps, &m, &sharding);
-  t->nccl_buffers = sharding.breakdown.nccl_buffers;
+  const uint64_t host_bytes = ShardStates(temps, t);
   t->in_flight = plan_.in_flight(stage_);
 
   Estimate e = StepPeaks(*t, stack_);
   e.backend = "analytical";
-  e.host_bytes = sharding.host_bytes;
+  e.host_bytes = host_bytes;
   if (e.peak_phase == Phase::kBackward) {
     e.peak_node = act.backward >= act.forward ? act.backward_node : "";
   }

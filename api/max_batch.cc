@@ -446,7 +446,6 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
   auto estimate = [&](int64_t v) -> Result<Estimate> {
     set(&o, v);
     ++r.evaluations;
-    terms = analytical::TrainTerms();
     auto e = with_terms ? memory::RunEstimate(estimator, model, o,
                                               [&](const memory::EstimationContext& ctx) {
                                                 if (!stack) stack = ctx.stack();
