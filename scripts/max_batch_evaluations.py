@@ -2,7 +2,8 @@
 """Counts the estimates the exact max-batch search spends, per search and in all.
 
     python3 scripts/max_batch_evaluations.py [--bin build/tools/memest]
-                                             [--set main|options|lm|lm-gpus|lm-options|lm-heldout]
+                                             [--set main|options|lm|lm-gpus|lm-options|lm-heldout|
+                                                    lm-heldout2|lm-infer]
                                              [--backend analytical] [--per-search]
                                              [--extra "--safety-margin 5%"]
 
@@ -22,6 +23,13 @@ Sets (docs/cli.md `--max-batch`):
            l40s-48gb with fused AdamW --max-batch at seq 256, v100-32gb with amp-fp16 and the
            embeddings frozen --max-dim seq at batch 1: written down before the rules that read
            the backward's phase were measured, and run once they were final
+  lm-heldout2  the same models and attentions: a100-40gb with amp-fp16 --max-dim seq at batch 8,
+           h100-80gb with the single-tensor optimizer --max-batch at seq 1024, l4-24gb with
+           --checkpoint blocks --max-dim seq at batch 1
+  lm-infer the same models and attentions in inference: h100-80gb prefill --max-dim seq at batch 8,
+           a100-40gb decode --max-dim past at batch 16, l4-24gb forward (--mode infer) --max-batch
+           at seq 1024, a100-80gb decode --max-batch at past 2048: written down before the
+           inference step kept its terms
 Each search is one `memest ... --json` process (with --extra's arguments appended); its count is
 max_batch.evaluations. Run two binaries and compare the totals and the answers (--per-search
 prints both for each search).
@@ -70,6 +78,14 @@ LM_QUERIES = {
                      "--dim", "seq=1024"],
                     ["--gpu", "l4-24gb", "--checkpoint", "blocks", "--max-dim", "seq",
                      "--batch", "1"]],
+    # Inference: written down before the inference step kept its terms (analytical/step_terms.h),
+    # and run only once they were final.
+    "lm-infer": [["--gpu", "h100-80gb", "--phase", "prefill", "--max-dim", "seq", "--batch", "8"],
+                 ["--gpu", "a100-40gb", "--phase", "decode", "--dim", "seq=1", "--max-dim", "past",
+                  "--batch", "16"],
+                 ["--gpu", "l4-24gb", "--mode", "infer", "--max-batch", "--dim", "seq=1024"],
+                 ["--gpu", "a100-80gb", "--phase", "decode", "--dim", "seq=1", "--dim", "past=2048",
+                  "--max-batch"]],
 }
 
 
