@@ -34,12 +34,13 @@
 //                            W + S + G + To + WS                   -> phase optimizer_step )
 //           (conservative: all gradients are counted alongside all saved activations); both
 //           phases are reported at their own peaks (Estimate::phases), the larger is the
-//           estimate's. A and the transients are gathered term by term (analytical/train_terms.h
-//           TrainTerms: summed as they come, and kept one by one for the max-batch search's
+//           estimate's. A and the transients are gathered term by term (analytical/step_terms.h
+//           StepTerms: summed as they come, and kept one by one for the max-batch search's
 //           curves), and StepPeaks adds them up into both phases
 //   infer:  allocated = W + WS + max over the forward walk of the live activations, where a
 //           tensor dies after its last consumer (views share their source's storage); the data
-//           inputs live to the end but a decoder's past KV cache (memory/kv_cache.h)
+//           inputs live to the end but a decoder's past KV cache (memory/kv_cache.h); the walk
+//           is its terms (step_terms.h LiveWalk), and StepPeaks adds the rest
 //
 //   Each tensor is a 512-byte-rounded block (memory-model.md §1.3). reserved ~= blocks > 1 MiB
 //   rounded up to 2 MiB + small blocks packed into 2 MiB segments (memory-model.md §1.4);
@@ -68,7 +69,7 @@
 #include <string>
 #include <vector>
 
-#include "analytical/train_terms.h"
+#include "analytical/step_terms.h"
 #include "base/checked.h"
 #include "base/dtype.h"
 #include "core/bind.h"
@@ -121,9 +122,10 @@ class Accounting {
         plan_(ctx.parallel()),
         stage_(ctx.stage()) {}
 
-  // The training estimate, its terms in *terms (train_terms.h).
-  Result<Estimate> Train(const GpuProfile& gpu, TrainTerms* terms);
-  Result<Estimate> Infer(const GpuProfile& gpu);
+  // The training estimate, its terms in *terms (step_terms.h).
+  Result<Estimate> Train(const GpuProfile& gpu, StepTerms* terms);
+  // The inference estimate, its forward walk in *terms.
+  Result<Estimate> Infer(const GpuProfile& gpu, StepTerms* terms);
 
  private:
   class SavedSet;
@@ -137,7 +139,7 @@ class Accounting {
   void Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cache) const;
   Blocks OptimizerState() const;
   // Fills terms' saved activations and transients (their segments too).
-  Activations SavedAndTransients(TrainTerms* terms) const;
+  Activations SavedAndTransients(StepTerms* terms) const;
   // Inference: per node, the storage roots whose last use (by any alias) it is; graph outputs
   // kept to the end are in none.
   std::vector<std::vector<int>> LastUses() const;
@@ -149,7 +151,7 @@ class Accounting {
   uint64_t BackwardTransient(const core::Node& n, size_t k, uint64_t conv_ws) const;
   // Many GPUs: the rank's sharded states, DDP buckets and NCCL buffers (memory/parallel.h).
   // Sets t's states and NCCL buffers; returns the host bytes (ZeRO's offload), 0 on one GPU.
-  uint64_t ShardStates(const memory::StepTemporaries& temps, TrainTerms* t) const;
+  uint64_t ShardStates(const memory::StepTemporaries& temps, StepTerms* t) const;
   uint64_t Workspace(const GpuProfile& gpu, int count) const;
   uint64_t LargestParameter() const;
   uint64_t Eff(int id) const { return facts_.bytes(id); }
@@ -220,7 +222,7 @@ Blocks Accounting::OptimizerState() const {
 // (StepPeaks).
 class Accounting::SavedSet {
  public:
-  SavedSet(const Accounting& a, std::vector<core::CheckpointSegment> segments, TrainTerms* out)
+  SavedSet(const Accounting& a, std::vector<core::CheckpointSegment> segments, StepTerms* out)
       : a_(a),
         segs_(std::move(segments)),
         out_(*out),
@@ -262,7 +264,7 @@ class Accounting::SavedSet {
  private:
   const Accounting& a_;
   const std::vector<core::CheckpointSegment> segs_;
-  TrainTerms& out_;
+  StepTerms& out_;
   std::vector<bool> counted_;
   std::vector<std::set<int>> seg_counted_;
 };
@@ -319,7 +321,7 @@ uint64_t Accounting::BackwardTransient(const core::Node& n, size_t k, uint64_t c
   return grad_bytes;
 }
 
-Accounting::Activations Accounting::SavedAndTransients(TrainTerms* terms) const {
+Accounting::Activations Accounting::SavedAndTransients(StepTerms* terms) const {
   Activations a;
   terms->Start(static_cast<int>(checkpoint_.size()));
   if (terms->keep)
@@ -383,7 +385,7 @@ Accounting::Activations Accounting::SavedAndTransients(TrainTerms* terms) const 
   return a;
 }
 
-uint64_t Accounting::ShardStates(const memory::StepTemporaries& temps, TrainTerms* t) const {
+uint64_t Accounting::ShardStates(const memory::StepTemporaries& temps, StepTerms* t) const {
   if (!o_.parallel.enabled()) return 0;
   ModelStates* m = &t->states;
   const memory::RankStates r =
@@ -410,7 +412,7 @@ uint64_t Accounting::ShardStates(const memory::StepTemporaries& temps, TrainTerm
   return r.host;
 }
 
-Result<Estimate> Accounting::Train(const GpuProfile& gpu, TrainTerms* t) {
+Result<Estimate> Accounting::Train(const GpuProfile& gpu, StepTerms* t) {
   ModelStates& m = t->states;
   Blocks params;
   Weights(&m.weights, &params, &m.cast_cache);
@@ -460,22 +462,18 @@ std::vector<std::vector<int>> Accounting::LastUses() const {
   return dies_after;
 }
 
-Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
-  Estimate e;
-  e.backend = "analytical";
-  Blocks weights, params, cast_cache;
-  Weights(&weights, &params, &cast_cache);
+Result<Estimate> Accounting::Infer(const GpuProfile& gpu, StepTerms* terms) {
+  terms->StartInference();
+  Blocks params_only;
+  Weights(&terms->states.weights, &params_only, &terms->states.cast_cache);
+  terms->workspace = Workspace(gpu, 1);
   // The live activations node by node: a root from its producer (a data input from the start)
   // until its last use, graph outputs to the end; the peak is the fullest moment, with the
   // node's workspaces.
   const std::vector<std::vector<int>> dies_after = LastUses();
-  std::vector<bool> live_now(g_.values.size(), false);
-  Blocks live, peak_set;
-  uint64_t peak_alloc = 0;
-  auto make = [&](int id) {
-    live_now[static_cast<size_t>(id)] = true;
-    live.Add(Eff(id));
-  };
+  std::vector<int32_t> made(g_.values.size(), -1);  // a live root's number in the walk
+  LiveWalk& walk = terms->live;
+  auto make = [&](int id) { made[static_cast<size_t>(id)] = walk.Make(Eff(id)); };
   for (int id : g_.data_inputs) make(id);
   for (size_t k = 0; k < g_.nodes.size(); ++k) {
     const core::Node& n = g_.nodes[k];
@@ -486,31 +484,16 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu) {
     for (int out : n.outputs) {
       if (out >= 0 && facts_.root(out) == out) make(out);  // views: no new memory
     }
-    Blocks here = live;
-    here.Add(ws);
-    if (here.allocated > peak_alloc) {
-      peak_alloc = here.allocated;
-      peak_set = here;
-      e.peak_node = n.name;
-    }
+    walk.Run(static_cast<int32_t>(k), ws);
     for (int id : dies_after[k]) {
-      if (!live_now[static_cast<size_t>(id)]) continue;
-      live_now[static_cast<size_t>(id)] = false;
-      live.Remove(Eff(id));
+      int32_t& number = made[static_cast<size_t>(id)];
+      if (number < 0) continue;
+      walk.Free(number, Eff(id));
+      number = -1;
     }
   }
-  const uint64_t ws = Workspace(gpu, 1);
-  Blocks all = weights;
-  all.Add(cast_cache);
-  all.Add(peak_set);
-  all.Add(ws);
-  PhasePeak peak;
-  peak.phase = Phase::kInference;
-  peak.breakdown.weights = SatAdd(weights.requested, cast_cache.requested);
-  // live activations at the peak + workspace
-  peak.breakdown.transient = SatAdd(peak_set.requested, ws);
-  FinishPhase(all, stack_, &peak);
-  TakePeak(peak, &e);
+  Estimate e = StepPeaks(*terms, stack_);
+  if (walk.peak_node() >= 0) e.peak_node = g_.nodes[static_cast<size_t>(walk.peak_node())].name;
   return e;
 }
 
@@ -529,24 +512,24 @@ void NoteFractionWithoutAllocatorModel(const Options& o, Estimate* e) {
 }
 
 // The estimate in ctx, its terms in *terms (one by one where terms->keep).
-Result<Estimate> Account(const memory::EstimationContext& ctx, TrainTerms* terms) {
+Result<Estimate> Account(const memory::EstimationContext& ctx, StepTerms* terms) {
   Accounting acc(ctx);
-  Result<Estimate> e =
-      ctx.options().mode == Mode::kTrain ? acc.Train(ctx.gpu(), terms) : acc.Infer(ctx.gpu());
+  Result<Estimate> e = ctx.options().mode == Mode::kTrain ? acc.Train(ctx.gpu(), terms)
+                                                          : acc.Infer(ctx.gpu(), terms);
   if (e.ok()) NoteFractionWithoutAllocatorModel(ctx.options(), &*e);
   return e;
 }
 
 Result<Estimate> Analytical::EstimateIn(const memory::EstimationContext& ctx) const {
-  TrainTerms sums_only;
+  StepTerms sums_only;
   sums_only.keep = false;
   return Account(ctx, &sums_only);
 }
 
 }  // namespace
 
-Result<Estimate> EstimateWithTerms(const memory::EstimationContext& ctx, TrainTerms* terms) {
-  *terms = TrainTerms();
+Result<Estimate> EstimateWithTerms(const memory::EstimationContext& ctx, StepTerms* terms) {
+  *terms = StepTerms();
   return Account(ctx, terms);
 }
 

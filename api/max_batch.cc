@@ -3,8 +3,8 @@
 // Policy (docs/cli.md `--max-batch`; the contract in memest/estimator.h):
 //  * The exact search (ExactSearch): safeguarded interpolation over the backend's own
 //    estimates (Candidates); the answer is a batch that fits whose successor does not. For the
-//    analytical backend's training step on one GPU, the candidates come first from the closed
-//    form read through the curves of the estimates' terms (TermCandidates,
+//    analytical backend's step (training or inference) on one GPU, the candidates come first from
+//    the closed form read through the curves of the estimates' terms (TermCandidates,
 //    api/term_candidates.h), and from Candidates where those say nothing; every verdict is an
 //    estimate's either way.
 //  * The symbolic backend's max batch (and max dim) first goes through its replay
@@ -39,7 +39,7 @@
 #include <utility>
 #include <vector>
 
-#include "analytical/train_terms.h"
+#include "analytical/step_terms.h"
 #include "api/term_candidates.h"
 #include "base/checked.h"
 #include "memest/estimator.h"
@@ -437,10 +437,10 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
                                    Label label, Set set, int term_points) {
   MaxBatchResult r;
   Options o = options;
-  // The analytical backend's training step on one GPU keeps its terms (api/term_candidates.h).
-  const bool with_terms = estimator.name() == "analytical" && options.mode == Mode::kTrain &&
-                          !options.parallel.enabled() && !options.prefill;
-  analytical::TrainTerms terms;
+  // The analytical backend's step on one GPU keeps its terms (api/term_candidates.h).
+  const bool with_terms =
+      estimator.name() == "analytical" && !options.parallel.enabled() && !options.prefill;
+  analytical::StepTerms terms;
   std::optional<StackProfile> stack;  // the context's, for the curves' verdicts
   std::optional<TermCandidates> from_terms;
   auto estimate = [&](int64_t v) -> Result<Estimate> {
@@ -481,7 +481,7 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
     // bytes) needs more than any GPU has: it does not fit, and the search goes on below it.
     if (!at.ok() && at.status().code() == ErrorCode::kOverflow) {
       at = Unaffordable();
-      terms = analytical::TrainTerms();  // (no terms: nothing the curves can read)
+      terms = analytical::StepTerms();  // (no terms: nothing the curves can read)
     }
     if (!at.ok()) return at.status();
     Estimate e = std::move(at).value();

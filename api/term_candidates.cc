@@ -22,7 +22,7 @@ double TermCandidates::BackwardHeadroom(Estimate e) const {
   return static_cast<double>(CheckFit(e, gpu_, options_).headroom);
 }
 
-void TermCandidates::Record(int64_t v, analytical::TrainTerms terms, const Estimate& e,
+void TermCandidates::Record(int64_t v, analytical::StepTerms terms, const Estimate& e,
                             const Fit& fit) {
   successor_next_ = false;
   const double headroom = BackwardHeadroom(e);
@@ -36,7 +36,7 @@ void TermCandidates::Record(int64_t v, analytical::TrainTerms terms, const Estim
     }
   }
   proposed_at_ = 0;
-  if (terms.transients.empty()) return;  // no training step's terms (inference)
+  if (!terms.HasTerms()) return;  // none kept (an unaffordable candidate)
   points_seen_.push_back({v, std::move(terms), headroom});
 }
 
@@ -49,7 +49,7 @@ std::optional<int64_t> TermCandidates::Propose(int64_t v, bool fits, double head
 }
 
 std::vector<const TermCandidates::Point*> TermCandidates::LastAlike() const {
-  const analytical::TrainTerms& last = points_seen_.back().terms;
+  const analytical::StepTerms& last = points_seen_.back().terms;
   std::vector<const Point*> alike;
   for (auto it = points_seen_.rbegin();
        it != points_seen_.rend() && alike.size() < static_cast<size_t>(points_); ++it) {
@@ -115,13 +115,12 @@ std::optional<int64_t> TermCandidates::Next(int64_t good, int64_t bad, int64_t l
     return std::nullopt;
   }
   std::vector<int64_t> at;
-  std::vector<const analytical::TrainTerms*> terms;
+  std::vector<const analytical::StepTerms*> terms;
   for (const Point* p : use) {  // (distinct values: each value is estimated once)
     at.push_back(p->v);
     terms.push_back(&p->terms);
   }
-  const std::optional<analytical::TrainCurve> curve =
-      analytical::TrainCurve::Fit(at, terms, origin);
+  const std::optional<analytical::StepCurve> curve = analytical::StepCurve::Fit(at, terms, origin);
   if (!curve) return std::nullopt;
   through_origin_ = origin;
   if (origin) ++origin_guesses_;

@@ -1,9 +1,10 @@
 // api/term_candidates.h -- the exact max-batch search's candidates read from the analytical
-// backend's terms (analytical/train_terms.h): the closed form at any value from the curves
+// backend's terms (analytical/step_terms.h): the closed form at any value from the curves
 // through the terms of the values estimated so far.
 //
 // Policy (docs/cli.md `--max-batch`):
-//  * Every estimate the search makes of an analytical training step keeps its terms. Once two of
+//  * Every estimate the search makes of an analytical step on one GPU (training, or inference's
+//    forward walk) keeps its terms. Once two of
 //    them have the same terms (the first, at batch 1, often has not: a broadcast over the batch
 //    dim is a view only there), the curves through the last two (three, for a dim whose sizes can
 //    grow with its square) give the closed form at any value, its block rounding and segments
@@ -28,7 +29,7 @@
 #include <optional>
 #include <vector>
 
-#include "analytical/train_terms.h"
+#include "analytical/step_terms.h"
 #include "memest/estimator.h"
 
 namespace memest {
@@ -42,7 +43,7 @@ class TermCandidates {
       : stack_(stack), gpu_(gpu), options_(options), points_(points) {}
 
   // An estimate at value v, with its terms, and its verdict (CheckFit's).
-  void Record(int64_t v, analytical::TrainTerms terms, const Estimate& e, const Fit& fit);
+  void Record(int64_t v, analytical::StepTerms terms, const Estimate& e, const Fit& fit);
 
   // The next value to estimate inside (good, bad) -- bad 0: none failed yet, and the limit is the
   // top -- and at most SizeCurves::kMostValue (2^24), where the curves are read; nullopt when the
@@ -60,12 +61,13 @@ class TermCandidates {
   static constexpr int kMostOriginGuesses = 3;
   struct Point {
     int64_t v = 0;
-    analytical::TrainTerms terms;
+    analytical::StepTerms terms;
     double headroom = 0;  // BackwardHeadroom
   };
-  // CheckFit's headroom of e's forward and backward phase judged alone. The optimizer step's
-  // peak is the same at every value: where it fits, the verdict turns where this meets 0, and it
-  // grows smoothly with the value where the estimate's own stays at the step's.
+  // CheckFit's headroom of e's forward and backward phase judged alone (an inference step's: its
+  // own). The optimizer step's peak is the same at every value: where it fits, the verdict turns
+  // where this meets 0, and it grows smoothly with the value where the estimate's own stays at
+  // the step's.
   double BackwardHeadroom(Estimate e) const;
   // The last `points_` estimates whose terms are alike the last one's, in increasing values.
   std::vector<const Point*> LastAlike() const;

@@ -82,6 +82,13 @@ bool SizeCurves::Add(std::span<const uint64_t> s) {
   for (size_t i = 0; i < traced_; ++i) {
     if (s[i] >= kMostBytes || (i > 0 && s[i] < s[i - 1])) return false;
   }
+  if (s[0] == s[traced_ - 1]) {  // the same size at every traced value (sizes do not fall)
+    Curve flat;
+    flat.first = s[0];
+    flat.narrow = true;
+    curves_.push_back(flat);
+    return true;
+  }
   const Wide h01 = v_[1] - v_[0];
   curves_.push_back(traced_ == 2 ? Line(s[0], s[1], static_cast<int64_t>(h01))
                                  : Parabola(s.data(), h01, v_[2] - v_[1], den_));

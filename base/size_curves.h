@@ -2,7 +2,7 @@
 // such as the sequence length), each through its sizes at two or three traced values: what the
 // max-batch and max-dim searches read between and beyond their traces (the symbolic backend's
 // allocator requests, symbolic/batch_trace.h; the analytical backend's terms,
-// analytical/train_terms.h).
+// analytical/step_terms.h).
 //
 // Policy:
 //  * Through two traces a size is the line through them (a batch dim times the rest); through

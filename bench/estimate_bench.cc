@@ -179,11 +179,13 @@ void BM_Estimate(benchmark::State& state, const std::string& name, memest::Mode 
 
 void BM_MaxBatch(benchmark::State& state, const std::string& name,
                  const std::string& backend = "analytical",
-                 memest::MaxBatchSearch search = memest::MaxBatchSearch::kAuto) {
+                 memest::MaxBatchSearch search = memest::MaxBatchSearch::kAuto,
+                 memest::Mode mode = memest::Mode::kTrain) {
   auto subject = SetUp(state, name, backend);
   if (!subject) return;
   memest::Options o;
   o.gpu = "h100-80gb";
+  o.mode = mode;
   SearchEachIteration(
       state, *subject->model,
       [&] {
@@ -343,22 +345,24 @@ void BM_HfPrefillEstimate(benchmark::State& state, const std::string& name, int6
   state.counters["peak_GiB"] = static_cast<double>(peak) / (1 << 30);
 }
 
-// The longest sequence that fits a training step of a loaded language model at batch 4 on an
-// H100 (FindMaxDim over "seq"), by the symbolic replay or the exact search, or by the analytical
-// backend's search (the exact search, its candidates from the estimates' terms); BM_EstimateSeq is
-// one estimate of the same model at batch 4 by the same backend, to compare with.
-memest::Options SeqOptions() {
+// The longest sequence that fits a training step (or an inference step: a prefill) of a loaded
+// language model at batch 4 on an H100 (FindMaxDim over "seq"), by the symbolic replay or the
+// exact search, or by the analytical backend's search (the exact search, its candidates from the
+// estimates' terms); BM_EstimateSeq is one estimate of the same model at batch 4 by the same
+// backend, to compare with.
+memest::Options SeqOptions(memest::Mode mode = memest::Mode::kTrain) {
   memest::Options o;
   o.gpu = "h100-80gb";
   o.batch = 4;
+  o.mode = mode;
   return o;
 }
 
 void BM_MaxSeq(benchmark::State& state, const std::string& name, memest::MaxBatchSearch search,
-               const char* backend = "symbolic") {
+               const char* backend = "symbolic", memest::Mode mode = memest::Mode::kTrain) {
   auto subject = SetUp(state, name, backend);
   if (!subject) return;
-  const memest::Options o = SeqOptions();
+  const memest::Options o = SeqOptions(mode);
   SearchEachIteration(
       state, *subject->model,
       [&] {
@@ -369,10 +373,10 @@ void BM_MaxSeq(benchmark::State& state, const std::string& name, memest::MaxBatc
 }
 
 void BM_EstimateSeq(benchmark::State& state, const std::string& name, int64_t seq,
-                    const char* backend = "symbolic") {
+                    const char* backend = "symbolic", memest::Mode mode = memest::Mode::kTrain) {
   auto subject = SetUp(state, name, backend);
   if (!subject) return;
-  memest::Options o = SeqOptions();
+  memest::Options o = SeqOptions(mode);
   o.dims["seq"] = seq;
   EstimateEachIteration(state, *subject->model, *subject->est, o);
 }
@@ -415,6 +419,8 @@ BENCHMARK_CAPTURE(BM_MaxBatch, resnet50, std::string("resnet50_train"))->Unit(be
 BENCHMARK_CAPTURE(BM_EstimateAtMaxBatch, resnet50_symbolic, std::string("resnet50_train"))->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MaxBatch, resnet50_symbolic, std::string("resnet50_train"), kSymbolic)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_MaxBatch, resnet50_symbolic_exact, std::string("resnet50_train"), kSymbolic, memest::MaxBatchSearch::kExact)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Estimate, resnet50_infer_analytical, std::string("resnet50_train"), Mode::kInfer, kAnalytical)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_MaxBatch, resnet50_infer, std::string("resnet50_train"), kAnalytical, memest::MaxBatchSearch::kAuto, Mode::kInfer)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_CAPTURE(BM_ProtobufParse, gpt2_tiny, std::string("gpt2_tiny_train"))->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Load, gpt2_tiny, std::string("gpt2_tiny_train"))->Unit(benchmark::kMicrosecond);
@@ -456,6 +462,8 @@ BENCHMARK_CAPTURE(BM_MaxSeq, qwen25_05b_train, std::string("hf:qwen2.5-0.5b"), m
 BENCHMARK_CAPTURE(BM_MaxSeq, qwen25_05b_train_exact, std::string("hf:qwen2.5-0.5b"), memest::MaxBatchSearch::kExact)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_EstimateSeq, qwen25_05b_train_seq2048_analytical, std::string("hf:qwen2.5-0.5b"), 2048, "analytical")->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_MaxSeq, qwen25_05b_train_analytical, std::string("hf:qwen2.5-0.5b"), memest::MaxBatchSearch::kAuto, "analytical")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_EstimateSeq, qwen25_05b_prefill_seq2048_analytical, std::string("hf-prefill:qwen2.5-0.5b"), 2048, "analytical", Mode::kInfer)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxSeq, qwen25_05b_prefill_analytical, std::string("hf-prefill:qwen2.5-0.5b"), memest::MaxBatchSearch::kAuto, "analytical", Mode::kInfer)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_HfPrefillEstimate, llama3_8b_prefill_seq2k, std::string("hf-prefill:meta-llama-3-8b"), 2048)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_HfPrefillEstimate, llama3_8b_prefill_seq32k, std::string("hf-prefill:meta-llama-3-8b"), 32768)->Unit(benchmark::kMillisecond);
 // clang-format on

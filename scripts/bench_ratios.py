@@ -89,6 +89,10 @@ def speed_table(data):
     ms_ = "BM_MaxSeq/qwen25_05b_train"
     seq_a = t("BM_EstimateSeq/qwen25_05b_train_seq2048_analytical")
     msa = "BM_MaxSeq/qwen25_05b_train_analytical"
+    est_i = t("BM_Estimate/resnet50_infer_analytical")
+    mbi = "BM_MaxBatch/resnet50_infer"
+    seq_p = t("BM_EstimateSeq/qwen25_05b_prefill_seq2048_analytical")
+    msp = "BM_MaxSeq/qwen25_05b_prefill_analytical"
     rows = [
         ("ResNet-50: protobuf parse", parse, "1 × parse"),
         ("ResNet-50: load", t("BM_Load/resnet50"), f"{t('BM_Load/resnet50') / parse:.2f} × parse"),
@@ -118,6 +122,12 @@ def speed_table(data):
         ("Qwen2.5-0.5B analytical estimate at seq 2,048", seq_a, "1 ×"),
         (f"--max-dim seq analytical ({plural(counter(msa, 'evaluations'), 'estimate')}; answer "
          f"{counter(msa, 'max_seq'):.0f})", t(msa), f"{t(msa) / seq_a:.1f} × one estimate"),
+        ("ResNet-50 inference estimate, analytical, batch 64", est_i, f"{est_i / parse:.2f} × parse"),
+        (f"--max-batch --mode infer analytical ({plural(counter(mbi, 'evaluations'), 'estimate')}; "
+         f"answer {counter(mbi, 'max_batch'):.0f})", t(mbi), f"{t(mbi) / est_i:.1f} × one estimate"),
+        ("Qwen2.5-0.5B prefill, analytical estimate at seq 2,048", seq_p, "1 ×"),
+        (f"its --max-dim seq analytical ({plural(counter(msp, 'evaluations'), 'estimate')}; answer "
+         f"{counter(msp, 'max_seq'):.0f})", t(msp), f"{t(msp) / seq_p:.1f} × one estimate"),
     ]
     for name, est in (("analytical", est_a), ("symbolic", est_s)):
         for order in ("grouped", "shuffled"):

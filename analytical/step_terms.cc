@@ -1,6 +1,6 @@
-// analytical/train_terms.cc -- the training estimate's terms, their peaks, and their curves
-// (policy in train_terms.h; the formula at the top of analytical.cc).
-#include "analytical/train_terms.h"
+// analytical/step_terms.cc -- the analytical estimate's terms, their peaks, and their curves
+// (policy in step_terms.h; the formula at the top of analytical.cc).
+#include "analytical/step_terms.h"
 
 #include <algorithm>
 
@@ -53,18 +53,6 @@ void TakePeak(const PhasePeak& p, Estimate* e) {
   e->peak_phase = p.phase;
 }
 
-void Blocks::Remove(uint64_t bytes) {
-  if (bytes == 0) return;
-  const uint64_t block = BlockOf(bytes);
-  requested -= std::min(requested, bytes);
-  allocated -= std::min(allocated, block);
-  if (block > kSmallSize) {
-    large -= std::min(large, Blocks::RoundUp(block, kRoundLarge));
-  } else {
-    small -= std::min(small, block);
-  }
-}
-
 void Blocks::Add(const Blocks& o) {
   requested = SatAdd(requested, o.requested);
   allocated = SatAdd(allocated, o.allocated);
@@ -91,10 +79,11 @@ void FinishPhase(const Blocks& all, const StackProfile& stack, PhasePeak* p) {
   p->peak_device = bd.Total();
 }
 
-bool TrainTerms::SameShape(const TrainTerms& o) const {
+bool StepTerms::SameShape(const StepTerms& o) const {
   if (!(states == o.states) || workspace != o.workspace || nccl_buffers != o.nccl_buffers ||
       in_flight != o.in_flight || segments != o.segments || saved.size() != o.saved.size() ||
-      transients.size() != o.transients.size()) {
+      transients.size() != o.transients.size() || inference != o.inference ||
+      !live.SameShape(o.live)) {
     return false;
   }
   for (size_t i = 0; i < saved.size(); ++i) {
@@ -107,7 +96,7 @@ bool TrainTerms::SameShape(const TrainTerms& o) const {
 namespace {
 
 // Both phases' peaks, from the terms' fixed parts and their sums.
-Estimate PeaksOf(const TrainTerms& t, const TermSums& sums, const StackProfile& stack) {
+Estimate PeaksOf(const StepTerms& t, const TermSums& sums, const StackProfile& stack) {
   const ModelStates& m = t.states;
   const Blocks saved = sums.Saved(t.in_flight);
   const uint64_t transient = sums.transient();
@@ -142,6 +131,26 @@ Estimate PeaksOf(const TrainTerms& t, const TermSums& sums, const StackProfile& 
   return e;
 }
 
+// An inference step's peak: the weights (and the AMP cast cache), the walk's fullest node and the
+// cuBLAS workspace `ws`.
+Estimate InferencePeak(const ModelStates& m, const Blocks& walk_peak, uint64_t ws,
+                       const StackProfile& stack) {
+  Blocks all = m.weights;
+  all.Add(m.cast_cache);
+  all.Add(walk_peak);
+  all.Add(ws);
+  PhasePeak peak;
+  peak.phase = Phase::kInference;
+  peak.breakdown.weights = SatAdd(m.weights.requested, m.cast_cache.requested);
+  // the roots alive at the peak + the workspaces
+  peak.breakdown.transient = SatAdd(walk_peak.requested, ws);
+  FinishPhase(all, stack, &peak);
+  Estimate e;
+  e.backend = "analytical";
+  TakePeak(peak, &e);
+  return e;
+}
+
 }  // namespace
 
 Blocks TermSums::Saved(int in_flight) const {
@@ -157,24 +166,42 @@ Blocks TermSums::Saved(int in_flight) const {
   return all;
 }
 
-void TrainTerms::Start(int checkpointed_segments) {
+void LiveWalk::Start(bool keep) {
+  keep_ = keep;
+  live_ = peak_ = Blocks();
+  peak_node_ = -1;
+  made_ = 0;
+  steps_.clear();
+  made_bytes_.clear();
+  run_bytes_.clear();
+}
+
+void StepTerms::Start(int checkpointed_segments) {
+  inference = false;
   segments = checkpointed_segments;
   saved.clear();
   transients.clear();
   sums = TermSums(checkpointed_segments);
 }
 
-Estimate StepPeaks(const TrainTerms& t, const StackProfile& stack) {
+void StepTerms::StartInference() {
+  Start(0);
+  inference = true;
+  live.Start(keep);
+}
+
+Estimate StepPeaks(const StepTerms& t, const StackProfile& stack) {
+  if (t.inference) return InferencePeak(t.states, t.live.peak(), t.workspace, stack);
   return PeaksOf(t, t.sums, stack);
 }
 
-std::optional<TrainCurve> TrainCurve::Fit(std::span<const int64_t> at,
-                                          std::span<const TrainTerms* const> terms, bool origin) {
-  if (at.size() != terms.size() || terms.empty() || terms[0] == nullptr ||
-      terms[0]->transients.empty() || terms.size() + (origin ? 1 : 0) > 3) {
+std::optional<StepCurve> StepCurve::Fit(std::span<const int64_t> at,
+                                        std::span<const StepTerms* const> terms, bool origin) {
+  if (at.size() != terms.size() || terms.empty() || terms[0] == nullptr || !terms[0]->HasTerms() ||
+      terms.size() + (origin ? 1 : 0) > 3) {
     return std::nullopt;
   }
-  for (const TrainTerms* t : terms) {
+  for (const StepTerms* t : terms) {
     if (t == nullptr || !t->SameShape(*terms[0])) return std::nullopt;
   }
   const size_t first = origin ? 1 : 0;  // where the traced terms start among the points
@@ -183,28 +210,53 @@ std::optional<TrainCurve> TrainCurve::Fit(std::span<const int64_t> at,
   const std::span<const int64_t> points(values, at.size() + first);
   std::optional<base::SizeCurves> saved = base::SizeCurves::Over(points);
   std::optional<base::SizeCurves> transient = base::SizeCurves::Over(points);
-  if (!saved || !transient) return std::nullopt;
-  saved->Reserve(terms[0]->saved.size());
-  transient->Reserve(terms[0]->transients.size());
+  std::optional<base::SizeCurves> made = base::SizeCurves::Over(points);
+  if (!saved || !transient || !made) return std::nullopt;
   uint64_t sizes[3] = {0, 0, 0};  // at the origin: 0
   const std::span<const uint64_t> traced(sizes, points.size());
-  for (size_t j = 0; j < terms[0]->saved.size(); ++j) {
-    for (size_t i = 0; i < terms.size(); ++i) sizes[first + i] = terms[i]->saved[j].bytes;
-    if (!saved->Add(traced)) return std::nullopt;
-  }
-  for (size_t j = 0; j < terms[0]->transients.size(); ++j) {
-    for (size_t i = 0; i < terms.size(); ++i) sizes[first + i] = terms[i]->transients[j];
-    if (!transient->Add(traced)) return std::nullopt;
-  }
-  TrainCurve c;
-  c.shape_ = *terms[0];
+  // The curve of each term: `bytes_of(t, j)` the j-th of `count` terms' bytes in t.
+  const auto fit = [&](base::SizeCurves* curves, size_t count, const auto& bytes_of) {
+    curves->Reserve(count);
+    for (size_t j = 0; j < count; ++j) {
+      for (size_t i = 0; i < terms.size(); ++i) sizes[first + i] = bytes_of(*terms[i], j);
+      if (!curves->Add(traced)) return false;
+    }
+    return true;
+  };
+  const StepTerms& shape = *terms[0];
+  const bool fitted =
+      shape.inference ? fit(&*made, shape.live.made_bytes().size(),
+                            [](const StepTerms& t, size_t j) { return t.live.made_bytes()[j]; }) &&
+                            fit(&*transient, shape.live.run_bytes().size(),
+                                [](const StepTerms& t, size_t j) { return t.live.run_bytes()[j]; })
+                      : fit(&*saved, shape.saved.size(),
+                            [](const StepTerms& t, size_t j) { return t.saved[j].bytes; }) &&
+                            fit(&*transient, shape.transients.size(),
+                                [](const StepTerms& t, size_t j) { return t.transients[j]; });
+  if (!fitted) return std::nullopt;
+  StepCurve c;
+  c.shape_ = shape;
   c.saved_ = std::move(*saved);
   c.transient_ = std::move(*transient);
+  c.made_ = std::move(*made);
   return c;
 }
 
-TrainTerms TrainCurve::At(int64_t v) const {
-  TrainTerms t = shape_;
+void StepCurve::ReplayAt(int64_t v, LiveWalk* out) const {
+  // Each root's bytes once: a root is made, and mostly freed too.
+  std::vector<uint64_t> made(made_.size());
+  for (size_t i = 0; i < made.size(); ++i) made[i] = made_.Bytes(i, v);
+  shape_.live.Replay([&](size_t i) { return made[i]; },
+                     [&](size_t j) { return transient_.Bytes(j, v); }, out);
+}
+
+StepTerms StepCurve::At(int64_t v) const {
+  StepTerms t = shape_;
+  if (shape_.inference) {
+    t.StartInference();
+    ReplayAt(v, &t.live);
+    return t;
+  }
   t.Start(shape_.segments);
   for (size_t j = 0; j < shape_.saved.size(); ++j) {
     SavedTerm term = shape_.saved[j];
@@ -215,7 +267,13 @@ TrainTerms TrainCurve::At(int64_t v) const {
   return t;
 }
 
-Estimate TrainCurve::PeaksAt(int64_t v, const StackProfile& stack) const {
+Estimate StepCurve::PeaksAt(int64_t v, const StackProfile& stack) const {
+  if (shape_.inference) {
+    LiveWalk walk;
+    walk.Start(/*keep=*/false);
+    ReplayAt(v, &walk);
+    return InferencePeak(shape_.states, walk.peak(), shape_.workspace, stack);
+  }
   TermSums sums(shape_.segments);
   for (size_t j = 0; j < shape_.saved.size(); ++j) {
     sums.AddSaved(saved_.Bytes(j, v), shape_.saved[j].segment);

@@ -1,8 +1,8 @@
-// The analytical training estimate's terms (analytical/train_terms.h): they give back the
-// estimate, and their curves through two or three values give the estimate at other values, block
-// rounding and segments included; and the exact max-batch search reads its candidates from them
-// (api/term_candidates.h).
-#include "analytical/train_terms.h"
+// The analytical estimate's terms (analytical/step_terms.h), a training step's and an inference
+// step's forward walk: they give back the estimate, and their curves through two or three values
+// give the estimate at other values, block rounding and segments included; and the exact max-batch
+// search reads its candidates from them (api/term_candidates.h).
+#include "analytical/step_terms.h"
 
 #include <gtest/gtest.h>
 
@@ -40,7 +40,7 @@ std::shared_ptr<const Model> Lm(const std::string& config_name) {
 
 struct Traced {
   Estimate estimate;
-  analytical::TrainTerms terms;
+  analytical::StepTerms terms;
   StackProfile stack;
 };
 
@@ -62,7 +62,7 @@ Traced TraceAtBatch(const Model& m, Options o, int64_t batch) {
 }
 
 // The peaks the closed form gives from `terms`.
-Estimate PeaksOf(const analytical::TrainTerms& terms, const StackProfile& stack) {
+Estimate PeaksOf(const analytical::StepTerms& terms, const StackProfile& stack) {
   return analytical::StepPeaks(terms, stack);
 }
 
@@ -80,7 +80,7 @@ void ExpectSamePeaks(const Estimate& got, const Estimate& want, const std::strin
 }
 
 // The estimate with its terms is the backend's estimate, and the terms give its peaks back.
-TEST(TrainTermsTest, TheTermsGiveTheEstimateBack) {
+TEST(StepTermsTest, TheTermsGiveTheEstimateBack) {
   auto model = Bundled("resnet18_train.onnx");
   ASSERT_NE(model, nullptr);
   auto est = MakeEstimator("analytical");
@@ -105,7 +105,7 @@ TEST(TrainTermsTest, TheTermsGiveTheEstimateBack) {
 
 // Lines through the terms at two batches give the estimate at any other batch, below, between
 // and far beyond them: sizes are affine in the batch, and the rounding is the closed form's own.
-TEST(TrainTermsTest, LinesThroughTwoBatchesGiveTheEstimateAtOthers) {
+TEST(StepTermsTest, LinesThroughTwoBatchesGiveTheEstimateAtOthers) {
   for (const char* name : {"resnet18_train.onnx", "gpt2_tiny_train.onnx"}) {
     auto model = Bundled(name);
     ASSERT_NE(model, nullptr);
@@ -113,8 +113,8 @@ TEST(TrainTermsTest, LinesThroughTwoBatchesGiveTheEstimateAtOthers) {
     const Traced a = TraceAtBatch(*model, o, 3);
     const Traced b = TraceAtBatch(*model, o, 40);
     const int64_t at[] = {3, 40};
-    const analytical::TrainTerms* terms[] = {&a.terms, &b.terms};
-    const auto curve = analytical::TrainCurve::Fit(at, terms);
+    const analytical::StepTerms* terms[] = {&a.terms, &b.terms};
+    const auto curve = analytical::StepCurve::Fit(at, terms);
     ASSERT_TRUE(curve.has_value()) << name;
     for (int64_t v : {2, 17, 41, 333, 2049}) {
       const Traced real = TraceAtBatch(*model, o, v);
@@ -128,15 +128,15 @@ TEST(TrainTermsTest, LinesThroughTwoBatchesGiveTheEstimateAtOthers) {
 
 // Where every term is proportional to the batch -- an MLP's activations and its loss's targets --
 // the lines through the origin and one estimate give the estimate at every other batch.
-TEST(TrainTermsTest, ThroughTheOriginOneEstimateGivesTheOthersWhereTermsAreProportional) {
+TEST(StepTermsTest, ThroughTheOriginOneEstimateGivesTheOthersWhereTermsAreProportional) {
   auto model = Bundled("mlp_small_train.onnx");
   ASSERT_NE(model, nullptr);
   Options o;
   o.batch = 6;
   const Traced six = TraceAt(*model, o);
   const int64_t at[] = {6};
-  const analytical::TrainTerms* terms[] = {&six.terms};
-  const auto curve = analytical::TrainCurve::Fit(at, terms, /*origin=*/true);
+  const analytical::StepTerms* terms[] = {&six.terms};
+  const auto curve = analytical::StepCurve::Fit(at, terms, /*origin=*/true);
   ASSERT_TRUE(curve.has_value());
   for (int64_t v : {1, 7, 500, 100000}) {
     o.batch = v;
@@ -147,7 +147,7 @@ TEST(TrainTermsTest, ThroughTheOriginOneEstimateGivesTheOthersWhereTermsArePropo
 
 // A sequence length's attention scores grow with its square: parabolas through three values give
 // the estimate at others, where lines through two do not.
-TEST(TrainTermsTest, ParabolasThroughThreeValuesOfTheSequenceGiveTheEstimate) {
+TEST(StepTermsTest, ParabolasThroughThreeValuesOfTheSequenceGiveTheEstimate) {
   auto model = Lm("bert-base-uncased.json");
   ASSERT_NE(model, nullptr);
   Options o;
@@ -159,10 +159,10 @@ TEST(TrainTermsTest, ParabolasThroughThreeValuesOfTheSequenceGiveTheEstimate) {
     o.dims["seq"] = seq;
     traced.push_back(TraceAt(*model, o));
   }
-  const analytical::TrainTerms* three[] = {&traced[0].terms, &traced[1].terms, &traced[2].terms};
-  const auto parabolas = analytical::TrainCurve::Fit(at, three);
+  const analytical::StepTerms* three[] = {&traced[0].terms, &traced[1].terms, &traced[2].terms};
+  const auto parabolas = analytical::StepCurve::Fit(at, three);
   ASSERT_TRUE(parabolas.has_value());
-  const auto lines = analytical::TrainCurve::Fit(std::span(at).first(2), std::span(three).first(2));
+  const auto lines = analytical::StepCurve::Fit(std::span(at).first(2), std::span(three).first(2));
   ASSERT_TRUE(lines.has_value());
   for (int64_t seq : {100, 1000, 3000}) {
     o.dims["seq"] = seq;
@@ -179,7 +179,7 @@ TEST(TrainTermsTest, ParabolasThroughThreeValuesOfTheSequenceGiveTheEstimate) {
 
 // Terms that differ in more than their bytes -- other values saved, other segments -- give no
 // curves, nor do two traces at one value.
-TEST(TrainTermsTest, TermsOfAnotherShapeGiveNoCurves) {
+TEST(StepTermsTest, TermsOfAnotherShapeGiveNoCurves) {
   auto model = Bundled("resnet18_train.onnx");
   ASSERT_NE(model, nullptr);
   Options o;
@@ -188,18 +188,18 @@ TEST(TrainTermsTest, TermsOfAnotherShapeGiveNoCurves) {
   o.checkpoint_segments = 2;
   const Traced checkpointed = TraceAtBatch(*model, o, 8);
   const int64_t at[] = {4, 8};
-  const analytical::TrainTerms* mixed[] = {&plain.terms, &checkpointed.terms};
-  EXPECT_FALSE(analytical::TrainCurve::Fit(at, mixed).has_value());
-  const analytical::TrainTerms* alike[] = {&plain.terms, &plain8.terms};
-  EXPECT_TRUE(analytical::TrainCurve::Fit(at, alike).has_value());
+  const analytical::StepTerms* mixed[] = {&plain.terms, &checkpointed.terms};
+  EXPECT_FALSE(analytical::StepCurve::Fit(at, mixed).has_value());
+  const analytical::StepTerms* alike[] = {&plain.terms, &plain8.terms};
+  EXPECT_TRUE(analytical::StepCurve::Fit(at, alike).has_value());
   const int64_t same[] = {4, 4};
-  EXPECT_FALSE(analytical::TrainCurve::Fit(same, alike).has_value());
+  EXPECT_FALSE(analytical::StepCurve::Fit(same, alike).has_value());
 }
 
 // From the terms of two estimates, the candidate is the search's answer itself, and then its
 // successor: the estimates that close the bracket. So too under a stack whose band the fit is
 // judged with (the curves' peaks get the band of their own peak, as the estimates do).
-TEST(TrainTermsTest, TheCandidatesFromTheTermsAreTheAnswerAndItsSuccessor) {
+TEST(StepTermsTest, TheCandidatesFromTheTermsAreTheAnswerAndItsSuccessor) {
   auto model = Bundled("resnet18_train.onnx");
   ASSERT_NE(model, nullptr);
   auto est = MakeEstimator("analytical");
@@ -238,7 +238,7 @@ TEST(TrainTermsTest, TheCandidatesFromTheTermsAreTheAnswerAndItsSuccessor) {
 
 // A limit past the values the curves are read at (2^24) keeps the candidates within them, and the
 // search answers as under the default limit.
-TEST(TrainTermsTest, ALimitPastTheCurvesRangeGivesTheSameAnswer) {
+TEST(StepTermsTest, ALimitPastTheCurvesRangeGivesTheSameAnswer) {
   auto model = Bundled("mlp_small_train.onnx");
   ASSERT_NE(model, nullptr);
   auto est = MakeEstimator("analytical");
@@ -256,7 +256,7 @@ TEST(TrainTermsTest, ALimitPastTheCurvesRangeGivesTheSameAnswer) {
 // The analytical search takes the answer and its successor right after the two estimates that
 // give the curves: four estimates for an affine graph, the floor of a search by estimates plus
 // the one the curves need.
-TEST(TrainTermsTest, TheAnalyticalSearchNeedsTwoEstimatesBeyondTheCurves) {
+TEST(StepTermsTest, TheAnalyticalSearchNeedsTwoEstimatesBeyondTheCurves) {
   auto est = MakeEstimator("analytical");
   ASSERT_TRUE(est.ok());
   for (const char* name : {"resnet18_train.onnx", "resnet50_train.onnx", "gpt2_tiny_train.onnx"}) {
@@ -268,6 +268,111 @@ TEST(TrainTermsTest, TheAnalyticalSearchNeedsTwoEstimatesBeyondTheCurves) {
       auto r = FindMaxBatch(**est, *model, o);
       ASSERT_TRUE(r.ok()) << name;
       EXPECT_LE(r->evaluations, 4) << name << " on " << gpu << ": answer " << r->batch;
+    }
+  }
+}
+
+// An inference step's terms are its forward walk: they give the estimate back, its peak node too,
+// and lines through two batches give it at others, where the fullest node moves with the batch.
+TEST(StepTermsTest, AnInferenceWalkGivesTheEstimateBackAndAtOtherBatches) {
+  auto est = MakeEstimator("analytical");
+  ASSERT_TRUE(est.ok());
+  for (const char* name : {"resnet18_train.onnx", "gpt2_tiny_train.onnx"}) {
+    auto model = Bundled(name);
+    ASSERT_NE(model, nullptr);
+    for (const char* precision : {"fp32", "amp-fp16"}) {
+      const std::string where = std::string(name) + " " + precision;
+      Options o;
+      o.mode = Mode::kInfer;
+      auto p = ParsePrecision(precision);
+      ASSERT_TRUE(p.ok());
+      o.precision = *p;
+      const Traced a = TraceAtBatch(*model, o, 3);
+      ASSERT_TRUE(a.terms.inference) << where;
+      ASSERT_TRUE(a.terms.HasTerms()) << where;
+      o.batch = 3;
+      auto run = (*est)->Run(*model, o);
+      ASSERT_TRUE(run.ok());
+      ExpectSamePeaks(a.estimate, *run, where);
+      EXPECT_EQ(a.estimate.peak_node, run->peak_node) << where;
+      EXPECT_EQ(a.estimate.breakdown.transient, run->breakdown.transient) << where;
+      ExpectSamePeaks(PeaksOf(a.terms, a.stack), *run, where + " from terms");
+
+      const Traced b = TraceAtBatch(*model, o, 40);
+      const int64_t at[] = {3, 40};
+      const analytical::StepTerms* terms[] = {&a.terms, &b.terms};
+      const auto curve = analytical::StepCurve::Fit(at, terms);
+      ASSERT_TRUE(curve.has_value()) << where;
+      for (int64_t v : {2, 17, 41, 333, 2049}) {
+        const Traced real = TraceAtBatch(*model, o, v);
+        const std::string at_v = where + " at " + std::to_string(v);
+        ExpectSamePeaks(curve->PeaksAt(v, a.stack), real.estimate, at_v);
+        ExpectSamePeaks(PeaksOf(curve->At(v), a.stack), real.estimate, at_v + " (At)");
+        EXPECT_EQ(curve->At(v).live.peak_node(), real.terms.live.peak_node()) << at_v;
+      }
+    }
+  }
+}
+
+// A language model's eager attention scores grow with the square of the sequence: parabolas through
+// three values give its forward's estimate at others. Inference terms and a training step's never
+// share a curve.
+TEST(StepTermsTest, ParabolasGiveAnLmForwardAtOtherSequences) {
+  auto model = Lm("gpt2.json");
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 2;
+  o.mode = Mode::kInfer;
+  o.attention = Attention::kEager;
+  std::vector<Traced> traced;
+  const int64_t at[] = {64, 200, 512};
+  for (int64_t seq : at) {
+    o.dims["seq"] = seq;
+    traced.push_back(TraceAt(*model, o));
+  }
+  const analytical::StepTerms* three[] = {&traced[0].terms, &traced[1].terms, &traced[2].terms};
+  const auto parabolas = analytical::StepCurve::Fit(at, three);
+  ASSERT_TRUE(parabolas.has_value());
+  for (int64_t seq : {100, 1000, 3000}) {
+    o.dims["seq"] = seq;
+    ExpectSamePeaks(parabolas->PeaksAt(seq, traced[0].stack), TraceAt(*model, o).estimate,
+                    "seq " + std::to_string(seq));
+  }
+  o.mode = Mode::kTrain;
+  o.dims["seq"] = 200;
+  const Traced train = TraceAt(*model, o);
+  const analytical::StepTerms* mixed[] = {&traced[0].terms, &train.terms};
+  EXPECT_FALSE(analytical::StepCurve::Fit(std::span(at).first(2), mixed).has_value());
+}
+
+// In inference too, the analytical search takes the answer and its successor right after the
+// estimates that give the curves (mlp_small's took 13 estimates before the walk kept its terms),
+// and its answer is one: it fits, and its successor does not.
+TEST(StepTermsTest, TheInferenceSearchNeedsTwoEstimatesBeyondTheCurves) {
+  auto est = MakeEstimator("analytical");
+  ASSERT_TRUE(est.ok());
+  for (const char* name : {"resnet18_train.onnx", "resnet50_train.onnx", "mlp_small_train.onnx"}) {
+    auto model = Bundled(name);
+    ASSERT_NE(model, nullptr);
+    for (const char* gpu_name : {"l4-24gb", "h100-80gb"}) {
+      const std::string where = std::string(name) + " on " + gpu_name;
+      Options o;
+      o.gpu = gpu_name;
+      o.mode = Mode::kInfer;
+      auto gpu = ResolveGpuProfile(o);
+      ASSERT_TRUE(gpu.ok());
+      auto r = FindMaxBatch(**est, *model, o);
+      ASSERT_TRUE(r.ok()) << where;
+      ASSERT_GT(r->batch, 1) << where;
+      EXPECT_LE(r->evaluations, 4) << where << ": answer " << r->batch;
+      o.batch = r->batch;
+      auto at = (*est)->Run(*model, o);
+      ASSERT_TRUE(at.ok());
+      EXPECT_TRUE(CheckFit(*at, *gpu, o).fits) << where;
+      o.batch = r->batch + 1;
+      auto next = (*est)->Run(*model, o);
+      ASSERT_TRUE(next.ok());
+      EXPECT_FALSE(CheckFit(*next, *gpu, o).fits) << where;
     }
   }
 }

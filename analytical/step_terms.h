@@ -1,0 +1,288 @@
+// analytical/step_terms.h -- the analytical estimate's terms (a training step's, or an inference
+// step's forward walk), and the same estimate at any value of a searched dim from the terms of two
+// or three values (StepCurve): what the exact max-batch and max-dim searches read their next
+// candidate from (api/max_batch.cc).
+//
+// Policy:
+//  * The closed form (formula at the top of analytical.cc) adds up terms. The ones a dim of the
+//    data inputs can move are kept one by one (StepTerms): in training, each saved activation of
+//    one micro-batch, each node's forward and backward transient, the loss's; in inference, the
+//    forward walk (LiveWalk): each storage root made, each node's workspaces and each root freed,
+//    in order. The model states, workspaces and collective buffers are kept as the sums the
+//    formula takes. StepPeaks() is the formula's last part, from the terms to the peaks: the
+//    estimate and the curve share it, and in inference the walk's peak is the walk's own.
+//  * StepCurve: the terms of two or three estimates at increasing values, with the same fixed
+//    parts and the same terms (the same values saved by the same nodes, in the same order; the
+//    same walk), give each term as the curve through its bytes (base/size_curves.h) -- or of one
+//    or two estimates and the origin, for terms proportional to the value or its square (an
+//    activation holds the batch dim once; attention's scores, the sequence's twice) -- and the
+//    closed form at any value from them: the block rounding and the segments are the formula's
+//    own, and where the largest transient (the fullest node of the walk) moves from one node to
+//    another, the curves say where. A size that is not a polynomial of the value is off its curve
+//    elsewhere: the curve only proposes where the search estimates next, and every verdict the
+//    search gives is an estimate's.
+#ifndef MEMEST_ANALYTICAL_STEP_TERMS_H_
+#define MEMEST_ANALYTICAL_STEP_TERMS_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "base/checked.h"
+#include "base/size_curves.h"
+#include "memest/estimate.h"
+#include "memest/stack.h"
+#include "memest/status.h"
+#include "memory/allocator_constants.h"
+
+namespace memest::memory {
+class EstimationContext;
+}
+
+namespace memest::analytical {
+
+// Requested bytes, and what the caching allocator makes of them (closed-form approximation:
+// docs/memory-model.md §1.3-1.4).
+struct Blocks {
+  uint64_t requested = 0;
+  uint64_t allocated = 0;  // 512-byte-rounded blocks
+  uint64_t large = 0;      // reserved bytes of blocks > 1 MiB (2 MiB-rounded)
+  uint64_t small = 0;      // allocated bytes of blocks <= 1 MiB
+
+  // The block the allocator hands out for a request of `bytes` (512-byte rounded).
+  static uint64_t BlockOf(uint64_t bytes) {
+    return bytes < memory::kMinBlockSize ? memory::kMinBlockSize
+                                         : RoundUp(bytes, memory::kMinBlockSize);
+  }
+  // One block of `bytes` (inline: the search's curves add every term at every value they read).
+  void Add(uint64_t bytes) {
+    if (bytes == 0) return;
+    const uint64_t block = BlockOf(bytes);
+    requested = base::SatAdd(requested, bytes);
+    allocated = base::SatAdd(allocated, block);
+    if (block > memory::kSmallSize) {
+      large = base::SatAdd(large, RoundUp(block, memory::kRoundLarge));
+    } else {
+      small = base::SatAdd(small, block);
+    }
+  }
+  // n rounded up to a multiple of m, saturating.
+  static uint64_t RoundUp(uint64_t n, uint64_t m) { return base::SatMul(n / m + (n % m != 0), m); }
+  // Takes back one Add(bytes) (never below zero; inline, as Add).
+  void Remove(uint64_t bytes) {
+    if (bytes == 0) return;
+    const uint64_t block = BlockOf(bytes);
+    requested -= std::min(requested, bytes);
+    allocated -= std::min(allocated, block);
+    if (block > memory::kSmallSize) {
+      large -= std::min(large, RoundUp(block, memory::kRoundLarge));
+    } else {
+      small -= std::min(small, block);
+    }
+  }
+  void Add(const Blocks& o);
+  uint64_t Reserved() const;  // large blocks + small ones packed into 2 MiB segments
+  bool operator==(const Blocks&) const = default;
+};
+
+// The peak fields and the outside-allocator and rounding parts of p's breakdown, from the blocks
+// allocated at its peak (p's requested parts set).
+void FinishPhase(const Blocks& all, const StackProfile& stack, PhasePeak* p);
+// p as the estimate's peak: its peak fields, breakdown and phase.
+void TakePeak(const PhasePeak& p, Estimate* e);
+
+// The step's model states as one rank holds them.
+struct ModelStates {
+  Blocks weights, cast_cache, grads, state;
+  Blocks collective;              // gathered units: live in forward and backward
+  Blocks buckets;                 // DDP's gradient buckets: allocated once, kept
+  Blocks step_only;               // ZeRO's fp32 gradient partition, made for the step
+  uint64_t step_temporaries = 0;  // the optimizer step's temporaries at its peak
+  bool operator==(const ModelStates&) const = default;
+};
+
+// One saved activation of a micro-batch: the bytes, the checkpointed segment whose recomputation
+// makes it (-1: kept outside the segments) and what it is (the value, or -1 for bytes a node's
+// rule saves that are no graph value; the node that saves it, -1 for inputs and the loss).
+struct SavedTerm {
+  uint64_t bytes = 0;
+  int32_t segment = -1;
+  int32_t value = -1;
+  int32_t node = -1;
+};
+
+// The terms added up as they come: the saved activations outside the checkpointed segments and
+// in each, and the largest transient.
+class TermSums {
+ public:
+  explicit TermSums(int segments = 0) : in_segment_(static_cast<size_t>(std::max(segments, 0))) {}
+  void AddSaved(uint64_t bytes, int segment) {
+    (segment >= 0 ? in_segment_[static_cast<size_t>(segment)] : outside_).Add(bytes);
+  }
+  void AddTransient(uint64_t bytes) { transient_ = std::max(transient_, bytes); }
+  // What backward keeps of `in_flight` micro-batches: of each, everything outside the segments
+  // plus the largest segment's own (recomputed in backward one segment at a time).
+  [[nodiscard]] Blocks Saved(int in_flight) const;
+  uint64_t transient() const { return transient_; }
+
+ private:
+  Blocks outside_;
+  std::vector<Blocks> in_segment_;
+  uint64_t transient_ = 0;
+};
+
+// The forward walk of an inference step (analytical.cc Infer): storage roots made, nodes run with
+// their workspaces beside the roots alive, roots freed after their last use, in order. Its peak is
+// the fullest node's (the first of those that tie): the roots alive there and its workspaces.
+class LiveWalk {
+ public:
+  // Starts an empty walk; with `keep`, each step is kept (the curves replay them).
+  void Start(bool keep);
+  // A root of `bytes` made; its number, in the order made, for Free.
+  int32_t Make(uint64_t bytes) {
+    live_.Add(bytes);
+    if (keep_) {
+      steps_.push_back({Step::kMake, made_});
+      made_bytes_.push_back(bytes);
+    }
+    return made_++;
+  }
+  // Node `node` runs with `workspace` bytes beside the roots alive.
+  void Run(int32_t node, uint64_t workspace) {
+    Blocks here = live_;
+    here.Add(workspace);
+    if (here.allocated > peak_.allocated) {
+      peak_ = here;
+      peak_node_ = node;
+    }
+    if (keep_) {
+      steps_.push_back({Step::kRun, node});
+      run_bytes_.push_back(workspace);
+    }
+  }
+  // Root number `made` (Make's), of `bytes`, freed.
+  void Free(int32_t made, uint64_t bytes) {
+    live_.Remove(bytes);
+    if (keep_) steps_.push_back({Step::kFree, made});
+  }
+  // The blocks allocated at the fullest node, and that node (-1: none held anything).
+  [[nodiscard]] const Blocks& peak() const { return peak_; }
+  [[nodiscard]] int32_t peak_node() const { return peak_node_; }
+
+  // Kept (with keep): the roots' bytes in the order made, the nodes' workspaces in the order run.
+  [[nodiscard]] const std::vector<uint64_t>& made_bytes() const { return made_bytes_; }
+  [[nodiscard]] const std::vector<uint64_t>& run_bytes() const { return run_bytes_; }
+  // The same steps in the same order (their bytes aside).
+  [[nodiscard]] bool SameShape(const LiveWalk& o) const { return steps_ == o.steps_; }
+  // The kept steps again into *out (started by the caller), with root i's bytes made(i) and the
+  // j-th node run's workspace run(j).
+  template <typename Made, typename RunWs>
+  void Replay(const Made& made, const RunWs& run, LiveWalk* out) const {
+    size_t runs = 0;
+    for (const Step& s : steps_) {
+      switch (s.kind) {
+        case Step::kMake:
+          out->Make(made(static_cast<size_t>(s.index)));
+          break;
+        case Step::kRun:
+          out->Run(s.index, run(runs++));
+          break;
+        case Step::kFree:
+          out->Free(s.index, made(static_cast<size_t>(s.index)));
+          break;
+      }
+    }
+  }
+
+ private:
+  struct Step {
+    enum Kind : int32_t { kMake, kRun, kFree } kind;
+    int32_t index;  // kMake, kFree: the root's number; kRun: the node
+    bool operator==(const Step&) const = default;
+  };
+  bool keep_ = true;
+  Blocks live_, peak_;
+  int32_t peak_node_ = -1;
+  int32_t made_ = 0;
+  std::vector<Step> steps_;
+  std::vector<uint64_t> made_bytes_, run_bytes_;
+};
+
+struct StepTerms {
+  ModelStates states;
+  uint64_t workspace = 0;     // the cuBLAS workspaces
+  uint64_t nccl_buffers = 0;  // outside the allocator
+  int in_flight = 1;          // micro-batches whose saved activations a stage holds (1F1B)
+  int segments = 0;           // checkpointed segments
+  // With `keep`, each term one by one (what the search's curves need): the saved activations of
+  // a micro-batch, and every node's forward and backward transient and the loss's backward peak
+  // (in that order). Without, only their sums (a plain estimate).
+  bool keep = true;
+  std::vector<SavedTerm> saved;
+  std::vector<uint64_t> transients;
+  TermSums sums;
+  // An inference step: the forward walk is its terms (states hold the weights and the AMP cast
+  // cache only, workspace the cuBLAS workspace; the training terms stay empty).
+  bool inference = false;
+  LiveWalk live;
+
+  // Starts the terms of a training step with `segments` checkpointed segments (empty, `keep`
+  // kept).
+  void Start(int checkpointed_segments);
+  // Starts the terms of an inference step (empty, `keep` kept).
+  void StartInference();
+  // Terms a curve can be read through were kept: a node's transients, or a walk's nodes.
+  [[nodiscard]] bool HasTerms() const {
+    return inference ? !live.run_bytes().empty() : !transients.empty();
+  }
+  void AddSaved(const SavedTerm& s) {
+    sums.AddSaved(s.bytes, s.segment);
+    if (keep) saved.push_back(s);
+  }
+  void AddTransient(uint64_t bytes) {
+    sums.AddTransient(bytes);
+    if (keep) transients.push_back(bytes);
+  }
+  // Everything but the terms' bytes is the same.
+  [[nodiscard]] bool SameShape(const StepTerms& o) const;
+};
+
+// A training step's two phases' peaks from the terms' sums (Estimate::phases; the larger one's in
+// the peak fields and breakdown); an inference step's peak from its walk's (the peak node's name
+// is the caller's to set).
+[[nodiscard]] Estimate StepPeaks(const StepTerms& t, const StackProfile& stack);
+
+// The estimate in `ctx` (the analytical backend's, Estimator::Run's in that context), and its
+// terms in *terms, kept one by one.
+[[nodiscard]] Result<Estimate> EstimateWithTerms(const memory::EstimationContext& ctx,
+                                                 StepTerms* terms);
+
+class StepCurve {
+ public:
+  // The curves through terms[i] at at[i] (increasing values in [1, 2^24]), and with `origin`,
+  // through 0 bytes at value 0 first: 2 or 3 points in all. Nullopt when the terms differ in
+  // anything but their bytes, hold none (StepTerms::HasTerms), or a term falls as the value grows
+  // or is 2^46 bytes or more (base/size_curves.h).
+  [[nodiscard]] static std::optional<StepCurve> Fit(std::span<const int64_t> at,
+                                                    std::span<const StepTerms* const> terms,
+                                                    bool origin = false);
+  // The terms at value v by the curves.
+  [[nodiscard]] StepTerms At(int64_t v) const;
+  // StepPeaks(At(v)), without the copy.
+  [[nodiscard]] Estimate PeaksAt(int64_t v, const StackProfile& stack) const;
+
+ private:
+  // The walk at v through the curves into *out (started by the caller).
+  void ReplayAt(int64_t v, LiveWalk* out) const;
+
+  StepTerms shape_;             // the first traced value's terms: all but the curves' bytes
+  base::SizeCurves saved_;      // training: per saved term
+  base::SizeCurves transient_;  // per transient; inference: per node run's workspaces
+  base::SizeCurves made_;       // inference: per root made
+};
+
+}  // namespace memest::analytical
+
+#endif  // MEMEST_ANALYTICAL_STEP_TERMS_H_

@@ -1,0 +1,108 @@
+// Sizes as curves in a searched value (base/size_curves.h): lines through two traces, parabolas
+// through three, flat sizes, the origin, and the sizes and values they refuse.
+#include "base/size_curves.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace memest::base {
+namespace {
+
+// A size that is a polynomial of the value: its curve gives it back exactly at every value.
+TEST(SizeCurvesTest, LinesAndParabolasGivePolynomialSizesBackExactly) {
+  const auto line = [](int64_t v) { return static_cast<uint64_t>(4096 + 3072 * v); };
+  const auto square = [](int64_t v) { return static_cast<uint64_t>(512 + 48 * v + 8 * v * v); };
+  const int64_t two[] = {3, 40};
+  const int64_t three[] = {64, 200, 512};
+  auto lines = SizeCurves::Over(two);
+  auto parabolas = SizeCurves::Over(three);
+  ASSERT_TRUE(lines && parabolas);
+  const uint64_t l[] = {line(3), line(40)};
+  const uint64_t q[] = {square(64), square(200), square(512)};
+  ASSERT_TRUE(lines->Add(l));
+  ASSERT_TRUE(parabolas->Add(q));
+  for (int64_t v : std::vector<int64_t>{1, 2, 17, 41, 333, 100000, SizeCurves::kMostValue}) {
+    EXPECT_EQ(lines->Bytes(0, v), line(v)) << v;
+    EXPECT_EQ(parabolas->Bytes(0, v), square(v)) << v;
+  }
+  EXPECT_DOUBLE_EQ(lines->Growth(0, 10), 3072.0);
+  EXPECT_DOUBLE_EQ(parabolas->Growth(0, 10), 48.0 + 16.0 * 10);
+}
+
+// The same size at every traced value is the same size everywhere, through two traces or three.
+TEST(SizeCurvesTest, AFlatSizeStaysFlat) {
+  const int64_t two[] = {1, 9};
+  const int64_t three[] = {2, 5, 11};
+  auto lines = SizeCurves::Over(two);
+  auto parabolas = SizeCurves::Over(three);
+  ASSERT_TRUE(lines && parabolas);
+  const uint64_t zero[] = {0, 0, 0};
+  const uint64_t flat[] = {123456789, 123456789, 123456789};
+  ASSERT_TRUE(lines->Add(std::span(zero).first(2)));
+  ASSERT_TRUE(lines->Add(std::span(flat).first(2)));
+  ASSERT_TRUE(parabolas->Add(zero));
+  ASSERT_TRUE(parabolas->Add(flat));
+  for (int64_t v : std::vector<int64_t>{0, 1, 3, 1000, SizeCurves::kMostValue}) {
+    EXPECT_EQ(lines->Bytes(0, v), 0u) << v;
+    EXPECT_EQ(lines->Bytes(1, v), 123456789u) << v;
+    EXPECT_EQ(parabolas->Bytes(0, v), 0u) << v;
+    EXPECT_EQ(parabolas->Bytes(1, v), 123456789u) << v;
+  }
+  EXPECT_DOUBLE_EQ(parabolas->Growth(1, 7), 0.0);
+}
+
+// Through the origin: a size proportional to the value (or its square) from one (or two) traces.
+TEST(SizeCurvesTest, ThroughTheOriginOneTraceGivesAProportionalSize) {
+  const int64_t at[] = {0, 6};
+  auto c = SizeCurves::Over(at);
+  ASSERT_TRUE(c.has_value());
+  const uint64_t s[] = {0, 6 * 1000};
+  ASSERT_TRUE(c->Add(s));
+  EXPECT_EQ(c->Bytes(0, 1), 1000u);
+  EXPECT_EQ(c->Bytes(0, 5000), 5000000u);
+}
+
+// A size that is no integer polynomial is read rounded down; a steep one in 128 bits, where the
+// 64-bit form could overflow, and saturated past 2^64.
+TEST(SizeCurvesTest, ARationalCurveIsReadRoundedDown) {
+  const int64_t at[] = {1, 4};
+  auto c = SizeCurves::Over(at);
+  ASSERT_TRUE(c.has_value());
+  const uint64_t s[] = {10, 20};  // 10 + 10/3 (v - 1)
+  ASSERT_TRUE(c->Add(s));
+  EXPECT_EQ(c->Bytes(0, 2), 13u);
+  EXPECT_EQ(c->Bytes(0, 7), 30u);
+  const uint64_t big[] = {1, (uint64_t{1} << 45) + 2};  // slope past the 64-bit form's bound
+  ASSERT_TRUE(c->Add(big));
+  EXPECT_EQ(c->Bytes(1, 4), (uint64_t{1} << 45) + 2);
+  EXPECT_EQ(c->Bytes(1, SizeCurves::kMostValue), UINT64_MAX);
+}
+
+// Values out of order or out of range, sizes that fall or are too large: no curves.
+TEST(SizeCurvesTest, RefusesWhatItsArithmeticDoesNotCover) {
+  const int64_t unordered[] = {5, 5};
+  const int64_t negative[] = {-1, 4};
+  const int64_t too_far[] = {1, SizeCurves::kMostValue + 1};
+  const int64_t four[] = {1, 2, 3, 4};
+  const int64_t one[] = {1};
+  EXPECT_FALSE(SizeCurves::Over(unordered).has_value());
+  EXPECT_FALSE(SizeCurves::Over(negative).has_value());
+  EXPECT_FALSE(SizeCurves::Over(too_far).has_value());
+  EXPECT_FALSE(SizeCurves::Over(four).has_value());
+  EXPECT_FALSE(SizeCurves::Over(one).has_value());
+  const int64_t at[] = {1, 2};
+  auto c = SizeCurves::Over(at);
+  ASSERT_TRUE(c.has_value());
+  const uint64_t falling[] = {100, 99};
+  const uint64_t too_large[] = {1, SizeCurves::kMostBytes};
+  const uint64_t three[] = {1, 2, 3};
+  EXPECT_FALSE(c->Add(falling));
+  EXPECT_FALSE(c->Add(too_large));
+  EXPECT_FALSE(c->Add(three));
+  EXPECT_EQ(c->size(), 0u);
+}
+
+}  // namespace
+}  // namespace memest::base
