@@ -151,10 +151,13 @@ class LiveWalk {
   }
   // Node `node` runs with `workspace` bytes beside the roots alive.
   void Run(int32_t node, uint64_t workspace) {
-    Blocks here = live_;
-    here.Add(workspace);
-    if (here.allocated > peak_.allocated) {
-      peak_ = here;
+    // (Add's allocated bytes, without the copy: most nodes have no workspace, and few are fuller.)
+    const uint64_t here = workspace == 0
+                              ? live_.allocated
+                              : base::SatAdd(live_.allocated, Blocks::BlockOf(workspace));
+    if (here > peak_.allocated) {
+      peak_ = live_;
+      peak_.Add(workspace);
       peak_node_ = node;
     }
     if (keep_) {

@@ -95,16 +95,6 @@ bool SizeCurves::Add(std::span<const uint64_t> s) {
   return true;
 }
 
-uint64_t SizeCurves::Bytes(size_t j, int64_t v) const {
-  const Curve& c = curves_[j];
-  if (c.narrow && v >= 1 && v <= kMostValue) {
-    const int64_t x = v - v_[0];
-    const int64_t bytes = static_cast<int64_t>(c.first) + c.d1 * x + c.d2 * x * (v - v_[1]);
-    return bytes <= 0 ? 0 : static_cast<uint64_t>(bytes);
-  }
-  return WideBytes(c, v);
-}
-
 uint64_t SizeCurves::WideBytes(const Curve& c, int64_t v) const {
   const Wide x = static_cast<Wide>(v) - v_[0];
   const Wide y = static_cast<Wide>(v) - v_[1];

@@ -51,7 +51,15 @@ class SizeCurves {
 
   // Curve j's bytes at value v in [0, kMostValue] (where the 128-bit arithmetic cannot
   // overflow), rounded down (0 where the polynomial is negative).
-  [[nodiscard]] uint64_t Bytes(size_t j, int64_t v) const;
+  [[nodiscard]] uint64_t Bytes(size_t j, int64_t v) const {
+    const Curve& c = curves_[j];
+    if (c.narrow && v >= 1 && v <= kMostValue) {  // (inline: the searches read every curve often)
+      const int64_t x = v - v_[0];
+      const int64_t bytes = static_cast<int64_t>(c.first) + c.d1 * x + c.d2 * x * (v - v_[1]);
+      return bytes <= 0 ? 0 : static_cast<uint64_t>(bytes);
+    }
+    return WideBytes(c, v);
+  }
   // Curve j's growth per unit of the value at v (in doubles, for guesses that need no exactness).
   [[nodiscard]] double Growth(size_t j, int64_t v) const;
   // Curve j as first + d1 x + d2 x (x - h) in x = v - at(0), h = at(1) - at(0), in doubles.
