@@ -3,7 +3,7 @@
 
     python3 scripts/max_batch_evaluations.py [--bin build/tools/memest]
                                              [--set main|options|lm|lm-gpus|lm-options|lm-heldout|
-                                                    lm-heldout2|lm-infer]
+                                                    lm-heldout2|lm-infer|lm-parallel]
                                              [--backend analytical] [--per-search]
                                              [--extra "--safety-margin 5%"]
 
@@ -30,6 +30,10 @@ Sets (docs/cli.md `--max-batch`):
            a100-40gb decode --max-dim past at batch 16, l4-24gb forward (--mode infer) --max-batch
            at seq 1024, a100-80gb decode --max-batch at past 2048: written down before the
            inference step kept its terms
+  lm-parallel  the same models and attentions on many GPUs: h100-80gb tp 2 x dp 4 with ZeRO-1
+           --max-dim seq at batch 4, a100-80gb ZeRO-3 over 4 --max-batch at seq 2048, a100-40gb
+           dp 2 x tp 2 x pp 2 with 4 micro-batches --max-batch at seq 1024, h200-141gb FSDP over 8
+           --max-dim seq at batch 2: written down before the steps of many GPUs kept their terms
 Each search is one `memest ... --json` process (with --extra's arguments appended); its count is
 max_batch.evaluations. Run two binaries and compare the totals and the answers (--per-search
 prints both for each search).
@@ -86,6 +90,16 @@ LM_QUERIES = {
                  ["--gpu", "l4-24gb", "--mode", "infer", "--max-batch", "--dim", "seq=1024"],
                  ["--gpu", "a100-80gb", "--phase", "decode", "--dim", "seq=1", "--dim", "past=2048",
                   "--max-batch"]],
+    # Many GPUs: written down before the steps of many GPUs kept their terms, and run only once
+    # they were final.
+    "lm-parallel": [["--gpu", "h100-80gb", "--world-size", "8", "--tp", "2", "--zero", "1",
+                     "--max-dim", "seq", "--batch", "4"],
+                    ["--gpu", "a100-80gb", "--world-size", "4", "--zero", "3", "--max-batch",
+                     "--dim", "seq=2048"],
+                    ["--gpu", "a100-40gb", "--world-size", "8", "--dp", "2", "--tp", "2", "--pp",
+                     "2", "--micro-batches", "4", "--max-batch", "--dim", "seq=1024"],
+                    ["--gpu", "h200-141gb", "--world-size", "8", "--fsdp", "full", "--max-dim",
+                     "seq", "--batch", "2"]],
 }
 
 
