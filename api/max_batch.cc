@@ -3,10 +3,10 @@
 // Policy (docs/cli.md `--max-batch`; the contract in memest/estimator.h):
 //  * The exact search (ExactSearch): safeguarded interpolation over the backend's own
 //    estimates (Candidates); the answer is a batch that fits whose successor does not. For the
-//    analytical backend's step (training or inference) on one GPU, the candidates come first from
-//    the closed form read through the curves of the estimates' terms (TermCandidates,
-//    api/term_candidates.h), and from Candidates where those say nothing; every verdict is an
-//    estimate's either way.
+//    analytical backend's step (training or inference; on many GPUs, each pipeline stage's), the
+//    candidates come first from the closed form read through the curves of the estimates' terms
+//    (TermCandidates, api/term_candidates.h), and from Candidates where those say nothing; every
+//    verdict is an estimate's either way.
 //  * The symbolic backend's max batch (and max dim) first goes through its replay
 //    (ReplayLargestFitting; symbolic/batch_trace.h): the step's allocator requests are traced at
 //    batch 2 and at one larger batch (a dim: at three values, so that sizes growing with its
@@ -437,20 +437,22 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
                                    Label label, Set set, int term_points) {
   MaxBatchResult r;
   Options o = options;
-  // The analytical backend's step on one GPU keeps its terms (api/term_candidates.h).
-  const bool with_terms =
-      estimator.name() == "analytical" && !options.parallel.enabled() && !options.prefill;
-  analytical::StepTerms terms;
+  // The analytical backend's step keeps its terms, each pipeline stage's (api/term_candidates.h).
+  const bool with_terms = estimator.name() == "analytical" && !options.prefill;
+  TermCandidates::Stages terms;
   std::optional<StackProfile> stack;  // the context's, for the curves' verdicts
   std::optional<TermCandidates> from_terms;
+  const memory::BackendPart keeping_terms = [&](const memory::EstimationContext& ctx) {
+    if (!stack) stack = ctx.stack();
+    const auto at = static_cast<size_t>(ctx.stage());
+    if (terms.size() <= at) terms.resize(at + 1);
+    return analytical::EstimateWithTerms(ctx, &terms[at]);
+  };
   auto estimate = [&](int64_t v) -> Result<Estimate> {
     set(&o, v);
     ++r.evaluations;
-    auto e = with_terms ? memory::RunEstimate(estimator, model, o,
-                                              [&](const memory::EstimationContext& ctx) {
-                                                if (!stack) stack = ctx.stack();
-                                                return analytical::EstimateWithTerms(ctx, &terms);
-                                              })
+    terms.clear();
+    auto e = with_terms ? memory::RunEstimate(estimator, model, o, keeping_terms)
                         : estimator.Run(model, o);
     if (!e.ok()) return e.status().WithContext(label(v));
     return e;
@@ -481,7 +483,7 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
     // bytes) needs more than any GPU has: it does not fit, and the search goes on below it.
     if (!at.ok() && at.status().code() == ErrorCode::kOverflow) {
       at = Unaffordable();
-      terms = analytical::StepTerms();  // (no terms: nothing the curves can read)
+      terms.clear();  // (no terms: nothing the curves can read)
     }
     if (!at.ok()) return at.status();
     Estimate e = std::move(at).value();

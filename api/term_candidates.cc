@@ -22,8 +22,7 @@ double TermCandidates::BackwardHeadroom(Estimate e) const {
   return static_cast<double>(CheckFit(e, gpu_, options_).headroom);
 }
 
-void TermCandidates::Record(int64_t v, analytical::StepTerms terms, const Estimate& e,
-                            const Fit& fit) {
+void TermCandidates::Record(int64_t v, Stages terms, const Estimate& e, const Fit& fit) {
   successor_next_ = false;
   const double headroom = BackwardHeadroom(e);
   if (proposed_at_ != 0 && v == proposed_at_) {
@@ -36,7 +35,11 @@ void TermCandidates::Record(int64_t v, analytical::StepTerms terms, const Estima
     }
   }
   proposed_at_ = 0;
-  if (!terms.HasTerms()) return;  // none kept (an unaffordable candidate)
+  // None kept (an unaffordable candidate).
+  if (terms.empty() || !std::all_of(terms.begin(), terms.end(),
+                                    [](const analytical::StepTerms& t) { return t.HasTerms(); })) {
+    return;
+  }
   points_seen_.push_back({v, std::move(terms), headroom});
 }
 
@@ -48,12 +51,30 @@ std::optional<int64_t> TermCandidates::Propose(int64_t v, bool fits, double head
   return v;
 }
 
+bool TermCandidates::Alike(const Stages& a, const Stages& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t s = 0; s < a.size(); ++s) {
+    if (!a[s].SameShape(b[s])) return false;
+  }
+  return true;
+}
+
+Estimate TermCandidates::WorstStageAt(std::span<const analytical::StepCurve> curves,
+                                      int64_t v) const {
+  Estimate worst = curves[0].PeaksAt(v, stack_);
+  for (size_t s = 1; s < curves.size(); ++s) {
+    Estimate e = curves[s].PeaksAt(v, stack_);
+    if (e.peak_device > worst.peak_device) worst = std::move(e);
+  }
+  return worst;
+}
+
 std::vector<const TermCandidates::Point*> TermCandidates::LastAlike() const {
-  const analytical::StepTerms& last = points_seen_.back().terms;
+  const Stages& last = points_seen_.back().terms;
   std::vector<const Point*> alike;
   for (auto it = points_seen_.rbegin();
        it != points_seen_.rend() && alike.size() < static_cast<size_t>(points_); ++it) {
-    if (it->terms.SameShape(last)) alike.push_back(&*it);
+    if (Alike(it->terms, last)) alike.push_back(&*it);
   }
   std::sort(alike.begin(), alike.end(), [](const Point* a, const Point* b) { return a->v < b->v; });
   return alike;
@@ -115,23 +136,26 @@ std::optional<int64_t> TermCandidates::Next(int64_t good, int64_t bad, int64_t l
     return std::nullopt;
   }
   std::vector<int64_t> at;
+  for (const Point* p : use) at.push_back(p->v);  // (distinct: each value is estimated once)
+  std::vector<analytical::StepCurve> curves;      // each stage's
   std::vector<const analytical::StepTerms*> terms;
-  for (const Point* p : use) {  // (distinct values: each value is estimated once)
-    at.push_back(p->v);
-    terms.push_back(&p->terms);
+  for (size_t s = 0; s < use.front()->terms.size(); ++s) {
+    terms.clear();
+    for (const Point* p : use) terms.push_back(&p->terms[s]);
+    std::optional<analytical::StepCurve> curve = analytical::StepCurve::Fit(at, terms, origin);
+    if (!curve) return std::nullopt;
+    curves.push_back(std::move(*curve));
   }
-  const std::optional<analytical::StepCurve> curve = analytical::StepCurve::Fit(at, terms, origin);
-  if (!curve) return std::nullopt;
   through_origin_ = origin;
   if (origin) ++origin_guesses_;
 
-  // The backward's headroom by the curves at v (BackwardHeadroom); at a value the curves pass
-  // through, the estimate's own.
+  // The backward's headroom by the curves at v (BackwardHeadroom, of the worst stage); at a value
+  // the curves pass through, the estimate's own.
   const auto headroom = [&](int64_t v) {
     for (const Point* p : use) {
       if (p->v == v) return p->headroom;
     }
-    return BackwardHeadroom(curve->PeaksAt(v, stack_));
+    return BackwardHeadroom(WorstStageAt(curves, v));
   };
   // The largest value the curves say fits, between the largest fitting value and the smallest
   // failing one (the curves' verdict read as turning once, as the estimates' usually does), and

@@ -3,8 +3,8 @@
 // through the terms of the values estimated so far.
 //
 // Policy (docs/cli.md `--max-batch`):
-//  * Every estimate the search makes of an analytical step on one GPU (training, or inference's
-//    forward walk) keeps its terms. Once two of
+//  * Every estimate the search makes of an analytical step (training, or inference's forward walk)
+//    keeps its terms, each pipeline stage's on many GPUs. Once two of
 //    them have the same terms (the first, at batch 1, often has not: a broadcast over the batch
 //    dim is a view only there), the curves through the last two (three, for a dim whose sizes can
 //    grow with its square) give the closed form at any value, its block rounding and segments
@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "analytical/step_terms.h"
@@ -42,8 +43,11 @@ class TermCandidates {
                  int points)
       : stack_(stack), gpu_(gpu), options_(options), points_(points) {}
 
+  // The terms of an estimate: each pipeline stage's (one on one GPU, or with no pipeline).
+  using Stages = std::vector<analytical::StepTerms>;
+
   // An estimate at value v, with its terms, and its verdict (CheckFit's).
-  void Record(int64_t v, analytical::StepTerms terms, const Estimate& e, const Fit& fit);
+  void Record(int64_t v, Stages terms, const Estimate& e, const Fit& fit);
 
   // The next value to estimate inside (good, bad) -- bad 0: none failed yet, and the limit is the
   // top -- and at most SizeCurves::kMostValue (2^24), where the curves are read; nullopt when the
@@ -61,9 +65,14 @@ class TermCandidates {
   static constexpr int kMostOriginGuesses = 3;
   struct Point {
     int64_t v = 0;
-    analytical::StepTerms terms;
+    Stages terms;
     double headroom = 0;  // BackwardHeadroom
   };
+  // Both hold terms of the same shape, stage by stage.
+  static bool Alike(const Stages& a, const Stages& b);
+  // The worst stage's peaks by the curves at v (the estimate's: Estimator::Run keeps the stage
+  // with the largest device peak, the first of those that tie).
+  Estimate WorstStageAt(std::span<const analytical::StepCurve> curves, int64_t v) const;
   // CheckFit's headroom of e's forward and backward phase judged alone (an inference step's: its
   // own). The optimizer step's peak is the same at every value: where it fits, the verdict turns
   // where this meets 0, and it grows smoothly with the value where the estimate's own stays at

@@ -114,16 +114,16 @@ void AddParallelDiagnostics(const EstimationContext& ctx, Estimate* e) {
   }
 }
 
-// One GPU: the backend's estimate. Many: the backend's estimate of every pipeline stage, the
+// One GPU: the backend's part. Many: the backend's part on every pipeline stage, the
 // worst one returned with the table of all (Estimate::ranks).
-Result<Estimate> EstimateEveryStage(const Estimator& backend, EstimationContext* ctx) {
+Result<Estimate> EstimateEveryStage(const BackendPart& part, EstimationContext* ctx) {
   const ParallelPlan& plan = ctx->parallel();
-  if (!ctx->options().parallel.enabled()) return backend.EstimateIn(*ctx);
+  if (!ctx->options().parallel.enabled()) return part(*ctx);
   std::vector<RankPeak> ranks;
   std::optional<Estimate> worst;
   for (int s = 0; s < plan.stages(); ++s) {
     ctx->set_stage(s);
-    MEMEST_ASSIGN_OR_RETURN(Estimate e, backend.EstimateIn(*ctx));
+    MEMEST_ASSIGN_OR_RETURN(Estimate e, part(*ctx));
     RankPeak r;
     r.first_rank = plan.first_rank(s);
     r.last_rank = plan.last_rank(s);
@@ -153,7 +153,8 @@ Result<Estimate> RunInContext(const Estimator& backend, const Model& model, cons
                               const BackendPart& in) {
   MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<EstimationContext> ctx,
                           EstimationContext::Make(model, options));
-  MEMEST_ASSIGN_OR_RETURN(Estimate e, in ? in(*ctx) : EstimateEveryStage(backend, ctx.get()));
+  const BackendPart own = [&backend](const EstimationContext& c) { return backend.EstimateIn(c); };
+  MEMEST_ASSIGN_OR_RETURN(Estimate e, EstimateEveryStage(in ? in : own, ctx.get()));
   // A backend's sums of multiples of bounded tensors (core/bind.h) stay below 2^60; beyond it a
   // result could rest on wrapped 64-bit arithmetic, so it is refused, never printed.
   constexpr uint64_t kMaxLevel = uint64_t{1} << 60;

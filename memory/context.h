@@ -109,12 +109,13 @@ class EstimationContext {
 // The diagnostics of step 5 above, for an estimate made in `ctx`.
 void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* estimate);
 
-// The backend's own estimate in a context (by default its EstimateIn, on every pipeline stage).
+// The backend's own estimate of one pipeline stage in a context (ctx.stage(); by default its
+// EstimateIn).
 using BackendPart = std::function<Result<Estimate>(const EstimationContext&)>;
-// Estimator::Run: the options checked, the context made, the backend's part (`in`, when set,
-// instead of the default: a caller holding part of the work already, api/max_batch.cc), the
-// result refused past 1 EiB, the common diagnostics and the stack's band added, every exception
-// an error.
+// Estimator::Run: the options checked, the context made, the backend's part on every pipeline
+// stage (`in`, when set, instead of the default: a caller holding part of the work already, or
+// keeping more of it, api/max_batch.cc) and the worst stage kept, the result refused past 1 EiB,
+// the common diagnostics and the stack's band added, every exception an error.
 Result<Estimate> RunEstimate(const Estimator& backend, const Model& model, const Options& options,
                              const BackendPart& in);
 
