@@ -185,7 +185,9 @@ void StepTerms::Start(int checkpointed_segments) {
 }
 
 void StepTerms::StartInference() {
-  Start(0);
+  const bool keep_each = keep;
+  *this = StepTerms();
+  keep = keep_each;
   inference = true;
   live.Start(keep);
 }
@@ -252,8 +254,8 @@ void StepCurve::ReplayAt(int64_t v, LiveWalk* out) const {
 
 StepTerms StepCurve::At(int64_t v) const {
   StepTerms t = shape_;
-  if (shape_.inference) {
-    t.StartInference();
+  if (shape_.inference) {  // (the states and workspace as they are; the walk again)
+    t.live.Start(/*keep=*/true);
     ReplayAt(v, &t.live);
     return t;
   }

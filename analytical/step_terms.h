@@ -219,9 +219,10 @@ struct StepTerms {
   uint64_t nccl_buffers = 0;  // outside the allocator
   int in_flight = 1;          // micro-batches whose saved activations a stage holds (1F1B)
   int segments = 0;           // checkpointed segments
-  // With `keep`, each term one by one (what the search's curves need): the saved activations of
-  // a micro-batch, and every node's forward and backward transient and the loss's backward peak
-  // (in that order). Without, only their sums (a plain estimate).
+  // With `keep`, each term one by one (what the search's curves need): in training the saved
+  // activations of a micro-batch, and every node's forward and backward transient and the loss's
+  // backward peak (in that order); in inference the forward walk's steps. Without, only their
+  // sums, and the walk's peak (a plain estimate).
   bool keep = true;
   std::vector<SavedTerm> saved;
   std::vector<uint64_t> transients;
@@ -231,10 +232,11 @@ struct StepTerms {
   bool inference = false;
   LiveWalk live;
 
-  // Starts the terms of a training step with `segments` checkpointed segments (empty, `keep`
-  // kept).
+  // Starts the terms of a training step with `segments` checkpointed segments: the saved
+  // activations and transients empty (the states and workspaces are the caller's to set, before
+  // or after; `keep` kept).
   void Start(int checkpointed_segments);
-  // Starts the terms of an inference step (empty, `keep` kept).
+  // Starts the terms of an inference step: all of them empty but `keep`.
   void StartInference();
   // Terms a curve can be read through were kept: a node's transients, or a walk's nodes.
   [[nodiscard]] bool HasTerms() const {

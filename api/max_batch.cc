@@ -437,7 +437,8 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
                                    Label label, Set set, int term_points) {
   MaxBatchResult r;
   Options o = options;
-  // The analytical backend's step keeps its terms, each pipeline stage's (api/term_candidates.h).
+  // The analytical backend's step keeps its terms, each pipeline stage's (api/term_candidates.h;
+  // a decode step after a simulated prefill is the symbolic backend's alone).
   const bool with_terms = estimator.name() == "analytical" && !options.prefill;
   TermCandidates::Stages terms;
   std::optional<StackProfile> stack;  // the context's, for the curves' verdicts
@@ -717,7 +718,8 @@ std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& mod
   ++spent->evaluations;
   // The estimate follows the answer's replay (the same allocator run, when the step at `batch`
   // makes its requests: symbolic::EstimateFollowing checks them one by one); else it is made
-  // anew.
+  // anew. (One stage: the replay is never tried on many GPUs, ReplayLargestFitting, and a part
+  // runs on every stage.)
   Result<Estimate> e =
       memory::RunEstimate(estimator, model, o, [&run](const memory::EstimationContext& ctx) {
         return symbolic::EstimateFollowing(ctx, run);

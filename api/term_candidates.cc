@@ -164,7 +164,8 @@ std::optional<int64_t> TermCandidates::Next(int64_t good, int64_t bad, int64_t l
   const int64_t hi = std::min(above, base::SizeCurves::kMostValue);
   if (good >= hi) return std::nullopt;
   const double room_good = headroom(good), room_hi = headroom(hi);
-  if (room_good < 0) return std::nullopt;  // the estimate there fits: its backward does
+  // (the estimate there fits: its backward, or its inference step, does)
+  if (room_good < 0) return std::nullopt;
   if (room_hi >= 0) return hi < above ? Propose(hi, true, room_hi) : std::nullopt;
   double room = 0;
   const int64_t lo = LargestWithRoom(good, hi, room_good, room_hi, headroom, &room);

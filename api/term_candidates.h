@@ -10,7 +10,9 @@
 //    grow with its square) give the closed form at any value, its block rounding and segments
 //    included, and each candidate is the largest value the curves say fits, between the largest
 //    fitting value and the smallest failing one the estimates found (regula falsi on the
-//    headroom of the forward and backward's phase, which decides where the step's fits); where that
+//    headroom of the forward and backward's phase, which decides where the step's fits; an
+//    inference step's own; on many GPUs, the phase of the stage with the largest device peak, as
+//    the estimate keeps it: a guide only, since the verdicts are the estimates'); where that
 //    is the largest fitting value, or once it fitted, its successor, so that the estimates close
 //    the bracket (after curves through the origin, only where the estimate's headroom is theirs
 //    to the byte: elsewhere the terms' fixed parts moved the answer, and new curves say where).

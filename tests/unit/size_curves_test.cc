@@ -74,9 +74,11 @@ TEST(SizeCurvesTest, ARationalCurveIsReadRoundedDown) {
   ASSERT_TRUE(c->Add(s));
   EXPECT_EQ(c->Bytes(0, 2), 13u);
   EXPECT_EQ(c->Bytes(0, 7), 30u);
-  const uint64_t big[] = {1, (uint64_t{1} << 45) + 2};  // slope past the 64-bit form's bound
+  // A slope past the 64-bit form's bound, and not an integer: read over the denominator.
+  const uint64_t big[] = {1, (uint64_t{1} << 45) + 3};
   ASSERT_TRUE(c->Add(big));
-  EXPECT_EQ(c->Bytes(1, 4), (uint64_t{1} << 45) + 2);
+  EXPECT_EQ(c->Bytes(1, 4), (uint64_t{1} << 45) + 3);
+  EXPECT_EQ(c->Bytes(1, 2), 1 + ((uint64_t{1} << 45) + 2) / 3);  // rounded down
   EXPECT_EQ(c->Bytes(1, SizeCurves::kMostValue), UINT64_MAX);
 }
 
