@@ -1314,6 +1314,21 @@ TEST_F(CliTest, GoldenMlpTableBatch32) {
   ExpectGolden("mlp_small_train_b32.txt", r.out);
 }
 
+// An inference estimate and a pipeline of many GPUs, whole, as JSON (the walk's peak node, the
+// ranks' table).
+TEST_F(CliTest, GoldenInferenceJson) {
+  CliRun r = Run({Model("resnet18_train.onnx"), "--batch", "16", "--mode", "infer", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ExpectGolden("resnet18_infer_b16.json", r.out);
+}
+
+TEST_F(CliTest, GoldenPipelineJson) {
+  CliRun r = Run({Model("gpt2_tiny_train.onnx"), "--batch", "8", "--world-size", "8", "--dp", "2",
+                  "--tp", "2", "--pp", "2", "--micro-batches", "4", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ExpectGolden("gpt2_tiny_dp2_tp2_pp2_b8.json", r.out);
+}
+
 TEST_F(CliTest, AMigSliceIsJudgedAgainstItsOwnMemoryAndSaysWhereThatComesFrom) {
   CliRun r = Run(
       {Model("resnet18_train.onnx"), "--batch", "64", "--gpu", "a100-40gb-mig-1g.5gb", "--json"});
