@@ -3,7 +3,8 @@
 
     python3 scripts/max_batch_evaluations.py [--bin build/tools/memest]
                                              [--set main|options|lm|lm-gpus|lm-options|lm-heldout|
-                                                    lm-heldout2|lm-infer|lm-parallel]
+                                                    lm-heldout2|lm-infer|lm-parallel|
+                                                    lm-heldout3]
                                              [--backend analytical] [--per-search]
                                              [--extra "--safety-margin 5%"]
 
@@ -34,6 +35,10 @@ Sets (docs/cli.md `--max-batch`):
            --max-dim seq at batch 4, a100-80gb ZeRO-3 over 4 --max-batch at seq 2048, a100-40gb
            dp 2 x tp 2 x pp 2 with 4 micro-batches --max-batch at seq 1024, h200-141gb FSDP over 8
            --max-dim seq at batch 2: written down before the steps of many GPUs kept their terms
+  lm-heldout3  the same models and attentions: rtx4090-24gb --max-dim seq at batch 2, b200-180gb
+           in bf16 --max-dim seq at batch 32, a10-24gb with amp-bf16 --max-batch at seq 512,
+           gh200-96gb ZeRO-2 over 4 --max-dim seq at batch 8: written down before the terms' shape
+           stopped comparing the saved values' ids
 Each search is one `memest ... --json` process (with --extra's arguments appended); its count is
 max_batch.evaluations. Run two binaries and compare the totals and the answers (--per-search
 prints both for each search).
@@ -100,6 +105,15 @@ LM_QUERIES = {
                      "2", "--micro-batches", "4", "--max-batch", "--dim", "seq=1024"],
                     ["--gpu", "h200-141gb", "--world-size", "8", "--fsdp", "full", "--max-dim",
                      "seq", "--batch", "2"]],
+    # Written down before the terms' shape stopped comparing the saved values' ids (only their
+    # nodes and segments), and run only once that was final.
+    "lm-heldout3": [["--gpu", "rtx4090-24gb", "--max-dim", "seq", "--batch", "2"],
+                    ["--gpu", "b200-180gb", "--precision", "bf16", "--max-dim", "seq", "--batch",
+                     "32"],
+                    ["--gpu", "a10-24gb", "--precision", "amp-bf16", "--max-batch", "--dim",
+                     "seq=512"],
+                    ["--gpu", "gh200-96gb", "--world-size", "4", "--zero", "2", "--max-dim", "seq",
+                     "--batch", "8"]],
 }
 
 
