@@ -86,9 +86,11 @@ bool StepTerms::SameShape(const StepTerms& o) const {
       !live.SameShape(o.live)) {
     return false;
   }
+  // A saved term is the same term where the same node saves it in the same segment: which value
+  // holds it can differ (at a dim of 1 a view's root is another value, its bytes the same share).
   for (size_t i = 0; i < saved.size(); ++i) {
     const SavedTerm &a = saved[i], &b = o.saved[i];
-    if (a.segment != b.segment || a.value != b.value || a.node != b.node) return false;
+    if (a.segment != b.segment || a.node != b.node) return false;
   }
   return true;
 }

@@ -429,5 +429,30 @@ TEST(StepTermsTest, OnManyGpusEachStageKeepsItsTerms) {
   }
 }
 
+// At a dim of 1 some saved tensors are a view's root that is another value (GPT-2's at seq 1), with
+// the same node saving the same share: the terms are alike, so that the curves can read through
+// the estimate at 1 (the searches for the longest sequence took one estimate fewer).
+TEST(StepTermsTest, AnotherValueSavedByTheSameNodeIsTheSameTerm) {
+  auto model = Lm("gpt2.json");
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 4;
+  o.attention = Attention::kEager;
+  o.dims["seq"] = 1;
+  const Traced one = TraceAt(*model, o);
+  o.dims["seq"] = 512;
+  const Traced many = TraceAt(*model, o);
+  ASSERT_EQ(one.terms.saved.size(), many.terms.saved.size());
+  int other_values = 0;
+  for (size_t j = 0; j < one.terms.saved.size(); ++j) {
+    other_values += one.terms.saved[j].value != many.terms.saved[j].value;
+  }
+  EXPECT_GT(other_values, 0);
+  EXPECT_TRUE(one.terms.SameShape(many.terms));
+  analytical::StepTerms moved = many.terms;
+  moved.saved[0].node += 1;
+  EXPECT_FALSE(one.terms.SameShape(moved));
+}
+
 }  // namespace
 }  // namespace memest
