@@ -84,7 +84,8 @@ namespace {
 
 // Regula falsi between lo (room_lo >= 0: fits) and hi (room_hi < 0), Illinois' way: a side kept
 // twice in a row has its headroom halved; a bisection after two steps that did not halve the
-// interval. The largest value whose headroom is >= 0, and that headroom in *room.
+// interval (geometric while the interval spans more than a factor of 4). The largest value whose
+// headroom is >= 0, and that headroom in *room.
 template <typename Headroom>
 int64_t LargestWithRoom(int64_t lo, int64_t hi, double room_lo, double room_hi,
                         const Headroom& headroom, double* room) {
@@ -92,7 +93,15 @@ int64_t LargestWithRoom(int64_t lo, int64_t hi, double room_lo, double room_hi,
   int kept = 0, slow = 0;
   while (hi - lo > 1) {
     const int64_t width = hi - lo;
+    // The bisection's point: the middle, or where the bracket spans orders of magnitude (its top
+    // is the limit, 2^24, until a value fails), the geometric middle -- a curve that grows with
+    // the square of the value stalls the secant near the bottom there.
     int64_t v = lo + width / 2;
+    if (hi / 4 > lo) {
+      v = std::clamp(static_cast<int64_t>(std::sqrt(static_cast<double>(std::max<int64_t>(lo, 1)) *
+                                                    static_cast<double>(hi))),
+                     lo + 1, hi - 1);
+    }
     if (slow < 2) {
       const double x =
           static_cast<double>(lo) + static_cast<double>(width) * room_lo / (room_lo - room_hi);
