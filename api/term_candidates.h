@@ -4,9 +4,9 @@
 //
 // Policy (docs/cli.md `--max-batch`):
 //  * Every estimate the search makes of an analytical step (training, or inference's forward walk)
-//    keeps its terms, each pipeline stage's on many GPUs. Once two of
-//    them have the same terms (the first, at batch 1, often has not: a broadcast over the batch
-//    dim is a view only there), the curves through the last two (three, for a dim whose sizes can
+//    keeps its terms, each pipeline stage's on many GPUs. Once two of them have terms alike
+//    (StepTerms::SameShape; the first, at batch 1, not always: a broadcast over the batch dim can
+//    be a view only there), the curves through the last two (three, for a dim whose sizes can
 //    grow with its square) give the closed form at any value, its block rounding and segments
 //    included, and each candidate is the largest value the curves say fits, between the largest
 //    fitting value and the smallest failing one the estimates found (regula falsi on the
