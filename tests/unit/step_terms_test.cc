@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -452,6 +453,69 @@ TEST(StepTermsTest, AnotherValueSavedByTheSameNodeIsTheSameTerm) {
   analytical::StepTerms moved = many.terms;
   moved.saved[0].node += 1;
   EXPECT_FALSE(one.terms.SameShape(moved));
+}
+
+// On a pipeline whose worst stage changes with the value (GPT-2 over 2 stages with 2 micro-batches:
+// the first stage at seq 1 and from about 1,000 on, the last around 256), each stage's curves give
+// that stage's estimate, and the worst of them is the estimate's, at values on either side.
+TEST(StepTermsTest, EachStagesCurvesGiveTheWorstStageWhereItChanges) {
+  auto model = Lm("gpt2.json");
+  ASSERT_NE(model, nullptr);
+  auto est = MakeEstimator("analytical");
+  ASSERT_TRUE(est.ok());
+  Options o;
+  o.batch = 2;
+  o.attention = Attention::kEager;
+  o.parallel.world_size = 2;
+  o.parallel.pp = 2;
+  o.micro_batches = 2;
+  // Each stage's terms at `seq` (what the exact search keeps), and the estimate.
+  const auto trace = [&](int64_t seq, std::vector<analytical::StepTerms>* stages,
+                         StackProfile* stack) {
+    o.dims["seq"] = seq;
+    stages->clear();
+    auto e = memory::RunEstimate(**est, *model, o, [&](const memory::EstimationContext& ctx) {
+      *stack = ctx.stack();
+      stages->resize(static_cast<size_t>(ctx.stage()) + 1);
+      return analytical::EstimateWithTerms(ctx, &(*stages)[static_cast<size_t>(ctx.stage())]);
+    });
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() ? std::move(e).value() : Estimate();
+  };
+  const int64_t at[] = {64, 300, 700};
+  std::vector<std::vector<analytical::StepTerms>> traced(3);
+  StackProfile stack;
+  for (size_t i = 0; i < 3; ++i) trace(at[i], &traced[i], &stack);
+  ASSERT_EQ(traced[0].size(), 2u);
+  std::vector<analytical::StepCurve> curves;
+  for (size_t s = 0; s < 2; ++s) {
+    const analytical::StepTerms* terms[] = {&traced[0][s], &traced[1][s], &traced[2][s]};
+    auto c = analytical::StepCurve::Fit(at, terms);
+    ASSERT_TRUE(c.has_value()) << "stage " << s;
+    curves.push_back(std::move(*c));
+  }
+  std::set<int> worst_stages;
+  for (int64_t seq : {128, 256, 512, 1024, 2048, 4096}) {
+    std::vector<analytical::StepTerms> stages;
+    StackProfile unused;
+    const Estimate real = trace(seq, &stages, &unused);
+    ASSERT_EQ(real.ranks.size(), 2u);
+    int worst = 0;
+    uint64_t worst_peak = 0;
+    for (int s = 0; s < 2; ++s) {
+      const Estimate by_curve = curves[static_cast<size_t>(s)].PeaksAt(seq, stack);
+      const Estimate stage_alone = analytical::StepPeaks(stages[static_cast<size_t>(s)], stack);
+      EXPECT_EQ(by_curve.peak_device, stage_alone.peak_device) << "seq " << seq << " stage " << s;
+      if (s == 0 || by_curve.peak_device > worst_peak) {
+        worst = s;
+        worst_peak = by_curve.peak_device;
+      }
+    }
+    worst_stages.insert(worst);
+    // The estimate's device peak is its worst stage's, with the stack's band on top (none here).
+    EXPECT_EQ(worst_peak, real.peak_device) << "seq " << seq;
+  }
+  EXPECT_EQ(worst_stages.size(), 2u) << "the worst stage should change over these values";
 }
 
 }  // namespace
