@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "base/size_curves.h"
+#include "memory/context.h"
 #include "memory/device.h"
 
 namespace memest {
@@ -64,7 +65,7 @@ Estimate TermCandidates::WorstStageAt(std::span<const analytical::StepCurve> cur
   Estimate worst = curves[0].PeaksAt(v, stack_);
   for (size_t s = 1; s < curves.size(); ++s) {
     Estimate e = curves[s].PeaksAt(v, stack_);
-    if (e.peak_device > worst.peak_device) worst = std::move(e);
+    if (memory::WorseStage(e, worst)) worst = std::move(e);
   }
   return worst;
 }

@@ -72,8 +72,7 @@ class TermCandidates {
   };
   // Both hold terms of the same shape, stage by stage.
   static bool Alike(const Stages& a, const Stages& b);
-  // The worst stage's peaks by the curves at v (the estimate's: Estimator::Run keeps the stage
-  // with the largest device peak, the first of those that tie).
+  // The worst stage's peaks by the curves at v (memory::WorseStage, as the estimate keeps it).
   Estimate WorstStageAt(std::span<const analytical::StepCurve> curves, int64_t v) const;
   // CheckFit's headroom of e's forward and backward phase judged alone (an inference step's: its
   // own). The optimizer step's peak is the same at every value: where it fits, the verdict turns

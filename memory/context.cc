@@ -141,7 +141,7 @@ Result<Estimate> EstimateEveryStage(const BackendPart& part, EstimationContext* 
                                         : "";
     }
     ranks.push_back(std::move(r));
-    if (!worst || e.peak_device > worst->peak_device) worst = std::move(e);
+    if (!worst || WorseStage(e, *worst)) worst = std::move(e);
   }
   ctx->set_stage(0);
   worst->ranks = std::move(ranks);

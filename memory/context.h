@@ -109,6 +109,12 @@ class EstimationContext {
 // The diagnostics of step 5 above, for an estimate made in `ctx`.
 void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* estimate);
 
+// Of a pipeline's stages, an estimate keeps the worst: the largest device peak, the first of those
+// that tie. Whether `stage` is worse than the worst so far.
+[[nodiscard]] inline bool WorseStage(const Estimate& stage, const Estimate& worst) {
+  return stage.peak_device > worst.peak_device;
+}
+
 // The backend's own estimate of one pipeline stage in a context (ctx.stage(); by default its
 // EstimateIn).
 using BackendPart = std::function<Result<Estimate>(const EstimationContext&)>;

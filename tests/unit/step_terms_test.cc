@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,6 +63,39 @@ Traced TraceAt(const Model& m, Options o) {
 Traced TraceAtBatch(const Model& m, Options o, int64_t batch) {
   o.batch = batch;
   return TraceAt(m, o);
+}
+
+// The terms at each sequence length of `at`.
+std::vector<Traced> TraceAtSeqs(const Model& m, Options o, std::span<const int64_t> at) {
+  std::vector<Traced> traced;
+  for (int64_t seq : at) {
+    o.dims["seq"] = seq;
+    traced.push_back(TraceAt(m, o));
+  }
+  return traced;
+}
+
+// The curves through traced[i]'s terms at at[i].
+std::optional<analytical::StepCurve> CurveThrough(std::span<const int64_t> at,
+                                                  std::span<const Traced> traced) {
+  std::vector<const analytical::StepTerms*> terms;
+  for (const Traced& t : traced) terms.push_back(&t.terms);
+  return analytical::StepCurve::Fit(at, terms);
+}
+
+// `r` is a search's answer, the largest value that fits under `o`: its estimate fits and is the
+// search's to the last field, and the next value the search can answer (`step` further) does not.
+void ExpectTheAnswer(const Estimator& est, const Model& model, Options o, const GpuProfile& gpu,
+                     const MaxBatchResult& r, int64_t step, const std::string& where) {
+  o.batch = r.batch;
+  auto at = est.Run(model, o);
+  ASSERT_TRUE(at.ok()) << where;
+  EXPECT_TRUE(CheckFit(*at, gpu, o).fits) << where;
+  EXPECT_EQ(EstimateToJson(r.at_batch), EstimateToJson(*at)) << where;
+  o.batch = r.batch + step;
+  auto next = est.Run(model, o);
+  ASSERT_TRUE(next.ok()) << where;
+  EXPECT_FALSE(CheckFit(*next, gpu, o).fits) << where;
 }
 
 // The peaks the closed form gives from `terms`.
@@ -155,16 +190,11 @@ TEST(StepTermsTest, ParabolasThroughThreeValuesOfTheSequenceGiveTheEstimate) {
   Options o;
   o.batch = 2;
   o.attention = Attention::kEager;
-  std::vector<Traced> traced;
   const int64_t at[] = {64, 200, 512};
-  for (int64_t seq : at) {
-    o.dims["seq"] = seq;
-    traced.push_back(TraceAt(*model, o));
-  }
-  const analytical::StepTerms* three[] = {&traced[0].terms, &traced[1].terms, &traced[2].terms};
-  const auto parabolas = analytical::StepCurve::Fit(at, three);
+  const std::vector<Traced> traced = TraceAtSeqs(*model, o, at);
+  const auto parabolas = CurveThrough(at, traced);
   ASSERT_TRUE(parabolas.has_value());
-  const auto lines = analytical::StepCurve::Fit(std::span(at).first(2), std::span(three).first(2));
+  const auto lines = CurveThrough(std::span(at).first(2), std::span(traced).first(2));
   ASSERT_TRUE(lines.has_value());
   for (int64_t seq : {100, 1000, 3000}) {
     o.dims["seq"] = seq;
@@ -326,14 +356,9 @@ TEST(StepTermsTest, ParabolasGiveAnLmForwardAtOtherSequences) {
   o.batch = 2;
   o.mode = Mode::kInfer;
   o.attention = Attention::kEager;
-  std::vector<Traced> traced;
   const int64_t at[] = {64, 200, 512};
-  for (int64_t seq : at) {
-    o.dims["seq"] = seq;
-    traced.push_back(TraceAt(*model, o));
-  }
-  const analytical::StepTerms* three[] = {&traced[0].terms, &traced[1].terms, &traced[2].terms};
-  const auto parabolas = analytical::StepCurve::Fit(at, three);
+  const std::vector<Traced> traced = TraceAtSeqs(*model, o, at);
+  const auto parabolas = CurveThrough(at, traced);
   ASSERT_TRUE(parabolas.has_value());
   for (int64_t seq : {100, 1000, 3000}) {
     o.dims["seq"] = seq;
@@ -372,15 +397,7 @@ TEST(StepTermsTest, TheInferenceSearchNeedsTwoEstimatesBeyondTheCurves) {
       ASSERT_TRUE(r.ok()) << where;
       ASSERT_GT(r->batch, 1) << where;
       EXPECT_LE(r->evaluations, 4) << where << ": answer " << r->batch;
-      o.batch = r->batch;
-      auto at = (*est)->Run(*model, o);
-      ASSERT_TRUE(at.ok());
-      EXPECT_TRUE(CheckFit(*at, *gpu, o).fits) << where;
-      EXPECT_EQ(EstimateToJson(r->at_batch), EstimateToJson(*at)) << where;
-      o.batch = r->batch + 1;
-      auto next = (*est)->Run(*model, o);
-      ASSERT_TRUE(next.ok());
-      EXPECT_FALSE(CheckFit(*next, *gpu, o).fits) << where;
+      ExpectTheAnswer(**est, *model, o, *gpu, *r, 1, where);
     }
   }
 }
@@ -415,17 +432,8 @@ TEST(StepTermsTest, OnManyGpusEachStageKeepsItsTerms) {
       ASSERT_TRUE(r.ok()) << where << ": " << r.status().ToString();
       ASSERT_GT(r->batch, 1) << where;
       EXPECT_LE(r->evaluations, 4) << where << ": answer " << r->batch;
-      const int64_t step = pipeline ? 4 : 1;
-      o.batch = r->batch;
-      auto at = (*est)->Run(*model, o);
-      ASSERT_TRUE(at.ok());
-      EXPECT_TRUE(CheckFit(*at, *gpu, o).fits) << where;
-      EXPECT_EQ(at->ranks.size(), pipeline ? 2u : 1u) << where;
-      EXPECT_EQ(EstimateToJson(r->at_batch), EstimateToJson(*at)) << where;
-      o.batch = r->batch + step;
-      auto next = (*est)->Run(*model, o);
-      ASSERT_TRUE(next.ok());
-      EXPECT_FALSE(CheckFit(*next, *gpu, o).fits) << where;
+      EXPECT_EQ(r->at_batch.ranks.size(), pipeline ? 2u : 1u) << where;
+      ExpectTheAnswer(**est, *model, o, *gpu, *r, pipeline ? 4 : 1, where);  // whole micro-batches
     }
   }
 }
@@ -506,7 +514,7 @@ TEST(StepTermsTest, EachStagesCurvesGiveTheWorstStageWhereItChanges) {
       const Estimate by_curve = curves[static_cast<size_t>(s)].PeaksAt(seq, stack);
       const Estimate stage_alone = analytical::StepPeaks(stages[static_cast<size_t>(s)], stack);
       EXPECT_EQ(by_curve.peak_device, stage_alone.peak_device) << "seq " << seq << " stage " << s;
-      if (s == 0 || by_curve.peak_device > worst_peak) {
+      if (s == 0 || by_curve.peak_device > worst_peak) {  // (memory::WorseStage)
         worst = s;
         worst_peak = by_curve.peak_device;
       }
