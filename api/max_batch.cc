@@ -21,20 +21,28 @@
 //    and bisects once one has.
 //  * A replay runs the training loop as the estimate does, until it repeats itself: past the
 //    traced iterations with the last one's requests (symbolic/batch_trace.h, the loop).
+//  * On many GPUs each pipeline stage's step is traced and replayed on its own (one stage
+//    without a pipeline), with NCCL's buffers outside the allocator as the estimate counts them.
+//    The stages are searched in turn, each up to the answer of those before, so the answer is the
+//    smallest of theirs; a stage searched before the answer came down is replayed at it too, and
+//    must fit there.
 //  * The replay's answer stands only when checked: the backend's estimate at the answer fits with
-//    the replay's allocated and reserved peaks (the estimate follows the answer's replay,
+//    the replay's allocated and reserved peaks (on many GPUs, each stage's device peak its
+//    replay's; each stage's estimate follows its replay at the answer,
 //    symbolic::EstimateFollowing, when the step there makes the replay's requests and repeats
 //    its iterations as traced, instead of running the allocator model a second time), and the
 //    trace at the successor is on the curves (each malloc rounds to the same size) as far as the
 //    successor's replay ran -- to the request that failed, where the walk stops (TraceRequests'
 //    most_requests; past the traced iterations, the trace loops as the curves do) -- so the
-//    successor's replay, which did not fit, is what the simulation there does request by request.
-//    Anything else -- a size off its curve, many GPUs (NCCL buffers, pipeline stages), a decode
-//    step after its prefill (two graphs on one allocator), another backend, an error -- is answered
-//    by the exact search, whose answer and errors are the ones given.
+//    successor's replay, which did not fit, is what the simulation there does request by request
+//    (on many GPUs, the trace of the stage whose successor did not fit).
+//    Anything else -- a size off its curve, a decode step after its prefill (two graphs on one
+//    allocator), another backend, an error -- is answered by the exact search, whose answer and
+//    errors are the ones given.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -45,6 +53,7 @@
 #include "memest/estimator.h"
 #include "memory/context.h"
 #include "memory/device.h"
+#include "memory/parallel.h"
 #include "symbolic/batch_trace.h"
 #include "symbolic/symbolic.h"
 
@@ -509,11 +518,12 @@ struct Probe {
   uint64_t overhead = 0;           // symbolic::BatchTrace::Replay::overhead
   symbolic::AllocatorStats stats;  // the replay's allocator statistics
   size_t requests_run = 0;         // symbolic::BatchTrace::Replay::requests_run
+  uint64_t device = 0;             // the device peak, when the replay did not run out
 };
 
 // The verdict CheckFit gives the symbolic estimate of a replayed step: its device peak is the
-// reserved peak and what lives outside the allocator (symbolic/timeline.cc), with the stack's
-// band on top.
+// reserved peak and what lives outside the allocator -- the stack's, and on many GPUs NCCL's
+// buffers (symbolic/timeline.cc) -- with the stack's band on top.
 class Prober {
  public:
   // `budget`: symbolic::StepBudget(ctx).
@@ -526,11 +536,16 @@ class Prober {
         config_(symbolic::StepAllocatorConfig(ctx.options(), budget)) {
     Breakdown outside;
     memory::SetOutsideAllocator(stack_, &outside);
+    if (ctx.options().parallel.enabled()) {
+      outside.nccl_buffers = memory::NcclBufferBytes(ctx.parallel());
+    }
     outside_ = outside.Total();
   }
 
   const symbolic::AllocatorConfig& config() const { return config_; }
   int replays() const { return replays_; }
+  // The batch of the last probe that fitted (0: none yet).
+  int64_t LastFitAt() const { return last_fit_at_; }
   // The allocator's run at `b`, the last probe that fitted (the search's answer, when it has
   // one), handed over: what the check's estimate follows instead of running the allocator model
   // again. Empty (which nothing follows) when the last probe that fitted was not at `b`.
@@ -565,6 +580,7 @@ class Prober {
     e.peak_allocated = r.stats.peak_allocated;
     e.peak_reserved = r.stats.peak_reserved;
     e.peak_device = base::SatAdd(r.stats.peak_reserved, outside_);
+    p.device = e.peak_device;
     memory::ApplyResidualBand(stack_, &e);
     const Fit f = CheckFit(e, gpu_, options_);
     p.fits = f.fits;
@@ -677,109 +693,193 @@ int64_t FarTraced(uint64_t first_peak, uint64_t budget, int64_t limit) {
                              kFirstTraced + 2, limit);
 }
 
-// The step's allocator requests at value v of the searched batch (its first `most_requests`),
-// and the context they were traced in; nullopt when the options or the bind refuse v (the exact
-// search says why).
-template <typename Set>
-std::optional<std::pair<std::unique_ptr<memory::EstimationContext>, symbolic::StepTrace>> TraceAt(
-    const Model& model, Options o, Set set, int64_t v,
-    size_t most_requests = std::numeric_limits<size_t>::max()) {
-  set(&o, v);
-  if (!Validate(o).ok()) return std::nullopt;
-  auto ctx = memory::EstimationContext::Make(model, o);
-  if (!ctx.ok()) return std::nullopt;
-  auto requests = symbolic::TraceRequests(**ctx, most_requests);
-  if (!requests.ok()) return std::nullopt;
-  return std::make_pair(std::move(ctx).value(), std::move(requests).value());
+// The number of pipeline stages a context's step is estimated over (memory::RunEstimate runs the
+// backend's part once on one GPU, and on each stage on many).
+int StagesOf(const memory::EstimationContext& ctx) {
+  return ctx.options().parallel.enabled() ? ctx.parallel().stages() : 1;
 }
 
-// The check of the replay's answer (policy at the top): the estimate at `batch`, when it fits
-// with the replay's peaks `at` and the trace at batch + 1 is on the lines -- as far as the replay
-// there (`successor`) ran: a simulation that makes the same first requests as a replay that ran
-// out runs out at the same one, so the walk stops there. nullopt otherwise.
+// The step's allocator requests at value v of the searched batch, one trace per pipeline stage
+// (only stage `only`'s when it is set, and then its first `most_requests`), and the context they
+// were traced in; nullopt when the options or the bind refuse v (the exact search says why).
+template <typename Set>
+std::optional<
+    std::pair<std::unique_ptr<memory::EstimationContext>, std::vector<symbolic::StepTrace>>>
+TraceAt(const Model& model, Options o, Set set, int64_t v, std::optional<int> only = std::nullopt,
+        size_t most_requests = std::numeric_limits<size_t>::max()) {
+  set(&o, v);
+  if (!Validate(o).ok()) return std::nullopt;
+  auto made = memory::EstimationContext::Make(model, o);
+  if (!made.ok()) return std::nullopt;
+  std::unique_ptr<memory::EstimationContext> ctx = std::move(made).value();
+  std::vector<symbolic::StepTrace> traces;
+  const int stages = StagesOf(*ctx);
+  for (int s = only.value_or(0); s < (only ? *only + 1 : stages); ++s) {
+    if (s >= stages) return std::nullopt;
+    ctx->set_stage(s);
+    auto requests = symbolic::TraceRequests(*ctx, most_requests);
+    if (!requests.ok()) return std::nullopt;
+    traces.push_back(std::move(requests).value());
+  }
+  ctx->set_stage(0);
+  return std::make_pair(std::move(ctx), std::move(traces));
+}
+
+// One pipeline stage's replay (a single one on one GPU): the probes at the search's answer and
+// at its successor, and the allocator's run at the answer.
+struct StageAnswer {
+  Probe at_answer, at_successor;
+  symbolic::AllocatorRun run;
+};
+
+// Whether the estimate `e` is the replays' at its value: on one GPU its allocated and reserved
+// peaks are the replay's; on many, each stage's device peak is its replay's, and the worst
+// stage's peaks are that stage's replay's.
+bool IsTheReplays(const Estimate& e, const std::vector<StageAnswer>& stages) {
+  if (e.ranks.empty()) {
+    const symbolic::AllocatorStats& s = stages.front().at_answer.stats;
+    return stages.size() == 1 && e.peak_allocated == s.peak_allocated &&
+           e.peak_reserved == s.peak_reserved;
+  }
+  if (e.ranks.size() != stages.size()) return false;
+  std::optional<size_t> worst;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    if (e.ranks[s].peak_device != stages[s].at_answer.device) return false;
+    if (!worst && e.ranks[s].peak_device == e.peak_device) worst = s;
+  }
+  if (!worst) return false;
+  const symbolic::AllocatorStats& w = stages[*worst].at_answer.stats;
+  return e.peak_allocated == w.peak_allocated && e.peak_reserved == w.peak_reserved;
+}
+
+// The check of the replay's answer (policy at the top): the estimate at `batch`, when it is the
+// stages' replays' (IsTheReplays) and fits, and the trace of stage `decisive` at batch + 1 is on
+// its lines -- as far as its replay there (`successor`) ran: a simulation that makes the same
+// first requests as a replay that ran out runs out at the same one, so the walk stops there.
+// (That stage's step at batch + 1 does not fit, so the estimate there does not either: its worst
+// stage has a device peak at least that stage's, and every stage holds the same outside the
+// allocator, so a reserved peak at least that stage's too.) nullopt otherwise.
 template <typename Set>
 std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& model,
                                     const Options& options, const GpuProfile& gpu, int64_t limit,
-                                    Set set, const symbolic::BatchTrace& trace,
+                                    Set set, const std::vector<symbolic::BatchTrace>& traces,
                                     const symbolic::AllocatorConfig& config, int64_t batch,
-                                    const Probe& at, const Probe& successor,
-                                    const symbolic::AllocatorRun& run, MaxBatchResult* spent) {
+                                    int decisive, const std::vector<StageAnswer>& stages,
+                                    MaxBatchResult* spent) {
   if (batch < limit) {
+    if (decisive < 0) return std::nullopt;
     // (A successor's probe always ran at least its failing request; 0 would be no probe at all,
     // and then the whole trace is checked.)
+    const Probe& successor = stages[decisive].at_successor;
     const size_t prefix =
         successor.requests_run > 0 ? successor.requests_run : std::numeric_limits<size_t>::max();
-    auto next = TraceAt(model, options, set, batch + 1, prefix);
+    auto next = TraceAt(model, options, set, batch + 1, decisive, prefix);
     ++spent->traces;
-    if (!next || !trace.Matches(next->second, batch + 1, config, prefix)) return std::nullopt;
+    if (!next || !traces[decisive].Matches(next->second.front(), batch + 1, config, prefix)) {
+      return std::nullopt;
+    }
   }
   Options o = options;
   set(&o, batch);
   ++spent->evaluations;
-  // The estimate follows the answer's replay (the same allocator run, when the step at `batch`
-  // makes its requests: symbolic::EstimateFollowing checks them one by one); else it is made
-  // anew. (One stage: the replay is never tried on many GPUs, ReplayLargestFitting, and a part
-  // runs on every stage.)
+  // Each stage's estimate follows its replay at the answer (the same allocator run, when the step
+  // at `batch` makes its requests: symbolic::EstimateFollowing checks them one by one); else it
+  // is made anew.
   Result<Estimate> e =
-      memory::RunEstimate(estimator, model, o, [&run](const memory::EstimationContext& ctx) {
-        return symbolic::EstimateFollowing(ctx, run);
+      memory::RunEstimate(estimator, model, o, [&stages](const memory::EstimationContext& ctx) {
+        return symbolic::EstimateFollowing(ctx, stages[static_cast<size_t>(ctx.stage())].run);
       });
   if (!e.ok()) e = estimator.Run(model, o);
-  if (!e.ok() || !CheckFit(*e, gpu, options).fits || e->peak_allocated != at.stats.peak_allocated ||
-      e->peak_reserved != at.stats.peak_reserved) {
+  if (!e.ok() || !CheckFit(*e, gpu, options).fits || !IsTheReplays(*e, stages)) {
     return std::nullopt;
   }
   return std::move(e).value();
 }
 
 // The symbolic backend's answer by replay, checked (policy at the top), from `curve_traces`
-// traces (2: lines, for the batch; 3: parabolas, for a dim such as the sequence length); nullopt
-// when the replay cannot give one, with what it spent counted in *spent.
+// traces (2: lines, for the batch; 3: parabolas, for a dim such as the sequence length) of each
+// pipeline stage; nullopt when the replay cannot give one, with what it spent counted in *spent.
 template <typename Set>
 std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, const Model& model,
                                                    const Options& options, const GpuProfile& gpu,
                                                    int64_t limit, Set set, int curve_traces,
                                                    MaxBatchResult* spent) {
-  if (estimator.name() != "symbolic" || options.parallel.enabled() || options.prefill ||
-      limit < kFirstTraced + curve_traces || limit > kMostReplayed) {
+  if (estimator.name() != "symbolic" || options.prefill || limit < kFirstTraced + curve_traces ||
+      limit > kMostReplayed) {
     return std::nullopt;
   }
   try {
     auto first = TraceAt(model, options, set, kFirstTraced);
     if (!first) return std::nullopt;
-    ++spent->traces;
+    const size_t stages = first->second.size();
+    spent->traces += static_cast<int>(stages);
     const memory::EstimationContext& ctx = *first->first;
     const uint64_t budget = symbolic::StepBudget(ctx);
     // Past the budget at the first value traced: the answer is 0 or 1, which the exact search
     // finds in one or two estimates.
-    const uint64_t first_peak = symbolic::PeakRequested(first->second.requests);
+    uint64_t first_peak = 0;
+    for (const symbolic::StepTrace& t : first->second) {
+      first_peak = std::max(first_peak, symbolic::PeakRequested(t.requests));
+    }
     if (first_peak > budget) return std::nullopt;
-    // The others: the farthest, and with three, one halfway.
+    // The others: the farthest (where the fullest stage's requested bytes reach the budget), and
+    // with three, one halfway.
     const int64_t far = FarTraced(first_peak, budget, limit);
     std::vector<int64_t> at = {kFirstTraced, far};
     if (curve_traces == 3) at.insert(at.begin() + 1, kFirstTraced + (far - kFirstTraced) / 2);
-    std::vector<symbolic::StepTrace> kept;
+    std::vector<std::vector<symbolic::StepTrace>> kept;  // [value][stage]
     kept.reserve(at.size());
     kept.push_back(std::move(first->second));
     for (size_t i = 1; i < at.size(); ++i) {
       auto more = TraceAt(model, options, set, at[i]);
-      if (!more) return std::nullopt;
-      ++spent->traces;
+      if (!more || more->second.size() != stages) return std::nullopt;
+      spent->traces += static_cast<int>(stages);
       kept.push_back(std::move(more->second));
     }
-    std::vector<symbolic::Traced> traced;
-    for (size_t i = 0; i < at.size(); ++i) traced.push_back({at[i], &kept[i]});
-    std::optional<symbolic::BatchTrace> trace = symbolic::BatchTrace::Fit(traced);
-    if (!trace) return std::nullopt;
-    Prober prober(*trace, ctx, budget, options, gpu);
-    Probe at_answer, at_successor;
-    const int64_t batch = ReplaySearch(&prober, trace->LargestWithin(budget, limit), limit,
-                                       &at_answer, &at_successor);
-    spent->replays += prober.replays();
-    if (batch < 1) return std::nullopt;
+    std::vector<symbolic::BatchTrace> traces;
+    traces.reserve(stages);
+    for (size_t s = 0; s < stages; ++s) {
+      std::vector<symbolic::Traced> traced;
+      for (size_t i = 0; i < at.size(); ++i) traced.push_back({at[i], &kept[i][s]});
+      std::optional<symbolic::BatchTrace> trace = symbolic::BatchTrace::Fit(traced);
+      if (!trace) return std::nullopt;
+      traces.push_back(std::move(trace).value());
+    }
+    std::vector<Prober> probers;
+    probers.reserve(stages);
+    for (const symbolic::BatchTrace& t : traces) probers.emplace_back(t, ctx, budget, options, gpu);
+    // Each stage's search runs up to the answer of the stages before: the answer is the smallest
+    // of theirs, and `decisive` the first stage whose successor does not fit (none while the
+    // answer is the limit).
+    std::vector<StageAnswer> answers(stages);
+    int64_t batch = limit;
+    int decisive = -1;
+    for (size_t s = 0; s < stages; ++s) {
+      StageAnswer& a = answers[s];
+      const int64_t b = ReplaySearch(&probers[s], traces[s].LargestWithin(budget, batch), batch,
+                                     &a.at_answer, &a.at_successor);
+      if (b < 1) {
+        for (const Prober& p : probers) spent->replays += p.replays();
+        return std::nullopt;
+      }
+      if (b < batch) decisive = static_cast<int>(s);
+      batch = b;
+    }
+    // A stage searched before the answer came down fits at it too, by its own replay there.
+    bool all_fit = true;
+    for (size_t s = 0; s < stages && all_fit; ++s) {
+      if (answers[s].at_answer.fits && probers[s].LastFitAt() == batch) continue;
+      answers[s].at_answer = probers[s].At(batch);
+      all_fit = answers[s].at_answer.fits;
+    }
+    for (size_t s = 0; s < stages; ++s) {
+      spent->replays += probers[s].replays();
+      answers[s].run = probers[s].TakeLastFit(batch);
+    }
+    if (!all_fit) return std::nullopt;
     std::optional<Estimate> e =
-        CheckAnswer(estimator, model, options, gpu, limit, set, *trace, prober.config(), batch,
-                    at_answer, at_successor, prober.TakeLastFit(batch), spent);
+        CheckAnswer(estimator, model, options, gpu, limit, set, traces, probers.front().config(),
+                    batch, decisive, answers, spent);
     if (!e) return std::nullopt;
     MaxBatchResult r = *spent;
     r.batch = batch;

@@ -177,15 +177,20 @@ void BM_Estimate(benchmark::State& state, const std::string& name, memest::Mode 
   state.counters["per_node"] = PerNode(subject->model->summary().node_count);
 }
 
+// With `zero2_over` > 1: ZeRO-2 over that many GPUs.
 void BM_MaxBatch(benchmark::State& state, const std::string& name,
                  const std::string& backend = "analytical",
                  memest::MaxBatchSearch search = memest::MaxBatchSearch::kAuto,
-                 memest::Mode mode = memest::Mode::kTrain) {
+                 memest::Mode mode = memest::Mode::kTrain, int64_t zero2_over = 1) {
   auto subject = SetUp(state, name, backend);
   if (!subject) return;
   memest::Options o;
   o.gpu = "h100-80gb";
   o.mode = mode;
+  if (zero2_over > 1) {
+    o.parallel.world_size = zero2_over;
+    o.parallel.sharding = memest::Sharding::kZero2;
+  }
   SearchEachIteration(
       state, *subject->model,
       [&] {
@@ -419,6 +424,8 @@ BENCHMARK_CAPTURE(BM_MaxBatch, resnet50, std::string("resnet50_train"))->Unit(be
 BENCHMARK_CAPTURE(BM_EstimateAtMaxBatch, resnet50_symbolic, std::string("resnet50_train"))->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MaxBatch, resnet50_symbolic, std::string("resnet50_train"), kSymbolic)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_MaxBatch, resnet50_symbolic_exact, std::string("resnet50_train"), kSymbolic, memest::MaxBatchSearch::kExact)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxBatch, resnet50_symbolic_zero2x4, std::string("resnet50_train"), kSymbolic, memest::MaxBatchSearch::kAuto, Mode::kTrain, 4)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxBatch, resnet50_symbolic_zero2x4_exact, std::string("resnet50_train"), kSymbolic, memest::MaxBatchSearch::kExact, Mode::kTrain, 4)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Estimate, resnet50_infer_analytical, std::string("resnet50_train"), Mode::kInfer, kAnalytical)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MaxBatch, resnet50_infer, std::string("resnet50_train"), kAnalytical, memest::MaxBatchSearch::kAuto, Mode::kInfer)->Unit(benchmark::kMillisecond);
 

@@ -131,9 +131,6 @@ uint64_t StepBudget(const memory::EstimationContext& ctx) {
 }
 
 Result<Estimate> EstimateFollowing(const memory::EstimationContext& ctx, const AllocatorRun& run) {
-  if (ctx.options().parallel.enabled()) {
-    return InvalidArgument("an allocator run is one rank's step; this one has many");
-  }
   SimulationKey limited = SimulationKey::Of(ctx);
   const uint64_t budget = StepBudget(ctx);
   limited.allocator_budget = budget;

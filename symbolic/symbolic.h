@@ -16,10 +16,11 @@ std::unique_ptr<Estimator> MakeSymbolicEstimator();
 // of a parallel plan): the budget the step is simulated within (policy in symbolic.cc).
 [[nodiscard]] uint64_t StepBudget(const memory::EstimationContext& ctx);
 
-// The symbolic backend's estimate in `ctx` (its EstimateIn) for a step whose allocator run within
-// StepBudget(ctx) is `run`, made already (a replay that did not run out, symbolic/batch_trace.h):
-// the simulation follows it instead of running the allocator model again. InvalidArgument when
-// the step's requests are not run's (Simulate's overload); the caller then runs the estimate.
+// The symbolic backend's estimate in `ctx` (its EstimateIn: on many GPUs, of the pipeline stage
+// ctx.stage()) for a step whose allocator run within StepBudget(ctx) is `run`, made already (a
+// replay that did not run out, symbolic/batch_trace.h): the simulation follows it instead of
+// running the allocator model again. InvalidArgument when the step's requests are not run's
+// (Simulate's overload); the caller then runs the estimate.
 Result<Estimate> EstimateFollowing(const memory::EstimationContext& ctx, const AllocatorRun& run);
 
 // The whole simulation (events included when `record_events`), for --timeline. Under pipeline

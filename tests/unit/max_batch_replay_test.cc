@@ -473,10 +473,12 @@ void ExpectAnAnswer(const Estimator& est, const Model& model, const Options& o,
   auto e = est.Run(model, at);
   ASSERT_TRUE(e.ok()) << what;
   EXPECT_TRUE(CheckFit(*e, *gpu, o).fits) << what << ": " << v << " does not fit";
-  searched.Set(&at, v + 1);
+  // The successor: the next batch of whole micro-batches, or the dim's next value.
+  const int64_t successor = v + (searched.dim.empty() ? std::max<int64_t>(o.micro_batches, 1) : 1);
+  searched.Set(&at, successor);
   auto next = est.Run(model, at);
-  ASSERT_TRUE(next.ok()) << what;
-  EXPECT_FALSE(CheckFit(*next, *gpu, o).fits) << what << ": " << v + 1 << " fits too";
+  ASSERT_TRUE(next.ok()) << what << ": " << next.status().ToString();
+  EXPECT_FALSE(CheckFit(*next, *gpu, o).fits) << what << ": " << successor << " fits too";
 }
 
 struct Tally {
@@ -554,11 +556,32 @@ TEST(MaxBatchReplayTest, BundledModels) {
   EXPECT_EQ(tally.replayed, tally.answered);
 }
 
+// Variants of the options, each applied to a default Options on l4-24gb.
+using Variants = std::vector<std::pair<std::string, std::function<void(Options*)>>>;
+
+// Compare() on ResNet-18 and GPT-2 tiny training under each variant; `each`, when set, is called
+// after each search with its options and the traces that search spent.
+void CompareOnTwoModels(const Variants& variants, Tally* tally,
+                        const std::function<void(const Options&, int64_t)>& each = {}) {
+  for (const char* name : {"resnet18_train", "gpt2_tiny_train"}) {
+    auto model = Load(Source(std::string("datasets/models/") + name + ".onnx"));
+    ASSERT_NE(model, nullptr);
+    for (const auto& [what, apply] : variants) {
+      Options o;
+      o.gpu = "l4-24gb";
+      apply(&o);
+      const int64_t traces_before = tally->traces;
+      Compare(*model, o, std::string(name) + " " + what, tally);
+      if (each) each(o, tally->traces - traces_before);
+    }
+  }
+}
+
 // What else the step and the verdict read: the memory fraction, a calibrated stack's band under
 // --fit-on upper, a safety margin, gradient accumulation, checkpointing, AMP, SGD, expandable
 // segments. On ResNet-18 and GPT-2 tiny training, l4-24gb.
 TEST(MaxBatchReplayTest, OptionsTheStepAndTheVerdictRead) {
-  std::vector<std::pair<std::string, std::function<void(Options*)>>> variants = {
+  const Variants variants = {
       {"fraction 0.4", [](Options* o) { o->allocator.memory_fraction = 0.4; }},
       {"calibrated band", [](Options* o) { o->stack = "h200-pytorch2.11-lazy"; }},
       {"margin 3 %", [](Options* o) { o->fit.margin_fraction = 0.03; }},
@@ -569,19 +592,57 @@ TEST(MaxBatchReplayTest, OptionsTheStepAndTheVerdictRead) {
       {"expandable", [](Options* o) { o->allocator.expandable_segments = true; }},
   };
   Tally tally;
-  for (const char* name : {"resnet18_train", "gpt2_tiny_train"}) {
-    auto model = Load(Source(std::string("datasets/models/") + name + ".onnx"));
-    ASSERT_NE(model, nullptr);
-    for (const auto& [what, apply] : variants) {
-      Options o;
-      o.gpu = "l4-24gb";
-      apply(&o);
-      Compare(*model, o, std::string(name) + " " + what, &tally);
-    }
-  }
+  CompareOnTwoModels(variants, &tally);
   std::printf("options: %d searches, %d same answers, %d by replay; %s\n", tally.searches,
               tally.same, tally.replayed, tally.Spent().c_str());
   EXPECT_EQ(tally.searches, 16);
+  EXPECT_EQ(tally.replayed, tally.answered);
+}
+
+// Many GPUs: each pipeline stage's step traced and replayed (its NCCL buffers outside the
+// allocator), the answer the smallest of the stages' and checked as on one GPU. DDP, ZeRO-2,
+// ZeRO-3, FSDP, tensor parallelism and a dp 2 x tp 2 x pp 2 pipeline with 4 micro-batches, on
+// ResNet-18 and GPT-2 tiny training, l4-24gb.
+TEST(MaxBatchReplayTest, ManyGpus) {
+  // Data parallel over `world` GPUs under `sharding`.
+  auto over = [](int64_t world, Sharding sharding) {
+    return [world, sharding](Options* o) {
+      o->parallel.world_size = world;
+      o->parallel.sharding = sharding;
+    };
+  };
+  const Variants variants = {
+      {"ddp 2", over(2, Sharding::kNone)},
+      {"zero-2 over 4", over(4, Sharding::kZero2)},
+      {"zero-3 over 4", over(4, Sharding::kZero3)},
+      {"fsdp over 8", over(8, Sharding::kFsdpFull)},
+      {"tp 2",
+       [](Options* o) {
+         o->parallel.world_size = 2;
+         o->parallel.tp = 2;
+       }},
+      {"dp 2 x tp 2 x pp 2",
+       [](Options* o) {
+         o->parallel.world_size = 8;
+         o->parallel.tp = 2;
+         o->parallel.pp = 2;
+         o->micro_batches = 4;
+       }},
+  };
+  Tally tally;
+  int pipelines = 0;
+  CompareOnTwoModels(variants, &tally, [&pipelines](const Options& o, int64_t traces) {
+    // Two stages: each traced at two batches, and one of them at the answer's successor.
+    if (o.parallel.pp == 2) {
+      ++pipelines;
+      EXPECT_EQ(traces, 5);
+    }
+  });
+  std::printf("many GPUs: %d searches, %d same answers, %d by replay; %s\n", tally.searches,
+              tally.same, tally.replayed, tally.Spent().c_str());
+  EXPECT_EQ(tally.searches, 12);
+  EXPECT_EQ(pipelines, 2);
+  EXPECT_GT(tally.answered, 0);
   EXPECT_EQ(tally.replayed, tally.answered);
 }
 
