@@ -4,7 +4,7 @@
     python3 scripts/max_batch_evaluations.py [--bin build/tools/memest]
                                              [--set main|options|lm|lm-gpus|lm-options|lm-heldout|
                                                     lm-heldout2|lm-infer|lm-parallel|
-                                                    lm-heldout3]
+                                                    lm-heldout3|lm-heldout4]
                                              [--backend analytical] [--per-search]
                                              [--extra "--safety-margin 5%"]
 
@@ -39,6 +39,10 @@ Sets (docs/cli.md `--max-batch`):
            in bf16 --max-dim seq at batch 32, a10-24gb with amp-bf16 --max-batch at seq 512,
            gh200-96gb ZeRO-2 over 4 --max-dim seq at batch 8: written down before the terms' shape
            stopped comparing the saved values' ids
+  lm-heldout4  the same models and attentions: a100-80gb --max-dim seq at batch 2, l40s-48gb in
+           bf16 --max-dim seq at batch 4, h200-141gb ZeRO-2 over 4 --max-dim seq at batch 8, a10-24gb
+           --max-batch at seq 1000: written down before the symbolic exact search started from the
+           replay's answer where the replay could not vouch for it
 Each search is one `memest ... --json` process (with --extra's arguments appended); its count is
 max_batch.evaluations. Run two binaries and compare the totals and the answers (--per-search
 prints both for each search).
@@ -114,6 +118,14 @@ LM_QUERIES = {
                      "seq=512"],
                     ["--gpu", "gh200-96gb", "--world-size", "4", "--zero", "2", "--max-dim", "seq",
                      "--batch", "8"]],
+    # Written down before the symbolic backend's exact search started from the replay's answer
+    # where the replay could not vouch for it, and run only once that was final.
+    "lm-heldout4": [["--gpu", "a100-80gb", "--max-dim", "seq", "--batch", "2"],
+                    ["--gpu", "l40s-48gb", "--precision", "bf16", "--max-dim", "seq", "--batch",
+                     "4"],
+                    ["--gpu", "h200-141gb", "--world-size", "4", "--zero", "2", "--max-dim", "seq",
+                     "--batch", "8"],
+                    ["--gpu", "a10-24gb", "--max-batch", "--dim", "seq=1000"]],
 }
 
 
