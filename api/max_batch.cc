@@ -38,7 +38,9 @@
 //    (on many GPUs, the trace of the stage whose successor did not fit).
 //    Anything else -- a size off its curve, a decode step after its prefill (two graphs on one
 //    allocator), another backend, an error -- is answered by the exact search, whose answer and
-//    errors are the ones given.
+//    errors are the ones given. Where the replay's search found an answer it could not vouch for
+//    (a size off its curve at the successor: memory-efficient attention pads its logsumexp and
+//    mask copies), the exact search estimates it first, and its successor when it fits.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -439,11 +441,12 @@ Estimate Unaffordable() {
 
 // The largest value v in [1, limit] for which the model fits with set(o, v) applied (Candidates
 // above). label(v) names a candidate in errors ("batch 64", "seq 4096"). v = 0 when even 1 does
-// not fit.
+// not fit. With `hint` in [2, limit] (the replay's answer, which it could not vouch for), the
+// candidates after 1 are the hint and, when it fits, its successor.
 template <typename Set, typename Label>
 Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& model,
                                    const Options& options, const GpuProfile& gpu, int64_t limit,
-                                   Label label, Set set, int term_points) {
+                                   Label label, Set set, int term_points, int64_t hint = 0) {
   MaxBatchResult r;
   Options o = options;
   // The analytical backend's step keeps its terms, each pipeline stage's (api/term_candidates.h;
@@ -478,9 +481,17 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
     from_terms.emplace(*stack, gpu, options, term_points);
     from_terms->Record(1, std::move(terms), r.at_batch, at_one);
   }
+  // The hint, then its successor when the hint fits (1 is estimated already).
+  std::vector<int64_t> hinted;
+  if (hint > 1 && hint <= limit) hinted = {hint + 1, hint};
   while (!search.done()) {
     int64_t next = 0;
-    if (std::optional<int64_t> t = from_terms ? from_terms->Next(search.largest_fitting(),
+    if (!hinted.empty()) {
+      next = hinted.back();
+      hinted.pop_back();
+      search.NextFromElsewhere();
+    } else if (std::optional<int64_t> t = from_terms
+                                              ? from_terms->Next(search.largest_fitting(),
                                                                  search.smallest_failing(), limit)
                                               : std::nullopt) {
       next = *t;
@@ -499,6 +510,7 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
     Estimate e = std::move(at).value();
     const Fit fit = CheckFit(e, gpu, options);
     search.Record(next, fit, e);
+    if (!fit.fits || next >= limit) hinted.clear();
     if (from_terms) from_terms->Record(next, std::move(terms), e, fit);
     if (fit.fits) r.at_batch = std::move(e);
   }
@@ -798,12 +810,13 @@ std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& mod
 
 // The symbolic backend's answer by replay, checked (policy at the top), from `curve_traces`
 // traces (2: lines, for the batch; 3: parabolas, for a dim such as the sequence length) of each
-// pipeline stage; nullopt when the replay cannot give one, with what it spent counted in *spent.
+// pipeline stage; nullopt when the replay cannot give one, with what it spent counted in *spent
+// and, where its search found an answer it could not vouch for, that answer in *unchecked.
 template <typename Set>
 std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, const Model& model,
                                                    const Options& options, const GpuProfile& gpu,
                                                    int64_t limit, Set set, int curve_traces,
-                                                   MaxBatchResult* spent) {
+                                                   MaxBatchResult* spent, int64_t* unchecked) {
   if (estimator.name() != "symbolic" || options.prefill || limit < kFirstTraced + curve_traces ||
       limit > kMostReplayed) {
     return std::nullopt;
@@ -849,8 +862,8 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     probers.reserve(stages);
     for (const symbolic::BatchTrace& t : traces) probers.emplace_back(t, ctx, budget, options, gpu);
     // Each stage's search runs up to the answer of the stages before: the answer is the smallest
-    // of theirs, and `decisive` the first stage whose successor does not fit (none while the
-    // answer is the limit).
+    // of theirs, and `decisive` the last stage whose search lowered it -- the one whose replay at
+    // the answer's successor did not fit (none while the answer is the limit).
     std::vector<StageAnswer> answers(stages);
     int64_t batch = limit;
     int decisive = -1;
@@ -876,6 +889,7 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
       spent->replays += probers[s].replays();
       answers[s].run = probers[s].TakeLastFit(batch);
     }
+    *unchecked = batch;
     if (!all_fit) return std::nullopt;
     std::optional<Estimate> e =
         CheckAnswer(estimator, model, options, gpu, limit, set, traces, probers.front().config(),
@@ -898,14 +912,16 @@ Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Mo
                                             int64_t limit, Label label, Set set, int curve_traces,
                                             bool dim_squared) {
   MaxBatchResult spent;
+  int64_t unchecked = 0;  // the replay's answer, where it could not vouch for it
   if (curve_traces > 0) {
     if (auto r = ReplayLargestFitting(estimator, model, options, gpu, limit, set, curve_traces,
-                                      &spent)) {
+                                      &spent, &unchecked)) {
       return std::move(r).value();
     }
   }
-  MEMEST_ASSIGN_OR_RETURN(MaxBatchResult r, ExactSearch(estimator, model, options, gpu, limit,
-                                                        label, set, dim_squared ? 3 : 2));
+  MEMEST_ASSIGN_OR_RETURN(MaxBatchResult r,
+                          ExactSearch(estimator, model, options, gpu, limit, label, set,
+                                      dim_squared ? 3 : 2, unchecked));
   r.evaluations += spent.evaluations;
   r.traces = spent.traces;
   r.replays = spent.replays;
