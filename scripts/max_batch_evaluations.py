@@ -4,7 +4,8 @@
     python3 scripts/max_batch_evaluations.py [--bin build/tools/memest]
                                              [--set main|options|lm|lm-gpus|lm-options|lm-heldout|
                                                     lm-heldout2|lm-infer|lm-parallel|
-                                                    lm-heldout3|lm-heldout4]
+                                                    lm-heldout3|lm-heldout4|
+                                                    lm-heldout5]
                                              [--backend analytical] [--per-search]
                                              [--extra "--safety-margin 5%"]
 
@@ -43,6 +44,10 @@ Sets (docs/cli.md `--max-batch`):
            bf16 --max-dim seq at batch 4, h200-141gb ZeRO-2 over 4 --max-dim seq at batch 8, a10-24gb
            --max-batch at seq 1000: written down before the symbolic exact search started from the
            replay's answer where the replay could not vouch for it
+  lm-heldout5  the same models and attentions: h100-80gb with amp-bf16 --max-dim seq at batch 2,
+           a100-40gb FSDP over 8 --max-dim seq at batch 4, l4-24gb --max-dim seq at batch 1,
+           rtx4090-24gb in bf16 --max-dim seq at batch 2: written down before the symbolic replay
+           traced a dim at multiples of 128
 Each search is one `memest ... --json` process (with --extra's arguments appended); its count is
 max_batch.evaluations. Run two binaries and compare the totals and the answers (--per-search
 prints both for each search).
@@ -126,6 +131,15 @@ LM_QUERIES = {
                     ["--gpu", "h200-141gb", "--world-size", "4", "--zero", "2", "--max-dim", "seq",
                      "--batch", "8"],
                     ["--gpu", "a10-24gb", "--max-batch", "--dim", "seq=1000"]],
+    # Written down before the symbolic replay traced a dim at multiples of 128 (so that sizes
+    # padded to 8, 32 or 128 rows are on their curves there), and run only once that was final.
+    "lm-heldout5": [["--gpu", "h100-80gb", "--precision", "amp-bf16", "--max-dim", "seq",
+                     "--batch", "2"],
+                    ["--gpu", "a100-40gb", "--world-size", "8", "--fsdp", "full", "--max-dim",
+                     "seq", "--batch", "4"],
+                    ["--gpu", "l4-24gb", "--max-dim", "seq", "--batch", "1"],
+                    ["--gpu", "rtx4090-24gb", "--precision", "bf16", "--max-dim", "seq", "--batch",
+                     "2"]],
 }
 
 
