@@ -40,7 +40,9 @@
 //    allocator), another backend, an error -- is answered by the exact search, whose answer and
 //    errors are the ones given. Where the replay's search found an answer it could not vouch for
 //    (a size off its curve at the successor: memory-efficient attention pads its logsumexp and
-//    mask copies), the exact search estimates it first, and its successor when it fits.
+//    mask copies), that answer is estimated, and its successor: when it fits and the successor
+//    does not, it is the answer (ConfirmHint); else the exact search starts from those two.
+//  * A dim is traced at multiples of kDimTraceStep, where padded sizes are on their curves.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -442,11 +444,14 @@ Estimate Unaffordable() {
 // The largest value v in [1, limit] for which the model fits with set(o, v) applied (Candidates
 // above). label(v) names a candidate in errors ("batch 64", "seq 4096"). v = 0 when even 1 does
 // not fit. With `hint` in [2, limit] (the replay's answer, which it could not vouch for), the
-// candidates after 1 are the hint and, when it fits, its successor.
+// candidates after 1 are the hint and, when it fits, its successor; `made` holds estimates made
+// already (ConfirmHint's), which the search reads instead of estimating again (not counted again
+// in evaluations).
 template <typename Set, typename Label>
 Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& model,
                                    const Options& options, const GpuProfile& gpu, int64_t limit,
-                                   Label label, Set set, int term_points, int64_t hint = 0) {
+                                   Label label, Set set, int term_points, int64_t hint = 0,
+                                   const std::vector<std::pair<int64_t, Estimate>>& made = {}) {
   MaxBatchResult r;
   Options o = options;
   // The analytical backend's step keeps its terms, each pipeline stage's (api/term_candidates.h;
@@ -462,6 +467,11 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
     return analytical::EstimateWithTerms(ctx, &terms[at]);
   };
   auto estimate = [&](int64_t v) -> Result<Estimate> {
+    if (!with_terms) {
+      for (const auto& [at, e] : made) {
+        if (at == v) return e;
+      }
+    }
     set(&o, v);
     ++r.evaluations;
     terms.clear();
@@ -696,13 +706,29 @@ constexpr int64_t kFirstTraced = 2;
 // The largest value the curves are read at (symbolic/batch_trace.cc), FindMaxBatch's default limit.
 constexpr int64_t kMostReplayed = int64_t{1} << 24;
 
-// The farthest value traced: where the first trace's requested bytes alive at once (`first_peak`),
-// times it, reach the budget -- inside the range searched, so that the curves are read where the
-// answer lies -- and at least two past the first, so that a third trace fits halfway.
-int64_t FarTraced(uint64_t first_peak, uint64_t budget, int64_t limit) {
-  const uint64_t times = budget / std::max<uint64_t>(first_peak, 1);
-  return std::clamp<int64_t>(static_cast<int64_t>(std::min<uint64_t>(times, 1ull << 40)),
-                             kFirstTraced + 2, limit);
+// A dim searched up to 3 of these or more is traced at multiples of it: sizes that pad the dim to
+// 8, 32 or 128 (memory-efficient attention's mask copies and logsumexp, flash attention's
+// backward; ops/attention.cc) are then on their curves at the values traced and near them in
+// between, so that where the successor's trace is off the curves the replay's answer, which the
+// exact search starts from, is close. (Sizes on their curves have the same curves wherever traced.)
+constexpr int64_t kDimTraceStep = 128;
+
+// The values traced, the first at `first`, where the requested bytes alive at once were
+// `first_peak`: the batch at kFirstTraced and at the farthest (the value where first_peak, times
+// it, reaches the budget), and a dim also halfway, each a multiple of `step` (kDimTraceStep, or
+// 1) -- inside the range searched, so that the curves are read where the answer lies, and far
+// enough for a third trace to fit halfway.
+std::vector<int64_t> TracedValues(int64_t first, int64_t step, uint64_t first_peak, uint64_t budget,
+                                  int64_t limit, int curve_traces) {
+  const auto times = static_cast<int64_t>(
+      std::min<uint64_t>(budget / std::max<uint64_t>(first_peak, 1), uint64_t{1} << 40));
+  // With step 1 the first value is 2 and `times` is read as the value itself.
+  const int64_t reach = step == 1 ? times : times * first;
+  const int64_t far =
+      std::clamp<int64_t>(reach / step * step, first + 2 * step, limit / step * step);
+  std::vector<int64_t> at = {first, far};
+  if (curve_traces == 3) at.insert(at.begin() + 1, first + (far - first) / 2 / step * step);
+  return at;
 }
 
 // The number of pipeline stages a context's step is estimated over (memory::RunEstimate runs the
@@ -808,6 +834,39 @@ std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& mod
   return std::move(e).value();
 }
 
+// The first values traced: each stage's requests, the context they were traced in and its
+// budget, and the fullest stage's requested bytes alive at once.
+struct FirstTrace {
+  std::unique_ptr<memory::EstimationContext> ctx;
+  std::vector<symbolic::StepTrace> traces;
+  int64_t at = 0, step = 1;  // the value traced, and the step of those after it (TracedValues)
+  uint64_t budget = 0, peak = 0;
+};
+
+// The first trace of the replay: a dim searched far enough at kDimTraceStep, else (or when a dim
+// is past the budget there, its answer below it, or refused there) at kFirstTraced; nullopt when
+// the options or the bind refuse it. The traces made are counted in *spent.
+template <typename Set>
+std::optional<FirstTrace> TraceFirst(const Model& model, const Options& options, Set set,
+                                     int64_t limit, int curve_traces, MaxBatchResult* spent) {
+  const bool aligned = curve_traces == 3 && limit >= 3 * kDimTraceStep;
+  for (const int64_t step : {aligned ? kDimTraceStep : int64_t{1}, int64_t{1}}) {
+    const int64_t at = step == 1 ? kFirstTraced : step;
+    auto traced = TraceAt(model, options, set, at);
+    if (traced) {
+      spent->traces += static_cast<int>(traced->second.size());
+      FirstTrace f{std::move(traced->first), std::move(traced->second), at, step};
+      f.budget = symbolic::StepBudget(*f.ctx);
+      for (const symbolic::StepTrace& t : f.traces) {
+        f.peak = std::max(f.peak, symbolic::PeakRequested(t.requests));
+      }
+      if (step == 1 || f.peak <= f.budget) return f;
+    }
+    if (step == 1) break;
+  }
+  return std::nullopt;
+}
+
 // The symbolic backend's answer by replay, checked (policy at the top), from `curve_traces`
 // traces (2: lines, for the batch; 3: parabolas, for a dim such as the sequence length) of each
 // pipeline stage; nullopt when the replay cannot give one, with what it spent counted in *spent
@@ -822,27 +881,21 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     return std::nullopt;
   }
   try {
-    auto first = TraceAt(model, options, set, kFirstTraced);
+    std::optional<FirstTrace> first = TraceFirst(model, options, set, limit, curve_traces, spent);
     if (!first) return std::nullopt;
-    const size_t stages = first->second.size();
-    spent->traces += static_cast<int>(stages);
-    const memory::EstimationContext& ctx = *first->first;
-    const uint64_t budget = symbolic::StepBudget(ctx);
-    // Past the budget at the first value traced: the answer is 0 or 1, which the exact search
-    // finds in one or two estimates.
-    uint64_t first_peak = 0;
-    for (const symbolic::StepTrace& t : first->second) {
-      first_peak = std::max(first_peak, symbolic::PeakRequested(t.requests));
-    }
-    if (first_peak > budget) return std::nullopt;
+    const size_t stages = first->traces.size();
+    const memory::EstimationContext& ctx = *first->ctx;
+    const uint64_t budget = first->budget;
+    // Past the budget at kFirstTraced: the answer is 0 or 1, which the exact search finds in one
+    // or two estimates.
+    if (first->peak > budget) return std::nullopt;
     // The others: the farthest (where the fullest stage's requested bytes reach the budget), and
     // with three, one halfway.
-    const int64_t far = FarTraced(first_peak, budget, limit);
-    std::vector<int64_t> at = {kFirstTraced, far};
-    if (curve_traces == 3) at.insert(at.begin() + 1, kFirstTraced + (far - kFirstTraced) / 2);
+    const std::vector<int64_t> at =
+        TracedValues(first->at, first->step, first->peak, budget, limit, curve_traces);
     std::vector<std::vector<symbolic::StepTrace>> kept;  // [value][stage]
     kept.reserve(at.size());
-    kept.push_back(std::move(first->second));
+    kept.push_back(std::move(first->traces));
     for (size_t i = 1; i < at.size(); ++i) {
       auto more = TraceAt(model, options, set, at[i]);
       if (!more || more->second.size() != stages) return std::nullopt;
@@ -904,6 +957,34 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
   }
 }
 
+// The replay's answer it could not vouch for, `hint`, confirmed by estimates: it fits and its
+// successor does not (or it is the limit). Those two estimates are an answer as the replay's
+// check is, without an estimate at 1; nullopt otherwise, with the estimates made in *made for the
+// exact search (counted in spent->evaluations).
+template <typename Set>
+std::optional<MaxBatchResult> ConfirmHint(const Estimator& estimator, const Model& model,
+                                          const Options& options, const GpuProfile& gpu,
+                                          int64_t limit, Set set, int64_t hint,
+                                          MaxBatchResult* spent,
+                                          std::vector<std::pair<int64_t, Estimate>>* made) {
+  if (hint < 2 || hint > limit) return std::nullopt;
+  for (const int64_t v : {hint, hint + 1}) {
+    if (v > limit) break;
+    Options o = options;
+    set(&o, v);
+    ++spent->evaluations;
+    Result<Estimate> e = estimator.Run(model, o);
+    if (!e.ok()) return std::nullopt;  // the exact search meets it and says so
+    const bool fits = CheckFit(*e, gpu, options).fits;
+    made->emplace_back(v, std::move(e).value());
+    if (fits != (v == hint)) return std::nullopt;
+  }
+  MaxBatchResult r = *spent;
+  r.batch = hint;
+  r.at_batch = made->front().second;
+  return r;
+}
+
 // The replay where it applies, else (or when it cannot answer) the exact search; the cost of both
 // is counted.
 template <typename Set, typename Label>
@@ -919,9 +1000,13 @@ Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Mo
       return std::move(r).value();
     }
   }
+  std::vector<std::pair<int64_t, Estimate>> made;  // ConfirmHint's estimates
+  if (auto r = ConfirmHint(estimator, model, options, gpu, limit, set, unchecked, &spent, &made)) {
+    return std::move(r).value();
+  }
   MEMEST_ASSIGN_OR_RETURN(MaxBatchResult r,
                           ExactSearch(estimator, model, options, gpu, limit, label, set,
-                                      dim_squared ? 3 : 2, unchecked));
+                                      dim_squared ? 3 : 2, unchecked, made));
   r.evaluations += spent.evaluations;
   r.traces = spent.traces;
   r.replays = spent.replays;
