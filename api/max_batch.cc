@@ -42,7 +42,9 @@
 //    (a size off its curve at the successor: memory-efficient attention pads its logsumexp and
 //    mask copies), that answer is estimated, and its successor: when it fits and the successor
 //    does not, it is the answer (ConfirmHint); else the exact search starts from those two.
-//  * A dim is traced at multiples of kDimTraceStep, where padded sizes are on their curves.
+//  * A dim searched up to 3 x kDimTraceStep or more is traced at multiples of kDimTraceStep, where
+//    padded sizes are on their curves (from kFirstTraced instead when the step at kDimTraceStep is
+//    refused or past the budget).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -709,15 +711,17 @@ constexpr int64_t kMostReplayed = int64_t{1} << 24;
 // A dim searched up to 3 of these or more is traced at multiples of it: sizes that pad the dim to
 // 8, 32 or 128 (memory-efficient attention's mask copies and logsumexp, flash attention's
 // backward; ops/attention.cc) are then on their curves at the values traced and near them in
-// between, so that where the successor's trace is off the curves the replay's answer, which the
-// exact search starts from, is close. (Sizes on their curves have the same curves wherever traced.)
+// between, so that where the successor's trace is off the curves the replay's answer, which
+// ConfirmHint estimates (and the exact search starts from), is close. (Sizes on their curves have
+// the same curves wherever traced.)
 constexpr int64_t kDimTraceStep = 128;
 
 // The values traced, the first at `first`, where the requested bytes alive at once were
-// `first_peak`: the batch at kFirstTraced and at the farthest (the value where first_peak, times
-// it, reaches the budget), and a dim also halfway, each a multiple of `step` (kDimTraceStep, or
-// 1) -- inside the range searched, so that the curves are read where the answer lies, and far
-// enough for a third trace to fit halfway.
+// `first_peak`: the first, the farthest, and for a dim also halfway, each a multiple of `step`
+// (kDimTraceStep, or 1). The farthest is, with step 1 (first at kFirstTraced), the value where
+// first_peak times it reaches the budget; with a larger step, the value v where first_peak x v /
+// first does -- inside the range searched, so that the curves are read where the answer lies, and
+// far enough for a third trace to fit halfway.
 std::vector<int64_t> TracedValues(int64_t first, int64_t step, uint64_t first_peak, uint64_t budget,
                                   int64_t limit, int curve_traces) {
   const auto times = static_cast<int64_t>(

@@ -127,8 +127,10 @@ Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu, const Options& opt
 // Under MaxBatchSearch::kAuto the symbolic backend's batches are probed by replaying its step's
 // allocator requests, traced at two batches (FindMaxDim: three values), instead of estimating
 // each (one estimate, at the
-// answer, and one trace, of its successor, check the result; anything the replay cannot vouch
-// for is searched as under kExact). kExact estimates every candidate.
+// answer, and one trace, of its successor, check the result; where the replay's answer cannot be
+// vouched for so, the estimates at it and at its successor answer when the one fits and the other
+// does not; anything else is searched as under kExact, from those two). kExact estimates every
+// candidate.
 enum class MaxBatchSearch { kAuto, kExact };
 struct MaxBatchResult {
   int64_t batch = 0;    // the batch found (FindMaxDim: the dim's value)

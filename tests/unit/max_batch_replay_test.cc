@@ -537,13 +537,19 @@ void Compare(const Model& model, const Options& o, const std::string& what, Tall
 // Traced at multiples of 128, the curves are right there and close in between, and the replay's
 // answer is confirmed by two estimates, its own and its successor's, where the exact search alone
 // takes more. Pythia-160m, the longest sequence at batch 4 on h100-80gb.
-TEST(MaxBatchReplayTest, TheExactSearchStartsFromTheReplaysAnswer) {
+// Pythia-160m from its Hugging Face config (tests/data/hf).
+std::shared_ptr<const Model> Pythia160m() {
   auto config = zoo::LoadHfConfig(Source("tests/data/hf/pythia-160m.RECONSTRUCTED.json"));
-  ASSERT_TRUE(config.ok());
+  if (!config.ok()) return nullptr;
   auto hf = zoo::BuildHfModel(*config, {});
-  ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+  if (!hf.ok()) return nullptr;
   auto model = LoadModelFromBytes(zoo::SerializeModel(hf->model), ".", hf->architecture);
-  ASSERT_TRUE(model.ok());
+  return model.ok() ? std::move(model).value() : nullptr;
+}
+
+TEST(MaxBatchReplayTest, TheReplaysAnswerIsConfirmedByTwoEstimates) {
+  auto model = Pythia160m();
+  ASSERT_NE(model, nullptr);
   auto est = MakeEstimator("symbolic");
   ASSERT_TRUE(est.ok());
   Options o;
@@ -551,14 +557,33 @@ TEST(MaxBatchReplayTest, TheExactSearchStartsFromTheReplaysAnswer) {
   o.batch = 4;
   o.attention = Attention::kSdpaMemEfficient;
   const Searched seq{"seq"};
-  auto fast = seq.Find(**est, **model, o, MaxBatchSearch::kAuto);
-  auto exact = seq.Find(**est, **model, o, MaxBatchSearch::kExact);
+  auto fast = seq.Find(**est, *model, o, MaxBatchSearch::kAuto);
+  auto exact = seq.Find(**est, *model, o, MaxBatchSearch::kExact);
   ASSERT_TRUE(fast.ok()) << fast.status().ToString();
   ASSERT_TRUE(exact.ok());
   EXPECT_EQ(fast->traces, 4);       // three traces, and the successor's, off the curves ...
   EXPECT_EQ(fast->evaluations, 2);  // ... so the answer and its successor are estimated
   EXPECT_GT(exact->evaluations, 2);
-  ExpectAnAnswer(**est, **model, o, seq, fast->batch, "pythia-160m seq (replay's answer)");
+  ExpectAnAnswer(**est, *model, o, seq, fast->batch, "pythia-160m seq (replay's answer)");
+}
+
+// Where the two estimates do not confirm the replay's answer (Pythia-160m under AMP with bf16, the
+// longest sequence at batch 2 on h100-80gb), the exact search starts from them, reusing them: the
+// answer is an answer, the estimate reported is Run's there, and the search costs more than the
+// two.
+TEST(MaxBatchReplayTest, AnAnswerTheEstimatesDoNotConfirmIsSearched) {
+  auto model = Pythia160m();
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.gpu = "h100-80gb";
+  o.batch = 2;
+  o.precision = Precision::kAmpBf16;
+  o.attention = Attention::kSdpaMemEfficient;
+  Tally tally;
+  Compare(*model, o, "pythia-160m amp-bf16 seq", &tally, Searched{"seq"});
+  EXPECT_EQ(tally.searches, 1);
+  EXPECT_EQ(tally.answered, 1);
+  EXPECT_GT(tally.evaluations, 2);
 }
 
 TEST(MaxBatchReplayTest, BundledModels) {
