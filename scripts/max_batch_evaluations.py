@@ -5,7 +5,7 @@
                                              [--set main|options|lm|lm-gpus|lm-options|lm-heldout|
                                                     lm-heldout2|lm-infer|lm-parallel|
                                                     lm-heldout3|lm-heldout4|
-                                                    lm-heldout5]
+                                                    lm-heldout5|lm-heldout6]
                                              [--backend analytical] [--per-search]
                                              [--extra "--safety-margin 5%"]
 
@@ -48,6 +48,10 @@ Sets (docs/cli.md `--max-batch`):
            a100-40gb FSDP over 8 --max-dim seq at batch 4, l4-24gb --max-dim seq at batch 1,
            rtx4090-24gb in bf16 --max-dim seq at batch 2: written down before the symbolic replay
            traced a dim at multiples of 128
+  lm-heldout6  the same models and attentions, decode steps after their prefill: h100-80gb
+           --max-dim past at batch 8, l4-24gb --max-batch at past 1024, a100-80gb in bf16
+           --max-dim past at batch 32, h200-141gb --max-batch at past 8192: written down before the
+           exact search drew its line through a decode step's device peak
 Each search is one `memest ... --json` process (with --extra's arguments appended); its count is
 max_batch.evaluations. Run two binaries and compare the totals and the answers (--per-search
 prints both for each search).
@@ -140,6 +144,16 @@ LM_QUERIES = {
                     ["--gpu", "l4-24gb", "--max-dim", "seq", "--batch", "1"],
                     ["--gpu", "rtx4090-24gb", "--precision", "bf16", "--max-dim", "seq", "--batch",
                      "2"]],
+    # Decode steps after their prefill: written down before the exact search drew its line through
+    # a decode step's device peak, and run only once that was final.
+    "lm-heldout6": [["--gpu", "h100-80gb", "--phase", "decode", "--dim", "seq=1", "--max-dim",
+                     "past", "--batch", "8"],
+                    ["--gpu", "l4-24gb", "--phase", "decode", "--dim", "seq=1", "--dim",
+                     "past=1024", "--max-batch"],
+                    ["--gpu", "a100-80gb", "--precision", "bf16", "--phase", "decode", "--dim",
+                     "seq=1", "--max-dim", "past", "--batch", "32"],
+                    ["--gpu", "h200-141gb", "--phase", "decode", "--dim", "seq=1", "--dim",
+                     "past=8192", "--max-batch"]],
 }
 
 
