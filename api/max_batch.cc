@@ -918,6 +918,9 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     std::vector<Prober> probers;
     probers.reserve(stages);
     for (const symbolic::BatchTrace& t : traces) probers.emplace_back(t, ctx, budget, options, gpu);
+    auto count_replays = [&] {
+      for (const Prober& p : probers) spent->replays += p.replays();
+    };
     // Each stage's search runs up to the answer of the stages before: the answer is the smallest
     // of theirs, and `decisive` the last stage whose search lowered it -- the one whose replay at
     // the answer's successor did not fit (none while the answer is the limit).
@@ -929,7 +932,7 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
       const int64_t b = ReplaySearch(&probers[s], traces[s].LargestWithin(budget, batch), batch,
                                      &a.at_answer, &a.at_successor);
       if (b < 1) {
-        for (const Prober& p : probers) spent->replays += p.replays();
+        count_replays();
         return std::nullopt;
       }
       if (b < batch) decisive = static_cast<int>(s);
@@ -942,10 +945,8 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
       answers[s].at_answer = probers[s].At(batch);
       all_fit = answers[s].at_answer.fits;
     }
-    for (size_t s = 0; s < stages; ++s) {
-      spent->replays += probers[s].replays();
-      answers[s].run = probers[s].TakeLastFit(batch);
-    }
+    count_replays();
+    for (size_t s = 0; s < stages; ++s) answers[s].run = probers[s].TakeLastFit(batch);
     *unchecked = batch;
     if (!all_fit) return std::nullopt;
     std::optional<Estimate> e =

@@ -1,5 +1,5 @@
-// tests/testing/bundled.h -- the bundled models (datasets/models/) loaded for a test, and where
-// datasets/timm-a100's graphs are.
+// tests/testing/bundled.h -- the bundled models (datasets/models/) and the language models of
+// tests/data/hf loaded for a test, and where datasets/timm-a100's graphs are.
 #ifndef MEMEST_TESTS_TESTING_BUNDLED_H_
 #define MEMEST_TESTS_TESTING_BUNDLED_H_
 
@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "datasets/zoo/graph_writer.h"
+#include "datasets/zoo/hf.h"
 #include "memest/memest.h"
 #include "testing/onnx_builder.h"
 
@@ -21,6 +23,20 @@ inline std::shared_ptr<const Model> BundledModel(const std::string& name) {
   const bool has_suffix = name.size() > 5 && name.compare(name.size() - 5, 5, ".onnx") == 0;
   auto m = LoadModel(std::string(MEMEST_SOURCE_DIR) + "/datasets/models/" + name +
                      (has_suffix ? "" : ".onnx"));
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+// The language model of tests/data/hf/<config_name> ("gpt2.json"), built with the default
+// options and loaded; a failure fails the test and gives nullptr.
+inline std::shared_ptr<const Model> HfModel(const std::string& config_name) {
+  auto config = zoo::LoadHfConfig(std::string(MEMEST_SOURCE_DIR) + "/tests/data/hf/" + config_name);
+  EXPECT_TRUE(config.ok()) << config_name;
+  if (!config.ok()) return nullptr;
+  auto hf = zoo::BuildHfModel(*config, {});
+  EXPECT_TRUE(hf.ok()) << hf.status().ToString();
+  if (!hf.ok()) return nullptr;
+  auto m = LoadModelFromBytes(zoo::SerializeModel(hf->model), ".", hf->architecture);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return m.ok() ? std::move(m).value() : nullptr;
 }

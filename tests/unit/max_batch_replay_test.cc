@@ -537,18 +537,8 @@ void Compare(const Model& model, const Options& o, const std::string& what, Tall
 // Traced at multiples of 128, the curves are right there and close in between, and the replay's
 // answer is confirmed by two estimates, its own and its successor's, where the exact search alone
 // takes more. Pythia-160m, the longest sequence at batch 4 on h100-80gb.
-// Pythia-160m from its Hugging Face config (tests/data/hf).
-std::shared_ptr<const Model> Pythia160m() {
-  auto config = zoo::LoadHfConfig(Source("tests/data/hf/pythia-160m.RECONSTRUCTED.json"));
-  if (!config.ok()) return nullptr;
-  auto hf = zoo::BuildHfModel(*config, {});
-  if (!hf.ok()) return nullptr;
-  auto model = LoadModelFromBytes(zoo::SerializeModel(hf->model), ".", hf->architecture);
-  return model.ok() ? std::move(model).value() : nullptr;
-}
-
 TEST(MaxBatchReplayTest, TheReplaysAnswerIsConfirmedByTwoEstimates) {
-  auto model = Pythia160m();
+  auto model = testing::HfModel("pythia-160m.RECONSTRUCTED.json");
   ASSERT_NE(model, nullptr);
   auto est = MakeEstimator("symbolic");
   ASSERT_TRUE(est.ok());
@@ -572,7 +562,7 @@ TEST(MaxBatchReplayTest, TheReplaysAnswerIsConfirmedByTwoEstimates) {
 // answer is an answer, the estimate reported is Run's there, and the search costs more than the
 // two.
 TEST(MaxBatchReplayTest, AnAnswerTheEstimatesDoNotConfirmIsSearched) {
-  auto model = Pythia160m();
+  auto model = testing::HfModel("pythia-160m.RECONSTRUCTED.json");
   ASSERT_NE(model, nullptr);
   Options o;
   o.gpu = "h100-80gb";

@@ -14,33 +14,17 @@
 #include <vector>
 
 #include "api/term_candidates.h"
-#include "datasets/zoo/graph_writer.h"
-#include "datasets/zoo/hf.h"
 #include "memest/json.h"
 #include "memest/memest.h"
 #include "memory/context.h"
 #include "memory/device.h"
+#include "tests/testing/bundled.h"
 
 namespace memest {
 namespace {
 
-std::shared_ptr<const Model> Bundled(const std::string& name) {
-  auto m = LoadModel(std::string(MEMEST_SOURCE_DIR) + "/datasets/models/" + name);
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return m.ok() ? std::move(m).value() : nullptr;
-}
-
-std::shared_ptr<const Model> Lm(const std::string& config_name) {
-  auto config = zoo::LoadHfConfig(std::string(MEMEST_SOURCE_DIR) + "/tests/data/hf/" + config_name);
-  EXPECT_TRUE(config.ok());
-  if (!config.ok()) return nullptr;
-  auto hf = zoo::BuildHfModel(*config, {});
-  EXPECT_TRUE(hf.ok()) << hf.status().ToString();
-  if (!hf.ok()) return nullptr;
-  auto m = LoadModelFromBytes(zoo::SerializeModel(hf->model), ".", hf->architecture);
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return m.ok() ? std::move(m).value() : nullptr;
-}
+using testing::BundledModel;
+using testing::HfModel;
 
 struct Traced {
   Estimate estimate;
@@ -118,7 +102,7 @@ void ExpectSamePeaks(const Estimate& got, const Estimate& want, const std::strin
 
 // The estimate with its terms is the backend's estimate, and the terms give its peaks back.
 TEST(StepTermsTest, TheTermsGiveTheEstimateBack) {
-  auto model = Bundled("resnet18_train.onnx");
+  auto model = BundledModel("resnet18_train.onnx");
   ASSERT_NE(model, nullptr);
   auto est = MakeEstimator("analytical");
   ASSERT_TRUE(est.ok());
@@ -144,7 +128,7 @@ TEST(StepTermsTest, TheTermsGiveTheEstimateBack) {
 // and far beyond them: sizes are affine in the batch, and the rounding is the closed form's own.
 TEST(StepTermsTest, LinesThroughTwoBatchesGiveTheEstimateAtOthers) {
   for (const char* name : {"resnet18_train.onnx", "gpt2_tiny_train.onnx"}) {
-    auto model = Bundled(name);
+    auto model = BundledModel(name);
     ASSERT_NE(model, nullptr);
     Options o;
     const Traced a = TraceAtBatch(*model, o, 3);
@@ -166,7 +150,7 @@ TEST(StepTermsTest, LinesThroughTwoBatchesGiveTheEstimateAtOthers) {
 // Where every term is proportional to the batch -- an MLP's activations and its loss's targets --
 // the lines through the origin and one estimate give the estimate at every other batch.
 TEST(StepTermsTest, ThroughTheOriginOneEstimateGivesTheOthersWhereTermsAreProportional) {
-  auto model = Bundled("mlp_small_train.onnx");
+  auto model = BundledModel("mlp_small_train.onnx");
   ASSERT_NE(model, nullptr);
   Options o;
   o.batch = 6;
@@ -185,7 +169,7 @@ TEST(StepTermsTest, ThroughTheOriginOneEstimateGivesTheOthersWhereTermsArePropor
 // A sequence length's attention scores grow with its square: parabolas through three values give
 // the estimate at others, where lines through two do not.
 TEST(StepTermsTest, ParabolasThroughThreeValuesOfTheSequenceGiveTheEstimate) {
-  auto model = Lm("bert-base-uncased.json");
+  auto model = HfModel("bert-base-uncased.json");
   ASSERT_NE(model, nullptr);
   Options o;
   o.batch = 2;
@@ -212,7 +196,7 @@ TEST(StepTermsTest, ParabolasThroughThreeValuesOfTheSequenceGiveTheEstimate) {
 // Terms that differ in more than their bytes -- other values saved, other segments -- give no
 // curves, nor do two traces at one value.
 TEST(StepTermsTest, TermsOfAnotherShapeGiveNoCurves) {
-  auto model = Bundled("resnet18_train.onnx");
+  auto model = BundledModel("resnet18_train.onnx");
   ASSERT_NE(model, nullptr);
   Options o;
   const Traced plain = TraceAtBatch(*model, o, 4);
@@ -232,7 +216,7 @@ TEST(StepTermsTest, TermsOfAnotherShapeGiveNoCurves) {
 // successor: the estimates that close the bracket. So too under a stack whose band the fit is
 // judged with (the curves' peaks get the band of their own peak, as the estimates do).
 TEST(StepTermsTest, TheCandidatesFromTheTermsAreTheAnswerAndItsSuccessor) {
-  auto model = Bundled("resnet18_train.onnx");
+  auto model = BundledModel("resnet18_train.onnx");
   ASSERT_NE(model, nullptr);
   auto est = MakeEstimator("analytical");
   ASSERT_TRUE(est.ok());
@@ -271,7 +255,7 @@ TEST(StepTermsTest, TheCandidatesFromTheTermsAreTheAnswerAndItsSuccessor) {
 // A limit past the values the curves are read at (2^24) keeps the candidates within them, and the
 // search answers as under the default limit.
 TEST(StepTermsTest, ALimitPastTheCurvesRangeGivesTheSameAnswer) {
-  auto model = Bundled("mlp_small_train.onnx");
+  auto model = BundledModel("mlp_small_train.onnx");
   ASSERT_NE(model, nullptr);
   auto est = MakeEstimator("analytical");
   ASSERT_TRUE(est.ok());
@@ -292,7 +276,7 @@ TEST(StepTermsTest, TheAnalyticalSearchNeedsTwoEstimatesBeyondTheCurves) {
   auto est = MakeEstimator("analytical");
   ASSERT_TRUE(est.ok());
   for (const char* name : {"resnet18_train.onnx", "resnet50_train.onnx", "gpt2_tiny_train.onnx"}) {
-    auto model = Bundled(name);
+    auto model = BundledModel(name);
     ASSERT_NE(model, nullptr);
     for (const char* gpu : {"l4-24gb", "h100-80gb"}) {
       Options o;
@@ -310,7 +294,7 @@ TEST(StepTermsTest, AnInferenceWalkGivesTheEstimateBackAndAtOtherBatches) {
   auto est = MakeEstimator("analytical");
   ASSERT_TRUE(est.ok());
   for (const char* name : {"resnet18_train.onnx", "gpt2_tiny_train.onnx"}) {
-    auto model = Bundled(name);
+    auto model = BundledModel(name);
     ASSERT_NE(model, nullptr);
     for (const char* precision : {"fp32", "amp-fp16"}) {
       const std::string where = std::string(name) + " " + precision;
@@ -350,7 +334,7 @@ TEST(StepTermsTest, AnInferenceWalkGivesTheEstimateBackAndAtOtherBatches) {
 // three values give its forward's estimate at others. Inference terms and a training step's never
 // share a curve.
 TEST(StepTermsTest, ParabolasGiveAnLmForwardAtOtherSequences) {
-  auto model = Lm("gpt2.json");
+  auto model = HfModel("gpt2.json");
   ASSERT_NE(model, nullptr);
   Options o;
   o.batch = 2;
@@ -384,7 +368,7 @@ TEST(StepTermsTest, TheInferenceSearchNeedsTwoEstimatesBeyondTheCurves) {
   auto est = MakeEstimator("analytical");
   ASSERT_TRUE(est.ok());
   for (const char* name : {"resnet18_train.onnx", "resnet50_train.onnx", "mlp_small_train.onnx"}) {
-    auto model = Bundled(name);
+    auto model = BundledModel(name);
     ASSERT_NE(model, nullptr);
     for (const char* gpu_name : {"l4-24gb", "h100-80gb"}) {
       const std::string where = std::string(name) + " on " + gpu_name;
@@ -410,7 +394,7 @@ TEST(StepTermsTest, OnManyGpusEachStageKeepsItsTerms) {
   auto est = MakeEstimator("analytical");
   ASSERT_TRUE(est.ok());
   for (const char* name : {"resnet50_train.onnx", "gpt2_tiny_train.onnx"}) {
-    auto model = Bundled(name);
+    auto model = BundledModel(name);
     ASSERT_NE(model, nullptr);
     for (bool pipeline : {true, false}) {
       const std::string where = std::string(name) + (pipeline ? " dp2 tp2 pp2" : " zero3 x4");
@@ -442,7 +426,7 @@ TEST(StepTermsTest, OnManyGpusEachStageKeepsItsTerms) {
 // the same node saving the same share: the terms are alike, so that the curves can read through
 // the estimate at 1 (the searches for the longest sequence took one estimate fewer).
 TEST(StepTermsTest, AnotherValueSavedByTheSameNodeIsTheSameTerm) {
-  auto model = Lm("gpt2.json");
+  auto model = HfModel("gpt2.json");
   ASSERT_NE(model, nullptr);
   Options o;
   o.batch = 4;
@@ -467,7 +451,7 @@ TEST(StepTermsTest, AnotherValueSavedByTheSameNodeIsTheSameTerm) {
 // the first stage at seq 1 and from about 1,000 on, the last around 256), each stage's curves give
 // that stage's estimate, and the worst of them is the estimate's, at values on either side.
 TEST(StepTermsTest, EachStagesCurvesGiveTheWorstStageWhereItChanges) {
-  auto model = Lm("gpt2.json");
+  auto model = HfModel("gpt2.json");
   ASSERT_NE(model, nullptr);
   auto est = MakeEstimator("analytical");
   ASSERT_TRUE(est.ok());
