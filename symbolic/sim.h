@@ -118,6 +118,9 @@ class __attribute__((visibility("hidden"))) Sim {
   // and inputs are freed but for the cache, which stays with the parameters and the cuBLAS
   // workspace for the step (Prefilled). InvalidArgument when two cache outputs share storage.
   Result<Prefilled> RunPrefill();
+  // The same forward, as a simulation of its own: its peaks and their breakdown
+  // (SimulatePrefill).
+  Result<Simulation> RunPrefillAlone();
   // Some request failed even after the allocator released its cached segments (PyTorch raises
   // OutOfMemoryError there); where that first happened, and how often a cudaMalloc failed.
   bool ran_out() const { return alloc_.oom(); }
@@ -195,6 +198,11 @@ class __attribute__((visibility("hidden"))) Sim {
   void Record(bool malloc, uint64_t bytes, Category c);
 
   void Prepare();
+  // RunPrefill's forward: the weights, the forward over the prompt, the prompt freed.
+  void PrefillForward();
+  // The simulation run so far, written out: the estimate (peaks, breakdown at the device peak,
+  // the largest of each category, diagnostics) with the iterations.
+  Result<Simulation> Written();
   // kind_ and step_params_, from the graph's values.
   void IndexValues();
   void AllocateWeights();

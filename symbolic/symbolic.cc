@@ -16,6 +16,13 @@
 //      `out_of_memory` with the request that failed.
 //  * The limited simulation departs from the unlimited one only at the first request past the
 //    budget, so the two agree wherever the step stays within it.
+//  * A decode step after its prefill (Options::prefill) reports the step's peaks, reset after the
+//    prefill. Where the cache is emptied between them, those peaks can stay within the budget
+//    while the prefill's did not, so an unlimited step within the budget says nothing of the
+//    limited one: it is always simulated within the budget. And where that runs out while the
+//    unlimited step's reserved peak stays within the budget, the prefill went past it (the two
+//    runs are the same until then) -- and it is the prefill's peaks, simulated alone, that say
+//    what the process would need, noted `prefill_out_of_memory`: it does not fit.
 #include "symbolic/symbolic.h"
 
 #include <limits>
@@ -78,9 +85,12 @@ class Symbolic final : public Estimator {
     const SimulationKey unlimited = SimulationKey::Of(ctx);
     const uint64_t budget = StepBudget(ctx);
     const core::DerivedCache& kept = ctx.bound().derived;
-    // A kept unlimited step answers when it stays within this budget (or failed).
+    // A kept unlimited step answers when it stays within this budget (or failed) -- unless its
+    // peaks were reset after a prefill whose cache was emptied (policy above).
+    const bool peaks_hide_prefill = ctx.options().prefill && ctx.options().prefill->cache_emptied;
     auto free_run = kept.Find<Result<Estimate>>(unlimited);
-    if (free_run != nullptr && (!free_run->ok() || (*free_run)->peak_reserved <= budget)) {
+    if (free_run != nullptr &&
+        (!free_run->ok() || ((*free_run)->peak_reserved <= budget && !peaks_hide_prefill))) {
       return *free_run;
     }
     SimulationKey limited = unlimited;
@@ -101,6 +111,17 @@ class Symbolic final : public Estimator {
       }
       if (!free_run->ok()) return *free_run;
       step.estimate = **free_run;
+      if (ctx.prefill() != nullptr && step.estimate.peak_reserved <= budget) {
+        MEMEST_ASSIGN_OR_RETURN(Simulation prefill, SimulatePrefill(ctx));
+        step.estimate = std::move(prefill.estimate);
+        step.estimate.diagnostics.push_back(
+            {Severity::kInfo, "prefill_out_of_memory",
+             "the prefill before the step goes past the " + MiB(budget) +
+                 " the caching allocator may reserve (the step's own peaks, reset after it with "
+                 "the cache emptied, stay within): the peaks shown are the prefill's without "
+                 "the limit",
+             "", ""});
+      }
     }
     Settle(std::move(sim).value(), budget, &step);
     return *Keep(ctx, limited, Result<Estimate>(std::move(step.estimate)));

@@ -992,7 +992,7 @@ void Sim::Iteration(int it) {
   sim_.iterations.push_back({it, iteration_alloc_peak_, Stats().reserved});
 }
 
-Result<Prefilled> Sim::RunPrefill() {
+void Sim::PrefillForward() {
   prefill_ = true;
   train_ = false;
   Prepare();
@@ -1000,6 +1000,15 @@ Result<Prefilled> Sim::RunPrefill() {
   AllocateWeights();
   Iteration(1);
   for (Tensor& t : inputs_) Free(&t);  // the prompt's tensors (`del ids`)
+}
+
+Result<Simulation> Sim::RunPrefillAlone() {
+  PrefillForward();
+  return Written();
+}
+
+Result<Prefilled> Sim::RunPrefill() {
+  PrefillForward();
   if (!alloc_.misuse().ok()) return alloc_.misuse();
   Prefilled out;
   auto keep = [&](const std::string& name, Tensor t, Category c) {
@@ -1087,7 +1096,10 @@ Result<Simulation> Sim::Run() {
     AllocateWeights();
     MEMEST_RETURN_IF_ERROR(Loop());
   }
+  return Written();
+}
 
+Result<Simulation> Sim::Written() {
   // A free the allocator model refused is a bug in this simulation: never an estimate over it.
   if (!alloc_.misuse().ok()) return alloc_.misuse();
   Estimate& e = sim_.estimate;
@@ -1121,7 +1133,7 @@ Result<Simulation> Sim::Run() {
   e.peak_phase = peak_phase_;
   e.peak_node = peak_node_ >= 0 ? g_.node(peak_node_).name : "";
   e.diagnostics.push_back({Severity::kInfo, "iterations", IterationsNote(), "", ""});
-  if (!repeat_ && iterations_ == 0 && ctx_.prefill() == nullptr && !alloc_.oom()) {
+  if (!repeat_ && iterations_ == 0 && ctx_.prefill() == nullptr && !prefill_ && !alloc_.oom()) {
     e.diagnostics.push_back(
         {Severity::kWarning, "unsettled",
          "the training loop's allocator state did not repeat within " +
@@ -1151,6 +1163,16 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, const Simulati
 
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, bool record_events) {
   return Simulate(ctx, SimulationKey::Of(ctx), record_events);
+}
+
+Result<Simulation> SimulatePrefill(const memory::EstimationContext& ctx) {
+  const memory::EstimationContext* prefill = ctx.prefill();
+  if (prefill == nullptr) return InvalidArgument("the step has no prefill before it");
+  const SimulationKey key = SimulationKey::Of(*prefill);  // the Sim reads it by reference
+  Sim sim(*prefill, key, /*record=*/false);
+  MEMEST_ASSIGN_OR_RETURN(Simulation out, sim.RunPrefillAlone());
+  out.budget = {sim.ran_out(), sim.OutOfMemoryAt(), sim.retries()};
+  return out;
 }
 
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,

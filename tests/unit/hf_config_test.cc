@@ -555,6 +555,48 @@ TEST(HfConfigTest, ADecodeStepAfterItsPrefillReservesWhatThePrefillLeft) {
   }
 }
 
+// A decode step whose prefill runs out of memory does not fit, even where the cache emptied
+// between them leaves the step's own peaks (reset after the prefill) within the GPU: the estimate
+// is then the prefill's, noted. Qwen3-0.6B at batch 16 and past 4096 on a100-40gb: the prefill's
+// eager attention scores alone are 4 GiB a layer. Asked twice (the second answered from what the
+// bound graph kept), and with the cache kept, where the step's peaks include the prefill's.
+TEST(HfConfigTest, ADecodeStepWhosePrefillRunsOutDoesNotFit) {
+  const json config = Config("qwen3-0.6b.json");
+  HfGraphOptions decode, prefill;
+  decode.phase = HfGraphOptions::kDecode;
+  prefill.phase = HfGraphOptions::kPrefill;
+  prefill.logits_last_only = true;
+  auto d = Load(Build(config, decode));
+  auto p = Load(Build(config, prefill));
+  ASSERT_TRUE(d && p);
+  auto symbolic = MakeEstimator("symbolic");
+  ASSERT_TRUE(symbolic.ok());
+  Options o;
+  o.gpu = "a100-40gb";
+  o.mode = Mode::kInfer;
+  o.batch = 16;
+  o.dims = {{"seq", 1}, {"past", 4096}};
+  auto gpu = ResolveGpuProfile(o);
+  ASSERT_TRUE(gpu.ok());
+  auto alone = (*symbolic)->Run(*d, o);  // the step on a fresh allocator fits
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  EXPECT_TRUE(CheckFit(*alone, *gpu, o).fits);
+  auto has = [](const Estimate& e, const std::string& code) {
+    return std::any_of(e.diagnostics.begin(), e.diagnostics.end(),
+                       [&code](const Diagnostic& x) { return x.code == code; });
+  };
+  for (const bool emptied : {true, true, false}) {
+    o.prefill = DecodePrefill{p};
+    o.prefill->cache_emptied = emptied;
+    auto e = (*symbolic)->Run(*d, o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_FALSE(CheckFit(*e, *gpu, o).fits) << (emptied ? "emptied" : "kept");
+    EXPECT_GT(e->peak_device, gpu->usable_memory.bytes);
+    EXPECT_TRUE(has(*e, "out_of_memory"));
+    EXPECT_EQ(has(*e, "prefill_out_of_memory"), emptied);
+  }
+}
+
 // A prefill fills the past of a decode step whose past dim is bound, from outputs named for each
 // past input; anything else is an error that says what is missing.
 TEST(HfConfigTest, APrefillNeedsADecodeStepItsOutputsFill) {
