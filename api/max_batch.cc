@@ -20,7 +20,10 @@
 //    that fits costs a whole replay, one that fails only its requests up to the failing one),
 //    and bisects once one has.
 //  * A replay runs the training loop as the estimate does, until it repeats itself: past the
-//    traced iterations with the last one's requests (symbolic/batch_trace.h, the loop).
+//    traced iterations with the last one's requests (symbolic/batch_trace.h, the loop). A decode
+//    step after its prefill is traced and replayed with its prefill: the prefill's requests, then
+//    the step's once, on one allocator whose peaks are reset between them (the estimate at the
+//    answer is then made anew, not following the replay).
 //  * On many GPUs each pipeline stage's step is traced and replayed on its own (one stage
 //    without a pipeline), with NCCL's buffers outside the allocator as the estimate counts them.
 //    The stages are searched in turn, each up to the answer of those before, so the answer is the
@@ -36,8 +39,8 @@
 //    most_requests; past the traced iterations, the trace loops as the curves do) -- so the
 //    successor's replay, which did not fit, is what the simulation there does request by request
 //    (on many GPUs, the trace of the stage whose successor did not fit).
-//    Anything else -- a size off its curve, a decode step after its prefill (two graphs on one
-//    allocator), another backend, an error -- is answered by the exact search, whose answer and
+//    Anything else -- a size off its curve, a decode step after its prefill on many GPUs, another
+//    backend, an error -- is answered by the exact search, whose answer and
 //    errors are the ones given. Where the replay's search found an answer it could not vouch for
 //    (a size off its curve at the successor: memory-efficient attention pads its logsumexp and
 //    mask copies), that answer is estimated, and its successor: when it fits and the successor
@@ -825,13 +828,17 @@ std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& mod
   set(&o, batch);
   ++spent->evaluations;
   // Each stage's estimate follows its replay at the answer (the same allocator run, when the step
-  // at `batch` makes its requests: symbolic::EstimateFollowing checks them one by one); else it
-  // is made anew.
-  Result<Estimate> e =
-      memory::RunEstimate(estimator, model, o, [&stages](const memory::EstimationContext& ctx) {
-        return symbolic::EstimateFollowing(ctx, stages[static_cast<size_t>(ctx.stage())].run);
-      });
-  if (!e.ok()) e = estimator.Run(model, o);
+  // at `batch` makes its requests: symbolic::EstimateFollowing checks them one by one); else --
+  // and for a decode step after its prefill, two graphs that a simulation does not follow -- it is
+  // made anew.
+  auto following = [&] {
+    return memory::RunEstimate(
+        estimator, model, o, [&stages](const memory::EstimationContext& ctx) {
+          return symbolic::EstimateFollowing(ctx, stages[static_cast<size_t>(ctx.stage())].run);
+        });
+  };
+  Result<Estimate> e = options.prefill ? estimator.Run(model, o) : following();
+  if (!e.ok() && !options.prefill) e = estimator.Run(model, o);
   if (!e.ok() || !CheckFit(*e, gpu, options).fits || !IsTheReplays(*e, stages)) {
     return std::nullopt;
   }
@@ -880,8 +887,10 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
                                                    const Options& options, const GpuProfile& gpu,
                                                    int64_t limit, Set set, int curve_traces,
                                                    MaxBatchResult* spent, int64_t* unchecked) {
-  if (estimator.name() != "symbolic" || options.prefill || limit < kFirstTraced + curve_traces ||
-      limit > kMostReplayed) {
+  // (A decode step after its prefill is replayed on one GPU: both graphs' requests on one
+  // allocator, symbolic/batch_trace.h.)
+  if (estimator.name() != "symbolic" || (options.prefill && options.parallel.enabled()) ||
+      limit < kFirstTraced + curve_traces || limit > kMostReplayed) {
     return std::nullopt;
   }
   try {

@@ -48,6 +48,10 @@ std::optional<BatchTrace> BatchTrace::Fit(const std::vector<Traced>& traces) {
     const StepTrace& t = *traces[i].trace;
     loops = loops && t.loops && t.previous_begins == traces[0].trace->previous_begins &&
             t.last_begins == traces[0].trace->last_begins;
+    if (t.prefill_requests != traces[0].trace->prefill_requests ||
+        (t.prefill_requests > 0 && t.cache_emptied != traces[0].trace->cache_emptied)) {
+      return std::nullopt;
+    }
     at.push_back(traces[i].at);
   }
   std::optional<base::SizeCurves> curves = base::SizeCurves::Over(at);
@@ -56,6 +60,8 @@ std::optional<BatchTrace> BatchTrace::Fit(const std::vector<Traced>& traces) {
   t.curves_ = std::move(*curves);
   const std::vector<AllocatorRequest>& base = traces[0].trace->requests;
   t.requests_ = base;
+  t.prefill_requests_ = traces[0].trace->prefill_requests;
+  t.cache_emptied_ = t.prefill_requests_ > 0 && traces[0].trace->cache_emptied;
   size_t alive = 0;
   for (size_t r = 0; r < base.size(); ++r) {
     const int64_t freed = base[r].freed;
@@ -116,6 +122,13 @@ bool BatchTrace::Matches(const StepTrace& step, int64_t v, const AllocatorConfig
   if (prefix != std::numeric_limits<size_t>::max() && prefix > requests_.size() &&
       (!loops_ || !step.loops || step.previous_begins != previous_begins_ ||
        step.last_begins != loop_begins_)) {
+    return false;
+  }
+  // After a prefill: the step's requests begin where the curves' do (a trace that stopped within
+  // the prefill has not seen where).
+  const bool past_prefill = step.prefill_requests > 0 || trace.size() > prefill_requests_;
+  if (past_prefill && (step.prefill_requests != prefill_requests_ ||
+                       (prefill_requests_ > 0 && step.cache_emptied != cache_emptied_))) {
     return false;
   }
   size_t m = 0;
@@ -223,11 +236,19 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config,
     out.repeat = watch.Starts(it, &state);
     return out.repeat.has_value();
   };
+  // Between a prefill and its decode step.
+  const auto prefill_done = [&] {
+    if (cache_emptied_) alloc.EmptyCache();
+    alloc.ResetPeaks();
+    peak_allocated = alloc.stats().allocated;
+    at_peak = done;
+  };
   std::vector<Handle> handle(curves_.size(), -1);  // by malloc number
   std::vector<Handle> previous, own;
   size_t m = 0;
   bool ok = true;
   for (size_t i = 0; ok && i < requests_.size(); ++i) {
+    if (prefill_requests_ > 0 && i == prefill_requests_) prefill_done();
     if (loops_ && i == loop_begins_) {
       previous.assign(handle.begin() + static_cast<ptrdiff_t>(previous_first_malloc_),
                       handle.begin() + static_cast<ptrdiff_t>(loop_first_malloc_));
@@ -238,6 +259,7 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config,
                       : request(-1, curves_.Bytes(m, v), &handle[m]);
     m += r.freed < 0;
   }
+  if (ok && prefill_requests_ > 0 && prefill_requests_ == requests_.size()) prefill_done();
   if (ok && loops_) {
     previous.assign(handle.begin() + static_cast<ptrdiff_t>(loop_first_malloc_), handle.end());
     own.assign(previous.size(), -1);

@@ -26,6 +26,10 @@
 //    until an iteration starts from the allocator state one of the two before it started from
 //    (the same blocks, the iteration before's tensors in the same ones): from there the loop
 //    repeats, as Simulate finds it does (symbolic/timeline.h kMostIterations).
+//  * A decode step after its prefill (StepTrace::prefill_requests): the prefill's requests, then
+//    the allocator's cache emptied (when the prefill was followed by torch.cuda.empty_cache()) and
+//    its peaks reset, as Simulate does between the two, then the step's; the peaks reported are
+//    the step's, and a request of either that fails for good ends the replay.
 #ifndef MEMEST_SYMBOLIC_BATCH_TRACE_H_
 #define MEMEST_SYMBOLIC_BATCH_TRACE_H_
 
@@ -127,6 +131,8 @@ class BatchTrace {
   size_t previous_first_malloc_ = 0;  // mallocs before the iteration before it
   std::vector<uint32_t> carried_;     // the loop's mallocs that outlive their iteration
   size_t most_alive_ = 0;
+  size_t prefill_requests_ = 0;  // StepTrace::prefill_requests (0: no prefill)
+  bool cache_emptied_ = false;
 };
 
 }  // namespace memest::symbolic

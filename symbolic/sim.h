@@ -65,6 +65,9 @@ struct Prefilled {
   std::vector<Kept> kept;
   Kept workspace;                          // handle -1: none
   std::optional<CategoryPeak> ran_out_at;  // the prefill's request that failed for good
+  // In a trace: the prefill's mallocs (the kept handles are their numbers; the step's mallocs
+  // are numbered on from here).
+  int64_t mallocs = 0;
 };
 
 // Thrown by a trace that has made the requests it was asked for (TraceRequests' most_requests),

@@ -1035,6 +1035,7 @@ Result<Prefilled> Sim::RunPrefill() {
   if (const Live* l = Find(ws_forward_)) out.workspace = {"", l->handle, l->bytes, l->category};
   if (alloc_.oom()) out.ran_out_at = OutOfMemoryAt();
   out.alloc = std::move(alloc_);
+  out.mallocs = mallocs_;
   return out;
 }
 
@@ -1071,6 +1072,11 @@ Status Sim::AdoptPrefill(Prefilled p) {
   }
   if (o_.prefill->cache_emptied) alloc_.EmptyCache();  // torch.cuda.empty_cache()
   alloc_.ResetPeaks();                                 // torch.cuda.reset_peak_memory_stats()
+  if (requests_ != nullptr) {  // a trace: the step's requests follow the prefill's
+    mallocs_ = p.mallocs;
+    trace_->prefill_requests = requests_->size();
+    trace_->cache_emptied = o_.prefill->cache_emptied;
+  }
   return Status::Ok();
 }
 
@@ -1088,7 +1094,9 @@ Result<Simulation> Sim::Run() {
   if (const memory::EstimationContext* prefill = ctx_.prefill()) {
     SimulationKey key = SimulationKey::Of(*prefill);  // read by reference while the Sim runs
     key.allocator_budget = budget_;
-    MEMEST_ASSIGN_OR_RETURN(Prefilled p, Sim(*prefill, key, /*record=*/false).RunPrefill());
+    // In a trace, the prefill's requests go first into the same one.
+    MEMEST_ASSIGN_OR_RETURN(
+        Prefilled p, Sim(*prefill, key, /*record=*/false, trace_, most_requests_).RunPrefill());
     MEMEST_RETURN_IF_ERROR(AdoptPrefill(std::move(p)));
     AllocateWeights();
     Iteration(1);
@@ -1198,9 +1206,6 @@ AllocatorConfig StepAllocatorConfig(const Options& options, uint64_t budget) {
 
 Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx, size_t most_requests,
                                 TraceWalk walk) {
-  if (ctx.prefill() != nullptr) {
-    return InvalidArgument("a trace holds one graph's requests, not a prefill's and a step's");
-  }
   StepTrace trace;
   if (most_requests == 0) return trace;
   SimulationKey key = SimulationKey::Of(ctx);  // the Sim reads its options by reference

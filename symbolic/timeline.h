@@ -95,6 +95,10 @@ struct AllocatorRun {
 // places in the step, of the same sizes), so every later iteration makes the last one's requests
 // again: its mallocs in the same order and sizes, its frees of its own and of the iteration
 // before's mallocs at the same places.
+// A decode step after its prefill (Options::prefill) is one stream on one allocator: the
+// prefill's requests, then the step's (once, no loop), whose frees may name the prefill's
+// mallocs (the cache it left); between the two the allocator empties its cache when
+// `cache_emptied` and resets its peaks, which are then the step's.
 struct StepTrace {
   std::vector<AllocatorRequest> requests;
   size_t previous_begins = 0;  // requests before the next-to-last traced iteration
@@ -103,6 +107,10 @@ struct StepTrace {
   // The last iteration's requests were made as the one before's again (TraceWalk::kNotedLoop),
   // not walked.
   bool last_repeated = false;
+  // After a prefill: the prefill's requests, which come first (0 with none, or while the trace
+  // has not got past them: TraceRequests' most_requests).
+  size_t prefill_requests = 0;
+  bool cache_emptied = false;  // DecodePrefill::cache_emptied, read when prefill_requests > 0
 };
 
 // Loop request q (symbolic/loop_watch.h) as a request of the step, in an iteration whose mallocs
@@ -171,10 +179,11 @@ enum class TraceWalk { kNotedLoop, kEveryIteration };
 
 // The step's allocator requests, in order, without the allocator (unlimited budget): the same
 // mallocs and frees Simulate(ctx, ...) hands the allocator model over its first
-// kTracedIterations iterations, since what the step allocates never depends on the allocator's
-// state. What symbolic/batch_trace.h replays at other batches. With `most_requests`, the walk
-// stops once it has made that many: the step's first requests (and `loops` is known only when
-// the walk got to the last traced iteration).
+// kTracedIterations iterations (a decode step after its prefill: the prefill's, then the step's),
+// since what the step allocates never depends on the allocator's state. What
+// symbolic/batch_trace.h replays at other batches. With `most_requests`, the walk stops once it
+// has made that many: the step's first requests (and `loops` is known only when the walk got to
+// the last traced iteration).
 Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx,
                                 size_t most_requests = std::numeric_limits<size_t>::max(),
                                 TraceWalk walk = TraceWalk::kNotedLoop);

@@ -27,13 +27,14 @@ inline std::shared_ptr<const Model> BundledModel(const std::string& name) {
   return m.ok() ? std::move(m).value() : nullptr;
 }
 
-// The language model of tests/data/hf/<config_name> ("gpt2.json"), built with the default
-// options and loaded; a failure fails the test and gives nullptr.
-inline std::shared_ptr<const Model> HfModel(const std::string& config_name) {
+// The language model of tests/data/hf/<config_name> ("gpt2.json"), built with `options` (by
+// default the training graph) and loaded; a failure fails the test and gives nullptr.
+inline std::shared_ptr<const Model> HfModel(const std::string& config_name,
+                                            const zoo::HfGraphOptions& options = {}) {
   auto config = zoo::LoadHfConfig(std::string(MEMEST_SOURCE_DIR) + "/tests/data/hf/" + config_name);
   EXPECT_TRUE(config.ok()) << config_name;
   if (!config.ok()) return nullptr;
-  auto hf = zoo::BuildHfModel(*config, {});
+  auto hf = zoo::BuildHfModel(*config, options);
   EXPECT_TRUE(hf.ok()) << hf.status().ToString();
   if (!hf.ok()) return nullptr;
   auto m = LoadModelFromBytes(zoo::SerializeModel(hf->model), ".", hf->architecture);

@@ -299,6 +299,88 @@ TEST(BatchTraceTest, TheReplayIsTheSimulationAtOtherBatches) {
   }
 }
 
+// A decode step of tests/data/hf/<config_name> and the prefill of its past before it (the LM head
+// on the last position, as memest --hf-config --phase decode builds them), in inference with one
+// new token (seq 1), on `gpu`.
+struct DecodeAfterPrefill {
+  std::shared_ptr<const Model> step, prefill;
+  Options options;
+
+  DecodeAfterPrefill(const std::string& config_name, const std::string& gpu) {
+    zoo::HfGraphOptions decode, before;
+    decode.phase = zoo::HfGraphOptions::kDecode;
+    before.phase = zoo::HfGraphOptions::kPrefill;
+    before.logits_last_only = true;
+    step = testing::HfModel(config_name, decode);
+    prefill = testing::HfModel(config_name, before);
+    options.gpu = gpu;
+    options.mode = Mode::kInfer;
+    options.dims["seq"] = 1;
+    if (prefill != nullptr) options.prefill = DecodePrefill{prefill};
+  }
+};
+
+// A decode step after its prefill is traced as one stream (the prefill's requests, then the
+// step's), and replayed on one allocator that empties its cache (when asked) and resets its peaks
+// between them: at every past length the replay's peaks are the estimate's, the cache emptied or
+// not. Qwen3-0.6B at batch 4, traced at past 128, 256 and 384.
+TEST(BatchTraceTest, ADecodeStepIsReplayedAfterItsPrefill) {
+  DecodeAfterPrefill qwen("qwen3-0.6b.json", "a100-40gb");
+  ASSERT_NE(qwen.step, nullptr);
+  ASSERT_NE(qwen.prefill, nullptr);
+  auto est = MakeEstimator("symbolic");
+  ASSERT_TRUE(est.ok());
+  for (const bool emptied : {false, true}) {
+    Options o = qwen.options;
+    o.batch = 4;
+    o.prefill->cache_emptied = emptied;
+    const auto at = [&](int64_t past) {
+      Options p = o;
+      p.dims["past"] = past;
+      auto ctx = memory::EstimationContext::Make(*qwen.step, p);
+      EXPECT_TRUE(ctx.ok()) << ctx.status().ToString();
+      auto t = symbolic::TraceRequests(**ctx);
+      EXPECT_TRUE(t.ok()) << t.status().ToString();
+      return t.ok() ? *t : StepTrace{};
+    };
+    const StepTrace t128 = at(128), t256 = at(256), t384 = at(384);
+    EXPECT_GT(t128.prefill_requests, 0u);
+    EXPECT_LT(t128.prefill_requests, t128.requests.size());
+    EXPECT_EQ(t128.cache_emptied, emptied);
+    EXPECT_FALSE(t128.loops);  // the step runs once
+    auto curves = BatchTrace::Fit({{128, &t128}, {256, &t256}, {384, &t384}});
+    ASSERT_TRUE(curves.has_value());
+    // (At past 1 the prefill's graph makes other requests, as batch 1 does for some graphs: not
+    // on the curves, which the replay's check finds.)
+    for (const int64_t past : {2, 200, 1000, 3000}) {
+      Options p = o;
+      p.dims["past"] = past;
+      const symbolic::AllocatorConfig config = symbolic::StepAllocatorConfig(p, ~0ull);
+      EXPECT_TRUE(curves->Matches(at(past), past, config)) << "past " << past;
+      auto e = (*est)->Run(*qwen.step, p);
+      ASSERT_TRUE(e.ok()) << e.status().ToString();
+      const auto r = curves->Run(past, config);
+      EXPECT_FALSE(r.ran_out);
+      EXPECT_EQ(r.stats.peak_allocated, e->peak_allocated) << "past " << past << " " << emptied;
+      EXPECT_EQ(r.stats.peak_reserved, e->peak_reserved) << "past " << past << " " << emptied;
+    }
+    // A trace that stopped inside the prefill is compared as far as it goes; one whose step does
+    // not begin where the curves' does is not theirs.
+    Options p = o;
+    p.dims["past"] = 700;
+    auto ctx = memory::EstimationContext::Make(*qwen.step, p);
+    ASSERT_TRUE(ctx.ok());
+    auto part = symbolic::TraceRequests(**ctx, t128.prefill_requests / 2);
+    ASSERT_TRUE(part.ok());
+    EXPECT_EQ(part->prefill_requests, 0u);
+    const symbolic::AllocatorConfig config = symbolic::StepAllocatorConfig(p, ~0ull);
+    EXPECT_TRUE(curves->Matches(*part, 700, config, t128.prefill_requests / 2));
+    StepTrace moved = at(700);
+    moved.prefill_requests -= 1;
+    EXPECT_FALSE(curves->Matches(moved, 700, config));
+  }
+}
+
 // What a trace compares: each kind of trace at one set of options, the repeated last iteration
 // against the walked one (TraceRequests' TraceWalk), request for request.
 struct TraceWalks {
@@ -687,6 +769,41 @@ TEST(MaxBatchReplayTest, ManyGpus) {
   EXPECT_EQ(pipelines, 2);
   EXPECT_GT(tally.answered, 0);
   EXPECT_EQ(tally.replayed, tally.answered);
+}
+
+// A decode step after the prefill of its past (Options::prefill): both are traced and replayed
+// together, on one allocator. The longest past at batch 16 and the largest batch at past 2048,
+// the prefill's cache kept and emptied, GPT-2 and Qwen3-0.6B on a100-40gb. The fits of a decode
+// step need not turn once only as the past grows (the step reuses the prefill's cached blocks at
+// some sizes and not at others), so the replay and the exact search may stop at different
+// answers; each is checked to be one.
+TEST(MaxBatchReplayTest, DecodeStepsAfterTheirPrefill) {
+  Tally past, batch;
+  for (const char* config : {"gpt2.json", "qwen3-0.6b.json"}) {
+    DecodeAfterPrefill lm(config, "a100-40gb");
+    ASSERT_NE(lm.step, nullptr);
+    ASSERT_NE(lm.prefill, nullptr);
+    for (const bool emptied : {false, true}) {
+      Options o = lm.options;
+      o.prefill->cache_emptied = emptied;
+      const std::string what = std::string(config) + (emptied ? " emptied" : " kept");
+      Options at16 = o;
+      at16.batch = 16;
+      Compare(*lm.step, at16, what + " past at batch 16", &past, Searched{"past"});
+      Options at2048 = o;
+      at2048.dims["past"] = 2048;
+      Compare(*lm.step, at2048, what + " batch at past 2048", &batch);
+    }
+  }
+  std::printf("decode: past %d searches, %d same, %d by replay (%s); batch %d, %d, %d (%s)\n",
+              past.searches, past.same, past.replayed, past.Spent().c_str(), batch.searches,
+              batch.same, batch.replayed, batch.Spent().c_str());
+  EXPECT_EQ(past.searches, 4);
+  EXPECT_EQ(batch.searches, 4);
+  EXPECT_GT(past.answered, 0);
+  EXPECT_GT(batch.answered, 0);
+  EXPECT_EQ(past.replayed, past.answered);
+  EXPECT_EQ(batch.replayed, batch.answered);
 }
 
 // The generated zoo (datasets/zoo: MLPs, CNNs, transformers, RNNs; full and tiny scale), 4 models
