@@ -39,8 +39,8 @@
 //    most_requests; past the traced iterations, the trace loops as the curves do) -- so the
 //    successor's replay, which did not fit, is what the simulation there does request by request
 //    (on many GPUs, the trace of the stage whose successor did not fit).
-//    Anything else -- a size off its curve, a decode step after its prefill on many GPUs, another
-//    backend, an error -- is answered by the exact search, whose answer and
+//    Anything else -- a size off its curve, another backend, an error -- is answered by the exact
+//    search, whose answer and
 //    errors are the ones given. Where the replay's search found an answer it could not vouch for
 //    (a size off its curve at the successor: memory-efficient attention pads its logsumexp and
 //    mask copies), that answer is estimated, and its successor: when it fits and the successor
@@ -881,14 +881,15 @@ std::optional<FirstTrace> TraceFirst(const Model& model, const Options& options,
 // The symbolic backend's answer by replay, checked (policy at the top), from `curve_traces`
 // traces (2: lines, for the batch; 3: parabolas, for a dim such as the sequence length) of each
 // pipeline stage; nullopt when the replay cannot give one, with what it spent counted in *spent
-// and, where its search found an answer it could not vouch for, that answer in *unchecked.
+// and, where its search found an answer it could not vouch for, that answer in *unchecked (1
+// where kFirstTraced's requested bytes alone pass the budget: the answer is 0 or 1).
 template <typename Set>
 std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, const Model& model,
                                                    const Options& options, const GpuProfile& gpu,
                                                    int64_t limit, Set set, int curve_traces,
                                                    MaxBatchResult* spent, int64_t* unchecked) {
-  // (A decode step after its prefill is replayed on one GPU: both graphs' requests on one
-  // allocator, symbolic/batch_trace.h.)
+  // (A decode step after its prefill is inference, modelled on one GPU only: both graphs'
+  // requests on one allocator, symbolic/batch_trace.h.)
   if (estimator.name() != "symbolic" || (options.prefill && options.parallel.enabled()) ||
       limit < kFirstTraced + curve_traces || limit > kMostReplayed) {
     return std::nullopt;
@@ -899,9 +900,13 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     const size_t stages = first->traces.size();
     const memory::EstimationContext& ctx = *first->ctx;
     const uint64_t budget = first->budget;
-    // Past the budget at kFirstTraced: the answer is 0 or 1, which the exact search finds in one
-    // or two estimates.
-    if (first->peak > budget) return std::nullopt;
+    // Past the budget at kFirstTraced (its requested bytes alone): the answer is 0 or 1, which
+    // ConfirmHint finds in one or two estimates (the exact search alone took up to 10 on decode
+    // steps, whose failing estimates draw no line to the capacity).
+    if (first->peak > budget) {
+      *unchecked = 1;
+      return std::nullopt;
+    }
     // The others: the farthest (where the fullest stage's requested bytes reach the budget), and
     // with three, one halfway.
     const std::vector<int64_t> at =
@@ -973,15 +978,15 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
 
 // The replay's answer it could not vouch for, `hint`, confirmed by estimates: it fits and its
 // successor does not (or it is the limit). Those two estimates are an answer as the replay's
-// check is, without an estimate at 1; nullopt otherwise, with the estimates made in *made for the
-// exact search (counted in spent->evaluations).
+// check is, without an estimate at 1 (unless the hint is 1); nullopt otherwise, with the
+// estimates made in *made for the exact search (counted in spent->evaluations).
 template <typename Set>
 std::optional<MaxBatchResult> ConfirmHint(const Estimator& estimator, const Model& model,
                                           const Options& options, const GpuProfile& gpu,
                                           int64_t limit, Set set, int64_t hint,
                                           MaxBatchResult* spent,
                                           std::vector<std::pair<int64_t, Estimate>>* made) {
-  if (hint < 2 || hint > limit) return std::nullopt;
+  if (hint < 1 || hint > limit) return std::nullopt;
   for (const int64_t v : {hint, hint + 1}) {
     if (v > limit) break;
     Options o = options;

@@ -75,6 +75,9 @@ std::string BuildModelBytes(const std::string& name) {
   if (name.rfind("hf-prefill:", 0) == 0) {
     return HfBytes(name.substr(11), zoo::HfGraphOptions::kPrefill);
   }
+  if (name.rfind("hf-decode:", 0) == 0) {
+    return HfBytes(name.substr(10), zoo::HfGraphOptions::kDecode);
+  }
   return ReadFile(ModelPath(name));
 }
 

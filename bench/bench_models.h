@@ -4,7 +4,8 @@
 // datasets/real/<name>.onnx), a generated chain ("chain10k", "chain100k", "chain1m": 10,000,
 // 100,000 and 1,000,000 nodes, datasets/zoo/chain.h), "gpt70b" (a 70.3 B-parameter GPT-style
 // decoder, datasets/zoo), or a Hugging Face config from tests/data/hf/ ("hf:<config>": its
-// training graph, "hf-prefill:<config>": its prefill graph). Every generator is deterministic.
+// training graph, "hf-prefill:<config>": its prefill graph, "hf-decode:<config>": its decode
+// step). Every generator is deterministic.
 #ifndef MEMEST_BENCH_BENCH_MODELS_H_
 #define MEMEST_BENCH_BENCH_MODELS_H_
 

@@ -9,7 +9,9 @@
 // tests/data/hf/): Llama-2-7B and a Llama-2-70B-shaped config (80 layers), generated, loaded and
 // estimated at batch 1, seq 4096 (training, symbolic), each next to the protobuf parse of the
 // same graph; and a Llama-3-8B prefill graph estimated at seq 2,048 and 32,768 (the time does not
-// depend on the sequence length: binding evaluates the shapes inferred once). Load includes the
+// depend on the sequence length: binding evaluates the shapes inferred once); Qwen2.5-0.5B's
+// decode step after the prefill of its past (symbolic, batch 16, a100-40gb), one estimate and its
+// --max-dim past by replay and by the exact search. Load includes the
 // symbolic shape inference, which runs once per model; Estimate is one backend run at batch 64
 // (binding dims only evaluates the inferred shapes); MaxBatch is FindMaxBatch on h100-80gb
 // (analytical unless named). Every estimate here is a first one: a loaded model keeps the graphs
@@ -401,6 +403,81 @@ void BM_EstimateAtMaxSeq(benchmark::State& state, const std::string& name) {
   state.counters["seq"] = static_cast<double>(found->batch);
 }
 
+// A decode step of a config ("hf-decode:<config>") after the prefill of its past
+// ("hf-prefill:<config>", Options::prefill), symbolic, in inference at batch 16 on a100-40gb:
+// the step and its options, or nullopt once the benchmark is skipped.
+struct Decode {
+  Subject step;
+  std::shared_ptr<const memest::Model> prefill;
+  memest::Options options;
+
+  // Forget for both graphs: the prefill's bound graph is kept by its own model.
+  void ForgetBoth() const {
+    Forget(*step.model);
+    Forget(*prefill);
+  }
+};
+std::optional<Decode> SetUpDecode(benchmark::State& state, const std::string& config) {
+  auto step = SetUp(state, "hf-decode:" + config, "symbolic");
+  if (!step) return std::nullopt;
+  auto prefill = LoadForBench("hf-prefill:" + config);
+  if (prefill == nullptr) {
+    state.SkipWithError("the prefill graph did not load");
+    return std::nullopt;
+  }
+  memest::Options o;
+  o.gpu = "a100-40gb";
+  o.mode = memest::Mode::kInfer;
+  o.batch = 16;
+  o.dims["seq"] = 1;
+  o.prefill = memest::DecodePrefill{prefill};
+  return Decode{std::move(*step), std::move(prefill), std::move(o)};
+}
+
+// The longest past that fits (FindMaxDim "past"), the prefill included.
+void BM_MaxPast(benchmark::State& state, const std::string& config,
+                memest::MaxBatchSearch search) {
+  auto d = SetUpDecode(state, config);
+  if (!d) return;
+  SearchEachIteration(
+      state, *d->step.model,
+      [&] {
+        d->ForgetBoth();
+        return memest::FindMaxDim(*d->step.est, *d->step.model, d->options, "past",
+                                  int64_t{1} << 24, search);
+      },
+      "max_past");
+}
+
+// One estimate of the decode step after its prefill at `past` (0: at BM_MaxPast's answer, found
+// once, untimed), each a first one for both graphs.
+void BM_EstimatePast(benchmark::State& state, const std::string& config, int64_t past) {
+  auto d = SetUpDecode(state, config);
+  if (!d) return;
+  if (past == 0) {
+    auto found = memest::FindMaxDim(*d->step.est, *d->step.model, d->options, "past",
+                                    int64_t{1} << 24);
+    if (!found.ok() || found->batch < 1) {
+      state.SkipWithError(found.ok() ? "nothing fits" : found.status().ToString().c_str());
+      return;
+    }
+    past = found->batch;
+  }
+  d->options.dims["past"] = past;
+  d->ForgetBoth();
+  (void)d->step.est->Run(*d->step.model, d->options);  // a round unreported
+  for (auto _ : state) {
+    d->ForgetBoth();
+    auto e = d->step.est->Run(*d->step.model, d->options);
+    if (!e.ok()) {
+      state.SkipWithError(e.status().ToString().c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(e);
+  }
+  state.counters["past"] = static_cast<double>(past);
+}
+
 using memest::Mode;
 const std::string kAnalytical = "analytical";
 const std::string kSymbolic = "symbolic";
@@ -471,6 +548,10 @@ BENCHMARK_CAPTURE(BM_EstimateSeq, qwen25_05b_train_seq2048_analytical, std::stri
 BENCHMARK_CAPTURE(BM_MaxSeq, qwen25_05b_train_analytical, std::string("hf:qwen2.5-0.5b"), memest::MaxBatchSearch::kAuto, "analytical")->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_EstimateSeq, qwen25_05b_prefill_seq2048_analytical, std::string("hf-prefill:qwen2.5-0.5b"), 2048, "analytical", Mode::kInfer)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_MaxSeq, qwen25_05b_prefill_analytical, std::string("hf-prefill:qwen2.5-0.5b"), memest::MaxBatchSearch::kAuto, "analytical", Mode::kInfer)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_EstimatePast, qwen25_05b_decode_past2048, std::string("qwen2.5-0.5b"), 2048)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_EstimatePast, qwen25_05b_decode_at_answer, std::string("qwen2.5-0.5b"), 0)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxPast, qwen25_05b_decode, std::string("qwen2.5-0.5b"), memest::MaxBatchSearch::kAuto)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxPast, qwen25_05b_decode_exact, std::string("qwen2.5-0.5b"), memest::MaxBatchSearch::kExact)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_HfPrefillEstimate, llama3_8b_prefill_seq2k, std::string("hf-prefill:meta-llama-3-8b"), 2048)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_HfPrefillEstimate, llama3_8b_prefill_seq32k, std::string("hf-prefill:meta-llama-3-8b"), 32768)->Unit(benchmark::kMillisecond);
 // clang-format on

@@ -415,7 +415,10 @@ void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
                std::to_string(prefill->options().dims.at(p.seq_dim)) +
                ") on the same caching allocator, " +
                (p.cache_emptied ? "with the cache emptied between them" : "nothing released") +
-               "; its peaks are the step's (reset after the prefill)",
+               (std::any_of(e->diagnostics.begin(), e->diagnostics.end(),
+                            [](const Diagnostic& d) { return d.code == "prefill_out_of_memory"; })
+                    ? "; the peaks are the prefill's, which runs out of memory"
+                    : "; its peaks are the step's (reset after the prefill)"),
            "", ""});
     } else {
       e->diagnostics.push_back(

@@ -93,6 +93,9 @@ def speed_table(data):
     mbi = "BM_MaxBatch/resnet50_infer"
     seq_p = t("BM_EstimateSeq/qwen25_05b_prefill_seq2048_analytical")
     msp = "BM_MaxSeq/qwen25_05b_prefill_analytical"
+    dec = t("BM_EstimatePast/qwen25_05b_decode_past2048")
+    dec_at = t("BM_EstimatePast/qwen25_05b_decode_at_answer")
+    mp = "BM_MaxPast/qwen25_05b_decode"
     rows = [
         ("ResNet-50: protobuf parse", parse, "1 × parse"),
         ("ResNet-50: load", t("BM_Load/resnet50"), f"{t('BM_Load/resnet50') / parse:.2f} × parse"),
@@ -130,6 +133,14 @@ def speed_table(data):
         ("ResNet-50 inference estimate, analytical, batch 64", est_i, f"{est_i / parse:.2f} × parse"),
         (f"--max-batch --mode infer analytical ({plural(counter(mbi, 'evaluations'), 'estimate')}; "
          f"answer {counter(mbi, 'max_batch'):.0f})", t(mbi), f"{t(mbi) / est_i:.1f} × one estimate"),
+        ("Qwen2.5-0.5B decode step after its prefill, symbolic, batch 16, `a100-40gb`: one estimate at past 2,048", dec, "1 ×"),
+        (f"same at the answer (past {counter('BM_EstimatePast/qwen25_05b_decode_at_answer', 'past'):.0f})",
+         dec_at, f"{dec_at / dec:.2f} ×"),
+        (f"its --max-dim past by replay ({plural(counter(mp, 'evaluations'), 'estimate')}, "
+         f"{counter(mp, 'traces'):.0f} traces, {counter(mp, 'replays'):.0f} replays)", t(mp),
+         f"{t(mp) / dec:.1f} × the estimate at 2,048; {t(mp) / dec_at:.1f} × the one at the answer"),
+        (f"same, exact search ({counter(mp + '_exact', 'evaluations'):.0f} estimates)", t(mp + "_exact"),
+         f"{t(mp + '_exact') / dec:.1f} × the estimate at 2,048"),
         ("Qwen2.5-0.5B prefill, analytical estimate at seq 2,048", seq_p, "1 ×"),
         (f"its --max-dim seq analytical ({plural(counter(msp, 'evaluations'), 'estimate')}; answer "
          f"{counter(msp, 'max_seq'):.0f})", t(msp), f"{t(msp) / seq_p:.1f} × one estimate"),

@@ -20,9 +20,11 @@
 //    prefill. Where the cache is emptied between them, those peaks can stay within the budget
 //    while the prefill's did not, so an unlimited step within the budget says nothing of the
 //    limited one: it is always simulated within the budget. And where that runs out while the
-//    unlimited step's reserved peak stays within the budget, the prefill went past it (the two
-//    runs are the same until then) -- and it is the prefill's peaks, simulated alone, that say
-//    what the process would need, noted `prefill_out_of_memory`: it does not fit.
+//    unlimited step's reserved peak stays within the budget, the unlimited prefill went past it
+//    (the two runs are the same until one meets the budget; it ran out in the prefill, or in the
+//    step where the prefill's retries left other segments) -- and it is the prefill's peaks,
+//    simulated alone, that say what the process would need, noted `prefill_out_of_memory`: it
+//    does not fit. A timeline (SimulateModel) draws the same simulation the estimate shows.
 #include "symbolic/symbolic.h"
 
 #include <limits>
@@ -42,8 +44,12 @@ constexpr size_t kSimulationsKept = 32;
 
 std::string MiB(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
+// Whose peaks the estimate of a step that ran out shows: the step's without the limit, or the
+// prefill's before it (policy above).
+enum class Shown { kStep, kPrefill };
+
 // What a step simulated within `budget` is noted with (policy above).
-Diagnostic BudgetNote(const BudgetOutcome& outcome, uint64_t budget) {
+Diagnostic BudgetNote(const BudgetOutcome& outcome, uint64_t budget, Shown shown) {
   if (outcome.ran_out) {
     const CategoryPeak& at = outcome.ran_out_at;
     return {Severity::kInfo, "out_of_memory",
@@ -51,9 +57,8 @@ Diagnostic BudgetNote(const BudgetOutcome& outcome, uint64_t budget) {
                 " of iteration " + std::to_string(at.iteration) +
                 " fails even after the caching allocator frees its cached segments (it may "
                 "reserve " +
-                MiB(budget) +
-                "): PyTorch raises OutOfMemoryError there; the peaks shown are the step's "
-                "without the limit",
+                MiB(budget) + "): PyTorch raises OutOfMemoryError there; the peaks shown are " +
+                (shown == Shown::kPrefill ? "the prefill's" : "the step's") + " without the limit",
             at.node, ""};
   }
   return {Severity::kInfo, "allocator_retries",
@@ -66,12 +71,31 @@ Diagnostic BudgetNote(const BudgetOutcome& outcome, uint64_t budget) {
 }
 
 // The step within `budget` (policy above): the limited simulation becomes *step unless it ran
-// out, when *step must hold the unlimited one; a step that met the budget is noted.
-void Settle(Simulation limited, uint64_t budget, Simulation* step) {
+// out, when *step must hold the unlimited one (`shown`'s); a step that met the budget is noted.
+void Settle(Simulation limited, uint64_t budget, Simulation* step, Shown shown = Shown::kStep) {
   const bool met = limited.budget.met_limit();
-  const Diagnostic note = BudgetNote(limited.budget, budget);
+  const Diagnostic note = BudgetNote(limited.budget, budget, shown);
   if (!limited.budget.ran_out) *step = std::move(limited);
   if (met) step->estimate.diagnostics.push_back(note);
+}
+
+// A step that ran out within `budget`, whose unlimited simulation is *unlimited: where that stays
+// within the budget -- a decode step whose peaks were reset after a prefill that emptied the
+// cache, the prefill past the budget (policy above) -- *unlimited becomes the prefill's own
+// simulation without the limit, noted. Says whose peaks *unlimited shows.
+Result<Shown> ShowWhatRanOut(const memory::EstimationContext& ctx, uint64_t budget,
+                             bool record_events, Simulation* unlimited) {
+  if (ctx.prefill() == nullptr || unlimited->estimate.peak_reserved > budget) return Shown::kStep;
+  MEMEST_ASSIGN_OR_RETURN(*unlimited, SimulatePrefill(ctx, record_events));
+  unlimited->estimate.diagnostics.push_back(
+      {Severity::kInfo, "prefill_out_of_memory",
+       "the prefill before the step reserves more than the " + MiB(budget) +
+           " the caching allocator may reserve, and the process runs out of memory (in the "
+           "prefill, or in the step where the prefill's retries left other segments) while the "
+           "step's own peaks, reset after the prefill with the cache emptied, stay within: the "
+           "peaks shown are the prefill's without the limit",
+       "", ""});
+  return Shown::kPrefill;
 }
 
 class Symbolic final : public Estimator {
@@ -111,19 +135,12 @@ class Symbolic final : public Estimator {
       }
       if (!free_run->ok()) return *free_run;
       step.estimate = **free_run;
-      if (ctx.prefill() != nullptr && step.estimate.peak_reserved <= budget) {
-        MEMEST_ASSIGN_OR_RETURN(Simulation prefill, SimulatePrefill(ctx));
-        step.estimate = std::move(prefill.estimate);
-        step.estimate.diagnostics.push_back(
-            {Severity::kInfo, "prefill_out_of_memory",
-             "the prefill before the step goes past the " + MiB(budget) +
-                 " the caching allocator may reserve (the step's own peaks, reset after it with "
-                 "the cache emptied, stay within): the peaks shown are the prefill's without "
-                 "the limit",
-             "", ""});
-      }
     }
-    Settle(std::move(sim).value(), budget, &step);
+    Shown shown = Shown::kStep;
+    if (sim->budget.ran_out) {
+      MEMEST_ASSIGN_OR_RETURN(shown, ShowWhatRanOut(ctx, budget, /*record_events=*/false, &step));
+    }
+    Settle(std::move(sim).value(), budget, &step, shown);
     return *Keep(ctx, limited, Result<Estimate>(std::move(step.estimate)));
   }
 
@@ -184,11 +201,13 @@ Result<Simulation> SimulateModel(const Model& model, const Options& options, boo
     key.allocator_budget = budget;
     MEMEST_ASSIGN_OR_RETURN(Simulation limited, Simulate(*ctx, key, record_events));
     Simulation sim;
+    Shown shown = Shown::kStep;
     if (limited.budget.ran_out) {
       key.allocator_budget = std::numeric_limits<uint64_t>::max();
       MEMEST_ASSIGN_OR_RETURN(sim, Simulate(*ctx, key, record_events));
+      MEMEST_ASSIGN_OR_RETURN(shown, ShowWhatRanOut(*ctx, budget, record_events, &sim));
     }
-    Settle(std::move(limited), budget, &sim);
+    Settle(std::move(limited), budget, &sim, shown);
     memory::AddCommonDiagnostics(*ctx, &sim.estimate);
     return sim;
   } catch (const std::bad_alloc&) {

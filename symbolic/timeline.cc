@@ -1173,11 +1173,11 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, bool record_ev
   return Simulate(ctx, SimulationKey::Of(ctx), record_events);
 }
 
-Result<Simulation> SimulatePrefill(const memory::EstimationContext& ctx) {
+Result<Simulation> SimulatePrefill(const memory::EstimationContext& ctx, bool record_events) {
   const memory::EstimationContext* prefill = ctx.prefill();
   if (prefill == nullptr) return InvalidArgument("the step has no prefill before it");
   const SimulationKey key = SimulationKey::Of(*prefill);  // the Sim reads it by reference
-  Sim sim(*prefill, key, /*record=*/false);
+  Sim sim(*prefill, key, record_events);
   MEMEST_ASSIGN_OR_RETURN(Simulation out, sim.RunPrefillAlone());
   out.budget = {sim.ran_out(), sim.OutOfMemoryAt(), sim.retries()};
   return out;

@@ -154,7 +154,8 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, const Simulati
 // The prefill before a decode step (ctx.prefill(), Options::prefill) alone, as it runs before the
 // step: the weights and one forward over the prompt, its cache kept (peaks not reset); without a
 // budget. InvalidArgument when ctx has no prefill.
-Result<Simulation> SimulatePrefill(const memory::EstimationContext& ctx);
+Result<Simulation> SimulatePrefill(const memory::EstimationContext& ctx,
+                                   bool record_events = false);
 
 // The same over a step whose allocator run is `run` (which did not run out, under
 // StepAllocatorConfig(options, key.allocator_budget), and saw the loop repeat itself): the

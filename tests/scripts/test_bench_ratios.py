@@ -46,6 +46,11 @@ class SpeedTableTest(unittest.TestCase):
             median("BM_EstimateAtMaxSeq/qwen25_05b_train", 6.0, seq=2214),
             median("BM_MaxSeq/qwen25_05b_train", 20.0, traces=4, replays=4),
             median("BM_MaxSeq/qwen25_05b_train_exact", 80.0),
+            median("BM_EstimatePast/qwen25_05b_decode_past2048", 1.25, past=2048),
+            median("BM_EstimatePast/qwen25_05b_decode_at_answer", 1.5, past=3811),
+            median("BM_MaxPast/qwen25_05b_decode", 7.5, evaluations=1, traces=4, replays=7,
+                   max_past=3811),
+            median("BM_MaxPast/qwen25_05b_decode_exact", 30.0, evaluations=19, max_past=3811),
         ]
         for backend, per_query in (("analytical", 0.025), ("symbolic", 0.4)):
             for order in ("grouped", "shuffled"):
@@ -71,6 +76,11 @@ class SpeedTableTest(unittest.TestCase):
         self.assertIn("| 15.0 ms | 15.0 × the estimate at batch 64 |", text)
         self.assertIn("(6 estimates) | 0.300 ms | 6.0 × one estimate |", text)
         self.assertIn("| 20.0 ms | 5.0 × the estimate at 2,048; 3.3 × the one at the answer |",
+                      text)
+        self.assertIn("same at the answer (past 3811) | 1.500 ms | 1.20 × |", text)
+        self.assertIn("(1 estimate, 4 traces, 7 replays) | 7.500 ms | 6.0 × the estimate at "
+                      "2,048; 5.0 × the one at the answer |", text)
+        self.assertIn("exact search (19 estimates) | 30.0 ms | 24.0 × the estimate at 2,048 |",
                       text)
         self.assertIn("| 0.50 × one estimate each |", text)  # 25 µs of a 50 µs estimate
         self.assertIn("1,000 / 1,900 / 1,850; 1.90 × at 2 threads", text)

@@ -594,6 +594,19 @@ TEST(HfConfigTest, ADecodeStepWhosePrefillRunsOutDoesNotFit) {
     EXPECT_GT(e->peak_device, gpu->usable_memory.bytes);
     EXPECT_TRUE(has(*e, "out_of_memory"));
     EXPECT_EQ(has(*e, "prefill_out_of_memory"), emptied);
+    if (!emptied) continue;
+    // Its notes say whose peaks they are, and a timeline draws the same simulation.
+    for (const Diagnostic& x : e->diagnostics) {
+      if (x.code == "out_of_memory" || x.code == "decode_after_prefill") {
+        EXPECT_NE(x.message.find("prefill's"), std::string::npos) << x.message;
+        EXPECT_EQ(x.message.find("peaks are the step's"), std::string::npos) << x.message;
+      }
+    }
+    auto drawn = symbolic::SimulateModel(*d, o, /*record_events=*/true);
+    ASSERT_TRUE(drawn.ok()) << drawn.status().ToString();
+    EXPECT_EQ(drawn->estimate.peak_reserved, e->peak_reserved);
+    EXPECT_EQ(drawn->estimate.peak_device, e->peak_device);
+    EXPECT_FALSE(drawn->events.empty());
   }
 }
 

@@ -364,20 +364,44 @@ TEST(BatchTraceTest, ADecodeStepIsReplayedAfterItsPrefill) {
       EXPECT_EQ(r.stats.peak_allocated, e->peak_allocated) << "past " << past << " " << emptied;
       EXPECT_EQ(r.stats.peak_reserved, e->peak_reserved) << "past " << past << " " << emptied;
     }
-    // A trace that stopped inside the prefill is compared as far as it goes; one whose step does
-    // not begin where the curves' does is not theirs.
+    // A trace that stopped inside the prefill (or at its last request) is compared as far as it
+    // goes; one that got past it must begin the step where the curves do, after the same
+    // empty_cache().
     Options p = o;
     p.dims["past"] = 700;
     auto ctx = memory::EstimationContext::Make(*qwen.step, p);
     ASSERT_TRUE(ctx.ok());
-    auto part = symbolic::TraceRequests(**ctx, t128.prefill_requests / 2);
-    ASSERT_TRUE(part.ok());
-    EXPECT_EQ(part->prefill_requests, 0u);
     const symbolic::AllocatorConfig config = symbolic::StepAllocatorConfig(p, ~0ull);
-    EXPECT_TRUE(curves->Matches(*part, 700, config, t128.prefill_requests / 2));
+    const size_t prefill = t128.prefill_requests;
+    for (const size_t prefix : {prefill / 2, prefill, prefill + 1}) {
+      auto part = symbolic::TraceRequests(**ctx, prefix);
+      ASSERT_TRUE(part.ok());
+      EXPECT_EQ(part->prefill_requests, prefix > prefill ? prefill : 0u) << prefix;
+      EXPECT_TRUE(curves->Matches(*part, 700, config, prefix)) << prefix;
+      if (prefix <= prefill) continue;
+      StepTrace other = *part;
+      other.cache_emptied = !emptied;
+      EXPECT_FALSE(curves->Matches(other, 700, config, prefix));
+    }
     StepTrace moved = at(700);
     moved.prefill_requests -= 1;
     EXPECT_FALSE(curves->Matches(moved, 700, config));
+    // Within the GPU's budget, at a past whose prefill goes past it (its eager scores alone are
+    // 16 GiB a layer) while the step alone fits: the replay runs out, and the estimate does not
+    // fit either.
+    Options far = o;
+    far.dims["past"] = 16384;
+    auto far_ctx = memory::EstimationContext::Make(*qwen.step, far);
+    ASSERT_TRUE(far_ctx.ok());
+    const auto replay =
+        curves->Run(16384, symbolic::StepAllocatorConfig(far, symbolic::StepBudget(**far_ctx)));
+    EXPECT_TRUE(replay.ran_out);
+    EXPECT_LT(replay.requests_run, prefill);  // in the prefill
+    auto gpu = ResolveGpuProfile(far);
+    ASSERT_TRUE(gpu.ok());
+    auto e = (*est)->Run(*qwen.step, far);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_FALSE(CheckFit(*e, *gpu, far).fits);
   }
 }
 
@@ -804,6 +828,29 @@ TEST(MaxBatchReplayTest, DecodeStepsAfterTheirPrefill) {
   EXPECT_GT(batch.answered, 0);
   EXPECT_EQ(past.replayed, past.answered);
   EXPECT_EQ(batch.replayed, batch.answered);
+}
+
+// Where batch 2's requested bytes alone pass the budget, the answer is 0 or 1, and the estimates
+// at 1 and 2 say which: a Falcon-7B-shaped decoder of 4 layers, decode at past 4096 after its
+// prefill on l4-24gb, whose largest batch is 1 (the exact search alone takes more).
+TEST(MaxBatchReplayTest, AnAnswerOfOneTakesTwoEstimates) {
+  DecodeAfterPrefill falcon("falcon-7b-4layers-shape.json", "l4-24gb");
+  ASSERT_NE(falcon.step, nullptr);
+  ASSERT_NE(falcon.prefill, nullptr);
+  auto est = MakeEstimator("symbolic");
+  ASSERT_TRUE(est.ok());
+  Options o = falcon.options;
+  o.dims["past"] = 4096;
+  auto fast = FindMaxBatch(**est, *falcon.step, o);
+  auto exact = FindMaxBatch(**est, *falcon.step, o, int64_t{1} << 24, MaxBatchSearch::kExact);
+  ASSERT_TRUE(fast.ok()) << fast.status().ToString();
+  ASSERT_TRUE(exact.ok());
+  EXPECT_EQ(fast->batch, 1);
+  EXPECT_EQ(exact->batch, 1);
+  EXPECT_EQ(fast->traces, 1);
+  EXPECT_EQ(fast->evaluations, 2);
+  EXPECT_GT(exact->evaluations, 2);
+  ExpectAnAnswer(**est, *falcon.step, o, Searched{}, 1, "falcon-7b 4 layers decode batch");
 }
 
 // The generated zoo (datasets/zoo: MLPs, CNNs, transformers, RNNs; full and tiny scale), 4 models
