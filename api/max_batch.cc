@@ -45,6 +45,8 @@
 //    (a size off its curve at the successor: memory-efficient attention pads its logsumexp and
 //    mask copies), that answer is estimated, and its successor: when it fits and the successor
 //    does not, it is the answer (ConfirmHint); else the exact search starts from those two.
+//  * Where kFirstTraced's requested bytes alone pass the budget, no value from there fits: the
+//    answer is 0 or 1, and the estimates at 1 and 2 say which (ConfirmHint with the hint 1).
 //  * A dim searched up to 3 x kDimTraceStep or more is traced at multiples of kDimTraceStep, where
 //    padded sizes are on their curves (from kFirstTraced instead when the step at kDimTraceStep is
 //    refused or past the budget).

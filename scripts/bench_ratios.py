@@ -112,7 +112,8 @@ def speed_table(data):
          f"{t(mb) / est_s:.1f} × the estimate at batch 64; {t(mb) / at_b:.2f} × the one at the answer"),
         ("same, exact search", t("BM_MaxBatch/resnet50_symbolic_exact"),
          f"{t('BM_MaxBatch/resnet50_symbolic_exact') / est_s:.1f} × the estimate at batch 64"),
-        (f"--max-batch symbolic under ZeRO-2 over 4 ({counter('BM_MaxBatch/resnet50_symbolic_zero2x4', 'evaluations'):.0f} estimate, {counter('BM_MaxBatch/resnet50_symbolic_zero2x4', 'traces'):.0f} traces)",
+        (f"--max-batch symbolic under ZeRO-2 over 4 ({counter('BM_MaxBatch/resnet50_symbolic_zero2x4', 'evaluations'):.0f} estimate, {counter('BM_MaxBatch/resnet50_symbolic_zero2x4', 'traces'):.0f} traces, "
+         f"{counter('BM_MaxBatch/resnet50_symbolic_zero2x4', 'replays'):.0f} replays; answer {counter('BM_MaxBatch/resnet50_symbolic_zero2x4', 'max_batch'):.0f})",
          t("BM_MaxBatch/resnet50_symbolic_zero2x4"),
          f"{t('BM_MaxBatch/resnet50_symbolic_zero2x4_exact') / t('BM_MaxBatch/resnet50_symbolic_zero2x4'):.1f} × faster than its exact search"),
         (f"same, exact search ({counter('BM_MaxBatch/resnet50_symbolic_zero2x4_exact', 'evaluations'):.0f} estimates)",
@@ -134,7 +135,7 @@ def speed_table(data):
         (f"--max-batch --mode infer analytical ({plural(counter(mbi, 'evaluations'), 'estimate')}; "
          f"answer {counter(mbi, 'max_batch'):.0f})", t(mbi), f"{t(mbi) / est_i:.1f} × one estimate"),
         ("Qwen2.5-0.5B decode step after its prefill, symbolic, batch 16, `a100-40gb`: one estimate at past 2,048", dec, "1 ×"),
-        (f"same at the answer (past {counter('BM_EstimatePast/qwen25_05b_decode_at_answer', 'past'):.0f})",
+        (f"same at the answer (past {counter('BM_EstimatePast/qwen25_05b_decode_at_answer', 'past'):,.0f})",
          dec_at, f"{dec_at / dec:.2f} ×"),
         (f"its --max-dim past by replay ({plural(counter(mp, 'evaluations'), 'estimate')}, "
          f"{counter(mp, 'traces'):.0f} traces, {counter(mp, 'replays'):.0f} replays)", t(mp),

@@ -77,7 +77,7 @@ class SpeedTableTest(unittest.TestCase):
         self.assertIn("(6 estimates) | 0.300 ms | 6.0 × one estimate |", text)
         self.assertIn("| 20.0 ms | 5.0 × the estimate at 2,048; 3.3 × the one at the answer |",
                       text)
-        self.assertIn("same at the answer (past 3811) | 1.500 ms | 1.20 × |", text)
+        self.assertIn("same at the answer (past 3,811) | 1.500 ms | 1.20 × |", text)
         self.assertIn("(1 estimate, 4 traces, 7 replays) | 7.500 ms | 6.0 × the estimate at "
                       "2,048; 5.0 × the one at the answer |", text)
         self.assertIn("exact search (19 estimates) | 30.0 ms | 24.0 × the estimate at 2,048 |",

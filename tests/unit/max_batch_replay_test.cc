@@ -402,6 +402,9 @@ TEST(BatchTraceTest, ADecodeStepIsReplayedAfterItsPrefill) {
     auto e = (*est)->Run(*qwen.step, far);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     EXPECT_FALSE(CheckFit(*e, *gpu, far).fits);
+    // (Its peaks are the step's here, the cache emptied or not: the cache blocks pin segments
+    // the unlimited prefill made, past the budget, so prefill_out_of_memory does not apply.)
+    EXPECT_GT(e->peak_reserved, symbolic::StepBudget(**far_ctx));
   }
 }
 
@@ -851,6 +854,12 @@ TEST(MaxBatchReplayTest, AnAnswerOfOneTakesTwoEstimates) {
   EXPECT_EQ(fast->evaluations, 2);
   EXPECT_GT(exact->evaluations, 2);
   ExpectAnAnswer(**est, *falcon.step, o, Searched{}, 1, "falcon-7b 4 layers decode batch");
+  // At past 16384 batch 1 does not fit either: one estimate says so.
+  o.dims["past"] = 16384;
+  auto none = FindMaxBatch(**est, *falcon.step, o);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->batch, 0);
+  EXPECT_EQ(none->evaluations, 1);
 }
 
 // The generated zoo (datasets/zoo: MLPs, CNNs, transformers, RNNs; full and tiny scale), 4 models
