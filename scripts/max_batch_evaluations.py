@@ -5,7 +5,7 @@
                                              [--set main|options|lm|lm-gpus|lm-options|lm-heldout|
                                                     lm-heldout2|lm-infer|lm-parallel|
                                                     lm-heldout3|lm-heldout4|
-                                                    lm-heldout5|lm-heldout6]
+                                                    lm-heldout5|lm-heldout6|lm-heldout7]
                                              [--backend analytical] [--per-search]
                                              [--extra "--safety-margin 5%"]
 
@@ -52,6 +52,11 @@ Sets (docs/cli.md `--max-batch`):
            --max-dim past at batch 8, l4-24gb --max-batch at past 1024, a100-80gb in bf16
            --max-dim past at batch 32, h200-141gb --max-batch at past 8192: written down before the
            exact search drew its line through a decode step's device peak
+  lm-heldout7  the same models and attentions, decode steps after their prefill: h100-80gb in
+           bf16 with the cache emptied --max-dim past at batch 64, l40s-48gb with the cache emptied
+           --max-batch at past 512, a100-40gb in bf16 --max-dim past at batch 1, rtx4090-24gb
+           --max-batch at past 16384: written down after the decode replay, held out for the
+           next change to it
 Each search is one `memest ... --json` process (with --extra's arguments appended); its count is
 max_batch.evaluations. Run two binaries and compare the totals and the answers (--per-search
 prints both for each search).
@@ -154,6 +159,17 @@ LM_QUERIES = {
                      "seq=1", "--max-dim", "past", "--batch", "32"],
                     ["--gpu", "h200-141gb", "--phase", "decode", "--dim", "seq=1", "--dim",
                      "past=8192", "--max-batch"]],
+    # Decode steps after their prefill with the cache emptied between them, and batch-1 decode:
+    # written down after the decode replay (2026-11-30), held out for the next change to it.
+    "lm-heldout7": [["--gpu", "h100-80gb", "--precision", "bf16", "--phase", "decode", "--dim",
+                     "seq=1", "--before-decode", "prefill-emptied", "--max-dim", "past", "--batch",
+                     "64"],
+                    ["--gpu", "l40s-48gb", "--phase", "decode", "--dim", "seq=1",
+                     "--before-decode", "prefill-emptied", "--dim", "past=512", "--max-batch"],
+                    ["--gpu", "a100-40gb", "--precision", "bf16", "--phase", "decode", "--dim",
+                     "seq=1", "--max-dim", "past", "--batch", "1"],
+                    ["--gpu", "rtx4090-24gb", "--phase", "decode", "--dim", "seq=1", "--dim",
+                     "past=16384", "--max-batch"]],
 }
 
 
