@@ -42,6 +42,20 @@ inline std::shared_ptr<const Model> HfModel(const std::string& config_name,
   return m.ok() ? std::move(m).value() : nullptr;
 }
 
+// A decode step of tests/data/hf/<config_name> and the prefill graph of its past, built as
+// `memest --hf-config --phase decode` builds them (the prefill's LM head on the last position, as
+// generate() computes it); a failure fails the test and leaves nullptr.
+struct HfDecode {
+  std::shared_ptr<const Model> step, prefill;
+};
+inline HfDecode HfDecodeAfterPrefill(const std::string& config_name) {
+  zoo::HfGraphOptions decode, before;
+  decode.phase = zoo::HfGraphOptions::kDecode;
+  before.phase = zoo::HfGraphOptions::kPrefill;
+  before.logits_last_only = true;
+  return {HfModel(config_name, decode), HfModel(config_name, before)};
+}
+
 // The folder of datasets/timm-a100's 81 training graphs: the one datasets/timm-a100/unpack.sh
 // unpacked them into, or else `scratch`, where they are unpacked from the tarball (a clean clone
 // has only the tarball). A failed unpack fails the test.

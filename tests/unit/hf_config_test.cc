@@ -24,6 +24,7 @@
 #include "memory/context.h"
 #include "ops/fusion.h"
 #include "symbolic/symbolic.h"
+#include "tests/testing/bundled.h"
 
 namespace memest {
 namespace {
@@ -499,13 +500,7 @@ TEST(HfConfigTest, ADecodeStepHoldsOneCacheNotTwo) {
 // them releases only the segments that hold none of it. The other backends have no allocator to
 // carry over and refuse the option.
 TEST(HfConfigTest, ADecodeStepAfterItsPrefillReservesWhatThePrefillLeft) {
-  const json config = Config("qwen3-0.6b.json");
-  HfGraphOptions decode, prefill;
-  decode.phase = HfGraphOptions::kDecode;
-  prefill.phase = HfGraphOptions::kPrefill;
-  prefill.logits_last_only = true;
-  auto d = Load(Build(config, decode));
-  auto p = Load(Build(config, prefill));
+  const auto [d, p] = testing::HfDecodeAfterPrefill("qwen3-0.6b.json");
   ASSERT_NE(d, nullptr);
   ASSERT_NE(p, nullptr);
   Options o;
@@ -561,13 +556,7 @@ TEST(HfConfigTest, ADecodeStepAfterItsPrefillReservesWhatThePrefillLeft) {
 // eager attention scores alone are 4 GiB a layer. Asked twice (the second answered from what the
 // bound graph kept), and with the cache kept, where the step's peaks include the prefill's.
 TEST(HfConfigTest, ADecodeStepWhosePrefillRunsOutDoesNotFit) {
-  const json config = Config("qwen3-0.6b.json");
-  HfGraphOptions decode, prefill;
-  decode.phase = HfGraphOptions::kDecode;
-  prefill.phase = HfGraphOptions::kPrefill;
-  prefill.logits_last_only = true;
-  auto d = Load(Build(config, decode));
-  auto p = Load(Build(config, prefill));
+  const auto [d, p] = testing::HfDecodeAfterPrefill("qwen3-0.6b.json");
   ASSERT_TRUE(d && p);
   auto symbolic = MakeEstimator("symbolic");
   ASSERT_TRUE(symbolic.ok());

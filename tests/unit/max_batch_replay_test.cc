@@ -307,12 +307,9 @@ struct DecodeAfterPrefill {
   Options options;
 
   DecodeAfterPrefill(const std::string& config_name, const std::string& gpu) {
-    zoo::HfGraphOptions decode, before;
-    decode.phase = zoo::HfGraphOptions::kDecode;
-    before.phase = zoo::HfGraphOptions::kPrefill;
-    before.logits_last_only = true;
-    step = testing::HfModel(config_name, decode);
-    prefill = testing::HfModel(config_name, before);
+    testing::HfDecode built = testing::HfDecodeAfterPrefill(config_name);
+    step = std::move(built.step);
+    prefill = std::move(built.prefill);
     options.gpu = gpu;
     options.mode = Mode::kInfer;
     options.dims["seq"] = 1;
