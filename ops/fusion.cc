@@ -506,12 +506,18 @@ Fusion::Fusion(const core::BoundGraph& b, const std::vector<bool>& requires_grad
       calls_.push_back(std::move(call));
       continue;
     }
+    // Only these ops end a chain; every other node is passed over before the (large) optionals
+    // below are made, which cost more than the test on a graph of many nodes.
+    const bool softmax = policy.FusesChains() && op == "Softmax";
+    if (!softmax && !(choices.fused_kernels && (op == "Sub" || op == "Erf" || op == "Tanh"))) {
+      continue;
+    }
     std::optional<FusedChain> c;
     std::optional<AttentionCall> call;
     if (choices.fused_kernels && op == "Sub") c = m.LayerNorm(k);
     if (choices.fused_kernels && op == "Erf") c = m.Gelu(k);
     if (choices.fused_kernels && op == "Tanh") c = m.GeluTanh(k);
-    if (policy.FusesChains() && op == "Softmax") {
+    if (softmax) {
       call.emplace();
       c = m.Attention(k, &call->site);
       if (!c && m.LooksLikeAttention(k)) unmatched_attention_.push_back(k);

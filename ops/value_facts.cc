@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <span>
 #include <utility>
 
 #include "base/dtype.h"
@@ -9,75 +10,94 @@
 namespace memest::ops {
 namespace {
 
-using Strides = std::vector<int64_t>;
+// Strides are written into one pool (StridePool): the helpers below append a value's strides to
+// it and return whether they exist, so that laying out a graph makes no allocation per view.
+using Strides = std::span<const int64_t>;
+using StridePool = std::vector<int64_t>;
 
-Strides ContiguousStrides(core::Dims shape) {
-  Strides st(shape.size(), 1);
-  for (size_t i = shape.size(); i-- > 1;) st[i - 1] = st[i] * std::max<int64_t>(shape[i], 1);
-  return st;
+void AppendContiguousStrides(core::Dims shape, StridePool* out) {
+  const size_t at = out->size();
+  out->resize(at + shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) {
+    (*out)[at + i - 1] = (*out)[at + i] * std::max<int64_t>(shape[i], 1);
+  }
 }
 
-bool IsContiguous(core::Dims shape, const Strides& st) {
+bool IsContiguous(core::Dims shape, Strides st) {
   if (st.size() != shape.size()) return false;
-  const Strides want = ContiguousStrides(shape);
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] != 1 && st[i] != want[i]) return false;
+  int64_t want = 1;  // the contiguous stride of dim i, from the innermost out
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] != 1 && st[i] != want) return false;
+    want *= std::max<int64_t>(shape[i], 1);
   }
   return true;
 }
 
-// The strides of `to` as a view of a tensor of shape `from` with strides `st`, or nullopt when
-// no view exists and reshape copies. The rule PyTorch's view/reshape applies
-// (memory-model.md §3.1): walking from the innermost dim, each maximal run of input dims that are
-// contiguous with one another must be covered exactly by whole output dims.
-std::optional<Strides> ViewStrides(core::Dims from, const Strides& st, core::Dims to) {
-  Strides out(to.size(), 1);
-  if (from.empty()) return ContiguousStrides(to);
+// Appends the strides of `to` as a view of a tensor of shape `from` with strides `st`; false (and
+// nothing appended) when no view exists and reshape copies. The rule PyTorch's view/reshape
+// applies (memory-model.md §3.1): walking from the innermost dim, each maximal run of input dims
+// that are contiguous with one another must be covered exactly by whole output dims.
+bool AppendViewStrides(core::Dims from, Strides st, core::Dims to, StridePool* pool) {
+  if (from.empty()) {
+    AppendContiguousStrides(to, pool);
+    return true;
+  }
+  const size_t at = pool->size();
+  pool->resize(at + to.size(), 1);
+  int64_t* out = pool->data() + at;
   int64_t view_d = static_cast<int64_t>(to.size()) - 1;
   int64_t base = st.back(), tensor_numel = 1, view_numel = 1;
-  for (int64_t d = static_cast<int64_t>(from.size()) - 1; d >= 0; --d) {
+  bool views = true;
+  for (int64_t d = static_cast<int64_t>(from.size()) - 1; views && d >= 0; --d) {
     tensor_numel *= from[static_cast<size_t>(d)];
     const bool chunk_ends = d == 0 || (from[static_cast<size_t>(d - 1)] != 1 &&
                                        st[static_cast<size_t>(d - 1)] != tensor_numel * base);
     if (!chunk_ends) continue;
     while (view_d >= 0 && (view_numel < tensor_numel || to[static_cast<size_t>(view_d)] == 1)) {
-      out[static_cast<size_t>(view_d)] = view_numel * base;
+      out[view_d] = view_numel * base;
       view_numel *= to[static_cast<size_t>(view_d)];
       --view_d;
     }
-    if (view_numel != tensor_numel) return std::nullopt;
+    views = view_numel == tensor_numel;
     if (d > 0) {
       base = st[static_cast<size_t>(d - 1)];
       tensor_numel = view_numel = 1;
     }
   }
-  if (view_d != -1) return std::nullopt;
-  return out;
+  if (!views || view_d != -1) {
+    pool->resize(at);
+    return false;
+  }
+  return true;
 }
 
-// Transpose's output strides: the input's, permuted by `perm` (reversed when absent); nullopt
-// when the permutation does not fit the input.
-std::optional<Strides> TransposeStrides(const core::Node& n, core::Dims xs, const Strides& xst) {
-  std::vector<int64_t> perm = IntsAttr(n, "perm").value_or(std::vector<int64_t>());
-  if (perm.empty()) {
-    for (size_t i = xs.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+// Appends Transpose's output strides: the input's, permuted by `perm` (reversed when absent);
+// false (nothing appended) when the permutation does not fit the input.
+bool AppendTransposeStrides(const core::Node& n, core::Dims xs, Strides xst, StridePool* pool) {
+  const size_t rank = xs.size();
+  const onnx::AttributeProto* a = FindAttr(n, "perm");
+  const bool given = a != nullptr && a->type() == onnx::AttributeProto::INTS && a->ints_size() > 0;
+  if (given && static_cast<size_t>(a->ints_size()) != rank) return false;
+  const size_t at = pool->size();
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t p = given ? a->ints(static_cast<int>(i)) : static_cast<int64_t>(rank - 1 - i);
+    if (p < 0 || p >= static_cast<int64_t>(rank)) {
+      pool->resize(at);
+      return false;
+    }
+    pool->push_back(xst[static_cast<size_t>(p)]);
   }
-  if (perm.size() != xs.size()) return std::nullopt;
-  Strides st;
-  for (int64_t p : perm) {
-    if (p < 0 || p >= static_cast<int64_t>(xs.size())) break;
-    st.push_back(xst[static_cast<size_t>(p)]);
-  }
-  if (st.size() != perm.size()) return std::nullopt;
-  return st;
+  return true;
 }
 
-// Expand's output strides: 0 along every broadcast dim.
-Strides ExpandStrides(core::Dims xs, const Strides& xst, core::Dims ys) {
-  Strides st(ys.size(), 0);
+// Appends Expand's output strides: 0 along every broadcast dim.
+void AppendExpandStrides(core::Dims xs, Strides xst, core::Dims ys, StridePool* pool) {
+  const size_t at = pool->size();
+  pool->resize(at + ys.size(), 0);
   const size_t lead = ys.size() - xs.size();
-  for (size_t i = 0; i < xs.size(); ++i) st[lead + i] = xs[i] == ys[lead + i] ? xst[i] : 0;
-  return st;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    (*pool)[at + lead + i] = xs[i] == ys[lead + i] ? xst[i] : 0;
+  }
 }
 
 }  // namespace
@@ -175,13 +195,9 @@ void ValueFacts::FindLayout() {
   const size_t nv = g.values.size();
   contiguous_.assign(nv, true);
   is_view_.assign(g.nodes.size(), false);
-  std::vector<std::optional<Strides>> strides(nv);
-  auto strides_of = [&](int id) -> std::optional<Strides> {
-    if (strides[static_cast<size_t>(id)]) return strides[static_cast<size_t>(id)];
-    const core::MaybeDims shape = graph_.shapes.Find(id);
-    if (!shape) return std::nullopt;
-    return ContiguousStrides(*shape);
-  };
+  // A view output's strides: pool[strides_at[id] ..] (as many as its rank); -1 where it has none.
+  StridePool pool, xst;
+  std::vector<int64_t> strides_at(nv, -1);
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     const core::Node& n = g.nodes[k];
     if (fusion_->identity_dropout(k) && !n.inputs.empty() && n.inputs[0] >= 0) {
@@ -193,32 +209,41 @@ void ValueFacts::FindLayout() {
     is_view_[k] = true;
     const int x = n.inputs[0];
     const core::MaybeDims xs = graph_.shapes.Find(x);
-    const std::optional<Strides> xst = strides_of(x);
-    if (!xs || !xst) continue;  // unknown: a view of unknown layout, contiguous
+    if (!xs) continue;  // unknown: a view of unknown layout, contiguous
+    // The input's strides: a view's own, else contiguous (copied out, since appending to the
+    // pool may move it).
+    if (const int64_t at = strides_at[static_cast<size_t>(x)]; at >= 0) {
+      xst.assign(pool.begin() + at, pool.begin() + at + static_cast<std::ptrdiff_t>(xs->size()));
+    } else {
+      xst.clear();
+      AppendContiguousStrides(*xs, &xst);
+    }
     const std::string& op = n.op_type;
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       const int out = n.outputs[o];
       const core::MaybeDims ys = graph_.shapes.Find(out);
       if (out < 0 || !ys) continue;
-      std::optional<Strides> yst;
+      const size_t at = pool.size();
+      bool known = true;
       if (op == "Transpose") {
-        yst = TransposeStrides(n, *xs, *xst);
+        known = AppendTransposeStrides(n, *xs, xst, &pool);
       } else if ((op == "Slice" || op == "Split") && ys->size() == xs->size()) {
-        yst = xst;  // same strides, smaller extent (steps of 1)
+        pool.insert(pool.end(), xst.begin(), xst.end());  // same strides, smaller extent
       } else if (op == "Expand" && ys->size() >= xs->size()) {
-        yst = ExpandStrides(*xs, *xst, *ys);
-      } else {  // Reshape, Flatten, Squeeze, Unsqueeze, Identity
-        yst = ViewStrides(*xs, *xst, *ys);
-        if (!yst) {
-          is_view_[k] = false;  // reshape of a layout no view can express: a contiguous copy
-          break;
-        }
+        AppendExpandStrides(*xs, xst, *ys, &pool);
+      } else if (!AppendViewStrides(*xs, xst, *ys, &pool)) {  // Reshape, Flatten, Squeeze, ...
+        is_view_[k] = false;  // reshape of a layout no view can express: a contiguous copy
+        break;
       }
       // Unknown, or (in a graph whose declared shapes disagree with the op, e.g. a Transpose
       // perm of another rank) strides that do not fit the output: a layout left unknown.
-      if (!yst || yst->size() != ys->size()) continue;
-      strides[static_cast<size_t>(out)] = yst;
-      contiguous_[static_cast<size_t>(out)] = IsContiguous(*ys, *yst);
+      if (!known || pool.size() - at != ys->size()) {
+        pool.resize(at);
+        continue;
+      }
+      strides_at[static_cast<size_t>(out)] = static_cast<int64_t>(at);
+      contiguous_[static_cast<size_t>(out)] =
+          IsContiguous(*ys, Strides(pool.data() + at, ys->size()));
     }
   }
 }
