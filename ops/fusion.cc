@@ -490,7 +490,7 @@ Fusion::Fusion(const core::BoundGraph& b, const std::vector<bool>& requires_grad
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     identity_dropout_[k] = m.IdentityDropout(k);
     const core::Node& node = g.nodes[k];
-    const std::string& op = node.op_type;
+    const std::string_view op = node.op_type;  // compared by size first
     if (const OpRule* rule = RuleOf(node); rule && rule->attention_site) {
       AttentionCall call;
       call.node = k;

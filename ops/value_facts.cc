@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <utility>
 
 #include "base/dtype.h"
@@ -218,7 +219,7 @@ void ValueFacts::FindLayout() {
       xst.clear();
       AppendContiguousStrides(*xs, &xst);
     }
-    const std::string& op = n.op_type;
+    const std::string_view op = n.op_type;  // compared by size first
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       const int out = n.outputs[o];
       const core::MaybeDims ys = graph_.shapes.Find(out);

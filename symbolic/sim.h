@@ -95,7 +95,7 @@ class __attribute__((visibility("hidden"))) Sim {
         stack_(ctx.stack()),
         facts_(ctx.facts()),
         weights_(ctx.weights()),
-        kept_outputs_(memory::KeptOutputs(g_, ctx.kv_cache())),
+        kept_root_(KeptRoots(memory::KeptOutputs(g_, ctx.kv_cache()), facts_, g_.values.size())),
         kv_cache_(ctx.kv_cache()),
         checkpoint_(ctx.checkpoint()),
         plan_(ctx.parallel()),
@@ -108,6 +108,16 @@ class __attribute__((visibility("hidden"))) Sim {
         budget_(key.allocator_budget),
         iterations_(key.iterations),
         alloc_(StepAllocatorConfig(o_, budget_)) {}
+
+  // The storage roots (ValueFacts::root) of `outputs`, per value id of a graph of `values`.
+  static std::vector<bool> KeptRoots(const std::vector<int>& outputs, const ops::ValueFacts& facts,
+                                     size_t values) {
+    std::vector<bool> kept(values, false);
+    for (int out : outputs) {
+      if (const int r = facts.root(out); r >= 0) kept[static_cast<size_t>(r)] = true;
+    }
+    return kept;
+  }
 
   Sim(const Sim&) = delete;  // stats_ points into the Sim itself
   Sim& operator=(const Sim&) = delete;
@@ -361,7 +371,8 @@ class __attribute__((visibility("hidden"))) Sim {
   const StackProfile& stack_;
   const ops::ValueFacts& facts_;
   const memory::WeightStorage& weights_;
-  const std::vector<int> kept_outputs_;  // graph outputs kept to the end (memory/kv_cache.h)
+  // Per value: the storage of a graph output kept to the end (memory/kv_cache.h KeptOutputs).
+  const std::vector<bool> kept_root_;
   const memory::KvCache& kv_cache_;      // which data inputs die at their last reader
   const std::vector<core::CheckpointSegment>& checkpoint_;  // Options' segments (core/checkpoint.h)
   const memory::ParallelPlan& plan_;

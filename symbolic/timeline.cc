@@ -486,9 +486,7 @@ void Sim::FreeIfDead(int root, bool output_dropped) {
   if (uses_left_[root] > 0 || saved_left_[root] > 0) {
     return;
   }
-  for (int out : kept_outputs_) {
-    if (facts_.root(out) == root && !output_dropped) return;
-  }
+  if (kept_root_[static_cast<size_t>(root)] && !output_dropped) return;
   Free(&value_[root]);
 }
 
