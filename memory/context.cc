@@ -330,14 +330,18 @@ Status EstimationContext::MakePrefill() {
   // Every past input of the step is a present output of the prefill.
   const core::Graph& step = model_.graph();
   const core::Graph& prefill = p.model->graph();
+  std::vector<std::string> filled;  // the past input each present output fills, sorted
+  for (int out : prefill.outputs) {
+    if (out < 0) continue;
+    if (std::string past = PastNameOf(prefill.value(out).name); !past.empty()) {
+      filled.push_back(std::move(past));
+    }
+  }
+  std::sort(filled.begin(), filled.end());
   for (int id : kv_cache_.values()) {
     if (!kv_cache_.released_at_last_use(id)) continue;
     const std::string& name = step.value(id).name;
-    bool filled = false;
-    for (int out : prefill.outputs) {
-      filled = filled || (out >= 0 && PastNameOf(prefill.value(out).name) == name);
-    }
-    if (!filled) {
+    if (!std::binary_search(filled.begin(), filled.end(), name)) {
       return InvalidArgument("the prefill graph has no output present." +
                              name.substr(std::string_view("past_key_values.").size()) +
                              " to fill the step's input '" + name + "'");
