@@ -7,7 +7,7 @@
                                                     lm-heldout3|lm-heldout4|
                                                     lm-heldout5|lm-heldout6|lm-heldout7]
                                              [--backend analytical] [--per-search]
-                                             [--extra "--safety-margin 5%"]
+                                             [--extra "--safety-margin 5%"] [--check]
 
 Sets (docs/cli.md `--max-batch`):
   main     the 81 timm graphs of datasets/timm-a100 (unpacked first when they are not yet) and
@@ -60,6 +60,11 @@ Sets (docs/cli.md `--max-batch`):
 Each search is one `memest ... --json` process (with --extra's arguments appended); its count is
 max_batch.evaluations. Run two binaries and compare the totals and the answers (--per-search
 prints both for each search).
+
+--check also asks the same binary and backend whether each answer is one: a plain estimate at the
+answer fits (none for an answer of 0) and one at its successor does not (the next batch: with
+--micro-batches K, K batches on, as the search steps). Each answer that is not is printed; the
+exit status is 1 when there is one.
 """
 import argparse
 import glob
@@ -195,6 +200,30 @@ def searches(which):
         raise SystemExit("unknown set " + which)
 
 
+def plain_query(args, value):
+    """The arguments of a search with its searched value bound to `value` instead."""
+    a = list(args)
+    if "--max-batch" in a:
+        a.remove("--max-batch")
+        return a + ["--batch", str(value)]
+    i = a.index("--max-dim")
+    dim = a[i + 1]
+    del a[i:i + 2]
+    return a + ["--dim", f"{dim}={value}"]
+
+
+def successor_step(args):
+    """How far the search's next value is: the batch moves by whole --micro-batches."""
+    if "--max-batch" in args and "--micro-batches" in args:
+        return int(args[args.index("--micro-batches") + 1])
+    return 1
+
+
+def fits(binary, args):
+    p = subprocess.run([binary] + args + ["--json"], capture_output=True, text=True)
+    return json.loads(p.stdout)["verdict"] == "fits"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", default=os.path.join(ROOT, "build/tools/memest"))
@@ -202,11 +231,13 @@ def main():
     ap.add_argument("--backend", default="analytical")
     ap.add_argument("--per-search", action="store_true")
     ap.add_argument("--extra", default="", help="more memest arguments for every search")
+    ap.add_argument("--check", action="store_true",
+                    help="check that each answer fits and its successor does not")
     a = ap.parse_args()
-    total = searched = refused = answered = answered_total = 0
+    total = searched = refused = answered = answered_total = checked = invalid = 0
     for name, args in searches(a.set):
-        p = subprocess.run([a.bin] + args + a.extra.split() + ["--backend", a.backend, "--json"],
-                           capture_output=True, text=True)
+        args = args + a.extra.split() + ["--backend", a.backend]
+        p = subprocess.run([a.bin] + args + ["--json"], capture_output=True, text=True)
         try:
             mb = json.loads(p.stdout)["results"][0]["max_batch"]
         except (ValueError, KeyError, IndexError):
@@ -221,10 +252,21 @@ def main():
             answered_total += mb["evaluations"]
         if a.per_search:
             print(name, mb["batch"], mb["evaluations"])
+        if a.check:
+            v = mb["batch"]
+            checked += 1
+            at = v <= 0 or fits(a.bin, plain_query(args, v))
+            beyond = fits(a.bin, plain_query(args, v + successor_step(args)))
+            if not at or beyond:
+                invalid += 1
+                print(name, v, "is not the answer:",
+                      "it does not fit" if not at else "its successor fits")
     print(f"{a.set}: {searched} searches, {total} estimates"
           f" ({total / max(searched, 1):.2f} a search), {refused} refused;"
           f" {answered} with an answer, {answered_total / max(answered, 1):.2f} estimates each")
-    return 0
+    if a.check:
+        print(f"checked {checked} answers: {invalid} not the answer")
+    return 1 if invalid else 0
 
 
 if __name__ == "__main__":

@@ -19,6 +19,14 @@ args = sys.argv[1:]
 if "sdpa-mem-efficient" in args:
     print("memest: error: refused", file=sys.stderr)
     sys.exit(2)
+if "--max-batch" not in args and "--max-dim" not in args:  # a plain estimate
+    # The value bound last (the check appends it): a --batch, or a --dim NAME=V.
+    at = max(i for i, x in enumerate(args) if x in ("--batch", "--dim"))
+    value = int(args[at + 1].split("=")[-1])
+    # Fits up to the answer, and one past it when told to (the answer is then wrong).
+    most = 7 + (1 if "--wrong" in args else 0)
+    print(json.dumps({"verdict": "fits" if value <= most else "does not fit"}))
+    sys.exit(0)
 extra = 1 if "--safety-margin" in args else 0
 print(json.dumps({"results": [{"max_batch": {"batch": 7, "evaluations": 3 + extra}}]}))
 """
@@ -63,6 +71,38 @@ class TotalsTest(unittest.TestCase):
         self.assertTrue(answered)
         self.assertTrue(all(l.endswith(" 7 4") for l in answered))
         self.assertIn("estimates (4.00 a search)", lines[-1])
+
+
+class CheckTest(unittest.TestCase):
+    def run_script(self, *args):
+        with tempfile.TemporaryDirectory() as d:
+            fake = pathlib.Path(d) / "memest"
+            fake.write_text(FAKE)
+            fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+            return subprocess.run([sys.executable, str(SCRIPT), "--bin", str(fake)] + list(args),
+                                  capture_output=True, text=True)
+
+    def test_answers_that_fit_with_a_successor_that_does_not_pass(self):
+        p = self.run_script("--set", "lm", "--check")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        configs = [q for q in (ROOT / "tests/data/hf").glob("*.json") if "t5" not in q.name]
+        self.assertEqual(p.stdout.strip().splitlines()[-1],
+                         f"checked {2 * len(configs)} answers: 0 not the answer")
+
+    def test_an_answer_whose_successor_fits_fails(self):
+        p = self.run_script("--set", "lm", "--check", "--extra=--wrong")
+        self.assertEqual(p.returncode, 1)
+        lines = p.stdout.strip().splitlines()
+        self.assertTrue(any(l.endswith("7 is not the answer: its successor fits") for l in lines))
+        self.assertNotIn(": 0 not the answer", lines[-1])
+
+    def test_the_successor_of_a_batch_of_micro_batches_is_whole_micro_batches_on(self):
+        args = ["--hf-config", "x.json", "--micro-batches", "4", "--max-batch", "--dim", "seq=8"]
+        self.assertEqual(max_batch_evaluations.successor_step(args), 4)
+        self.assertEqual(max_batch_evaluations.plain_query(args, 8)[-2:], ["--batch", "8"])
+        dim = ["--hf-config", "x.json", "--max-dim", "seq", "--batch", "2"]
+        self.assertEqual(max_batch_evaluations.successor_step(dim), 1)
+        self.assertEqual(max_batch_evaluations.plain_query(dim, 9)[-2:], ["--dim", "seq=9"])
 
 
 if __name__ == "__main__":
