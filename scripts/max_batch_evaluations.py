@@ -214,14 +214,25 @@ def plain_query(args, value):
 
 def successor_step(args):
     """How far the search's next value is: the batch moves by whole --micro-batches."""
-    if "--max-batch" in args and "--micro-batches" in args:
-        return int(args[args.index("--micro-batches") + 1])
-    return 1
+    if "--max-batch" not in args:
+        return 1
+    k = 1  # the last --micro-batches given wins, as in the CLI
+    for i, x in enumerate(args):
+        if x == "--micro-batches" and i + 1 < len(args):
+            k = int(args[i + 1])
+        elif x.startswith("--micro-batches="):
+            k = int(x.split("=", 1)[1])
+    return k
 
 
-def fits(binary, args):
+def verdict(binary, args):
+    """The plain estimate's verdict: "fits", "does_not_fit", or "error" (also when the CLI
+    printed no JSON)."""
     p = subprocess.run([binary] + args + ["--json"], capture_output=True, text=True)
-    return json.loads(p.stdout)["verdict"] == "fits"
+    try:
+        return json.loads(p.stdout)["verdict"]
+    except (ValueError, KeyError):
+        return "error"
 
 
 def main():
@@ -255,12 +266,14 @@ def main():
         if a.check:
             v = mb["batch"]
             checked += 1
-            at = v <= 0 or fits(a.bin, plain_query(args, v))
-            beyond = fits(a.bin, plain_query(args, v + successor_step(args)))
-            if not at or beyond:
+            at = "fits" if v <= 0 else verdict(a.bin, plain_query(args, v))
+            beyond = verdict(a.bin, plain_query(args, v + successor_step(args)))
+            why = ("an estimate failed" if "error" in (at, beyond) else
+                   "it does not fit" if at != "fits" else
+                   "its successor fits" if beyond == "fits" else "")
+            if why:
                 invalid += 1
-                print(name, v, "is not the answer:",
-                      "it does not fit" if not at else "its successor fits")
+                print(name, v, "is not the answer:", why)
     print(f"{a.set}: {searched} searches, {total} estimates"
           f" ({total / max(searched, 1):.2f} a search), {refused} refused;"
           f" {answered} with an answer, {answered_total / max(answered, 1):.2f} estimates each")

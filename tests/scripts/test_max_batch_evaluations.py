@@ -23,8 +23,11 @@ if "--max-batch" not in args and "--max-dim" not in args:  # a plain estimate
     # The value bound last (the check appends it): a --batch, or a --dim NAME=V.
     at = max(i for i, x in enumerate(args) if x in ("--batch", "--dim"))
     value = int(args[at + 1].split("=")[-1])
-    # Fits up to the answer, and one past it when told to (the answer is then wrong).
-    most = 7 + (1 if "--wrong" in args else 0)
+    # Fits up to the answer; one past it when told to, or one short of it (the answer is then
+    # wrong); fails outright when told to.
+    if "--fail" in args:
+        sys.exit(2)
+    most = 7 + (1 if "--wrong" in args else 0) - (1 if "--short" in args else 0)
     print(json.dumps({"verdict": "fits" if value <= most else "does not fit"}))
     sys.exit(0)
 extra = 1 if "--safety-margin" in args else 0
@@ -96,9 +99,17 @@ class CheckTest(unittest.TestCase):
         self.assertTrue(any(l.endswith("7 is not the answer: its successor fits") for l in lines))
         self.assertNotIn(": 0 not the answer", lines[-1])
 
+    def test_an_answer_that_does_not_fit_or_cannot_be_estimated_fails(self):
+        for extra, why in (("--short", "it does not fit"), ("--fail", "an estimate failed")):
+            p = self.run_script("--set", "lm", "--check", "--extra=" + extra)
+            self.assertEqual(p.returncode, 1)
+            self.assertTrue(any(l.endswith("7 is not the answer: " + why)
+                                for l in p.stdout.splitlines()), p.stdout)
+
     def test_the_successor_of_a_batch_of_micro_batches_is_whole_micro_batches_on(self):
         args = ["--hf-config", "x.json", "--micro-batches", "4", "--max-batch", "--dim", "seq=8"]
         self.assertEqual(max_batch_evaluations.successor_step(args), 4)
+        self.assertEqual(max_batch_evaluations.successor_step(args + ["--micro-batches=2"]), 2)
         self.assertEqual(max_batch_evaluations.plain_query(args, 8)[-2:], ["--batch", "8"])
         dim = ["--hf-config", "x.json", "--max-dim", "seq", "--batch", "2"]
         self.assertEqual(max_batch_evaluations.successor_step(dim), 1)
