@@ -288,6 +288,7 @@ void Sim::Prepare() {
   input_roots_at_.assign(nn + 1, 0);
   size_t inputs = 0;
   for (const core::Node& n : g_.nodes) inputs += n.inputs.size();
+  input_roots_.clear();
   input_roots_.reserve(inputs);  // at most one root per input: filled without moving
   for (size_t k = 0; k < nn; ++k) {
     roots_.clear();
