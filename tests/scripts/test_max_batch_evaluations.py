@@ -1,5 +1,8 @@
 """scripts/max_batch_evaluations.py: the searches of each set, and its totals from a made-up memest
-(a script that answers every search with 3 estimates and refuses the memory-efficient ones)."""
+(a script that answers every search with 3 estimates and refuses the memory-efficient ones), and
+--check's verdicts over a few searches."""
+import contextlib
+import io
 import os
 import pathlib
 import stat
@@ -7,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts/max_batch_evaluations.py"
@@ -51,13 +55,20 @@ class SetsTest(unittest.TestCase):
             self.assertEqual(len({label for label, _ in searches}), len(searches))
 
 
+@contextlib.contextmanager
+def fake_memest():
+    """The made-up memest (FAKE) as an executable, for as long as the block runs."""
+    with tempfile.TemporaryDirectory() as d:
+        fake = pathlib.Path(d) / "memest"
+        fake.write_text(FAKE)
+        fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+        yield str(fake)
+
+
 class TotalsTest(unittest.TestCase):
     def run_script(self, *args):
-        with tempfile.TemporaryDirectory() as d:
-            fake = pathlib.Path(d) / "memest"
-            fake.write_text(FAKE)
-            fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-            p = subprocess.run([sys.executable, str(SCRIPT), "--bin", str(fake)] + list(args),
+        with fake_memest() as fake:
+            p = subprocess.run([sys.executable, str(SCRIPT), "--bin", fake] + list(args),
                                capture_output=True, text=True, check=True)
         return p.stdout.strip().splitlines()
 
@@ -76,35 +87,45 @@ class TotalsTest(unittest.TestCase):
         self.assertIn("estimates (4.00 a search)", lines[-1])
 
 
+# A few searches for --check (the whole of a set would take minutes of made-up processes): a batch,
+# a dim, and a batch of micro-batches, whose successor is 4 batches on (11, which the fake never
+# fits).
+CHECKED = [("batch", ["--hf-config", "a.json", "--max-batch", "--dim", "seq=512"]),
+           ("dim", ["--hf-config", "b.json", "--max-dim", "seq", "--batch", "4"]),
+           ("micro", ["--hf-config", "c.json", "--micro-batches", "4", "--max-batch", "--dim",
+                      "seq=512"])]
+
+
 class CheckTest(unittest.TestCase):
     def run_script(self, *args):
-        with tempfile.TemporaryDirectory() as d:
-            fake = pathlib.Path(d) / "memest"
-            fake.write_text(FAKE)
-            fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-            return subprocess.run([sys.executable, str(SCRIPT), "--bin", str(fake)] + list(args),
-                                  capture_output=True, text=True)
+        """main() with --check over CHECKED against the fake: its exit status and output."""
+        out = io.StringIO()
+        with fake_memest() as fake, \
+                mock.patch.object(max_batch_evaluations, "searches", lambda which: CHECKED), \
+                mock.patch.object(sys, "argv", ["max_batch_evaluations.py", "--bin", fake,
+                                                "--set", "lm", "--check", *args]), \
+                contextlib.redirect_stdout(out):
+            status = max_batch_evaluations.main()
+        return status, out.getvalue().strip().splitlines()
 
     def test_answers_that_fit_with_a_successor_that_does_not_pass(self):
-        p = self.run_script("--set", "lm", "--check")
-        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-        configs = [q for q in (ROOT / "tests/data/hf").glob("*.json") if "t5" not in q.name]
-        self.assertEqual(p.stdout.strip().splitlines()[-1],
-                         f"checked {2 * len(configs)} answers: 0 not the answer")
+        status, lines = self.run_script()
+        self.assertEqual(status, 0, lines)
+        self.assertEqual(lines[-1], f"checked {len(CHECKED)} answers: 0 not the answer")
 
     def test_an_answer_whose_successor_fits_fails(self):
-        p = self.run_script("--set", "lm", "--check", "--extra=--wrong")
-        self.assertEqual(p.returncode, 1)
-        lines = p.stdout.strip().splitlines()
-        self.assertTrue(any(l.endswith("7 is not the answer: its successor fits") for l in lines))
-        self.assertNotIn(": 0 not the answer", lines[-1])
+        status, lines = self.run_script("--extra=--wrong")
+        self.assertEqual(status, 1)
+        self.assertIn("batch 7 is not the answer: its successor fits", lines)
+        self.assertIn("dim 7 is not the answer: its successor fits", lines)
+        self.assertNotIn("micro 7 is not the answer: its successor fits", lines)  # 11 does not
+        self.assertEqual(lines[-1], f"checked {len(CHECKED)} answers: 2 not the answer")
 
     def test_an_answer_that_does_not_fit_or_cannot_be_estimated_fails(self):
         for extra, why in (("--short", "it does not fit"), ("--fail", "an estimate failed")):
-            p = self.run_script("--set", "lm", "--check", "--extra=" + extra)
-            self.assertEqual(p.returncode, 1)
-            self.assertTrue(any(l.endswith("7 is not the answer: " + why)
-                                for l in p.stdout.splitlines()), p.stdout)
+            status, lines = self.run_script("--extra=" + extra)
+            self.assertEqual(status, 1)
+            self.assertIn("batch 7 is not the answer: " + why, lines)
 
     def test_the_successor_of_a_batch_of_micro_batches_is_whole_micro_batches_on(self):
         args = ["--hf-config", "x.json", "--micro-batches", "4", "--max-batch", "--dim", "seq=8"]
