@@ -97,16 +97,17 @@ class CachingAllocatorModel {
   void AppendLayout(std::vector<uint64_t>* words) const;
 
  private:
-  struct Block {
+  struct Block {  // 48 bytes: the fields in decreasing size, no padding between them
     uint64_t addr = 0;
     uint64_t size = 0;
     uint64_t requested = 0;
-    int segment = -1;
     int64_t prev = -1, next = -1;  // neighbours in the same segment
+    int segment = -1;
     bool free = true;
     bool small = false;  // pool
     bool alive = true;   // false once merged away (id reusable)
   };
+  static_assert(sizeof(Block) == 48);
   struct Segment {
     uint64_t addr = 0;
     uint64_t size = 0;   // mapped bytes (expandable: grows by pages)

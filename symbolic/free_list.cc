@@ -6,108 +6,76 @@
 
 namespace memest::symbolic {
 
-inline size_t FreeList::ChunkFor(Packed p) const {
-  if (last_.size() == 1) return p <= last_[0] ? 0 : 1;
-  return static_cast<size_t>(std::lower_bound(last_.begin(), last_.end(), p) - last_.begin());
+size_t FreeList::NextOccupied(size_t bin) const {
+  const size_t g = bin / kBinsPerGroup, s = bin % kBinsPerGroup;
+  const uint64_t later_bins = s + 1 == kBinsPerGroup ? 0 : occupied_[g] & (~uint64_t{0} << (s + 1));
+  if (later_bins != 0) return g * kBinsPerGroup + std::countr_zero(later_bins);
+  const uint64_t later_groups = g + 1 == kBinsPerGroup ? 0 : groups_ & (~uint64_t{0} << (g + 1));
+  if (later_groups == 0) return kNone;
+  const size_t next = static_cast<size_t>(std::countr_zero(later_groups));
+  return next * kBinsPerGroup + std::countr_zero(occupied_[next]);
 }
 
-void FreeList::SplitChunk(size_t c) {
-  Chunk& lower = chunks_[c];
-  const auto half = static_cast<std::ptrdiff_t>(lower.size() / 2);
-  Chunk upper(lower.begin() + half, lower.end());
-  lower.resize(static_cast<size_t>(half));
-  const Packed lower_last = lower.back().key;
-  chunks_.insert(chunks_.begin() + static_cast<std::ptrdiff_t>(c) + 1, std::move(upper));
-  last_.insert(last_.begin() + static_cast<std::ptrdiff_t>(c), lower_last);
+size_t FreeList::FirstAtOrAfter(size_t b, Key key) const {
+  const Bin& bin = bins_[b];
+  // Most searches stop at the bin's first entry (a bin below 32 KiB holds one size).
+  if (bin.empty() || !Below(bin.front(), key)) return 0;
+  return static_cast<size_t>(std::lower_bound(bin.begin() + 1, bin.end(), key, Below) -
+                             bin.begin());
 }
 
 void FreeList::Insert(Key key, int64_t id) {
-  const Packed p = Pack(key);
-  if (chunks_.empty()) {
-    chunks_.push_back({{p, id}});
-    last_.push_back(p);
-    size_ = 1;
-    return;
-  }
-  // Past every chunk's end: append to the last one.
-  const size_t c = std::min(ChunkFor(p), chunks_.size() - 1);
-  Chunk& chunk = chunks_[c];
-  chunk.insert(std::lower_bound(chunk.begin(), chunk.end(), p, KeyBelow), Entry{p, id});
-  last_[c] = chunk.back().key;
+  const size_t b = BinOf(key.first);
+  if (b >= bins_.size()) bins_.resize(b + 1);
+  Bin& bin = bins_[b];
+  bin.insert(bin.begin() + static_cast<std::ptrdiff_t>(FirstAtOrAfter(b, key)),
+             Entry{key.first, key.second, id});
+  occupied_[b / kBinsPerGroup] |= uint64_t{1} << (b % kBinsPerGroup);
+  groups_ |= uint64_t{1} << (b / kBinsPerGroup);
   ++size_;
-  if (chunk.size() > kChunkMax) SplitChunk(c);
 }
 
-std::optional<std::pair<size_t, size_t>> FreeList::Locate(Packed p) const {
-  if (hint_chunk_ < chunks_.size() && hint_index_ < chunks_[hint_chunk_].size() &&
-      chunks_[hint_chunk_][hint_index_].key == p) {
-    return std::make_pair(hint_chunk_, hint_index_);
-  }
-  const size_t c = ChunkFor(p);
-  if (c == chunks_.size()) return std::nullopt;
-  const Chunk& chunk = chunks_[c];
-  // Chunk c ends at or after p, so the search stays inside it.
-  const auto at = std::lower_bound(chunk.begin(), chunk.end(), p, KeyBelow);
-  if (at->key != p) return std::nullopt;
-  return std::make_pair(c, static_cast<size_t>(at - chunk.begin()));
+void FreeList::EraseAt(size_t b, size_t i) {
+  Bin& bin = bins_[b];
+  bin.erase(bin.begin() + static_cast<std::ptrdiff_t>(i));
+  --size_;
+  if (!bin.empty()) return;
+  const size_t g = b / kBinsPerGroup;
+  occupied_[g] &= ~(uint64_t{1} << (b % kBinsPerGroup));
+  if (occupied_[g] == 0) groups_ &= ~(uint64_t{1} << g);
 }
 
 void FreeList::Erase(Key key) {
-  if (const auto at = Locate(Pack(key))) EraseAt(at->first, at->second);
-}
-
-void FreeList::EraseAt(size_t c, size_t i) {
-  Chunk& chunk = chunks_[c];
-  chunk.erase(chunk.begin() + static_cast<std::ptrdiff_t>(i));
-  --size_;
-  if (chunk.empty()) {
-    chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(c));
-    last_.erase(last_.begin() + static_cast<std::ptrdiff_t>(c));
-  } else {
-    last_[c] = chunk.back().key;
+  const size_t b = BinOf(key.first);
+  if (b >= bins_.size()) return;
+  const Bin& bin = bins_[b];
+  if (hint_bin_ == b && hint_index_ < bin.size() && bin[hint_index_].size == key.first &&
+      bin[hint_index_].addr == key.second) {
+    EraseAt(b, hint_index_);
+    return;
   }
+  const size_t i = FirstAtOrAfter(b, key);
+  if (i < bin.size() && bin[i].size == key.first && bin[i].addr == key.second) EraseAt(b, i);
 }
 
 void FreeList::Replace(Key old_key, Key new_key, int64_t id) {
-  const Packed from = Pack(old_key);
-  const Packed to = Pack(new_key);
-  const auto at = Locate(from);
-  // The new key stays in the old one's chunk when it sorts after the previous chunk and before
-  // the next.
-  const size_t c = at ? at->first : 0;
-  const bool same_chunk = at && (c == 0 || to > last_[c - 1]) &&
-                          (c + 1 == chunks_.size() || to < chunks_[c + 1].front().key);
-  if (!same_chunk) {
-    if (at) EraseAt(at->first, at->second);
-    Insert(new_key, id);
-    return;
-  }
-  Chunk& chunk = chunks_[c];
-  const auto i = chunk.begin() + static_cast<std::ptrdiff_t>(at->second);
-  if (to < from) {
-    // Entries [j, i) move up by one; the new one goes to j.
-    const auto j = std::lower_bound(chunk.begin(), i, to, KeyBelow);
-    std::move_backward(j, i, i + 1);
-    *j = Entry{to, id};
-  } else {
-    // Entries (i, j) move down by one; the new one goes to j - 1.
-    const auto j = std::lower_bound(i + 1, chunk.end(), to, KeyBelow);
-    std::move(i + 1, j, i);
-    *(j - 1) = Entry{to, id};
-  }
-  last_[c] = chunk.back().key;
+  Erase(old_key);
+  Insert(new_key, id);
 }
 
 std::optional<std::pair<FreeList::Key, int64_t>> FreeList::LowerBound(Key key) const {
-  const Packed p = Pack(key);
-  const size_t c = ChunkFor(p);
-  if (c == chunks_.size()) return std::nullopt;
-  const Chunk& chunk = chunks_[c];
-  // chunk's last key is >= p, so the entry is in this chunk.
-  const auto at = std::lower_bound(chunk.begin(), chunk.end(), p, KeyBelow);
-  hint_chunk_ = c;
-  hint_index_ = static_cast<size_t>(at - chunk.begin());
-  return std::make_pair(Unpack(at->key), at->id);
+  size_t b = BinOf(key.first), i = 0;
+  if (b < bins_.size() && (i = FirstAtOrAfter(b, key)) < bins_[b].size()) {
+    // In the key's own bin.
+  } else {
+    b = NextOccupied(b);
+    if (b == kNone) return std::nullopt;
+    i = 0;
+  }
+  hint_bin_ = b;
+  hint_index_ = i;
+  const Entry& e = bins_[b][i];
+  return std::make_pair(Key{e.size, e.addr}, e.id);
 }
 
 }  // namespace memest::symbolic

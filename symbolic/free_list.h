@@ -1,18 +1,22 @@
 // symbolic/free_list.h -- the caching-allocator model's free blocks of one pool, ordered by
 // (size, address) for best fit (PyTorch keeps them in a std::set with the same order).
 //
-// Policy: sorted runs ("chunks") of at most kChunkMax entries (key and id side by side, so that
-// an insert or erase moves one array), kept in order, each with its last key in a separate sorted
-// array. A search is two binary searches over contiguous memory: the chunk (over the last keys;
-// none while there is one chunk) and the entry within it; an insert or erase moves at most one
-// chunk's entries, and a full chunk splits in two. So the cost stays that of a small sorted
-// vector whether the pool holds ten free blocks (ResNet-50 training: 76 at most at batch 900) or
-// thousands (a 100,000-node chain goes past 512 at times), without a heap node per entry as a
-// std::map needs. Keys are packed into one 128-bit integer (size high, address low), which
-// orders exactly as the (size, address) pair.
+// Policy: size bins, as a segregated-fit allocator keeps them, each holding its entries sorted by
+// (size, address), and a bitmap of the bins that hold any. The bins split the sizes into ranges
+// in increasing order -- one bin per 512 bytes below 32 KiB, then 64 bins per power of two -- so
+// every entry of a bin sorts before every entry of the bins after it, and the order of the whole
+// list is the bins' in turn. A best-fit search looks in the request's own bin (its entries are
+// the same size or within 1/64 of it: usually one to a few) and otherwise takes the first entry
+// of the next bin that holds any, found by two count-trailing-zeros on the bitmap; an insert or
+// erase moves only its bin's entries. So no search is a binary search over the whole list, whose
+// branches a processor cannot predict (the sorted chunks this replaced spent most of the model's
+// time there), and the cost is the same for ten free blocks (ResNet-50 training) and hundreds (a
+// 100,000-node chain holds up to about 600).
 #ifndef MEMEST_SYMBOLIC_FREE_LIST_H_
 #define MEMEST_SYMBOLIC_FREE_LIST_H_
 
+#include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -24,16 +28,13 @@ namespace memest::symbolic {
 class FreeList {
  public:
   using Key = std::pair<uint64_t, uint64_t>;  // (size, addr)
-  static constexpr size_t kChunkMax = 64;
 
   // Adds an entry; the key must not be in the list already (the allocator's keys are unique:
   // no two free blocks share an address).
   void Insert(Key key, int64_t id);
   // Removes the entry with exactly this key, if there is one.
   void Erase(Key key);
-  // Erase(old_key) then Insert(new_key, id), in one step: when the new key sorts into the same
-  // chunk (the usual case: a block split or merged keeps most of its neighbours), the entries
-  // between the two positions move by one and nothing else does. `new_key` must not be present.
+  // Erase(old_key) then Insert(new_key, id). `new_key` must not be present.
   void Replace(Key old_key, Key new_key, int64_t id);
   // The first entry at or after `key` (the best fit for a size, lowest address on ties).
   [[nodiscard]] std::optional<std::pair<Key, int64_t>> LowerBound(Key key) const;
@@ -41,38 +42,51 @@ class FreeList {
   // Calls f(key, id) for every entry, in key order. f must not change the list.
   template <typename F>
   void ForEach(F f) const {
-    for (const Chunk& c : chunks_) {
-      for (const Entry& e : c) f(Unpack(e.key), e.id);
+    for (uint64_t groups = groups_; groups != 0; groups &= groups - 1) {
+      const size_t g = static_cast<size_t>(std::countr_zero(groups));
+      for (uint64_t bins = occupied_[g]; bins != 0; bins &= bins - 1) {
+        for (const Entry& e : bins_[g * kBinsPerGroup + std::countr_zero(bins)]) {
+          f(Key{e.size, e.addr}, e.id);
+        }
+      }
     }
   }
 
  private:
-  using Packed = unsigned __int128;
   struct Entry {
-    Packed key;
+    uint64_t size;
+    uint64_t addr;
     int64_t id;
   };
-  using Chunk = std::vector<Entry>;  // sorted by key
+  using Bin = std::vector<Entry>;  // sorted by (size, addr)
+  static constexpr size_t kBinsPerGroup = 64;
+  static constexpr size_t kNone = ~size_t{0};
 
-  static Packed Pack(Key key) { return (Packed{key.first} << 64) | key.second; }
-  static Key Unpack(Packed p) { return {static_cast<uint64_t>(p >> 64), static_cast<uint64_t>(p)}; }
-  // The order std::lower_bound searches a chunk by.
-  static bool KeyBelow(const Entry& e, Packed key) { return e.key < key; }
-  // The first chunk whose last key is >= p (chunks_.size() when none is).
-  [[nodiscard]] size_t ChunkFor(Packed p) const;
-  // The chunk and index of key p, or nullopt when it is not in the list.
-  [[nodiscard]] std::optional<std::pair<size_t, size_t>> Locate(Packed p) const;
-  // Removes entry i of chunk c (and the chunk, when it empties).
-  void EraseAt(size_t c, size_t i);
-  void SplitChunk(size_t c);
+  static bool Below(const Entry& e, Key key) {
+    return e.size < key.first || (e.size == key.first && e.addr < key.second);
+  }
+  // The bin of a size: 512 bytes apiece below 32 KiB (group 0), then group g >= 1 splits sizes
+  // of [2^(g+14), 2^(g+15)) bytes into 64 equal ranges. Increases with the size.
+  static size_t BinOf(uint64_t size) {
+    const uint64_t units = size >> 9;
+    if (units < kBinsPerGroup) return static_cast<size_t>(units);
+    const int group = std::bit_width(units) - 6;
+    return static_cast<size_t>(group) * kBinsPerGroup + ((units >> (group - 1)) & 63);
+  }
+  // The first bin after `bin` that holds an entry, or kNone.
+  [[nodiscard]] size_t NextOccupied(size_t bin) const;
+  // Index of the first entry of bin b at or after key (the bin's size when none is).
+  [[nodiscard]] size_t FirstAtOrAfter(size_t b, Key key) const;
+  void EraseAt(size_t b, size_t i);
 
-  std::vector<Chunk> chunks_;  // in key order; none is empty
-  std::vector<Packed> last_;   // last_[c] = chunks_[c].back().key
+  std::vector<Bin> bins_;                           // by BinOf; as many as the largest size needs
+  std::array<uint64_t, kBinsPerGroup> occupied_{};  // bit s of word g: bin 64g + s holds any
+  uint64_t groups_ = 0;                             // bit g: occupied_[g] != 0
   size_t size_ = 0;
   // Where the last LowerBound found its entry: the allocator takes that very block next (erases
-  // or replaces it), so Locate looks there first. Never trusted blindly: a position whose key is
-  // not the one sought (the list changed since) is passed over, and keys are unique.
-  mutable size_t hint_chunk_ = 0, hint_index_ = 0;
+  // or replaces it), so Erase and Replace look there first. Never trusted blindly: a position
+  // whose key is not the one sought (the list changed since) is passed over; keys are unique.
+  mutable size_t hint_bin_ = 0, hint_index_ = 0;
 };
 
 }  // namespace memest::symbolic

@@ -1,5 +1,5 @@
 // The allocator model's free list: the same best fit as a std::map (PyTorch's std::set) while
-// it grows past many chunks, shrinks to none and grows again.
+// it grows to hundreds of entries, shrinks to none and grows again.
 #include "symbolic/free_list.h"
 
 #include <gtest/gtest.h>
@@ -7,9 +7,14 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <utility>
+#include <vector>
 
 namespace memest::symbolic {
 namespace {
+
+// Entries enough to fill many of the list's bins several deep.
+constexpr int kMany = 64;
 
 // Checks `list` against a std::map holding the same entries, at sizes between and beyond them.
 void ExpectSameAsMap(const FreeList& list, const std::map<FreeList::Key, int64_t>& reference) {
@@ -40,13 +45,13 @@ void ExpectSameAsMap(const FreeList& list, const std::map<FreeList::Key, int64_t
   }
 }
 
-TEST(FreeListTest, BestFitIsTheSameAsAStdMapWhileChunksSplitAndEmpty) {
+TEST(FreeListTest, BestFitIsTheSameAsAStdMapWhileItGrowsAndEmpties) {
   FreeList list;
   std::map<FreeList::Key, int64_t> reference;
   std::mt19937_64 random(7);
   int64_t id = 0;
-  const int steps = 20 * static_cast<int>(FreeList::kChunkMax);
-  // Grow to many chunks (inserting two keys for each erased one), then shrink to nothing
+  const int steps = 20 * kMany;
+  // Grow to hundreds of entries (inserting two keys for each erased one), then shrink to nothing
   // (erasing two for each inserted), checking on the way up, at the top and on the way down.
   for (int step = 0; step < 2 * steps; ++step) {
     const bool growing = step < steps;
@@ -72,9 +77,9 @@ TEST(FreeListTest, BestFitIsTheSameAsAStdMapWhileChunksSplitAndEmpty) {
   ExpectSameAsMap(list, reference);
 }
 
-// Replace = Erase + Insert, whether the new key lands in the same chunk (near the old one, as a
+// Replace = Erase + Insert, whether the new key lands in the same size bin (near the old one, as a
 // split or merged block's does) or in another (far from it).
-TEST(FreeListTest, ReplaceIsEraseThenInsertWithinAndAcrossChunks) {
+TEST(FreeListTest, ReplaceIsEraseThenInsertWithinAndAcrossBins) {
   FreeList list;
   std::map<FreeList::Key, int64_t> reference;
   std::mt19937_64 random(11);
@@ -84,7 +89,7 @@ TEST(FreeListTest, ReplaceIsEraseThenInsertWithinAndAcrossChunks) {
     while (reference.count(key) > 0) key.second += 512;
     return key;
   };
-  for (int i = 0; i < 8 * static_cast<int>(FreeList::kChunkMax); ++i) {
+  for (int i = 0; i < 8 * kMany; ++i) {
     const FreeList::Key key = fresh_key(512 * (1 + random() % 256));
     list.Insert(key, id);
     reference.emplace(key, id++);
@@ -121,7 +126,7 @@ TEST(FreeListTest, TakingTheBestFitAfterTheListChangedTakesThatEntry) {
     list.Insert(key, id);
     reference.emplace(key, id++);
   };
-  for (int i = 0; i < 3 * static_cast<int>(FreeList::kChunkMax); ++i) insert_fresh();
+  for (int i = 0; i < 3 * kMany; ++i) insert_fresh();
   for (int step = 0; step < 3000; ++step) {
     const auto found = list.LowerBound({512 * (1 + random() % 128), 0});
     if (!found) {
@@ -149,10 +154,62 @@ TEST(FreeListTest, TakingTheBestFitAfterTheListChangedTakesThatEntry) {
         list.Erase(taken);
       }
     }
-    if (reference.size() < FreeList::kChunkMax) insert_fresh();
+    if (reference.size() < size_t{kMany}) insert_fresh();
     if (step % 500 == 0) ExpectSameAsMap(list, reference);
   }
   ExpectSameAsMap(list, reference);
+}
+
+// Sizes from a byte to a petabyte, not only multiples of 512, and many at the edges of the
+// list's size bins (powers of two and 512 bytes either side): every search lands where a
+// std::map's does, and ForEach visits the entries in the map's order.
+TEST(FreeListTest, BestFitIsTheSameAsAStdMapAtEverySizeBinEdge) {
+  FreeList list;
+  std::map<FreeList::Key, int64_t> reference;
+  std::mt19937_64 random(17);
+  std::vector<uint64_t> sizes;
+  for (int bit = 0; bit < 50; ++bit) {
+    for (const int64_t delta : {-512, -1, 0, 1, 511, 512}) {
+      const int64_t size = (int64_t{1} << bit) + delta;
+      if (size > 0) sizes.push_back(static_cast<uint64_t>(size));
+    }
+  }
+  for (int i = 0; i < 400; ++i) sizes.push_back((random() >> 14) >> (random() % 50));
+  int64_t id = 0;
+  for (const uint64_t size : sizes) {
+    const FreeList::Key key{size, 2097152 * (random() % 8)};
+    if (reference.count(key) > 0) continue;
+    list.Insert(key, id);
+    reference.emplace(key, id++);
+  }
+  auto expect_same = [&] {
+    ASSERT_EQ(list.size(), reference.size());
+    for (const uint64_t size : sizes) {
+      for (const FreeList::Key& key :
+           {FreeList::Key{size - 1, 0}, FreeList::Key{size, 0},
+            FreeList::Key{size, 2097152 * 3 + 1}, FreeList::Key{size + 1, 0}}) {
+        const auto want = reference.lower_bound(key);
+        const auto got = list.LowerBound(key);
+        ASSERT_EQ(got.has_value(), want != reference.end()) << key.first << " " << key.second;
+        if (got) {
+          EXPECT_EQ(got->first, want->first) << key.first;
+          EXPECT_EQ(got->second, want->second) << key.first;
+        }
+      }
+    }
+    std::vector<std::pair<FreeList::Key, int64_t>> visited;
+    list.ForEach([&](FreeList::Key key, int64_t i) { visited.emplace_back(key, i); });
+    const std::vector<std::pair<FreeList::Key, int64_t>> in_order(reference.begin(),
+                                                                  reference.end());
+    EXPECT_EQ(visited, in_order);
+  };
+  expect_same();
+  for (auto it = reference.begin(); it != reference.end();) {  // every other entry goes
+    list.Erase(it->first);
+    it = reference.erase(it);
+    if (it != reference.end()) ++it;
+  }
+  expect_same();
 }
 
 TEST(FreeListTest, ErasingAnAbsentKeyChangesNothing) {
