@@ -5,7 +5,8 @@
 // from the walk that makes the requests.
 //
 // Each row traces its step once, untimed (TraceRequests: its first three iterations, as a
-// replay makes them), then hands those requests to a fresh model per iteration. Counters:
+// replay makes them), then hands those requests to a fresh model per iteration, its block table
+// reserved as a replay's is, with no capacity (no release and retry). Counters:
 // requests (in the three iterations), per_request (time per request), reserved_GiB (the peak).
 //
 //   ./build/bench/memest_bench --benchmark_filter=AllocatorReplay --benchmark_min_time=0.5
@@ -56,12 +57,19 @@ std::vector<AllocatorRequest> TracedRequests(benchmark::State& state, const std:
 void BM_AllocatorReplay(benchmark::State& state, const std::string& name, int64_t batch) {
   const std::vector<AllocatorRequest> requests = TracedRequests(state, name, batch);
   if (requests.empty()) return;
-  const auto mallocs = static_cast<size_t>(std::count_if(
-      requests.begin(), requests.end(), [](const AllocatorRequest& r) { return r.freed < 0; }));
+  // The most tensors alive at once: a replay reserves the block table for twice as many
+  // (symbolic/batch_trace.cc), so the model's table does not move while it runs.
+  size_t mallocs = 0, alive = 0, most_alive = 0;
+  for (const AllocatorRequest& r : requests) {
+    alive = r.freed >= 0 ? alive - 1 : alive + 1;
+    mallocs += r.freed < 0;
+    most_alive = std::max(most_alive, alive);
+  }
   std::vector<CachingAllocatorModel::Handle> handle(mallocs, -1);
   uint64_t reserved = 0;
   for (auto _ : state) {
     CachingAllocatorModel alloc;
+    alloc.Reserve(2 * most_alive + 64);
     size_t m = 0;
     for (const AllocatorRequest& r : requests) {
       if (r.freed >= 0) {
@@ -69,6 +77,10 @@ void BM_AllocatorReplay(benchmark::State& state, const std::string& name, int64_
       } else {
         handle[m++] = alloc.Malloc(r.bytes);
       }
+    }
+    if (!alloc.misuse().ok() || alloc.oom()) {
+      state.SkipWithError(alloc.oom() ? "out of memory" : alloc.misuse().ToString().c_str());
+      break;
     }
     reserved = alloc.stats().peak_reserved;
     benchmark::DoNotOptimize(reserved);

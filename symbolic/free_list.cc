@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <utility>
 
 namespace memest::symbolic {
 
@@ -10,15 +11,28 @@ size_t FreeList::NextOccupied(size_t bin) const {
   const size_t g = bin / kBinsPerGroup, s = bin % kBinsPerGroup;
   const uint64_t later_bins = s + 1 == kBinsPerGroup ? 0 : occupied_[g] & (~uint64_t{0} << (s + 1));
   if (later_bins != 0) return g * kBinsPerGroup + std::countr_zero(later_bins);
-  const uint64_t later_groups = g + 1 == kBinsPerGroup ? 0 : groups_ & (~uint64_t{0} << (g + 1));
+  const uint64_t later_groups = g + 1 == kGroups ? 0 : groups_ & (~uint64_t{0} << (g + 1));
   if (later_groups == 0) return kNone;
   const size_t next = static_cast<size_t>(std::countr_zero(later_groups));
   return next * kBinsPerGroup + std::countr_zero(occupied_[next]);
 }
 
+FreeList& FreeList::operator=(FreeList&& other) noexcept {
+  if (this == &other) return *this;
+  bins_ = std::move(other.bins_);
+  occupied_ = std::exchange(other.occupied_, {});
+  groups_ = std::exchange(other.groups_, 0);
+  size_ = std::exchange(other.size_, 0);
+  hint_bin_ = std::exchange(other.hint_bin_, 0);
+  hint_index_ = std::exchange(other.hint_index_, 0);
+  other.bins_.clear();
+  return *this;
+}
+
 size_t FreeList::FirstAtOrAfter(size_t b, Key key) const {
   const Bin& bin = bins_[b];
-  // Most searches stop at the bin's first entry (a bin below 32 KiB holds one size).
+  // Most searches stop at the bin's first entry (below 64 KiB a bin holds one size of the
+  // allocator's, all multiples of 512).
   if (bin.empty() || !Below(bin.front(), key)) return 0;
   return static_cast<size_t>(std::lower_bound(bin.begin() + 1, bin.end(), key, Below) -
                              bin.begin());

@@ -10,8 +10,9 @@
 // of the next bin that holds any, found by two count-trailing-zeros on the bitmap; an insert or
 // erase moves only its bin's entries. So no search is a binary search over the whole list, whose
 // branches a processor cannot predict (the sorted chunks this replaced spent most of the model's
-// time there), and the cost is the same for ten free blocks (ResNet-50 training) and hundreds (a
-// 100,000-node chain holds up to about 600).
+// time there): a search costs about the same for ten free blocks (ResNet-50 training) and
+// hundreds (a 100,000-node chain holds up to about 600), and an insert or erase grows with its
+// bin only (many free blocks of one size share a bin).
 #ifndef MEMEST_SYMBOLIC_FREE_LIST_H_
 #define MEMEST_SYMBOLIC_FREE_LIST_H_
 
@@ -28,6 +29,13 @@ namespace memest::symbolic {
 class FreeList {
  public:
   using Key = std::pair<uint64_t, uint64_t>;  // (size, addr)
+
+  FreeList() = default;
+  FreeList(const FreeList&) = default;
+  FreeList& operator=(const FreeList&) = default;
+  // A moved-from list is empty (its bitmap too), as a moved-from std::map is in practice.
+  FreeList(FreeList&& other) noexcept { *this = std::move(other); }
+  FreeList& operator=(FreeList&& other) noexcept;
 
   // Adds an entry; the key must not be in the list already (the allocator's keys are unique:
   // no two free blocks share an address).
@@ -58,8 +66,9 @@ class FreeList {
     uint64_t addr;
     int64_t id;
   };
-  using Bin = std::vector<Entry>;  // sorted by (size, addr)
-  static constexpr size_t kBinsPerGroup = 64;
+  using Bin = std::vector<Entry>;              // sorted by (size, addr)
+  static constexpr size_t kBinsPerGroup = 64;  // one bit each in a group's word
+  static constexpr size_t kGroups = 64;        // one bit each in groups_; BinOf uses 50
   static constexpr size_t kNone = ~size_t{0};
 
   static bool Below(const Entry& e, Key key) {
@@ -79,9 +88,9 @@ class FreeList {
   [[nodiscard]] size_t FirstAtOrAfter(size_t b, Key key) const;
   void EraseAt(size_t b, size_t i);
 
-  std::vector<Bin> bins_;                           // by BinOf; as many as the largest size needs
-  std::array<uint64_t, kBinsPerGroup> occupied_{};  // bit s of word g: bin 64g + s holds any
-  uint64_t groups_ = 0;                             // bit g: occupied_[g] != 0
+  std::vector<Bin> bins_;                     // by BinOf; as many as the largest size needs
+  std::array<uint64_t, kGroups> occupied_{};  // bit s of word g: bin 64g + s holds any
+  uint64_t groups_ = 0;                       // bit g: occupied_[g] != 0
   size_t size_ = 0;
   // Where the last LowerBound found its entry: the allocator takes that very block next (erases
   // or replaces it), so Erase and Replace look there first. Never trusted blindly: a position

@@ -212,6 +212,98 @@ TEST(FreeListTest, BestFitIsTheSameAsAStdMapAtEverySizeBinEdge) {
   expect_same();
 }
 
+// Inserts, erases (of present and absent keys, some past every bin the list has made), replaces
+// and best-fit takes interleaved, at sizes at the edges of the bins inside each power of two and
+// up to 2^64 - 1, where one bin holds many sizes: the same answers as a std::map throughout.
+TEST(FreeListTest, MixedOperationsAtAnySizeMatchAStdMap) {
+  FreeList list;
+  std::map<FreeList::Key, int64_t> reference;
+  std::mt19937_64 random(19);
+  auto any_size = [&]() -> uint64_t {
+    const int bit = 9 + static_cast<int>(random() % 55);  // 2^9 .. 2^63
+    const uint64_t edge = (uint64_t{1} << bit) + (random() % 64) * (uint64_t{1} << (bit - 6));
+    switch (random() % 4) {
+      case 0:
+        return edge;  // a bin's first size
+      case 1:
+        return edge - 1;  // the bin before's last
+      case 2:
+        return random() | (uint64_t{1} << 63) | 1;  // up to 2^64 - 1
+      default:
+        return edge + 512 * (random() % 4);
+    }
+  };
+  int64_t id = 0;
+  auto check = [&] {
+    ASSERT_EQ(list.size(), reference.size());
+    for (const auto& [key, i] : reference) {
+      for (const FreeList::Key& probe :
+           {key, FreeList::Key{key.first, 0}, FreeList::Key{key.first, key.second + 1},
+            FreeList::Key{key.first - 1, ~uint64_t{0}}}) {
+        const auto want = reference.lower_bound(probe);
+        const auto got = list.LowerBound(probe);
+        ASSERT_EQ(got.has_value(), want != reference.end());
+        if (got) {
+          ASSERT_EQ(got->first, want->first);
+          ASSERT_EQ(got->second, want->second);
+        }
+      }
+    }
+  };
+  for (int step = 0; step < 6000; ++step) {
+    const uint64_t op = random() % 8;
+    if (op < 3 || reference.empty()) {
+      const FreeList::Key key{any_size(), 2097152 * (random() % 16)};
+      if (reference.count(key) == 0) {
+        list.Insert(key, id);
+        reference.emplace(key, id++);
+      }
+    } else if (op == 3) {  // an absent key, often beyond every bin made so far
+      const FreeList::Key key{any_size(), 2097152 * 16 + 1};
+      list.Erase(key);
+    } else if (op == 4) {
+      const FreeList::Key gone = std::next(reference.begin(), random() % reference.size())->first;
+      list.Erase(gone);
+      reference.erase(gone);
+    } else if (op == 5) {
+      const FreeList::Key old_key =
+          std::next(reference.begin(), random() % reference.size())->first;
+      const FreeList::Key new_key{any_size(), 2097152 * (random() % 16) + 512};
+      if (reference.count(new_key) == 0) {
+        list.Replace(old_key, new_key, id);
+        reference.erase(old_key);
+        reference.emplace(new_key, id++);
+      }
+    } else {  // the allocator's take: the best fit, then that entry erased or replaced
+      const auto found = list.LowerBound({any_size(), 0});
+      if (!found) continue;
+      const FreeList::Key taken = found->first;
+      reference.erase(taken);
+      const FreeList::Key rest{taken.first / 2, taken.second + 1};
+      if (op == 6 || reference.count(rest) > 0) {
+        list.Erase(taken);
+      } else {
+        list.Replace(taken, rest, id);
+        reference.emplace(rest, id++);
+      }
+    }
+    if (step % 600 == 0) check();
+  }
+  check();
+  std::vector<std::pair<FreeList::Key, int64_t>> visited;
+  list.ForEach([&](FreeList::Key key, int64_t i) { visited.emplace_back(key, i); });
+  EXPECT_EQ(visited,
+            (std::vector<std::pair<FreeList::Key, int64_t>>(reference.begin(), reference.end())));
+  // A moved-from list is empty; the list it moved into answers as before.
+  FreeList moved = std::move(list);
+  EXPECT_EQ(list.size(), 0u);  // NOLINT(bugprone-use-after-move): what a move leaves is the test
+  EXPECT_FALSE(list.LowerBound({0, 0}).has_value());  // NOLINT(bugprone-use-after-move)
+  ASSERT_EQ(moved.size(), reference.size());
+  if (!reference.empty()) {
+    EXPECT_EQ(moved.LowerBound({0, 0})->second, reference.begin()->second);
+  }
+}
+
 TEST(FreeListTest, ErasingAnAbsentKeyChangesNothing) {
   FreeList list;
   list.Insert({1024, 0}, 3);
