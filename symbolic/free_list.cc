@@ -29,12 +29,14 @@ FreeList& FreeList::operator=(FreeList&& other) noexcept {
   return *this;
 }
 
-size_t FreeList::FirstAtOrAfter(size_t b, Key key) const {
+size_t FreeList::FirstBelow(size_t b, Key key) const {
   const Bin& bin = bins_[b];
-  // Most searches stop at the bin's first entry (below 64 KiB a bin holds one size of the
-  // allocator's, all multiples of 512).
-  if (bin.empty() || !Below(bin.front(), key)) return 0;
-  return static_cast<size_t>(std::lower_bound(bin.begin() + 1, bin.end(), key, Below) -
+  // Most searches stop at the bin's last entry, its smallest (below 64 KiB a bin holds one size
+  // of the allocator's, all multiples of 512), or at its first, its largest.
+  if (bin.empty() || Below(bin.front(), key)) return 0;
+  if (!Below(bin.back(), key)) return bin.size();
+  return static_cast<size_t>(std::partition_point(bin.begin() + 1, bin.end() - 1,
+                                                  [&](const Entry& e) { return !Below(e, key); }) -
                              bin.begin());
 }
 
@@ -42,7 +44,7 @@ void FreeList::Insert(Key key, int64_t id) {
   const size_t b = BinOf(key.first);
   if (b >= bins_.size()) bins_.resize(b + 1);
   Bin& bin = bins_[b];
-  bin.insert(bin.begin() + static_cast<std::ptrdiff_t>(FirstAtOrAfter(b, key)),
+  bin.insert(bin.begin() + static_cast<std::ptrdiff_t>(FirstBelow(b, key)),
              Entry{key.first, key.second, id});
   occupied_[b / kBinsPerGroup] |= uint64_t{1} << (b % kBinsPerGroup);
   groups_ |= uint64_t{1} << (b / kBinsPerGroup);
@@ -68,8 +70,9 @@ void FreeList::Erase(Key key) {
     EraseAt(b, hint_index_);
     return;
   }
-  const size_t i = FirstAtOrAfter(b, key);
-  if (i < bin.size() && bin[i].size == key.first && bin[i].addr == key.second) EraseAt(b, i);
+  // The key, when present, is the last entry at or above it.
+  const size_t i = FirstBelow(b, key);
+  if (i > 0 && bin[i - 1].size == key.first && bin[i - 1].addr == key.second) EraseAt(b, i - 1);
 }
 
 void FreeList::Replace(Key old_key, Key new_key, int64_t id) {
@@ -79,12 +82,12 @@ void FreeList::Replace(Key old_key, Key new_key, int64_t id) {
 
 std::optional<std::pair<FreeList::Key, int64_t>> FreeList::LowerBound(Key key) const {
   size_t b = BinOf(key.first), i = 0;
-  if (b < bins_.size() && (i = FirstAtOrAfter(b, key)) < bins_[b].size()) {
-    // In the key's own bin.
+  if (b < bins_.size() && (i = FirstBelow(b, key)) > 0) {
+    --i;  // in the key's own bin: the smallest entry at or above it
   } else {
     b = NextOccupied(b);
     if (b == kNone) return std::nullopt;
-    i = 0;
+    i = bins_[b].size() - 1;  // the next bin's smallest
   }
   hint_bin_ = b;
   hint_index_ = i;

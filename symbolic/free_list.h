@@ -1,18 +1,19 @@
 // symbolic/free_list.h -- the caching-allocator model's free blocks of one pool, ordered by
 // (size, address) for best fit (PyTorch keeps them in a std::set with the same order).
 //
-// Policy: size bins, as a segregated-fit allocator keeps them, each holding its entries sorted by
-// (size, address), and a bitmap of the bins that hold any. The bins split the sizes into ranges
-// in increasing order -- one bin per 512 bytes below 32 KiB, then 64 bins per power of two -- so
-// every entry of a bin sorts before every entry of the bins after it, and the order of the whole
-// list is the bins' in turn. A best-fit search looks in the request's own bin (its entries are
-// the same size or within 1/64 of it: usually one to a few) and otherwise takes the first entry
-// of the next bin that holds any, found by two count-trailing-zeros on the bitmap; an insert or
-// erase moves only its bin's entries. So no search is a binary search over the whole list, whose
-// branches a processor cannot predict (the sorted chunks this replaced spent most of the model's
-// time there): a search costs about the same for ten free blocks (ResNet-50 training) and
-// hundreds (a 100,000-node chain holds up to about 600), and an insert or erase grows with its
-// bin only (many free blocks of one size share a bin).
+// Policy: size bins, as a segregated-fit allocator keeps them, and a bitmap of the bins that
+// hold any. The bins split the sizes into ranges in increasing order -- one bin per 512 bytes
+// below 32 KiB, then 64 bins per power of two -- so every entry of a bin sorts before every entry
+// of the bins after it. A best-fit search looks in the request's own bin (its entries are the
+// same size or within 1/64 of it) and otherwise takes the smallest entry of the next bin that
+// holds any, found by two count-trailing-zeros on the bitmap. Each bin keeps its entries sorted
+// by (size, address) from the largest down, so the best fit, which the allocator takes next, is
+// usually the bin's last entry and taking it moves no other; an insert or erase moves only its
+// bin's entries. So no search is a binary search over the whole list, whose branches a processor
+// cannot predict (the sorted chunks this replaced spent most of the model's time there): a search
+// costs about the same for ten free blocks (ResNet-50 training) and hundreds (a 100,000-node
+// chain holds up to about 600), and an insert or erase grows with its bin only (many free blocks
+// of one size share a bin: up to 122 in Qwen2.5-0.5B's training step).
 #ifndef MEMEST_SYMBOLIC_FREE_LIST_H_
 #define MEMEST_SYMBOLIC_FREE_LIST_H_
 
@@ -53,9 +54,8 @@ class FreeList {
     for (uint64_t groups = groups_; groups != 0; groups &= groups - 1) {
       const size_t g = static_cast<size_t>(std::countr_zero(groups));
       for (uint64_t bins = occupied_[g]; bins != 0; bins &= bins - 1) {
-        for (const Entry& e : bins_[g * kBinsPerGroup + std::countr_zero(bins)]) {
-          f(Key{e.size, e.addr}, e.id);
-        }
+        const Bin& bin = bins_[g * kBinsPerGroup + std::countr_zero(bins)];
+        for (auto e = bin.rbegin(); e != bin.rend(); ++e) f(Key{e->size, e->addr}, e->id);
       }
     }
   }
@@ -66,7 +66,9 @@ class FreeList {
     uint64_t addr;
     int64_t id;
   };
-  using Bin = std::vector<Entry>;              // sorted by (size, addr)
+  // Sorted by (size, addr), largest first: the best fit, which the allocator takes next, is
+  // usually the last entry, and taking it moves no other.
+  using Bin = std::vector<Entry>;
   static constexpr size_t kBinsPerGroup = 64;  // one bit each in a group's word
   static constexpr size_t kGroups = 64;        // one bit each in groups_; BinOf uses 50
   static constexpr size_t kNone = ~size_t{0};
@@ -84,8 +86,9 @@ class FreeList {
   }
   // The first bin after `bin` that holds an entry, or kNone.
   [[nodiscard]] size_t NextOccupied(size_t bin) const;
-  // Index of the first entry of bin b at or after key (the bin's size when none is).
-  [[nodiscard]] size_t FirstAtOrAfter(size_t b, Key key) const;
+  // Index of the first entry of bin b below key (the bin's size when none is): the entries
+  // before it are those at or above the key.
+  [[nodiscard]] size_t FirstBelow(size_t b, Key key) const;
   void EraseAt(size_t b, size_t i);
 
   std::vector<Bin> bins_;                     // by BinOf; as many as the largest size needs
