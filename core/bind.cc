@@ -181,11 +181,22 @@ Status EvaluateShapes(const Graph& graph, const SymbolicShapes& sym, const AtomV
     return InvalidArgument(where + ": " + broken->Describe(sym.table) +
                            ": the model cannot take these dims");
   }
+  // Each distinct shape (ShapeProgram) is evaluated at its first value, whose dims the others
+  // then read: the same expressions at the same atoms, so the same dims, or the same error (the
+  // first value met it already, and an error that ends the bind ended it there).
+  std::vector<uint32_t> first(sym.program.shapes(), ShapeProgram::kNone);
   for (size_t id = 0; id < graph.values.size(); ++id) {
     const Value& v = graph.values[id];
     const SymTensor& t = sym.types[id];
     b->dtypes[id] = t.dtype;
     if (v.kind == ValueKind::kInitializer || !t.shape) continue;
+    if (const uint32_t s = sym.program.shape_of(id); s != ShapeProgram::kNone) {
+      if (first[s] != ShapeProgram::kNone) {
+        if (b->shapes[first[s]]) b->shapes.Alias(id, first[s]);  // else: unknown, as it is
+        continue;
+      }
+      first[s] = static_cast<uint32_t>(id);
+    }
     const Status dims = EvaluateDimsInto(*t.shape, atoms, b->shapes.Emplace(id, t.shape->size()));
     if (dims.ok()) continue;
     b->shapes.Forget(id);

@@ -5,9 +5,11 @@
 // Here the dims of all values lie back to back in one pool, each value has an offset and a rank.
 //
 // Policy: a value's shape is set once while the graph is bound (setting it again leaves the old
-// dims unused in the pool); the spans handed out read the pool, so they are valid until the next
-// Set or Emplace -- the bind sets every shape first and reads them after, and a bound graph is
-// never changed once made.
+// dims unused in the pool), and dims in the pool are never written again once filled, so values
+// of the same shape may read the same place (Alias: the bind evaluates each distinct symbolic
+// shape once, core/symbolic_shapes.h ShapeProgram); the spans handed out read the pool, so they
+// are valid until the next Set or Emplace -- the bind sets every shape first and reads them
+// after, and a bound graph is never changed once made.
 #ifndef MEMEST_CORE_SHAPE_TABLE_H_
 #define MEMEST_CORE_SHAPE_TABLE_H_
 
@@ -67,6 +69,11 @@ class ShapeTable {
     rank_[id] = static_cast<int32_t>(rank);
     pool_.resize(pool_.size() + rank);
     return std::span<int64_t>(pool_.data() + offset_[id], rank);
+  }
+  // Value id's dims are value `of`'s, which is known: both read the same place in the pool.
+  void Alias(size_t id, size_t of) {
+    offset_[id] = offset_[of];
+    rank_[id] = rank_[of];
   }
   // Value id's shape is unknown again.
   void Forget(size_t id) { rank_[id] = kUnknown; }

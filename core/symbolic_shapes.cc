@@ -1,6 +1,9 @@
 // core/symbolic_shapes.cc -- see core/symbolic_shapes.h.
 #include "core/symbolic_shapes.h"
 
+#include <cstdint>
+#include <utility>
+
 #include "core/graph.h"
 
 namespace memest::core {
@@ -13,6 +16,70 @@ Status EvaluateDimsInto(const std::vector<DimExpr>& dims, const AtomValues& atom
     out[i] = v;
   }
   return Status::Ok();
+}
+
+namespace {
+
+// What makes two shapes the same (ShapeProgram's policy): per dim, its constant and the address
+// of its terms (one shared vector for every constant).
+bool SameExpressions(const std::vector<DimExpr>& a, const std::vector<DimExpr>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].constant_term() != b[i].constant_term() || &a[i].terms() != &b[i].terms()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+uint64_t HashExpressions(const std::vector<DimExpr>& dims) {
+  uint64_t h = 0x9e3779b97f4a7c15ULL ^ dims.size();
+  for (const DimExpr& d : dims) {
+    for (const uint64_t part : {static_cast<uint64_t>(d.constant_term()),
+                                static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&d.terms()))}) {
+      h ^= part + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+      h *= 0xff51afd7ed558ccdULL;
+    }
+  }
+  return h ^ (h >> 29);
+}
+
+}  // namespace
+
+ShapeProgram ShapeProgram::Compile(const std::vector<SymTensor>& types) {
+  ShapeProgram p;
+  p.shape_of_.assign(types.size(), kNone);
+  // An open-addressed table of the distinct shapes by hash: (hash, the first value of the shape);
+  // a hash met by another shape (never in practice) only makes that one distinct again.
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t value = kNone;
+  };
+  std::vector<Slot> slots(64);
+  for (size_t id = 0; id < types.size(); ++id) {
+    if (!types[id].shape) continue;
+    const std::vector<DimExpr>& dims = *types[id].shape;
+    const uint64_t h = HashExpressions(dims);
+    size_t i = h & (slots.size() - 1);
+    while (slots[i].value != kNone && slots[i].hash != h) i = (i + 1) & (slots.size() - 1);
+    if (slots[i].value != kNone && SameExpressions(*types[slots[i].value].shape, dims)) {
+      p.shape_of_[id] = p.shape_of_[slots[i].value];
+      continue;
+    }
+    p.shape_of_[id] = static_cast<uint32_t>(p.shapes_++);
+    if (slots[i].value != kNone) continue;  // the slot's hash is another shape's
+    slots[i] = {h, static_cast<uint32_t>(id)};
+    if (2 * p.shapes_ < slots.size()) continue;
+    std::vector<Slot> grown(2 * slots.size());  // rehashed at half full
+    for (const Slot& s : slots) {
+      if (s.value == kNone) continue;
+      size_t j = s.hash & (grown.size() - 1);
+      while (grown[j].value != kNone) j = (j + 1) & (grown.size() - 1);
+      grown[j] = s;
+    }
+    slots = std::move(grown);
+  }
+  return p;
 }
 
 Result<std::vector<int64_t>> EvaluateDims(const std::vector<DimExpr>& dims,

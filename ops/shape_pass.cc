@@ -121,6 +121,7 @@ class Pass {
     out_->ops_without_rule.assign(without_rule.begin(), without_rule.end());
     out_->any_fallback = std::any_of(out_->needs_fallback.begin(), out_->needs_fallback.end(),
                                      [](bool b) { return b; });
+    out_->program = core::ShapeProgram::Compile(out_->types);
     return out_;
   }
 

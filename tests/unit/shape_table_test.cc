@@ -51,6 +51,21 @@ TEST(ShapeTableTest, AScalarIsKnownWithNoDimsAndForgetMakesAValueUnknown) {
   EXPECT_EQ(ToVector(*t[3]), (std::vector<int64_t>{4, 5, 6}));
 }
 
+TEST(ShapeTableTest, AnAliasReadsTheDimsOfItsValueAndKeepsThem) {
+  ShapeTable t;
+  t.Reset(3);
+  t.Set(0, std::vector<int64_t>{4, 5});
+  t.Alias(2, 0);
+  EXPECT_EQ(ToVector(*t[2]), (std::vector<int64_t>{4, 5}));
+  EXPECT_EQ(t[2]->data(), t[0]->data());  // the same place in the pool
+  t.Set(0, std::vector<int64_t>{6});      // set again: the alias keeps what it read
+  EXPECT_EQ(ToVector(*t[0]), (std::vector<int64_t>{6}));
+  EXPECT_EQ(ToVector(*t[2]), (std::vector<int64_t>{4, 5}));
+  t.Forget(0);
+  EXPECT_EQ(ToVector(*t[2]), (std::vector<int64_t>{4, 5}));
+  EXPECT_FALSE(t[1].has_value());
+}
+
 TEST(ShapeTableTest, FindTakesAnyIdAndKnowsOnlyTheTablesOwn) {
   ShapeTable t;
   t.Reset(1);
