@@ -199,6 +199,54 @@ Estimate StepPeaks(const StepTerms& t, const StackProfile& stack) {
   return PeaksOf(t, t.sums, stack);
 }
 
+namespace {
+
+// Numbers `count` terms by their bytes in every one of `terms` (bytes_of(t, j): term j's in t)
+// and their segment (segment_of(j)), in order of each number's first term: the number of each
+// term; *in gets each number's count of terms. An open-addressed table of each number's first
+// term, by hash.
+template <typename BytesOf, typename SegmentOf>
+std::vector<uint32_t> GroupTerms(std::span<const StepTerms* const> terms, size_t count,
+                                 const BytesOf& bytes_of, const SegmentOf& segment_of,
+                                 std::vector<uint64_t>* in) {
+  constexpr uint32_t kEmpty = ~uint32_t{0};
+  const auto same = [&](size_t a, size_t b) {
+    if (segment_of(a) != segment_of(b)) return false;
+    for (const StepTerms* t : terms) {
+      if (bytes_of(*t, a) != bytes_of(*t, b)) return false;
+    }
+    return true;
+  };
+  const auto hash = [&](size_t j) {
+    uint64_t h = 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(segment_of(j));
+    for (const StepTerms* t : terms) {
+      h = (h ^ bytes_of(*t, j)) * 0xff51afd7ed558ccdULL;
+      h ^= h >> 32;
+    }
+    return h;
+  };
+  size_t slots = 16;
+  while (slots < 2 * count) slots *= 2;
+  std::vector<uint32_t> first(slots, kEmpty);  // a number's first term
+  std::vector<uint32_t> group(count);
+  in->clear();
+  for (size_t j = 0; j < count; ++j) {
+    size_t i = hash(j) & (slots - 1);
+    while (first[i] != kEmpty && !same(first[i], j)) i = (i + 1) & (slots - 1);
+    if (first[i] == kEmpty) {
+      first[i] = static_cast<uint32_t>(j);
+      group[j] = static_cast<uint32_t>(in->size());
+      in->push_back(0);
+    } else {
+      group[j] = group[first[i]];
+    }
+    ++(*in)[group[j]];
+  }
+  return group;
+}
+
+}  // namespace
+
 std::optional<StepCurve> StepCurve::Fit(std::span<const int64_t> at,
                                         std::span<const StepTerms* const> terms, bool origin) {
   if (at.size() != terms.size() || terms.empty() || terms[0] == nullptr || !terms[0]->HasTerms() ||
@@ -228,17 +276,51 @@ std::optional<StepCurve> StepCurve::Fit(std::span<const int64_t> at,
     return true;
   };
   const StepTerms& shape = *terms[0];
-  const bool fitted =
-      shape.inference ? fit(&*made, shape.live.made_bytes().size(),
-                            [](const StepTerms& t, size_t j) { return t.live.made_bytes()[j]; }) &&
-                            fit(&*transient, shape.live.run_bytes().size(),
-                                [](const StepTerms& t, size_t j) { return t.live.run_bytes()[j]; })
-                      : fit(&*saved, shape.saved.size(),
-                            [](const StepTerms& t, size_t j) { return t.saved[j].bytes; }) &&
-                            fit(&*transient, shape.transients.size(),
-                                [](const StepTerms& t, size_t j) { return t.transients[j]; });
-  if (!fitted) return std::nullopt;
   StepCurve c;
+  // The groups (policy in the header), numbered in order of their first term, whose bytes the
+  // group's curve is fitted through.
+  const auto no_segment = [](size_t) { return -1; };
+  std::vector<uint64_t> in;  // (a group's terms: training's saved groups are read by it)
+  if (shape.inference) {
+    c.made_group_ = GroupTerms(
+        terms, shape.live.made_bytes().size(),
+        [](const StepTerms& t, size_t j) { return t.live.made_bytes()[j]; }, no_segment, &in);
+    c.transient_group_ = GroupTerms(
+        terms, shape.live.run_bytes().size(),
+        [](const StepTerms& t, size_t j) { return t.live.run_bytes()[j]; }, no_segment, &in);
+  } else {
+    c.saved_group_ = GroupTerms(
+        terms, shape.saved.size(), [](const StepTerms& t, size_t j) { return t.saved[j].bytes; },
+        [&](size_t j) { return shape.saved[j].segment; }, &c.group_terms_);
+    c.group_segment_.assign(c.group_terms_.size(), -1);
+    for (size_t j = 0; j < shape.saved.size(); ++j) {
+      c.group_segment_[c.saved_group_[j]] = shape.saved[j].segment;
+    }
+    c.transient_group_ = GroupTerms(
+        terms, shape.transients.size(),
+        [](const StepTerms& t, size_t j) { return t.transients[j]; }, no_segment, &in);
+  }
+  // Each group's curve, through its first term's bytes.
+  const auto fit_groups = [&](base::SizeCurves* curves, const std::vector<uint32_t>& group,
+                              const auto& bytes_of) {
+    std::vector<size_t> leader;  // each group's first term
+    for (size_t j = 0; j < group.size(); ++j) {
+      if (group[j] == leader.size()) leader.push_back(j);
+    }
+    return fit(curves, leader.size(),
+               [&](const StepTerms& t, size_t g) { return bytes_of(t, leader[g]); });
+  };
+  const bool fitted =
+      shape.inference
+          ? fit_groups(&*made, c.made_group_,
+                       [](const StepTerms& t, size_t j) { return t.live.made_bytes()[j]; }) &&
+                fit_groups(&*transient, c.transient_group_,
+                           [](const StepTerms& t, size_t j) { return t.live.run_bytes()[j]; })
+          : fit_groups(&*saved, c.saved_group_,
+                       [](const StepTerms& t, size_t j) { return t.saved[j].bytes; }) &&
+                fit_groups(&*transient, c.transient_group_,
+                           [](const StepTerms& t, size_t j) { return t.transients[j]; });
+  if (!fitted) return std::nullopt;
   c.shape_ = shape;
   c.saved_ = std::move(*saved);
   c.transient_ = std::move(*transient);
@@ -247,11 +329,12 @@ std::optional<StepCurve> StepCurve::Fit(std::span<const int64_t> at,
 }
 
 void StepCurve::ReplayAt(int64_t v, LiveWalk* out) const {
-  // Each root's bytes once: a root is made, and mostly freed too.
-  std::vector<uint64_t> made(made_.size());
-  for (size_t i = 0; i < made.size(); ++i) made[i] = made_.Bytes(i, v);
-  shape_.live.Replay([&](size_t i) { return made[i]; },
-                     [&](size_t j) { return transient_.Bytes(j, v); }, out);
+  // Each group's bytes once: a root is made, and mostly freed too; most share their group.
+  std::vector<uint64_t> made(made_.size()), run(transient_.size());
+  for (size_t g = 0; g < made.size(); ++g) made[g] = made_.Bytes(g, v);
+  for (size_t g = 0; g < run.size(); ++g) run[g] = transient_.Bytes(g, v);
+  shape_.live.Replay([&](size_t i) { return made[made_group_[i]]; },
+                     [&](size_t j) { return run[transient_group_[j]]; }, out);
 }
 
 StepTerms StepCurve::At(int64_t v) const {
@@ -264,10 +347,10 @@ StepTerms StepCurve::At(int64_t v) const {
   t.Start(shape_.segments);
   for (size_t j = 0; j < shape_.saved.size(); ++j) {
     SavedTerm term = shape_.saved[j];
-    term.bytes = saved_.Bytes(j, v);
+    term.bytes = saved_.Bytes(saved_group_[j], v);
     t.AddSaved(term);
   }
-  for (size_t j = 0; j < transient_.size(); ++j) t.AddTransient(transient_.Bytes(j, v));
+  for (const uint32_t g : transient_group_) t.AddTransient(transient_.Bytes(g, v));
   return t;
 }
 
@@ -279,10 +362,10 @@ Estimate StepCurve::PeaksAt(int64_t v, const StackProfile& stack) const {
     return InferencePeak(shape_.states, walk.peak(), shape_.workspace, stack);
   }
   TermSums sums(shape_.segments);
-  for (size_t j = 0; j < shape_.saved.size(); ++j) {
-    sums.AddSaved(saved_.Bytes(j, v), shape_.saved[j].segment);
+  for (size_t g = 0; g < saved_.size(); ++g) {
+    sums.AddSaved(saved_.Bytes(g, v), group_segment_[g], group_terms_[g]);
   }
-  for (size_t j = 0; j < transient_.size(); ++j) sums.AddTransient(transient_.Bytes(j, v));
+  for (size_t g = 0; g < transient_.size(); ++g) sums.AddTransient(transient_.Bytes(g, v));
   return PeaksOf(shape_, sums, stack);
 }
 

@@ -126,23 +126,43 @@ TEST(StepTermsTest, TheTermsGiveTheEstimateBack) {
 
 // Lines through the terms at two batches give the estimate at any other batch, below, between
 // and far beyond them: sizes are affine in the batch, and the rounding is the closed form's own.
+// A layer's terms repeat in every layer: the curves read each group of terms alike once, with its
+// number of terms and, checkpointed, its segment -- the same peaks as each term read alone.
 TEST(StepTermsTest, LinesThroughTwoBatchesGiveTheEstimateAtOthers) {
   for (const char* name : {"resnet18_train.onnx", "gpt2_tiny_train.onnx"}) {
     auto model = BundledModel(name);
     ASSERT_NE(model, nullptr);
-    Options o;
-    const Traced a = TraceAtBatch(*model, o, 3);
-    const Traced b = TraceAtBatch(*model, o, 40);
-    const int64_t at[] = {3, 40};
-    const analytical::StepTerms* terms[] = {&a.terms, &b.terms};
-    const auto curve = analytical::StepCurve::Fit(at, terms);
-    ASSERT_TRUE(curve.has_value()) << name;
-    for (int64_t v : {2, 17, 41, 333, 2049}) {
-      const Traced real = TraceAtBatch(*model, o, v);
-      ExpectSamePeaks(PeaksOf(curve->At(v), a.stack), real.estimate,
-                      std::string(name) + " at " + std::to_string(v));
-      ExpectSamePeaks(curve->PeaksAt(v, a.stack), real.estimate,
-                      std::string(name) + " at " + std::to_string(v) + " (PeaksAt)");
+    for (const int segments : {0, 3}) {
+      Options o;
+      o.checkpoint_segments = segments;
+      const Traced a = TraceAtBatch(*model, o, 3);
+      const Traced b = TraceAtBatch(*model, o, 40);
+      const int64_t at[] = {3, 40};
+      const analytical::StepTerms* terms[] = {&a.terms, &b.terms};
+      const auto curve = analytical::StepCurve::Fit(at, terms);
+      ASSERT_TRUE(curve.has_value()) << name;
+      for (int64_t v : {2, 17, 41, 333, 2049}) {
+        const std::string what = std::string(name) + " at " + std::to_string(v) + ", " +
+                                 std::to_string(segments) + " segments";
+        const Traced real = TraceAtBatch(*model, o, v);
+        ExpectSamePeaks(PeaksOf(curve->At(v), a.stack), real.estimate, what);
+        ExpectSamePeaks(curve->PeaksAt(v, a.stack), real.estimate, what + " (PeaksAt)");
+        EXPECT_EQ(curve->At(v).saved.size(), a.terms.saved.size()) << what;  // each term again
+        EXPECT_EQ(curve->At(v).transients.size(), a.terms.transients.size()) << what;
+      }
+    }
+  }
+}
+
+TEST(StepTermsTest, BlocksOfOneSizeAddUpAsOneByOne) {
+  for (const uint64_t bytes : {uint64_t{1}, uint64_t{513}, uint64_t{3} << 20, ~uint64_t{0} / 3}) {
+    for (const uint64_t count : {uint64_t{0}, uint64_t{1}, uint64_t{7}}) {
+      analytical::Blocks one_by_one, at_once;
+      one_by_one.Add(uint64_t{5} << 20);
+      at_once.Add(uint64_t{5} << 20);
+      for (uint64_t i = 0; i < count; ++i) one_by_one.Add(bytes);
+      at_once.Add(bytes, count);
+      EXPECT_EQ(one_by_one, at_once) << bytes << " x " << count;  // saturated alike past 2^64
     }
   }
 }
