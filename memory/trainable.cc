@@ -31,11 +31,11 @@ Result<TrainableSet> SelectTrainable(const core::Graph& g, const Options& o) {
   TrainableSet s;
   s.trainable.assign(g.values.size(), false);
   int kept = 0, dropped = 0;
-  std::string examples;  // a few parameter names, for the error below
+  std::vector<size_t> first;  // the first few parameters, named in the error below
   for (size_t i = 0; i < g.values.size(); ++i) {
     const core::Value& v = g.values[i];
     if (!v.trainable) continue;
-    if (s.parameters < 3) examples += (examples.empty() ? "'" : ", '") + v.name + "'";
+    if (first.size() < 3) first.push_back(i);
     bool trains = true;
     if (v.name.size() <= kMaxMatchedName) {
       const bool keep_hit = keep && keep->Search(v.name);
@@ -46,16 +46,19 @@ Result<TrainableSet> SelectTrainable(const core::Graph& g, const Options& o) {
     }
     s.trainable[i] = trains;
     ++s.parameters;
-    s.parameter_elements += Elements(v);
+    const uint64_t elements = Elements(v);
+    s.parameter_elements += elements;
     if (trains) {
       ++s.trained;
-      s.trained_elements += Elements(v);
+      s.trained_elements += elements;
     }
   }
   // An expression that matches no parameter name is a typo or a wrong model, never a no-op.
   for (const auto& [option, expr, matches] :
        {std::tuple{"trainable", &o.trainable, kept}, std::tuple{"freeze", &o.freeze, dropped}}) {
     if (expr->empty() || matches > 0) continue;
+    std::string examples;
+    for (size_t i : first) examples += (examples.empty() ? "'" : ", '") + g.values[i].name + "'";
     return InvalidArgument(std::string(option) + " '" + *expr + "' matches no parameter name (" +
                            std::to_string(s.parameters) + " parameters, named like " +
                            (examples.empty() ? std::string("(none)") : examples) + ")");

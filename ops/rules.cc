@@ -1130,12 +1130,19 @@ void AppendSavedTensors(const core::Node& node, const core::BoundGraph& graph,
 std::vector<bool> RequiresGrad(const core::BoundGraph& graph, const std::vector<bool>* trainable) {
   if (graph.graph == nullptr) return {};
   const core::Graph& g = *graph.graph;
-  std::vector<bool> rg(g.values.size(), false);
-  for (size_t i = 0; i < g.values.size(); ++i) {
-    rg[i] = trainable != nullptr && i < trainable->size() ? (*trainable)[i] : g.values[i].trainable;
+  std::vector<bool> rg;
+  if (trainable != nullptr && trainable->size() == g.values.size()) {
+    rg = *trainable;  // (copied a word at a time)
+  } else {
+    rg.assign(g.values.size(), false);
+    for (size_t i = 0; i < g.values.size(); ++i) {
+      rg[i] =
+          trainable != nullptr && i < trainable->size() ? (*trainable)[i] : g.values[i].trainable;
+    }
   }
-  for (const core::Node& node : g.nodes) {
-    const OpRule* rule = RuleOf(node);
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const core::Node& node = g.nodes[k];
+    const OpRule* rule = RuleOf(g, k);
     if (rule != nullptr && !rule->differentiable) continue;
     // If/Loop/Scan bodies may read outer values that node.inputs does not
     // list: assume one of them requires grad (over-estimate).

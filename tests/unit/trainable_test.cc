@@ -85,6 +85,17 @@ TEST(TrainableTest, BadExpressionsAreUsageErrorsAndOtherBackendsRefuse) {
     n.freeze = "(a|aa)+(a+)+$";
     EXPECT_TRUE(Validate(n).ok());
   }
+  // One that matches no parameter names the first few, so that the user sees how they read.
+  Options typo = o;
+  typo.freeze.clear();
+  typo.trainable = "^zzz";
+  auto none = (*est)->Run(*m, typo);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find(
+                "trainable '^zzz' matches no parameter name (6 parameters, named like '0.weight', "
+                "'0.bias', '3.weight')"),
+            std::string::npos)
+      << none.status().message();
   Options everything = o;
   everything.freeze = ".";
   auto frozen = (*est)->Run(*m, everything);
