@@ -69,8 +69,12 @@ uint64_t ConvWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& fa
   const int w = node.inputs.size() < 2 ? -1 : node.inputs[1];
   const int y = node.outputs.empty() ? -1 : node.outputs[0];
   ConvCall call;
-  call.kind =
-      ClassifyConv(node.op_type == "ConvTranspose", facts.dims(w), ops::IntAttr(node, "group", 1));
+  const bool transposed = node.op_type == "ConvTranspose";
+  const core::MaybeDims weight = facts.dims(w);
+  // The group count decides only a kernel that may hold one input channel per group (ClassifyConv):
+  // read then, not for every conv of every estimate (an attribute lookup in the node's proto).
+  const bool group_decides = weight && weight->size() >= 3 && (transposed || (*weight)[1] == 1);
+  call.kind = ClassifyConv(transposed, weight, group_decides ? ops::IntAttr(node, "group", 1) : 1);
   call.input_bytes = facts.bytes(x);
   call.output_bytes = facts.bytes(y);
   // Under autocast the call reads the weight's low-precision copy (memory-model.md §5.1).

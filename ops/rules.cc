@@ -259,7 +259,9 @@ void SavePad(const RuleContext& c, std::vector<SavedTensor>* out) {
 }
 
 bool BatchNormTraining(const Node& n) {
-  if (FindAttr(n, "training_mode") != nullptr) return IntAttr(n, "training_mode", 0) != 0;
+  if (const onnx::AttributeProto* a = FindAttr(n, "training_mode")) {
+    return a->type() == onnx::AttributeProto::INT && a->i() != 0;  // IntAttr's reading
+  }
   if (n.opset >= 14) return false;
   // Opset < 14: a graph exported in training mode carries the running/saved
   // statistics outputs.
