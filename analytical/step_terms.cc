@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "base/checked.h"
+#include "base/distinct.h"
 #include "memory/allocator_constants.h"
 #include "memory/device.h"
 
@@ -201,48 +202,28 @@ Estimate StepPeaks(const StepTerms& t, const StackProfile& stack) {
 
 namespace {
 
-// Numbers `count` terms by their bytes in every one of `terms` (bytes_of(t, j): term j's in t)
-// and their segment (segment_of(j)), in order of each number's first term: the number of each
-// term; *in gets each number's count of terms. An open-addressed table of each number's first
-// term, by hash.
+// The terms alike (StepCurve::Fit's policy): `count` terms numbered by their bytes in every one of
+// `terms` (bytes_of(t, j): term j's in t) and their segment (segment_of(j)).
 template <typename BytesOf, typename SegmentOf>
-std::vector<uint32_t> GroupTerms(std::span<const StepTerms* const> terms, size_t count,
-                                 const BytesOf& bytes_of, const SegmentOf& segment_of,
-                                 std::vector<uint64_t>* in) {
-  constexpr uint32_t kEmpty = ~uint32_t{0};
-  const auto same = [&](size_t a, size_t b) {
-    if (segment_of(a) != segment_of(b)) return false;
-    for (const StepTerms* t : terms) {
-      if (bytes_of(*t, a) != bytes_of(*t, b)) return false;
-    }
-    return true;
-  };
-  const auto hash = [&](size_t j) {
-    uint64_t h = 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(segment_of(j));
-    for (const StepTerms* t : terms) {
-      h = (h ^ bytes_of(*t, j)) * 0xff51afd7ed558ccdULL;
-      h ^= h >> 32;
-    }
-    return h;
-  };
-  size_t slots = 16;
-  while (slots < 2 * count) slots *= 2;
-  std::vector<uint32_t> first(slots, kEmpty);  // a number's first term
-  std::vector<uint32_t> group(count);
-  in->clear();
-  for (size_t j = 0; j < count; ++j) {
-    size_t i = hash(j) & (slots - 1);
-    while (first[i] != kEmpty && !same(first[i], j)) i = (i + 1) & (slots - 1);
-    if (first[i] == kEmpty) {
-      first[i] = static_cast<uint32_t>(j);
-      group[j] = static_cast<uint32_t>(in->size());
-      in->push_back(0);
-    } else {
-      group[j] = group[first[i]];
-    }
-    ++(*in)[group[j]];
-  }
-  return group;
+base::Distinct GroupTerms(std::span<const StepTerms* const> terms, size_t count,
+                          const BytesOf& bytes_of, const SegmentOf& segment_of) {
+  return base::NumberDistinct(
+      count, [](size_t) { return true; },
+      [&](size_t j) {
+        uint64_t h = 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(segment_of(j));
+        for (const StepTerms* t : terms) {
+          h = (h ^ bytes_of(*t, j)) * 0xff51afd7ed558ccdULL;
+          h ^= h >> 32;
+        }
+        return h;
+      },
+      [&](size_t a, size_t b) {
+        if (segment_of(a) != segment_of(b)) return false;
+        for (const StepTerms* t : terms) {
+          if (bytes_of(*t, a) != bytes_of(*t, b)) return false;
+        }
+        return true;
+      });
 }
 
 }  // namespace
@@ -277,49 +258,39 @@ std::optional<StepCurve> StepCurve::Fit(std::span<const int64_t> at,
   };
   const StepTerms& shape = *terms[0];
   StepCurve c;
-  // The groups (policy in the header), numbered in order of their first term, whose bytes the
-  // group's curve is fitted through.
+  // The groups (policy in the header): each term's number, and each group's first term, whose
+  // bytes the group's curve is fitted through.
   const auto no_segment = [](size_t) { return -1; };
-  std::vector<uint64_t> in;  // (a group's terms: training's saved groups are read by it)
-  if (shape.inference) {
-    c.made_group_ = GroupTerms(
-        terms, shape.live.made_bytes().size(),
-        [](const StepTerms& t, size_t j) { return t.live.made_bytes()[j]; }, no_segment, &in);
-    c.transient_group_ = GroupTerms(
-        terms, shape.live.run_bytes().size(),
-        [](const StepTerms& t, size_t j) { return t.live.run_bytes()[j]; }, no_segment, &in);
-  } else {
-    c.saved_group_ = GroupTerms(
-        terms, shape.saved.size(), [](const StepTerms& t, size_t j) { return t.saved[j].bytes; },
-        [&](size_t j) { return shape.saved[j].segment; }, &c.group_terms_);
-    c.group_segment_.assign(c.group_terms_.size(), -1);
-    for (size_t j = 0; j < shape.saved.size(); ++j) {
-      c.group_segment_[c.saved_group_[j]] = shape.saved[j].segment;
-    }
-    c.transient_group_ = GroupTerms(
-        terms, shape.transients.size(),
-        [](const StepTerms& t, size_t j) { return t.transients[j]; }, no_segment, &in);
-  }
-  // Each group's curve, through its first term's bytes.
-  const auto fit_groups = [&](base::SizeCurves* curves, const std::vector<uint32_t>& group,
-                              const auto& bytes_of) {
-    std::vector<size_t> leader;  // each group's first term
-    for (size_t j = 0; j < group.size(); ++j) {
-      if (group[j] == leader.size()) leader.push_back(j);
-    }
+  const auto made_bytes = [](const StepTerms& t, size_t j) { return t.live.made_bytes()[j]; };
+  const auto run_bytes = [](const StepTerms& t, size_t j) { return t.live.run_bytes()[j]; };
+  const auto saved_bytes = [](const StepTerms& t, size_t j) { return t.saved[j].bytes; };
+  const auto transient_bytes = [](const StepTerms& t, size_t j) { return t.transients[j]; };
+  const auto fit_groups = [&](base::SizeCurves* curves, base::Distinct groups,
+                              std::vector<uint32_t>* group_of, const auto& bytes_of) {
+    const std::vector<uint32_t> leader = std::move(groups.first);  // each group's first term
+    *group_of = std::move(groups.number);
     return fit(curves, leader.size(),
                [&](const StepTerms& t, size_t g) { return bytes_of(t, leader[g]); });
   };
-  const bool fitted =
-      shape.inference
-          ? fit_groups(&*made, c.made_group_,
-                       [](const StepTerms& t, size_t j) { return t.live.made_bytes()[j]; }) &&
-                fit_groups(&*transient, c.transient_group_,
-                           [](const StepTerms& t, size_t j) { return t.live.run_bytes()[j]; })
-          : fit_groups(&*saved, c.saved_group_,
-                       [](const StepTerms& t, size_t j) { return t.saved[j].bytes; }) &&
-                fit_groups(&*transient, c.transient_group_,
-                           [](const StepTerms& t, size_t j) { return t.transients[j]; });
+  bool fitted = false;
+  if (shape.inference) {
+    fitted = fit_groups(&*made,
+                        GroupTerms(terms, shape.live.made_bytes().size(), made_bytes, no_segment),
+                        &c.made_group_, made_bytes) &&
+             fit_groups(&*transient,
+                        GroupTerms(terms, shape.live.run_bytes().size(), run_bytes, no_segment),
+                        &c.transient_group_, run_bytes);
+  } else {
+    const auto segment = [&](size_t j) { return shape.saved[j].segment; };
+    base::Distinct saved_groups = GroupTerms(terms, shape.saved.size(), saved_bytes, segment);
+    for (const uint32_t j : saved_groups.first) c.group_segment_.push_back(segment(j));
+    c.group_terms_.assign(saved_groups.first.size(), 0);
+    for (const uint32_t g : saved_groups.number) ++c.group_terms_[g];
+    fitted = fit_groups(&*saved, std::move(saved_groups), &c.saved_group_, saved_bytes) &&
+             fit_groups(&*transient,
+                        GroupTerms(terms, shape.transients.size(), transient_bytes, no_segment),
+                        &c.transient_group_, transient_bytes);
+  }
   if (!fitted) return std::nullopt;
   c.shape_ = shape;
   c.saved_ = std::move(*saved);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "base/distinct.h"
 #include "core/graph.h"
 
 namespace memest::core {
@@ -47,38 +48,13 @@ uint64_t HashExpressions(const std::vector<DimExpr>& dims) {
 }  // namespace
 
 ShapeProgram ShapeProgram::Compile(const std::vector<SymTensor>& types) {
+  base::Distinct d = base::NumberDistinct(
+      types.size(), [&](size_t id) { return types[id].shape.has_value(); },
+      [&](size_t id) { return HashExpressions(*types[id].shape); },
+      [&](size_t a, size_t b) { return SameExpressions(*types[a].shape, *types[b].shape); });
   ShapeProgram p;
-  p.shape_of_.assign(types.size(), kNone);
-  // An open-addressed table of the distinct shapes by hash: (hash, the first value of the shape);
-  // a hash met by another shape (never in practice) only makes that one distinct again.
-  struct Slot {
-    uint64_t hash = 0;
-    uint32_t value = kNone;
-  };
-  std::vector<Slot> slots(64);
-  for (size_t id = 0; id < types.size(); ++id) {
-    if (!types[id].shape) continue;
-    const std::vector<DimExpr>& dims = *types[id].shape;
-    const uint64_t h = HashExpressions(dims);
-    size_t i = h & (slots.size() - 1);
-    while (slots[i].value != kNone && slots[i].hash != h) i = (i + 1) & (slots.size() - 1);
-    if (slots[i].value != kNone && SameExpressions(*types[slots[i].value].shape, dims)) {
-      p.shape_of_[id] = p.shape_of_[slots[i].value];
-      continue;
-    }
-    p.shape_of_[id] = static_cast<uint32_t>(p.shapes_++);
-    if (slots[i].value != kNone) continue;  // the slot's hash is another shape's
-    slots[i] = {h, static_cast<uint32_t>(id)};
-    if (2 * p.shapes_ < slots.size()) continue;
-    std::vector<Slot> grown(2 * slots.size());  // rehashed at half full
-    for (const Slot& s : slots) {
-      if (s.value == kNone) continue;
-      size_t j = s.hash & (grown.size() - 1);
-      while (grown[j].value != kNone) j = (j + 1) & (grown.size() - 1);
-      grown[j] = s;
-    }
-    slots = std::move(grown);
-  }
+  p.shape_of_ = std::move(d.number);
+  p.shapes_ = d.first.size();
   return p;
 }
 

@@ -50,9 +50,9 @@ struct SymTensor {
 // wrong dim. Built once per model with the shapes (Compile); immutable afterwards.
 class ShapeProgram {
  public:
-  static constexpr uint32_t kNone = ~uint32_t{0};
+  static constexpr uint32_t kNone = ~uint32_t{0};  // base::Distinct::kNone
 
-  // From the shape pass's types, by value id.
+  // From the shape pass's types, by value id (base::NumberDistinct).
   [[nodiscard]] static ShapeProgram Compile(const std::vector<SymTensor>& types);
 
   // The number of distinct shapes.

@@ -65,9 +65,14 @@ const onnx::AttributeProto* FindAttr(const core::Node& n, std::string_view name)
   }
   return nullptr;
 }
-int64_t IntAttr(const core::Node& n, std::string_view name, int64_t def) {
-  const onnx::AttributeProto* a = FindAttr(n, name);
+namespace {
+// An attribute found (FindAttr) read as an int: `def` when absent or of another type.
+int64_t IntOf(const onnx::AttributeProto* a, int64_t def) {
   return a != nullptr && a->type() == onnx::AttributeProto::INT ? a->i() : def;
+}
+}  // namespace
+int64_t IntAttr(const core::Node& n, std::string_view name, int64_t def) {
+  return IntOf(FindAttr(n, name), def);
 }
 std::string StringAttr(const core::Node& n, std::string_view name, std::string_view def) {
   const onnx::AttributeProto* a = FindAttr(n, name);
@@ -259,9 +264,7 @@ void SavePad(const RuleContext& c, std::vector<SavedTensor>* out) {
 }
 
 bool BatchNormTraining(const Node& n) {
-  if (const onnx::AttributeProto* a = FindAttr(n, "training_mode")) {
-    return a->type() == onnx::AttributeProto::INT && a->i() != 0;  // IntAttr's reading
-  }
+  if (const onnx::AttributeProto* a = FindAttr(n, "training_mode")) return IntOf(a, 0) != 0;
   if (n.opset >= 14) return false;
   // Opset < 14: a graph exported in training mode carries the running/saved
   // statistics outputs.

@@ -27,17 +27,29 @@ inline std::shared_ptr<const Model> BundledModel(const std::string& name) {
   return m.ok() ? std::move(m).value() : nullptr;
 }
 
-// The language model of tests/data/hf/<config_name> ("gpt2.json"), built with `options` (by
-// default the training graph) and loaded; a failure fails the test and gives nullptr.
-inline std::shared_ptr<const Model> HfModel(const std::string& config_name,
-                                            const zoo::HfGraphOptions& options = {}) {
+// The graph of tests/data/hf/<config_name> ("gpt2.json"), built with `options` (by default the
+// training graph), serialized, and its architecture (the name it loads under); a failure fails
+// the test and leaves the bytes empty.
+struct HfGraph {
+  std::string bytes, architecture;
+};
+inline HfGraph HfGraphBytes(const std::string& config_name,
+                            const zoo::HfGraphOptions& options = {}) {
   auto config = zoo::LoadHfConfig(std::string(MEMEST_SOURCE_DIR) + "/tests/data/hf/" + config_name);
   EXPECT_TRUE(config.ok()) << config_name;
-  if (!config.ok()) return nullptr;
+  if (!config.ok()) return {};
   auto hf = zoo::BuildHfModel(*config, options);
   EXPECT_TRUE(hf.ok()) << hf.status().ToString();
-  if (!hf.ok()) return nullptr;
-  auto m = LoadModelFromBytes(zoo::SerializeModel(hf->model), ".", hf->architecture);
+  if (!hf.ok()) return {};
+  return {zoo::SerializeModel(hf->model), hf->architecture};
+}
+
+// The same graph loaded; a failure fails the test and gives nullptr.
+inline std::shared_ptr<const Model> HfModel(const std::string& config_name,
+                                            const zoo::HfGraphOptions& options = {}) {
+  const HfGraph graph = HfGraphBytes(config_name, options);
+  if (graph.bytes.empty()) return nullptr;
+  auto m = LoadModelFromBytes(graph.bytes, ".", graph.architecture);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return m.ok() ? std::move(m).value() : nullptr;
 }

@@ -4,32 +4,24 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/bind.h"
 #include "core/loader.h"
 #include "core/symbolic_shapes.h"
-#include "datasets/zoo/graph_writer.h"
-#include "datasets/zoo/hf.h"
-#include "datasets/zoo/zoo.h"
 #include "memest/options.h"
 #include "ops/rules.h"
 #include "ops/shape_pass.h"
+#include "testing/bundled.h"
 
 namespace memest {
 namespace {
 
-namespace fs = std::filesystem;
 using core::DimExpr;
 using core::ShapeProgram;
 using core::SymTensor;
-
-fs::path Source(const std::string& rel) { return fs::path(MEMEST_SOURCE_DIR) / rel; }
 
 SymTensor Shaped(std::vector<DimExpr> dims) {
   SymTensor t;
@@ -80,9 +72,9 @@ TEST(ShapeProgramTest, ManyDistinctShapesKeepTheirNumbers) {
   }
 }
 
-// A graph loaded as LoadModel loads it, kept mutable so that its shapes can be swapped.
-std::unique_ptr<core::Graph> LoadMutable(const std::string& bytes, const std::string& name) {
-  auto graph = core::LoadGraphFromBytes(bytes, ".", name);
+// A graph loaded as LoadModel loads it, kept mutable so that its shapes can be swapped; nullptr
+// when it does not load.
+std::unique_ptr<core::Graph> Prepared(Result<std::unique_ptr<core::Graph>> graph) {
   if (!graph.ok()) return nullptr;
   std::unique_ptr<core::Graph> g = std::move(graph).value();
   ops::ResolveRules(g.get());
@@ -126,18 +118,12 @@ void ExpectTheSameBind(core::Graph* g, const Options& o, const std::string& what
   }
 }
 
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 TEST(ShapeProgramTest, BindingTheBundledModelsIsBindingEveryValue) {
   int graphs = 0;
-  for (const auto& entry : fs::directory_iterator(Source("datasets/models"))) {
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(MEMEST_SOURCE_DIR) + "/datasets/models")) {
     if (entry.path().extension() != ".onnx") continue;
-    std::unique_ptr<core::Graph> g = LoadMutable(ReadFile(entry.path()), entry.path().string());
+    std::unique_ptr<core::Graph> g = Prepared(core::LoadGraph(entry.path().string()));
     ASSERT_NE(g, nullptr) << entry.path();
     ++graphs;
     // Batches that fit, and one whose tensors pass 64 PiB (an error, the same either way).
@@ -153,27 +139,25 @@ TEST(ShapeProgramTest, BindingTheBundledModelsIsBindingEveryValue) {
 }
 
 TEST(ShapeProgramTest, BindingLanguageModelsIsBindingEveryValue) {
-  for (const char* name : {"qwen2.5-0.5b", "gpt2", "llama-2-7b-hf", "bert-base-uncased"}) {
-    auto config = zoo::LoadHfConfig(Source(std::string("tests/data/hf/") + name + ".json"));
-    ASSERT_TRUE(config.ok()) << name;
-    const bool decoder = std::string(name) != "bert-base-uncased";
+  for (const std::string name : {"qwen2.5-0.5b", "gpt2", "llama-2-7b-hf", "bert-base-uncased"}) {
+    const bool decoder = name != "bert-base-uncased";
     for (const auto phase : {zoo::HfGraphOptions::kTrain, zoo::HfGraphOptions::kPrefill,
                              zoo::HfGraphOptions::kDecode}) {
       if (!decoder && phase != zoo::HfGraphOptions::kTrain) continue;
       zoo::HfGraphOptions graph_options;
       graph_options.phase = phase;
-      auto hf = zoo::BuildHfModel(*config, graph_options);
-      ASSERT_TRUE(hf.ok()) << name << ": " << hf.status().ToString();
-      std::unique_ptr<core::Graph> g = LoadMutable(zoo::SerializeModel(hf->model), name);
+      const testing::HfGraph hf = testing::HfGraphBytes(name + ".json", graph_options);
+      ASSERT_FALSE(hf.bytes.empty()) << name;
+      std::unique_ptr<core::Graph> g =
+          Prepared(core::LoadGraphFromBytes(hf.bytes, ".", hf.architecture));
       ASSERT_NE(g, nullptr) << name;
       for (int64_t seq : {int64_t{1}, int64_t{100}, int64_t{2048}, int64_t{1} << 40}) {
         Options o;
         o.batch = 3;
         o.dims["seq"] = phase == zoo::HfGraphOptions::kDecode ? 1 : seq;
         if (phase == zoo::HfGraphOptions::kDecode) o.dims["past"] = seq;
-        ExpectTheSameBind(
-            g.get(), o,
-            std::string(name) + " " + zoo::PhaseName(phase) + " " + std::to_string(seq));
+        ExpectTheSameBind(g.get(), o,
+                          name + " " + zoo::PhaseName(phase) + " " + std::to_string(seq));
       }
     }
   }
