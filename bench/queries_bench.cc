@@ -23,7 +23,9 @@
 //    temporary folder) estimated by each backend in a new process, with their time per node: a
 //    fresh process pays a page fault for every page it touches, at every size alike, which the
 //    steady-state loops of estimate_bench.cc, keeping their memory between rounds, do not (the
-//    CLI's allocator, tools/jemalloc_conf.cc).
+//    CLI's allocator, tools/jemalloc_conf.cc). And a language model from its Hugging Face
+//    config (Qwen2.5-0.5B, `--hf-config`, training at batch 4 and seq 2,048 on h100-80gb,
+//    analytical): the process builds the graph from the config before it loads it.
 //
 //   ninja -C build memest_bench
 //   ./build/bench/memest_bench --benchmark_filter='Queries|Threads|Cli'
@@ -182,6 +184,10 @@ void BM_CliProcessChain(benchmark::State& state, const std::string& chain, int64
 const std::vector<std::string> kCliEstimate = {
     MEMEST_CLI, memest::bench::ModelPath("resnet50_train"), "--batch", "64"};
 const std::vector<std::string> kCliVersion = {MEMEST_CLI, "--version"};
+const std::string kQwenConfig = std::string(MEMEST_SOURCE_DIR) + "/tests/data/hf/qwen2.5-0.5b.json";
+const std::vector<std::string> kCliHfConfig = {MEMEST_CLI, "--hf-config", kQwenConfig,
+                                               "--batch",  "4",           "--dim",
+                                               "seq=2048", "--gpu",       "h100-80gb"};
 
 }  // namespace
 
@@ -193,6 +199,7 @@ BENCHMARK_CAPTURE(BM_Queries, resnet50_symbolic_shuffled, std::string("symbolic"
 BENCHMARK_CAPTURE(BM_EstimateThreads, resnet50_symbolic, std::string("symbolic"))->Threads(1)->Threads(2)->Threads(4)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_CliProcess, cold_start_resnet50_batch64, kCliEstimate)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CliProcess, cold_start_version_only, kCliVersion)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CliProcess, cold_start_hf_qwen25_05b_seq2048, kCliHfConfig)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain10k_analytical, std::string("chain10k"), 10'000, std::string("analytical"))->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain100k_analytical, std::string("chain100k"), 100'000, std::string("analytical"))->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain1m_analytical, std::string("chain1m"), 1'000'000, std::string("analytical"))->UseRealTime()->Unit(benchmark::kMillisecond);

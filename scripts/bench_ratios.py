@@ -157,7 +157,9 @@ def speed_table(data):
                  float("nan"), " / ".join(f"{x:,.0f}" for x in ips) +
                  f"; {ips[1] / ips[0]:.2f} × at 2 threads"))
     for label, name in (("cold start, --batch 64", "BM_CliProcess/cold_start_resnet50_batch64"),
-                        ("cold start, --version", "BM_CliProcess/cold_start_version_only")):
+                        ("cold start, --version", "BM_CliProcess/cold_start_version_only"),
+                        ("cold start, Qwen2.5-0.5B --hf-config, seq 2,048",
+                         "BM_CliProcess/cold_start_hf_qwen25_05b_seq2048")):
         rows.append((label, t(name), ""))
     for size, nodes in (("10k", 1e4), ("100k", 1e5), ("1m", 1e6)):
         a = t(f"BM_CliProcessChain/cold_chain{size}_analytical")

@@ -5,6 +5,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <cstring>
+#include <utility>
 
 namespace memest::zoo {
 namespace {
@@ -258,7 +259,9 @@ std::string GraphWriter::OpNamed(const std::string& output, const std::string& o
   return output;
 }
 
-onnx::ModelProto GraphWriter::Finish() const { return model_; }
+onnx::ModelProto GraphWriter::Finish() const& { return model_; }
+
+onnx::ModelProto GraphWriter::Finish() && { return std::move(model_); }
 
 std::string SerializeModel(const onnx::ModelProto& model) {
   std::string out;

@@ -106,8 +106,12 @@ class GraphWriter {
   int64_t weight_elements() const { return weight_elements_; }
   int64_t parameter_elements() const { return parameter_elements_; }
 
-  // The finished model (the writer may keep being used; Finish() copies).
-  onnx::ModelProto Finish() const;
+  // The finished model, copied: the writer may keep being used.
+  onnx::ModelProto Finish() const&;
+  // The same, moved out of a writer that is done with (`std::move(w).Finish()`; its model is left
+  // empty): no copy of the graph, and none to destroy (a language model's graph is tens of
+  // thousands of messages, and copying and destroying it cost more than its load).
+  onnx::ModelProto Finish() &&;
 
  private:
   std::string UniqueName(const std::string& base);

@@ -28,6 +28,7 @@
 //    Transpose, as GPT-2's Conv1D): the count is the same.
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "datasets/zoo/hf_internal.h"
@@ -686,7 +687,7 @@ HfModel DecoderGraph::Build() {
   for (const std::string& p : present_) {
     w_.SymbolicOutput(p, kFloat, {kBatch, s_.kv_heads, cached, s_.head_dim});
   }
-  HfModel m = FinishModel(w_, o_);
+  HfModel m = FinishModel(std::move(w_), o_);
   m.model_type = s_.model_type;
   m.architecture = s_.architecture;
   m.layers = s_.layers;

@@ -16,6 +16,7 @@
 //    heads differ per task and are not part of the published counts. Training phase only.
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "datasets/zoo/hf_internal.h"
 #include "datasets/zoo/layers.h"
@@ -136,7 +137,7 @@ Result<HfModel> BuildEncoder(const EncoderSpec& s, const HfGraphOptions& o) {
       w.OpNamed("pooler_output", "Tanh", {b.Linear(first, h, h, true, "pooler.dense")});
   w.SymbolicOutput(hidden, kFloat, {kBatch, "seq", h});
   w.SymbolicOutput(pooled, kFloat, {kBatch, h});
-  HfModel m = FinishModel(w, o);
+  HfModel m = FinishModel(std::move(w), o);
   m.model_type = s.model_type;
   m.architecture = s.architecture;
   m.layers = s.layers;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 #include "datasets/zoo/hf_internal.h"
 #include "datasets/zoo/layers.h"
@@ -318,10 +319,10 @@ std::string SafeName(const std::string& name) {
   return out;
 }
 
-HfModel FinishModel(const GraphWriter& w, const HfGraphOptions& o) {
+HfModel FinishModel(GraphWriter&& w, const HfGraphOptions& o) {
   HfModel m;
-  m.model = w.Finish();
   m.parameters = w.parameter_elements();
+  m.model = std::move(w).Finish();
   m.phase = o.phase;
   return m;
 }

@@ -242,8 +242,8 @@ class ParamBudget {
   int64_t total_ = 0;
 };
 
-// HfModel facts common to every family.
-HfModel FinishModel(const GraphWriter& w, const HfGraphOptions& o);
+// HfModel facts common to every family, and the model moved out of the writer, which is done.
+HfModel FinishModel(GraphWriter&& w, const HfGraphOptions& o);
 
 }  // namespace memest::zoo::hf
 

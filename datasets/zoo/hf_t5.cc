@@ -16,6 +16,7 @@
 //    with the transposed `shared`; untied (v1.1, flan): a separate lm_head [d_model, vocab].
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "datasets/zoo/hf_internal.h"
 #include "datasets/zoo/layers.h"
@@ -168,7 +169,7 @@ HfModel T5Graph::Build() {
   }
   logits = w_.Rename(logits, "logits");
   w_.SymbolicOutput(logits, kFloat, {kBatch, "tgt_seq", s_.vocab});
-  HfModel m = FinishModel(w_, o_);
+  HfModel m = FinishModel(std::move(w_), o_);
   m.model_type = "t5";
   m.architecture = "T5ForConditionalGeneration";
   m.layers = s_.encoder_layers + s_.decoder_layers;

@@ -61,6 +61,7 @@ class SpeedTableTest(unittest.TestCase):
         # The process benchmarks run with UseRealTime(): their names end in /real_time.
         b.append(median("BM_CliProcess/cold_start_resnet50_batch64/real_time", 7.0))
         b.append(median("BM_CliProcess/cold_start_version_only/real_time", 5.0))
+        b.append(median("BM_CliProcess/cold_start_hf_qwen25_05b_seq2048/real_time", 15.0))
         for size, ms in (("10k", 30), ("100k", 300), ("1m", 3000)):
             b.append(median(f"BM_CliProcessChain/cold_chain{size}_analytical/real_time", ms))
             b.append(median(f"BM_CliProcessChain/cold_chain{size}_symbolic/real_time", 2 * ms))
@@ -86,6 +87,7 @@ class SpeedTableTest(unittest.TestCase):
         self.assertIn("1,000 / 1,900 / 1,850; 1.90 × at 2 threads", text)
         self.assertIn("30.0 / 60.0 ms; 3.0 / 6.0 µs per node", text)
         self.assertIn("| cold start, --batch 64 | 7.000 ms |", text)
+        self.assertIn("| cold start, Qwen2.5-0.5B --hf-config, seq 2,048 | 15.0 ms |", text)
 
     def test_a_missing_benchmark_is_said_and_left_blank(self):
         run = self.run_of()
