@@ -42,9 +42,12 @@
 //           inputs live to the end but a decoder's past KV cache (memory/kv_cache.h); the walk
 //           is its terms (step_terms.h LiveWalk), and StepPeaks adds the rest
 //
-//   Each tensor is a 512-byte-rounded block (memory-model.md §1.3). reserved ~= blocks > 1 MiB
-//   rounded up to 2 MiB + small blocks packed into 2 MiB segments (memory-model.md §1.4);
-//   fragmentation and block reuse are the symbolic backend's job. device = reserved + CUDA context
+//   Each tensor is a 512-byte-rounded block (memory-model.md §1.3). reserved ~= blocks of 10 MiB
+//   or more rounded up to 2 MiB each + blocks of 1-10 MiB as their shares of the 20 MiB segments
+//   that blocks of their size fill (20 MiB / floor(20 MiB / block) each), in whole segments + small
+//   blocks (up to 1 MiB) packed into 2 MiB segments: the segments cudaMalloc is asked for and how
+//   they are split (memory-model.md §1.4; step_terms.h Blocks::ReservedOf); fragmentation and
+//   block reuse are the symbolic backend's job. device = reserved + CUDA context
 //   + library memory (the stack profile, memory/device.h).
 //   Breakdown fields hold requested bytes; allocator_overhead = allocated - requested (rounding),
 //   cached_free = reserved - allocated.

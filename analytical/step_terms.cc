@@ -14,6 +14,7 @@ namespace {
 
 using base::SatAdd;
 
+using memory::kLargeBuffer;
 using memory::kRoundLarge;  // the allocator's constants, memory-model.md §1.1
 using memory::kSmallBuffer;
 using memory::kSmallSize;
@@ -58,10 +59,14 @@ void Blocks::Add(const Blocks& o) {
   requested = SatAdd(requested, o.requested);
   allocated = SatAdd(allocated, o.allocated);
   large = SatAdd(large, o.large);
+  mid = SatAdd(mid, o.mid);
   small = SatAdd(small, o.small);
 }
 
-uint64_t Blocks::Reserved() const { return SatAdd(large, Blocks::RoundUp(small, kSmallBuffer)); }
+uint64_t Blocks::Reserved() const {
+  return SatAdd(SatAdd(large, Blocks::RoundUp(mid, kLargeBuffer)),
+                Blocks::RoundUp(small, kSmallBuffer));
+}
 
 void FinishPhase(const Blocks& all, const StackProfile& stack, PhasePeak* p) {
   p->peak_allocated = all.allocated;
@@ -126,10 +131,14 @@ Estimate PeaksOf(const StepTerms& t, const TermSums& sums, const StackProfile& s
   FinishPhase(step, stack, &at_step);
 
   // Each phase at its own peak (Estimate::phases); the one with more reserved bytes is the
-  // estimate's.
+  // estimate's, and of two that reserve the same segments the fuller one (more allocated), as the
+  // symbolic backend describes the moment of its reserved peak (symbolic/timeline.cc).
   Estimate e;
   e.backend = "analytical";  // (the stack's band is the backend's)
-  TakePeak(fwdbwd.Reserved() >= step.Reserved() ? backward : at_step, &e);
+  const uint64_t r_bwd = fwdbwd.Reserved(), r_step = step.Reserved();
+  const bool backward_peaks =
+      r_bwd > r_step || (r_bwd == r_step && fwdbwd.allocated >= step.allocated);
+  TakePeak(backward_peaks ? backward : at_step, &e);
   e.phases = {std::move(backward), std::move(at_step)};
   return e;
 }

@@ -48,13 +48,26 @@ namespace memest::analytical {
 struct Blocks {
   uint64_t requested = 0;
   uint64_t allocated = 0;  // 512-byte-rounded blocks
-  uint64_t large = 0;      // reserved bytes of blocks > 1 MiB (2 MiB-rounded)
-  uint64_t small = 0;      // allocated bytes of blocks <= 1 MiB
+  // Reserved bytes by pool (ReservedOf): blocks of 10 MiB or more, each in its own segment;
+  // blocks of 1-10 MiB, as shares of 20 MiB segments; blocks of up to 1 MiB, by their size.
+  uint64_t large = 0;
+  uint64_t mid = 0;
+  uint64_t small = 0;
 
   // The block the allocator hands out for a request of `bytes` (512-byte rounded).
   static uint64_t BlockOf(uint64_t bytes) {
     return bytes < memory::kMinBlockSize ? memory::kMinBlockSize
                                          : RoundUp(bytes, memory::kMinBlockSize);
+  }
+  // The segment bytes a block stands for (memory-model.md §1.4 get_allocation_size and
+  // should_split): from 10 MiB its own segment, rounded up to 2 MiB; above 1 MiB its share of a
+  // 20 MiB segment that blocks of its size fill -- split off one after another, floor(20 MiB /
+  // block) to a segment, the rest of the segment going with the last (a 1.5 MiB block stands for
+  // 20/13 MiB, an 8 MiB one for 10 MiB); up to 1 MiB its own bytes, packed into 2 MiB segments.
+  static uint64_t ReservedOf(uint64_t block) {
+    if (block >= memory::kMinLargeAlloc) return RoundUp(block, memory::kRoundLarge);
+    if (block > memory::kSmallSize) return memory::kLargeBuffer / (memory::kLargeBuffer / block);
+    return block;
   }
   // One block of `bytes` (inline: the search's curves add every term at every value they read).
   void Add(uint64_t bytes) {
@@ -62,11 +75,8 @@ struct Blocks {
     const uint64_t block = BlockOf(bytes);
     requested = base::SatAdd(requested, bytes);
     allocated = base::SatAdd(allocated, block);
-    if (block > memory::kSmallSize) {
-      large = base::SatAdd(large, RoundUp(block, memory::kRoundLarge));
-    } else {
-      small = base::SatAdd(small, block);
-    }
+    uint64_t& pool = PoolOf(block);
+    pool = base::SatAdd(pool, ReservedOf(block));
   }
   // `count` blocks of `bytes`: Add(bytes) `count` times (the sums saturate alike).
   void Add(uint64_t bytes, uint64_t count) {
@@ -74,11 +84,8 @@ struct Blocks {
     const uint64_t block = BlockOf(bytes);
     requested = base::SatAdd(requested, base::SatMul(bytes, count));
     allocated = base::SatAdd(allocated, base::SatMul(block, count));
-    if (block > memory::kSmallSize) {
-      large = base::SatAdd(large, base::SatMul(RoundUp(block, memory::kRoundLarge), count));
-    } else {
-      small = base::SatAdd(small, base::SatMul(block, count));
-    }
+    uint64_t& pool = PoolOf(block);
+    pool = base::SatAdd(pool, base::SatMul(ReservedOf(block), count));
   }
   // n rounded up to a multiple of m, saturating.
   static uint64_t RoundUp(uint64_t n, uint64_t m) { return base::SatMul(n / m + (n % m != 0), m); }
@@ -88,15 +95,19 @@ struct Blocks {
     const uint64_t block = BlockOf(bytes);
     requested -= std::min(requested, bytes);
     allocated -= std::min(allocated, block);
-    if (block > memory::kSmallSize) {
-      large -= std::min(large, RoundUp(block, memory::kRoundLarge));
-    } else {
-      small -= std::min(small, block);
-    }
+    uint64_t& pool = PoolOf(block);
+    pool -= std::min(pool, ReservedOf(block));
   }
   void Add(const Blocks& o);
-  uint64_t Reserved() const;  // large blocks + small ones packed into 2 MiB segments
+  // The pools' segments: large and mid as counted, mid rounded up to whole 20 MiB segments and
+  // small packed into 2 MiB ones (analytical.cc, memory-model.md §1.4).
+  uint64_t Reserved() const;
   bool operator==(const Blocks&) const = default;
+
+ private:
+  uint64_t& PoolOf(uint64_t block) {
+    return block >= memory::kMinLargeAlloc ? large : block > memory::kSmallSize ? mid : small;
+  }
 };
 
 // The peak fields and the outside-allocator and rounding parts of p's breakdown, from the blocks

@@ -108,7 +108,7 @@ struct Estimate {
   std::optional<CategoryMaxima> largest;
   // Training by the analytical backend: the forward and backward's peak (kBackward) and the
   // optimizer step's (kOptimizerStep), in that order; the peak fields above are the one with
-  // the larger reserved bytes. Below the batch where activations outgrow the optimizer step, the
+  // the larger reserved bytes (of two that reserve the same, the one with more allocated). Below the batch where activations outgrow the optimizer step, the
   // step is the peak, and the backward's entry is what still says how the peak grows with the
   // batch. Many GPUs: the worst stage's (that of the fields above). Empty for every other backend
   // and for inference.
