@@ -46,7 +46,7 @@
 //   or more rounded up to 2 MiB each + blocks of 1-10 MiB as their shares of the 20 MiB segments
 //   that blocks of their size fill (20 MiB / floor(20 MiB / block) each), in whole segments + small
 //   blocks (up to 1 MiB) packed into 2 MiB segments: the segments cudaMalloc is asked for and how
-//   they are split (memory-model.md §1.4; step_terms.h Blocks::ReservedOf); fragmentation and
+//   they are split (memory-model.md §1.4; step_terms.h Blocks::Charge); fragmentation and
 //   block reuse are the symbolic backend's job. device = reserved + CUDA context
 //   + library memory (the stack profile, memory/device.h).
 //   Breakdown fields hold requested bytes; allocator_overhead = allocated - requested (rounding),

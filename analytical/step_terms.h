@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "base/checked.h"
@@ -48,8 +49,8 @@ namespace memest::analytical {
 struct Blocks {
   uint64_t requested = 0;
   uint64_t allocated = 0;  // 512-byte-rounded blocks
-  // Reserved bytes by pool (ReservedOf): blocks of 10 MiB or more, each in its own segment;
-  // blocks of 1-10 MiB, as shares of 20 MiB segments; blocks of up to 1 MiB, by their size.
+  // Reserved bytes by pool (Charge): blocks of 10 MiB or more, each in its own segment; blocks
+  // of 1-10 MiB, as shares of 20 MiB segments; blocks of up to 1 MiB, by their size.
   uint64_t large = 0;
   uint64_t mid = 0;
   uint64_t small = 0;
@@ -59,24 +60,14 @@ struct Blocks {
     return bytes < memory::kMinBlockSize ? memory::kMinBlockSize
                                          : RoundUp(bytes, memory::kMinBlockSize);
   }
-  // The segment bytes a block stands for (memory-model.md §1.4 get_allocation_size and
-  // should_split): from 10 MiB its own segment, rounded up to 2 MiB; above 1 MiB its share of a
-  // 20 MiB segment that blocks of its size fill -- split off one after another, floor(20 MiB /
-  // block) to a segment, the rest of the segment going with the last (a 1.5 MiB block stands for
-  // 20/13 MiB, an 8 MiB one for 10 MiB); up to 1 MiB its own bytes, packed into 2 MiB segments.
-  static uint64_t ReservedOf(uint64_t block) {
-    if (block >= memory::kMinLargeAlloc) return RoundUp(block, memory::kRoundLarge);
-    if (block > memory::kSmallSize) return memory::kLargeBuffer / (memory::kLargeBuffer / block);
-    return block;
-  }
   // One block of `bytes` (inline: the search's curves add every term at every value they read).
   void Add(uint64_t bytes) {
     if (bytes == 0) return;
     const uint64_t block = BlockOf(bytes);
     requested = base::SatAdd(requested, bytes);
     allocated = base::SatAdd(allocated, block);
-    uint64_t& pool = PoolOf(block);
-    pool = base::SatAdd(pool, ReservedOf(block));
+    const auto [pool, reserved] = Charge(block);
+    *pool = base::SatAdd(*pool, reserved);
   }
   // `count` blocks of `bytes`: Add(bytes) `count` times (the sums saturate alike).
   void Add(uint64_t bytes, uint64_t count) {
@@ -84,8 +75,8 @@ struct Blocks {
     const uint64_t block = BlockOf(bytes);
     requested = base::SatAdd(requested, base::SatMul(bytes, count));
     allocated = base::SatAdd(allocated, base::SatMul(block, count));
-    uint64_t& pool = PoolOf(block);
-    pool = base::SatAdd(pool, base::SatMul(ReservedOf(block), count));
+    const auto [pool, reserved] = Charge(block);
+    *pool = base::SatAdd(*pool, base::SatMul(reserved, count));
   }
   // n rounded up to a multiple of m, saturating.
   static uint64_t RoundUp(uint64_t n, uint64_t m) { return base::SatMul(n / m + (n % m != 0), m); }
@@ -95,8 +86,8 @@ struct Blocks {
     const uint64_t block = BlockOf(bytes);
     requested -= std::min(requested, bytes);
     allocated -= std::min(allocated, block);
-    uint64_t& pool = PoolOf(block);
-    pool -= std::min(pool, ReservedOf(block));
+    const auto [pool, reserved] = Charge(block);
+    *pool -= std::min(*pool, reserved);
   }
   void Add(const Blocks& o);
   // The pools' segments: large and mid as counted, mid rounded up to whole 20 MiB segments and
@@ -105,8 +96,16 @@ struct Blocks {
   bool operator==(const Blocks&) const = default;
 
  private:
-  uint64_t& PoolOf(uint64_t block) {
-    return block >= memory::kMinLargeAlloc ? large : block > memory::kSmallSize ? mid : small;
+  // The pool a block is counted in, and the segment bytes it stands for there (memory-model.md
+  // §1.4 get_pool, get_allocation_size and should_split): up to 1 MiB its own bytes, packed into
+  // 2 MiB segments; below 10 MiB its share of the 20 MiB segment that blocks of its size fill --
+  // split off one after another, floor(20 MiB / block) to a segment, the rest going with the last
+  // (a 1.5 MiB block stands for 20/13 MiB, an 8 MiB one for 10 MiB); from 10 MiB its own segment.
+  std::pair<uint64_t*, uint64_t> Charge(uint64_t block) {
+    if (block <= memory::kSmallSize) return {&small, block};
+    const uint64_t segment = memory::AllocationSize(block);
+    if (block < memory::kMinLargeAlloc) return {&mid, segment / (segment / block)};
+    return {&large, segment};
   }
 };
 

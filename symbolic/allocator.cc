@@ -55,12 +55,6 @@ uint64_t CachingAllocatorModel::RoundSize(uint64_t bytes, const AllocatorConfig&
   return RoundUp(bytes, kMinBlockSize);
 }
 
-uint64_t CachingAllocatorModel::AllocationSize(uint64_t rounded) {
-  if (rounded <= kSmallSize) return kSmallBuffer;
-  if (rounded < kMinLargeAlloc) return kLargeBuffer;
-  return RoundUp(rounded, kRoundLarge);
-}
-
 void CachingAllocatorModel::ResetPeaks() {
   stats_.peak_allocated = stats_.allocated;
   stats_.peak_requested = stats_.requested;

@@ -23,7 +23,9 @@
 
 namespace memest::symbolic {
 
-// The allocator's size constants (memory-model.md §1.1), stated once in memory/.
+// The allocator's size constants (memory-model.md §1.1) and segment sizes (§1.4), stated once in
+// memory/.
+using memory::AllocationSize;
 using memory::kLargeBuffer;
 using memory::kMiB;
 using memory::kMinBlockSize;
@@ -60,9 +62,6 @@ class CachingAllocatorModel {
 
   // Rounds a request like round_size (memory-model.md §1.3).
   static uint64_t RoundSize(uint64_t bytes, const AllocatorConfig& config);
-  // The segment a request of `rounded` bytes asks cudaMalloc for (memory-model.md §1.4
-  // get_allocation_size).
-  static uint64_t AllocationSize(uint64_t rounded);
 
   // Room for `blocks` blocks (live, free and cached) without moving the block table: a hint,
   // changes nothing but time. A simulation that knows its tensor count calls it once, first.

@@ -214,8 +214,7 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config,
     if (after != nullptr) after->emplace_back(alloc.stats().allocated, alloc.stats().reserved);
     if (alloc.oom()) {
       out.ran_out = true;
-      const uint64_t segment =
-          CachingAllocatorModel::AllocationSize(CachingAllocatorModel::RoundSize(bytes, config));
+      const uint64_t segment = AllocationSize(CachingAllocatorModel::RoundSize(bytes, config));
       const Wide need = static_cast<Wide>(alloc.stats().reserved) + segment;
       out.short_by = Saturate(need - static_cast<Wide>(config.capacity));
       const Wide requested = static_cast<Wide>(alloc.stats().requested) + bytes;

@@ -41,12 +41,12 @@ TEST(AllocatorTest, DoubleFreeIsRecordedAndChangesNothing) {
 }
 
 TEST(AllocatorTest, SegmentSizes) {
-  EXPECT_EQ(CachingAllocatorModel::AllocationSize(512), 2 * MiB);
-  EXPECT_EQ(CachingAllocatorModel::AllocationSize(1 * MiB), 2 * MiB);
-  EXPECT_EQ(CachingAllocatorModel::AllocationSize(1 * MiB + 512), 20 * MiB);
-  EXPECT_EQ(CachingAllocatorModel::AllocationSize(10 * MiB - 512), 20 * MiB);
-  EXPECT_EQ(CachingAllocatorModel::AllocationSize(10 * MiB), 10 * MiB);
-  EXPECT_EQ(CachingAllocatorModel::AllocationSize(11'000'320), 12 * MiB);
+  EXPECT_EQ(AllocationSize(512), 2 * MiB);
+  EXPECT_EQ(AllocationSize(1 * MiB), 2 * MiB);
+  EXPECT_EQ(AllocationSize(1 * MiB + 512), 20 * MiB);
+  EXPECT_EQ(AllocationSize(10 * MiB - 512), 20 * MiB);
+  EXPECT_EQ(AllocationSize(10 * MiB), 10 * MiB);
+  EXPECT_EQ(AllocationSize(11'000'320), 12 * MiB);
 }
 
 TEST(AllocatorTest, ElevenMillionBytesGetATwelveMiBSegmentAndAreSplit) {
