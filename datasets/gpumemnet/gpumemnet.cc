@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include "base/sha256.h"
 #include "datasets/zoo/graph_writer.h"
@@ -332,13 +333,13 @@ Result<Rebuilt> Rebuild(const Row& row) {
   w.SetScope("");
   x = w.Rename(x, "output");
   w.Output(x, zoo::kFloat, {zoo::kBatch, row.output});
-  out.model = w.Finish();
+  out.torch_parameters = w.parameter_elements();
+  out.model = std::move(w).Finish();
   out.bytes = zoo::SerializeModel(out.model);
   out.sha256 = base::Sha256Hex(out.bytes);
   out.batch = row.batch;
   out.measured_mib = row.max_memory_mib;
   out.csv_parameters = row.total_parameters;
-  out.torch_parameters = w.parameter_elements();
   out.prelu_layers = prelus;
   return out;
 }

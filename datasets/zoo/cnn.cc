@@ -17,6 +17,7 @@
 //    squeeze-excite (GlobalAveragePool -> Conv 1x1 -> SiLU -> Conv 1x1 -> Sigmoid -> Mul), SiLU
 //    activations, no stochastic depth (p = 0, as the export needs).
 #include <algorithm>
+#include <utility>
 
 #include "datasets/zoo/families.h"
 #include "datasets/zoo/layers.h"
@@ -328,7 +329,8 @@ BuiltModel BuildCnn(const CnnConfig& c, const std::string& name) {
   w.SetScope("");
   logits = w.Rename(logits, "logits");
   w.Output(logits, kFloat, {kBatch, c.num_classes});
-  return {w.Finish(), w.parameter_elements(), {kBatch, 3, c.resolution, c.resolution}, "float32"};
+  const int64_t parameters = w.parameter_elements();
+  return {std::move(w).Finish(), parameters, {kBatch, 3, c.resolution, c.resolution}, "float32"};
 }
 
 }  // namespace memest::zoo

@@ -9,6 +9,7 @@
 //  * diamond: double up to the middle layer, then halve (beyond GPUMemNet's space).
 // w0 is the input width in 30 % of samples (as GPUMemNet), otherwise drawn on its own.
 #include <algorithm>
+#include <utility>
 
 #include "datasets/zoo/families.h"
 #include "datasets/zoo/layers.h"
@@ -111,7 +112,8 @@ BuiltModel BuildMlp(const MlpConfig& c, const std::string& name) {
   w.SetScope("");
   const std::string logits = w.Rename(x, "logits");
   w.Output(logits, kFloat, {kBatch, c.output});
-  return {w.Finish(), w.parameter_elements(), {kBatch, c.input}, "float32"};
+  const int64_t parameters = w.parameter_elements();
+  return {std::move(w).Finish(), parameters, {kBatch, c.input}, "float32"};
 }
 
 }  // namespace memest::zoo

@@ -7,6 +7,8 @@
 // Weights as ONNX stores them: W [dirs, gates*hidden, in], R [dirs, gates*hidden, hidden],
 // B [dirs, 2*gates*hidden] (PyTorch's b_ih and b_hh), so parameter counts equal PyTorch's.
 // GRU uses linear_before_reset=1, which is PyTorch's formulation.
+#include <utility>
+
 #include "datasets/zoo/families.h"
 #include "datasets/zoo/layers.h"
 
@@ -98,7 +100,8 @@ BuiltModel BuildRnn(const RnnConfig& c, const std::string& name) {
   w.SetScope("head/fc");
   const std::string logits = w.Rename(Linear2d(w, last, in, c.num_classes), "logits");
   w.Output(logits, kFloat, {kBatch, c.num_classes});
-  return {w.Finish(), w.parameter_elements(), input_dims, dtype};
+  const int64_t parameters = w.parameter_elements();
+  return {std::move(w).Finish(), parameters, input_dims, dtype};
 }
 
 }  // namespace memest::zoo

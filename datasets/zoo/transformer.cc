@@ -16,6 +16,7 @@
 //    (pooler) -> Dropout -> Linear to the classes.
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "datasets/zoo/families.h"
 #include "datasets/zoo/layers.h"
@@ -193,7 +194,8 @@ BuiltModel BuildTransformer(const TransformerConfig& c, const std::string& name)
     logits = w.Rename(Linear2d(w, pooled, d, c.num_classes), "logits");
     w.Output(logits, kFloat, {kBatch, c.num_classes});
   }
-  return {w.Finish(), w.parameter_elements(), {kBatch, c.seq}, "int64"};
+  const int64_t parameters = w.parameter_elements();
+  return {std::move(w).Finish(), parameters, {kBatch, c.seq}, "int64"};
 }
 
 }  // namespace memest::zoo
