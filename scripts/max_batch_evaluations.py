@@ -63,7 +63,8 @@ prints both for each search).
 
 --check also asks the same binary and backend whether each answer is one: a plain estimate at the
 answer fits (none for an answer of 0) and one at its successor does not (the next batch: with
---micro-batches K, K batches on, as the search steps). Each answer that is not is printed; the
+--micro-batches K, K batches on, as the search steps; none for an answer at the search's limit,
+2^24 unless the search says otherwise in its JSON). Each answer that is not is printed; the
 exit status is 1 when there is one.
 """
 import argparse
@@ -250,7 +251,9 @@ def main():
         args = args + a.extra.split() + ["--backend", a.backend]
         p = subprocess.run([a.bin] + args + ["--json"], capture_output=True, text=True)
         try:
-            mb = json.loads(p.stdout)["results"][0]["max_batch"]
+            doc = json.loads(p.stdout)
+            mb = doc["results"][0]["max_batch"]
+            limit = doc.get("max_batch", {}).get("limit", 1 << 24)  # the CLI's default
         except (ValueError, KeyError, IndexError):
             refused += 1  # an error the CLI reported (e.g. flash attention in fp32)
             if a.per_search:
@@ -267,7 +270,10 @@ def main():
             v = mb["batch"]
             checked += 1
             at = "fits" if v <= 0 else verdict(a.bin, plain_query(args, v))
-            beyond = verdict(a.bin, plain_query(args, v + successor_step(args)))
+            # An answer at the search's limit has no successor to check: the search stops there.
+            step = successor_step(args)
+            beyond = ("does_not_fit" if v + step > limit else
+                      verdict(a.bin, plain_query(args, v + step)))
             why = ("an estimate failed" if "error" in (at, beyond) else
                    "it does not fit" if at != "fits" else
                    "its successor fits" if beyond == "fits" else "")

@@ -1,6 +1,6 @@
 """scripts/max_batch_evaluations.py: the searches of each set, and its totals from a made-up memest
 (a script that answers every search with 3 estimates and refuses the memory-efficient ones), and
---check's verdicts over a few searches."""
+--check's verdicts over a few searches (an answer at the search's limit has no successor)."""
 import contextlib
 import io
 import os
@@ -35,7 +35,10 @@ if "--max-batch" not in args and "--max-dim" not in args:  # a plain estimate
     print(json.dumps({"verdict": "fits" if value <= most else "does not fit"}))
     sys.exit(0)
 extra = 1 if "--safety-margin" in args else 0
-print(json.dumps({"results": [{"max_batch": {"batch": 7, "evaluations": 3 + extra}}]}))
+doc = {"results": [{"max_batch": {"batch": 7, "evaluations": 3 + extra}}]}
+if "--at-limit" in args:  # a search whose limit is its answer
+    doc["max_batch"] = {"limit": 7}
+print(json.dumps(doc))
 """
 
 
@@ -120,6 +123,11 @@ class CheckTest(unittest.TestCase):
         self.assertIn("dim 7 is not the answer: its successor fits", lines)
         self.assertNotIn("micro 7 is not the answer: its successor fits", lines)  # 11 does not
         self.assertEqual(lines[-1], f"checked {len(CHECKED)} answers: 2 not the answer")
+
+    def test_an_answer_at_the_searchs_limit_has_no_successor_to_check(self):
+        status, lines = self.run_script("--extra=--wrong --at-limit")
+        self.assertEqual(status, 0, lines)
+        self.assertEqual(lines[-1], f"checked {len(CHECKED)} answers: 0 not the answer")
 
     def test_an_answer_that_does_not_fit_or_cannot_be_estimated_fails(self):
         for extra, why in (("--short", "it does not fit"), ("--fail", "an estimate failed")):
