@@ -139,6 +139,15 @@ class Accounting {
     std::string backward_node;
   };
 
+  // A transient and its fixed part.
+  struct Transient {
+    uint64_t bytes = 0, fixed = 0;
+    void Add(uint64_t b, uint64_t f = 0) {
+      bytes = SatAdd(bytes, b);
+      fixed = SatAdd(fixed, f);
+    }
+  };
+
   void Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cache) const;
   Blocks OptimizerState() const;
   // Fills terms' saved activations and transients (their segments too).
@@ -148,16 +157,19 @@ class Accounting {
   std::vector<std::vector<int>> LastUses() const;
   // Node k's outputs nobody keeps, its workspace and its cuDNN workspace `conv_ws`.
   // `saved_here`: the values node k saves (a few; no order).
-  uint64_t ForwardTransient(const core::Node& n, size_t k, uint64_t conv_ws,
-                            std::span<const int> saved_here) const;
+  Transient ForwardTransient(const core::Node& n, size_t k, uint64_t conv_ws,
+                             std::span<const int> saved_here) const;
   // The gradients node k's backward holds at once, with its workspaces.
-  uint64_t BackwardTransient(const core::Node& n, size_t k, uint64_t conv_ws) const;
+  Transient BackwardTransient(const core::Node& n, size_t k, uint64_t conv_ws) const;
   // Many GPUs: the rank's sharded states, DDP buckets and NCCL buffers (memory/parallel.h).
   // Sets t's states and NCCL buffers; returns the host bytes (ZeRO's offload), 0 on one GPU.
   uint64_t ShardStates(const memory::StepTemporaries& temps, StepTerms* t) const;
   uint64_t Workspace(const GpuProfile& gpu, int count) const;
   uint64_t LargestParameter() const;
   uint64_t Eff(int id) const { return facts_.bytes(id); }
+  // Value id's bytes when no symbolic dim of the data moves them (its symbolic shape is
+  // constant), else 0: a term's fixed part (StepTerms), worked out only where terms are kept.
+  uint64_t Fixed(int id) const;
   bool OnStage(size_t node) const { return plan_.stage_of_node(node) == stage_; }
   // A parameter (or buffer) this rank holds: read by a node of its stage.
   bool Held(const core::Value& v, int id) const {
@@ -176,7 +188,21 @@ class Accounting {
   const std::vector<core::CheckpointSegment>& checkpoint_;  // core/checkpoint.h
   const memory::ParallelPlan& plan_;
   const int stage_;
+  bool fixed_parts_ = false;  // the terms are kept one by one (StepTerms::keep)
 };
+
+uint64_t Accounting::Fixed(int id) const {
+  const core::SymbolicShapes* sym = g_.symbolic.get();
+  if (!fixed_parts_ || sym == nullptr || id < 0 || static_cast<size_t>(id) >= sym->types.size()) {
+    return 0;
+  }
+  const auto& shape = sym->types[static_cast<size_t>(id)].shape;
+  if (!shape || !std::all_of(shape->begin(), shape->end(),
+                             [](const core::DimExpr& d) { return d.IsConstant(); })) {
+    return 0;
+  }
+  return Eff(id);
+}
 
 void Accounting::Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cache) const {
   for (size_t i = 0; i < g_.values.size(); ++i) {
@@ -244,7 +270,7 @@ class Accounting::SavedSet {
     if (id < 0 || counted_[static_cast<size_t>(id)]) return;
     if (a_.g_.value(id).kind == core::ValueKind::kInitializer) return;  // counted as weights
     counted_[static_cast<size_t>(id)] = true;
-    out_.AddSaved({a_.Eff(id), -1, id, node});
+    out_.AddSaved({a_.Eff(id), -1, id, node, a_.Fixed(id)});
   }
   // Saved by `node` of segment `seg`: the segment's own if the segment makes it.
   void SaveInSegment(int id, int seg, int node) {
@@ -255,13 +281,13 @@ class Accounting::SavedSet {
     if (v.kind != core::ValueKind::kIntermediate || v.producer < c.begin || v.producer >= c.end) {
       Save(id, node);  // made outside: a segment input, kept by the checkpoint
     } else if (seg_counted_[static_cast<size_t>(seg)].insert(id).second) {
-      out_.AddSaved({a_.Eff(id), seg, id, node});
+      out_.AddSaved({a_.Eff(id), seg, id, node, a_.Fixed(id)});
     }
   }
   // Bytes saved by `node` of segment `seg` (-1: none) beyond the values (a copy of `value`, or
-  // -1).
-  void Bytes(uint64_t bytes, int seg, int value, int node) {
-    if (bytes > 0) out_.AddSaved({bytes, seg, value, node});
+  // -1), `fixed` of them moved by no symbolic dim.
+  void Bytes(uint64_t bytes, int seg, int value, int node, uint64_t fixed = 0) {
+    if (bytes > 0) out_.AddSaved({bytes, seg, value, node, std::min(fixed, bytes)});
   }
 
  private:
@@ -272,24 +298,28 @@ class Accounting::SavedSet {
   std::vector<std::set<int>> seg_counted_;
 };
 
-uint64_t Accounting::ForwardTransient(const core::Node& n, size_t k, uint64_t conv_ws,
-                                      std::span<const int> saved_here) const {
-  uint64_t bytes = facts_.Workspace(k);
-  bytes = SatAdd(SatAdd(bytes, conv_ws), weights_.forward_transient(k));
+Accounting::Transient Accounting::ForwardTransient(const core::Node& n, size_t k, uint64_t conv_ws,
+                                                   std::span<const int> saved_here) const {
+  Transient t;
+  t.Add(SatAdd(facts_.Workspace(k), conv_ws));
+  // (a quantized weight's dequantization: a weight's size)
+  const uint64_t dequantized = weights_.forward_transient(k);
+  t.Add(dequantized, fixed_parts_ ? dequantized : 0);
   for (int out : n.outputs) {
     if (out < 0 || facts_.is_view(k) ||
         std::find(saved_here.begin(), saved_here.end(), out) != saved_here.end()) {
       continue;
     }
-    bytes = SatAdd(bytes, Eff(out));
+    t.Add(Eff(out), Fixed(out));
   }
-  return bytes;
+  return t;
 }
 
-uint64_t Accounting::BackwardTransient(const core::Node& n, size_t k, uint64_t conv_ws) const {
+Accounting::Transient Accounting::BackwardTransient(const core::Node& n, size_t k,
+                                                    uint64_t conv_ws) const {
   // A fused attention chain's backward is one kernel call (ops/fusion.h), run at its last node:
   // the gradients of the chain's own outputs and of its inputs from outside, all at once.
-  uint64_t grad_bytes = 0;
+  Transient grad;
   const ops::FusedChain* chain = facts_.fusion().chain_of(k);
   const bool fused_attention = chain != nullptr && chain->kind == ops::FusedKind::kAttention;
   if (!fused_attention || chain->nodes.back() == k) {
@@ -307,21 +337,20 @@ uint64_t Accounting::BackwardTransient(const core::Node& n, size_t k, uint64_t c
       ins = chain->inputs;
     }
     for (int out : outs) {
-      if (facts_.requires_grad(out)) grad_bytes = SatAdd(grad_bytes, Eff(out));
+      if (facts_.requires_grad(out)) grad.Add(Eff(out), Fixed(out));
     }
     for (int in : ins) {
       if (facts_.requires_grad(in) && g_.value(in).kind != core::ValueKind::kInitializer) {
-        grad_bytes = SatAdd(grad_bytes, Eff(in));
+        grad.Add(Eff(in), Fixed(in));
       }
     }
   }
-  if (grad_bytes > 0) {
-    grad_bytes = SatAdd(SatAdd(grad_bytes, conv_ws), facts_.BackwardWorkspace(k));
-  }
+  if (grad.bytes > 0) grad.Add(SatAdd(conv_ws, facts_.BackwardWorkspace(k)));
   if (!n.inputs.empty() && facts_.requires_grad(n.inputs[0])) {
-    grad_bytes = SatAdd(grad_bytes, weights_.backward_transient(k));
+    const uint64_t dequantized = weights_.backward_transient(k);
+    grad.Add(dequantized, fixed_parts_ ? dequantized : 0);
   }
-  return grad_bytes;
+  return grad;
 }
 
 Accounting::Activations Accounting::SavedAndTransients(StepTerms* terms) const {
@@ -344,7 +373,7 @@ Accounting::Activations Accounting::SavedAndTransients(StepTerms* terms) const {
     const int seg = seg_of[k];
     for (const ops::SavedTensor& s : facts_.Saved(k)) {
       if (s.value < 0) {
-        saved.Bytes(s.bytes, seg, -1, node);
+        saved.Bytes(s.bytes, seg, -1, node, fixed_parts_ && s.fixed ? s.bytes : 0);
         continue;
       }
       if (seg >= 0) {
@@ -356,15 +385,17 @@ Accounting::Activations Accounting::SavedAndTransients(StepTerms* terms) const {
       // fp32-policy op on a low-precision input saves an fp32 copy (memory-model.md §5.3).
       if (rule && rule->amp == ops::AmpPolicy::kFp32 && facts_.low(s.value) &&
           o_.precision != Precision::kBf16) {
-        saved.Bytes(b_.Bytes(s.value), seg, s.value, node);
+        const uint64_t copy = b_.Bytes(s.value);
+        saved.Bytes(copy, seg, s.value, node, Fixed(s.value) > 0 ? copy : 0);
       }
     }
     const uint64_t conv_ws =
         memory::ConvWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces);
-    const uint64_t forward = ForwardTransient(n, k, conv_ws, saved_here);
-    const uint64_t backward = BackwardTransient(n, k, conv_ws);
-    terms->AddTransient(forward);
-    terms->AddTransient(backward);
+    const Transient fwd = ForwardTransient(n, k, conv_ws, saved_here);
+    const Transient bwd = BackwardTransient(n, k, conv_ws);
+    const uint64_t forward = fwd.bytes, backward = bwd.bytes;
+    terms->AddTransient(forward, fwd.fixed);
+    terms->AddTransient(backward, bwd.fixed);
     a.forward = std::max(a.forward, forward);
     if (backward > a.backward) {
       a.backward = backward;
@@ -423,6 +454,7 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu, StepTerms* t) {
   // optimizer's tensors per parameter (memory/optimizer.h).
   m.grads = params;
   m.state = OptimizerState();
+  fixed_parts_ = t->keep;
   const Activations act = SavedAndTransients(t);
   // The optimizer step's temporaries at its peak (memory/optimizer.h): one parameter-sized list,
   // or the single-tensor step's copies of the largest parameter.
@@ -467,6 +499,7 @@ std::vector<std::vector<int>> Accounting::LastUses() const {
 
 Result<Estimate> Accounting::Infer(const GpuProfile& gpu, StepTerms* terms) {
   terms->StartInference();
+  fixed_parts_ = terms->keep;
   Blocks params_only;
   Weights(&terms->states.weights, &params_only, &terms->states.cast_cache);
   terms->workspace = Workspace(gpu, 1);
@@ -476,7 +509,7 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu, StepTerms* terms) {
   const std::vector<std::vector<int>> dies_after = LastUses();
   std::vector<int32_t> made(g_.values.size(), -1);  // a live root's number in the walk
   LiveWalk& walk = terms->live;
-  auto make = [&](int id) { made[static_cast<size_t>(id)] = walk.Make(Eff(id)); };
+  auto make = [&](int id) { made[static_cast<size_t>(id)] = walk.Make(Eff(id), Fixed(id)); };
   for (int id : g_.data_inputs) make(id);
   for (size_t k = 0; k < g_.nodes.size(); ++k) {
     const core::Node& n = g_.nodes[k];

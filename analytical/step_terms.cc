@@ -185,6 +185,7 @@ void LiveWalk::Start(bool keep) {
   made_ = 0;
   steps_.clear();
   made_bytes_.clear();
+  made_fixed_.clear();
   run_bytes_.clear();
 }
 
@@ -193,6 +194,7 @@ void StepTerms::Start(int checkpointed_segments) {
   segments = checkpointed_segments;
   saved.clear();
   transients.clear();
+  transient_fixed.clear();
   sums = TermSums(checkpointed_segments);
 }
 
@@ -212,14 +214,17 @@ Estimate StepPeaks(const StepTerms& t, const StackProfile& stack) {
 namespace {
 
 // The terms alike (StepCurve::Fit's policy): `count` terms numbered by their bytes in every one of
-// `terms` (bytes_of(t, j): term j's in t) and their segment (segment_of(j)).
-template <typename BytesOf, typename SegmentOf>
+// `terms` (bytes_of(t, j): term j's in t), their segment (segment_of(j)) and the bytes their curve
+// starts from at the origin (origin_of(j)).
+template <typename BytesOf, typename SegmentOf, typename OriginOf>
 base::Distinct GroupTerms(std::span<const StepTerms* const> terms, size_t count,
-                          const BytesOf& bytes_of, const SegmentOf& segment_of) {
+                          const BytesOf& bytes_of, const SegmentOf& segment_of,
+                          const OriginOf& origin_of) {
   return base::NumberDistinct(
       count, [](size_t) { return true; },
       [&](size_t j) {
         uint64_t h = 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(segment_of(j));
+        h = (h ^ origin_of(j)) * 0xff51afd7ed558ccdULL;
         for (const StepTerms* t : terms) {
           h = (h ^ bytes_of(*t, j)) * 0xff51afd7ed558ccdULL;
           h ^= h >> 32;
@@ -227,7 +232,7 @@ base::Distinct GroupTerms(std::span<const StepTerms* const> terms, size_t count,
         return h;
       },
       [&](size_t a, size_t b) {
-        if (segment_of(a) != segment_of(b)) return false;
+        if (segment_of(a) != segment_of(b) || origin_of(a) != origin_of(b)) return false;
         for (const StepTerms* t : terms) {
           if (bytes_of(*t, a) != bytes_of(*t, b)) return false;
         }
@@ -254,51 +259,74 @@ std::optional<StepCurve> StepCurve::Fit(std::span<const int64_t> at,
   std::optional<base::SizeCurves> transient = base::SizeCurves::Over(points);
   std::optional<base::SizeCurves> made = base::SizeCurves::Over(points);
   if (!saved || !transient || !made) return std::nullopt;
-  uint64_t sizes[3] = {0, 0, 0};  // at the origin: 0
+  uint64_t sizes[3] = {0, 0, 0};  // at the origin: the term's fixed part
   const std::span<const uint64_t> traced(sizes, points.size());
-  // The curve of each term: `bytes_of(t, j)` the j-th of `count` terms' bytes in t.
-  const auto fit = [&](base::SizeCurves* curves, size_t count, const auto& bytes_of) {
+  const StepTerms& shape = *terms[0];
+  // The curve of each term: `bytes_of(t, j)` the j-th of `count` terms' bytes in t, `origin_of(j)`
+  // its fixed part (read with `origin` only).
+  const auto fit = [&](base::SizeCurves* curves, size_t count, const auto& bytes_of,
+                       const auto& origin_of) {
     curves->Reserve(count);
     for (size_t j = 0; j < count; ++j) {
+      if (origin) sizes[0] = origin_of(j);
       for (size_t i = 0; i < terms.size(); ++i) sizes[first + i] = bytes_of(*terms[i], j);
       if (!curves->Add(traced)) return false;
     }
     return true;
   };
-  const StepTerms& shape = *terms[0];
   StepCurve c;
   // The groups (policy in the header): each term's number, and each group's first term, whose
   // bytes the group's curve is fitted through.
   const auto no_segment = [](size_t) { return -1; };
+  // A term's fixed part where the curves start from the origin (0 otherwise: unread, and no
+  // reason to keep groups apart). Kept lists are as long as their terms' (StepTerms::keep), but
+  // the loss of a fixed part only moves a guess: read as 0 where one is missing.
+  const auto fixed_in = [&](const std::vector<uint64_t>& list) {
+    return
+        [&list, origin](size_t j) -> uint64_t { return origin && j < list.size() ? list[j] : 0; };
+  };
   const auto made_bytes = [](const StepTerms& t, size_t j) { return t.live.made_bytes()[j]; };
   const auto run_bytes = [](const StepTerms& t, size_t j) { return t.live.run_bytes()[j]; };
   const auto saved_bytes = [](const StepTerms& t, size_t j) { return t.saved[j].bytes; };
   const auto transient_bytes = [](const StepTerms& t, size_t j) { return t.transients[j]; };
   const auto fit_groups = [&](base::SizeCurves* curves, base::Distinct groups,
-                              std::vector<uint32_t>* group_of, const auto& bytes_of) {
+                              std::vector<uint32_t>* group_of, const auto& bytes_of,
+                              const auto& origin_of) {
     const std::vector<uint32_t> leader = std::move(groups.first);  // each group's first term
     *group_of = std::move(groups.number);
-    return fit(curves, leader.size(),
-               [&](const StepTerms& t, size_t g) { return bytes_of(t, leader[g]); });
+    return fit(
+        curves, leader.size(), [&](const StepTerms& t, size_t g) { return bytes_of(t, leader[g]); },
+        [&](size_t g) { return origin_of(leader[g]); });
   };
   bool fitted = false;
   if (shape.inference) {
+    const auto made_fixed = fixed_in(shape.live.made_fixed());
+    const auto no_fixed = [](size_t) -> uint64_t { return 0; };  // workspaces
     fitted = fit_groups(&*made,
-                        GroupTerms(terms, shape.live.made_bytes().size(), made_bytes, no_segment),
-                        &c.made_group_, made_bytes) &&
-             fit_groups(&*transient,
-                        GroupTerms(terms, shape.live.run_bytes().size(), run_bytes, no_segment),
-                        &c.transient_group_, run_bytes);
+                        GroupTerms(terms, shape.live.made_bytes().size(), made_bytes, no_segment,
+                                   made_fixed),
+                        &c.made_group_, made_bytes, made_fixed) &&
+             fit_groups(
+                 &*transient,
+                 GroupTerms(terms, shape.live.run_bytes().size(), run_bytes, no_segment, no_fixed),
+                 &c.transient_group_, run_bytes, no_fixed);
   } else {
     const auto segment = [&](size_t j) { return shape.saved[j].segment; };
-    base::Distinct saved_groups = GroupTerms(terms, shape.saved.size(), saved_bytes, segment);
+    const auto saved_fixed = [&](size_t j) -> uint64_t {
+      return origin ? shape.saved[j].fixed : 0;
+    };
+    const auto transient_fixed = fixed_in(shape.transient_fixed);
+    base::Distinct saved_groups =
+        GroupTerms(terms, shape.saved.size(), saved_bytes, segment, saved_fixed);
     for (const uint32_t j : saved_groups.first) c.group_segment_.push_back(segment(j));
     c.group_terms_.assign(saved_groups.first.size(), 0);
     for (const uint32_t g : saved_groups.number) ++c.group_terms_[g];
-    fitted = fit_groups(&*saved, std::move(saved_groups), &c.saved_group_, saved_bytes) &&
-             fit_groups(&*transient,
-                        GroupTerms(terms, shape.transients.size(), transient_bytes, no_segment),
-                        &c.transient_group_, transient_bytes);
+    fitted =
+        fit_groups(&*saved, std::move(saved_groups), &c.saved_group_, saved_bytes, saved_fixed) &&
+        fit_groups(&*transient,
+                   GroupTerms(terms, shape.transients.size(), transient_bytes, no_segment,
+                              transient_fixed),
+                   &c.transient_group_, transient_bytes, transient_fixed);
   }
   if (!fitted) return std::nullopt;
   c.shape_ = shape;

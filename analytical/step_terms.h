@@ -14,7 +14,8 @@
 //  * StepCurve: the terms of two or three estimates at increasing values, with the same fixed
 //    parts and the same terms (the same values saved by the same nodes, in the same order; the
 //    same walk), give each term as the curve through its bytes (base/size_curves.h) -- or of one
-//    or two estimates and the origin, for terms proportional to the value or its square (an
+//    or two estimates and the origin, where each term starts from its fixed part (StepTerms: the
+//    bytes no symbolic dim moves) and grows in proportion to the value or its square (an
 //    activation holds the batch dim once; attention's scores, the sequence's twice) -- and the
 //    closed form at any value from them: the block rounding and the segments are the formula's
 //    own, and where the largest transient (the fullest node of the walk) moves from one node to
@@ -128,11 +129,15 @@ struct ModelStates {
 // One saved activation of a micro-batch: the bytes, the checkpointed segment whose recomputation
 // makes it (-1: kept outside the segments) and what it is (the value, or -1 for bytes a node's
 // rule saves that are no graph value; the node that saves it, -1 for inputs and the loss).
+// `fixed`: the part of the bytes no symbolic dim of the data moves (the whole term for a value
+// of constant symbolic shape or an extra tensor its rule says is fixed, ops::SavedTensor; 0
+// otherwise), kept with the terms one by one only.
 struct SavedTerm {
   uint64_t bytes = 0;
   int32_t segment = -1;
   int32_t value = -1;
   int32_t node = -1;
+  uint64_t fixed = 0;
 };
 
 // The terms added up as they come: the saved activations outside the checkpointed segments and
@@ -162,12 +167,14 @@ class LiveWalk {
  public:
   // Starts an empty walk; with `keep`, each step is kept (the curves replay them).
   void Start(bool keep);
-  // A root of `bytes` made; its number, in the order made, for Free.
-  int32_t Make(uint64_t bytes) {
+  // A root of `bytes` made, `fixed` of them moved by no symbolic dim (StepTerms' fixed parts);
+  // its number, in the order made, for Free.
+  int32_t Make(uint64_t bytes, uint64_t fixed = 0) {
     live_.Add(bytes);
     if (keep_) {
       steps_.push_back({Step::kMake, made_});
       made_bytes_.push_back(bytes);
+      made_fixed_.push_back(fixed);
     }
     return made_++;
   }
@@ -198,6 +205,7 @@ class LiveWalk {
 
   // Kept (with keep): the roots' bytes in the order made, the nodes' workspaces in the order run.
   [[nodiscard]] const std::vector<uint64_t>& made_bytes() const { return made_bytes_; }
+  [[nodiscard]] const std::vector<uint64_t>& made_fixed() const { return made_fixed_; }
   [[nodiscard]] const std::vector<uint64_t>& run_bytes() const { return run_bytes_; }
   // The same steps in the same order (their bytes aside).
   [[nodiscard]] bool SameShape(const LiveWalk& o) const { return steps_ == o.steps_; }
@@ -232,7 +240,7 @@ class LiveWalk {
   int32_t peak_node_ = -1;
   int32_t made_ = 0;
   std::vector<Step> steps_;
-  std::vector<uint64_t> made_bytes_, run_bytes_;
+  std::vector<uint64_t> made_bytes_, made_fixed_, run_bytes_;
 };
 
 struct StepTerms {
@@ -245,9 +253,14 @@ struct StepTerms {
   // activations of a micro-batch, and every node's forward and backward transient and the loss's
   // backward peak (in that order); in inference the forward walk's steps. Without, only their
   // sums, and the walk's peak (a plain estimate).
+  // Each term kept also says its fixed part: the bytes no symbolic dim of the data moves -- a
+  // value of constant symbolic shape (a weight's transpose, its gradient), a quantized weight's
+  // dequantization, BatchNormalization's per-channel statistics. Curves through the origin
+  // (StepCurve) start each term there instead of at 0 bytes.
   bool keep = true;
   std::vector<SavedTerm> saved;
   std::vector<uint64_t> transients;
+  std::vector<uint64_t> transient_fixed;  // each transient's fixed part
   TermSums sums;
   // An inference step: the forward walk is its terms (states hold the weights and the AMP cast
   // cache only, workspace the cuBLAS workspace; the training terms stay empty).
@@ -268,9 +281,12 @@ struct StepTerms {
     sums.AddSaved(s.bytes, s.segment);
     if (keep) saved.push_back(s);
   }
-  void AddTransient(uint64_t bytes) {
+  void AddTransient(uint64_t bytes, uint64_t fixed = 0) {
     sums.AddTransient(bytes);
-    if (keep) transients.push_back(bytes);
+    if (keep) {
+      transients.push_back(bytes);
+      transient_fixed.push_back(fixed);
+    }
   }
   // Everything but the terms' bytes is the same.
   [[nodiscard]] bool SameShape(const StepTerms& o) const;
@@ -289,15 +305,15 @@ struct StepTerms {
 class StepCurve {
  public:
   // The curves through terms[i] at at[i] (increasing values in [1, 2^24]), and with `origin`,
-  // through 0 bytes at value 0 first: 2 or 3 points in all. Nullopt when the terms differ in
-  // anything but their bytes, hold none (StepTerms::HasTerms), or a term falls as the value grows
-  // or is 2^46 bytes or more (base/size_curves.h).
-  // Terms with the same bytes at every value (and, saved activations, in the same segment) have
-  // the same curve: each such group is fitted once and read once per value -- in training with
-  // its number of terms (a sum adds them alike, the largest transient is any of them), in
-  // inference by each of its terms as the walk replays them. A transformer's layers repeat their
-  // terms: Qwen2.5-0.5B's 491 saved activations are 8 groups, its 3,085 transients 32 to 37,
-  // which the search's curves read at about 20 values each.
+  // through each term's fixed part (terms[0]'s) at value 0 first: 2 or 3 points in all. Nullopt
+  // when the terms differ in anything but their bytes, hold none (StepTerms::HasTerms), or a term
+  // falls as the value grows or is 2^46 bytes or more (base/size_curves.h). Terms with the same
+  // bytes at every value (and, saved activations, in the same segment) have the same curve: each
+  // such group is fitted once and read once per value -- in training with its number of terms (a
+  // sum adds them alike, the largest transient is any of them), in inference by each of its terms
+  // as the walk replays them. A transformer's layers repeat their terms: Qwen2.5-0.5B's 491 saved
+  // activations are 8 groups, its 3,085 transients 32 to 37, which the search's curves read at
+  // about 20 values each.
   [[nodiscard]] static std::optional<StepCurve> Fit(std::span<const int64_t> at,
                                                     std::span<const StepTerms* const> terms,
                                                     bool origin = false);

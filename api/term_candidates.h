@@ -15,12 +15,15 @@
 //    the estimate keeps it: a guide only, since the verdicts are the estimates'); where that
 //    is the largest fitting value, or once it fitted, its successor, so that the estimates close
 //    the bracket (after curves through the origin, only where the estimate's headroom is theirs
-//    to the byte: elsewhere the terms' fixed parts moved the answer, and new curves say where).
+//    to the byte: elsewhere parts they read as growing moved the answer, and new curves say
+//    where).
 //  * The curves only propose: each verdict is the estimate's. A candidate whose estimate gives
 //    another verdict than the curves did is a miss; after kMostMisses the search goes on with its
 //    own candidates (Candidates, api/max_batch.cc), as it does wherever there are no terms.
-//    Curves through the origin are a guess (a term with a fixed part, such as an embedding's
-//    gradient, is read as growing): their misses are not counted (they guess at most
+//    Curves through the origin are a guess (each term starts there from its fixed part,
+//    analytical/step_terms.h, but a term another bound dim moves -- a [seq, seq] mask in a batch
+//    search -- or that is neither fixed nor proportional is read as growing with the searched
+//    value): their misses are not counted (they guess at most
 //    kMostOriginGuesses times), and where they say the largest fitting value's successor fails,
 //    Candidates proposes instead. The curves are read at values up to 2^24
 //    (base/size_curves.h): past it, Candidates proposes.

@@ -53,6 +53,7 @@
 #include "base/checked.h"
 #include "base/dtype.h"
 #include "core/name_index.h"
+#include "core/symbolic_shapes.h"
 #include "ops/attention.h"
 
 namespace memest::ops {
@@ -284,6 +285,18 @@ std::optional<uint64_t> BatchNormChannels(const RuleContext& c) {
   return std::nullopt;
 }
 
+// Whether BatchNormChannels reads a constant: dim 1 of x a constant in the symbolic shapes (no
+// data dim moves it), else the scale, an initializer.
+bool ConstantChannels(const RuleContext& c) {
+  const core::SymbolicShapes* sym = c.graph.graph ? c.graph.graph->symbolic.get() : nullptr;
+  const int x = InputId(c, 0);
+  if (sym == nullptr || x < 0 || static_cast<size_t>(x) >= sym->types.size()) return false;
+  const auto& shape = sym->types[static_cast<size_t>(x)].shape;
+  if (shape && shape->size() >= 2) return (*shape)[1].IsConstant();
+  const int scale = InputId(c, 1);
+  return scale >= 0 && c.graph.graph->value(scale).kind == core::ValueKind::kInitializer;
+}
+
 // batch_norm: x and weight; in training also save_mean and save_invstd, fp32
 // [C] (memory-model.md §3.2 batch_norm, §5.2). Opset 9-13 training graphs expose them as
 // outputs 3 and 4. Inference-mode nodes keep x (the op is still
@@ -294,6 +307,7 @@ void SaveBatchNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
   if (!BatchNormTraining(c.node)) return;
   const std::optional<uint64_t> ch = BatchNormChannels(c);
   const bool legacy = c.node.opset < 14 && FindAttr(c.node, "training_mode") == nullptr;
+  const size_t before = out->size();
   if (legacy) {
     SaveOutputOrExtra(c, out, 3, base::kFloat, ch, "save_mean(fp32)");
     SaveOutputOrExtra(c, out, 4, base::kFloat, ch, "save_invstd(fp32)");
@@ -301,6 +315,8 @@ void SaveBatchNorm(const RuleContext& c, std::vector<SavedTensor>* out) {
     SaveExtra(out, TimesSize(ch, 4), "save_mean(fp32)");
     SaveExtra(out, TimesSize(ch, 4), "save_invstd(fp32)");
   }
+  if (!ConstantChannels(c)) return;
+  for (size_t i = before; i < out->size(); ++i) (*out)[i].fixed = (*out)[i].value < 0;
 }
 
 // INF: instance_norm runs batch_norm in training mode on x viewed as

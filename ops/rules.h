@@ -53,6 +53,11 @@ struct SavedTensor {
   // copy autocast casts it to (value is then -1 and bytes the copy's).
   enum class Copy : uint8_t { kNone, kContiguous, kAutocast };
   Copy copy = Copy::kNone;
+  // An extra tensor whose bytes no symbolic dim of the data moves (BatchNormalization's
+  // per-channel statistics, where the channel count is a constant): the same at every batch and
+  // sequence length. (A saved value says so by its symbolic shape instead.) What the max-batch
+  // search's first guess reads as a fixed part (analytical/step_terms.h).
+  bool fixed = false;
 
   // "in1", "x (contiguous copy)", "mean(fp32) (autocast copy)".
   [[nodiscard]] std::string Describe() const;
