@@ -144,22 +144,27 @@ class Accounting {
     uint64_t bytes = 0, fixed = 0;
     void Add(uint64_t b, uint64_t f = 0) {
       bytes = SatAdd(bytes, b);
-      fixed = SatAdd(fixed, f);
+      if (f != 0) fixed = SatAdd(fixed, f);
     }
   };
 
   void Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cache) const;
   Blocks OptimizerState() const;
-  // Fills terms' saved activations and transients (their segments too).
+  // Fills terms' saved activations and transients (their segments too): with their fixed parts
+  // where the terms are kept (a plain estimate works none of them out).
   Activations SavedAndTransients(StepTerms* terms) const;
+  template <bool kFixedParts>
+  Activations SavedAndTransientsOf(StepTerms* terms) const;
   // Inference: per node, the storage roots whose last use (by any alias) it is; graph outputs
   // kept to the end are in none.
   std::vector<std::vector<int>> LastUses() const;
   // Node k's outputs nobody keeps, its workspace and its cuDNN workspace `conv_ws`.
   // `saved_here`: the values node k saves (a few; no order).
+  template <bool kFixedParts>
   Transient ForwardTransient(const core::Node& n, size_t k, uint64_t conv_ws,
                              std::span<const int> saved_here) const;
   // The gradients node k's backward holds at once, with its workspaces.
+  template <bool kFixedParts>
   Transient BackwardTransient(const core::Node& n, size_t k, uint64_t conv_ws) const;
   // Many GPUs: the rank's sharded states, DDP buckets and NCCL buffers (memory/parallel.h).
   // Sets t's states and NCCL buffers; returns the host bytes (ZeRO's offload), 0 on one GPU.
@@ -169,7 +174,17 @@ class Accounting {
   uint64_t Eff(int id) const { return facts_.bytes(id); }
   // Value id's bytes when no symbolic dim of the data moves them (its symbolic shape is
   // constant), else 0: a term's fixed part (StepTerms), worked out only where terms are kept.
-  uint64_t Fixed(int id) const;
+  uint64_t Fixed(int id) const { return fixed_parts_ ? FixedPart(id) : 0; }
+  uint64_t FixedPart(int id) const;
+  // FixedPart(id), or 0 when `kFixedParts` is false (nothing worked out).
+  template <bool kFixedParts>
+  uint64_t FixedIf(int id) const {
+    if constexpr (kFixedParts) {
+      return FixedPart(id);
+    } else {
+      return 0;
+    }
+  }
   bool OnStage(size_t node) const { return plan_.stage_of_node(node) == stage_; }
   // A parameter (or buffer) this rank holds: read by a node of its stage.
   bool Held(const core::Value& v, int id) const {
@@ -191,9 +206,9 @@ class Accounting {
   bool fixed_parts_ = false;  // the terms are kept one by one (StepTerms::keep)
 };
 
-uint64_t Accounting::Fixed(int id) const {
+uint64_t Accounting::FixedPart(int id) const {
   const core::SymbolicShapes* sym = g_.symbolic.get();
-  if (!fixed_parts_ || sym == nullptr || id < 0 || static_cast<size_t>(id) >= sym->types.size()) {
+  if (sym == nullptr || id < 0 || static_cast<size_t>(id) >= sym->types.size()) {
     return 0;
   }
   const auto& shape = sym->types[static_cast<size_t>(id)].shape;
@@ -298,23 +313,25 @@ class Accounting::SavedSet {
   std::vector<std::set<int>> seg_counted_;
 };
 
+template <bool kFixedParts>
 Accounting::Transient Accounting::ForwardTransient(const core::Node& n, size_t k, uint64_t conv_ws,
                                                    std::span<const int> saved_here) const {
   Transient t;
   t.Add(SatAdd(facts_.Workspace(k), conv_ws));
   // (a quantized weight's dequantization: a weight's size)
   const uint64_t dequantized = weights_.forward_transient(k);
-  t.Add(dequantized, fixed_parts_ ? dequantized : 0);
+  t.Add(dequantized, kFixedParts ? dequantized : 0);
   for (int out : n.outputs) {
     if (out < 0 || facts_.is_view(k) ||
         std::find(saved_here.begin(), saved_here.end(), out) != saved_here.end()) {
       continue;
     }
-    t.Add(Eff(out), Fixed(out));
+    t.Add(Eff(out), FixedIf<kFixedParts>(out));
   }
   return t;
 }
 
+template <bool kFixedParts>
 Accounting::Transient Accounting::BackwardTransient(const core::Node& n, size_t k,
                                                     uint64_t conv_ws) const {
   // A fused attention chain's backward is one kernel call (ops/fusion.h), run at its last node:
@@ -337,23 +354,28 @@ Accounting::Transient Accounting::BackwardTransient(const core::Node& n, size_t 
       ins = chain->inputs;
     }
     for (int out : outs) {
-      if (facts_.requires_grad(out)) grad.Add(Eff(out), Fixed(out));
+      if (facts_.requires_grad(out)) grad.Add(Eff(out), FixedIf<kFixedParts>(out));
     }
     for (int in : ins) {
       if (facts_.requires_grad(in) && g_.value(in).kind != core::ValueKind::kInitializer) {
-        grad.Add(Eff(in), Fixed(in));
+        grad.Add(Eff(in), FixedIf<kFixedParts>(in));
       }
     }
   }
   if (grad.bytes > 0) grad.Add(SatAdd(conv_ws, facts_.BackwardWorkspace(k)));
   if (!n.inputs.empty() && facts_.requires_grad(n.inputs[0])) {
     const uint64_t dequantized = weights_.backward_transient(k);
-    grad.Add(dequantized, fixed_parts_ ? dequantized : 0);
+    grad.Add(dequantized, kFixedParts ? dequantized : 0);
   }
   return grad;
 }
 
 Accounting::Activations Accounting::SavedAndTransients(StepTerms* terms) const {
+  return fixed_parts_ ? SavedAndTransientsOf<true>(terms) : SavedAndTransientsOf<false>(terms);
+}
+
+template <bool kFixedParts>
+Accounting::Activations Accounting::SavedAndTransientsOf(StepTerms* terms) const {
   Activations a;
   terms->Start(static_cast<int>(checkpoint_.size()));
   if (terms->keep)
@@ -373,7 +395,7 @@ Accounting::Activations Accounting::SavedAndTransients(StepTerms* terms) const {
     const int seg = seg_of[k];
     for (const ops::SavedTensor& s : facts_.Saved(k)) {
       if (s.value < 0) {
-        saved.Bytes(s.bytes, seg, -1, node, fixed_parts_ && s.fixed ? s.bytes : 0);
+        saved.Bytes(s.bytes, seg, -1, node, kFixedParts && s.fixed ? s.bytes : 0);
         continue;
       }
       if (seg >= 0) {
@@ -386,13 +408,13 @@ Accounting::Activations Accounting::SavedAndTransients(StepTerms* terms) const {
       if (rule && rule->amp == ops::AmpPolicy::kFp32 && facts_.low(s.value) &&
           o_.precision != Precision::kBf16) {
         const uint64_t copy = b_.Bytes(s.value);
-        saved.Bytes(copy, seg, s.value, node, Fixed(s.value) > 0 ? copy : 0);
+        saved.Bytes(copy, seg, s.value, node, FixedIf<kFixedParts>(s.value) > 0 ? copy : 0);
       }
     }
     const uint64_t conv_ws =
         memory::ConvWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces);
-    const Transient fwd = ForwardTransient(n, k, conv_ws, saved_here);
-    const Transient bwd = BackwardTransient(n, k, conv_ws);
+    const Transient fwd = ForwardTransient<kFixedParts>(n, k, conv_ws, saved_here);
+    const Transient bwd = BackwardTransient<kFixedParts>(n, k, conv_ws);
     const uint64_t forward = fwd.bytes, backward = bwd.bytes;
     terms->AddTransient(forward, fwd.fixed);
     terms->AddTransient(backward, bwd.fixed);
