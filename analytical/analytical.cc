@@ -77,6 +77,7 @@
 #include "base/dtype.h"
 #include "core/bind.h"
 #include "core/checkpoint.h"
+#include "core/symbolic_shapes.h"
 #include "memory/context.h"
 #include "memory/device.h"
 #include "memory/kv_cache.h"
@@ -139,12 +140,14 @@ class Accounting {
     std::string backward_node;
   };
 
-  // A transient and its fixed part.
+  // A transient and its parts (TermParts).
   struct Transient {
-    uint64_t bytes = 0, fixed = 0;
-    void Add(uint64_t b, uint64_t f = 0) {
+    uint64_t bytes = 0;
+    TermParts parts;
+    void Add(uint64_t b, TermParts p = {}) {
       bytes = SatAdd(bytes, b);
-      if (f != 0) fixed = SatAdd(fixed, f);
+      if (p.fixed != 0) parts.fixed = SatAdd(parts.fixed, p.fixed);
+      if (p.quadratic != 0) parts.quadratic = SatAdd(parts.quadratic, p.quadratic);
     }
   };
 
@@ -172,19 +175,27 @@ class Accounting {
   uint64_t Workspace(const GpuProfile& gpu, int count) const;
   uint64_t LargestParameter() const;
   uint64_t Eff(int id) const { return facts_.bytes(id); }
-  // Value id's bytes when no symbolic dim of the data moves them (its symbolic shape is
-  // constant), else 0: a term's fixed part (StepTerms), worked out only where terms are kept.
-  uint64_t Fixed(int id) const { return fixed_parts_ ? FixedPart(id) : 0; }
-  uint64_t FixedPart(int id) const;
-  // FixedPart(id), or 0 when `kFixedParts` is false (nothing worked out).
+  // Value id's bytes as a term's parts (TermParts) in the searched dim: fixed when its symbolic
+  // shape holds none of the searched atoms, quadratic when two of its dims are each exactly one
+  // of them and the rest hold none; none otherwise. Worked out only where terms are kept.
+  TermParts Parts(int id) const { return fixed_parts_ ? PartsOf(id) : TermParts{}; }
+  TermParts PartsOf(int id) const;
+  // PartsOf(id), or none when `kFixedParts` is false (nothing worked out).
   template <bool kFixedParts>
-  uint64_t FixedIf(int id) const {
+  TermParts PartsIf(int id) const {
     if constexpr (kFixedParts) {
-      return FixedPart(id);
+      return PartsOf(id);
     } else {
-      return 0;
+      return {};
     }
   }
+  // The atoms of the searched dim (StepTerms::searched): the leading dims of the data inputs, or
+  // the named symbol; set with fixed_parts_.
+  void FindSearched(const std::string& searched);
+  // Whether `d` holds one of the searched atoms, through the opaque atoms it is built of (an
+  // unknown atom is read as holding one).
+  bool HoldsSearched(const core::DimExpr& d) const;
+  bool AtomHoldsSearched(core::AtomId a) const;
   bool OnStage(size_t node) const { return plan_.stage_of_node(node) == stage_; }
   // A parameter (or buffer) this rank holds: read by a node of its stage.
   bool Held(const core::Value& v, int id) const {
@@ -204,19 +215,87 @@ class Accounting {
   const memory::ParallelPlan& plan_;
   const int stage_;
   bool fixed_parts_ = false;  // the terms are kept one by one (StepTerms::keep)
+  std::vector<core::AtomId> searched_;
+  mutable std::vector<int8_t> holds_;  // per atom: -1 not worked out yet, 0 no, 1 yes
+  // Per value: -2 not worked out yet; -1 a part of none; else the searched dims' degree.
+  mutable std::vector<int8_t> degree_;
+  int Degree(int id) const;
 };
 
-uint64_t Accounting::FixedPart(int id) const {
+void Accounting::FindSearched(const std::string& searched) {
+  searched_.clear();
+  holds_.clear();
   const core::SymbolicShapes* sym = g_.symbolic.get();
-  if (sym == nullptr || id < 0 || static_cast<size_t>(id) >= sym->types.size()) {
-    return 0;
+  if (sym == nullptr) return;
+  if (searched.empty()) {
+    for (const std::vector<core::AtomId>& axes : sym->input_atoms) {
+      if (!axes.empty() && axes[0] >= 0) searched_.push_back(axes[0]);
+    }
+  } else if (std::optional<core::AtomId> a = sym->table.FindSymbol(searched)) {
+    searched_.push_back(*a);
   }
-  const auto& shape = sym->types[static_cast<size_t>(id)].shape;
-  if (!shape || !std::all_of(shape->begin(), shape->end(),
-                             [](const core::DimExpr& d) { return d.IsConstant(); })) {
-    return 0;
+  holds_.assign(sym->table.size(), -1);
+  degree_.assign(sym->types.size(), -2);
+}
+
+bool Accounting::AtomHoldsSearched(core::AtomId a) const {
+  if (a < 0 || static_cast<size_t>(a) >= holds_.size()) return true;
+  int8_t& h = holds_[static_cast<size_t>(a)];
+  if (h < 0) {
+    const core::AtomDef& def = g_.symbolic->table.atom(a);
+    switch (def.kind) {
+      case core::AtomKind::kSymbol:
+        h = std::find(searched_.begin(), searched_.end(), a) != searched_.end();
+        break;
+      case core::AtomKind::kUnknown:
+        h = 1;
+        break;
+      default:  // opaque: its operands are older atoms
+        h = HoldsSearched(def.a) || HoldsSearched(def.b);
+    }
   }
-  return Eff(id);
+  return h > 0;
+}
+
+bool Accounting::HoldsSearched(const core::DimExpr& d) const {
+  for (const core::DimExpr::Term& t : d.terms()) {
+    for (core::AtomId a : t.monomial) {
+      if (AtomHoldsSearched(a)) return true;
+    }
+  }
+  return false;
+}
+
+int Accounting::Degree(int id) const {
+  if (id < 0 || static_cast<size_t>(id) >= degree_.size()) return -1;
+  int8_t& memo = degree_[static_cast<size_t>(id)];
+  if (memo != -2) return memo;
+  memo = -1;
+  const auto& shape = g_.symbolic->types[static_cast<size_t>(id)].shape;
+  if (!shape) return memo;
+  int degree = 0;
+  for (const core::DimExpr& d : *shape) {
+    if (d.IsConstant()) continue;
+    const std::optional<core::AtomId> atom = d.AsAtom();
+    if (atom && std::find(searched_.begin(), searched_.end(), *atom) != searched_.end()) {
+      ++degree;
+    } else if (HoldsSearched(d)) {
+      return memo;  // moved by the searched dim otherwise than as a factor of it
+    }
+  }
+  memo = static_cast<int8_t>(std::min(degree, 3));
+  return memo;
+}
+
+TermParts Accounting::PartsOf(int id) const {
+  switch (Degree(id)) {
+    case 0:
+      return {Eff(id), 0};
+    case 2:
+      return {0, Eff(id)};
+    default:
+      return {};
+  }
 }
 
 void Accounting::Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cache) const {
@@ -285,7 +364,8 @@ class Accounting::SavedSet {
     if (id < 0 || counted_[static_cast<size_t>(id)]) return;
     if (a_.g_.value(id).kind == core::ValueKind::kInitializer) return;  // counted as weights
     counted_[static_cast<size_t>(id)] = true;
-    out_.AddSaved({a_.Eff(id), -1, id, node, a_.Fixed(id)});
+    const TermParts p = a_.Parts(id);
+    out_.AddSaved({a_.Eff(id), -1, id, node, p.fixed, p.quadratic});
   }
   // Saved by `node` of segment `seg`: the segment's own if the segment makes it.
   void SaveInSegment(int id, int seg, int node) {
@@ -296,13 +376,17 @@ class Accounting::SavedSet {
     if (v.kind != core::ValueKind::kIntermediate || v.producer < c.begin || v.producer >= c.end) {
       Save(id, node);  // made outside: a segment input, kept by the checkpoint
     } else if (seg_counted_[static_cast<size_t>(seg)].insert(id).second) {
-      out_.AddSaved({a_.Eff(id), seg, id, node, a_.Fixed(id)});
+      const TermParts p = a_.Parts(id);
+      out_.AddSaved({a_.Eff(id), seg, id, node, p.fixed, p.quadratic});
     }
   }
   // Bytes saved by `node` of segment `seg` (-1: none) beyond the values (a copy of `value`, or
-  // -1), `fixed` of them moved by no symbolic dim.
-  void Bytes(uint64_t bytes, int seg, int value, int node, uint64_t fixed = 0) {
-    if (bytes > 0) out_.AddSaved({bytes, seg, value, node, std::min(fixed, bytes)});
+  // -1), with their parts (TermParts).
+  void Bytes(uint64_t bytes, int seg, int value, int node, TermParts p = {}) {
+    if (bytes > 0) {
+      out_.AddSaved(
+          {bytes, seg, value, node, std::min(p.fixed, bytes), std::min(p.quadratic, bytes)});
+    }
   }
 
  private:
@@ -320,13 +404,13 @@ Accounting::Transient Accounting::ForwardTransient(const core::Node& n, size_t k
   t.Add(SatAdd(facts_.Workspace(k), conv_ws));
   // (a quantized weight's dequantization: a weight's size)
   const uint64_t dequantized = weights_.forward_transient(k);
-  t.Add(dequantized, kFixedParts ? dequantized : 0);
+  t.Add(dequantized, {kFixedParts ? dequantized : 0, 0});
   for (int out : n.outputs) {
     if (out < 0 || facts_.is_view(k) ||
         std::find(saved_here.begin(), saved_here.end(), out) != saved_here.end()) {
       continue;
     }
-    t.Add(Eff(out), FixedIf<kFixedParts>(out));
+    t.Add(Eff(out), PartsIf<kFixedParts>(out));
   }
   return t;
 }
@@ -354,18 +438,18 @@ Accounting::Transient Accounting::BackwardTransient(const core::Node& n, size_t 
       ins = chain->inputs;
     }
     for (int out : outs) {
-      if (facts_.requires_grad(out)) grad.Add(Eff(out), FixedIf<kFixedParts>(out));
+      if (facts_.requires_grad(out)) grad.Add(Eff(out), PartsIf<kFixedParts>(out));
     }
     for (int in : ins) {
       if (facts_.requires_grad(in) && g_.value(in).kind != core::ValueKind::kInitializer) {
-        grad.Add(Eff(in), FixedIf<kFixedParts>(in));
+        grad.Add(Eff(in), PartsIf<kFixedParts>(in));
       }
     }
   }
   if (grad.bytes > 0) grad.Add(SatAdd(conv_ws, facts_.BackwardWorkspace(k)));
   if (!n.inputs.empty() && facts_.requires_grad(n.inputs[0])) {
     const uint64_t dequantized = weights_.backward_transient(k);
-    grad.Add(dequantized, kFixedParts ? dequantized : 0);
+    grad.Add(dequantized, {kFixedParts ? dequantized : 0, 0});
   }
   return grad;
 }
@@ -395,7 +479,7 @@ Accounting::Activations Accounting::SavedAndTransientsOf(StepTerms* terms) const
     const int seg = seg_of[k];
     for (const ops::SavedTensor& s : facts_.Saved(k)) {
       if (s.value < 0) {
-        saved.Bytes(s.bytes, seg, -1, node, kFixedParts && s.fixed ? s.bytes : 0);
+        saved.Bytes(s.bytes, seg, -1, node, {kFixedParts && s.fixed ? s.bytes : 0, 0});
         continue;
       }
       if (seg >= 0) {
@@ -408,7 +492,9 @@ Accounting::Activations Accounting::SavedAndTransientsOf(StepTerms* terms) const
       if (rule && rule->amp == ops::AmpPolicy::kFp32 && facts_.low(s.value) &&
           o_.precision != Precision::kBf16) {
         const uint64_t copy = b_.Bytes(s.value);
-        saved.Bytes(copy, seg, s.value, node, FixedIf<kFixedParts>(s.value) > 0 ? copy : 0);
+        // (the copy has its value's dims: the same parts, in its own bytes)
+        const TermParts p = PartsIf<kFixedParts>(s.value);
+        saved.Bytes(copy, seg, s.value, node, {p.fixed > 0 ? copy : 0, p.quadratic > 0 ? copy : 0});
       }
     }
     const uint64_t conv_ws =
@@ -416,8 +502,8 @@ Accounting::Activations Accounting::SavedAndTransientsOf(StepTerms* terms) const
     const Transient fwd = ForwardTransient<kFixedParts>(n, k, conv_ws, saved_here);
     const Transient bwd = BackwardTransient<kFixedParts>(n, k, conv_ws);
     const uint64_t forward = fwd.bytes, backward = bwd.bytes;
-    terms->AddTransient(forward, fwd.fixed);
-    terms->AddTransient(backward, bwd.fixed);
+    terms->AddTransient(forward, fwd.parts);
+    terms->AddTransient(backward, bwd.parts);
     a.forward = std::max(a.forward, forward);
     if (backward > a.backward) {
       a.backward = backward;
@@ -477,6 +563,7 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu, StepTerms* t) {
   m.grads = params;
   m.state = OptimizerState();
   fixed_parts_ = t->keep;
+  if (fixed_parts_) FindSearched(t->searched);
   const Activations act = SavedAndTransients(t);
   // The optimizer step's temporaries at its peak (memory/optimizer.h): one parameter-sized list,
   // or the single-tensor step's copies of the largest parameter.
@@ -522,6 +609,7 @@ std::vector<std::vector<int>> Accounting::LastUses() const {
 Result<Estimate> Accounting::Infer(const GpuProfile& gpu, StepTerms* terms) {
   terms->StartInference();
   fixed_parts_ = terms->keep;
+  if (fixed_parts_) FindSearched(terms->searched);
   Blocks params_only;
   Weights(&terms->states.weights, &params_only, &terms->states.cast_cache);
   terms->workspace = Workspace(gpu, 1);
@@ -531,7 +619,7 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu, StepTerms* terms) {
   const std::vector<std::vector<int>> dies_after = LastUses();
   std::vector<int32_t> made(g_.values.size(), -1);  // a live root's number in the walk
   LiveWalk& walk = terms->live;
-  auto make = [&](int id) { made[static_cast<size_t>(id)] = walk.Make(Eff(id), Fixed(id)); };
+  auto make = [&](int id) { made[static_cast<size_t>(id)] = walk.Make(Eff(id), Parts(id)); };
   for (int id : g_.data_inputs) make(id);
   for (size_t k = 0; k < g_.nodes.size(); ++k) {
     const core::Node& n = g_.nodes[k];
@@ -586,8 +674,10 @@ Result<Estimate> Analytical::EstimateIn(const memory::EstimationContext& ctx) co
 
 }  // namespace
 
-Result<Estimate> EstimateWithTerms(const memory::EstimationContext& ctx, StepTerms* terms) {
+Result<Estimate> EstimateWithTerms(const memory::EstimationContext& ctx, StepTerms* terms,
+                                   std::string_view searched) {
   *terms = StepTerms();
+  terms->searched = std::string(searched);
   return Account(ctx, terms);
 }
 

@@ -185,7 +185,7 @@ void LiveWalk::Start(bool keep) {
   made_ = 0;
   steps_.clear();
   made_bytes_.clear();
-  made_fixed_.clear();
+  made_parts_.clear();
   run_bytes_.clear();
 }
 
@@ -194,14 +194,16 @@ void StepTerms::Start(int checkpointed_segments) {
   segments = checkpointed_segments;
   saved.clear();
   transients.clear();
-  transient_fixed.clear();
+  transient_parts.clear();
   sums = TermSums(checkpointed_segments);
 }
 
 void StepTerms::StartInference() {
   const bool keep_each = keep;
+  std::string searched_dim = std::move(searched);
   *this = StepTerms();
   keep = keep_each;
+  searched = std::move(searched_dim);
   inference = true;
   live.Start(keep);
 }
@@ -214,8 +216,8 @@ Estimate StepPeaks(const StepTerms& t, const StackProfile& stack) {
 namespace {
 
 // The terms alike (StepCurve::Fit's policy): `count` terms numbered by their bytes in every one of
-// `terms` (bytes_of(t, j): term j's in t), their segment (segment_of(j)) and the bytes their curve
-// starts from at the origin (origin_of(j)).
+// `terms` (bytes_of(t, j): term j's in t), their segment (segment_of(j)) and the parts their curve
+// is read through at the origin (origin_of(j), TermParts).
 template <typename BytesOf, typename SegmentOf, typename OriginOf>
 base::Distinct GroupTerms(std::span<const StepTerms* const> terms, size_t count,
                           const BytesOf& bytes_of, const SegmentOf& segment_of,
@@ -224,7 +226,9 @@ base::Distinct GroupTerms(std::span<const StepTerms* const> terms, size_t count,
       count, [](size_t) { return true; },
       [&](size_t j) {
         uint64_t h = 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(segment_of(j));
-        h = (h ^ origin_of(j)) * 0xff51afd7ed558ccdULL;
+        const TermParts p = origin_of(j);
+        h = (h ^ p.fixed) * 0xff51afd7ed558ccdULL;
+        h = (h ^ p.quadratic) * 0xff51afd7ed558ccdULL;
         for (const StepTerms* t : terms) {
           h = (h ^ bytes_of(*t, j)) * 0xff51afd7ed558ccdULL;
           h ^= h >> 32;
@@ -232,7 +236,11 @@ base::Distinct GroupTerms(std::span<const StepTerms* const> terms, size_t count,
         return h;
       },
       [&](size_t a, size_t b) {
-        if (segment_of(a) != segment_of(b) || origin_of(a) != origin_of(b)) return false;
+        const TermParts pa = origin_of(a), pb = origin_of(b);
+        if (segment_of(a) != segment_of(b) || pa.fixed != pb.fixed ||
+            pa.quadratic != pb.quadratic) {
+          return false;
+        }
         for (const StepTerms* t : terms) {
           if (bytes_of(*t, a) != bytes_of(*t, b)) return false;
         }
@@ -251,25 +259,58 @@ std::optional<StepCurve> StepCurve::Fit(std::span<const int64_t> at,
   for (const StepTerms* t : terms) {
     if (t == nullptr || !t->SameShape(*terms[0])) return std::nullopt;
   }
+  const StepTerms& shape = *terms[0];
+  // A term's parts where the curves start from the origin (none otherwise: unread, and no reason
+  // to keep groups apart). Kept lists are as long as their terms' (StepTerms::keep), but the loss
+  // of a part only moves a guess: read as none where one is missing.
+  const auto parts_in = [origin](const std::vector<TermParts>& list) {
+    return [&list, origin](size_t j) -> TermParts {
+      return origin && j < list.size() ? list[j] : TermParts{};
+    };
+  };
+  const auto made_parts = parts_in(shape.live.made_parts());
+  const auto transient_parts = parts_in(shape.transient_parts);
+  const auto saved_parts = [&](size_t j) -> TermParts {
+    return origin ? TermParts{shape.saved[j].fixed, shape.saved[j].quadratic} : TermParts{};
+  };
+  const auto no_parts = [](size_t) { return TermParts{}; };  // workspaces: growing
+  // Through the origin and one estimate, a term with a quadratic part needs a third point.
+  const auto any_quadratic = [](size_t count, const auto& parts_of) {
+    for (size_t j = 0; j < count; ++j) {
+      if (parts_of(j).quadratic > 0) return true;
+    }
+    return false;
+  };
+  const bool squared =
+      origin && terms.size() == 1 &&
+      (shape.inference ? any_quadratic(shape.live.made_bytes().size(), made_parts)
+                       : any_quadratic(shape.saved.size(), saved_parts) ||
+                             any_quadratic(shape.transients.size(), transient_parts));
   const size_t first = origin ? 1 : 0;  // where the traced terms start among the points
   int64_t values[3] = {0, 0, 0};
   for (size_t i = 0; i < at.size(); ++i) values[first + i] = at[i];
-  const std::span<const int64_t> points(values, at.size() + first);
+  if (squared) values[2] = 2 * at[0];  // (at most 2^25: Over refuses values past its range)
+  const std::span<const int64_t> points(values, at.size() + first + (squared ? 1 : 0));
   std::optional<base::SizeCurves> saved = base::SizeCurves::Over(points);
   std::optional<base::SizeCurves> transient = base::SizeCurves::Over(points);
   std::optional<base::SizeCurves> made = base::SizeCurves::Over(points);
   if (!saved || !transient || !made) return std::nullopt;
   uint64_t sizes[3] = {0, 0, 0};  // at the origin: the term's fixed part
   const std::span<const uint64_t> traced(sizes, points.size());
-  const StepTerms& shape = *terms[0];
-  // The curve of each term: `bytes_of(t, j)` the j-th of `count` terms' bytes in t, `origin_of(j)`
-  // its fixed part (read with `origin` only).
+  // The curve of each term: `bytes_of(t, j)` the j-th of `count` terms' bytes in t, `parts_of(j)`
+  // its parts (read with `origin` only): at twice the value of one estimate b, f + 2 (b - f - q)
+  // + 4 q = 2 b - f + 2 q.
   const auto fit = [&](base::SizeCurves* curves, size_t count, const auto& bytes_of,
-                       const auto& origin_of) {
+                       const auto& parts_of) {
     curves->Reserve(count);
     for (size_t j = 0; j < count; ++j) {
-      if (origin) sizes[0] = origin_of(j);
+      const TermParts p = parts_of(j);
+      if (origin) sizes[0] = p.fixed;
       for (size_t i = 0; i < terms.size(); ++i) sizes[first + i] = bytes_of(*terms[i], j);
+      if (squared) {
+        const uint64_t twice = base::SatMul(sizes[1], 2);
+        sizes[2] = base::SatAdd(twice - std::min(twice, p.fixed), base::SatMul(p.quadratic, 2));
+      }
       if (!curves->Add(traced)) return false;
     }
     return true;
@@ -278,55 +319,42 @@ std::optional<StepCurve> StepCurve::Fit(std::span<const int64_t> at,
   // The groups (policy in the header): each term's number, and each group's first term, whose
   // bytes the group's curve is fitted through.
   const auto no_segment = [](size_t) { return -1; };
-  // A term's fixed part where the curves start from the origin (0 otherwise: unread, and no
-  // reason to keep groups apart). Kept lists are as long as their terms' (StepTerms::keep), but
-  // the loss of a fixed part only moves a guess: read as 0 where one is missing.
-  const auto fixed_in = [&](const std::vector<uint64_t>& list) {
-    return
-        [&list, origin](size_t j) -> uint64_t { return origin && j < list.size() ? list[j] : 0; };
-  };
   const auto made_bytes = [](const StepTerms& t, size_t j) { return t.live.made_bytes()[j]; };
   const auto run_bytes = [](const StepTerms& t, size_t j) { return t.live.run_bytes()[j]; };
   const auto saved_bytes = [](const StepTerms& t, size_t j) { return t.saved[j].bytes; };
   const auto transient_bytes = [](const StepTerms& t, size_t j) { return t.transients[j]; };
   const auto fit_groups = [&](base::SizeCurves* curves, base::Distinct groups,
                               std::vector<uint32_t>* group_of, const auto& bytes_of,
-                              const auto& origin_of) {
+                              const auto& parts_of) {
     const std::vector<uint32_t> leader = std::move(groups.first);  // each group's first term
     *group_of = std::move(groups.number);
     return fit(
         curves, leader.size(), [&](const StepTerms& t, size_t g) { return bytes_of(t, leader[g]); },
-        [&](size_t g) { return origin_of(leader[g]); });
+        [&](size_t g) { return parts_of(leader[g]); });
   };
   bool fitted = false;
   if (shape.inference) {
-    const auto made_fixed = fixed_in(shape.live.made_fixed());
-    const auto no_fixed = [](size_t) -> uint64_t { return 0; };  // workspaces
     fitted = fit_groups(&*made,
                         GroupTerms(terms, shape.live.made_bytes().size(), made_bytes, no_segment,
-                                   made_fixed),
-                        &c.made_group_, made_bytes, made_fixed) &&
+                                   made_parts),
+                        &c.made_group_, made_bytes, made_parts) &&
              fit_groups(
                  &*transient,
-                 GroupTerms(terms, shape.live.run_bytes().size(), run_bytes, no_segment, no_fixed),
-                 &c.transient_group_, run_bytes, no_fixed);
+                 GroupTerms(terms, shape.live.run_bytes().size(), run_bytes, no_segment, no_parts),
+                 &c.transient_group_, run_bytes, no_parts);
   } else {
     const auto segment = [&](size_t j) { return shape.saved[j].segment; };
-    const auto saved_fixed = [&](size_t j) -> uint64_t {
-      return origin ? shape.saved[j].fixed : 0;
-    };
-    const auto transient_fixed = fixed_in(shape.transient_fixed);
     base::Distinct saved_groups =
-        GroupTerms(terms, shape.saved.size(), saved_bytes, segment, saved_fixed);
+        GroupTerms(terms, shape.saved.size(), saved_bytes, segment, saved_parts);
     for (const uint32_t j : saved_groups.first) c.group_segment_.push_back(segment(j));
     c.group_terms_.assign(saved_groups.first.size(), 0);
     for (const uint32_t g : saved_groups.number) ++c.group_terms_[g];
     fitted =
-        fit_groups(&*saved, std::move(saved_groups), &c.saved_group_, saved_bytes, saved_fixed) &&
+        fit_groups(&*saved, std::move(saved_groups), &c.saved_group_, saved_bytes, saved_parts) &&
         fit_groups(&*transient,
                    GroupTerms(terms, shape.transients.size(), transient_bytes, no_segment,
-                              transient_fixed),
-                   &c.transient_group_, transient_bytes, transient_fixed);
+                              transient_parts),
+                   &c.transient_group_, transient_bytes, transient_parts);
   }
   if (!fitted) return std::nullopt;
   c.shape_ = shape;

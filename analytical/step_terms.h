@@ -14,9 +14,11 @@
 //  * StepCurve: the terms of two or three estimates at increasing values, with the same fixed
 //    parts and the same terms (the same values saved by the same nodes, in the same order; the
 //    same walk), give each term as the curve through its bytes (base/size_curves.h) -- or of one
-//    or two estimates and the origin, where each term starts from its fixed part (StepTerms: the
-//    bytes no symbolic dim moves) and grows in proportion to the value or its square (an
-//    activation holds the batch dim once; attention's scores, the sequence's twice) -- and the
+//    or two estimates and the origin, where each term starts from its fixed part (TermParts: the
+//    bytes the searched dim does not move) and grows in proportion to the value, its quadratic
+//    part with the square (an activation holds the batch dim once; attention's scores, the
+//    sequence's twice: from one estimate a third point at twice its value, read from the
+//    parts, gives the parabola) -- and the
 //    closed form at any value from them: the block rounding and the segments are the formula's
 //    own, and where the largest transient (the fullest node of the walk) moves from one node to
 //    another, the curves say where. A size that is not a polynomial of the value is off its curve
@@ -29,6 +31,8 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -126,18 +130,26 @@ struct ModelStates {
   bool operator==(const ModelStates&) const = default;
 };
 
+// The parts of a kept term's bytes by how the searched dim moves them (StepTerms::searched):
+// `fixed`, those it does not move (a value whose symbolic shape holds none of it, an extra
+// tensor its rule says is fixed, ops::SavedTensor); `quadratic`, those that grow with its square
+// (a value holding it in two dims, each exactly it: attention's [B, H, S, S] scores). The rest
+// are read as growing in proportion to it.
+struct TermParts {
+  uint64_t fixed = 0, quadratic = 0;
+};
+
 // One saved activation of a micro-batch: the bytes, the checkpointed segment whose recomputation
 // makes it (-1: kept outside the segments) and what it is (the value, or -1 for bytes a node's
 // rule saves that are no graph value; the node that saves it, -1 for inputs and the loss).
-// `fixed`: the part of the bytes no symbolic dim of the data moves (the whole term for a value
-// of constant symbolic shape or an extra tensor its rule says is fixed, ops::SavedTensor; 0
-// otherwise), kept with the terms one by one only.
+// `fixed` and `quadratic`: its TermParts, kept with the terms one by one only.
 struct SavedTerm {
   uint64_t bytes = 0;
   int32_t segment = -1;
   int32_t value = -1;
   int32_t node = -1;
   uint64_t fixed = 0;
+  uint64_t quadratic = 0;
 };
 
 // The terms added up as they come: the saved activations outside the checkpointed segments and
@@ -167,14 +179,13 @@ class LiveWalk {
  public:
   // Starts an empty walk; with `keep`, each step is kept (the curves replay them).
   void Start(bool keep);
-  // A root of `bytes` made, `fixed` of them moved by no symbolic dim (StepTerms' fixed parts);
-  // its number, in the order made, for Free.
-  int32_t Make(uint64_t bytes, uint64_t fixed = 0) {
+  // A root of `bytes` made, with its parts (TermParts); its number, in the order made, for Free.
+  int32_t Make(uint64_t bytes, TermParts parts = {}) {
     live_.Add(bytes);
     if (keep_) {
       steps_.push_back({Step::kMake, made_});
       made_bytes_.push_back(bytes);
-      made_fixed_.push_back(fixed);
+      made_parts_.push_back(parts);
     }
     return made_++;
   }
@@ -205,7 +216,7 @@ class LiveWalk {
 
   // Kept (with keep): the roots' bytes in the order made, the nodes' workspaces in the order run.
   [[nodiscard]] const std::vector<uint64_t>& made_bytes() const { return made_bytes_; }
-  [[nodiscard]] const std::vector<uint64_t>& made_fixed() const { return made_fixed_; }
+  [[nodiscard]] const std::vector<TermParts>& made_parts() const { return made_parts_; }
   [[nodiscard]] const std::vector<uint64_t>& run_bytes() const { return run_bytes_; }
   // The same steps in the same order (their bytes aside).
   [[nodiscard]] bool SameShape(const LiveWalk& o) const { return steps_ == o.steps_; }
@@ -240,7 +251,8 @@ class LiveWalk {
   int32_t peak_node_ = -1;
   int32_t made_ = 0;
   std::vector<Step> steps_;
-  std::vector<uint64_t> made_bytes_, made_fixed_, run_bytes_;
+  std::vector<uint64_t> made_bytes_, run_bytes_;
+  std::vector<TermParts> made_parts_;
 };
 
 struct StepTerms {
@@ -253,14 +265,17 @@ struct StepTerms {
   // activations of a micro-batch, and every node's forward and backward transient and the loss's
   // backward peak (in that order); in inference the forward walk's steps. Without, only their
   // sums, and the walk's peak (a plain estimate).
-  // Each term kept also says its fixed part: the bytes no symbolic dim of the data moves -- a
-  // value of constant symbolic shape (a weight's transpose, its gradient), a quantized weight's
-  // dequantization, BatchNormalization's per-channel statistics. Curves through the origin
-  // (StepCurve) start each term there instead of at 0 bytes.
+  // Each term kept also says its parts (TermParts) in `searched`, the dim the search moves (empty:
+  // the batch, the leading dims of the data inputs): its fixed part -- a value whose symbolic
+  // shape holds none of it (a weight's transpose, its gradient), a quantized weight's
+  // dequantization, BatchNormalization's per-channel statistics -- and its part that grows with
+  // its square. Curves through the origin (StepCurve) start each term at its fixed part, and
+  // from one estimate read its quadratic part as growing with the square.
   bool keep = true;
+  std::string searched;
   std::vector<SavedTerm> saved;
   std::vector<uint64_t> transients;
-  std::vector<uint64_t> transient_fixed;  // each transient's fixed part
+  std::vector<TermParts> transient_parts;  // each transient's parts
   TermSums sums;
   // An inference step: the forward walk is its terms (states hold the weights and the AMP cast
   // cache only, workspace the cuBLAS workspace; the training terms stay empty).
@@ -281,11 +296,11 @@ struct StepTerms {
     sums.AddSaved(s.bytes, s.segment);
     if (keep) saved.push_back(s);
   }
-  void AddTransient(uint64_t bytes, uint64_t fixed = 0) {
+  void AddTransient(uint64_t bytes, TermParts parts = {}) {
     sums.AddTransient(bytes);
     if (keep) {
       transients.push_back(bytes);
-      transient_fixed.push_back(fixed);
+      transient_parts.push_back(parts);
     }
   }
   // Everything but the terms' bytes is the same.
@@ -298,14 +313,16 @@ struct StepTerms {
 [[nodiscard]] Estimate StepPeaks(const StepTerms& t, const StackProfile& stack);
 
 // The estimate in `ctx` (the analytical backend's, Estimator::Run's in that context), and its
-// terms in *terms, kept one by one.
+// terms in *terms, kept one by one, their parts in `searched` (StepTerms::searched).
 [[nodiscard]] Result<Estimate> EstimateWithTerms(const memory::EstimationContext& ctx,
-                                                 StepTerms* terms);
+                                                 StepTerms* terms, std::string_view searched = {});
 
 class StepCurve {
  public:
   // The curves through terms[i] at at[i] (increasing values in [1, 2^24]), and with `origin`,
-  // through each term's fixed part (terms[0]'s) at value 0 first: 2 or 3 points in all. Nullopt
+  // through each term's fixed part (terms[0]'s) at value 0 first: 2 or 3 points in all. Through
+  // the origin and one estimate where a term has a quadratic part, a third point at twice the
+  // value (the fixed part, the rest doubled, the quadratic part four times): parabolas. Nullopt
   // when the terms differ in anything but their bytes, hold none (StepTerms::HasTerms), or a term
   // falls as the value grows or is 2^46 bytes or more (base/size_curves.h). Terms with the same
   // bytes at every value (and, saved activations, in the same segment) have the same curve: each

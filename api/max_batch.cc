@@ -55,6 +55,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -457,7 +458,8 @@ Estimate Unaffordable() {
 template <typename Set, typename Label>
 Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& model,
                                    const Options& options, const GpuProfile& gpu, int64_t limit,
-                                   Label label, Set set, int term_points, int64_t hint = 0,
+                                   Label label, Set set, int term_points, std::string_view searched,
+                                   int64_t hint = 0,
                                    const std::vector<std::pair<int64_t, Estimate>>& made = {}) {
   MaxBatchResult r;
   Options o = options;
@@ -471,7 +473,7 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
     if (!stack) stack = ctx.stack();
     const auto at = static_cast<size_t>(ctx.stage());
     if (terms.size() <= at) terms.resize(at + 1);
-    return analytical::EstimateWithTerms(ctx, &terms[at]);
+    return analytical::EstimateWithTerms(ctx, &terms[at], searched);
   };
   auto estimate = [&](int64_t v) -> Result<Estimate> {
     if (!with_terms) {
@@ -1008,11 +1010,12 @@ std::optional<MaxBatchResult> ConfirmHint(const Estimator& estimator, const Mode
 
 // The replay where it applies, else (or when it cannot answer) the exact search; the cost of both
 // is counted.
+// `searched`: the dim searched, empty for the batch (analytical::StepTerms::searched).
 template <typename Set, typename Label>
 Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Model& model,
                                             const Options& options, const GpuProfile& gpu,
                                             int64_t limit, Label label, Set set, int curve_traces,
-                                            bool dim_squared) {
+                                            bool dim_squared, std::string_view searched) {
   MaxBatchResult spent;
   int64_t unchecked = 0;  // the replay's answer, where it could not vouch for it
   if (curve_traces > 0) {
@@ -1027,7 +1030,7 @@ Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Mo
   }
   MEMEST_ASSIGN_OR_RETURN(MaxBatchResult r,
                           ExactSearch(estimator, model, options, gpu, limit, label, set,
-                                      dim_squared ? 3 : 2, unchecked, made));
+                                      dim_squared ? 3 : 2, searched, unchecked, made));
   r.evaluations += spent.evaluations;
   r.traces = spent.traces;
   r.replays = spent.replays;
@@ -1060,7 +1063,7 @@ Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& mod
                               [k](int64_t micro) { return "batch " + std::to_string(micro * k); },
                               [k](Options* o, int64_t micro) { o->batch = micro * k; },
                               /*curve_traces=*/search == MaxBatchSearch::kAuto ? 2 : 0,
-                              /*dim_squared=*/false));
+                              /*dim_squared=*/false, /*searched=*/""));
   r.batch *= k;
   return r;
 }
@@ -1094,7 +1097,7 @@ Result<MaxBatchResult> FindMaxDim(const Estimator& estimator, const Model& model
       estimator, model, options, *gpu, limit,
       [&dim](int64_t v) { return dim + " " + std::to_string(v); },
       [&dim](Options* o, int64_t v) { o->dims[dim] = v; },
-      /*curve_traces=*/search == MaxBatchSearch::kAuto ? 3 : 0, /*dim_squared=*/true);
+      /*curve_traces=*/search == MaxBatchSearch::kAuto ? 3 : 0, /*dim_squared=*/true, dim);
 }
 
 }  // namespace memest

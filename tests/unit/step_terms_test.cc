@@ -11,6 +11,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "api/term_candidates.h"
@@ -32,12 +33,13 @@ struct Traced {
   StackProfile stack;
 };
 
-Traced TraceAt(const Model& m, Options o) {
+// The terms' parts are in `searched` (empty: the batch).
+Traced TraceAt(const Model& m, Options o, std::string_view searched = {}) {
   Traced t;
   auto ctx = memory::EstimationContext::Make(m, o);
   EXPECT_TRUE(ctx.ok()) << ctx.status().ToString();
   if (!ctx.ok()) return t;
-  auto e = analytical::EstimateWithTerms(**ctx, &t.terms);
+  auto e = analytical::EstimateWithTerms(**ctx, &t.terms, searched);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   if (e.ok()) t.estimate = std::move(e).value();
   t.stack = (*ctx)->stack();
@@ -390,6 +392,58 @@ TEST(StepTermsTest, AnInferenceWalkGivesTheEstimateBackAndAtOtherBatches) {
         EXPECT_EQ(curve->At(v).live.peak_node(), real.terms.live.peak_node()) << at_v;
       }
     }
+  }
+}
+
+// A term's parts in the sequence length: its attention scores ([B, H, S, S]) quadratic, its
+// activations ([B, S, D]) proportional, its weights' transposes fixed. Through the origin and
+// one estimate the curves give a language model's estimate at other sequence lengths, eager
+// attention and all, in training and inference.
+TEST(StepTermsTest, ThroughTheOriginAQuadraticPartGrowsWithTheSquare) {
+  auto model = HfModel("gpt2.json");
+  ASSERT_NE(model, nullptr);
+  for (Mode mode : {Mode::kTrain, Mode::kInfer}) {
+    const std::string where = mode == Mode::kTrain ? "train" : "infer";
+    Options o;
+    o.batch = 2;
+    o.mode = mode;
+    o.attention = Attention::kEager;
+    o.dims["seq"] = 64;
+    const Traced at64 = TraceAt(*model, o, "seq");
+    const int64_t at[] = {64};
+    const analytical::StepTerms* terms[] = {&at64.terms};
+    const auto curve = analytical::StepCurve::Fit(at, terms, /*origin=*/true);
+    ASSERT_TRUE(curve.has_value()) << where;
+    for (int64_t seq : {100, 1000, 3000}) {
+      o.dims["seq"] = seq;
+      ExpectSamePeaks(curve->PeaksAt(seq, at64.stack), TraceAt(*model, o).estimate,
+                      where + " seq " + std::to_string(seq));
+    }
+    // Read in the batch, the same terms' scores are proportional to it: a line, not the square.
+    o.dims["seq"] = 64;
+    const Traced in_batch = TraceAt(*model, o);
+    uint64_t quadratic = 0;
+    for (const analytical::SavedTerm& t : in_batch.terms.saved) quadratic += t.quadratic;
+    EXPECT_EQ(quadratic, 0u) << where;
+  }
+  // So its longest sequence takes three estimates -- 1, the answer and its successor -- where
+  // the parabolas needed two estimates first (four in all before, 2026-11-30).
+  auto est = MakeEstimator("analytical");
+  ASSERT_TRUE(est.ok());
+  Options o;
+  o.gpu = "h100-80gb";
+  o.batch = 4;
+  o.attention = Attention::kEager;
+  auto gpu = ResolveGpuProfile(o);
+  ASSERT_TRUE(gpu.ok());
+  auto r = FindMaxDim(**est, *model, o, "seq", int64_t{1} << 24);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->evaluations, 3) << "answer " << r->batch;
+  for (const int64_t seq : {r->batch, r->batch + 1}) {
+    o.dims["seq"] = seq;
+    auto e = (*est)->Run(*model, o);
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(CheckFit(*e, *gpu, o).fits, seq == r->batch) << "seq " << seq;
   }
 }
 
