@@ -153,21 +153,21 @@ class Accounting {
 
   void Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cache) const;
   Blocks OptimizerState() const;
-  // Fills terms' saved activations and transients (their segments too): with their fixed parts
-  // where the terms are kept (a plain estimate works none of them out).
+  // Fills terms' saved activations and transients (their segments too): with their parts where
+  // the terms are kept (a plain estimate works none of them out).
   Activations SavedAndTransients(StepTerms* terms) const;
-  template <bool kFixedParts>
+  template <bool kParts>
   Activations SavedAndTransientsOf(StepTerms* terms) const;
   // Inference: per node, the storage roots whose last use (by any alias) it is; graph outputs
   // kept to the end are in none.
   std::vector<std::vector<int>> LastUses() const;
   // Node k's outputs nobody keeps, its workspace and its cuDNN workspace `conv_ws`.
   // `saved_here`: the values node k saves (a few; no order).
-  template <bool kFixedParts>
+  template <bool kParts>
   Transient ForwardTransient(const core::Node& n, size_t k, uint64_t conv_ws,
                              std::span<const int> saved_here) const;
   // The gradients node k's backward holds at once, with its workspaces.
-  template <bool kFixedParts>
+  template <bool kParts>
   Transient BackwardTransient(const core::Node& n, size_t k, uint64_t conv_ws) const;
   // Many GPUs: the rank's sharded states, DDP buckets and NCCL buffers (memory/parallel.h).
   // Sets t's states and NCCL buffers; returns the host bytes (ZeRO's offload), 0 on one GPU.
@@ -178,20 +178,20 @@ class Accounting {
   // Value id's bytes as a term's parts (TermParts) in the searched dim: fixed when its symbolic
   // shape holds none of the searched atoms, quadratic when two of its dims are each exactly one
   // of them and the rest hold none; none otherwise. Worked out only where terms are kept.
-  TermParts Parts(int id) const { return fixed_parts_ ? PartsOf(id) : TermParts{}; }
+  TermParts Parts(int id) const { return keep_parts_ ? PartsOf(id) : TermParts{}; }
   TermParts PartsOf(int id) const;
-  // PartsOf(id), or none when `kFixedParts` is false (nothing worked out).
-  template <bool kFixedParts>
+  // PartsOf(id), or none when `kParts` is false (nothing worked out).
+  template <bool kParts>
   TermParts PartsIf(int id) const {
-    if constexpr (kFixedParts) {
+    if constexpr (kParts) {
       return PartsOf(id);
     } else {
       return {};
     }
   }
-  // The atoms of the searched dim (StepTerms::searched): the leading dims of the data inputs, or
-  // the named symbol; set with fixed_parts_.
-  void FindSearched(const std::string& searched);
+  // Whether t's terms are kept, and so their parts worked out, in t.searched: its atoms, the
+  // leading dims of the data inputs or the named symbol.
+  void StartParts(const StepTerms& t);
   // Whether `d` holds one of the searched atoms, through the opaque atoms it is built of (an
   // unknown atom is read as holding one).
   bool HoldsSearched(const core::DimExpr& d) const;
@@ -214,7 +214,7 @@ class Accounting {
   const std::vector<core::CheckpointSegment>& checkpoint_;  // core/checkpoint.h
   const memory::ParallelPlan& plan_;
   const int stage_;
-  bool fixed_parts_ = false;  // the terms are kept one by one (StepTerms::keep)
+  bool keep_parts_ = false;  // the terms are kept one by one (StepTerms::keep)
   std::vector<core::AtomId> searched_;
   mutable std::vector<int8_t> holds_;  // per atom: -1 not worked out yet, 0 no, 1 yes
   // Per value: -2 not worked out yet; -1 a part of none; else the searched dims' degree.
@@ -222,11 +222,14 @@ class Accounting {
   int Degree(int id) const;
 };
 
-void Accounting::FindSearched(const std::string& searched) {
+void Accounting::StartParts(const StepTerms& t) {
+  keep_parts_ = t.keep;
   searched_.clear();
   holds_.clear();
+  degree_.clear();
   const core::SymbolicShapes* sym = g_.symbolic.get();
-  if (sym == nullptr) return;
+  if (!keep_parts_ || sym == nullptr) return;
+  const std::string& searched = t.searched;
   if (searched.empty()) {
     for (const std::vector<core::AtomId>& axes : sym->input_atoms) {
       if (!axes.empty() && axes[0] >= 0) searched_.push_back(axes[0]);
@@ -397,25 +400,25 @@ class Accounting::SavedSet {
   std::vector<std::set<int>> seg_counted_;
 };
 
-template <bool kFixedParts>
+template <bool kParts>
 Accounting::Transient Accounting::ForwardTransient(const core::Node& n, size_t k, uint64_t conv_ws,
                                                    std::span<const int> saved_here) const {
   Transient t;
   t.Add(SatAdd(facts_.Workspace(k), conv_ws));
   // (a quantized weight's dequantization: a weight's size)
   const uint64_t dequantized = weights_.forward_transient(k);
-  t.Add(dequantized, {kFixedParts ? dequantized : 0, 0});
+  t.Add(dequantized, {kParts ? dequantized : 0, 0});
   for (int out : n.outputs) {
     if (out < 0 || facts_.is_view(k) ||
         std::find(saved_here.begin(), saved_here.end(), out) != saved_here.end()) {
       continue;
     }
-    t.Add(Eff(out), PartsIf<kFixedParts>(out));
+    t.Add(Eff(out), PartsIf<kParts>(out));
   }
   return t;
 }
 
-template <bool kFixedParts>
+template <bool kParts>
 Accounting::Transient Accounting::BackwardTransient(const core::Node& n, size_t k,
                                                     uint64_t conv_ws) const {
   // A fused attention chain's backward is one kernel call (ops/fusion.h), run at its last node:
@@ -438,27 +441,27 @@ Accounting::Transient Accounting::BackwardTransient(const core::Node& n, size_t 
       ins = chain->inputs;
     }
     for (int out : outs) {
-      if (facts_.requires_grad(out)) grad.Add(Eff(out), PartsIf<kFixedParts>(out));
+      if (facts_.requires_grad(out)) grad.Add(Eff(out), PartsIf<kParts>(out));
     }
     for (int in : ins) {
       if (facts_.requires_grad(in) && g_.value(in).kind != core::ValueKind::kInitializer) {
-        grad.Add(Eff(in), PartsIf<kFixedParts>(in));
+        grad.Add(Eff(in), PartsIf<kParts>(in));
       }
     }
   }
   if (grad.bytes > 0) grad.Add(SatAdd(conv_ws, facts_.BackwardWorkspace(k)));
   if (!n.inputs.empty() && facts_.requires_grad(n.inputs[0])) {
     const uint64_t dequantized = weights_.backward_transient(k);
-    grad.Add(dequantized, {kFixedParts ? dequantized : 0, 0});
+    grad.Add(dequantized, {kParts ? dequantized : 0, 0});
   }
   return grad;
 }
 
 Accounting::Activations Accounting::SavedAndTransients(StepTerms* terms) const {
-  return fixed_parts_ ? SavedAndTransientsOf<true>(terms) : SavedAndTransientsOf<false>(terms);
+  return keep_parts_ ? SavedAndTransientsOf<true>(terms) : SavedAndTransientsOf<false>(terms);
 }
 
-template <bool kFixedParts>
+template <bool kParts>
 Accounting::Activations Accounting::SavedAndTransientsOf(StepTerms* terms) const {
   Activations a;
   terms->Start(static_cast<int>(checkpoint_.size()));
@@ -479,7 +482,7 @@ Accounting::Activations Accounting::SavedAndTransientsOf(StepTerms* terms) const
     const int seg = seg_of[k];
     for (const ops::SavedTensor& s : facts_.Saved(k)) {
       if (s.value < 0) {
-        saved.Bytes(s.bytes, seg, -1, node, {kFixedParts && s.fixed ? s.bytes : 0, 0});
+        saved.Bytes(s.bytes, seg, -1, node, {kParts && s.fixed ? s.bytes : 0, 0});
         continue;
       }
       if (seg >= 0) {
@@ -493,14 +496,14 @@ Accounting::Activations Accounting::SavedAndTransientsOf(StepTerms* terms) const
           o_.precision != Precision::kBf16) {
         const uint64_t copy = b_.Bytes(s.value);
         // (the copy has its value's dims: the same parts, in its own bytes)
-        const TermParts p = PartsIf<kFixedParts>(s.value);
+        const TermParts p = PartsIf<kParts>(s.value);
         saved.Bytes(copy, seg, s.value, node, {p.fixed > 0 ? copy : 0, p.quadratic > 0 ? copy : 0});
       }
     }
     const uint64_t conv_ws =
         memory::ConvWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces);
-    const Transient fwd = ForwardTransient<kFixedParts>(n, k, conv_ws, saved_here);
-    const Transient bwd = BackwardTransient<kFixedParts>(n, k, conv_ws);
+    const Transient fwd = ForwardTransient<kParts>(n, k, conv_ws, saved_here);
+    const Transient bwd = BackwardTransient<kParts>(n, k, conv_ws);
     const uint64_t forward = fwd.bytes, backward = bwd.bytes;
     terms->AddTransient(forward, fwd.parts);
     terms->AddTransient(backward, bwd.parts);
@@ -562,8 +565,7 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu, StepTerms* t) {
   // optimizer's tensors per parameter (memory/optimizer.h).
   m.grads = params;
   m.state = OptimizerState();
-  fixed_parts_ = t->keep;
-  if (fixed_parts_) FindSearched(t->searched);
+  StartParts(*t);
   const Activations act = SavedAndTransients(t);
   // The optimizer step's temporaries at its peak (memory/optimizer.h): one parameter-sized list,
   // or the single-tensor step's copies of the largest parameter.
@@ -608,8 +610,7 @@ std::vector<std::vector<int>> Accounting::LastUses() const {
 
 Result<Estimate> Accounting::Infer(const GpuProfile& gpu, StepTerms* terms) {
   terms->StartInference();
-  fixed_parts_ = terms->keep;
-  if (fixed_parts_) FindSearched(terms->searched);
+  StartParts(*terms);
   Blocks params_only;
   Weights(&terms->states.weights, &params_only, &terms->states.cast_cache);
   terms->workspace = Workspace(gpu, 1);

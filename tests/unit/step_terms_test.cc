@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <set>
@@ -102,6 +103,30 @@ void ExpectSamePeaks(const Estimate& got, const Estimate& want, const std::strin
   }
 }
 
+// Through the origin and one estimate at `from` of the dim `searched` (empty: the batch), the
+// curves give the estimate at each of `values` -- those of the same options at that value.
+void ExpectTheOriginCurveGives(const Model& m, Options o, std::string_view searched, int64_t from,
+                               std::initializer_list<int64_t> values, const std::string& where) {
+  const auto set = [&](int64_t v) {
+    if (searched.empty()) {
+      o.batch = v;
+    } else {
+      o.dims[std::string(searched)] = v;
+    }
+  };
+  set(from);
+  const Traced one = TraceAt(m, o, searched);
+  const int64_t at[] = {from};
+  const analytical::StepTerms* terms[] = {&one.terms};
+  const auto curve = analytical::StepCurve::Fit(at, terms, /*origin=*/true);
+  ASSERT_TRUE(curve.has_value()) << where;
+  for (int64_t v : values) {
+    set(v);
+    ExpectSamePeaks(curve->PeaksAt(v, one.stack), TraceAt(m, o).estimate,
+                    where + " at " + std::to_string(v));
+  }
+}
+
 // The estimate with its terms is the backend's estimate, and the terms give its peaks back.
 TEST(StepTermsTest, TheTermsGiveTheEstimateBack) {
   auto model = BundledModel("resnet18_train.onnx");
@@ -174,18 +199,7 @@ TEST(StepTermsTest, BlocksOfOneSizeAddUpAsOneByOne) {
 TEST(StepTermsTest, ThroughTheOriginOneEstimateGivesTheOthersWhereTermsAreProportional) {
   auto model = BundledModel("mlp_small_train.onnx");
   ASSERT_NE(model, nullptr);
-  Options o;
-  o.batch = 6;
-  const Traced six = TraceAt(*model, o);
-  const int64_t at[] = {6};
-  const analytical::StepTerms* terms[] = {&six.terms};
-  const auto curve = analytical::StepCurve::Fit(at, terms, /*origin=*/true);
-  ASSERT_TRUE(curve.has_value());
-  for (int64_t v : {1, 7, 500, 100000}) {
-    o.batch = v;
-    ExpectSamePeaks(curve->PeaksAt(v, six.stack), TraceAt(*model, o).estimate,
-                    "batch " + std::to_string(v));
-  }
+  ExpectTheOriginCurveGives(*model, Options{}, "", 6, {1, 7, 500, 100000}, "batch");
 }
 
 // Terms with a part no batch moves -- BatchNormalization's per-channel statistics, a weight's
@@ -196,20 +210,10 @@ TEST(StepTermsTest, ThroughTheOriginEachTermStartsAtItsFixedPart) {
     auto model = BundledModel(name);
     ASSERT_NE(model, nullptr);
     for (Mode mode : {Mode::kTrain, Mode::kInfer}) {
-      const std::string where = std::string(name) + (mode == Mode::kTrain ? " train" : " infer");
       Options o;
       o.mode = mode;
-      o.batch = 6;
-      const Traced six = TraceAt(*model, o);
-      const int64_t at[] = {6};
-      const analytical::StepTerms* terms[] = {&six.terms};
-      const auto curve = analytical::StepCurve::Fit(at, terms, /*origin=*/true);
-      ASSERT_TRUE(curve.has_value()) << where;
-      for (int64_t v : {2, 7, 500, 100000}) {
-        o.batch = v;
-        ExpectSamePeaks(curve->PeaksAt(v, six.stack), TraceAt(*model, o).estimate,
-                        where + " batch " + std::to_string(v));
-      }
+      ExpectTheOriginCurveGives(*model, o, "", 6, {2, 7, 500, 100000},
+                                std::string(name) + (mode == Mode::kTrain ? " train" : " infer"));
     }
   }
 }
@@ -408,17 +412,7 @@ TEST(StepTermsTest, ThroughTheOriginAQuadraticPartGrowsWithTheSquare) {
     o.batch = 2;
     o.mode = mode;
     o.attention = Attention::kEager;
-    o.dims["seq"] = 64;
-    const Traced at64 = TraceAt(*model, o, "seq");
-    const int64_t at[] = {64};
-    const analytical::StepTerms* terms[] = {&at64.terms};
-    const auto curve = analytical::StepCurve::Fit(at, terms, /*origin=*/true);
-    ASSERT_TRUE(curve.has_value()) << where;
-    for (int64_t seq : {100, 1000, 3000}) {
-      o.dims["seq"] = seq;
-      ExpectSamePeaks(curve->PeaksAt(seq, at64.stack), TraceAt(*model, o).estimate,
-                      where + " seq " + std::to_string(seq));
-    }
+    ExpectTheOriginCurveGives(*model, o, "seq", 64, {100, 1000, 3000}, where + " seq");
     // Read in the batch, the same terms' scores are proportional to it: a line, not the square.
     o.dims["seq"] = 64;
     const Traced in_batch = TraceAt(*model, o);
