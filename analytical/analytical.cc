@@ -67,6 +67,8 @@
 #include "analytical/analytical.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -177,7 +179,10 @@ class Accounting {
   uint64_t Eff(int id) const { return facts_.bytes(id); }
   // Value id's bytes as a term's parts (TermParts) in the searched dim: fixed when its symbolic
   // shape holds none of the searched atoms, quadratic when two of its dims are each exactly one
-  // of them and the rest hold none; none otherwise. Worked out only where terms are kept.
+  // of them and the rest hold none. A value with one dim affine in a searched atom x, k x + r (r
+  // the terms holding no searched atom, a decode step's `past + seq`), the rest holding none,
+  // has the fixed part r / (k x + r) of its bytes, where r > 0 at the bound dims. None
+  // otherwise. Worked out only where terms are kept.
   TermParts Parts(int id) const { return keep_parts_ ? PartsOf(id) : TermParts{}; }
   TermParts PartsOf(int id) const;
   // PartsOf(id), or none when `kParts` is false (nothing worked out).
@@ -189,6 +194,17 @@ class Accounting {
       return {};
     }
   }
+  // The parts of `bytes` of a tensor with value id's dims (a copy of it in another dtype): id's
+  // parts in proportion.
+  template <bool kParts>
+  TermParts PartsIf(int id, uint64_t bytes) const {
+    if constexpr (kParts) {
+      return ScaledParts(PartsOf(id), Eff(id), bytes);
+    } else {
+      return {};
+    }
+  }
+  static TermParts ScaledParts(TermParts p, uint64_t of, uint64_t bytes);
   // Whether t's terms are kept, and so their parts worked out, in t.searched: its atoms, the
   // leading dims of the data inputs or the named symbol.
   void StartParts(const StepTerms& t);
@@ -196,6 +212,14 @@ class Accounting {
   // unknown atom is read as holding one).
   bool HoldsSearched(const core::DimExpr& d) const;
   bool AtomHoldsSearched(core::AtomId a) const;
+  // How `d` holds the searched atoms (HoldsSearched true): as exactly one of them, as k x + r
+  // with k > 0 (x one of them, r holding none), or otherwise.
+  enum class Holds : uint8_t { kExactly, kAffine, kOtherwise };
+  Holds HowHolds(const core::DimExpr& d) const;
+  // The bound value of searched atom x, or nullopt.
+  std::optional<int64_t> SearchedValue(core::AtomId x) const;
+  // A value's fixed bytes through its affine dim `dim` (Degree's kAffineDim + dim).
+  uint64_t AffineFixed(int id, size_t dim) const;
   bool OnStage(size_t node) const { return plan_.stage_of_node(node) == stage_; }
   // A parameter (or buffer) this rank holds: read by a node of its stage.
   bool Held(const core::Value& v, int id) const {
@@ -216,15 +240,19 @@ class Accounting {
   const int stage_;
   bool keep_parts_ = false;  // the terms are kept one by one (StepTerms::keep)
   std::vector<core::AtomId> searched_;
-  mutable std::vector<int8_t> holds_;  // per atom: -1 not worked out yet, 0 no, 1 yes
-  // Per value: -2 not worked out yet; -1 a part of none; else the searched dims' degree.
+  std::vector<int64_t> searched_values_;  // each searched atom's bound value, -1 unbound
+  mutable std::vector<int8_t> holds_;     // per atom: -1 not worked out yet, 0 no, 1 yes
+  // Per value: -2 not worked out yet; -1 a part of none; 0-3 the searched dims' degree, each dim
+  // exactly a searched atom; kAffineDim + i: dim i affine in one (HowHolds), the rest none.
   mutable std::vector<int8_t> degree_;
+  static constexpr int kAffineDim = 4;
   int Degree(int id) const;
 };
 
 void Accounting::StartParts(const StepTerms& t) {
   keep_parts_ = t.keep;
   searched_.clear();
+  searched_values_.clear();
   holds_.clear();
   degree_.clear();
   const core::SymbolicShapes* sym = g_.symbolic.get();
@@ -237,8 +265,19 @@ void Accounting::StartParts(const StepTerms& t) {
   } else if (std::optional<core::AtomId> a = sym->table.FindSymbol(searched)) {
     searched_.push_back(*a);
   }
+  for (core::AtomId a : searched_) {
+    const auto it = b_.bindings.find(sym->table.atom(a).name);
+    searched_values_.push_back(it != b_.bindings.end() ? it->second : -1);
+  }
   holds_.assign(sym->table.size(), -1);
   degree_.assign(sym->types.size(), -2);
+}
+
+std::optional<int64_t> Accounting::SearchedValue(core::AtomId x) const {
+  for (size_t i = 0; i < searched_.size(); ++i) {
+    if (searched_[i] == x && searched_values_[i] >= 0) return searched_values_[i];
+  }
+  return std::nullopt;
 }
 
 bool Accounting::AtomHoldsSearched(core::AtomId a) const {
@@ -269,6 +308,24 @@ bool Accounting::HoldsSearched(const core::DimExpr& d) const {
   return false;
 }
 
+Accounting::Holds Accounting::HowHolds(const core::DimExpr& d) const {
+  const std::optional<core::AtomId> atom = d.AsAtom();
+  if (atom && std::find(searched_.begin(), searched_.end(), *atom) != searched_.end()) {
+    return Holds::kExactly;
+  }
+  int linear = 0;  // terms k x, x searched, k > 0
+  for (const core::DimExpr::Term& t : d.terms()) {
+    const bool holds = std::any_of(t.monomial.begin(), t.monomial.end(),
+                                   [this](core::AtomId a) { return AtomHoldsSearched(a); });
+    if (!holds) continue;
+    const bool searched_atom =
+        t.monomial.size() == 1 &&
+        std::find(searched_.begin(), searched_.end(), t.monomial[0]) != searched_.end();
+    if (!searched_atom || t.coef <= 0 || ++linear > 1) return Holds::kOtherwise;
+  }
+  return linear == 1 ? Holds::kAffine : Holds::kOtherwise;
+}
+
 int Accounting::Degree(int id) const {
   if (id < 0 || static_cast<size_t>(id) >= degree_.size()) return -1;
   int8_t& memo = degree_[static_cast<size_t>(id)];
@@ -277,26 +334,72 @@ int Accounting::Degree(int id) const {
   const auto& shape = g_.symbolic->types[static_cast<size_t>(id)].shape;
   if (!shape) return memo;
   int degree = 0;
-  for (const core::DimExpr& d : *shape) {
-    if (d.IsConstant()) continue;
-    const std::optional<core::AtomId> atom = d.AsAtom();
-    if (atom && std::find(searched_.begin(), searched_.end(), *atom) != searched_.end()) {
-      ++degree;
-    } else if (HoldsSearched(d)) {
-      return memo;  // moved by the searched dim otherwise than as a factor of it
+  int affine_dim = -1;
+  for (size_t i = 0; i < shape->size(); ++i) {
+    const core::DimExpr& d = (*shape)[i];
+    if (d.IsConstant() || !HoldsSearched(d)) continue;
+    switch (HowHolds(d)) {
+      case Holds::kExactly:
+        ++degree;
+        break;
+      case Holds::kAffine:
+        if (affine_dim >= 0 || i + kAffineDim > INT8_MAX) return memo;
+        affine_dim = static_cast<int>(i);
+        break;
+      case Holds::kOtherwise:
+        return memo;  // moved by the searched dim otherwise than as a factor of it
     }
+  }
+  if (affine_dim >= 0) {
+    if (degree == 0) memo = static_cast<int8_t>(kAffineDim + affine_dim);
+    return memo;  // (an affine dim beside an exact one: none)
   }
   memo = static_cast<int8_t>(std::min(degree, 3));
   return memo;
 }
 
+uint64_t Accounting::AffineFixed(int id, size_t dim) const {
+  const core::MaybeDims dims = b_.shapes.Find(id);
+  if (!dims || dim >= (*dims).size() || (*dims)[dim] <= 0) return 0;
+  const int64_t bound = (*dims)[dim];
+  // r = the dim at the bound dims less its term k x.
+  const core::DimExpr& d = (*g_.symbolic->types[static_cast<size_t>(id)].shape)[dim];
+  int64_t rest = bound;
+  for (const core::DimExpr::Term& t : d.terms()) {
+    if (t.monomial.size() != 1 || !AtomHoldsSearched(t.monomial[0])) continue;
+    const std::optional<int64_t> x = SearchedValue(t.monomial[0]);
+    if (!x) return 0;
+    int64_t kx = 0;
+    if (__builtin_mul_overflow(t.coef, *x, &kx) || __builtin_sub_overflow(rest, kx, &rest)) {
+      return 0;
+    }
+  }
+  if (rest <= 0 || rest > bound) return 0;
+  using Wide = unsigned __int128;
+  return static_cast<uint64_t>(Wide{Eff(id)} * static_cast<uint64_t>(rest) /
+                               static_cast<uint64_t>(bound));
+}
+
+TermParts Accounting::ScaledParts(TermParts p, uint64_t of, uint64_t bytes) {
+  if (of == 0) return {};
+  using Wide = unsigned __int128;
+  const auto scaled = [&](uint64_t part) {
+    return static_cast<uint64_t>(Wide{std::min(part, of)} * bytes / of);
+  };
+  return {scaled(p.fixed), scaled(p.quadratic)};
+}
+
 TermParts Accounting::PartsOf(int id) const {
-  switch (Degree(id)) {
+  const int degree = Degree(id);
+  switch (degree) {
     case 0:
       return {Eff(id), 0};
     case 2:
       return {0, Eff(id)};
     default:
+      if (degree >= kAffineDim) {
+        return {AffineFixed(id, static_cast<size_t>(degree - kAffineDim)), 0};
+      }
       return {};
   }
 }
@@ -482,7 +585,10 @@ Accounting::Activations Accounting::SavedAndTransientsOf(StepTerms* terms) const
     const int seg = seg_of[k];
     for (const ops::SavedTensor& s : facts_.Saved(k)) {
       if (s.value < 0) {
-        saved.Bytes(s.bytes, seg, -1, node, {kParts && s.fixed ? s.bytes : 0, 0});
+        // (a copy has its source's dims: the same parts, in its own bytes)
+        const TermParts p = s.source >= 0 ? PartsIf<kParts>(s.source, s.bytes)
+                                          : TermParts{kParts && s.fixed ? s.bytes : 0, 0};
+        saved.Bytes(s.bytes, seg, -1, node, p);
         continue;
       }
       if (seg >= 0) {
@@ -495,9 +601,7 @@ Accounting::Activations Accounting::SavedAndTransientsOf(StepTerms* terms) const
       if (rule && rule->amp == ops::AmpPolicy::kFp32 && facts_.low(s.value) &&
           o_.precision != Precision::kBf16) {
         const uint64_t copy = b_.Bytes(s.value);
-        // (the copy has its value's dims: the same parts, in its own bytes)
-        const TermParts p = PartsIf<kParts>(s.value);
-        saved.Bytes(copy, seg, s.value, node, {p.fixed > 0 ? copy : 0, p.quadratic > 0 ? copy : 0});
+        saved.Bytes(copy, seg, s.value, node, PartsIf<kParts>(s.value, copy));
       }
     }
     const uint64_t conv_ws =

@@ -132,9 +132,11 @@ struct ModelStates {
 
 // The parts of a kept term's bytes by how the searched dim moves them (StepTerms::searched):
 // `fixed`, those it does not move (a value whose symbolic shape holds none of it, an extra
-// tensor its rule says is fixed, ops::SavedTensor); `quadratic`, those that grow with its square
-// (a value holding it in two dims, each exactly it: attention's [B, H, S, S] scores). The rest
-// are read as growing in proportion to it.
+// tensor its rule says is fixed, ops::SavedTensor; of a value with one dim k x + r affine in it,
+// the share r / (k x + r): a decode step's [B, H, 1, past + seq] scores); `quadratic`, those
+// that grow with its square (a value holding it in two dims, each exactly it: attention's
+// [B, H, S, S] scores). A copy a node saves of a value (autocast's, MatMul's contiguous one) has
+// the value's parts in its own bytes. The rest are read as growing in proportion to it.
 struct TermParts {
   uint64_t fixed = 0, quadratic = 0;
 };

@@ -50,9 +50,11 @@ struct SavedTensor {
   std::string_view what;
   int32_t operand = -1;
   // What ops::ValueFacts made of a saved input: the contiguous copy MatMul's reshape saves, or the
-  // copy autocast casts it to (value is then -1 and bytes the copy's).
+  // copy autocast casts it to (value is then -1 and bytes the copy's), and the value it copies,
+  // whose dims it has (-1 for no copy).
   enum class Copy : uint8_t { kNone, kContiguous, kAutocast };
   Copy copy = Copy::kNone;
+  int32_t source = -1;
   // An extra tensor whose bytes no symbolic dim of the data moves (BatchNormalization's
   // per-channel statistics, where the channel count is a constant): the same at every batch and
   // sequence length. (A saved value says so by its symbolic shape instead.) What the max-batch

@@ -367,6 +367,7 @@ void ValueFacts::AppendSaved(size_t k, std::vector<SavedTensor>* out) const {
     // matmul folds the operand with reshape: a contiguous copy, which bmm/mm saves.
     s.bytes = bytes(s.value);
     s.copy = SavedTensor::Copy::kContiguous;
+    s.source = s.value;
     s.value = -1;
   }
 }
@@ -400,6 +401,7 @@ void ValueFacts::AutocastCopiesOfSavedInputs(size_t k, const FusedChain* chain,
     if (!input) continue;  // an output the op saves is in its own precision
     s.bytes = lower ? bytes(s.value) / 2 : bytes(s.value) * 2;
     s.copy = SavedTensor::Copy::kAutocast;
+    s.source = s.value;
     s.value = -1;
   }
 }

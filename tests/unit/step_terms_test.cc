@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "api/term_candidates.h"
+#include "datasets/zoo/hf.h"
 #include "memest/json.h"
 #include "memest/memest.h"
 #include "memory/context.h"
@@ -124,6 +125,25 @@ void ExpectTheOriginCurveGives(const Model& m, Options o, std::string_view searc
     set(v);
     ExpectSamePeaks(curve->PeaksAt(v, one.stack), TraceAt(m, o).estimate,
                     where + " at " + std::to_string(v));
+  }
+}
+
+// The analytical search for the largest `dim` on `h100-80gb` under `o` takes three estimates --
+// 1, the answer and its successor -- and its answer fits, its successor not.
+void ExpectTheLongestInThreeEstimates(const Model& m, Options o, const std::string& dim) {
+  auto est = MakeEstimator("analytical");
+  ASSERT_TRUE(est.ok());
+  o.gpu = "h100-80gb";
+  auto gpu = ResolveGpuProfile(o);
+  ASSERT_TRUE(gpu.ok());
+  auto r = FindMaxDim(**est, m, o, dim, int64_t{1} << 24);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->evaluations, 3) << dim << " answer " << r->batch;
+  for (const int64_t v : {r->batch, r->batch + 1}) {
+    o.dims[dim] = v;
+    auto e = (*est)->Run(m, o);
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(CheckFit(*e, *gpu, o).fits, v == r->batch) << dim << " " << v;
   }
 }
 
@@ -422,23 +442,49 @@ TEST(StepTermsTest, ThroughTheOriginAQuadraticPartGrowsWithTheSquare) {
   }
   // So its longest sequence takes three estimates -- 1, the answer and its successor -- where
   // the parabolas needed two estimates first (four in all before, 2026-11-30).
-  auto est = MakeEstimator("analytical");
-  ASSERT_TRUE(est.ok());
   Options o;
-  o.gpu = "h100-80gb";
   o.batch = 4;
   o.attention = Attention::kEager;
-  auto gpu = ResolveGpuProfile(o);
-  ASSERT_TRUE(gpu.ok());
-  auto r = FindMaxDim(**est, *model, o, "seq", int64_t{1} << 24);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->evaluations, 3) << "answer " << r->batch;
-  for (const int64_t seq : {r->batch, r->batch + 1}) {
-    o.dims["seq"] = seq;
-    auto e = (*est)->Run(*model, o);
-    ASSERT_TRUE(e.ok());
-    EXPECT_EQ(CheckFit(*e, *gpu, o).fits, seq == r->batch) << "seq " << seq;
-  }
+  ExpectTheLongestInThreeEstimates(*model, o, "seq");
+}
+
+// What a node saves as a copy of a value -- autocast's cast of it, MatMul's contiguous copy --
+// has the value's dims, so the value's parts in its own bytes: under AMP, GPT-2's tied LM-head
+// weight's bf16 copy is fixed and the attention probabilities' copy quadratic. Read as growing
+// with the sequence (no value, no parts), the weight's copy put the first guess at a fifth of the
+// answer: 5 estimates, now 3.
+TEST(StepTermsTest, ACopyOfAValueHasItsParts) {
+  auto model = HfModel("gpt2.json");
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 2;
+  o.attention = Attention::kEager;
+  o.precision = Precision::kAmpBf16;
+  ExpectTheOriginCurveGives(*model, o, "seq", 64, {100, 1000, 3000}, "amp seq");
+  ExpectTheLongestInThreeEstimates(*model, o, "seq");
+}
+
+// A decode step's tensors that hold its past and the new token at once ([B, H, 1, past + seq]
+// scores, the cache the step returns) have a fixed part: the seq positions' bytes (read at the
+// bound dims, the term k past taken out). Through the origin and one estimate the curves give the
+// step at other past lengths; read as growing with the past they did not (the first guess was
+// half the answer), and the longest past took five estimates, now three -- 1, the answer and its
+// successor.
+TEST(StepTermsTest, ThroughTheOriginAnAffineDimHasAFixedPart) {
+  zoo::HfGraphOptions decode;
+  decode.phase = zoo::HfGraphOptions::kDecode;
+  auto model = HfModel("gpt2.json", decode);
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.mode = Mode::kInfer;
+  o.batch = 8;
+  o.attention = Attention::kEager;
+  o.dims["seq"] = 1;
+  ExpectTheOriginCurveGives(*model, o, "past", 1, {2, 1000, 136617}, "decode past");
+  o.dims["seq"] = 3;  // (the seq positions' part is the bound seq, not a constant 1)
+  ExpectTheOriginCurveGives(*model, o, "past", 5, {1, 77, 5000}, "seq 3 past");
+  o.dims["seq"] = 1;
+  ExpectTheLongestInThreeEstimates(*model, o, "past");
 }
 
 // A language model's eager attention scores grow with the square of the sequence: parabolas through
