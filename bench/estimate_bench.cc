@@ -11,7 +11,8 @@
 // same graph; and a Llama-3-8B prefill graph estimated at seq 2,048 and 32,768 (the time does not
 // depend on the sequence length: binding evaluates the shapes inferred once); Qwen2.5-0.5B's
 // decode step after the prefill of its past (symbolic, batch 16, a100-40gb), one estimate and its
-// --max-dim past by replay and by the exact search. Load includes the
+// --max-dim past by replay and by the exact search, and the same step alone by the analytical
+// backend (one estimate, its --max-dim past). Load includes the
 // symbolic shape inference, which runs once per model; Estimate is one backend run at batch 64
 // (binding dims only evaluates the inferred shapes); MaxBatch is FindMaxBatch on h100-80gb
 // (analytical unless named). Every estimate here is a first one: a loaded model keeps the graphs
@@ -32,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "bench/bench_models.h"
 #include "bench/per_node.h"
@@ -403,41 +405,46 @@ void BM_EstimateAtMaxSeq(benchmark::State& state, const std::string& name) {
   state.counters["seq"] = static_cast<double>(found->batch);
 }
 
-// A decode step of a config ("hf-decode:<config>") after the prefill of its past
-// ("hf-prefill:<config>", Options::prefill), symbolic, in inference at batch 16 on a100-40gb:
-// the step and its options, or nullopt once the benchmark is skipped.
+// A decode step of a config ("hf-decode:<config>") in inference at batch 16 on a100-40gb: with
+// the symbolic backend after the prefill of its past ("hf-prefill:<config>", Options::prefill),
+// with the analytical one alone (it simulates no prefill). The step and its options, or nullopt
+// once the benchmark is skipped.
 struct Decode {
   Subject step;
-  std::shared_ptr<const memest::Model> prefill;
+  std::shared_ptr<const memest::Model> prefill;  // null: none
   memest::Options options;
 
   // Forget for both graphs: the prefill's bound graph is kept by its own model.
   void ForgetBoth() const {
     Forget(*step.model);
-    Forget(*prefill);
+    if (prefill != nullptr) Forget(*prefill);
   }
 };
-std::optional<Decode> SetUpDecode(benchmark::State& state, const std::string& config) {
-  auto step = SetUp(state, "hf-decode:" + config, "symbolic");
+std::optional<Decode> SetUpDecode(benchmark::State& state, const std::string& config,
+                                  const char* backend = "symbolic") {
+  auto step = SetUp(state, "hf-decode:" + config, backend);
   if (!step) return std::nullopt;
-  auto prefill = LoadForBench("hf-prefill:" + config);
-  if (prefill == nullptr) {
-    state.SkipWithError("the prefill graph did not load");
-    return std::nullopt;
-  }
   memest::Options o;
   o.gpu = "a100-40gb";
   o.mode = memest::Mode::kInfer;
   o.batch = 16;
   o.dims["seq"] = 1;
-  o.prefill = memest::DecodePrefill{prefill};
+  std::shared_ptr<const memest::Model> prefill;
+  if (std::string_view(backend) == "symbolic") {
+    prefill = LoadForBench("hf-prefill:" + config);
+    if (prefill == nullptr) {
+      state.SkipWithError("the prefill graph did not load");
+      return std::nullopt;
+    }
+    o.prefill = memest::DecodePrefill{prefill};
+  }
   return Decode{std::move(*step), std::move(prefill), std::move(o)};
 }
 
 // The longest past that fits (FindMaxDim "past"), the prefill included.
-void BM_MaxPast(benchmark::State& state, const std::string& config,
-                memest::MaxBatchSearch search) {
-  auto d = SetUpDecode(state, config);
+void BM_MaxPast(benchmark::State& state, const std::string& config, memest::MaxBatchSearch search,
+                const char* backend = "symbolic") {
+  auto d = SetUpDecode(state, config, backend);
   if (!d) return;
   SearchEachIteration(
       state, *d->step.model,
@@ -449,14 +456,15 @@ void BM_MaxPast(benchmark::State& state, const std::string& config,
       "max_past");
 }
 
-// One estimate of the decode step after its prefill at `past` (0: at BM_MaxPast's answer, found
-// once, untimed), each a first one for both graphs.
-void BM_EstimatePast(benchmark::State& state, const std::string& config, int64_t past) {
-  auto d = SetUpDecode(state, config);
+// One estimate of the decode step (after its prefill, symbolic) at `past` (0: at BM_MaxPast's
+// answer, found once, untimed), each a first one for both graphs.
+void BM_EstimatePast(benchmark::State& state, const std::string& config, int64_t past,
+                     const char* backend = "symbolic") {
+  auto d = SetUpDecode(state, config, backend);
   if (!d) return;
   if (past == 0) {
-    auto found = memest::FindMaxDim(*d->step.est, *d->step.model, d->options, "past",
-                                    int64_t{1} << 24);
+    auto found =
+        memest::FindMaxDim(*d->step.est, *d->step.model, d->options, "past", int64_t{1} << 24);
     if (!found.ok() || found->batch < 1) {
       state.SkipWithError(found.ok() ? "nothing fits" : found.status().ToString().c_str());
       return;
@@ -552,6 +560,9 @@ BENCHMARK_CAPTURE(BM_EstimatePast, qwen25_05b_decode_past2048, std::string("qwen
 BENCHMARK_CAPTURE(BM_EstimatePast, qwen25_05b_decode_at_answer, std::string("qwen2.5-0.5b"), 0)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_MaxPast, qwen25_05b_decode, std::string("qwen2.5-0.5b"), memest::MaxBatchSearch::kAuto)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_MaxPast, qwen25_05b_decode_exact, std::string("qwen2.5-0.5b"), memest::MaxBatchSearch::kExact)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_EstimatePast, qwen25_05b_decode_past2048_analytical, std::string("qwen2.5-0.5b"), 2048, "analytical")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_EstimatePast, qwen25_05b_decode_at_answer_analytical, std::string("qwen2.5-0.5b"), 0, "analytical")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaxPast, qwen25_05b_decode_analytical, std::string("qwen2.5-0.5b"), memest::MaxBatchSearch::kAuto, "analytical")->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_HfPrefillEstimate, llama3_8b_prefill_seq2k, std::string("hf-prefill:meta-llama-3-8b"), 2048)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_HfPrefillEstimate, llama3_8b_prefill_seq32k, std::string("hf-prefill:meta-llama-3-8b"), 32768)->Unit(benchmark::kMillisecond);
 // clang-format on

@@ -96,6 +96,8 @@ def speed_table(data):
     dec = t("BM_EstimatePast/qwen25_05b_decode_past2048")
     dec_at = t("BM_EstimatePast/qwen25_05b_decode_at_answer")
     mp = "BM_MaxPast/qwen25_05b_decode"
+    dec_a = t("BM_EstimatePast/qwen25_05b_decode_past2048_analytical")
+    mpa = "BM_MaxPast/qwen25_05b_decode_analytical"
     rows = [
         ("ResNet-50: protobuf parse", parse, "1 × parse"),
         ("ResNet-50: load", t("BM_Load/resnet50"), f"{t('BM_Load/resnet50') / parse:.2f} × parse"),
@@ -142,6 +144,9 @@ def speed_table(data):
          f"{t(mp) / dec:.1f} × the estimate at 2,048; {t(mp) / dec_at:.1f} × the one at the answer"),
         (f"same, exact search ({counter(mp + '_exact', 'evaluations'):.0f} estimates)", t(mp + "_exact"),
          f"{t(mp + '_exact') / dec:.1f} × the estimate at 2,048"),
+        ("the same decode step alone, analytical: one estimate at past 2,048", dec_a, "1 ×"),
+        (f"its --max-dim past analytical ({plural(counter(mpa, 'evaluations'), 'estimate')}; answer "
+         f"{counter(mpa, 'max_past'):,.0f})", t(mpa), f"{t(mpa) / dec_a:.1f} × one estimate"),
         ("Qwen2.5-0.5B prefill, analytical estimate at seq 2,048", seq_p, "1 ×"),
         (f"its --max-dim seq analytical ({plural(counter(msp, 'evaluations'), 'estimate')}; answer "
          f"{counter(msp, 'max_seq'):.0f})", t(msp), f"{t(msp) / seq_p:.1f} × one estimate"),
