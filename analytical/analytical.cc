@@ -212,9 +212,9 @@ class Accounting {
   // unknown atom is read as holding one).
   bool HoldsSearched(const core::DimExpr& d) const;
   bool AtomHoldsSearched(core::AtomId a) const;
-  // How `d` holds the searched atoms (HoldsSearched true): as exactly one of them, as k x + r
-  // with k > 0 (x one of them, r holding none), or otherwise.
-  enum class Holds : uint8_t { kExactly, kAffine, kOtherwise };
+  // How `d` holds the searched atoms: not at all, as exactly one of them, as k x + r with k > 0
+  // (x one of them, r holding none), or otherwise.
+  enum class Holds : uint8_t { kNone, kExactly, kAffine, kOtherwise };
   Holds HowHolds(const core::DimExpr& d) const;
   // The bound value of searched atom x, or nullopt.
   std::optional<int64_t> SearchedValue(core::AtomId x) const;
@@ -323,7 +323,7 @@ Accounting::Holds Accounting::HowHolds(const core::DimExpr& d) const {
         std::find(searched_.begin(), searched_.end(), t.monomial[0]) != searched_.end();
     if (!searched_atom || t.coef <= 0 || ++linear > 1) return Holds::kOtherwise;
   }
-  return linear == 1 ? Holds::kAffine : Holds::kOtherwise;
+  return linear == 1 ? Holds::kAffine : Holds::kNone;
 }
 
 int Accounting::Degree(int id) const {
@@ -336,9 +336,9 @@ int Accounting::Degree(int id) const {
   int degree = 0;
   int affine_dim = -1;
   for (size_t i = 0; i < shape->size(); ++i) {
-    const core::DimExpr& d = (*shape)[i];
-    if (d.IsConstant() || !HoldsSearched(d)) continue;
-    switch (HowHolds(d)) {
+    switch (HowHolds((*shape)[i])) {
+      case Holds::kNone:
+        break;
       case Holds::kExactly:
         ++degree;
         break;
