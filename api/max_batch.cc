@@ -9,16 +9,17 @@
 //    verdict is an estimate's either way.
 //  * The symbolic backend's max batch (and max dim) first goes through its replay
 //    (ReplayLargestFitting; symbolic/batch_trace.h): the step's allocator requests are traced at
-//    batch 2 and at one larger batch (a dim: at three values, so that sizes growing with its
-//    square are parabolas), each malloc's size is the curve through its traced sizes, and a
-//    batch is probed by replaying those requests through the allocator model within the budget
-//    (no graph walk, no binding). The probes start at the largest batch whose requested bytes
-//    alone stay within the budget; while none fits, the next is where the requested bytes and
-//    what the allocator held beyond them where the last replay ran out stay within it; then
-//    they step by how far the last one was from fitting (ReplaySearch). Where that stalls, the
-//    next steps down from the lowest failure by 1, 2, 4, ... batches while none fits (a probe
-//    that fits costs a whole replay, one that fails only its requests up to the failing one),
-//    and bisects once one has.
+//    batch 2 and at one larger batch (a dim: at two values, each size that changes the parabola
+//    through them and the origin, so that sizes growing with its square are parabolas -- at three
+//    where a size has a constant part, BatchTrace::FitThroughOrigin), each malloc's size is the
+//    curve through its traced sizes, and a batch is probed by replaying those requests through
+//    the allocator model within the budget (no graph walk, no binding). The probes start at the
+//    largest batch whose requested bytes alone stay within the budget; while none fits, the next
+//    is where the requested bytes and what the allocator held beyond them where the last replay
+//    ran out stay within it; then they step by how far the last one was from fitting
+//    (ReplaySearch). Where that stalls, the next steps down from the lowest failure by 1, 2, 4,
+//    ... batches while none fits (a probe that fits costs a whole replay, one that fails only its
+//    requests up to the failing one), and bisects once one has.
 //  * A replay runs the training loop as the estimate does, until it repeats itself: past the
 //    traced iterations with the last one's requests (symbolic/batch_trace.h, the loop). A decode
 //    step after its prefill is traced and replayed with its prefill: the prefill's requests, then
@@ -883,7 +884,8 @@ std::optional<FirstTrace> TraceFirst(const Model& model, const Options& options,
 }
 
 // The symbolic backend's answer by replay, checked (policy at the top), from `curve_traces`
-// traces (2: lines, for the batch; 3: parabolas, for a dim such as the sequence length) of each
+// traces (2: lines, for the batch; 3: parabolas, for a dim such as the sequence length -- two of
+// them and the origin where every size is a polynomial without a constant term) of each
 // pipeline stage; nullopt when the replay cannot give one, with what it spent counted in *spent
 // and, where its search found an answer it could not vouch for, that answer in *unchecked (1
 // where kFirstTraced's requested bytes alone pass the budget: the answer is 0 or 1).
@@ -915,24 +917,45 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     // with three, one halfway.
     const std::vector<int64_t> at =
         TracedValues(first->at, first->step, first->peak, budget, limit, curve_traces);
-    std::vector<std::vector<symbolic::StepTrace>> kept;  // [value][stage]
+    // [value][stage], in the order traced: the first, the farthest, then (where needed) halfway.
+    std::vector<std::vector<symbolic::StepTrace>> kept;
+    std::vector<int64_t> kept_at;
     kept.reserve(at.size());
     kept.push_back(std::move(first->traces));
-    for (size_t i = 1; i < at.size(); ++i) {
-      auto more = TraceAt(model, options, set, at[i]);
-      if (!more || more->second.size() != stages) return std::nullopt;
+    kept_at.push_back(at.front());
+    auto trace_at = [&](int64_t v) {
+      auto more = TraceAt(model, options, set, v);
+      if (!more || more->second.size() != stages) return false;
       spent->traces += static_cast<int>(stages);
       kept.push_back(std::move(more->second));
+      kept_at.push_back(v);
+      return true;
+    };
+    if (!trace_at(at.back())) return std::nullopt;
+    // Each stage's curves through the traces at these values (kept[i] at kept_at[i]), by `fit`.
+    auto fit_all = [&](const std::vector<size_t>& order, auto fit) {
+      std::vector<symbolic::BatchTrace> out;
+      out.reserve(stages);
+      for (size_t s = 0; s < stages; ++s) {
+        std::vector<symbolic::Traced> traced;
+        for (const size_t i : order) traced.push_back({kept_at[i], &kept[i][s]});
+        std::optional<symbolic::BatchTrace> trace = fit(traced);
+        if (!trace) return std::optional<std::vector<symbolic::BatchTrace>>();
+        out.push_back(std::move(trace).value());
+      }
+      return std::optional<std::vector<symbolic::BatchTrace>>(std::move(out));
+    };
+    // A dim's sizes are parabolas: through the origin when each grows as a polynomial without a
+    // constant term (BatchTrace::FitThroughOrigin), else through a third trace, halfway.
+    std::optional<std::vector<symbolic::BatchTrace>> fitted;
+    if (at.size() == 3) fitted = fit_all({0, 1}, symbolic::BatchTrace::FitThroughOrigin);
+    if (!fitted && at.size() == 3 && !trace_at(at[1])) return std::nullopt;
+    if (!fitted) {
+      fitted = fit_all(at.size() == 3 ? std::vector<size_t>{0, 2, 1} : std::vector<size_t>{0, 1},
+                       symbolic::BatchTrace::Fit);
     }
-    std::vector<symbolic::BatchTrace> traces;
-    traces.reserve(stages);
-    for (size_t s = 0; s < stages; ++s) {
-      std::vector<symbolic::Traced> traced;
-      for (size_t i = 0; i < at.size(); ++i) traced.push_back({at[i], &kept[i][s]});
-      std::optional<symbolic::BatchTrace> trace = symbolic::BatchTrace::Fit(traced);
-      if (!trace) return std::nullopt;
-      traces.push_back(std::move(trace).value());
-    }
+    if (!fitted) return std::nullopt;
+    std::vector<symbolic::BatchTrace> traces = std::move(fitted).value();
     std::vector<Prober> probers;
     probers.reserve(stages);
     for (const symbolic::BatchTrace& t : traces) probers.emplace_back(t, ctx, budget, options, gpu);

@@ -18,6 +18,14 @@ uint64_t Saturate(Wide v) {
   return v >= static_cast<Wide>(kMax) ? kMax : static_cast<uint64_t>(v);
 }
 
+// Whether a size s1 at v1 and s2 at v2 > v1 is a v + b v^2 with a, b >= 0 (BatchTrace::FitOver):
+// it grows at least in proportion to the value and at most with its square. (s < 2^46 and
+// v <= 2^24: the products stay within 128 bits.)
+bool GrowsLikeItsValue(uint64_t s1, uint64_t s2, int64_t v1, int64_t v2) {
+  const Wide a = s1, b = s2, x = v1, y = v2;
+  return a * y <= b * x && b * x * x <= a * y * y;
+}
+
 }  // namespace
 
 uint64_t PeakRequested(const std::vector<AllocatorRequest>& requests) {
@@ -36,8 +44,22 @@ uint64_t PeakRequested(const std::vector<AllocatorRequest>& requests) {
 }
 
 std::optional<BatchTrace> BatchTrace::Fit(const std::vector<Traced>& traces) {
+  if (traces.size() < 2 || traces.size() > 3) return std::nullopt;
+  return FitOver(traces, /*through_origin=*/false);
+}
+
+std::optional<BatchTrace> BatchTrace::FitThroughOrigin(const std::vector<Traced>& traces) {
+  if (traces.size() != 2) return std::nullopt;
+  return FitOver(traces, /*through_origin=*/true);
+}
+
+// Through the origin, curve j's sizes are {0, s1, s2} at {0, v1, v2} -- or {s1, s1, s1}, the
+// same size at every value, where s1 == s2 -- and the parabola through them is a v + b v^2 with
+// b = (s2 v1 - s1 v2) / (v1 v2 (v2 - v1)) and a = (s1 v2^2 - s2 v1^2) / (v1 v2 (v2 - v1)): both
+// at least 0 exactly when s1 v2 <= s2 v1 <= s1 v2^2 / v1, which SizeGrowsLikeItsValue checks.
+std::optional<BatchTrace> BatchTrace::FitOver(const std::vector<Traced>& traces,
+                                              bool through_origin) {
   const size_t k = traces.size();
-  if (k < 2 || k > 3) return std::nullopt;
   bool loops = true;
   std::vector<int64_t> at;
   for (size_t i = 0; i < k; ++i) {
@@ -54,6 +76,7 @@ std::optional<BatchTrace> BatchTrace::Fit(const std::vector<Traced>& traces) {
     }
     at.push_back(traces[i].at);
   }
+  if (through_origin) at.insert(at.begin(), 0);
   std::optional<base::SizeCurves> curves = base::SizeCurves::Over(at);
   if (!curves) return std::nullopt;
   BatchTrace t;
@@ -74,8 +97,16 @@ std::optional<BatchTrace> BatchTrace::Fit(const std::vector<Traced>& traces) {
       continue;
     }
     uint64_t s[3] = {0, 0, 0};
-    for (size_t i = 0; i < k; ++i) s[i] = traces[i].trace->requests[r].bytes;
-    if (!t.curves_.Add(std::span<const uint64_t>(s, k))) return std::nullopt;
+    const size_t first = through_origin ? 1 : 0;  // s[0] is the origin's 0
+    for (size_t i = 0; i < k; ++i) s[first + i] = traces[i].trace->requests[r].bytes;
+    if (through_origin) {
+      if (s[1] == s[2]) {
+        s[0] = s[1];
+      } else if (!GrowsLikeItsValue(s[1], s[2], at[1], at[2])) {
+        return std::nullopt;
+      }
+    }
+    if (!t.curves_.Add(std::span<const uint64_t>(s, k + first))) return std::nullopt;
     t.most_alive_ = std::max(t.most_alive_, ++alive);
   }
   t.loops_ = loops && t.FindLoop(traces[0].trace->previous_begins, traces[0].trace->last_begins);

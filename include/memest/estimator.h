@@ -150,8 +150,9 @@ Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& mod
 // predicts the model fits, with the batch and every other dim as `options` binds them; the same
 // search as FindMaxBatch, result in MaxBatchResult::batch (0 when even 1 does not fit). A peak
 // that grows faster than linearly (eager attention, quadratic in the sequence) takes a few more
-// estimates in the exact search; the symbolic replay traces the step at three values, so that
-// each size is the parabola through its three sizes. InvalidArgument when `dim` is not a
+// estimates in the exact search; the symbolic replay traces the step at two values and reads
+// each size as the parabola through them and the origin (at three values, each size the parabola
+// through its three sizes, where a size has a constant part). InvalidArgument when `dim` is not a
 // symbolic dim of a data input, or is bound in options.dims too.
 Result<MaxBatchResult> FindMaxDim(const Estimator& estimator, const Model& model,
                                   const Options& options, const std::string& dim,
