@@ -9,14 +9,14 @@
 //    verdict is an estimate's either way.
 //  * The symbolic backend's max batch (and max dim) first goes through its replay
 //    (ReplayLargestFitting; symbolic/batch_trace.h): the step's allocator requests are traced at
-//    batch 2 and at one larger batch (a dim: at two values, each size that changes the parabola
-//    through them and the origin, so that sizes growing with its square are parabolas -- at three
-//    where a size has a constant part, BatchTrace::FitThroughOrigin), each malloc's size is the
-//    curve through its traced sizes, and a batch is probed by replaying those requests through
-//    the allocator model within the budget (no graph walk, no binding). The probes start at the
-//    largest batch whose requested bytes alone stay within the budget; while none fits, the next
-//    is where the requested bytes and what the allocator held beyond them where the last replay
-//    ran out stay within it; then they step by how far the last one was from fitting
+//    batch 2 and at one larger batch (a dim: at two values, each size the parabola through them
+//    and the origin, so that sizes growing with its square are parabolas, or the line through them
+//    where it grows more slowly -- at three where that cannot be, BatchTrace::FitFromTwo), each
+//    malloc's size is the curve through its traced sizes, and a batch is probed by replaying those
+//    requests through the allocator model within the budget (no graph walk, no binding). The probes
+//    start at the largest batch whose requested bytes alone stay within the budget; while none
+//    fits, the next is where the requested bytes and what the allocator held beyond them where the
+//    last replay ran out stay within it; then they step by how far the last one was from fitting
 //    (ReplaySearch). Where that stalls, the next steps down from the lowest failure by 1, 2, 4,
 //    ... batches while none fits (a probe that fits costs a whole replay, one that fails only its
 //    requests up to the failing one), and bisects once one has.
@@ -884,8 +884,8 @@ std::optional<FirstTrace> TraceFirst(const Model& model, const Options& options,
 }
 
 // The symbolic backend's answer by replay, checked (policy at the top), from `curve_traces`
-// traces (2: lines, for the batch; 3: parabolas, for a dim such as the sequence length -- two of
-// them and the origin where every size is a polynomial without a constant term) of each
+// traces (2: lines, for the batch; 3: parabolas, for a dim such as the sequence length -- two
+// where BatchTrace::FitFromTwo gives every size its curve) of each
 // pipeline stage; nullopt when the replay cannot give one, with what it spent counted in *spent
 // and, where its search found an answer it could not vouch for, that answer in *unchecked (1
 // where kFirstTraced's requested bytes alone pass the budget: the answer is 0 or 1).
@@ -945,10 +945,10 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
       }
       return std::optional<std::vector<symbolic::BatchTrace>>(std::move(out));
     };
-    // A dim's sizes are parabolas: through the origin when each grows as a polynomial without a
-    // constant term (BatchTrace::FitThroughOrigin), else through a third trace, halfway.
+    // A dim's sizes are parabolas: through two traces where each grows as a tensor's bytes over
+    // dims of the dim's size (BatchTrace::FitFromTwo), else through a third, halfway.
     std::optional<std::vector<symbolic::BatchTrace>> fitted;
-    if (at.size() == 3) fitted = fit_all({0, 1}, symbolic::BatchTrace::FitThroughOrigin);
+    if (at.size() == 3) fitted = fit_all({0, 1}, symbolic::BatchTrace::FitFromTwo);
     if (!fitted && at.size() == 3 && !trace_at(at[1])) return std::nullopt;
     if (!fitted) {
       fitted = fit_all(at.size() == 3 ? std::vector<size_t>{0, 2, 1} : std::vector<size_t>{0, 1},

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace memest::symbolic {
 namespace {
@@ -26,6 +27,17 @@ bool GrowsLikeItsValue(uint64_t s1, uint64_t s2, int64_t v1, int64_t v2) {
   return a * y <= b * x && b * x * x <= a * y * y;
 }
 
+// The size at value 0 of the line through s1 at v1 and s2 at v2 > v1, where it is a whole number
+// of bytes at least 0 (a size k (v + r) with whole k and r: a decode step's past + 1 positions);
+// nullopt otherwise.
+std::optional<uint64_t> LineAtZero(uint64_t s1, uint64_t s2, int64_t v1, int64_t v2) {
+  const Wide rise = static_cast<Wide>(s2) - s1, run = v2 - v1;
+  if ((rise * v1) % run != 0) return std::nullopt;
+  const Wide at0 = static_cast<Wide>(s1) - rise * v1 / run;
+  if (at0 < 0) return std::nullopt;
+  return static_cast<uint64_t>(at0);
+}
+
 }  // namespace
 
 uint64_t PeakRequested(const std::vector<AllocatorRequest>& requests) {
@@ -45,20 +57,21 @@ uint64_t PeakRequested(const std::vector<AllocatorRequest>& requests) {
 
 std::optional<BatchTrace> BatchTrace::Fit(const std::vector<Traced>& traces) {
   if (traces.size() < 2 || traces.size() > 3) return std::nullopt;
-  return FitOver(traces, /*through_origin=*/false);
+  return FitOver(traces, /*from_two=*/false);
 }
 
-std::optional<BatchTrace> BatchTrace::FitThroughOrigin(const std::vector<Traced>& traces) {
+std::optional<BatchTrace> BatchTrace::FitFromTwo(const std::vector<Traced>& traces) {
   if (traces.size() != 2) return std::nullopt;
-  return FitOver(traces, /*through_origin=*/true);
+  return FitOver(traces, /*from_two=*/true);
 }
 
-// Through the origin, curve j's sizes are {0, s1, s2} at {0, v1, v2} -- or {s1, s1, s1}, the
-// same size at every value, where s1 == s2 -- and the parabola through them is a v + b v^2 with
-// b = (s2 v1 - s1 v2) / (v1 v2 (v2 - v1)) and a = (s1 v2^2 - s2 v1^2) / (v1 v2 (v2 - v1)): both
-// at least 0 exactly when s1 v2 <= s2 v1 <= s1 v2^2 / v1, which SizeGrowsLikeItsValue checks.
-std::optional<BatchTrace> BatchTrace::FitOver(const std::vector<Traced>& traces,
-                                              bool through_origin) {
+// From two traces, curve j's sizes are {0, s1, s2} at {0, v1, v2} -- or {s1, s1, s1}, the same
+// size at every value, where s1 == s2; or {s0, s1, s2} on the line through the two, where the size
+// grows more slowly than the value (LineAtZero) -- and the parabola through {0, s1, s2} is
+// a v + b v^2 with b = (s2 v1 - s1 v2) / (v1 v2 (v2 - v1)) and
+// a = (s1 v2^2 - s2 v1^2) / (v1 v2 (v2 - v1)): both at least 0 exactly when
+// s1 v2 <= s2 v1 <= s1 v2^2 / v1, which GrowsLikeItsValue checks.
+std::optional<BatchTrace> BatchTrace::FitOver(const std::vector<Traced>& traces, bool from_two) {
   const size_t k = traces.size();
   bool loops = true;
   std::vector<int64_t> at;
@@ -76,7 +89,7 @@ std::optional<BatchTrace> BatchTrace::FitOver(const std::vector<Traced>& traces,
     }
     at.push_back(traces[i].at);
   }
-  if (through_origin) at.insert(at.begin(), 0);
+  if (from_two) at.insert(at.begin(), 0);
   std::optional<base::SizeCurves> curves = base::SizeCurves::Over(at);
   if (!curves) return std::nullopt;
   BatchTrace t;
@@ -97,13 +110,16 @@ std::optional<BatchTrace> BatchTrace::FitOver(const std::vector<Traced>& traces,
       continue;
     }
     uint64_t s[3] = {0, 0, 0};
-    const size_t first = through_origin ? 1 : 0;  // s[0] is the origin's 0
+    const size_t first = from_two ? 1 : 0;  // s[0] is the size at value 0
     for (size_t i = 0; i < k; ++i) s[first + i] = traces[i].trace->requests[r].bytes;
-    if (through_origin) {
+    if (from_two) {
       if (s[1] == s[2]) {
         s[0] = s[1];
       } else if (!GrowsLikeItsValue(s[1], s[2], at[1], at[2])) {
-        return std::nullopt;
+        // Slower than the value (faster than its square has no line to 0 at or above 0).
+        const std::optional<uint64_t> at0 = LineAtZero(s[1], s[2], at[1], at[2]);
+        if (!at0) return std::nullopt;
+        s[0] = *at0;
       }
     }
     if (!t.curves_.Add(std::span<const uint64_t>(s, k + first))) return std::nullopt;

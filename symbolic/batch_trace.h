@@ -8,12 +8,12 @@
 //    the same requests in the same order (the same frees of the same mallocs) give each malloc's
 //    size as the polynomial through its sizes, rounded down (base/size_curves.h): the line through
 //    two (a batch dim times the rest), the parabola through three (eager attention's [B, H, S, S]
-//    scores grow with the square of the sequence length). FitThroughOrigin reads the same
-//    parabolas off two traces and the origin where every size that changes is a v + b v^2 with
-//    a, b >= 0 (a tensor's bytes over dims of the searched size); a size with a constant part
-//    grows more slowly than the value and needs the third trace. A size that is neither (a
-//    workspace that is a fraction of its operands, a [N, N] matrix on two traces) is off its curve
-//    elsewhere, and Matches() says so when a trace at that value is compared.
+//    scores grow with the square of the sequence length). FitFromTwo reads the same curves off
+//    two traces where each size is a tensor's bytes over dims of the searched size: a v + b v^2
+//    with a, b >= 0 (through the origin), or k (v + r) (past + 1 positions), which grows more
+//    slowly than the value. A size that is neither (a workspace that is a fraction of its
+//    operands, a [N, N] matrix on two traces) is off its curve elsewhere, and Matches() says so
+//    when a trace at that value is compared.
 //  * The caching allocator decides on rounded sizes only (allocator.cc RoundSize; the requested
 //    bytes are only counted), so a trace matches the curves at v when each malloc rounds to the
 //    size its curve rounds to. Then Replay(v) hands the allocator model, request by request, what
@@ -63,15 +63,16 @@ class BatchTrace {
   // differ in anything but the mallocs' sizes, or a size falls as the value grows. The loop
   // goes on past the traced iterations when every trace loops, with the same iterations.
   [[nodiscard]] static std::optional<BatchTrace> Fit(const std::vector<Traced>& traces);
-  // The curves through two traces at increasing values >= 1 and the origin: each size that
-  // changes is the parabola through 0 at value 0 and its two sizes (a v + b v^2: in proportion to
-  // the value, to its square, or a sum of both), each other the same size at every value. What a
-  // third trace would give wherever every size is such a polynomial without a constant term, as a
-  // tensor's bytes over a dim of the searched size are. nullopt as Fit's, and where a size grows
-  // more slowly than in proportion to the value (a constant part: a decode step's past + 1
-  // positions) or faster than its square, which only a third trace can tell.
-  [[nodiscard]] static std::optional<BatchTrace> FitThroughOrigin(
-      const std::vector<Traced>& traces);
+  // The curves through two traces at increasing values >= 1, as a tensor's bytes over dims of
+  // the searched size grow: each size that grows at least in proportion to the value and at most
+  // with its square is the parabola through 0 at value 0 and its two sizes (a v + b v^2, a, b >=
+  // 0: [B, S, H], [B, H, S, S], or a sum of both); one that grows more slowly is the line through
+  // its two sizes (k (v + r): a decode step's [B, H, 1, past + 1] scores); one that does not
+  // change is the same at every value. What a third trace would give wherever every size is such
+  // a polynomial. nullopt as Fit's, and where a size grows faster than the square of the value, or
+  // more slowly than it on a line that is not a whole number of bytes at value 0, which only a
+  // third trace can tell.
+  [[nodiscard]] static std::optional<BatchTrace> FitFromTwo(const std::vector<Traced>& traces);
 
   // Whether `trace`, taken at value `v`, is what the curves give at v: the same requests, each
   // malloc rounding (under `config`) to the size its curve rounds to. With `prefix`, `trace` is
@@ -126,8 +127,8 @@ class BatchTrace {
  private:
   BatchTrace() = default;
 
-  // Fit and FitThroughOrigin.
-  static std::optional<BatchTrace> FitOver(const std::vector<Traced>& traces, bool through_origin);
+  // Fit and FitFromTwo (`from_two`).
+  static std::optional<BatchTrace> FitOver(const std::vector<Traced>& traces, bool from_two);
 
   // Reads the loop off the traced requests (StepTrace's iterations); false when the last
   // iteration frees a malloc older than the iteration before, its mallocs are not freed once each

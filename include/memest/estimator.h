@@ -151,8 +151,9 @@ Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& mod
 // search as FindMaxBatch, result in MaxBatchResult::batch (0 when even 1 does not fit). A peak
 // that grows faster than linearly (eager attention, quadratic in the sequence) takes a few more
 // estimates in the exact search; the symbolic replay traces the step at two values and reads
-// each size as the parabola through them and the origin (at three values, each size the parabola
-// through its three sizes, where a size has a constant part). InvalidArgument when `dim` is not a
+// each size as the parabola through them and the origin, or the line through them where it
+// grows more slowly than the value (at three values, each size the parabola through its three
+// sizes, where neither can be). InvalidArgument when `dim` is not a
 // symbolic dim of a data input, or is bound in options.dims too.
 Result<MaxBatchResult> FindMaxDim(const Estimator& estimator, const Model& model,
                                   const Options& options, const std::string& dim,

@@ -113,15 +113,16 @@ TEST(BatchTraceTest, ThreeTracesGiveEachSizeItsParabola) {
   EXPECT_FALSE(line->Matches(at9, 9, config));
 }
 
-// Through the origin, two traces give what three would wherever each size that changes is a
-// polynomial without a constant term: [B, S, H] activations (8 s), [B, H, S, S] scores (4096
-// s^2), both at once (4096 s^2 + 8 s), beside a weight-like size that does not change (100).
-// A size with a constant part (a decode step's past + 1 positions: 8 s + 100) or one that grows
-// faster than the square (s^3) needs the third trace.
-TEST(BatchTraceTest, TwoTracesAndTheOriginGiveSizesWithoutAConstantTheirParabolas) {
+// Two traces give what three would wherever each size that changes is a tensor's bytes over dims
+// of the searched size: [B, S, H] activations (8 s), [B, H, S, S] scores (4096 s^2), both at once
+// (4096 s^2 + 8 s), a decode step's [B, H, 1, past + 1] scores (8 s + 8), beside a weight-like
+// size that does not change (100). A size that grows faster than the square (s^3), or more slowly
+// than the value on a line that is no whole number of bytes at 0, needs the third trace.
+TEST(BatchTraceTest, TwoTracesGiveSizesOverTheSearchedDimTheirCurves) {
   const std::vector<std::function<uint64_t(uint64_t)>> sizes = {
       [](uint64_t v) { return 8 * v; }, [](uint64_t v) { return 4096 * v * v; },
-      [](uint64_t v) { return 4096 * v * v + 8 * v; }, [](uint64_t) { return uint64_t{100}; }};
+      [](uint64_t v) { return 4096 * v * v + 8 * v; }, [](uint64_t v) { return 8 * v + 8; },
+      [](uint64_t) { return uint64_t{100}; }};
   auto steps = [&sizes](uint64_t v) {
     std::vector<AllocatorRequest> requests;
     for (const auto& size : sizes) requests.push_back({size(v), -1});
@@ -129,29 +130,29 @@ TEST(BatchTraceTest, TwoTracesAndTheOriginGiveSizesWithoutAConstantTheirParabola
     return Steps(std::move(requests));
   };
   const StepTrace at128 = steps(128), at512 = steps(512), at1024 = steps(1024);
-  auto origin = BatchTrace::FitThroughOrigin({{128, &at128}, {1024, &at1024}});
-  ASSERT_TRUE(origin.has_value());
+  auto two = BatchTrace::FitFromTwo({{128, &at128}, {1024, &at1024}});
+  ASSERT_TRUE(two.has_value());
   auto three = BatchTrace::Fit({{128, &at128}, {512, &at512}, {1024, &at1024}});
   ASSERT_TRUE(three.has_value());
   const symbolic::AllocatorConfig config;
   for (const int64_t v : {1, 127, 129, 700, 2049, 100'000}) {
-    EXPECT_TRUE(origin->Matches(steps(static_cast<uint64_t>(v)), v, config)) << v;
-    const std::vector<AllocatorRequest> a = origin->RequestsAt(v), b = three->RequestsAt(v);
+    EXPECT_TRUE(two->Matches(steps(static_cast<uint64_t>(v)), v, config)) << v;
+    const std::vector<AllocatorRequest> a = two->RequestsAt(v), b = three->RequestsAt(v);
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) {
       EXPECT_TRUE(a[i].bytes == b[i].bytes && a[i].freed == b[i].freed) << v << ": " << i;
     }
   }
-  EXPECT_EQ(origin->LargestWithin(1'000'000'000, 1 << 20),
+  EXPECT_EQ(two->LargestWithin(1'000'000'000, 1 << 20),
             three->LargestWithin(1'000'000'000, 1 << 20));
 
   for (const auto& other : std::vector<std::function<uint64_t(uint64_t)>>{
-           [](uint64_t v) { return 8 * v + 100; }, [](uint64_t v) { return v * v * v; }}) {
+           [](uint64_t v) { return v * v * v; }, [](uint64_t v) { return 1000 + v / 896; }}) {
     const StepTrace a = Steps({{other(128), -1}, {0, 0}}), b = Steps({{other(1024), -1}, {0, 0}});
-    EXPECT_FALSE(BatchTrace::FitThroughOrigin({{128, &a}, {1024, &b}}).has_value());
+    EXPECT_FALSE(BatchTrace::FitFromTwo({{128, &a}, {1024, &b}}).has_value());
     EXPECT_TRUE(BatchTrace::Fit({{128, &a}, {1024, &b}}).has_value());  // as a line
   }
-  EXPECT_FALSE(BatchTrace::FitThroughOrigin({{128, &at128}, {512, &at512}, {1024, &at1024}})
+  EXPECT_FALSE(BatchTrace::FitFromTwo({{128, &at128}, {512, &at512}, {1024, &at1024}})
                    .has_value());  // two traces only
 }
 
@@ -682,10 +683,10 @@ void Compare(const Model& model, const Options& o, const std::string& what, Tall
 
 // Memory-efficient attention pads its logsumexp to 32 rows and its mask copies to 8 columns, so
 // sizes are off any parabola in the sequence length and the successor's trace does not match.
-// Traced at multiples of 128, the curves are right there and close in between (two traces there
-// give each size its curve through the origin), and the replay's answer is confirmed by two
-// estimates, its own and its successor's, where the exact search alone takes more. Pythia-160m,
-// the longest sequence at batch 4 on h100-80gb.
+// Traced at multiples of 128 (two traces there give each size its curve), the curves are right
+// there and close in between, and the replay's answer is confirmed by two estimates, its own and
+// its successor's, where the exact search alone takes more. Pythia-160m, the longest sequence at
+// batch 4 on h100-80gb.
 TEST(MaxBatchReplayTest, TheReplaysAnswerIsConfirmedByTwoEstimates) {
   auto model = testing::HfModel("pythia-160m.RECONSTRUCTED.json");
   ASSERT_NE(model, nullptr);
