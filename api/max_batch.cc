@@ -455,12 +455,14 @@ Estimate Unaffordable() {
 // not fit. With `hint` in [2, limit] (the replay's answer, which it could not vouch for), the
 // candidates after 1 are the hint and, when it fits, its successor; `made` holds estimates made
 // already (ConfirmHint's), which the search reads instead of estimating again (not counted again
-// in evaluations).
+// in evaluations). With `vouch` (MaxBatchSearch::kAuto), an answer whose successor the terms'
+// curves vouch for (TermCandidates::VouchForSuccessor) ends the search without the successor's
+// estimate.
 template <typename Set, typename Label>
 Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& model,
                                    const Options& options, const GpuProfile& gpu, int64_t limit,
                                    Label label, Set set, int term_points, std::string_view searched,
-                                   int64_t hint = 0,
+                                   bool vouch, int64_t hint = 0,
                                    const std::vector<std::pair<int64_t, Estimate>>& made = {}) {
   MaxBatchResult r;
   Options o = options;
@@ -533,6 +535,13 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
     if (!fit.fits || next >= limit) hinted.clear();
     if (from_terms) from_terms->Record(next, std::move(terms), e, fit);
     if (fit.fits) r.at_batch = std::move(e);
+    // The curves are exact at the largest fitting value, to the byte, and say its successor does
+    // not fit: that is the estimate's verdict there (TermCandidates::VouchForSuccessor).
+    if (vouch && fit.fits && next < limit && from_terms && from_terms->VouchForSuccessor(next) &&
+        next == search.largest_fitting()) {
+      r.batch = next;
+      return r;
+    }
   }
   r.batch = search.largest_fitting();
   return r;
@@ -1051,9 +1060,10 @@ Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Mo
   if (auto r = ConfirmHint(estimator, model, options, gpu, limit, set, unchecked, &spent, &made)) {
     return std::move(r).value();
   }
-  MEMEST_ASSIGN_OR_RETURN(MaxBatchResult r,
-                          ExactSearch(estimator, model, options, gpu, limit, label, set,
-                                      dim_squared ? 3 : 2, searched, unchecked, made));
+  MEMEST_ASSIGN_OR_RETURN(
+      MaxBatchResult r,
+      ExactSearch(estimator, model, options, gpu, limit, label, set, dim_squared ? 3 : 2, searched,
+                  /*vouch=*/curve_traces > 0, unchecked, made));
   r.evaluations += spent.evaluations;
   r.traces = spent.traces;
   r.replays = spent.replays;

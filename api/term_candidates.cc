@@ -25,6 +25,7 @@ double TermCandidates::BackwardHeadroom(Estimate e) const {
 
 void TermCandidates::Record(int64_t v, Stages terms, const Estimate& e, const Fit& fit) {
   successor_next_ = false;
+  vouched_at_ = 0;
   const double headroom = BackwardHeadroom(e);
   if (proposed_at_ != 0 && v == proposed_at_) {
     if (fit.fits != proposed_fits_) {
@@ -33,6 +34,7 @@ void TermCandidates::Record(int64_t v, Stages terms, const Estimate& e, const Fi
       // The curves' largest fitting value fitted; where they said its headroom to the byte, they
       // are exact there, and their successor's verdict is the next to check.
       successor_next_ = !through_origin_ || headroom == proposed_headroom_;
+      if (successor_fails_ && headroom == proposed_headroom_) vouched_at_ = v;
     }
   }
   proposed_at_ = 0;
@@ -44,10 +46,12 @@ void TermCandidates::Record(int64_t v, Stages terms, const Estimate& e, const Fi
   points_seen_.push_back({v, std::move(terms), headroom});
 }
 
-std::optional<int64_t> TermCandidates::Propose(int64_t v, bool fits, double headroom) {
+std::optional<int64_t> TermCandidates::Propose(int64_t v, bool fits, double headroom,
+                                               bool successor_fails) {
   proposed_at_ = v;
   proposed_fits_ = fits;
   proposed_headroom_ = headroom;
+  successor_fails_ = successor_fails;
   ++proposed_;
   return v;
 }
@@ -183,7 +187,8 @@ std::optional<int64_t> TermCandidates::Next(int64_t good, int64_t bad, int64_t l
   // origin: a fixed part of a term -- an embedding's gradient -- read as growing with the value
   // says a fitting value's successor fails where it has room for many more.)
   if (lo == good) return origin ? std::nullopt : Propose(good + 1, false);
-  return Propose(lo, true, room);
+  // (LargestWithRoom ends with lo + 1 failing by the curves.)
+  return Propose(lo, true, room, /*successor_fails=*/true);
 }
 
 }  // namespace memest

@@ -17,10 +17,18 @@
 //    the bracket (after curves through the origin, only where the estimate's headroom is theirs
 //    to the byte: elsewhere parts they read as growing moved the answer, and new curves say
 //    where).
-//  * The curves only propose: each verdict is the estimate's. A candidate whose estimate gives
-//    another verdict than the curves did is a miss; after kMostMisses the search goes on with its
-//    own candidates (Candidates, api/max_batch.cc), as it does wherever there are no terms.
-//    Curves through the origin are a guess (each term starts there from its fixed part,
+//  * The curves propose, and each verdict is the estimate's but one: where the curves' largest
+//    fitting value fitted with the headroom they said to the byte -- the closed form, read at a
+//    value it was not fitted at, gave that value's own estimate, rounding and the fullest node
+//    included, which a term off its curve there would have moved unless another's error
+//    cancelled it to the byte -- the curves' verdict at its successor (does not fit) is taken
+//    for the estimate's there, and the search ends without that estimate (VouchForSuccessor;
+//    under MaxBatchSearch::kAuto only). Over the 14 search sets of
+//    scripts/max_batch_evaluations.py every answer was checked by plain estimates (it fits, its
+//    successor does not; 2,054 searches with the vouch, 2026-11-30). A candidate whose estimate
+//    gives another verdict than the curves did is a miss; after kMostMisses the search goes on
+//    with its own candidates (Candidates, api/max_batch.cc), as it does wherever there are no
+//    terms. Curves through the origin are a guess (each term starts there from its fixed part,
 //    analytical/step_terms.h, but a term another bound dim moves -- a [seq, seq] mask in a batch
 //    search -- or that is neither fixed nor proportional is read as growing with the searched
 //    value): their misses are not counted (they guess at most
@@ -60,6 +68,15 @@ class TermCandidates {
   // origin).
   [[nodiscard]] std::optional<int64_t> Next(int64_t good, int64_t bad, int64_t limit);
 
+  // Whether the curves vouch that the successor of `v`, the last value recorded, does not fit:
+  // v was their largest fitting value, with its successor failing by them, and its estimate fitted
+  // with the headroom they said, to the byte (the closed form gave that estimate at a value it was
+  // not fitted at), so that their verdict at v + 1 is taken for the estimate's there (policy
+  // above). The search's answer is then v, without that estimate.
+  [[nodiscard]] bool VouchForSuccessor(int64_t v) const {
+    return vouched_at_ != 0 && vouched_at_ == v;
+  }
+
   // Candidates proposed, and those the estimate's verdict contradicted.
   [[nodiscard]] int proposed() const { return proposed_; }
   [[nodiscard]] int misses() const { return misses_; }
@@ -85,7 +102,8 @@ class TermCandidates {
   // The last `points_` estimates whose terms are alike the last one's, in increasing values.
   std::vector<const Point*> LastAlike() const;
   // Proposes v, which the curves say fits or not (with that headroom: BackwardHeadroom).
-  std::optional<int64_t> Propose(int64_t v, bool fits, double headroom = 0);
+  std::optional<int64_t> Propose(int64_t v, bool fits, double headroom = 0,
+                                 bool successor_fails = false);
   const StackProfile& stack_;
   const GpuProfile& gpu_;
   const Options& options_;
@@ -96,6 +114,8 @@ class TermCandidates {
   bool through_origin_ = false;     // the curves it came from went through the origin
   double proposed_headroom_ = 0;    // what the curves said its headroom is
   bool successor_next_ = false;     // it was the curves' largest fitting value, and it fitted
+  bool successor_fails_ = false;    // the curves said the candidate's successor does not fit
+  int64_t vouched_at_ = 0;          // VouchForSuccessor's value (0: none)
   int proposed_ = 0;
   int misses_ = 0;
   int origin_guesses_ = 0;

@@ -125,12 +125,13 @@ Fit CheckFit(const Estimate& estimate, const GpuProfile& gpu, const Options& opt
 // not, and a smaller batch may not fit. Errors from the estimator are passed through.
 //
 // Under MaxBatchSearch::kAuto the symbolic backend's batches are probed by replaying its step's
-// allocator requests, traced at two batches (FindMaxDim: three values), instead of estimating
-// each (one estimate, at the
-// answer, and one trace, of its successor, check the result; where the replay's answer cannot be
-// vouched for so, the estimates at it and at its successor answer when the one fits and the other
-// does not; anything else is searched as under kExact, from those two). kExact estimates every
-// candidate.
+// allocator requests, traced at two batches (FindMaxDim: two or three values), instead of
+// estimating each (one estimate, at the answer, and one trace, of its successor, check the
+// result; where the replay's answer cannot be vouched for so, the estimates at it and at its
+// successor answer when the one fits and the other does not; anything else is searched as under
+// kExact, from those two). Under kAuto the analytical backend's search takes the successor's
+// verdict from the closed form of its estimates' terms where that form gave the answer's own
+// estimate to the byte (api/term_candidates.h). kExact estimates every candidate.
 enum class MaxBatchSearch { kAuto, kExact };
 struct MaxBatchResult {
   int64_t batch = 0;    // the batch found (FindMaxDim: the dim's value)
