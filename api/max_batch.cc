@@ -926,43 +926,42 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     // with three, one halfway.
     const std::vector<int64_t> at =
         TracedValues(first->at, first->step, first->peak, budget, limit, curve_traces);
-    // [value][stage], in the order traced: the first, the farthest, then (where needed) halfway.
+    // The traces kept, in increasing values (traced_at): [value][stage]. The first and the
+    // farthest; halfway only where the curves need it.
+    std::vector<int64_t> traced_at = {at.front()};
     std::vector<std::vector<symbolic::StepTrace>> kept;
-    std::vector<int64_t> kept_at;
-    kept.reserve(at.size());
     kept.push_back(std::move(first->traces));
-    kept_at.push_back(at.front());
-    auto trace_at = [&](int64_t v) {
+    // Traces the step at v and keeps it at position `i`.
+    auto trace_at = [&](int64_t v, size_t i) {
       auto more = TraceAt(model, options, set, v);
       if (!more || more->second.size() != stages) return false;
       spent->traces += static_cast<int>(stages);
-      kept.push_back(std::move(more->second));
-      kept_at.push_back(v);
+      kept.insert(kept.begin() + static_cast<ptrdiff_t>(i), std::move(more->second));
+      traced_at.insert(traced_at.begin() + static_cast<ptrdiff_t>(i), v);
       return true;
     };
-    if (!trace_at(at.back())) return std::nullopt;
-    // Each stage's curves through the traces at these values (kept[i] at kept_at[i]), by `fit`.
-    auto fit_all = [&](const std::vector<size_t>& order, auto fit) {
+    if (!trace_at(at.back(), 1)) return std::nullopt;
+    // Each stage's curves through the traces kept, by `fit`; nullopt where a stage has none.
+    auto fit_all = [&](auto fit) -> std::optional<std::vector<symbolic::BatchTrace>> {
       std::vector<symbolic::BatchTrace> out;
       out.reserve(stages);
       for (size_t s = 0; s < stages; ++s) {
         std::vector<symbolic::Traced> traced;
-        for (const size_t i : order) traced.push_back({kept_at[i], &kept[i][s]});
+        for (size_t i = 0; i < kept.size(); ++i) traced.push_back({traced_at[i], &kept[i][s]});
         std::optional<symbolic::BatchTrace> trace = fit(traced);
-        if (!trace) return std::optional<std::vector<symbolic::BatchTrace>>();
+        if (!trace) return std::nullopt;
         out.push_back(std::move(trace).value());
       }
-      return std::optional<std::vector<symbolic::BatchTrace>>(std::move(out));
+      return out;
     };
     // A dim's sizes are parabolas: through two traces where each grows as a tensor's bytes over
     // dims of the dim's size (BatchTrace::FitFromTwo), else through a third, halfway.
     std::optional<std::vector<symbolic::BatchTrace>> fitted;
-    if (at.size() == 3) fitted = fit_all({0, 1}, symbolic::BatchTrace::FitFromTwo);
-    if (!fitted && at.size() == 3 && !trace_at(at[1])) return std::nullopt;
-    if (!fitted) {
-      fitted = fit_all(at.size() == 3 ? std::vector<size_t>{0, 2, 1} : std::vector<size_t>{0, 1},
-                       symbolic::BatchTrace::Fit);
+    if (at.size() == 3) {
+      fitted = fit_all(symbolic::BatchTrace::FitFromTwo);
+      if (!fitted && !trace_at(at[1], 1)) return std::nullopt;
     }
+    if (!fitted) fitted = fit_all(symbolic::BatchTrace::Fit);
     if (!fitted) return std::nullopt;
     std::vector<symbolic::BatchTrace> traces = std::move(fitted).value();
     std::vector<Prober> probers;

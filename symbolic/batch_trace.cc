@@ -20,7 +20,7 @@ uint64_t Saturate(Wide v) {
 }
 
 // Whether a size s1 at v1 and s2 at v2 > v1 is a v + b v^2 with a, b >= 0 (BatchTrace::FitOver):
-// it grows at least in proportion to the value and at most with its square. (s < 2^46 and
+// it grows at least in proportion to the value and at most with its square. (s < 2^64 and
 // v <= 2^24: the products stay within 128 bits.)
 bool GrowsLikeItsValue(uint64_t s1, uint64_t s2, int64_t v1, int64_t v2) {
   const Wide a = s1, b = s2, x = v1, y = v2;
