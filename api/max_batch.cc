@@ -585,6 +585,8 @@ class Prober {
 
   const symbolic::AllocatorConfig& config() const { return config_; }
   int replays() const { return replays_; }
+  // The requests its replays ran (MaxBatchResult::replayed_requests).
+  int64_t replayed_requests() const { return replayed_requests_; }
   // The batch of the last probe that fitted (0: none yet).
   int64_t LastFitAt() const { return last_fit_at_; }
   // The allocator's run at `b`, the last probe that fitted (the search's answer, when it has
@@ -607,6 +609,7 @@ class Prober {
   Probe At(int64_t b) {
     ++replays_;
     const symbolic::BatchTrace::Replay r = trace_.Run(b, config_, &run_);
+    replayed_requests_ += static_cast<int64_t>(r.requests_run);
     Probe p;
     p.stats = r.stats;
     p.overhead = r.overhead;
@@ -645,6 +648,7 @@ class Prober {
   int64_t last_fit_at_ = 0;
   uint64_t outside_ = 0;
   int replays_ = 0;
+  int64_t replayed_requests_ = 0;
 };
 
 // The largest batch in [1, limit] that fits by the replay, and its successor does not (or it is
@@ -968,7 +972,10 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     probers.reserve(stages);
     for (const symbolic::BatchTrace& t : traces) probers.emplace_back(t, ctx, budget, options, gpu);
     auto count_replays = [&] {
-      for (const Prober& p : probers) spent->replays += p.replays();
+      for (const Prober& p : probers) {
+        spent->replays += p.replays();
+        spent->replayed_requests += p.replayed_requests();
+      }
     };
     // Each stage's search runs up to the answer of the stages before: the answer is the smallest
     // of theirs, and `decisive` the last stage whose search lowered it -- the one whose replay at
@@ -1066,6 +1073,7 @@ Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Mo
   r.evaluations += spent.evaluations;
   r.traces = spent.traces;
   r.replays = spent.replays;
+  r.replayed_requests = spent.replayed_requests;
   return r;
 }
 

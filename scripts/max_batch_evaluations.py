@@ -59,7 +59,10 @@ Sets (docs/cli.md `--max-batch`):
            next change to it
 Each search is one `memest ... --json` process (with --extra's arguments appended); its count is
 max_batch.evaluations. Run two binaries and compare the totals and the answers (--per-search
-prints both for each search).
+prints both for each search). With --backend symbolic a search can replay the step instead
+(docs/cli.md `--max-batch`): its traces, replays and the allocator requests those replays ran
+(max_batch.replayed_requests, what the probes cost) follow its line, and a line after the
+totals sums them.
 
 --check also asks the same binary and backend whether each answer is one: a plain estimate at the
 answer fits (none for an answer of 0) and one at its successor does not (the next batch: with
@@ -247,6 +250,7 @@ def main():
                     help="check that each answer fits and its successor does not")
     a = ap.parse_args()
     total = searched = refused = answered = answered_total = checked = invalid = 0
+    traces = replays = requests = 0  # the symbolic replay's, summed
     for name, args in searches(a.set):
         args = args + a.extra.split() + ["--backend", a.backend]
         p = subprocess.run([a.bin] + args + ["--json"], capture_output=True, text=True)
@@ -264,8 +268,13 @@ def main():
         if mb["batch"] > 0:  # not a search that ends at batch (or value) 1 not fitting
             answered += 1
             answered_total += mb["evaluations"]
+        replayed = mb.get("traces", 0) > 0
+        traces += mb.get("traces", 0)
+        replays += mb.get("replays", 0)
+        requests += mb.get("replayed_requests", 0)
         if a.per_search:
-            print(name, mb["batch"], mb["evaluations"])
+            spent = [mb.get(k, 0) for k in ("traces", "replays", "replayed_requests")]
+            print(name, mb["batch"], mb["evaluations"], *(spent if replayed else []))
         if a.check:
             v = mb["batch"]
             checked += 1
@@ -283,6 +292,8 @@ def main():
     print(f"{a.set}: {searched} searches, {total} estimates"
           f" ({total / max(searched, 1):.2f} a search), {refused} refused;"
           f" {answered} with an answer, {answered_total / max(answered, 1):.2f} estimates each")
+    if traces:
+        print(f"replay: {traces} traces, {replays} replays, {requests} requests replayed")
     if a.check:
         print(f"checked {checked} answers: {invalid} not the answer")
     return 1 if invalid else 0

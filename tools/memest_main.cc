@@ -779,6 +779,7 @@ std::vector<BackendResult> RunBackends(const Plan& plan, const Model& model,
       r.max_batch_evaluations = mb->evaluations;
       r.max_batch_traces = mb->traces;
       r.max_batch_replays = mb->replays;
+      r.max_batch_replayed_requests = mb->replayed_requests;
       r.estimate = mb->at_batch;
     } else {
       Result<Estimate> e = estimator.Run(model, options);

@@ -711,7 +711,8 @@ Json ResultJson(const BackendResult& res, bool max_batch_mode, const std::string
                       {"batch", res.max_batch.value_or(0)},
                       {"evaluations", res.max_batch_evaluations},
                       {"traces", res.max_batch_traces},
-                      {"replays", res.max_batch_replays}};
+                      {"replays", res.max_batch_replays},
+                      {"replayed_requests", res.max_batch_replayed_requests}};
   }
   return j;
 }

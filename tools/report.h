@@ -50,8 +50,9 @@ struct BackendResult {
   // 0).
   std::optional<int64_t> max_batch;
   int max_batch_evaluations = 0;
-  int max_batch_traces = 0;   // MaxBatchResult::traces
-  int max_batch_replays = 0;  // MaxBatchResult::replays
+  int max_batch_traces = 0;                 // MaxBatchResult::traces
+  int max_batch_replays = 0;                // MaxBatchResult::replays
+  int64_t max_batch_replayed_requests = 0;  // MaxBatchResult::replayed_requests
 };
 
 // Three-valued fit status over several backends.

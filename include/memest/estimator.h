@@ -142,6 +142,10 @@ struct MaxBatchResult {
   // estimate).
   int traces = 0;
   int replays = 0;
+  // The allocator requests those replays ran: all of the loop's, until it repeats, for a batch
+  // that fits; up to the one that failed for one that does not. What the probes cost, where
+  // `replays` only counts them.
+  int64_t replayed_requests = 0;
 };
 Result<MaxBatchResult> FindMaxBatch(const Estimator& estimator, const Model& model,
                                     const Options& options, int64_t limit = int64_t{1} << 24,

@@ -1,5 +1,6 @@
 """scripts/max_batch_evaluations.py: the searches of each set, and its totals from a made-up memest
-(a script that answers every search with 3 estimates and refuses the memory-efficient ones), and
+(a script that answers every search with 3 estimates, or with the symbolic backend by replay, and
+refuses the memory-efficient ones), and
 --check's verdicts over a few searches (an answer at the search's limit has no successor)."""
 import contextlib
 import io
@@ -36,6 +37,8 @@ if "--max-batch" not in args and "--max-dim" not in args:  # a plain estimate
     sys.exit(0)
 extra = 1 if "--safety-margin" in args else 0
 doc = {"results": [{"max_batch": {"batch": 7, "evaluations": 3 + extra}}]}
+if "symbolic" in args:  # the replay: one estimate, 2 traces, 3 replays of 40 requests in all
+    doc["results"][0]["max_batch"].update(evaluations=1, traces=2, replays=3, replayed_requests=40)
 if "--at-limit" in args:  # a search whose limit is its answer
     doc["max_batch"] = {"limit": 7}
 print(json.dumps(doc))
@@ -88,6 +91,15 @@ class TotalsTest(unittest.TestCase):
         self.assertTrue(answered)
         self.assertTrue(all(l.endswith(" 7 4") for l in answered))
         self.assertIn("estimates (4.00 a search)", lines[-1])
+
+    def test_the_replays_requests_follow_each_search_and_are_summed(self):
+        lines = self.run_script("--set", "lm", "--backend", "symbolic", "--per-search")
+        answered = [l for l in lines[:-2] if not l.endswith(" refused")]
+        self.assertTrue(answered)
+        self.assertTrue(all(l.endswith(" 7 1 2 3 40") for l in answered), answered)
+        n = len(answered)
+        self.assertEqual(lines[-1], f"replay: {2 * n} traces, {3 * n} replays, {40 * n} requests"
+                                    " replayed")
 
 
 # A few searches for --check (the whole of a set would take minutes of made-up processes): a batch,

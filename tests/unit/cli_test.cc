@@ -592,6 +592,15 @@ TEST_F(CliTest, MaxBatchOnH100) {
   ASSERT_EQ(s.exit_code, 0) << s.err;
   EXPECT_NE(s.out.find("(symbolic, 1 evaluation, 3 traces and "), std::string::npos) << s.out;
   EXPECT_EQ(s.out.find("1 evaluations"), std::string::npos) << s.out;
+  // Its JSON says what the replays cost: the requests they ran, at least one each; the analytical
+  // search replays nothing.
+  CliRun sj = Run({Model("resnet18_train.onnx"), "--max-batch", "--gpu", "h100-80gb", "--backend",
+                   "symbolic", "--json"});
+  ASSERT_EQ(sj.exit_code, 0) << sj.err;
+  const json mb = json::parse(sj.out)["results"][0]["max_batch"];
+  EXPECT_GE(mb["replayed_requests"].get<int64_t>(), mb["replays"].get<int64_t>()) << mb;
+  EXPECT_GT(mb["replays"].get<int64_t>(), 0) << mb;
+  EXPECT_EQ(doc["results"][0]["max_batch"]["replayed_requests"], 0);
 }
 
 // --memory-fraction: the verdict needs the reserved peak within F x the GPU's total memory, the

@@ -635,11 +635,13 @@ struct Tally {
   int replayed = 0;  // of those, answered by the replay
   // What the fast searches spent, summed (the figures a change to the probes is judged by).
   int64_t traces = 0, replays = 0, evaluations = 0;
+  int64_t replayed_requests = 0;  // what the replays cost
   int64_t exact_evaluations = 0;  // the exact search's estimates (the replay's fallback)
 
   std::string Spent() const {
     return "spent " + std::to_string(traces) + " traces, " + std::to_string(replays) +
-           " replays, " + std::to_string(evaluations) + " estimates; the exact search " +
+           " replays (" + std::to_string(replayed_requests) + " requests), " +
+           std::to_string(evaluations) + " estimates; the exact search " +
            std::to_string(exact_evaluations) + " estimates";
   }
 };
@@ -661,9 +663,14 @@ void Compare(const Model& model, const Options& o, const std::string& what, Tall
   tally->replayed += fast->traces > 0 && fast->evaluations == 1 && fast->batch > 0;
   tally->traces += fast->traces;
   tally->replays += fast->replays;
+  tally->replayed_requests += fast->replayed_requests;
   tally->evaluations += fast->evaluations;
   tally->exact_evaluations += exact->evaluations;
   EXPECT_EQ(exact->traces, 0);
+  EXPECT_EQ(exact->replayed_requests, 0);
+  // Each replay runs at least one request, the one that decides it; no replay, no request.
+  EXPECT_GE(fast->replayed_requests, fast->replays) << what;
+  EXPECT_EQ(fast->replayed_requests > 0, fast->replays > 0) << what;
   // The estimate at the replay's answer, which follows the answer's allocator run
   // (symbolic::EstimateFollowing), is the backend's own estimate there, to the last field.
   if (fast->batch > 0 && fast->traces > 0) {
