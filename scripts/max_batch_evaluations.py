@@ -250,7 +250,7 @@ def main():
                     help="check that each answer fits and its successor does not")
     a = ap.parse_args()
     total = searched = refused = answered = answered_total = checked = invalid = 0
-    traces = replays = requests = 0  # the symbolic replay's, summed
+    replayed = [0, 0, 0]  # the symbolic replay's traces, replays and requests, summed
     for name, args in searches(a.set):
         args = args + a.extra.split() + ["--backend", a.backend]
         p = subprocess.run([a.bin] + args + ["--json"], capture_output=True, text=True)
@@ -268,13 +268,10 @@ def main():
         if mb["batch"] > 0:  # not a search that ends at batch (or value) 1 not fitting
             answered += 1
             answered_total += mb["evaluations"]
-        replayed = mb.get("traces", 0) > 0
-        traces += mb.get("traces", 0)
-        replays += mb.get("replays", 0)
-        requests += mb.get("replayed_requests", 0)
+        spent = [mb.get(k, 0) for k in ("traces", "replays", "replayed_requests")]
+        replayed = [total + n for total, n in zip(replayed, spent)]
         if a.per_search:
-            spent = [mb.get(k, 0) for k in ("traces", "replays", "replayed_requests")]
-            print(name, mb["batch"], mb["evaluations"], *(spent if replayed else []))
+            print(name, mb["batch"], mb["evaluations"], *(spent if spent[0] > 0 else []))
         if a.check:
             v = mb["batch"]
             checked += 1
@@ -292,7 +289,8 @@ def main():
     print(f"{a.set}: {searched} searches, {total} estimates"
           f" ({total / max(searched, 1):.2f} a search), {refused} refused;"
           f" {answered} with an answer, {answered_total / max(answered, 1):.2f} estimates each")
-    if traces:
+    if replayed[0]:
+        traces, replays, requests = replayed
         print(f"replay: {traces} traces, {replays} replays, {requests} requests replayed")
     if a.check:
         print(f"checked {checked} answers: {invalid} not the answer")
