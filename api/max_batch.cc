@@ -594,7 +594,7 @@ class Prober {
   // again. Empty (which nothing follows) when the last probe that fitted was not at `b`.
   symbolic::AllocatorRun TakeLastFit(int64_t b) {
     if (b != last_fit_at_) return {};
-    last_fit_.requests = trace_.RequestsAt(b, last_fit_.after.size());
+    trace_.ListRequests(b, &last_fit_);
     last_fit_at_ = 0;
     return std::move(last_fit_);
   }

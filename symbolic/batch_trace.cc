@@ -334,10 +334,18 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config,
   out.stats = alloc.stats();
   if (kept != nullptr) {
     kept->config = config;
+    kept->requests.clear();  // ListRequests lists them
+    kept->loop_length = 0;
     kept->end = out.stats;
     kept->repeat = out.repeat;
   }
   return out;
+}
+
+void BatchTrace::ListRequests(int64_t v, AllocatorRun* run) const {
+  const size_t ran = run->after.size();
+  run->loop_length = loops_ && ran > requests_.size() + loop_.size() ? loop_.size() : 0;
+  run->requests = RequestsAt(v, run->loop_length > 0 ? requests_.size() + loop_.size() : ran);
 }
 
 std::vector<AllocatorRequest> BatchTrace::RequestsAt(int64_t v, size_t count) const {

@@ -112,10 +112,15 @@ class BatchTrace {
   // budget), the loop's iterations past the traced ones included, stopping at the first request
   // that fails for good. With `kept`, the run is kept there too: its config, the allocated and
   // reserved bytes after each request, the statistics at the end and where the loop repeats;
-  // with RequestsAt(v, requests_run) as its requests, the AllocatorRun that Simulate can follow
-  // instead of running the allocator model again (symbolic/timeline.h).
+  // with its requests listed (ListRequests), the AllocatorRun that Simulate can follow instead of
+  // running the allocator model again (symbolic/timeline.h).
   [[nodiscard]] Replay Run(int64_t v, const AllocatorConfig& config,
                            AllocatorRun* kept = nullptr) const;
+  // Lists the requests of `run`, kept by Run at value `v`, that a simulation following it
+  // compares with its own (symbolic/timeline.h Simulate): the traced ones and one iteration of
+  // the loop past them, the later iterations left to AllocatorRun::loop_length; all of them when
+  // the traces do not loop.
+  void ListRequests(int64_t v, AllocatorRun* run) const;
   // The growth per unit of the value, at value v, of the requested bytes alive after the first
   // `end` requests.
   [[nodiscard]] double AliveGrowth(size_t end, int64_t v) const;

@@ -189,6 +189,13 @@ class __attribute__((visibility("hidden"))) Sim {
   const AllocatorStats& Stats() const { return *stats_; }
   // Request r of the step, taken from run_: notes the first that is not run's next request.
   void FollowRequest(const AllocatorRequest& r);
+  // Following a run past the requests it lists (AllocatorRun::loop_length): its state after the
+  // next request.
+  void FollowUnlisted() {
+    run_stats_.allocated = run_->after[run_next_].first;
+    run_stats_.reserved = run_->after[run_next_].second;
+    ++run_next_;
+  }
   // Appends a request to *requests_; past most_requests_ the walk is over (TraceIsLongEnough).
   void Trace(AllocatorRequest r) {
     requests_->push_back(r);
@@ -274,7 +281,9 @@ class __attribute__((visibility("hidden"))) Sim {
   // relabels up to that one.
   void LoopAtPeak();
   // Following a run: its iterations from `first` on, checked against the walked iteration's
-  // requests (each malloc numbered on from the iteration before's) without walking the graph.
+  // requests (each malloc numbered on from the iteration before's) without walking the graph, as
+  // far as the run lists its requests; past them (AllocatorRun::loop_length), once a whole
+  // iteration was checked, only the run's states are read.
   void FollowLoopRest(int first, uint32_t mallocs);
   // LoopStart (symbolic/loop_watch.h) of the walked iteration: the tensors made in iteration
   // `made_in`, the one before it, that are still alive, by their number there.
@@ -373,7 +382,7 @@ class __attribute__((visibility("hidden"))) Sim {
   const memory::WeightStorage& weights_;
   // Per value: the storage of a graph output kept to the end (memory/kv_cache.h KeptOutputs).
   const std::vector<bool> kept_root_;
-  const memory::KvCache& kv_cache_;      // which data inputs die at their last reader
+  const memory::KvCache& kv_cache_;  // which data inputs die at their last reader
   const std::vector<core::CheckpointSegment>& checkpoint_;  // Options' segments (core/checkpoint.h)
   const memory::ParallelPlan& plan_;
   const int stage_;
@@ -387,7 +396,7 @@ class __attribute__((visibility("hidden"))) Sim {
   const size_t most_requests_;               // TraceRequests stops the walk at so many
   bool walks_every_traced_ = false;          // WalkEveryTraced()
   const AllocatorRun* run_ = nullptr;        // Follow: the allocator's run over this step
-  size_t run_next_ = 0;                      // run_->requests of the step so far
+  size_t run_next_ = 0;                      // requests of run_ followed so far
   std::optional<size_t> run_differs_at_;     // the first request that is not run_'s
   AllocatorStats run_stats_;                 // run_->after of the last request, then run_->end
   int64_t mallocs_ = 0;  // mallocs so far, in a trace or following a run (the number names it)

@@ -1188,7 +1188,8 @@ Result<Simulation> SimulatePrefill(const memory::EstimationContext& ctx, bool re
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
                             const AllocatorRun& run) {
   if (ctx.prefill() != nullptr || key.iterations != 0 || run.end.num_ooms > 0 || !run.repeat ||
-      run.after.size() != run.requests.size() ||
+      run.requests.size() > run.after.size() ||
+      (run.requests.size() < run.after.size() && run.loop_length == 0) ||
       run.config != StepAllocatorConfig(key.options, key.allocator_budget)) {
     return InvalidArgument(
         "the allocator run is not this step's: another allocator, a prefill, "

@@ -83,10 +83,17 @@ struct AllocatorRequest {
 // where the loop repeats.
 struct AllocatorRun {
   AllocatorConfig config;
+  // The run's requests: all of them, or its first ones, when `loop_length` says how the rest go.
   std::vector<AllocatorRequest> requests;
-  std::vector<std::pair<uint64_t, uint64_t>> after;  // (allocated, reserved) after requests[i]
+  std::vector<std::pair<uint64_t, uint64_t>> after;  // (allocated, reserved) after request i
   AllocatorStats end;
   std::optional<LoopRepeat> repeat;  // none: the run did not see the loop repeat itself
+  // Past `requests` (fewer than `after`), the run's iterations are the iteration that `requests`
+  // end with made again, this many requests each (its mallocs numbered on, its frees of its own
+  // and the iteration before's mallocs renamed alike): not listed, since a simulation that makes
+  // that iteration's requests as the run does, from the same loop, makes every later one's too.
+  // 0: `requests` lists every request.
+  size_t loop_length = 0;
 };
 
 // The step's requests without the allocator (TraceRequests): its first kTracedIterations
@@ -164,6 +171,10 @@ Result<Simulation> SimulatePrefill(const memory::EstimationContext& ctx,
 // run's requests (each malloc rounding to the size run's does: the allocator decides on rounded
 // sizes only) and repeats its iterations as its trace did (StepTrace::loops); InvalidArgument,
 // naming the first request that differs, or saying which of those did not hold, otherwise.
+// Where run.requests end early (AllocatorRun::loop_length), the step's requests are compared as
+// far as they are listed, and the listed ones must end with a whole iteration of the loop the
+// step repeats without walking, as long as the run's: every later iteration is then the run's
+// too, request for request.
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
                             const AllocatorRun& run);
 

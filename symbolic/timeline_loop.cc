@@ -168,7 +168,7 @@ Status Sim::Loop() {
                                : std::nullopt;
       if (carried) return RepeatNoted(it, *carried, std::move(made_start), loops);
     }
-    if (run_ != nullptr && it > kTracedIterations && run_next_ == run_->requests.size()) {
+    if (run_ != nullptr && it > kTracedIterations && run_next_ == run_->after.size()) {
       return EndOfRun(loops);
     }
     // A walk that notes iteration before_last goes on without the walk from the next one, which
@@ -291,14 +291,30 @@ void Sim::LoopAtPeak() {
 
 void Sim::FollowLoopRest(int first, uint32_t mallocs) {
   int64_t previous = mallocs_ - mallocs, own = mallocs_;  // the iterations' first malloc numbers
-  for (int it = first; it <= kMostIterations && run_next_ < run_->requests.size(); ++it) {
+  // Past the requests the run lists, its iterations are the one they end with again (as long as
+  // this loop's; AllocatorRun::loop_length): once an iteration of this loop was compared whole
+  // up to there, the later ones are the run's, and only its states are read.
+  bool compared_one = false;
+  for (int it = first; it <= kMostIterations && run_next_ < run_->after.size(); ++it) {
     iteration_ = it;
     iteration_alloc_peak_ = Stats().allocated;
+    if (run_next_ == run_->requests.size() &&
+        (!compared_one || loop_requests_.empty() || run_->loop_length != loop_requests_.size() ||
+         (run_->after.size() - run_next_) % loop_requests_.size() != 0)) {
+      run_differs_at_ = run_next_;  // not listed, and not known to be the loop's
+      return;
+    }
+    const bool compare = run_next_ < run_->requests.size();
     for (size_t i = 0; i < loop_requests_.size(); ++i) {
-      FollowRequest(StepRequest(loop_requests_[i], loop_where_[i].bytes, own, previous));
-      if (run_differs_at_) return;
+      if (compare) {
+        FollowRequest(StepRequest(loop_requests_[i], loop_where_[i].bytes, own, previous));
+        if (run_differs_at_) return;
+      } else {
+        FollowUnlisted();
+      }
       NoteLoopMoments(i, it);
     }
+    compared_one = compared_one || compare;
     sim_.iterations.push_back({it, iteration_alloc_peak_, Stats().reserved, /*walked=*/false});
     previous = own;
     own += mallocs;
@@ -385,7 +401,7 @@ void Sim::LoopRest(int first, const std::vector<uint32_t>& carried, std::vector<
 }
 
 Status Sim::EndOfRun(bool loops) {
-  if (run_differs_at_ || run_next_ != run_->requests.size()) {
+  if (run_differs_at_ || run_next_ != run_->after.size()) {
     return InvalidArgument("the step's request " +
                            std::to_string(run_differs_at_.value_or(run_next_)) +
                            " is not the allocator run's");

@@ -296,6 +296,61 @@ TEST(BatchTraceTest, AnEstimateFollowsOnlyItsOwnStepsAllocatorRun) {
   EXPECT_FALSE(refused.ok());
 }
 
+// A run kept by a replay near the GPU's capacity, whose loop takes iterations past the traced ones
+// and one more to repeat itself, lists its requests that far (ListRequests): an estimate that
+// follows it compares its own with those and reads the allocator's state off the rest, and is the
+// backend's own estimate. Listed short of a whole iteration of the loop, with a loop of another
+// length, or with states that end within an iteration, the run is refused.
+TEST(BatchTraceTest, AnEstimateFollowsARunPastTheRequestsItLists) {
+  const Resnet18Lines fixture;
+  ASSERT_NE(fixture.model, nullptr);
+  const auto& [model, o, t] = fixture;
+  ASSERT_TRUE(t.has_value());
+  auto est = MakeEstimator("symbolic");
+  ASSERT_TRUE(est.ok());
+  auto answer = FindMaxBatch(**est, *model, o);
+  ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+  const int64_t b = answer->batch;
+  Options at = o;
+  at.batch = b;
+  auto ctx = memory::EstimationContext::Make(*model, at);
+  ASSERT_TRUE(ctx.ok());
+  symbolic::AllocatorRun run;
+  const auto r = t->Run(b, symbolic::StepAllocatorConfig(at, symbolic::StepBudget(**ctx)), &run);
+  ASSERT_FALSE(r.ran_out);
+  t->ListRequests(b, &run);
+  const size_t traced = t->RequestsAt(b).size();
+  ASSERT_GT(run.loop_length, 0u);
+  EXPECT_EQ(run.requests.size(), traced + run.loop_length);
+  ASSERT_GT(run.after.size(), run.requests.size() + run.loop_length)
+      << "batch " << b << ": the loop repeats too soon for this test";
+  auto follow = [](const symbolic::AllocatorRun& followed) {
+    return [&followed](const memory::EstimationContext& c) {
+      return symbolic::EstimateFollowing(c, followed);
+    };
+  };
+  auto followed = memory::RunEstimate(**est, *model, at, follow(run));
+  auto direct = (*est)->Run(*model, at);
+  ASSERT_TRUE(followed.ok()) << followed.status().ToString();
+  ASSERT_TRUE(direct.ok());
+  EXPECT_EQ(EstimateToJson(*followed), EstimateToJson(*direct));
+  symbolic::AllocatorRun short_of_an_iteration = run;
+  short_of_an_iteration.requests.resize(traced - 1);
+  auto refused = memory::RunEstimate(**est, *model, at, follow(short_of_an_iteration));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("is not the allocator run's"), std::string::npos)
+      << refused.status().ToString();
+  symbolic::AllocatorRun another_loop = run;
+  ++another_loop.loop_length;
+  EXPECT_FALSE(memory::RunEstimate(**est, *model, at, follow(another_loop)).ok());
+  symbolic::AllocatorRun cut = run;  // its states end within an iteration
+  cut.after.pop_back();
+  EXPECT_FALSE(memory::RunEstimate(**est, *model, at, follow(cut)).ok());
+  symbolic::AllocatorRun unlisted = run;
+  unlisted.loop_length = 0;  // fewer requests than states, and nothing says how they go on
+  EXPECT_FALSE(memory::RunEstimate(**est, *model, at, follow(unlisted)).ok());
+}
+
 // A replay that runs out says what the allocator would have had to reserve there beyond the
 // requested bytes: the search's next guess counts it (api/max_batch.cc ReplaySearch).
 TEST(BatchTraceTest, AReplayThatRunsOutSaysItsOverhead) {
