@@ -54,8 +54,39 @@ SizeCurves::Curve SizeCurves::Line(uint64_t s0, uint64_t s1, int64_t h) {
   return c;
 }
 
+std::optional<SizeCurves::Curve> SizeCurves::NarrowParabola(const uint64_t s[3], Wide h01, Wide h12,
+                                                            Wide den) {
+  if (den > std::numeric_limits<int64_t>::max()) return std::nullopt;
+  const auto d = static_cast<int64_t>(den), a = static_cast<int64_t>(h01),
+             b = static_cast<int64_t>(h12);
+  // The sizes do not fall and stay below kMostBytes: both differences fit.
+  const auto rise = static_cast<int64_t>(s[1] - s[0]), up = static_cast<int64_t>(s[2] - s[1]);
+  int64_t d1_num = 0, up_a = 0, rise_b = 0, bend = 0;
+  if (__builtin_mul_overflow(rise, d / a, &d1_num) || __builtin_mul_overflow(up, a, &up_a) ||
+      __builtin_mul_overflow(rise, b, &rise_b) || __builtin_sub_overflow(up_a, rise_b, &bend)) {
+    return std::nullopt;
+  }
+  Curve c;
+  c.first = s[0];
+  c.d1_num = d1_num;
+  c.d2_num = bend;
+  c.integral = d1_num % d == 0 && bend % d == 0;
+  if (c.integral) {
+    c.d1 = d1_num / d;
+    c.d2 = bend / d;
+    c.narrow = c.d1 > -(int64_t{1} << 37) && c.d1 < (int64_t{1} << 37) &&
+               c.d2 > -(int64_t{1} << 13) && c.d2 < (int64_t{1} << 13);
+  }
+  c.slope1 = static_cast<double>(d1_num) / static_cast<double>(d);
+  c.slope2 = static_cast<double>(bend) / static_cast<double>(d);
+  return c;
+}
+
 SizeCurves::Curve SizeCurves::Parabola(const uint64_t s[3], Wide h01, Wide h12, Wide den) {
-  // Newton's divided differences, over den: d1 = rise / h01, d2 = bend / (h01 h12 h02).
+  // Newton's divided differences, over den: d1 = rise / h01, d2 = bend / (h01 h12 h02). In 64
+  // bits where every product fits (the values and sizes the searches trace): a 128-bit division
+  // is a library call.
+  if (std::optional<Curve> c = NarrowParabola(s, h01, h12, den)) return *c;
   const Wide rise = static_cast<Wide>(s[1]) - s[0];
   const Wide bend = (static_cast<Wide>(s[2]) - s[1]) * h01 - rise * h12;
   Curve c;

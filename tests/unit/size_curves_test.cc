@@ -31,6 +31,31 @@ TEST(SizeCurvesTest, LinesAndParabolasGivePolynomialSizesBackExactly) {
   EXPECT_DOUBLE_EQ(parabolas->Growth(0, 10), 48.0 + 16.0 * 10);
 }
 
+// Traced far apart, a parabola's arithmetic needs 128 bits ((v1 - v0)(v2 - v1)(v2 - v0) is past
+// 2^63); traced close, 64 suffice. Either way the curve is the polynomial, read rounded down where
+// its coefficients are not whole numbers.
+TEST(SizeCurvesTest, AParabolaIsTheSameInEitherArithmetic) {
+  const auto line = [](int64_t v) { return static_cast<uint64_t>(4096 + 3072 * v); };
+  const auto sixteenth = [](int64_t v) { return static_cast<uint64_t>(v * (v + 1) / 16); };
+  // Values where v (v + 1) / 16 is whole: the traced sizes are on the polynomial.
+  const int64_t far[] = {16, int64_t{1} << 23, SizeCurves::kMostValue};
+  const int64_t near[] = {16, 31, 48};
+  for (const auto& at : {std::span<const int64_t>(far), std::span<const int64_t>(near)}) {
+    auto c = SizeCurves::Over(at);
+    ASSERT_TRUE(c.has_value());
+    const uint64_t l[] = {line(at[0]), line(at[1]), line(at[2])};
+    const uint64_t q[] = {sixteenth(at[0]), sixteenth(at[1]), sixteenth(at[2])};
+    ASSERT_TRUE(c->Add(l));
+    ASSERT_TRUE(c->Add(q));
+    for (int64_t v : std::vector<int64_t>{1, 3, 4, 1000, 4097, SizeCurves::kMostValue - 1}) {
+      EXPECT_EQ(c->Bytes(0, v), line(v)) << at[1] << " " << v;
+      EXPECT_EQ(c->Bytes(1, v), sixteenth(v)) << at[1] << " " << v;
+    }
+    EXPECT_DOUBLE_EQ(c->Growth(0, 10), 3072.0) << at[1];
+    EXPECT_NEAR(c->Growth(1, 10), 21.0 / 16, 1e-9) << at[1];
+  }
+}
+
 // The same size at every traced value is the same size everywhere, through two traces or three.
 TEST(SizeCurvesTest, AFlatSizeStaysFlat) {
   const int64_t two[] = {1, 9};
