@@ -1002,7 +1002,10 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
       all_fit = answers[s].at_answer.fits;
     }
     count_replays();
-    for (size_t s = 0; s < stages; ++s) answers[s].run = probers[s].TakeLastFit(batch);
+    // (The estimate of a decode step after its prefill is made anew: nothing to follow.)
+    for (size_t s = 0; s < stages && !options.prefill; ++s) {
+      answers[s].run = probers[s].TakeLastFit(batch);
+    }
     *unchecked = batch;
     if (!all_fit) return std::nullopt;
     std::optional<Estimate> e =
