@@ -788,6 +788,23 @@ TraceAt(const Model& model, Options o, Set set, int64_t v, std::optional<int> on
   return std::make_pair(std::move(ctx), std::move(traces));
 }
 
+// The first `most_requests` requests of a decode step's trace at value v where they are all its
+// prefill's: the prefill's context alone is made and walked (symbolic::TracePrefillRequests), not
+// the step's. nullopt when the options or the bind refuse it.
+template <typename Set>
+std::optional<symbolic::StepTrace> TracePrefillAt(const Model& model, Options o, Set set, int64_t v,
+                                                  size_t most_requests) {
+  set(&o, v);
+  if (!Validate(o).ok() || !o.prefill || o.prefill->model == nullptr) return std::nullopt;
+  auto prefill_options = memory::PrefillOptions(o);
+  if (!prefill_options.ok()) return std::nullopt;
+  auto made = memory::EstimationContext::Make(*o.prefill->model, *prefill_options);
+  if (!made.ok()) return std::nullopt;
+  auto requests = symbolic::TracePrefillRequests(**made, most_requests);
+  if (!requests.ok()) return std::nullopt;
+  return std::move(requests).value();
+}
+
 // One pipeline stage's replay (a single one on one GPU): the probes at the search's answer and
 // at its successor, and the allocator's run at the answer.
 struct StageAnswer {
@@ -836,11 +853,17 @@ std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& mod
     const Probe& successor = stages[decisive].at_successor;
     const size_t prefix =
         successor.requests_run > 0 ? successor.requests_run : std::numeric_limits<size_t>::max();
-    auto next = TraceAt(model, options, set, batch + 1, decisive, prefix);
-    ++spent->traces;
-    if (!next || !traces[decisive].Matches(next->second.front(), batch + 1, config, prefix)) {
-      return std::nullopt;
+    // (A decode step's successor that ran out within its prefill is traced that far from the
+    // prefill's context alone.)
+    const symbolic::BatchTrace& curves = traces[decisive];
+    std::optional<symbolic::StepTrace> next;
+    if (options.prefill && prefix <= curves.prefill_requests()) {
+      next = TracePrefillAt(model, options, set, batch + 1, prefix);
+    } else if (auto traced = TraceAt(model, options, set, batch + 1, decisive, prefix)) {
+      next = std::move(traced->second.front());
     }
+    ++spent->traces;
+    if (!next || !curves.Matches(*next, batch + 1, config, prefix)) return std::nullopt;
   }
   Options o = options;
   set(&o, batch);

@@ -317,15 +317,7 @@ Status EstimationContext::MakePrefill() {
         "a prefill before the step needs a decode step: past_key_values.<i>.key/value inputs "
         "that the step releases (not a paged cache)");
   }
-  const auto past = options_.dims.find(p.past_dim);
-  if (past == options_.dims.end()) {
-    return InvalidArgument("the prefill fills the step's past: bind the dim '" + p.past_dim +
-                           "' (--dim " + p.past_dim + "=N)");
-  }
-  Options o = options_;
-  o.prefill.reset();
-  o.dims.erase(p.past_dim);
-  o.dims[p.seq_dim] = past->second;
+  MEMEST_ASSIGN_OR_RETURN(const Options o, PrefillOptions(options_));
   MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<EstimationContext> ctx, Make(*p.model, o));
   // Every past input of the step is a present output of the prefill.
   const core::Graph& step = model_.graph();
@@ -349,6 +341,21 @@ Status EstimationContext::MakePrefill() {
   }
   prefill_ = std::move(ctx);
   return Status::Ok();
+}
+
+Result<Options> PrefillOptions(const Options& step) {
+  if (!step.prefill) return InvalidArgument("the step has no prefill before it");
+  const DecodePrefill& p = *step.prefill;
+  const auto past = step.dims.find(p.past_dim);
+  if (past == step.dims.end()) {
+    return InvalidArgument("the prefill fills the step's past: bind the dim '" + p.past_dim +
+                           "' (--dim " + p.past_dim + "=N)");
+  }
+  Options o = step;
+  o.prefill.reset();
+  o.dims.erase(p.past_dim);
+  o.dims[p.seq_dim] = past->second;
+  return o;
 }
 
 void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {

@@ -106,6 +106,12 @@ class EstimationContext {
   Status MakePrefill();
 };
 
+// The options of the prefill before a decode step run under `step` (Options::prefill): the step's,
+// its seq dim bound to the step's past, the past dim dropped, no prefill of their own -- what
+// EstimationContext::prefill() is made with (over step.prefill->model). InvalidArgument when
+// step has no prefill or leaves the past dim unbound.
+[[nodiscard]] Result<Options> PrefillOptions(const Options& step);
+
 // The diagnostics of step 5 above, for an estimate made in `ctx`.
 void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* estimate);
 

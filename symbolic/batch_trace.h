@@ -82,6 +82,10 @@ class BatchTrace {
   [[nodiscard]] bool Matches(const StepTrace& trace, int64_t v, const AllocatorConfig& config,
                              size_t prefix = std::numeric_limits<size_t>::max()) const;
 
+  // A decode step's trace after its prefill: the prefill's requests, first (StepTrace's); 0
+  // without one.
+  [[nodiscard]] size_t prefill_requests() const { return prefill_requests_; }
+
   // The largest value in [1, limit] at which the requested bytes alive at once stay within
   // `bytes` by the curves (in doubles; where they grow with the value); 0 when even 1 does not.
   // Allocated and reserved bytes are at least the requested ones, so a larger value does not fit

@@ -1207,6 +1207,21 @@ AllocatorConfig StepAllocatorConfig(const Options& options, uint64_t budget) {
                          kLargeBuffer, options.allocator.roundup_power2_divisions, budget};
 }
 
+Result<StepTrace> TracePrefillRequests(const memory::EstimationContext& prefill,
+                                       size_t most_requests) {
+  StepTrace trace;
+  if (most_requests == 0) return trace;
+  // As Sim::Run hands it the prefill: its own key, the step trace's (unlimited) budget.
+  const SimulationKey key = SimulationKey::Of(prefill);
+  try {
+    MEMEST_RETURN_IF_ERROR(
+        Sim(prefill, key, /*record=*/false, &trace, most_requests).RunPrefill().status());
+  } catch (const TraceIsLongEnough&) {
+    // The first most_requests requests are made.
+  }
+  return trace;
+}
+
 Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx, size_t most_requests,
                                 TraceWalk walk) {
   StepTrace trace;

@@ -199,6 +199,13 @@ enum class TraceWalk { kNotedLoop, kEveryIteration };
 Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx,
                                 size_t most_requests = std::numeric_limits<size_t>::max(),
                                 TraceWalk walk = TraceWalk::kNotedLoop);
+// The first `most_requests` requests of a decode step's trace (TraceRequests over a context with
+// a prefill) where they are all its prefill's, from the prefill's context alone (`prefill`: what
+// EstimationContext::prefill() would be, made over memory::PrefillOptions): the step's own graph
+// is neither bound nor walked. The same requests, and nothing of where the prefill ends
+// (prefill_requests 0), as the step's trace cut there; fewer when the prefill makes fewer.
+Result<StepTrace> TracePrefillRequests(const memory::EstimationContext& prefill,
+                                       size_t most_requests);
 
 }  // namespace memest::symbolic
 

@@ -473,6 +473,20 @@ TEST(BatchTraceTest, ADecodeStepIsReplayedAfterItsPrefill) {
       ASSERT_TRUE(part.ok());
       EXPECT_EQ(part->prefill_requests, prefix > prefill ? prefill : 0u) << prefix;
       EXPECT_TRUE(curves->Matches(*part, 700, config, prefix)) << prefix;
+      // Within the prefill, its context alone gives the same requests (what a search's check of
+      // a successor that ran out there walks); past it, only the prefill's.
+      auto prefill_options = memory::PrefillOptions(p);
+      ASSERT_TRUE(prefill_options.ok());
+      auto prefill_ctx = memory::EstimationContext::Make(*qwen.prefill, *prefill_options);
+      ASSERT_TRUE(prefill_ctx.ok());
+      auto alone = symbolic::TracePrefillRequests(**prefill_ctx, prefix);
+      ASSERT_TRUE(alone.ok());
+      EXPECT_EQ(alone->prefill_requests, 0u);
+      ASSERT_EQ(alone->requests.size(), std::min(prefix, prefill)) << prefix;
+      for (size_t i = 0; i < alone->requests.size(); ++i) {
+        ASSERT_EQ(alone->requests[i].bytes, part->requests[i].bytes) << prefix << " " << i;
+        ASSERT_EQ(alone->requests[i].freed, part->requests[i].freed) << prefix << " " << i;
+      }
       if (prefix <= prefill) continue;
       StepTrace other = *part;
       other.cache_emptied = !emptied;
