@@ -1,5 +1,6 @@
 // core/derived_cache.h -- what the layers above compute from one bound graph, kept beside it for
-// the next estimate that asks with the same inputs.
+// the next estimate that asks with the same inputs (and, in a Graph, what they compute from the
+// graph whatever its dims).
 //
 // A bound graph is shared by every estimate of the model at the same dims (core/bind_cache.h).
 // The per-value facts derived from it (ops::ValueFacts: requires-grad, precision, views, sizes,

@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/derived_cache.h"
 #include "core/name_index.h"
 #include "memest/model.h"
 
@@ -125,6 +126,10 @@ struct Graph {
   // Every value's shape and dtype over symbolic dims, inferred once at load time by the shape
   // pass (ops/shape_pass.h). Null until LoadModel has run it; Bind() refuses such a graph.
   std::shared_ptr<const SymbolicShapes> symbolic;
+  // What the layers above derive from the graph at any dims (ops::ValueFacts' requires-grad
+  // flags), kept for each of its bound graphs that asks with the same inputs
+  // (core/derived_cache.h). Not part of the graph's value: a copy starts empty.
+  DerivedCache derived;
 
   // The node or value with id `id` (0 <= id < size; ids are ints, -1 meaning none).
   const Node& node(int id) const { return nodes[static_cast<size_t>(id)]; }

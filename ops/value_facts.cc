@@ -103,6 +103,19 @@ void AppendExpandStrides(core::Dims xs, Strides xst, core::Dims ys, StridePool* 
 
 }  // namespace
 
+namespace {
+
+// What ops::RequiresGrad reads besides the graph's nodes: the key under which the graph keeps its
+// flags for its other bound graphs (Graph::derived). Their dtypes are the same at every dims, so
+// a search's or a scheduler's estimates at other batches and lengths find them made.
+struct RequiresGradInputs {
+  std::vector<bool> trainable;
+  std::vector<int32_t> dtypes;
+  bool operator==(const RequiresGradInputs&) const = default;
+};
+
+}  // namespace
+
 ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
                        const FusionChoices& fusion, std::vector<bool> trainable,
                        const std::vector<std::optional<uint64_t>>& stored_bytes,
@@ -121,7 +134,10 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
     trainable_.assign(nv, false);
     for (size_t i = 0; i < nv; ++i) trainable_[i] = g.values[i].trainable;
   }
-  requires_grad_ = RequiresGrad(graph, &trainable_);
+  requires_grad_ = *g.derived.GetOrMake<std::vector<bool>>(
+      RequiresGradInputs{trainable_, graph.dtypes}, nv, [&](const RequiresGradInputs&) {
+        return std::make_shared<const std::vector<bool>>(RequiresGrad(graph, &trainable_));
+      });
   fusion_ = std::make_unique<Fusion>(graph, requires_grad_, fusion);
   MarkLowPrecision();
   FindLayout();

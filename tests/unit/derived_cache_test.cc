@@ -19,6 +19,7 @@
 #include "core/bind_cache.h"
 #include "memest/json.h"
 #include "memest/memest.h"
+#include "ops/rules.h"
 #include "ops/value_facts.h"
 #include "testing/bundled.h"
 
@@ -131,6 +132,35 @@ TEST(DerivedCacheTest, ValueFactsAreSharedForEqualInputsOnly) {
   other_sm.fusion.attention.sm_major = 8;
   EXPECT_NE(ops::ValueFacts::Shared(*bound, other_sm).get(), a.get());
   EXPECT_EQ(ops::ValueFacts::Shared(*bound, in).get(), a.get());
+}
+
+// The graph itself keeps the requires-grad flags for its bound graphs at other dims (one entry
+// for two batches), and another for another set of trainable parameters; each bound graph's facts
+// have the flags RequiresGrad gives there.
+TEST(DerivedCacheTest, RequiresGradFlagsAreSharedAcrossDims) {
+  auto model = BundledModel("gpt2_tiny_train");
+  ASSERT_NE(model, nullptr);
+  const core::Graph& g = model->graph();
+  Options o;
+  o.batch = 3;
+  auto b3 = core::Bind(g, o);
+  o.batch = 5;
+  auto b5 = core::Bind(g, o);
+  ASSERT_TRUE(b3.ok() && b5.ok());
+  ops::ValueFactsInputs in;
+  auto f3 = ops::ValueFacts::Shared(*b3, in);
+  const size_t kept = g.derived.size();
+  EXPECT_GE(kept, 1u);
+  auto f5 = ops::ValueFacts::Shared(*b5, in);
+  EXPECT_EQ(g.derived.size(), kept);  // batch 5 found batch 3's
+  EXPECT_EQ(f3->requires_grad(), ops::RequiresGrad(*b3, nullptr));
+  EXPECT_EQ(f5->requires_grad(), ops::RequiresGrad(*b5, nullptr));
+  ops::ValueFactsInputs frozen = in;
+  frozen.trainable.assign(g.values.size(), false);  // nothing trains
+  auto none = ops::ValueFacts::Shared(*b5, frozen);
+  EXPECT_LE(g.derived.size(), kept + 1);
+  EXPECT_EQ(none->requires_grad(), ops::RequiresGrad(*b5, &frozen.trainable));
+  EXPECT_NE(none->requires_grad(), f5->requires_grad());
 }
 
 // A bound graph keeps each symbolic simulation for the next query that asks for the same one:
