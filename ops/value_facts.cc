@@ -101,10 +101,6 @@ void AppendExpandStrides(core::Dims xs, Strides xst, core::Dims ys, StridePool* 
   }
 }
 
-}  // namespace
-
-namespace {
-
 // What ops::RequiresGrad reads besides the graph's nodes: the key under which the graph keeps its
 // flags for its other bound graphs (Graph::derived). Their dtypes are the same at every dims, so
 // a search's or a scheduler's estimates at other batches and lengths find them made.

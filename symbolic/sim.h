@@ -189,9 +189,9 @@ class __attribute__((visibility("hidden"))) Sim {
   const AllocatorStats& Stats() const { return *stats_; }
   // Request r of the step, taken from run_: notes the first that is not run's next request.
   void FollowRequest(const AllocatorRequest& r);
-  // Following a run past the requests it lists (AllocatorRun::loop_length): its state after the
-  // next request.
-  void FollowUnlisted() {
+  // Following a run: its state after its next request, taken without comparing the request (past
+  // the requests it lists, AllocatorRun::loop_length; or once FollowRequest has).
+  void TakeRunState() {
     run_stats_.allocated = run_->after[run_next_].first;
     run_stats_.reserved = run_->after[run_next_].second;
     ++run_next_;

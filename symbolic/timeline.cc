@@ -241,9 +241,7 @@ void Sim::FollowRequest(const AllocatorRequest& r) {
     if (!run_differs_at_) run_differs_at_ = run_next_;
     return;
   }
-  run_stats_.allocated = run_->after[run_next_].first;
-  run_stats_.reserved = run_->after[run_next_].second;
-  ++run_next_;
+  TakeRunState();
 }
 
 void Sim::NoteCachedFree() {
@@ -1207,35 +1205,42 @@ AllocatorConfig StepAllocatorConfig(const Options& options, uint64_t budget) {
                          kLargeBuffer, options.allocator.roundup_power2_divisions, budget};
 }
 
-Result<StepTrace> TracePrefillRequests(const memory::EstimationContext& prefill,
-                                       size_t most_requests) {
+namespace {
+
+// The requests `walk(trace)` makes into a fresh trace through a Sim that stops it after
+// `most_requests` of them (TraceIsLongEnough), or all of them.
+template <typename Walk>
+Result<StepTrace> TraceOf(size_t most_requests, Walk walk) {
   StepTrace trace;
   if (most_requests == 0) return trace;
-  // As Sim::Run hands it the prefill: its own key, the step trace's (unlimited) budget.
-  const SimulationKey key = SimulationKey::Of(prefill);
   try {
-    MEMEST_RETURN_IF_ERROR(
-        Sim(prefill, key, /*record=*/false, &trace, most_requests).RunPrefill().status());
+    MEMEST_RETURN_IF_ERROR(walk(&trace));
   } catch (const TraceIsLongEnough&) {
     // The first most_requests requests are made.
   }
   return trace;
 }
 
+}  // namespace
+
+Result<StepTrace> TracePrefillRequests(const memory::EstimationContext& prefill,
+                                       size_t most_requests) {
+  return TraceOf(most_requests, [&](StepTrace* trace) {
+    // As Sim::Run hands it the prefill: its own key, the step trace's (unlimited) budget.
+    const SimulationKey key = SimulationKey::Of(prefill);
+    return Sim(prefill, key, /*record=*/false, trace, most_requests).RunPrefill().status();
+  });
+}
+
 Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx, size_t most_requests,
                                 TraceWalk walk) {
-  StepTrace trace;
-  if (most_requests == 0) return trace;
-  SimulationKey key = SimulationKey::Of(ctx);  // the Sim reads its options by reference
-  key.iterations = kTracedIterations;
-  Sim sim(ctx, key, /*record=*/false, &trace, most_requests);
-  if (walk == TraceWalk::kEveryIteration) sim.WalkEveryTraced();
-  try {
-    MEMEST_RETURN_IF_ERROR(sim.Run().status());
-  } catch (const TraceIsLongEnough&) {
-    // The first most_requests requests are made.
-  }
-  return trace;
+  return TraceOf(most_requests, [&](StepTrace* trace) {
+    SimulationKey key = SimulationKey::Of(ctx);  // the Sim reads its options by reference
+    key.iterations = kTracedIterations;
+    Sim sim(ctx, key, /*record=*/false, trace, most_requests);
+    if (walk == TraceWalk::kEveryIteration) sim.WalkEveryTraced();
+    return sim.Run().status();
+  });
 }
 
 }  // namespace memest::symbolic

@@ -310,7 +310,7 @@ void Sim::FollowLoopRest(int first, uint32_t mallocs) {
         FollowRequest(StepRequest(loop_requests_[i], loop_where_[i].bytes, own, previous));
         if (run_differs_at_) return;
       } else {
-        FollowUnlisted();
+        TakeRunState();
       }
       NoteLoopMoments(i, it);
     }
