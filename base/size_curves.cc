@@ -54,58 +54,44 @@ SizeCurves::Curve SizeCurves::Line(uint64_t s0, uint64_t s1, int64_t h) {
   return c;
 }
 
-std::optional<SizeCurves::Curve> SizeCurves::NarrowParabola(const uint64_t s[3], Wide h01, Wide h12,
-                                                            Wide den) {
-  if (den > std::numeric_limits<int64_t>::max()) return std::nullopt;
-  const auto d = static_cast<int64_t>(den), a = static_cast<int64_t>(h01),
-             b = static_cast<int64_t>(h12);
-  // The sizes do not fall and stay below kMostBytes: both differences fit.
-  const auto rise = static_cast<int64_t>(s[1] - s[0]), up = static_cast<int64_t>(s[2] - s[1]);
-  int64_t d1_num = 0, up_a = 0, rise_b = 0, bend = 0;
-  if (__builtin_mul_overflow(rise, d / a, &d1_num) || __builtin_mul_overflow(up, a, &up_a) ||
-      __builtin_mul_overflow(rise, b, &rise_b) || __builtin_sub_overflow(up_a, rise_b, &bend)) {
-    return std::nullopt;
-  }
+template <typename Int>
+SizeCurves::Curve SizeCurves::OverDenominator(uint64_t first, Int d1_num, Int d2_num, Int den) {
   Curve c;
-  c.first = s[0];
+  c.first = first;
   c.d1_num = d1_num;
-  c.d2_num = bend;
-  c.integral = d1_num % d == 0 && bend % d == 0;
+  c.d2_num = d2_num;
+  c.integral =
+      d1_num % den == 0 && d2_num % den == 0 && FitsInt64(d1_num / den) && FitsInt64(d2_num / den);
   if (c.integral) {
-    c.d1 = d1_num / d;
-    c.d2 = bend / d;
+    c.d1 = static_cast<int64_t>(d1_num / den);
+    c.d2 = static_cast<int64_t>(d2_num / den);
+    // |x|, |y| <= 2^24 (values and traced values are at most kMostValue), so |d1 x| and
+    // |d2 x y| stay under 2^61 and the sum with first (< 2^46) under 2^63.
     c.narrow = c.d1 > -(int64_t{1} << 37) && c.d1 < (int64_t{1} << 37) &&
                c.d2 > -(int64_t{1} << 13) && c.d2 < (int64_t{1} << 13);
   }
-  c.slope1 = static_cast<double>(d1_num) / static_cast<double>(d);
-  c.slope2 = static_cast<double>(bend) / static_cast<double>(d);
+  c.slope1 = static_cast<double>(d1_num) / static_cast<double>(den);
+  c.slope2 = static_cast<double>(d2_num) / static_cast<double>(den);
   return c;
 }
 
 SizeCurves::Curve SizeCurves::Parabola(const uint64_t s[3], Wide h01, Wide h12, Wide den) {
   // Newton's divided differences, over den: d1 = rise / h01, d2 = bend / (h01 h12 h02). In 64
   // bits where every product fits (the values and sizes the searches trace): a 128-bit division
-  // is a library call.
-  if (std::optional<Curve> c = NarrowParabola(s, h01, h12, den)) return *c;
+  // is a library call. (The sizes do not fall and stay below kMostBytes: both differences fit.)
+  if (den <= std::numeric_limits<int64_t>::max()) {
+    const auto d = static_cast<int64_t>(den), a = static_cast<int64_t>(h01),
+               b = static_cast<int64_t>(h12);
+    const auto rise = static_cast<int64_t>(s[1] - s[0]), up = static_cast<int64_t>(s[2] - s[1]);
+    int64_t d1_num = 0, up_a = 0, rise_b = 0, bend = 0;
+    if (!__builtin_mul_overflow(rise, d / a, &d1_num) && !__builtin_mul_overflow(up, a, &up_a) &&
+        !__builtin_mul_overflow(rise, b, &rise_b) && !__builtin_sub_overflow(up_a, rise_b, &bend)) {
+      return OverDenominator<int64_t>(s[0], d1_num, bend, d);
+    }
+  }
   const Wide rise = static_cast<Wide>(s[1]) - s[0];
   const Wide bend = (static_cast<Wide>(s[2]) - s[1]) * h01 - rise * h12;
-  Curve c;
-  c.first = s[0];
-  c.d1_num = rise * (den / h01);
-  c.d2_num = bend;
-  c.integral = c.d1_num % den == 0 && c.d2_num % den == 0 && FitsInt64(c.d1_num / den) &&
-               FitsInt64(c.d2_num / den);
-  if (c.integral) {
-    c.d1 = static_cast<int64_t>(c.d1_num / den);
-    c.d2 = static_cast<int64_t>(c.d2_num / den);
-    // |x|, |y| <= 2^24 (values and traced values are at most kMostValue), so |d1 x| and
-    // |d2 x y| stay under 2^61 and the sum with first (< 2^46) under 2^63.
-    c.narrow = c.d1 > -(int64_t{1} << 37) && c.d1 < (int64_t{1} << 37) &&
-               c.d2 > -(int64_t{1} << 13) && c.d2 < (int64_t{1} << 13);
-  }
-  c.slope1 = static_cast<double>(c.d1_num) / static_cast<double>(den);
-  c.slope2 = static_cast<double>(c.d2_num) / static_cast<double>(den);
-  return c;
+  return OverDenominator<Wide>(s[0], rise * (den / h01), bend, den);
 }
 
 bool SizeCurves::Add(std::span<const uint64_t> s) {

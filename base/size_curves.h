@@ -88,8 +88,10 @@ class SizeCurves {
   // v0 < v1 < v2 (h01 = v1 - v0, h12 = v2 - v1, den = den_).
   static Curve Line(uint64_t s0, uint64_t s1, int64_t h);
   static Curve Parabola(const uint64_t s[3], Wide h01, Wide h12, Wide den);
-  // Parabola in 64-bit arithmetic, the same curve; nullopt where a product would not fit.
-  static std::optional<Curve> NarrowParabola(const uint64_t s[3], Wide h01, Wide h12, Wide den);
+  // The curve first + d1 x + d2 x y with d1 = d1_num / den and d2 = d2_num / den (Parabola's), in
+  // Int's arithmetic: int64_t where the numerators were worked out in 64 bits, else Wide.
+  template <typename Int>
+  static Curve OverDenominator(uint64_t first, Int d1_num, Int d2_num, Int den);
   uint64_t WideBytes(const Curve& c, int64_t v) const;  // Bytes() in 128 bits
 
   std::vector<Curve> curves_;
