@@ -251,6 +251,29 @@ TEST(BatchTraceTest, APrefixOfTheTraceIsCheckedAsFarAsItGoes) {
   EXPECT_FALSE(t->Matches(no_loop, 40, config, fits.requests_run));
 }
 
+// The replay's allocator run at at.batch (set) under the step's own allocator, as a search keeps it
+// at its answer (its requests not listed yet); nullopt when the context is refused or the replay
+// runs out.
+std::optional<symbolic::AllocatorRun> KeptRun(const Model& model, const BatchTrace& t,
+                                              const Options& at) {
+  if (!at.batch) return std::nullopt;
+  auto ctx = memory::EstimationContext::Make(model, at);
+  if (!ctx.ok()) return std::nullopt;
+  symbolic::AllocatorRun run;
+  const auto r =
+      t.Run(*at.batch, symbolic::StepAllocatorConfig(at, symbolic::StepBudget(**ctx)), &run);
+  if (r.ran_out) return std::nullopt;
+  return run;
+}
+
+// The estimate at `at` that follows `run` (symbolic::EstimateFollowing).
+Result<Estimate> Following(const Estimator& est, const Model& model, const Options& at,
+                           const symbolic::AllocatorRun& run) {
+  return memory::RunEstimate(est, model, at, [&run](const memory::EstimationContext& c) {
+    return symbolic::EstimateFollowing(c, run);
+  });
+}
+
 // The estimate follows an allocator run (a replay's) only where the step makes the run's requests
 // under the run's allocator: then it is the backend's own estimate; else it says why not.
 TEST(BatchTraceTest, AnEstimateFollowsOnlyItsOwnStepsAllocatorRun) {
@@ -262,18 +285,11 @@ TEST(BatchTraceTest, AnEstimateFollowsOnlyItsOwnStepsAllocatorRun) {
   ASSERT_TRUE(est.ok());
   Options at = o;
   at.batch = 40;
-  auto ctx = memory::EstimationContext::Make(*model, at);
-  ASSERT_TRUE(ctx.ok());
-  const symbolic::AllocatorConfig config =
-      symbolic::StepAllocatorConfig(at, symbolic::StepBudget(**ctx));
-  symbolic::AllocatorRun run;
-  const auto r = t->Run(40, config, &run);
-  ASSERT_FALSE(r.ran_out);
+  std::optional<symbolic::AllocatorRun> kept = KeptRun(*model, *t, at);
+  ASSERT_TRUE(kept.has_value());
+  symbolic::AllocatorRun& run = *kept;
   run.requests = t->RequestsAt(40, run.after.size());  // the loop's too
-  auto follow = [&run](const memory::EstimationContext& c) {
-    return symbolic::EstimateFollowing(c, run);
-  };
-  auto followed = memory::RunEstimate(**est, *model, at, follow);
+  auto followed = Following(**est, *model, at, run);
   auto direct = (*est)->Run(*model, at);
   ASSERT_TRUE(followed.ok()) << followed.status().ToString();
   ASSERT_TRUE(direct.ok());
@@ -281,7 +297,7 @@ TEST(BatchTraceTest, AnEstimateFollowsOnlyItsOwnStepsAllocatorRun) {
   // Another batch makes other requests (larger activations).
   Options at41 = at;
   at41.batch = 41;
-  auto other = memory::RunEstimate(**est, *model, at41, follow);
+  auto other = Following(**est, *model, at41, run);
   ASSERT_FALSE(other.ok());
   EXPECT_EQ(other.status().code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(other.status().message().find("is not the allocator run's"), std::string::npos)
@@ -289,11 +305,7 @@ TEST(BatchTraceTest, AnEstimateFollowsOnlyItsOwnStepsAllocatorRun) {
   // A run under another allocator (another budget) is not this step's either.
   symbolic::AllocatorRun smaller = run;
   smaller.config.capacity -= 1;
-  auto refused =
-      memory::RunEstimate(**est, *model, at, [&smaller](const memory::EstimationContext& c) {
-        return symbolic::EstimateFollowing(c, smaller);
-      });
-  EXPECT_FALSE(refused.ok());
+  EXPECT_FALSE(Following(**est, *model, at, smaller).ok());
 }
 
 // A run kept by a replay near the GPU's capacity, whose loop takes iterations past the traced ones
@@ -313,42 +325,35 @@ TEST(BatchTraceTest, AnEstimateFollowsARunPastTheRequestsItLists) {
   const int64_t b = answer->batch;
   Options at = o;
   at.batch = b;
-  auto ctx = memory::EstimationContext::Make(*model, at);
-  ASSERT_TRUE(ctx.ok());
-  symbolic::AllocatorRun run;
-  const auto r = t->Run(b, symbolic::StepAllocatorConfig(at, symbolic::StepBudget(**ctx)), &run);
-  ASSERT_FALSE(r.ran_out);
+  std::optional<symbolic::AllocatorRun> kept = KeptRun(*model, *t, at);
+  ASSERT_TRUE(kept.has_value());
+  symbolic::AllocatorRun& run = *kept;
   t->ListRequests(b, &run);
   const size_t traced = t->RequestsAt(b).size();
   ASSERT_GT(run.loop_length, 0u);
   EXPECT_EQ(run.requests.size(), traced + run.loop_length);
   ASSERT_GT(run.after.size(), run.requests.size() + run.loop_length)
       << "batch " << b << ": the loop repeats too soon for this test";
-  auto follow = [](const symbolic::AllocatorRun& followed) {
-    return [&followed](const memory::EstimationContext& c) {
-      return symbolic::EstimateFollowing(c, followed);
-    };
-  };
-  auto followed = memory::RunEstimate(**est, *model, at, follow(run));
+  auto followed = Following(**est, *model, at, run);
   auto direct = (*est)->Run(*model, at);
   ASSERT_TRUE(followed.ok()) << followed.status().ToString();
   ASSERT_TRUE(direct.ok());
   EXPECT_EQ(EstimateToJson(*followed), EstimateToJson(*direct));
   symbolic::AllocatorRun short_of_an_iteration = run;
   short_of_an_iteration.requests.resize(traced - 1);
-  auto refused = memory::RunEstimate(**est, *model, at, follow(short_of_an_iteration));
+  auto refused = Following(**est, *model, at, short_of_an_iteration);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("is not the allocator run's"), std::string::npos)
       << refused.status().ToString();
   symbolic::AllocatorRun another_loop = run;
   ++another_loop.loop_length;
-  EXPECT_FALSE(memory::RunEstimate(**est, *model, at, follow(another_loop)).ok());
+  EXPECT_FALSE(Following(**est, *model, at, another_loop).ok());
   symbolic::AllocatorRun cut = run;  // its states end within an iteration
   cut.after.pop_back();
-  EXPECT_FALSE(memory::RunEstimate(**est, *model, at, follow(cut)).ok());
+  EXPECT_FALSE(Following(**est, *model, at, cut).ok());
   symbolic::AllocatorRun unlisted = run;
   unlisted.loop_length = 0;  // fewer requests than states, and nothing says how they go on
-  EXPECT_FALSE(memory::RunEstimate(**est, *model, at, follow(unlisted)).ok());
+  EXPECT_FALSE(Following(**est, *model, at, unlisted).ok());
 }
 
 // A replay that runs out says what the allocator would have had to reserve there beyond the
