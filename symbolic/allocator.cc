@@ -35,24 +35,17 @@ namespace {
 
 uint64_t RoundUp(uint64_t n, uint64_t m) { return (n + m - 1) / m * m; }
 
+}  // namespace
+
+CachingAllocatorModel::CachingAllocatorModel(AllocatorConfig config) : config_(config) {}
+
 // memory-model.md §1.3 roundup_power2_next_division
-uint64_t RoundUpPower2Division(uint64_t n, uint32_t divisions) {
+uint64_t CachingAllocatorModel::RoundUpPower2Division(uint64_t n, uint32_t divisions) {
   if (std::has_single_bit(n)) return n;
   const uint64_t floor_pow2 = std::bit_floor(n);
   const uint64_t step = floor_pow2 >> std::countr_zero(std::bit_ceil(uint64_t{divisions}));
   if (step == 0) return 2 * floor_pow2;
   return n % step == 0 ? n : (n & ~(step - 1)) + step;
-}
-
-}  // namespace
-
-CachingAllocatorModel::CachingAllocatorModel(AllocatorConfig config) : config_(config) {}
-
-uint64_t CachingAllocatorModel::RoundSize(uint64_t bytes, const AllocatorConfig& config) {
-  if (bytes < kMinBlockSize) return kMinBlockSize;
-  const uint32_t d = config.roundup_power2_divisions;
-  if (d > 1 && bytes > kMinBlockSize * d) return RoundUpPower2Division(bytes, d);
-  return RoundUp(bytes, kMinBlockSize);
 }
 
 void CachingAllocatorModel::ResetPeaks() {

@@ -60,8 +60,15 @@ class CachingAllocatorModel {
 
   explicit CachingAllocatorModel(AllocatorConfig config = {});
 
-  // Rounds a request like round_size (memory-model.md §1.3).
-  static uint64_t RoundSize(uint64_t bytes, const AllocatorConfig& config);
+  // Rounds a request like round_size (memory-model.md §1.3). Inline: every malloc runs it.
+  static uint64_t RoundSize(uint64_t bytes, const AllocatorConfig& config) {
+    if (bytes < kMinBlockSize) return kMinBlockSize;
+    const uint32_t d = config.roundup_power2_divisions;
+    if (d > 1 && bytes > kMinBlockSize * d) return RoundUpPower2Division(bytes, d);
+    return (bytes + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
+  }
+  // The next of `divisions` steps between powers of 2 at or above n (roundup_power2_divisions).
+  static uint64_t RoundUpPower2Division(uint64_t n, uint32_t divisions);
 
   // Room for `blocks` blocks (live, free and cached) without moving the block table: a hint,
   // changes nothing but time. A simulation that knows its tensor count calls it once, first.
