@@ -24,7 +24,7 @@
 //    traced iterations with the last one's requests (symbolic/batch_trace.h, the loop). A decode
 //    step after its prefill is traced and replayed with its prefill: the prefill's requests, then
 //    the step's once, on one allocator whose peaks are reset between them (the estimate at the
-//    answer is then made anew, not following the replay).
+//    answer follows both: the prefill's requests, then the step's).
 //  * On many GPUs each pipeline stage's step is traced and replayed on its own (one stage
 //    without a pipeline), with NCCL's buffers outside the allocator as the estimate counts them.
 //    The stages are searched in turn, each up to the answer of those before, so the answer is the
@@ -869,17 +869,16 @@ std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& mod
   set(&o, batch);
   ++spent->evaluations;
   // Each stage's estimate follows its replay at the answer (the same allocator run, when the step
-  // at `batch` makes its requests: symbolic::EstimateFollowing checks them one by one); else --
-  // and for a decode step after its prefill, two graphs that a simulation does not follow -- it is
-  // made anew.
+  // at `batch` makes its requests -- a decode step's, its prefill's first: symbolic::
+  // EstimateFollowing checks them one by one); else it is made anew.
   auto following = [&] {
     return memory::RunEstimate(
         estimator, model, o, [&stages](const memory::EstimationContext& ctx) {
           return symbolic::EstimateFollowing(ctx, stages[static_cast<size_t>(ctx.stage())].run);
         });
   };
-  Result<Estimate> e = options.prefill ? estimator.Run(model, o) : following();
-  if (!e.ok() && !options.prefill) e = estimator.Run(model, o);
+  Result<Estimate> e = following();
+  if (!e.ok()) e = estimator.Run(model, o);
   if (!e.ok() || !CheckFit(*e, gpu, options).fits || !IsTheReplays(*e, stages)) {
     return std::nullopt;
   }
@@ -1025,8 +1024,7 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
       all_fit = answers[s].at_answer.fits;
     }
     count_replays();
-    // (The estimate of a decode step after its prefill is made anew: nothing to follow.)
-    for (size_t s = 0; s < stages && !options.prefill; ++s) {
+    for (size_t s = 0; s < stages; ++s) {
       answers[s].run = probers[s].TakeLastFit(batch);
     }
     *unchecked = batch;

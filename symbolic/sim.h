@@ -65,9 +65,14 @@ struct Prefilled {
   std::vector<Kept> kept;
   Kept workspace;                          // handle -1: none
   std::optional<CategoryPeak> ran_out_at;  // the prefill's request that failed for good
-  // In a trace: the prefill's mallocs (the kept handles are their numbers; the step's mallocs
-  // are numbered on from here).
+  // In a trace, or following a run: the prefill's mallocs (the kept handles are their numbers;
+  // the step's mallocs are numbered on from here).
   int64_t mallocs = 0;
+  // Following a run: the run's requests the prefill followed, where it first made another, and
+  // the allocator's state after the last one it followed.
+  size_t followed = 0;
+  std::optional<size_t> differs_at;
+  AllocatorStats state;
 };
 
 // Thrown by a trace that has made the requests it was asked for (TraceRequests' most_requests),
@@ -268,6 +273,10 @@ class __attribute__((visibility("hidden"))) Sim {
   // Following a run, at its end: the loop repeats where the run's did, when the step made the
   // run's requests and its last traced iteration started as the one before did (`loops`).
   Status EndOfRun(bool loops);
+  // Following a run, at the end of a decode step after its prefill (one pass, no loop): Ok when
+  // the prefill and the step made the run's requests, all of them; the state is then the run's
+  // at its end.
+  Status EndOfDecodeRun();
   // A request of the walked iteration the loop's later ones repeat (loop_requests_): the malloc
   // of t (in the allocator model, or following a run), the free of l.
   void NoteLoopMalloc(const Live& t);

@@ -1036,6 +1036,9 @@ Result<Prefilled> Sim::RunPrefill() {
   if (alloc_.oom()) out.ran_out_at = OutOfMemoryAt();
   out.alloc = std::move(alloc_);
   out.mallocs = mallocs_;
+  out.followed = run_next_;
+  out.differs_at = run_differs_at_;
+  out.state = run_stats_;
   return out;
 }
 
@@ -1077,6 +1080,12 @@ Status Sim::AdoptPrefill(Prefilled p) {
     trace_->prefill_requests = requests_->size();
     trace_->cache_emptied = o_.prefill->cache_emptied;
   }
+  if (run_ != nullptr) {  // following a run: the step goes on from where the prefill left it
+    mallocs_ = p.mallocs;
+    run_next_ = p.followed;
+    run_differs_at_ = p.differs_at;
+    run_stats_ = p.state;
+  }
   return Status::Ok();
 }
 
@@ -1094,12 +1103,15 @@ Result<Simulation> Sim::Run() {
   if (const memory::EstimationContext* prefill = ctx_.prefill()) {
     SimulationKey key = SimulationKey::Of(*prefill);  // read by reference while the Sim runs
     key.allocator_budget = budget_;
-    // In a trace, the prefill's requests go first into the same one.
-    MEMEST_ASSIGN_OR_RETURN(
-        Prefilled p, Sim(*prefill, key, /*record=*/false, trace_, most_requests_).RunPrefill());
+    // In a trace, the prefill's requests go first into the same one; following a run, the
+    // prefill follows its first requests and the step the rest.
+    Sim before(*prefill, key, /*record=*/false, trace_, most_requests_);
+    if (run_ != nullptr) before.Follow(run_);
+    MEMEST_ASSIGN_OR_RETURN(Prefilled p, before.RunPrefill());
     MEMEST_RETURN_IF_ERROR(AdoptPrefill(std::move(p)));
     AllocateWeights();
     Iteration(1);
+    if (run_ != nullptr) MEMEST_RETURN_IF_ERROR(EndOfDecodeRun());
   } else {
     AllocateWeights();
     MEMEST_RETURN_IF_ERROR(Loop());
@@ -1185,13 +1197,15 @@ Result<Simulation> SimulatePrefill(const memory::EstimationContext& ctx, bool re
 
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
                             const AllocatorRun& run) {
-  if (ctx.prefill() != nullptr || key.iterations != 0 || run.end.num_ooms > 0 || !run.repeat ||
+  // A decode step after its prefill runs once: its run lists every request, and has no loop.
+  const bool once = ctx.prefill() != nullptr;
+  if (key.iterations != 0 || run.end.num_ooms > 0 || run.repeat.has_value() == once ||
       run.requests.size() > run.after.size() ||
-      (run.requests.size() < run.after.size() && run.loop_length == 0) ||
+      (run.requests.size() < run.after.size() && (run.loop_length == 0 || once)) ||
       run.config != StepAllocatorConfig(key.options, key.allocator_budget)) {
     return InvalidArgument(
-        "the allocator run is not this step's: another allocator, a prefill, "
-        "or a run that ran out");
+        "the allocator run is not this step's: another allocator, a run that ran out, or one "
+        "whose loop the step does not have");
   }
   Sim sim(ctx, key, /*record=*/false);
   sim.Follow(&run);

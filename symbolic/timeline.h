@@ -165,7 +165,8 @@ Result<Simulation> SimulatePrefill(const memory::EstimationContext& ctx,
                                    bool record_events = false);
 
 // The same over a step whose allocator run is `run` (which did not run out, under
-// StepAllocatorConfig(options, key.allocator_budget), and saw the loop repeat itself): the
+// StepAllocatorConfig(options, key.allocator_budget), and saw the loop repeat itself, unless the
+// step is a decode step after its prefill): the
 // allocator model is not run again, its state after each request is read from `run`, and the
 // loop is taken to repeat where run's did. Exactly Simulate(ctx, key, false) when the step makes
 // run's requests (each malloc rounding to the size run's does: the allocator decides on rounded
@@ -174,7 +175,9 @@ Result<Simulation> SimulatePrefill(const memory::EstimationContext& ctx,
 // Where run.requests end early (AllocatorRun::loop_length), the step's requests are compared as
 // far as they are listed, and the listed ones must end with a whole iteration of the loop the
 // step repeats without walking, as long as the run's: every later iteration is then the run's
-// too, request for request.
+// too, request for request. A decode step after its prefill (one pass, no loop) follows a run
+// over the prefill's requests and then the step's (a replay's, symbolic/batch_trace.h), which
+// lists every one of them and saw no loop.
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
                             const AllocatorRun& run);
 

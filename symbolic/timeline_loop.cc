@@ -416,6 +416,16 @@ Status Sim::EndOfRun(bool loops) {
   return Status::Ok();
 }
 
+Status Sim::EndOfDecodeRun() {
+  if (run_differs_at_ || run_next_ != run_->after.size()) {
+    return InvalidArgument("the step's request " +
+                           std::to_string(run_differs_at_.value_or(run_next_)) +
+                           " is not the allocator run's");
+  }
+  run_stats_ = run_->end;
+  return Status::Ok();
+}
+
 std::string Sim::IterationsNote() const {
   auto mib = [](uint64_t b) { return std::to_string(b >> 20) + " MiB"; };
   const int simulated = static_cast<int>(sim_.iterations.size());

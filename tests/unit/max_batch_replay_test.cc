@@ -522,6 +522,65 @@ TEST(BatchTraceTest, ADecodeStepIsReplayedAfterItsPrefill) {
   }
 }
 
+// The estimate of a decode step after its prefill follows the replay's allocator run as a training
+// step's does: the prefill follows its first requests and the step the rest, across the cache
+// emptied (or not) and the peaks reset between them, and it is the backend's own estimate. A run
+// at another past, or one that lacks the step's last request, is refused. Qwen3-0.6B at batch 4
+// on `a100-40gb`.
+TEST(BatchTraceTest, ADecodeStepsEstimateFollowsItsRunThroughThePrefill) {
+  DecodeAfterPrefill qwen("qwen3-0.6b.json", "a100-40gb");
+  ASSERT_NE(qwen.step, nullptr);
+  ASSERT_NE(qwen.prefill, nullptr);
+  auto est = MakeEstimator("symbolic");
+  ASSERT_TRUE(est.ok());
+  for (const bool emptied : {false, true}) {
+    Options o = qwen.options;
+    o.batch = 4;
+    o.prefill->cache_emptied = emptied;
+    const auto at = [&](int64_t past) {
+      Options p = o;
+      p.dims["past"] = past;
+      return p;
+    };
+    std::vector<StepTrace> traced;
+    for (const int64_t past : {128, 256, 384}) {
+      auto ctx = memory::EstimationContext::Make(*qwen.step, at(past));
+      ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+      auto t = symbolic::TraceRequests(**ctx);
+      ASSERT_TRUE(t.ok()) << t.status().ToString();
+      traced.push_back(*std::move(t));
+    }
+    auto curves = BatchTrace::Fit({{128, &traced[0]}, {256, &traced[1]}, {384, &traced[2]}});
+    ASSERT_TRUE(curves.has_value());
+    for (const int64_t past : {200, 1000}) {
+      const Options p = at(past);
+      auto ctx = memory::EstimationContext::Make(*qwen.step, p);
+      ASSERT_TRUE(ctx.ok());
+      symbolic::AllocatorRun run;
+      const auto r =
+          curves->Run(past, symbolic::StepAllocatorConfig(p, symbolic::StepBudget(**ctx)), &run);
+      ASSERT_FALSE(r.ran_out) << past;
+      curves->ListRequests(past, &run);
+      EXPECT_EQ(run.loop_length, 0u);  // the step runs once: every request listed
+      EXPECT_EQ(run.requests.size(), run.after.size());
+      auto followed = Following(**est, *qwen.step, p, run);
+      auto direct = (*est)->Run(*qwen.step, p);
+      ASSERT_TRUE(followed.ok()) << followed.status().ToString();
+      ASSERT_TRUE(direct.ok());
+      EXPECT_EQ(EstimateToJson(*followed), EstimateToJson(*direct)) << past << " " << emptied;
+      // Another past makes other requests.
+      auto other = Following(**est, *qwen.step, at(past + 64), run);
+      ASSERT_FALSE(other.ok());
+      EXPECT_NE(other.status().message().find("is not the allocator run's"), std::string::npos)
+          << other.status().ToString();
+      symbolic::AllocatorRun short_by_one = run;
+      short_by_one.requests.pop_back();
+      short_by_one.after.pop_back();
+      EXPECT_FALSE(Following(**est, *qwen.step, p, short_by_one).ok());
+    }
+  }
+}
+
 // What a trace compares: each kind of trace at one set of options, the repeated last iteration
 // against the walked one (TraceRequests' TraceWalk), request for request.
 struct TraceWalks {
