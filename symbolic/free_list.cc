@@ -1,8 +1,7 @@
-// symbolic/free_list.cc -- free blocks ordered by (size, address) (policy in the header).
+// symbolic/free_list.cc -- free blocks ordered by (size, address): the move assignment; the list's
+// operations are inline in the header, with its policy.
 #include "symbolic/free_list.h"
 
-#include <algorithm>
-#include <iterator>
 #include <utility>
 
 namespace memest::symbolic {
