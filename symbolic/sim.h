@@ -270,13 +270,13 @@ class __attribute__((visibility("hidden"))) Sim {
   // again (renamed by LoopCarriedRenamed), its mallocs numbered on from the trace's, as the walk
   // would have made them.
   void TraceNoted();
-  // Following a run, at its end: the loop repeats where the run's did, when the step made the
-  // run's requests and its last traced iteration started as the one before did (`loops`).
+  // Following a run, at its end: Ok when the step (a decode step after its prefill, with the
+  // prefill's first) made the run's requests, all of them; the state is then the run's at its
+  // end. A decode step, which runs once, ends there.
+  Status EndOfRunMade();
+  // Following a training loop's run, at its end: EndOfRunMade, and the loop repeats where the
+  // run's did, when its last traced iteration started as the one before did (`loops`).
   Status EndOfRun(bool loops);
-  // Following a run, at the end of a decode step after its prefill (one pass, no loop): Ok when
-  // the prefill and the step made the run's requests, all of them; the state is then the run's
-  // at its end.
-  Status EndOfDecodeRun();
   // A request of the walked iteration the loop's later ones repeat (loop_requests_): the malloc
   // of t (in the allocator model, or following a run), the free of l.
   void NoteLoopMalloc(const Live& t);

@@ -1075,13 +1075,12 @@ Status Sim::AdoptPrefill(Prefilled p) {
   }
   if (o_.prefill->cache_emptied) alloc_.EmptyCache();  // torch.cuda.empty_cache()
   alloc_.ResetPeaks();                                 // torch.cuda.reset_peak_memory_stats()
+  mallocs_ = p.mallocs;        // a trace's or a followed run's numbers go on (0 otherwise)
   if (requests_ != nullptr) {  // a trace: the step's requests follow the prefill's
-    mallocs_ = p.mallocs;
     trace_->prefill_requests = requests_->size();
     trace_->cache_emptied = o_.prefill->cache_emptied;
   }
   if (run_ != nullptr) {  // following a run: the step goes on from where the prefill left it
-    mallocs_ = p.mallocs;
     run_next_ = p.followed;
     run_differs_at_ = p.differs_at;
     run_stats_ = p.state;
@@ -1111,7 +1110,7 @@ Result<Simulation> Sim::Run() {
     MEMEST_RETURN_IF_ERROR(AdoptPrefill(std::move(p)));
     AllocateWeights();
     Iteration(1);
-    if (run_ != nullptr) MEMEST_RETURN_IF_ERROR(EndOfDecodeRun());
+    if (run_ != nullptr) MEMEST_RETURN_IF_ERROR(EndOfRunMade());
   } else {
     AllocateWeights();
     MEMEST_RETURN_IF_ERROR(Loop());

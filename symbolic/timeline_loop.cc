@@ -401,22 +401,17 @@ void Sim::LoopRest(int first, const std::vector<uint32_t>& carried, std::vector<
 }
 
 Status Sim::EndOfRun(bool loops) {
-  if (run_differs_at_ || run_next_ != run_->after.size()) {
-    return InvalidArgument("the step's request " +
-                           std::to_string(run_differs_at_.value_or(run_next_)) +
-                           " is not the allocator run's");
-  }
+  MEMEST_RETURN_IF_ERROR(EndOfRunMade());
   if (!loops || !run_->repeat) {
     return InvalidArgument(
         "following an allocator run: the step does not repeat its iterations as traced, or the "
         "run did not see the loop repeat itself");
   }
   repeat_ = run_->repeat;
-  run_stats_ = run_->end;
   return Status::Ok();
 }
 
-Status Sim::EndOfDecodeRun() {
+Status Sim::EndOfRunMade() {
   if (run_differs_at_ || run_next_ != run_->after.size()) {
     return InvalidArgument("the step's request " +
                            std::to_string(run_differs_at_.value_or(run_next_)) +

@@ -418,6 +418,26 @@ struct DecodeAfterPrefill {
     options.dims["seq"] = 1;
     if (prefill != nullptr) options.prefill = DecodePrefill{prefill};
   }
+
+  // The options at batch 4 and `past`, with torch.cuda.empty_cache() between the prefill and the
+  // step or not.
+  Options At(int64_t past, bool emptied) const {
+    Options o = options;
+    o.batch = 4;
+    o.prefill->cache_emptied = emptied;
+    o.dims["past"] = past;
+    return o;
+  }
+  // The step's allocator requests at `at` (a test failure, and an empty trace, where there are
+  // none).
+  StepTrace Trace(const Options& at) const {
+    auto ctx = memory::EstimationContext::Make(*step, at);
+    EXPECT_TRUE(ctx.ok()) << ctx.status().ToString();
+    if (!ctx.ok()) return {};
+    auto t = symbolic::TraceRequests(**ctx);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    return t.ok() ? *std::move(t) : StepTrace{};
+  }
 };
 
 // A decode step after its prefill is traced as one stream (the prefill's requests, then the
@@ -431,18 +451,7 @@ TEST(BatchTraceTest, ADecodeStepIsReplayedAfterItsPrefill) {
   auto est = MakeEstimator("symbolic");
   ASSERT_TRUE(est.ok());
   for (const bool emptied : {false, true}) {
-    Options o = qwen.options;
-    o.batch = 4;
-    o.prefill->cache_emptied = emptied;
-    const auto at = [&](int64_t past) {
-      Options p = o;
-      p.dims["past"] = past;
-      auto ctx = memory::EstimationContext::Make(*qwen.step, p);
-      EXPECT_TRUE(ctx.ok()) << ctx.status().ToString();
-      auto t = symbolic::TraceRequests(**ctx);
-      EXPECT_TRUE(t.ok()) << t.status().ToString();
-      return t.ok() ? *t : StepTrace{};
-    };
+    const auto at = [&](int64_t past) { return qwen.Trace(qwen.At(past, emptied)); };
     const StepTrace t128 = at(128), t256 = at(256), t384 = at(384);
     EXPECT_GT(t128.prefill_requests, 0u);
     EXPECT_LT(t128.prefill_requests, t128.requests.size());
@@ -453,8 +462,7 @@ TEST(BatchTraceTest, ADecodeStepIsReplayedAfterItsPrefill) {
     // (At past 1 the prefill's graph makes other requests, as batch 1 does for some graphs: not
     // on the curves, which the replay's check finds.)
     for (const int64_t past : {2, 200, 1000, 3000}) {
-      Options p = o;
-      p.dims["past"] = past;
+      const Options p = qwen.At(past, emptied);
       const symbolic::AllocatorConfig config = symbolic::StepAllocatorConfig(p, ~0ull);
       EXPECT_TRUE(curves->Matches(at(past), past, config)) << "past " << past;
       auto e = (*est)->Run(*qwen.step, p);
@@ -467,8 +475,7 @@ TEST(BatchTraceTest, ADecodeStepIsReplayedAfterItsPrefill) {
     // A trace that stopped inside the prefill (or at its last request) is compared as far as it
     // goes; one that got past it must begin the step where the curves do, after the same
     // empty_cache().
-    Options p = o;
-    p.dims["past"] = 700;
+    const Options p = qwen.At(700, emptied);
     auto ctx = memory::EstimationContext::Make(*qwen.step, p);
     ASSERT_TRUE(ctx.ok());
     const symbolic::AllocatorConfig config = symbolic::StepAllocatorConfig(p, ~0ull);
@@ -503,8 +510,7 @@ TEST(BatchTraceTest, ADecodeStepIsReplayedAfterItsPrefill) {
     // Within the GPU's budget, at a past whose prefill goes past it (its eager scores alone are
     // 16 GiB a layer) while the step alone fits: the replay runs out, and the estimate does not
     // fit either.
-    Options far = o;
-    far.dims["past"] = 16384;
+    const Options far = qwen.At(16384, emptied);
     auto far_ctx = memory::EstimationContext::Make(*qwen.step, far);
     ASSERT_TRUE(far_ctx.ok());
     const auto replay =
@@ -534,23 +540,11 @@ TEST(BatchTraceTest, ADecodeStepsEstimateFollowsItsRunThroughThePrefill) {
   auto est = MakeEstimator("symbolic");
   ASSERT_TRUE(est.ok());
   for (const bool emptied : {false, true}) {
-    Options o = qwen.options;
-    o.batch = 4;
-    o.prefill->cache_emptied = emptied;
-    const auto at = [&](int64_t past) {
-      Options p = o;
-      p.dims["past"] = past;
-      return p;
-    };
-    std::vector<StepTrace> traced;
-    for (const int64_t past : {128, 256, 384}) {
-      auto ctx = memory::EstimationContext::Make(*qwen.step, at(past));
-      ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
-      auto t = symbolic::TraceRequests(**ctx);
-      ASSERT_TRUE(t.ok()) << t.status().ToString();
-      traced.push_back(*std::move(t));
-    }
-    auto curves = BatchTrace::Fit({{128, &traced[0]}, {256, &traced[1]}, {384, &traced[2]}});
+    const auto at = [&](int64_t past) { return qwen.At(past, emptied); };
+    const StepTrace t128 = qwen.Trace(at(128)), t256 = qwen.Trace(at(256)),
+                    t384 = qwen.Trace(at(384));
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    auto curves = BatchTrace::Fit({{128, &t128}, {256, &t256}, {384, &t384}});
     ASSERT_TRUE(curves.has_value());
     for (const int64_t past : {200, 1000}) {
       const Options p = at(past);
