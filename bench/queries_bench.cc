@@ -26,6 +26,9 @@
 //    CLI's allocator, tools/jemalloc_conf.cc). And a language model from its Hugging Face
 //    config (Qwen2.5-0.5B, `--hf-config`, training at batch 4 and seq 2,048 on h100-80gb,
 //    analytical): the process builds the graph from the config before it loads it.
+//  * BM_ParseProcessChain: the protobuf parse of each chain's file in a process of its own
+//    (memest_parse_process, bench/parse_process.cc, on the CLI's allocator), what the CLI's chain
+//    rows are read against: both pay a fresh process's page faults.
 //
 //   ninja -C build memest_bench
 //   ./build/bench/memest_bench --benchmark_filter='Queries|Threads|Cli'
@@ -133,7 +136,7 @@ void BM_EstimateThreads(benchmark::State& state, const std::string& backend) {
   state.SetItemsProcessed(state.iterations());
 }
 
-// Starts `argv` as a new process with its output thrown away; its exit status.
+// Starts `args` as a new process with its output thrown away; its exit status.
 int RunProcess(const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -155,16 +158,15 @@ void BM_CliProcess(benchmark::State& state, const std::vector<std::string>& args
   for (auto _ : state) {
     const int rc = RunProcess(args);
     if (rc != 0) {
-      state.SkipWithError(("memest exited with " + std::to_string(rc)).c_str());
+      state.SkipWithError((args[0] + " exited with " + std::to_string(rc)).c_str());
       return;
     }
   }
 }
 
-// `memest <the generated chain> --batch 64 --backend <backend>` (the chain written to the
-// temporary folder once per process).
-void BM_CliProcessChain(benchmark::State& state, const std::string& chain, int64_t nodes,
-                        const std::string& backend) {
+// The generated chain's file in the temporary folder, written once per process; empty (the
+// benchmark skipped) when it cannot be written.
+std::string ChainFile(benchmark::State& state, const std::string& chain, int64_t nodes) {
   state.counters["per_node"] = memest::bench::PerNode(nodes);
   const std::string path =
       (std::filesystem::temp_directory_path() / ("memest_bench_" + chain + ".onnx")).string();
@@ -175,10 +177,26 @@ void BM_CliProcessChain(benchmark::State& state, const std::string& chain, int64
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     if (bytes.empty() || !out) {
       state.SkipWithError(("cannot write " + path).c_str());
-      return;
+      return "";
     }
   }
+  return path;
+}
+
+// `memest <the generated chain> --batch 64 --backend <backend>`.
+void BM_CliProcessChain(benchmark::State& state, const std::string& chain, int64_t nodes,
+                        const std::string& backend) {
+  const std::string path = ChainFile(state, chain, nodes);
+  if (path.empty()) return;
   BM_CliProcess(state, {MEMEST_CLI, path, "--batch", "64", "--backend", backend});
+}
+
+// `memest_parse_process <the generated chain>` (bench/parse_process.cc): the protobuf parse of the
+// same file in a process of its own, what BM_CliProcessChain is read against.
+void BM_ParseProcessChain(benchmark::State& state, const std::string& chain, int64_t nodes) {
+  const std::string path = ChainFile(state, chain, nodes);
+  if (path.empty()) return;
+  BM_CliProcess(state, {MEMEST_PARSE_PROCESS, path});
 }
 
 const std::vector<std::string> kCliEstimate = {
@@ -200,6 +218,9 @@ BENCHMARK_CAPTURE(BM_EstimateThreads, resnet50_symbolic, std::string("symbolic")
 BENCHMARK_CAPTURE(BM_CliProcess, cold_start_resnet50_batch64, kCliEstimate)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CliProcess, cold_start_version_only, kCliVersion)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CliProcess, cold_start_hf_qwen25_05b_seq2048, kCliHfConfig)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ParseProcessChain, cold_chain10k_parse, std::string("chain10k"), 10'000)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ParseProcessChain, cold_chain100k_parse, std::string("chain100k"), 100'000)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ParseProcessChain, cold_chain1m_parse, std::string("chain1m"), 1'000'000)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain10k_analytical, std::string("chain10k"), 10'000, std::string("analytical"))->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain100k_analytical, std::string("chain100k"), 100'000, std::string("analytical"))->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CliProcessChain, cold_chain1m_analytical, std::string("chain1m"), 1'000'000, std::string("analytical"))->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -15,7 +15,10 @@ For each generated chain (10k, 100k, 1M nodes) one run gives the protobuf parse 
 load (parse, validation, symbolic shape inference), one analytical and one symbolic training
 estimate; each is shown in ms, as a ratio to the parse of the same bytes, and per node (the per
 node cost stays flat when no pass is worse than linear). The last two columns are issue 20's
-target: (load + analytical estimate) / parse and (load + symbolic estimate) / parse. With
+target: (load + analytical estimate) / parse and (load + symbolic estimate) / parse. When the run
+has them (the filter `chain` takes them too), a second table gives the same as new processes:
+the parse of the chain's file alone (memest_parse_process) and the memest CLI estimating it with
+each backend (bench/queries_bench.cc), each as a ratio to that parse. With
 repetitions each benchmark's median over them is shown (this machine's slow phases move a single
 repetition by 10-30 %).
 """
@@ -169,8 +172,10 @@ def speed_table(data):
     for size, nodes in (("10k", 1e4), ("100k", 1e5), ("1m", 1e6)):
         a = t(f"BM_CliProcessChain/cold_chain{size}_analytical")
         y = t(f"BM_CliProcessChain/cold_chain{size}_symbolic")
+        p = t(f"BM_ParseProcessChain/cold_chain{size}_parse")
         rows.append((f"CLI on chain{size}, analytical / symbolic", float("nan"),
-                     f"{a:,.1f} / {y:,.1f} ms; {a * 1e3 / nodes:.1f} / {y * 1e3 / nodes:.1f} µs per node"))
+                     f"{a:,.1f} / {y:,.1f} ms; {a * 1e3 / nodes:.1f} / {y * 1e3 / nodes:.1f} µs per node; "
+                     f"{a / p:.2f} / {y / p:.2f} × the parse as a process ({p:,.1f} ms)"))
     print("| what | time | ratio |\n|---|---:|---:|")
     for name, time, ratio in rows:
         cell = "" if time != time else (f"{time:.3f} ms" if time < 10 else f"{time:.1f} ms")
@@ -205,8 +210,30 @@ def table(data):
         print(f"| {size} ({nodes:,.0f} nodes) | {ms(parse):.1f} | " + " | ".join(cells) +
               " | " + " / ".join(f"{x:.0f}" for x in per_node) + " | " +
               " | ".join(f"{t:.2f}" for t in targets) + " |")
+    process_table(by_name)
     ctx = data.get("context", {})
     print(f"\n{ctx.get('date', '')}, {ctx.get('num_cpus', '?')} CPUs")
+
+
+def process_table(by_name):
+    """The same as new processes, when the run has them (bench/queries_bench.cc): the protobuf
+    parse of the chain's file alone (memest_parse_process) and the memest CLI estimating it with
+    each backend, each process's page faults included."""
+    rows = []
+    for size in SIZES:
+        def get(name):  # UseRealTime() names end in /real_time
+            return by_name.get(name + "/real_time", by_name.get(name))
+
+        parse = get(f"BM_ParseProcessChain/cold_{size}_parse")
+        cli = [get(f"BM_CliProcessChain/cold_{size}_{e}") for e in ("analytical", "symbolic")]
+        if parse is None or None in cli:
+            continue
+        rows.append(f"| {size} | {ms(parse):,.1f} | " +
+                    " | ".join(f"{ms(c):,.1f} ({ms(c) / ms(parse):.2f})" for c in cli) + " |")
+    if rows:
+        print("\n| graph, as a new process | parse alone ms | memest, analytical ms (× parse) | "
+              "memest, symbolic ms (× parse) |\n|---|---:|---:|---:|")
+        print("\n".join(rows))
 
 
 def main():
