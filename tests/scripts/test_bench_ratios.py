@@ -65,6 +65,7 @@ class SpeedTableTest(unittest.TestCase):
         for size, ms in (("10k", 30), ("100k", 300), ("1m", 3000)):
             b.append(median(f"BM_CliProcessChain/cold_chain{size}_analytical/real_time", ms))
             b.append(median(f"BM_CliProcessChain/cold_chain{size}_symbolic/real_time", 2 * ms))
+            b.append(median(f"BM_ParseProcessChain/cold_chain{size}_parse/real_time", ms / 4))
         return {"benchmarks": b, "context": {"date": "today", "num_cpus": 2}}
 
     def test_each_search_against_an_estimate_at_batch_64_and_at_its_answer(self):
@@ -85,7 +86,8 @@ class SpeedTableTest(unittest.TestCase):
                       text)
         self.assertIn("| 0.50 × one estimate each |", text)  # 25 µs of a 50 µs estimate
         self.assertIn("1,000 / 1,900 / 1,850; 1.90 × at 2 threads", text)
-        self.assertIn("30.0 / 60.0 ms; 3.0 / 6.0 µs per node", text)
+        self.assertIn("30.0 / 60.0 ms; 3.0 / 6.0 µs per node; 4.00 / 8.00 × the parse as a process "
+                      "(7.5 ms)", text)
         self.assertIn("| cold start, --batch 64 | 7.000 ms |", text)
         self.assertIn("| cold start, Qwen2.5-0.5B --hf-config, seq 2,048 | 15.0 ms |", text)
 
@@ -111,6 +113,17 @@ class ChainTableTest(unittest.TestCase):
         self.assertIn("| chain10k (10,000 nodes) | 10.0 | 20.0 (2.00) | 5.0 (0.50) | 40.0 (4.00) |",
                       text)
         self.assertIn("| 2.50 | 6.00 |", text)
+        self.assertNotIn("as a new process", text)  # no process rows in this run
+
+    def test_the_processes_against_the_parse_as_a_process(self):
+        b = [median("BM_ParseProcessChain/cold_chain100k_parse/real_time", 250.0),
+             median("BM_CliProcessChain/cold_chain100k_analytical/real_time", 625.0),
+             median("BM_CliProcessChain/cold_chain100k_symbolic/real_time", 1500.0),
+             # a size without its parse process is left out
+             median("BM_CliProcessChain/cold_chain1m_analytical/real_time", 6000.0)]
+        text = printed(bench_ratios.table, {"benchmarks": b, "context": {}})
+        self.assertIn("| chain100k | 250.0 | 625.0 (2.50) | 1,500.0 (6.00) |", text)
+        self.assertNotIn("| chain1m |", text)
 
 
 if __name__ == "__main__":
