@@ -31,7 +31,7 @@
 //    rows are read against: both pay a fresh process's page faults.
 //
 //   ninja -C build memest_bench
-//   ./build/bench/memest_bench --benchmark_filter='Queries|Threads|Cli'
+//   ./build/bench/memest_bench --benchmark_filter='Queries|Threads|Process'
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <spawn.h>

@@ -5,11 +5,11 @@
     python3 scripts/bench_ratios.py --json run.json     # a saved --benchmark_format=json run
     python3 scripts/bench_ratios.py --speed --json run.json   # README's Speed table
 
-With --speed, the run is the Speed table's (`--benchmark_filter='resnet50|Queries|Threads|Cli|qwen25'`,
+With --speed, the run is the Speed table's (`--benchmark_filter='resnet50|Queries|Threads|Process|qwen25'`,
 saved with --benchmark_format=json) and its rows are printed as README shows them: ResNet-50's
 load and estimates as ratios to its parse, each search to one estimate at batch 64 (seq 2,048)
 and to one at the batch (seq) it answers, 1,000 queries per estimate, the threads' scaling, and
-the CLI processes.
+the CLI processes (on the chains also as ratios to the parse of the same file as a process).
 
 For each generated chain (10k, 100k, 1M nodes) one run gives the protobuf parse of its bytes,
 load (parse, validation, symbolic shape inference), one analytical and one symbolic training
