@@ -219,11 +219,11 @@ def process_table(by_name):
     """The same as new processes, when the run has them (bench/queries_bench.cc): the protobuf
     parse of the chain's file alone (memest_parse_process) and the memest CLI estimating it with
     each backend, each process's page faults included."""
+    def get(name):  # UseRealTime() names end in /real_time
+        return by_name.get(name + "/real_time", by_name.get(name))
+
     rows = []
     for size in SIZES:
-        def get(name):  # UseRealTime() names end in /real_time
-            return by_name.get(name + "/real_time", by_name.get(name))
-
         parse = get(f"BM_ParseProcessChain/cold_{size}_parse")
         cli = [get(f"BM_CliProcessChain/cold_{size}_{e}") for e in ("analytical", "symbolic")]
         if parse is None or None in cli:
