@@ -438,6 +438,14 @@ struct DecodeAfterPrefill {
     EXPECT_TRUE(t.ok()) << t.status().ToString();
     return t.ok() ? *std::move(t) : StepTrace{};
   }
+  // The curves through the step's traces at past 128, 256 and 384 (BatchTrace::Fit, which keeps
+  // no pointer to them); with `first`, the trace at 128 there too.
+  std::optional<BatchTrace> Curves(bool emptied, StepTrace* first = nullptr) const {
+    const StepTrace t128 = Trace(At(128, emptied)), t256 = Trace(At(256, emptied)),
+                    t384 = Trace(At(384, emptied));
+    if (first != nullptr) *first = t128;
+    return BatchTrace::Fit({{128, &t128}, {256, &t256}, {384, &t384}});
+  }
 };
 
 // A decode step after its prefill is traced as one stream (the prefill's requests, then the
@@ -452,12 +460,12 @@ TEST(BatchTraceTest, ADecodeStepIsReplayedAfterItsPrefill) {
   ASSERT_TRUE(est.ok());
   for (const bool emptied : {false, true}) {
     const auto at = [&](int64_t past) { return qwen.Trace(qwen.At(past, emptied)); };
-    const StepTrace t128 = at(128), t256 = at(256), t384 = at(384);
+    StepTrace t128;
+    const std::optional<BatchTrace> curves = qwen.Curves(emptied, &t128);
     EXPECT_GT(t128.prefill_requests, 0u);
     EXPECT_LT(t128.prefill_requests, t128.requests.size());
     EXPECT_EQ(t128.cache_emptied, emptied);
     EXPECT_FALSE(t128.loops);  // the step runs once
-    auto curves = BatchTrace::Fit({{128, &t128}, {256, &t256}, {384, &t384}});
     ASSERT_TRUE(curves.has_value());
     // (At past 1 the prefill's graph makes other requests, as batch 1 does for some graphs: not
     // on the curves, which the replay's check finds.)
@@ -541,10 +549,8 @@ TEST(BatchTraceTest, ADecodeStepsEstimateFollowsItsRunThroughThePrefill) {
   ASSERT_TRUE(est.ok());
   for (const bool emptied : {false, true}) {
     const auto at = [&](int64_t past) { return qwen.At(past, emptied); };
-    const StepTrace t128 = qwen.Trace(at(128)), t256 = qwen.Trace(at(256)),
-                    t384 = qwen.Trace(at(384));
+    const std::optional<BatchTrace> curves = qwen.Curves(emptied);
     ASSERT_FALSE(::testing::Test::HasFailure());
-    auto curves = BatchTrace::Fit({{128, &t128}, {256, &t256}, {384, &t384}});
     ASSERT_TRUE(curves.has_value());
     for (const int64_t past : {200, 1000}) {
       const Options p = at(past);
