@@ -61,6 +61,26 @@ def medians(data):
     return out
 
 
+def set_rows(get):
+    """BM_MaxBatchSet's rows (bench/search_set_bench.cc): every search of the `main` set against one
+    estimate at its own answer; none when the run has not got it (its graphs not unpacked)."""
+    rows = []
+    for backend in ("symbolic", "analytical"):
+        b = get(f"BM_MaxBatchSet/main_{backend}/iterations:1")
+        if b is None or b.get("error_occurred"):
+            continue
+        # The largest's graph and GPU; an aggregate over repetitions that disagree has none.
+        largest = b.get("label", "").removeprefix("largest: ")
+        largest = f" ({largest})" if largest else ""
+        rows.append((f"--max-batch, {backend}, over the {b['searches']:.0f} searches of the `main` "
+                     f"set (timm-a100 and bundled graphs on 3 GPUs): each against one estimate at "
+                     f"its answer, median / 90th percentile / largest{largest}", float("nan"),
+                     f"{b['median_ratio']:.2f} / {b['p90_ratio']:.2f} / {b['max_ratio']:.1f} ×; "
+                     f"all searches {b['ratio_of_sums']:.2f} × all those estimates "
+                     f"({b['searches_ms']:,.0f} against {b['estimates_ms']:,.0f} ms)"))
+    return rows
+
+
 def speed_table(data):
     """README's Speed table: each row's time and its ratio, all from this one run."""
     by = medians(data)
@@ -125,6 +145,7 @@ def speed_table(data):
          t("BM_MaxBatch/resnet50_symbolic_zero2x4_exact"), ""),
         (f"--max-batch analytical ({counter('BM_MaxBatch/resnet50', 'evaluations'):.0f} estimates)",
          t("BM_MaxBatch/resnet50"), f"{t('BM_MaxBatch/resnet50') / est_a:.1f} × one estimate"),
+        *set_rows(get),
         ("Qwen2.5-0.5B estimate at seq 2,048", seq, "1 ×"),
         (f"same at the answer (seq {counter('BM_EstimateAtMaxSeq/qwen25_05b_train', 'seq'):.0f})",
          at_s, f"{at_s / seq:.2f} ×"),

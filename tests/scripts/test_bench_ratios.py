@@ -51,6 +51,10 @@ class SpeedTableTest(unittest.TestCase):
             median("BM_MaxPast/qwen25_05b_decode", 7.5, evaluations=1, traces=4, replays=7,
                    max_past=3811),
             median("BM_MaxPast/qwen25_05b_decode_exact", 30.0, evaluations=19, max_past=3811),
+            dict(median("BM_MaxBatchSet/main_symbolic/iterations:1", 6000.0, searches=255,
+                        median_ratio=3.456, p90_ratio=5.5, max_ratio=12.44, ratio_of_sums=3.5,
+                        searches_ms=1540.0, estimates_ms=440.0),
+                 label="largest: mlp_small_train.onnx a100-80gb"),
         ]
         for backend, per_query in (("analytical", 0.025), ("symbolic", 0.4)):
             for order in ("grouped", "shuffled"):
@@ -90,6 +94,19 @@ class SpeedTableTest(unittest.TestCase):
                       "(7.5 ms)", text)
         self.assertIn("| cold start, --batch 64 | 7.000 ms |", text)
         self.assertIn("| cold start, Qwen2.5-0.5B --hf-config, seq 2,048 | 15.0 ms |", text)
+
+    def test_a_set_of_searches_against_an_estimate_at_each_answer(self):
+        text = printed(bench_ratios.speed_table, self.run_of())
+        self.assertIn("--max-batch, symbolic, over the 255 searches of the `main` set", text)
+        self.assertIn("largest (mlp_small_train.onnx a100-80gb) |  | 3.46 / 5.50 / 12.4 ×; "
+                      "all searches 3.50 × all those estimates (1,540 against 440 ms) |", text)
+        # Not in the run (the timm graphs not unpacked): no row, where the others stay.
+        run = self.run_of()
+        run["benchmarks"] = [b for b in run["benchmarks"]
+                             if not b["run_name"].startswith("BM_MaxBatchSet")]
+        text = printed(bench_ratios.speed_table, run)
+        self.assertNotIn("searches of the `main` set", text)
+        self.assertIn("| 15.0 ms | 15.0 × the estimate at batch 64 |", text)
 
     def test_a_missing_benchmark_is_said_and_left_blank(self):
         run = self.run_of()
