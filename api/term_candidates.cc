@@ -38,7 +38,19 @@ void TermCandidates::Record(int64_t v, Stages terms, const Estimate& e, const Fi
     }
   }
   proposed_at_ = 0;
-  // None kept (an unaffordable candidate).
+  unkept_v_ = terms.empty() ? v : 0;
+  unkept_headroom_ = headroom;
+  Keep(v, std::move(terms), headroom);
+}
+
+void TermCandidates::KeepTerms(Stages terms) {
+  if (unkept_v_ == 0) return;
+  Keep(unkept_v_, std::move(terms), unkept_headroom_);
+  unkept_v_ = 0;
+}
+
+void TermCandidates::Keep(int64_t v, Stages terms, double headroom) {
+  // None kept (an unaffordable candidate; one recorded without them).
   if (terms.empty() || !std::all_of(terms.begin(), terms.end(),
                                     [](const analytical::StepTerms& t) { return t.HasTerms(); })) {
     return;
@@ -47,8 +59,9 @@ void TermCandidates::Record(int64_t v, Stages terms, const Estimate& e, const Fi
 }
 
 std::optional<int64_t> TermCandidates::Propose(int64_t v, bool fits, double headroom,
-                                               bool successor_fails) {
+                                               bool successor_fails, bool ends_if_so) {
   proposed_at_ = v;
+  ends_if_so_ = ends_if_so;
   proposed_fits_ = fits;
   proposed_headroom_ = headroom;
   successor_fails_ = successor_fails;
@@ -140,7 +153,7 @@ std::optional<int64_t> TermCandidates::Next(int64_t good, int64_t bad, int64_t l
   // The curves' largest fitting value fitted: by the same curves its successor does not. (After
   // curves through the origin, the successor is theirs too: a miss there is not counted either.)
   if (successor_next_ && points_seen_.back().v == good && (bad == 0 || good + 1 < bad)) {
-    return Propose(good + 1, false);
+    return Propose(good + 1, false, 0, false, /*ends_if_so=*/true);
   }
   // The curves through the last `points_` estimates alike (the last one's); with fewer, through
   // the origin too (terms proportional to the value, or to its square).
@@ -186,9 +199,9 @@ std::optional<int64_t> TermCandidates::Next(int64_t good, int64_t bad, int64_t l
   // lo == good: the curves say its successor fails; else lo fits by them. (Not through the
   // origin: a fixed part of a term -- an embedding's gradient -- read as growing with the value
   // says a fitting value's successor fails where it has room for many more.)
-  if (lo == good) return origin ? std::nullopt : Propose(good + 1, false);
+  if (lo == good) return origin ? std::nullopt : Propose(good + 1, false, 0, false, true);
   // (LargestWithRoom ends with lo + 1 failing by the curves.)
-  return Propose(lo, true, room, /*successor_fails=*/true);
+  return Propose(lo, true, room, /*successor_fails=*/true, /*ends_if_so=*/true);
 }
 
 }  // namespace memest

@@ -150,7 +150,7 @@ Result<Estimate> EstimateEveryStage(const BackendPart& part, EstimationContext* 
 }
 
 Result<Estimate> RunInContext(const Estimator& backend, const Model& model, const Options& options,
-                              const BackendPart& in) {
+                              const BackendPart& in, std::unique_ptr<EstimationContext>* kept) {
   MEMEST_ASSIGN_OR_RETURN(std::unique_ptr<EstimationContext> ctx,
                           EstimationContext::Make(model, options));
   const BackendPart own = [&backend](const EstimationContext& c) { return backend.EstimateIn(c); };
@@ -165,6 +165,7 @@ Result<Estimate> RunInContext(const Estimator& backend, const Model& model, cons
   }
   AddCommonDiagnostics(*ctx, &e);
   ApplyResidualBand(ctx->stack(), &e);
+  if (kept != nullptr) *kept = std::move(ctx);
   return e;
 }
 
@@ -471,7 +472,7 @@ void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
 }
 
 Result<Estimate> RunEstimate(const Estimator& backend, const Model& model, const Options& options,
-                             const BackendPart& in) {
+                             const BackendPart& in, std::unique_ptr<EstimationContext>* kept) {
   MEMEST_RETURN_IF_ERROR(Validate(options));
   const std::string unmodelled = FirstUnmodelledOption(options, backend.supports());
   if (!unmodelled.empty()) {
@@ -480,7 +481,7 @@ Result<Estimate> RunEstimate(const Estimator& backend, const Model& model, const
         "; leave it at its default or use a backend that does (--list-backends)");
   }
   try {
-    return RunInContext(backend, model, options, in);
+    return RunInContext(backend, model, options, in, kept);
   } catch (const std::bad_alloc&) {
     return Internal(std::string(backend.name()) + ": out of memory");
   } catch (const std::exception& e) {

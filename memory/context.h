@@ -127,9 +127,13 @@ using BackendPart = std::function<Result<Estimate>(const EstimationContext&)>;
 // Estimator::Run: the options checked, the context made, the backend's part on every pipeline
 // stage (`in`, when set, instead of the default: a caller holding part of the work already, or
 // keeping more of it, api/max_batch.cc) and the worst stage kept, the result refused past 1 EiB,
-// the common diagnostics and the stack's band added, every exception an error.
+// the common diagnostics and the stack's band added, every exception an error. With `kept`, the
+// context is handed to *kept once the estimate is made (a caller that may derive more from the
+// same bind afterwards: the analytical search's terms, api/max_batch.cc); on an error *kept is
+// left as it was.
 Result<Estimate> RunEstimate(const Estimator& backend, const Model& model, const Options& options,
-                             const BackendPart& in);
+                             const BackendPart& in,
+                             std::unique_ptr<EstimationContext>* kept = nullptr);
 
 }  // namespace memest::memory
 
