@@ -443,26 +443,6 @@ class Candidates {
   int64_t jumped_to_ = 0;      // the first candidate's or the last jump's batch (Extrapolate)
 };
 
-// The number of pipeline stages a context's step is estimated over (memory::RunEstimate runs the
-// backend's part once on one GPU, and on each stage on many).
-int StagesOf(const memory::EstimationContext& ctx) {
-  return ctx.options().parallel.enabled() ? ctx.parallel().stages() : 1;
-}
-
-// The analytical step's terms in `ctx`, each pipeline stage's, as ExactSearch's estimates keep them
-// (analytical::EstimateWithTerms): for an estimate made in ctx without them.
-Result<TermCandidates::Stages> TermsIn(memory::EstimationContext* ctx, std::string_view searched) {
-  TermCandidates::Stages terms(static_cast<size_t>(StagesOf(*ctx)));
-  Status status;
-  for (size_t s = 0; s < terms.size() && status.ok(); ++s) {
-    ctx->set_stage(static_cast<int>(s));
-    status = analytical::EstimateWithTerms(*ctx, &terms[s], searched).status();
-  }
-  ctx->set_stage(0);
-  if (!status.ok()) return status;
-  return terms;
-}
-
 // What the search records for a candidate too large to estimate: peaks past any GPU.
 Estimate Unaffordable() {
   Estimate e;
@@ -537,9 +517,11 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
   if (hint > 1 && hint <= limit) hinted = {hint + 1, hint};
   while (!search.done()) {
     if (terms_later) {  // the search goes on: the curves read the last estimate's terms too
-      Result<TermCandidates::Stages> later = TermsIn(terms_later.get(), searched);
-      if (!later.ok()) return later.status().WithContext(label(terms_later_at));
-      from_terms->KeepTerms(std::move(later).value());
+      terms.clear();
+      const Result<Estimate> again =
+          memory::RunAgainIn(estimator, keeping_terms, terms_later.get());
+      if (!again.ok()) return again.status().WithContext(label(terms_later_at));
+      from_terms->KeepTerms(std::move(terms));
       terms_later.reset();
     }
     int64_t next = 0;
@@ -789,6 +771,12 @@ std::vector<int64_t> TracedValues(int64_t first, int64_t step, uint64_t first_pe
   std::vector<int64_t> at = {first, far};
   if (curve_traces == 3) at.insert(at.begin() + 1, first + (far - first) / 2 / step * step);
   return at;
+}
+
+// The number of pipeline stages a context's step is estimated over (memory::RunEstimate runs the
+// backend's part once on one GPU, and on each stage on many).
+int StagesOf(const memory::EstimationContext& ctx) {
+  return ctx.options().parallel.enabled() ? ctx.parallel().stages() : 1;
 }
 
 // The step's allocator requests at value v of the searched batch, one trace per pipeline stage

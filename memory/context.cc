@@ -471,6 +471,22 @@ void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
   }
 }
 
+namespace {
+
+// `run` with every exception an error named after the backend.
+template <typename Run>
+Result<Estimate> Guarded(const Estimator& backend, const Run& run) {
+  try {
+    return run();
+  } catch (const std::bad_alloc&) {
+    return Internal(std::string(backend.name()) + ": out of memory");
+  } catch (const std::exception& e) {
+    return Internal(std::string(backend.name()) + ": unexpected error: " + e.what());
+  }
+}
+
+}  // namespace
+
 Result<Estimate> RunEstimate(const Estimator& backend, const Model& model, const Options& options,
                              const BackendPart& in, std::unique_ptr<EstimationContext>* kept) {
   MEMEST_RETURN_IF_ERROR(Validate(options));
@@ -480,13 +496,12 @@ Result<Estimate> RunEstimate(const Estimator& backend, const Model& model, const
         "the " + std::string(backend.name()) + " backend does not model option " + unmodelled +
         "; leave it at its default or use a backend that does (--list-backends)");
   }
-  try {
-    return RunInContext(backend, model, options, in, kept);
-  } catch (const std::bad_alloc&) {
-    return Internal(std::string(backend.name()) + ": out of memory");
-  } catch (const std::exception& e) {
-    return Internal(std::string(backend.name()) + ": unexpected error: " + e.what());
-  }
+  return Guarded(backend, [&] { return RunInContext(backend, model, options, in, kept); });
+}
+
+Result<Estimate> RunAgainIn(const Estimator& backend, const BackendPart& part,
+                            EstimationContext* ctx) {
+  return Guarded(backend, [&] { return EstimateEveryStage(part, ctx); });
 }
 
 }  // namespace memory

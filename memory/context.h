@@ -135,6 +135,12 @@ Result<Estimate> RunEstimate(const Estimator& backend, const Model& model, const
                              const BackendPart& in,
                              std::unique_ptr<EstimationContext>* kept = nullptr);
 
+// `part` run again in a context RunEstimate handed to `kept`, on every pipeline stage as
+// RunEstimate runs it (the worst stage kept), every exception an error: more derived from the
+// same bind (the analytical search's terms, api/max_batch.cc).
+Result<Estimate> RunAgainIn(const Estimator& backend, const BackendPart& part,
+                            EstimationContext* ctx);
+
 }  // namespace memest::memory
 
 #endif  // MEMEST_MEMORY_CONTEXT_H_
