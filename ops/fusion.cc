@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -20,29 +21,33 @@ using core::Node;
 
 constexpr double kTolerance = 1e-3;
 
-class Matcher {
- public:
-  Matcher(const core::BoundGraph& b, const std::vector<bool>& requires_grad)
-      : b_(b), g_(*b.graph), requires_grad_(requires_grad) {}
+// A chain found by its structure alone (op types, which operand is which, constants, and that
+// no interior value is read outside it): what a LayerNorm or GELU chain is at any dims. What it
+// saves depends on the bound graph (SavedBy).
+struct ChainMatch {
+  FusedChain chain;         // nodes sorted, interior values; saved empty
+  int x = -1;               // the chain's input, which the fused kernel saves
+  int mean = -1;            // LayerNorm: the first ReduceMean's output, one statistic per row
+  std::vector<int> params;  // LayerNorm: the weight, then the bias, when the chain has them
+};
 
-  std::optional<FusedChain> LayerNorm(size_t sub) const;
-  std::optional<FusedChain> Gelu(size_t erf) const;
-  std::optional<FusedChain> GeluTanh(size_t tanh) const;
-  std::optional<FusedChain> GeluTail(int x, const Node& act, FusedChain c) const;
-  // The chain and the call it makes (its kernel not chosen yet; the chain's saved list empty).
-  std::optional<FusedChain> Attention(size_t softmax, AttentionSite* site) const;
+// What a graph's structure says, whatever its dims: LayerNorm and GELU chains, identity
+// dropouts, and whether a Softmax looks like attention.
+class Structure {
+ public:
+  explicit Structure(const core::Graph& g) : g_(g) {}
+
+  std::optional<ChainMatch> LayerNorm(size_t sub) const;
+  std::optional<ChainMatch> Gelu(size_t erf) const;
+  std::optional<ChainMatch> GeluTanh(size_t tanh) const;
+  std::optional<ChainMatch> GeluTail(int x, const Node& act, FusedChain c) const;
   bool LooksLikeAttention(size_t softmax) const;
   bool IdentityDropout(size_t n) const;
   // A mask computed from the inputs' shapes alone through a Trilu: the causal mask transformers'
   // eager path builds (no graph input's data reaches it).
   bool CausalMaskFromShapes(int mask) const;
-  // A tensor repeated to more heads as transformers' repeat_kv writes it: Reshape(Expand(x)),
-  // the Expand growing it, seen through a Transpose (k^T).
-  bool RepeatedHeads(int id) const;
-  // Marks `s` broadcast_kv when k^T and v have fewer rows than the probabilities.
-  void BroadcastHeads(int key, int v, AttentionSite* s) const;
 
- private:
+ protected:
   const Node* Producer(int id) const {
     if (id < 0) return nullptr;
     const int p = g_.value(id).producer;
@@ -83,16 +88,40 @@ class Matcher {
     if (n.inputs[1] == known && n.inputs[0] != known) return n.inputs[0];
     return -1;
   }
-  bool RequiresGrad(int id) const {
-    return id >= 0 && static_cast<size_t>(id) < requires_grad_.size() &&
-           requires_grad_[static_cast<size_t>(id)];
-  }
-  uint64_t Numel(int id) const { return b_.Numel(id).value_or(0); }
   // A chain is fused only when its interior values are read by its own nodes alone.
   bool Closed(const FusedChain& c) const;
   static void Add(FusedChain* c, const Node* n, const core::Graph& g) {
     c->nodes.push_back(static_cast<size_t>(n - g.nodes.data()));
   }
+
+  const core::Graph& g_;
+};
+
+// Attention chains and calls, which read the bound graph's shapes and dtypes and the values'
+// requires-grad flags besides the structure.
+class Matcher : public Structure {
+ public:
+  Matcher(const core::BoundGraph& b, const std::vector<bool>& requires_grad)
+      : Structure(*b.graph), b_(b), requires_grad_(requires_grad) {}
+
+  // The chain and the call it makes (its kernel not chosen yet; the chain's saved list empty).
+  std::optional<FusedChain> Attention(size_t softmax, AttentionSite* site) const;
+  // A tensor repeated to more heads as transformers' repeat_kv writes it: Reshape(Expand(x)),
+  // the Expand growing it, seen through a Transpose (k^T).
+  bool RepeatedHeads(int id) const;
+  // Marks `s` broadcast_kv when k^T and v have fewer rows than the probabilities.
+  void BroadcastHeads(int key, int v, AttentionSite* s) const;
+  // What LayerNorm or GELU chain `m` saves at the bound dims: nothing when no gradient flows
+  // through it; else the fused kernel's list (LayerNorm: x, the weight, and two fp32 statistics
+  // per row; GELU: x).
+  FusedChain SavedBy(const ChainMatch& m) const;
+
+ private:
+  bool RequiresGrad(int id) const {
+    return id >= 0 && static_cast<size_t>(id) < requires_grad_.size() &&
+           requires_grad_[static_cast<size_t>(id)];
+  }
+  uint64_t Numel(int id) const { return b_.Numel(id).value_or(0); }
 
   // Mask or bias `id` of a chain, for the kernel that takes it as attn_mask.
   AttentionMask MaskOf(int id, const char* what) const {
@@ -109,23 +138,24 @@ class Matcher {
   }
 
   const core::BoundGraph& b_;
-  const core::Graph& g_;
   const std::vector<bool>& requires_grad_;
 };
 
-bool Matcher::Closed(const FusedChain& c) const {
-  const std::set<size_t> members(c.nodes.begin(), c.nodes.end());
+bool Structure::Closed(const FusedChain& c) const {
+  auto member = [&c](int node) {
+    return std::find(c.nodes.begin(), c.nodes.end(), static_cast<size_t>(node)) != c.nodes.end();
+  };
   for (int id : c.interior) {
     if (g_.value(id).graph_output) return false;
     for (int consumer : g_.value(id).consumers) {
-      if (!members.count(static_cast<size_t>(consumer))) return false;
+      if (!member(consumer)) return false;
     }
   }
   return true;
 }
 
 // x - ReduceMean(x) -> Pow 2 -> ReduceMean -> Add eps -> Sqrt; (x - mean) / that [* w] [+ b].
-std::optional<FusedChain> Matcher::LayerNorm(size_t k) const {
+std::optional<ChainMatch> Structure::LayerNorm(size_t k) const {
   const Node& sub = g_.nodes[k];
   if (sub.inputs.size() != 2 || sub.outputs.empty()) return std::nullopt;
   const int x = sub.inputs[0], mean = sub.inputs[1], d = sub.outputs[0];
@@ -154,7 +184,6 @@ std::optional<FusedChain> Matcher::LayerNorm(size_t k) const {
                {mean, d, pow->outputs[0], r2->outputs[0], eps->outputs[0], sqrt->outputs[0]},
                {}};
   for (const Node* n : {r1, &sub, pow, r2, eps, sqrt, div}) Add(&c, n, g_);
-  c.saved.push_back({x, 0, "x"});
   std::vector<int> params;
   int out = div->outputs[0];
   const Node* mul = SoleConsumer(out);
@@ -173,22 +202,12 @@ std::optional<FusedChain> Matcher::LayerNorm(size_t k) const {
     }
   }
   if (!Closed(c)) return std::nullopt;
-  const bool active = RequiresGrad(x) || std::any_of(params.begin(), params.end(),
-                                                     [&](int p) { return RequiresGrad(p); });
-  if (!active) {
-    c.saved.clear();
-  } else {
-    if (!params.empty()) c.saved.push_back({params.front(), 0, "weight"});
-    const uint64_t rows = Numel(mean);  // [..., 1]: one statistic per normalised row
-    c.saved.push_back({-1, rows * 4, "mean(fp32)"});
-    c.saved.push_back({-1, rows * 4, "rstd(fp32)"});
-  }
   std::sort(c.nodes.begin(), c.nodes.end());
-  return c;
+  return ChainMatch{std::move(c), x, mean, std::move(params)};
 }
 
 // x / sqrt(2) -> Erf -> + 1 -> x * that -> * 0.5 (or 0.5 * x first).
-std::optional<FusedChain> Matcher::Gelu(size_t k) const {
+std::optional<ChainMatch> Structure::Gelu(size_t k) const {
   const Node& erf = g_.nodes[k];
   if (erf.inputs.empty() || erf.outputs.empty()) return std::nullopt;
   const int t = erf.inputs[0];
@@ -205,7 +224,7 @@ std::optional<FusedChain> Matcher::Gelu(size_t k) const {
 
 // The end both GELU forms share, after the Erf or Tanh node `act`: + 1 -> x * that -> * 0.5 (or
 // 0.5 * x first). `c` holds the chain up to `act`; the tail adds `act`'s output and the rest.
-std::optional<FusedChain> Matcher::GeluTail(int x, const Node& act, FusedChain c) const {
+std::optional<ChainMatch> Structure::GeluTail(int x, const Node& act, FusedChain c) const {
   const Node* plus = SoleConsumer(act.outputs[0]);
   if (!Is(plus, "Add") || plus->outputs.empty() || !ScalarNear(Other(*plus, act.outputs[0]), 1)) {
     return std::nullopt;
@@ -233,9 +252,11 @@ std::optional<FusedChain> Matcher::GeluTail(int x, const Node& act, FusedChain c
     Add(&c, times, g_);
   }
   if (!Closed(c)) return std::nullopt;
-  if (RequiresGrad(x)) c.saved.push_back({x, 0, "x"});
   std::sort(c.nodes.begin(), c.nodes.end());
-  return c;
+  ChainMatch m;
+  m.chain = std::move(c);
+  m.x = x;
+  return m;
 }
 
 // F.gelu(x, approximate="tanh") as torch.onnx writes it below opset 20: x * (x * x) -> * 0.044715
@@ -243,7 +264,7 @@ std::optional<FusedChain> Matcher::GeluTail(int x, const Node& act, FusedChain c
 // Muls: a Pow is Python code computing the same (GPT-2's NewGELUActivation), op by op.
 constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2 / pi)
 
-std::optional<FusedChain> Matcher::GeluTanh(size_t k) const {
+std::optional<ChainMatch> Structure::GeluTanh(size_t k) const {
   const Node& tanh = g_.nodes[k];
   if (tanh.inputs.empty() || tanh.outputs.empty()) return std::nullopt;
   const int t = tanh.inputs[0];
@@ -280,7 +301,7 @@ std::optional<FusedChain> Matcher::GeluTanh(size_t k) const {
 
 // A Softmax whose probabilities are the left operand of a MatMul, directly or through one
 // Dropout: the shape of attention, whatever comes before the Softmax.
-bool Matcher::LooksLikeAttention(size_t k) const {
+bool Structure::LooksLikeAttention(size_t k) const {
   const Node& softmax = g_.nodes[k];
   if (softmax.outputs.empty()) return false;
   int probs = softmax.outputs[0];
@@ -406,7 +427,7 @@ std::optional<FusedChain> Matcher::Attention(size_t k, AttentionSite* site) cons
   return c;
 }
 
-bool Matcher::CausalMaskFromShapes(int mask) const {
+bool Structure::CausalMaskFromShapes(int mask) const {
   std::vector<int> todo{mask};
   std::set<int> seen;
   bool trilu = false;
@@ -450,9 +471,72 @@ bool Matcher::RepeatedHeads(int id) const {
   return Numel(expand->outputs[0]) > Numel(expand->inputs[0]) && Numel(expand->inputs[0]) > 0;
 }
 
-bool Matcher::IdentityDropout(size_t k) const {
+bool Structure::IdentityDropout(size_t k) const {
   const Node& n = g_.nodes[k];
   return Is(&n, "Dropout") && n.inputs.size() >= 2 && ScalarNear(n.inputs[1], 0.0);
+}
+
+FusedChain Matcher::SavedBy(const ChainMatch& m) const {
+  FusedChain c = m.chain;
+  if (c.kind == FusedKind::kGelu) {
+    if (RequiresGrad(m.x)) c.saved.push_back({m.x, 0, "x"});
+    return c;
+  }
+  const bool active = RequiresGrad(m.x) || std::any_of(m.params.begin(), m.params.end(),
+                                                       [&](int p) { return RequiresGrad(p); });
+  if (!active) return c;
+  c.saved.push_back({m.x, 0, "x"});
+  if (!m.params.empty()) c.saved.push_back({m.params.front(), 0, "weight"});
+  const uint64_t rows = Numel(m.mean);  // [..., 1]: one statistic per normalised row
+  c.saved.push_back({-1, rows * 4, "mean(fp32)"});
+  c.saved.push_back({-1, rows * 4, "rstd(fp32)"});
+  return c;
+}
+
+// Where a graph may fuse, whatever its dims (Graph::derived keeps it, so each bound graph reads it
+// instead of walking every node): in node order, the fused attention ops (a rule with an
+// attention_site), the Softmax nodes (attention chains, matched on each bound graph: their call
+// reads shapes) and the LayerNorm and GELU chains found by structure (sized on each bound graph,
+// Matcher::SavedBy); and the identity dropouts.
+struct FusionSites {
+  enum class Kind { kAttentionOp, kSoftmax, kElementwise };
+  struct Site {
+    size_t node = 0;
+    Kind kind = Kind::kSoftmax;
+    size_t chain = 0;  // kElementwise: the index in `chains`
+  };
+  std::vector<Site> sites;
+  std::vector<ChainMatch> chains;
+  std::vector<size_t> identity_dropouts;
+};
+struct FusionSitesKey {
+  bool operator==(const FusionSitesKey&) const = default;
+};
+
+std::shared_ptr<const FusionSites> FindSites(const core::Graph& g) {
+  auto found = std::make_shared<FusionSites>();
+  const Structure structure(g);
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const core::Node& node = g.nodes[k];
+    if (structure.IdentityDropout(k)) found->identity_dropouts.push_back(k);
+    if (const OpRule* rule = RuleOf(node); rule && rule->attention_site) {
+      found->sites.push_back({k, FusionSites::Kind::kAttentionOp});
+      continue;
+    }
+    const std::string_view op = node.op_type;  // compared by size first
+    if (op == "Softmax") {
+      found->sites.push_back({k, FusionSites::Kind::kSoftmax});
+      continue;
+    }
+    std::optional<ChainMatch> m;
+    if (op == "Sub") m = structure.LayerNorm(k);
+    if (op == "Erf") m = structure.Gelu(k);
+    if (op == "Tanh") m = structure.GeluTanh(k);
+    if (!m) continue;
+    found->sites.push_back({k, FusionSites::Kind::kElementwise, found->chains.size()});
+    found->chains.push_back(std::move(*m));
+  }
+  return found;
 }
 
 }  // namespace
@@ -487,14 +571,16 @@ Fusion::Fusion(const core::BoundGraph& b, const std::vector<bool>& requires_grad
     s->training = s->training && policy.training;
   };
   const Matcher m(b, requires_grad);
-  for (size_t k = 0; k < g.nodes.size(); ++k) {
-    identity_dropout_[k] = m.IdentityDropout(k);
+  const std::shared_ptr<const FusionSites> sites = g.derived.GetOrMake<FusionSites>(
+      FusionSitesKey{}, g.nodes.size(), [&g](const FusionSitesKey&) { return FindSites(g); });
+  for (size_t k : sites->identity_dropouts) identity_dropout_[k] = true;
+  for (const FusionSites::Site& site : sites->sites) {
+    const size_t k = site.node;
     const core::Node& node = g.nodes[k];
-    const std::string_view op = node.op_type;  // compared by size first
-    if (const OpRule* rule = RuleOf(node); rule && rule->attention_site) {
+    if (site.kind == FusionSites::Kind::kAttentionOp) {
       AttentionCall call;
       call.node = k;
-      rule->attention_site(RuleContext{node, b, requires_grad}, &call.site);
+      RuleOf(node)->attention_site(RuleContext{node, b, requires_grad}, &call.site);
       call.site.training = std::any_of(node.inputs.begin(), node.inputs.end(), [&](int id) {
         return id >= 0 && static_cast<size_t>(id) < requires_grad.size() &&
                requires_grad[static_cast<size_t>(id)];
@@ -506,17 +592,11 @@ Fusion::Fusion(const core::BoundGraph& b, const std::vector<bool>& requires_grad
       calls_.push_back(std::move(call));
       continue;
     }
-    // Only these ops end a chain; every other node is passed over before the (large) optionals
-    // below are made, which cost more than the test on a graph of many nodes.
-    const bool softmax = policy.FusesChains() && op == "Softmax";
-    if (!softmax && !(choices.fused_kernels && (op == "Sub" || op == "Erf" || op == "Tanh"))) {
-      continue;
-    }
+    const bool softmax = site.kind == FusionSites::Kind::kSoftmax;
+    if (softmax ? !policy.FusesChains() : !choices.fused_kernels) continue;
     std::optional<FusedChain> c;
     std::optional<AttentionCall> call;
-    if (choices.fused_kernels && op == "Sub") c = m.LayerNorm(k);
-    if (choices.fused_kernels && op == "Erf") c = m.Gelu(k);
-    if (choices.fused_kernels && op == "Tanh") c = m.GeluTanh(k);
+    if (!softmax) c = m.SavedBy(sites->chains[site.chain]);
     if (softmax) {
       call.emplace();
       c = m.Attention(k, &call->site);

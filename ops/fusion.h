@@ -45,6 +45,13 @@
 //  * Fused attention ops (a rule with an attention_site: ONNX Attention, the com.microsoft
 //    attention ops) get their kernel from the same choice, per node (attention_call()); their
 //    rules then say what that kernel saves and allocates.
+//  * What the structure decides is found once per graph and kept with it (Graph::derived): the
+//    LayerNorm and GELU chains (op types, operands, constants, closedness: the same at every
+//    dims), the identity dropouts, and which nodes may start an attention chain or are fused
+//    attention ops. Each bound graph then sizes what the LayerNorm and GELU chains save (the
+//    statistics' rows, and whether a gradient flows through them at all) and matches attention
+//    chains itself, whose calls read shapes and whose kernel choice may turn on them. A search's
+//    or a scheduler's estimates at other batches walk no node twice to find them.
 //  * Dropout with a constant ratio of 0 is an identity in PyTorch (aten::dropout returns its input
 //    when p == 0, without a mask): its output 0 aliases input 0, the mask output is 0 bytes, and
 //    it saves nothing. This holds with or without fused kernels.

@@ -161,6 +161,49 @@ TEST(FusionTest, LayerNormChainSavesTheInputAndTwoStatistics) {
   }
 }
 
+// The chains are found once per graph (ops/fusion.cc FusionSites) and sized on each bound graph:
+// the statistics follow the batch, and what the chain saves follows the requires-grad flags of the
+// options at hand, not those of the estimate that found it.
+TEST(FusionTest, ChainsFoundOnceAreSizedAtEachBatchAndForEachFrozenSet) {
+  auto m = Load(LayerNormGraph());
+  ASSERT_NE(m, nullptr);
+  const core::Graph& g = m->graph();
+  auto saved_at = [&](const Options& o) {
+    auto ctx = Context(*m, o);
+    std::vector<ops::SavedTensor> out;
+    if (ctx == nullptr || ctx->facts().fusion().chains().size() != 1) return out;
+    const ops::FusedChain& c = ctx->facts().fusion().chains()[0];
+    EXPECT_EQ(c.nodes.size(), 9u);
+    const auto saved = ctx->facts().Saved(c.nodes.back());
+    out.assign(saved.begin(), saved.end());
+    return out;
+  };
+  const std::vector<ops::SavedTensor> at4 = saved_at(Batch(4)), at32 = saved_at(Batch(32));
+  ASSERT_EQ(at4.size(), 4u);
+  ASSERT_EQ(at32.size(), 4u);
+  EXPECT_EQ(at4[2].bytes, 4u * 8 * 4);
+  EXPECT_EQ(at32[2].bytes, 32u * 8 * 4);  // mean: one fp32 per row (N=32 x 8 rows)
+  EXPECT_EQ(at32[3].bytes, 32u * 8 * 4);  // rstd
+  // W frozen: h needs no gradient, but gamma and beta do, so the kernel still saves its list.
+  Options w_frozen = Batch(32);
+  w_frozen.freeze = "^W$";
+  const std::vector<ops::SavedTensor> frozen_w = saved_at(w_frozen);
+  ASSERT_EQ(frozen_w.size(), 4u);
+  EXPECT_EQ(frozen_w[0].value, g.FindValue("h"));
+  // Only W trains: nothing past h needs a gradient through the chain's weights, but h does
+  // (W's gradient flows back through the chain), so the list is kept.
+  Options gamma_beta_frozen = Batch(32);
+  gamma_beta_frozen.freeze = "gamma|beta";
+  EXPECT_EQ(saved_at(gamma_beta_frozen).size(), 4u);
+  // Nothing trains: no gradient flows through the chain, which saves nothing.
+  Options all_frozen = Batch(32);
+  all_frozen.freeze = ".";
+  auto ctx = Context(*m, all_frozen);
+  ASSERT_NE(ctx, nullptr);
+  ASSERT_EQ(ctx->facts().fusion().chains().size(), 1u);
+  EXPECT_TRUE(ctx->facts().Saved(ctx->facts().fusion().chains()[0].nodes.back()).empty());
+}
+
 TEST(FusionTest, FusedLayerNormSavesLessThanTheChainAsWritten) {
   auto m = Load(LayerNormGraph());
   ASSERT_NE(m, nullptr);
