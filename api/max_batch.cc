@@ -13,13 +13,19 @@
 //    and the origin, so that sizes growing with its square are parabolas, or the line through them
 //    where it grows more slowly -- at three where that cannot be, BatchTrace::FitFromTwo), each
 //    malloc's size is the curve through its traced sizes, and a batch is probed by replaying those
-//    requests through the allocator model within the budget (no graph walk, no binding). The probes
-//    start at the largest batch whose requested bytes alone stay within the budget; while none
-//    fits, the next is where the requested bytes and what the allocator held beyond them where the
-//    last replay ran out stay within it; then they step by how far the last one was from fitting
-//    (ReplaySearch). Where that stalls, the next steps down from the lowest failure by 1, 2, 4,
-//    ... batches while none fits (a probe that fits costs a whole replay, one that fails only its
-//    requests up to the failing one), and bisects once one has.
+//    requests through the allocator model within the budget (no graph walk, no binding). Only the
+//    first value's trace walks the step: the others are read off it in a context bound at their
+//    value (symbolic::ResizeTrace: each malloc's size by where the walk read it; each pipeline
+//    stage's), and walked only where that cannot be (a decode step after its prefill). A resized
+//    trace is what the walk there makes wherever the walk makes the same requests; the curves
+//    through it are checked as a walked trace's are (below), at the answer by its estimate and at
+//    the successor by a walk. The probes start at the largest batch whose requested bytes alone
+//    stay within the budget; while none fits, the next is where the requested bytes and what the
+//    allocator held beyond them where the last replay ran out stay within it; then they step by
+//    how far the last one was from fitting (ReplaySearch). Where that stalls, the next steps down
+//    from the lowest failure by 1, 2, 4, ... batches while none fits (a probe that fits costs a
+//    whole replay, one that fails only its requests up to the failing one), and bisects once one
+//    has.
 //  * A replay runs the training loop as the estimate does, until it repeats itself: past the
 //    traced iterations with the last one's requests (symbolic/batch_trace.h, the loop). A decode
 //    step after its prefill is traced and replayed with its prefill: the prefill's requests, then
@@ -983,7 +989,30 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
       traced_at.insert(traced_at.begin() + static_cast<ptrdiff_t>(i), v);
       return true;
     };
-    if (!trace_at(at.back(), 1)) return std::nullopt;
+    // Or reads it off the first trace in a context bound at v (symbolic::ResizeTrace: each
+    // malloc's size by its recipe, no walk), on one GPU without a prefill; where that cannot be,
+    // traces it. The curves through it are checked as a trace's are: at the answer by its
+    // estimate, at the successor by a walk.
+    auto resize_at = [&](int64_t v, size_t i) {
+      if (options.prefill) return false;
+      Options o = options;
+      set(&o, v);
+      if (!Validate(o).ok()) return false;
+      auto made = memory::EstimationContext::Make(model, o);
+      if (!made.ok() || StagesOf(**made) != static_cast<int>(stages)) return false;
+      std::vector<symbolic::StepTrace> resized;
+      for (size_t s = 0; s < stages; ++s) {
+        (*made)->set_stage(static_cast<int>(s));
+        auto one = symbolic::ResizeTrace(**made, kept.front()[s]);
+        if (!one.ok()) return false;
+        resized.push_back(std::move(one).value());
+      }
+      spent->traces += static_cast<int>(stages);
+      kept.insert(kept.begin() + static_cast<ptrdiff_t>(i), std::move(resized));
+      traced_at.insert(traced_at.begin() + static_cast<ptrdiff_t>(i), v);
+      return true;
+    };
+    if (!resize_at(at.back(), 1) && !trace_at(at.back(), 1)) return std::nullopt;
     // Each stage's curves through the traces kept, by `fit`; nullopt where a stage has none.
     auto fit_all = [&](auto fit) -> std::optional<std::vector<symbolic::BatchTrace>> {
       std::vector<symbolic::BatchTrace> out;
@@ -1002,7 +1031,7 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     std::optional<std::vector<symbolic::BatchTrace>> fitted;
     if (at.size() == 3) {
       fitted = fit_all(symbolic::BatchTrace::FitFromTwo);
-      if (!fitted && !trace_at(at[1], 1)) return std::nullopt;
+      if (!fitted && !resize_at(at[1], 1) && !trace_at(at[1], 1)) return std::nullopt;
     }
     if (!fitted) fitted = fit_all(symbolic::BatchTrace::Fit);
     if (!fitted) return std::nullopt;

@@ -4,8 +4,9 @@
 // backend ask at most values (api/max_batch.cc).
 //
 // Policy:
-//  * Traces of the step (TraceRequests, symbolic/timeline.h) at values v1 < v2 (< v3) that make
-//    the same requests in the same order (the same frees of the same mallocs) give each malloc's
+//  * Traces of the step (TraceRequests, symbolic/timeline.h, or one read at another value by
+//    ResizeTrace) at values v1 < v2 (< v3) that make the same requests in the same order (the
+//    same frees of the same mallocs) give each malloc's
 //    size as the polynomial through its sizes, rounded down (base/size_curves.h): the line through
 //    two (a batch dim times the rest), the parabola through three (eager attention's [B, H, S, S]
 //    scores grow with the square of the sequence length). FitFromTwo reads the same curves off

@@ -139,6 +139,8 @@ class __attribute__((visibility("hidden"))) Sim {
   // The same forward, as a simulation of its own: its peaks and their breakdown
   // (SimulatePrefill).
   Result<Simulation> RunPrefillAlone();
+  // ResizeTrace (symbolic/timeline.h): `traced`'s mallocs sized in this Sim's context.
+  Result<StepTrace> Resized(const StepTrace& traced);
   // Some request failed even after the allocator released its cached segments (PyTorch raises
   // OutOfMemoryError there); where that first happened, and how often a cudaMalloc failed.
   bool ran_out() const { return alloc_.oom(); }
@@ -189,7 +191,8 @@ class __attribute__((visibility("hidden"))) Sim {
     int node = -1;
   };
 
-  Tensor Malloc(uint64_t bytes, Category c);
+  // In a trace, `recipe` says where `bytes` came from (StepTrace::recipes).
+  Tensor Malloc(uint64_t bytes, Category c, SizeRecipe recipe = {});
   // The allocator's statistics now: the model's, or (following a run) what run_ says.
   const AllocatorStats& Stats() const { return *stats_; }
   // Request r of the step, taken from run_: notes the first that is not run's next request.
@@ -223,6 +226,9 @@ class __attribute__((visibility("hidden"))) Sim {
   void Record(bool malloc, uint64_t bytes, Category c);
 
   void Prepare();
+  // The size `recipe` reads in this context (after Prepare); nullopt for kUnknown. `traced`: the
+  // size where it was traced (kSame's).
+  std::optional<uint64_t> SizeOf(const SizeRecipe& recipe, uint64_t traced);
   // RunPrefill's forward: the weights, the forward over the prompt, the prompt freed.
   void PrefillForward();
   // The simulation run so far, written out: the estimate (peaks, breakdown at the device peak,
@@ -422,7 +428,8 @@ class __attribute__((visibility("hidden"))) Sim {
   // repeating iteration makes.
   bool noting_loop_ = false, loop_noted_ok_ = true;
   std::vector<LoopRequest> loop_requests_;
-  std::vector<LoopWhere> loop_where_;  // by request
+  std::vector<LoopWhere> loop_where_;     // by request
+  std::vector<SizeRecipe> loop_recipes_;  // a trace's: by malloc
   std::vector<LoopRelabel> loop_relabels_;
   base::IdVector<uint64_t, Category> loop_live_start_{kNumCategories};  // live_ as it began
   // The noted request at whose repeat the reserved peak's moment is, when one is (its bytes alive
@@ -498,6 +505,8 @@ class __attribute__((visibility("hidden"))) Sim {
   bool micro_batch_recorded_ = false;
   bool collect_micro_batch_ = false;      // the first micro-batch's forward is running
   std::vector<Tensor> micro_batch_made_;  // what it allocated, in order
+  // A trace's: the recipes of micro_batch_made_'s mallocs, and of micro_batch_set_'s tensors.
+  std::vector<SizeRecipe> micro_batch_made_recipes_, micro_batch_set_recipes_;
   std::vector<Tensor> other_micro_batches_;
 
   // Results.

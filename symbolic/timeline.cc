@@ -124,16 +124,23 @@ inline Tensor Sim::NewSlot(uint64_t bytes, Category c) {
   return HandleOf(slot, t.generation);
 }
 
-Tensor Sim::Malloc(uint64_t bytes, Category c) {
+Tensor Sim::Malloc(uint64_t bytes, Category c, SizeRecipe recipe) {
   if (bytes == 0) return -1;
   const Tensor handle = NewSlot(bytes, c);
   Live& t = tensors_[SlotOf(handle)];
   t.made_in = iteration_;
   t.made_at = made_++;
-  if (collect_micro_batch_) micro_batch_made_.push_back(handle);
+  if (collect_micro_batch_) {
+    micro_batch_made_.push_back(handle);
+    if (requests_ != nullptr) micro_batch_made_recipes_.push_back(recipe);
+  }
   if (requests_ != nullptr) {  // a trace: the request is what it keeps (no allocator, no peaks)
     t.handle = mallocs_++;
-    if (noting_loop_) NoteLoopMalloc(t);
+    if (noting_loop_) {
+      NoteLoopMalloc(t);
+      loop_recipes_.push_back(recipe);
+    }
+    trace_->recipes.push_back(recipe);
     Trace({bytes, -1});
     return handle;
   }
@@ -354,12 +361,13 @@ void Sim::AllocateWeights() {
     if (!plan_.parameter_on_stage(static_cast<int>(i), stage_)) continue;  // another stage's
     if (sharded_ && v.trainable) continue;  // in the flat buffer below
     if (value_[i] >= 0) continue;           // the prefill's (AdoptPrefill)
-    value_[i] = Malloc(facts_.bytes(static_cast<int>(i)), Category::kWeights);
+    value_[i] = Malloc(facts_.bytes(static_cast<int>(i)), Category::kWeights,
+                       {SizeRecipe::kValue, static_cast<int32_t>(i)});
   }
-  if (sharded_) flat_weights_ = Malloc(rank_.weights, Category::kWeights);
+  if (sharded_) flat_weights_ = Malloc(rank_.weights, Category::kWeights, {SizeRecipe::kSame});
   // DDP's reducer allocates its buckets when the model is wrapped, and keeps them.
   for (uint64_t size : memory::BucketSizes(rank_.buckets, o_.parallel)) {
-    buckets_.push_back(Malloc(size, Category::kCollective));
+    buckets_.push_back(Malloc(size, Category::kCollective, {SizeRecipe::kSame}));
   }
   if (train_) {
     const auto k = static_cast<uint64_t>(memory::StateTensorsPerParameter(o_.optimizer));
@@ -424,7 +432,7 @@ void Sim::PrepareParallel() {
 }
 
 void Sim::Gather(int unit, Tensor* into) {
-  if (*into < 0) *into = Malloc(unit_bytes_[unit], Category::kCollective);
+  if (*into < 0) *into = Malloc(unit_bytes_[unit], Category::kCollective, {SizeRecipe::kSame});
 }
 
 namespace {
@@ -463,7 +471,7 @@ void Sim::GatherBackward(size_t k) {
   if (u < 0 || unit_last_[u] != static_cast<int>(k)) return;
   Gather(u, &gathered_[u]);
   if (unit_grads_[u] < 0) {
-    unit_grads_[u] = Malloc(unit_grad_bytes_[u], Category::kCollective);
+    unit_grads_[u] = Malloc(unit_grad_bytes_[u], Category::kCollective, {SizeRecipe::kSame});
   }
   if (!Prefetches(o_.parallel)) return;
   const auto at = std::find(unit_order_.begin(), unit_order_.end(), u);
@@ -586,28 +594,35 @@ void Sim::ForwardNode(size_t k, int seg) {
   if (lower && !sharded_) {
     for (int in : n.inputs) {
       if (in >= 0 && cast_[in] < 0 && facts_.amp_cast_bytes(in) > 0) {
-        cast_[in] = Malloc(facts_.amp_cast_bytes(in), Category::kWeights);
+        cast_[in] =
+            Malloc(facts_.amp_cast_bytes(in), Category::kWeights, {SizeRecipe::kAmpCast, in});
       }
     }
   }
   // A quantized weight is dequantized (int8: the input quantized) for the call, then dropped
   // (memory/weight_storage.h).
-  Tensor dequantized = Malloc(weights_.forward_transient(k), Category::kTransient);
+  Tensor dequantized = Malloc(weights_.forward_transient(k), Category::kTransient,
+                              {SizeRecipe::kWeightForward, static_cast<int32_t>(k)});
   for (int out : n.outputs) {
     if (out < 0 || facts_.root(out) != out) continue;  // views allocate nothing
     if (seg >= 0 && value_[out] >= 0) continue;
     value_[out] = Malloc(facts_.bytes(out),
-                         saved_left_[out] > 0 ? Category::kActivations : Category::kTransient);
+                         saved_left_[out] > 0 ? Category::kActivations : Category::kTransient,
+                         {SizeRecipe::kValue, out});
   }
   Free(&dequantized);
   // The rule's workspace (a fused attention kernel's scores) lives while the kernel writes what it
   // keeps: freed after the saved extras exist.
-  Tensor ws = Malloc(facts_.Workspace(k), Category::kTransient);
+  Tensor ws = Malloc(facts_.Workspace(k), Category::kTransient,
+                     {SizeRecipe::kWorkspace, static_cast<int32_t>(k)});
   ConvWorkspace(k);
   if (train_ && (seg >= 0 || !Checkpointed(k))) {
-    for (const auto& sv : saved_[k]) {
+    for (size_t i = 0; i < saved_[k].size(); ++i) {
+      const auto& sv = saved_[k][i];
       if (sv.value < 0) {
-        extras_[k].push_back(Malloc(sv.bytes, Category::kActivations));
+        extras_[k].push_back(
+            Malloc(sv.bytes, Category::kActivations,
+                   {SizeRecipe::kSavedExtra, static_cast<int32_t>(k), static_cast<int32_t>(i)}));
       } else if (seg >= 0 && lower && kind_[sv.value] == core::ValueKind::kInitializer &&
                  facts_.amp_cast_bytes(sv.value) > 0) {
         ++cast_left_[sv.value];
@@ -639,7 +654,8 @@ void Sim::ConvWorkspace(size_t k) {
     bytes = memory::ConvWorkspaceBytes(stack_, facts_, g_.nodes[k], k, o_.library_workspaces);
   }
   if (bytes == 0) return;
-  Tensor ws = Malloc(bytes, Category::kTransient);
+  Tensor ws =
+      Malloc(bytes, Category::kTransient, {SizeRecipe::kConvWorkspace, static_cast<int32_t>(k)});
   Free(&ws);
 }
 
@@ -649,7 +665,7 @@ void Sim::Forward(int it) {
   saved_left_ = saved_by_;
   cast_left_ = cast_saves_;
   if (train_ && root_bytes_ > 0 && root_gathered_ < 0) {
-    root_gathered_ = Malloc(root_bytes_, Category::kCollective);
+    root_gathered_ = Malloc(root_bytes_, Category::kCollective, {SizeRecipe::kSame});
   }
   ReceiveActivations();
   for (size_t k = 0; k < g_.nodes.size(); ++k) {
@@ -657,7 +673,7 @@ void Sim::Forward(int it) {
     node_ = static_cast<int>(k);
     const ops::OpRule* rule = facts_.rule(k);
     if (o_.library_workspaces && ws_forward_ < 0 && rule && rule->uses_cublas) {
-      ws_forward_ = Malloc(cublas_workspace_, Category::kTransient);
+      ws_forward_ = Malloc(cublas_workspace_, Category::kTransient, {SizeRecipe::kSame});
     }
     ForwardNode(k, -1);
   }
@@ -670,9 +686,10 @@ void Sim::Loss() {
   if (loss_value_ < 0) return;
   phase_ = Phase::kForward;
   if (loss_tensors_.cross_entropy) {
-    log_probs_ = Malloc(loss_tensors_.log_probs, Category::kActivations);
+    log_probs_ =
+        Malloc(loss_tensors_.log_probs, Category::kActivations, {SizeRecipe::kLossLogProbs});
   }
-  loss_ = Malloc(4, Category::kTransient);
+  loss_ = Malloc(4, Category::kTransient, {SizeRecipe::kSame});
   // A loop that drops the outputs once the loss exists frees an output nothing saved
   // (Options::outputs_held).
   if (!o_.outputs_held) {
@@ -682,14 +699,17 @@ void Sim::Loss() {
 
 void Sim::LossBackward() {
   if (loss_value_ < 0) return;
-  Tensor seed = Malloc(4, Category::kTransient);  // ones_like(loss)
+  Tensor seed = Malloc(4, Category::kTransient, {SizeRecipe::kSame});  // ones_like(loss)
   // memory/loss.h: cross-entropy's gradient of the log-probs, then of the output while both
   // are alive (the first dies with NllLossBackward's release_variables); MSE's one gradient.
   // Measured on the CPU harness, datasets/measured/cpu/bundled.jsonl.
   Tensor grad_log_probs =
-      loss_tensors_.cross_entropy ? Malloc(loss_tensors_.log_probs, Category::kTransient) : -1;
+      loss_tensors_.cross_entropy
+          ? Malloc(loss_tensors_.log_probs, Category::kTransient, {SizeRecipe::kLossLogProbs})
+          : -1;
   if (loss_tensors_.cross_entropy) Free(&seed);
-  grad_[loss_value_] = Malloc(loss_tensors_.output_grad, Category::kTransient);
+  grad_[loss_value_] =
+      Malloc(loss_tensors_.output_grad, Category::kTransient, {SizeRecipe::kLossOutputGrad});
   Free(&grad_log_probs);
   Free(&seed);
   Free(&log_probs_);
@@ -733,14 +753,16 @@ void Sim::InputGradients(size_t kk, std::span<const int> ins) {
   }
   // The input's gradient is computed from the dequantized weight (memory/weight_storage.h).
   Tensor dequantized = !n.inputs.empty() && facts_.requires_grad(n.inputs[0])
-                           ? Malloc(weights_.backward_transient(kk), Category::kTransient)
+                           ? Malloc(weights_.backward_transient(kk), Category::kTransient,
+                                    {SizeRecipe::kWeightBackward, static_cast<int32_t>(kk)})
                            : -1;
   // An attention kernel's backward buffers (ops/attention.h), alive while the input gradients
   // are made.
-  Tensor bws = Malloc(facts_.BackwardWorkspace(kk), Category::kTransient);
+  Tensor bws = Malloc(facts_.BackwardWorkspace(kk), Category::kTransient,
+                      {SizeRecipe::kBackwardWorkspace, static_cast<int32_t>(kk)});
   for (int in : ins) {
     if (!facts_.requires_grad(in)) continue;
-    Deliver(in, Malloc(facts_.bytes(in), Category::kTransient));
+    Deliver(in, Malloc(facts_.bytes(in), Category::kTransient, {SizeRecipe::kValue, in}));
   }
   Free(&bws);
   Free(&dequantized);
@@ -790,7 +812,7 @@ void Sim::BackwardNode(size_t kk) {
   for (int out : n.outputs) has_out_grad = has_out_grad || (out >= 0 && grad_[out] >= 0);
   if (needs && has_out_grad) {
     if (o_.library_workspaces && ws_backward_ < 0 && rule && rule->uses_cublas) {
-      ws_backward_ = Malloc(cublas_workspace_, Category::kTransient);
+      ws_backward_ = Malloc(cublas_workspace_, Category::kTransient, {SizeRecipe::kSame});
     }
     InputGradients(kk, ins);
     // cuDNN's backward calls run while the output's and the inputs' gradients are alive.
@@ -809,7 +831,9 @@ void Sim::BackwardNode(size_t kk) {
 
 void Sim::Backward() {
   phase_ = Phase::kBackward;
-  if (sharded_ && flat_grads_ < 0) flat_grads_ = Malloc(rank_.gradients, Category::kGradients);
+  if (sharded_ && flat_grads_ < 0) {
+    flat_grads_ = Malloc(rank_.gradients, Category::kGradients, {SizeRecipe::kSame});
+  }
   LossBackward();
   ReceiveGradients();
   for (size_t kk = g_.nodes.size(); kk-- > 0;) {
@@ -830,10 +854,12 @@ void Sim::Step(int it) {
     // The rank's flat optimizer state (DeepSpeed: fp32 master copy and moments), created at the
     // first step; ZeRO's fp32 gradient partition for the step. DeepSpeed steps with one fused
     // kernel; FSDP's foreach step makes shard-sized temporaries (memory/parallel.h).
-    if (it == 1) flat_state_ = Malloc(rank_.optimizer_state, Category::kOptimizerState);
-    Tensor fp32_grads = Malloc(rank_.fp32_grad_buffer, Category::kGradients);
+    if (it == 1) {
+      flat_state_ = Malloc(rank_.optimizer_state, Category::kOptimizerState, {SizeRecipe::kSame});
+    }
+    Tensor fp32_grads = Malloc(rank_.fp32_grad_buffer, Category::kGradients, {SizeRecipe::kSame});
     for (int i = 0; i < memory::StepTemporariesFor(o_).lists; ++i) {
-      Tensor t = Malloc(rank_.gradients, Category::kTransient);
+      Tensor t = Malloc(rank_.gradients, Category::kTransient, {SizeRecipe::kSame});
       Free(&t);
     }
     Free(&fp32_grads);
@@ -842,12 +868,14 @@ void Sim::Step(int it) {
   const std::vector<int>& params = step_params_;
   if (it == 1) {  // lazily created state (memory-model.md §4.2, memory/optimizer.h)
     if (const uint64_t shared = memory::SharedStateBytes(o_.optimizer); shared > 0) {
-      state_.push_back(Malloc(shared, Category::kOptimizerState));
+      state_.push_back(Malloc(shared, Category::kOptimizerState, {SizeRecipe::kSame}));
     }
     for (int p : params) {
+      int32_t i = 0;
       for (uint64_t bytes :
            memory::StateTensorBytes(o_.optimizer, b_.Numel(p).value_or(0), facts_.bytes(p))) {
-        state_.push_back(Malloc(bytes, Category::kOptimizerState));
+        state_.push_back(
+            Malloc(bytes, Category::kOptimizerState, {SizeRecipe::kStateTensor, p, i++}));
       }
     }
   }
@@ -857,13 +885,15 @@ void Sim::Step(int it) {
   const memory::StepTemporaries temps = memory::StepTemporariesFor(o_);
   for (int list = 0; list < temps.lists; ++list) {
     std::vector<Tensor> made;
-    for (int p : params) made.push_back(Malloc(facts_.bytes(p), Category::kTransient));
+    for (int p : params) {
+      made.push_back(Malloc(facts_.bytes(p), Category::kTransient, {SizeRecipe::kValue, p}));
+    }
     for (Tensor& t : made) Free(&t);
   }
   for (int p : params) {
     std::vector<Tensor> made;
     for (int i = 0; i < temps.per_parameter; ++i) {
-      made.push_back(Malloc(facts_.bytes(p), Category::kTransient));
+      made.push_back(Malloc(facts_.bytes(p), Category::kTransient, {SizeRecipe::kValue, p}));
     }
     for (Tensor& t : made) Free(&t);
   }
@@ -894,7 +924,7 @@ void Sim::FindStageBoundary() {
 
 void Sim::ReceiveActivations() {
   for (int r : received_) {
-    value_[r] = Malloc(facts_.bytes(r), Category::kActivations);
+    value_[r] = Malloc(facts_.bytes(r), Category::kActivations, {SizeRecipe::kValue, r});
   }
 }
 
@@ -903,7 +933,7 @@ void Sim::ReceiveGradients() {
   if (!staged_ || loss_value_ >= 0) return;
   for (int v : sent_) {
     if (facts_.requires_grad(v) && grad_[v] < 0) {
-      grad_[v] = Malloc(facts_.bytes(v), Category::kTransient);
+      grad_[v] = Malloc(facts_.bytes(v), Category::kTransient, {SizeRecipe::kValue, v});
     }
   }
 }
@@ -921,20 +951,25 @@ void Sim::RecordMicroBatch() {
   if (!collect_micro_batch_) return;
   collect_micro_batch_ = false;
   micro_batch_recorded_ = true;
-  for (Tensor t : micro_batch_made_) {
-    const Live* l = Find(t);
+  for (size_t i = 0; i < micro_batch_made_.size(); ++i) {
+    const Live* l = Find(micro_batch_made_[i]);
     if (l && (l->category == Category::kActivations || l->category == Category::kWeights)) {
       micro_batch_set_.emplace_back(l->bytes, l->category);
+      if (requests_ != nullptr) micro_batch_set_recipes_.push_back(micro_batch_made_recipes_[i]);
     }
   }
   micro_batch_made_ = {};
+  micro_batch_made_recipes_ = {};
 }
 
 void Sim::HoldOtherMicroBatches() {
   if (!staged_) return;
   for (int i = 1; i < plan_.in_flight(stage_); ++i) {
-    for (const auto& [bytes, category] : micro_batch_set_) {
-      other_micro_batches_.push_back(Malloc(bytes, category));
+    for (size_t j = 0; j < micro_batch_set_.size(); ++j) {
+      const auto& [bytes, category] = micro_batch_set_[j];
+      other_micro_batches_.push_back(
+          Malloc(bytes, category,
+                 j < micro_batch_set_recipes_.size() ? micro_batch_set_recipes_[j] : SizeRecipe{}));
     }
   }
 }
@@ -965,11 +1000,14 @@ void Sim::Iteration(int it) {
       if (!plan_.input_on_stage(id, stage_)) continue;
       Tensor t = -1;
       if (!adopted_.empty()) std::swap(t, adopted_[id]);  // the past the prefill left
-      if (t < 0) t = Malloc(facts_.bytes(id), Category::kActivations);
+      if (t < 0) t = Malloc(facts_.bytes(id), Category::kActivations, {SizeRecipe::kValue, id});
       inputs_.push_back(t);
       value_[id] = t;
     }
-    if (train_) inputs_.push_back(Malloc(loss_tensors_.targets, Category::kActivations));
+    if (train_) {
+      inputs_.push_back(
+          Malloc(loss_tensors_.targets, Category::kActivations, {SizeRecipe::kLossTargets}));
+    }
     for (Tensor& t : old_inputs_) Free(&t);
     old_inputs_.clear();
     Forward(it);
@@ -1118,6 +1156,84 @@ Result<Simulation> Sim::Run() {
   return Written();
 }
 
+std::optional<uint64_t> Sim::SizeOf(const SizeRecipe& r, uint64_t traced) {
+  const auto node = static_cast<size_t>(r.a);
+  const bool is_node = r.a >= 0 && node < g_.nodes.size();
+  const bool is_value = r.a >= 0 && static_cast<size_t>(r.a) < g_.values.size();
+  switch (r.kind) {
+    case SizeRecipe::kUnknown:
+      return std::nullopt;
+    case SizeRecipe::kSame:
+      return traced;
+    case SizeRecipe::kValue:
+      return is_value ? std::optional(facts_.bytes(r.a)) : std::nullopt;
+    case SizeRecipe::kAmpCast:
+      return is_value ? std::optional(facts_.amp_cast_bytes(r.a)) : std::nullopt;
+    case SizeRecipe::kWorkspace:
+      return is_node ? std::optional(facts_.Workspace(node)) : std::nullopt;
+    case SizeRecipe::kBackwardWorkspace:
+      return is_node ? std::optional(facts_.BackwardWorkspace(node)) : std::nullopt;
+    case SizeRecipe::kConvWorkspace:
+      if (!is_node) return std::nullopt;
+      return memory::ConvWorkspaceBytes(stack_, facts_, g_.nodes[node], node,
+                                        o_.library_workspaces);
+    case SizeRecipe::kSavedExtra: {
+      // The node saves the same extra there (no value of the graph), or the walk there differs.
+      if (!is_node || r.b < 0 || static_cast<size_t>(r.b) >= saved_[node].size()) {
+        return std::nullopt;
+      }
+      const auto& sv = saved_[node][static_cast<size_t>(r.b)];
+      return sv.value < 0 ? std::optional(sv.bytes) : std::nullopt;
+    }
+    case SizeRecipe::kWeightForward:
+      return is_node ? std::optional(weights_.forward_transient(node)) : std::nullopt;
+    case SizeRecipe::kWeightBackward:
+      return is_node ? std::optional(weights_.backward_transient(node)) : std::nullopt;
+    case SizeRecipe::kLossLogProbs:
+      return loss_tensors_.log_probs;
+    case SizeRecipe::kLossOutputGrad:
+      return loss_tensors_.output_grad;
+    case SizeRecipe::kLossTargets:
+      return loss_tensors_.targets;
+    case SizeRecipe::kStateTensor: {
+      if (!is_value || r.b < 0) return std::nullopt;
+      const memory::StateTensorSizes sizes =
+          memory::StateTensorBytes(o_.optimizer, b_.Numel(r.a).value_or(0), facts_.bytes(r.a));
+      if (static_cast<size_t>(r.b) >= sizes.size()) return std::nullopt;
+      return *(sizes.begin() + r.b);
+    }
+  }
+  return std::nullopt;
+}
+
+Result<StepTrace> Sim::Resized(const StepTrace& traced) {
+  train_ = o_.mode == Mode::kTrain;
+  if (ctx_.prefill() != nullptr) {
+    return InvalidArgument(
+        "a decode step's trace is not resized: its prefill's mallocs have no recipe");
+  }
+  Prepare();
+  PrepareParallel();
+  StepTrace out = traced;
+  size_t malloc = 0;
+  for (size_t i = 0; i < out.requests.size(); ++i) {
+    AllocatorRequest& r = out.requests[i];
+    if (r.freed >= 0) continue;
+    if (malloc >= traced.recipes.size()) {
+      return InvalidArgument("the trace has more mallocs than recipes");
+    }
+    const std::optional<uint64_t> bytes = SizeOf(traced.recipes[malloc], r.bytes);
+    if (!bytes || *bytes == 0) {
+      return InvalidArgument(
+          "request " + std::to_string(i) +
+          (bytes ? " is no malloc here (its size is 0)" : " has no size here by its recipe"));
+    }
+    r.bytes = *bytes;
+    ++malloc;
+  }
+  return out;  // its recipes traced's: they read this context's sizes
+}
+
 Result<Simulation> Sim::Written() {
   // A free the allocator model refused is a bug in this simulation: never an estimate over it.
   if (!alloc_.misuse().ok()) return alloc_.misuse();
@@ -1243,6 +1359,13 @@ Result<StepTrace> TracePrefillRequests(const memory::EstimationContext& prefill,
     const SimulationKey key = SimulationKey::Of(prefill);
     return Sim(prefill, key, /*record=*/false, trace, most_requests).RunPrefill().status();
   });
+}
+
+Result<StepTrace> ResizeTrace(const memory::EstimationContext& ctx, const StepTrace& traced) {
+  SimulationKey key = SimulationKey::Of(ctx);  // the Sim reads its options by reference
+  key.iterations = kTracedIterations;
+  StepTrace unused;  // a trace's Sim: no allocator model is set up
+  return Sim(ctx, key, /*record=*/false, &unused).Resized(traced);
 }
 
 Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx, size_t most_requests,

@@ -96,6 +96,30 @@ struct AllocatorRun {
   size_t loop_length = 0;
 };
 
+// Where a traced malloc's size comes from (TraceRequests): what the walk read it off, so that the
+// same malloc's size in another bound context -- the step at another value of the searched batch
+// or dim -- is read there without walking the step again (ResizeTrace).
+struct SizeRecipe {
+  enum Kind : uint8_t {
+    kUnknown,            // not read again: ResizeTrace refuses the trace
+    kSame,               // the same in every context of the model (a scalar, cuBLAS's workspace)
+    kValue,              // value a's bytes (ops::ValueFacts::bytes)
+    kAmpCast,            // value a's autocast copy
+    kWorkspace,          // node a's forward workspace
+    kBackwardWorkspace,  // node a's backward buffers
+    kConvWorkspace,      // node a's cuDNN workspace
+    kSavedExtra,         // node a's saved tensor b, one that is no value of the graph
+    kWeightForward,      // node a's dequantized weight, forward
+    kWeightBackward,     // and backward
+    kLossLogProbs,       // the loss's tensors (memory/loss.h)
+    kLossOutputGrad,
+    kLossTargets,
+    kStateTensor,  // parameter a's optimizer state tensor b (memory/optimizer.h)
+  };
+  Kind kind = kUnknown;
+  int32_t a = -1, b = -1;
+};
+
 // The step's requests without the allocator (TraceRequests): its first kTracedIterations
 // iterations, and where the last two begin. `loops`: the simulation's state at the start of the
 // last one was what it was at the start of the one before (the same tensors alive, by their
@@ -118,6 +142,8 @@ struct StepTrace {
   // has not got past them: TraceRequests' most_requests).
   size_t prefill_requests = 0;
   bool cache_emptied = false;  // DecodePrefill::cache_emptied, read when prefill_requests > 0
+  // Per malloc, in order: where its size comes from.
+  std::vector<SizeRecipe> recipes;
 };
 
 // Loop request q (symbolic/loop_watch.h) as a request of the step, in an iteration whose mallocs
@@ -202,6 +228,16 @@ enum class TraceWalk { kNotedLoop, kEveryIteration };
 Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx,
                                 size_t most_requests = std::numeric_limits<size_t>::max(),
                                 TraceWalk walk = TraceWalk::kNotedLoop);
+// The trace `traced` (TraceRequests, whole) of the same model under the same options but the
+// searched batch or dim, as the walk in `ctx` would make it where it makes the same requests: each
+// malloc's size read in ctx by its recipe, everything else traced's. Where a size would differ
+// from its recipe's -- a rule that picks another kernel at some size, a size that falls to 0 --
+// the walk makes other requests than these; what is built on them is checked against a walk
+// (symbolic/batch_trace.h). On many GPUs, the trace of ctx's pipeline stage (ctx.stage()).
+// InvalidArgument for a decode step after its prefill (the prefill's mallocs have no recipe), and
+// where a malloc's recipe reads nothing in ctx or a size of 0 (the walk there makes no such
+// request).
+Result<StepTrace> ResizeTrace(const memory::EstimationContext& ctx, const StepTrace& traced);
 // The first `most_requests` requests of a decode step's trace (TraceRequests over a context with
 // a prefill) where they are all its prefill's, from the prefill's context alone (`prefill`: what
 // EstimationContext::prefill() would be, made over memory::PrefillOptions): the step's own graph

@@ -107,7 +107,13 @@ void Sim::TraceNoted() {
   trace_->last_repeated = true;
   const int64_t own = mallocs_;
   const int64_t previous = own - static_cast<int64_t>(loop_blocks_.size());
+  size_t malloc = 0;  // the noted iteration's mallocs, each made again with its recipe
   for (size_t i = 0; i < loop_requests_.size(); ++i) {
+    if (loop_requests_[i].kind == LoopRequest::kMalloc) {
+      trace_->recipes.push_back(malloc < loop_recipes_.size() ? loop_recipes_[malloc]
+                                                              : SizeRecipe{});
+      ++malloc;
+    }
     Trace(StepRequest(loop_requests_[i], loop_where_[i].bytes, own, previous));
   }
   mallocs_ += loop_blocks_.size();
@@ -215,6 +221,7 @@ void Sim::StartNotingLoop() {
   loop_noted_ok_ = true;
   loop_requests_.clear();
   loop_where_.clear();
+  loop_recipes_.clear();
   loop_relabels_.clear();
   loop_live_start_ = live_;
   loop_peak_request_.reset();

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "datasets/zoo/graph_writer.h"
@@ -50,7 +51,11 @@ StepTrace TraceAt(const Model& model, Options o, int64_t batch) {
 }
 
 // Requests made up for a test, as a trace that does not loop.
-StepTrace Steps(std::vector<AllocatorRequest> requests) { return {std::move(requests)}; }
+StepTrace Steps(std::vector<AllocatorRequest> requests) {
+  StepTrace t;
+  t.requests = std::move(requests);
+  return t;
+}
 
 // ResNet-18 training on h100-80gb, and the lines through its step's traces at batches 2 and 9.
 struct Resnet18Lines {
@@ -698,6 +703,171 @@ TEST(BatchTraceTest, ARepeatedLastIterationIsTheWalkedOne) {
               lm.repeated);
   EXPECT_GT(lm.traces, 0);
   EXPECT_GE(lm.repeated, lm.traces / 2);
+}
+
+// A trace resized into a context bound at another value (symbolic::ResizeTrace: each malloc's
+// size by its recipe, no walk) is the walk's trace there, request for request, with where its
+// iterations begin and whether it loops: each bundled model under the options the step reads, in
+// training and inference, timm's 81 training graphs, and the language models over the batch and
+// over the sequence.
+struct Resizes {
+  int compared = 0;
+
+  // `stage`: the pipeline stage traced, on many GPUs.
+  void Compare(const Model& model, const Options& from, const Options& to, const std::string& what,
+               int stage = 0) {
+    auto traced_ctx = memory::EstimationContext::Make(model, from);
+    auto ctx = memory::EstimationContext::Make(model, to);
+    ASSERT_TRUE(traced_ctx.ok() && ctx.ok()) << what;
+    (*traced_ctx)->set_stage(stage);
+    (*ctx)->set_stage(stage);
+    auto traced = symbolic::TraceRequests(**traced_ctx);
+    auto walked = symbolic::TraceRequests(**ctx);
+    ASSERT_TRUE(traced.ok() && walked.ok()) << what;
+    auto resized = symbolic::ResizeTrace(**ctx, *traced);
+    ASSERT_TRUE(resized.ok()) << what << ": " << resized.status().ToString();
+    ++compared;
+    EXPECT_EQ(resized->loops, walked->loops) << what;
+    EXPECT_EQ(resized->previous_begins, walked->previous_begins) << what;
+    EXPECT_EQ(resized->last_begins, walked->last_begins) << what;
+    ASSERT_EQ(resized->requests.size(), walked->requests.size()) << what;
+    for (size_t i = 0; i < walked->requests.size(); ++i) {
+      const AllocatorRequest& a = resized->requests[i];
+      const AllocatorRequest& b = walked->requests[i];
+      if (a.bytes != b.bytes || a.freed != b.freed) {
+        ADD_FAILURE() << what << ": request " << i << " is (" << a.bytes << ", " << a.freed
+                      << ") resized and (" << b.bytes << ", " << b.freed << ") walked";
+        return;
+      }
+    }
+  }
+};
+
+TEST(BatchTraceTest, AResizedTraceIsTheWalkAtItsValue) {
+  const std::vector<std::pair<std::string, std::function<void(Options*)>>> variants = {
+      {"default", [](Options*) {}},
+      {"infer", [](Options* o) { o->mode = Mode::kInfer; }},
+      {"amp-bf16", [](Options* o) { o->precision = Precision::kAmpBf16; }},
+      {"sgd", [](Options* o) { o->optimizer = Optimizer::kSgd; }},
+      {"adam8bit", [](Options* o) { o->optimizer = Optimizer::kAdam8bit; }},
+      {"checkpoint 3", [](Options* o) { o->checkpoint_segments = 3; }},
+      {"micro-batches 4", [](Options* o) { o->micro_batches = 4; }},
+      {"int8 weights, inference",
+       [](Options* o) {
+         o->mode = Mode::kInfer;
+         o->weight_dtype = WeightDtype::kInt8;
+       }},
+  };
+  Resizes bundled;
+  for (const char* name : {"resnet18_train", "resnet50_train", "gpt2_tiny_train", "mlp_small_train",
+                           "resnet18_eval"}) {
+    auto model = Load(Source(std::string("datasets/models/") + name + ".onnx"));
+    ASSERT_NE(model, nullptr);
+    for (const auto& [what, apply] : variants) {
+      // (int8 storage is for linear layers' weights: the ResNets have but one, which trains.)
+      if (what.starts_with("int8") && std::string_view(name).starts_with("resnet")) continue;
+      Options from;
+      from.gpu = "h100-80gb";
+      from.batch = 4;  // micro-batches of 1, then 5
+      apply(&from);
+      Options to = from;
+      to.batch = 20;
+      bundled.Compare(*model, from, to, std::string(name) + " " + what);
+    }
+  }
+  EXPECT_EQ(bundled.compared, 37);
+
+  testing::TempDir scratch;
+  const fs::path dir = testing::TimmGraphs(scratch);
+  Resizes timm;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".onnx") continue;
+    auto model = Load(entry.path());
+    if (model == nullptr) continue;
+    Options from;
+    from.gpu = "a100-80gb";
+    from.batch = 2;
+    Options to = from;
+    to.batch = 37;
+    timm.Compare(*model, from, to, entry.path().stem().string());
+  }
+  EXPECT_EQ(timm.compared, 81);
+
+  Resizes lm;
+  for (const auto& entry : fs::directory_iterator(Source("tests/data/hf"))) {
+    if (entry.path().extension() != ".json") continue;
+    auto config = zoo::LoadHfConfig(entry.path().string());
+    ASSERT_TRUE(config.ok()) << entry.path();
+    if ((*config)["model_type"] == "t5") continue;
+    auto hf = zoo::BuildHfModel(*config, {});
+    ASSERT_TRUE(hf.ok()) << entry.path() << ": " << hf.status().ToString();
+    auto model = LoadModelFromBytes(zoo::SerializeModel(hf->model), ".", hf->architecture);
+    ASSERT_TRUE(model.ok()) << entry.path();
+    Options from;
+    from.gpu = "h100-80gb";
+    from.batch = 2;
+    from.dims["seq"] = 128;
+    Options longer = from;
+    longer.dims["seq"] = 384;
+    lm.Compare(**model, from, longer, entry.path().stem().string() + " seq");
+    Options larger = from;
+    larger.batch = 7;
+    lm.Compare(**model, from, larger, entry.path().stem().string() + " batch");
+  }
+  std::printf("resized: %d bundled, %d timm and %d language-model traces\n", bundled.compared,
+              timm.compared, lm.compared);
+  EXPECT_GT(lm.compared, 0);
+}
+
+// On many GPUs each pipeline stage's trace resizes to the walk's there too: sharded states,
+// gathered units, DDP's buckets and a stage's other micro-batches in flight.
+TEST(BatchTraceTest, EachStagesTraceOnManyGpusResizesToTheWalk) {
+  const std::vector<std::pair<std::string, std::function<void(Parallelism*)>>> plans = {
+      {"ddp 2", [](Parallelism* p) { p->world_size = 2; }},
+      {"zero-1 over 4",
+       [](Parallelism* p) {
+         p->world_size = 4;
+         p->sharding = Sharding::kZero1;
+       }},
+      {"zero-3 over 2",
+       [](Parallelism* p) {
+         p->world_size = 2;
+         p->sharding = Sharding::kZero3;
+       }},
+      {"fsdp over 4",
+       [](Parallelism* p) {
+         p->world_size = 4;
+         p->sharding = Sharding::kFsdpFull;
+       }},
+      {"tp 2",
+       [](Parallelism* p) {
+         p->world_size = 2;
+         p->tp = 2;
+       }},
+      {"pp 2",
+       [](Parallelism* p) {
+         p->world_size = 2;
+         p->pp = 2;
+       }},
+  };
+  auto model = Load(Source("datasets/models/gpt2_tiny_train.onnx"));
+  ASSERT_NE(model, nullptr);
+  Resizes stages;
+  for (const auto& [what, apply] : plans) {
+    Options from;
+    from.gpu = "h100-80gb";
+    from.batch = 4;
+    from.micro_batches = 2;
+    apply(&from.parallel);
+    Options to = from;
+    to.batch = 12;
+    auto ctx = memory::EstimationContext::Make(*model, from);
+    ASSERT_TRUE(ctx.ok()) << what << ": " << ctx.status().ToString();
+    const int n = (*ctx)->parallel().stages();
+    for (int s = 0; s < n; ++s)
+      stages.Compare(*model, from, to, what + " stage " + std::to_string(s), s);
+  }
+  EXPECT_EQ(stages.compared, 7);
 }
 
 // A step whose sizes are not lines in the batch -- a [N, N] similarity matrix, as contrastive
