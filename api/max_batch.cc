@@ -16,16 +16,16 @@
 //    requests through the allocator model within the budget (no graph walk, no binding). Only the
 //    first value's trace walks the step: the others are read off it in a context bound at their
 //    value (symbolic::ResizeTrace: each malloc's size by where the walk read it; each pipeline
-//    stage's), and walked only where that cannot be (a decode step after its prefill). A resized
-//    trace is what the walk there makes wherever the walk makes the same requests; the curves
-//    through it are checked as a walked trace's are (below), at the answer by its estimate and at
-//    the successor by a walk. The probes start at the largest batch whose requested bytes alone
-//    stay within the budget; while none fits, the next is where the requested bytes and what the
-//    allocator held beyond them where the last replay ran out stay within it; then they step by
-//    how far the last one was from fitting (ReplaySearch). Where that stalls, the next steps down
-//    from the lowest failure by 1, 2, 4, ... batches while none fits (a probe that fits costs a
-//    whole replay, one that fails only its requests up to the failing one), and bisects once one
-//    has.
+//    stage's; a decode step's prefill's in the prefill's context), and walked only where that
+//    cannot be (a malloc whose recipe reads nothing there). A resized trace is what the walk
+//    there makes wherever the walk makes the same requests; the curves through it are checked as
+//    a walked trace's are (below), at the answer by its estimate and at the successor by a walk.
+//    The probes start at the largest batch whose requested bytes alone stay within the budget;
+//    while none fits, the next is where the requested bytes and what the allocator held beyond
+//    them where the last replay ran out stay within it; then they step by how far the last one
+//    was from fitting (ReplaySearch). Where that stalls, the next steps down from the lowest
+//    failure by 1, 2, 4, ... batches while none fits (a probe that fits costs a whole replay, one
+//    that fails only its requests up to the failing one), and bisects once one has.
 //  * A replay runs the training loop as the estimate does, until it repeats itself: past the
 //    traced iterations with the last one's requests (symbolic/batch_trace.h, the loop). A decode
 //    step after its prefill is traced and replayed with its prefill: the prefill's requests, then
@@ -994,7 +994,6 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     // traces it. The curves through it are checked as a trace's are: at the answer by its
     // estimate, at the successor by a walk.
     auto resize_at = [&](int64_t v, size_t i) {
-      if (options.prefill) return false;
       Options o = options;
       set(&o, v);
       if (!Validate(o).ok()) return false;

@@ -1208,12 +1208,24 @@ std::optional<uint64_t> Sim::SizeOf(const SizeRecipe& r, uint64_t traced) {
 
 Result<StepTrace> Sim::Resized(const StepTrace& traced) {
   train_ = o_.mode == Mode::kTrain;
-  if (ctx_.prefill() != nullptr) {
-    return InvalidArgument(
-        "a decode step's trace is not resized: its prefill's mallocs have no recipe");
-  }
   Prepare();
   PrepareParallel();
+  // A decode step's trace starts with its prefill's requests, whose sizes the prefill's own
+  // context gives (Run hands it the same key).
+  std::optional<Sim> before;
+  StepTrace unused;
+  SimulationKey prefill_key;
+  if (const memory::EstimationContext* prefill = ctx_.prefill()) {
+    prefill_key = SimulationKey::Of(*prefill);
+    prefill_key.allocator_budget = budget_;
+    before.emplace(*prefill, prefill_key, /*record=*/false, &unused);
+    before->prefill_ = true;
+    before->train_ = false;
+    before->Prepare();
+    before->PrepareParallel();
+  } else if (traced.prefill_requests > 0) {
+    return InvalidArgument("the trace has a prefill's requests and the step no prefill");
+  }
   StepTrace out = traced;
   size_t malloc = 0;
   for (size_t i = 0; i < out.requests.size(); ++i) {
@@ -1222,7 +1234,8 @@ Result<StepTrace> Sim::Resized(const StepTrace& traced) {
     if (malloc >= traced.recipes.size()) {
       return InvalidArgument("the trace has more mallocs than recipes");
     }
-    const std::optional<uint64_t> bytes = SizeOf(traced.recipes[malloc], r.bytes);
+    Sim& sizer = before && i < traced.prefill_requests ? *before : *this;
+    const std::optional<uint64_t> bytes = sizer.SizeOf(traced.recipes[malloc], r.bytes);
     if (!bytes || *bytes == 0) {
       return InvalidArgument(
           "request " + std::to_string(i) +

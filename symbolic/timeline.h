@@ -233,8 +233,8 @@ Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx,
 // malloc's size read in ctx by its recipe, everything else traced's. Where a size would differ
 // from its recipe's -- a rule that picks another kernel at some size, a size that falls to 0 --
 // the walk makes other requests than these; what is built on them is checked against a walk
-// (symbolic/batch_trace.h). On many GPUs, the trace of ctx's pipeline stage (ctx.stage()).
-// InvalidArgument for a decode step after its prefill (the prefill's mallocs have no recipe), and
+// (symbolic/batch_trace.h). On many GPUs, the trace of ctx's pipeline stage (ctx.stage()); a
+// decode step after its prefill, the prefill's requests sized in ctx.prefill(). InvalidArgument
 // where a malloc's recipe reads nothing in ctx or a size of 0 (the walk there makes no such
 // request).
 Result<StepTrace> ResizeTrace(const memory::EstimationContext& ctx, const StepTrace& traced);

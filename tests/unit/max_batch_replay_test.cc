@@ -730,6 +730,8 @@ struct Resizes {
     EXPECT_EQ(resized->loops, walked->loops) << what;
     EXPECT_EQ(resized->previous_begins, walked->previous_begins) << what;
     EXPECT_EQ(resized->last_begins, walked->last_begins) << what;
+    EXPECT_EQ(resized->prefill_requests, walked->prefill_requests) << what;
+    EXPECT_EQ(resized->cache_emptied, walked->cache_emptied) << what;
     ASSERT_EQ(resized->requests.size(), walked->requests.size()) << what;
     for (size_t i = 0; i < walked->requests.size(); ++i) {
       const AllocatorRequest& a = resized->requests[i];
@@ -868,6 +870,24 @@ TEST(BatchTraceTest, EachStagesTraceOnManyGpusResizesToTheWalk) {
       stages.Compare(*model, from, to, what + " stage " + std::to_string(s), s);
   }
   EXPECT_EQ(stages.compared, 7);
+}
+
+// A decode step's trace resizes with its prefill's: the prefill's requests sized in the
+// prefill's context at the new past or batch, then the step's. Qwen3-0.6B from past 128.
+TEST(BatchTraceTest, ADecodeStepsTraceResizesWithItsPrefill) {
+  DecodeAfterPrefill qwen("qwen3-0.6b.json", "a100-40gb");
+  ASSERT_NE(qwen.step, nullptr);
+  ASSERT_NE(qwen.prefill, nullptr);
+  Resizes decode;
+  for (const bool emptied : {false, true}) {
+    const std::string what = emptied ? "emptied" : "kept";
+    const Options from = qwen.At(128, emptied);
+    decode.Compare(*qwen.step, from, qwen.At(1500, emptied), what + " past 1500");
+    Options larger = from;
+    larger.batch = 13;
+    decode.Compare(*qwen.step, from, larger, what + " batch 13");
+  }
+  EXPECT_EQ(decode.compared, 4);
 }
 
 // A step whose sizes are not lines in the batch -- a [N, N] similarity matrix, as contrastive
