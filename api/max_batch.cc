@@ -45,13 +45,18 @@
 //    successor's replay ran -- to the request that failed, where the walk stops (TraceRequests'
 //    most_requests; past the traced iterations, the trace loops as the curves do) -- so the
 //    successor's replay, which did not fit, is what the simulation there does request by request
-//    (on many GPUs, the trace of the stage whose successor did not fit).
-//    Anything else -- a size off its curve, another backend, an error -- is answered by the exact
-//    search, whose answer and
-//    errors are the ones given. Where the replay's search found an answer it could not vouch for
-//    (a size off its curve at the successor: memory-efficient attention pads its logsumexp and
-//    mask copies), that answer is estimated, and its successor: when it fits and the successor
-//    does not, it is the answer (ConfirmHint); else the exact search starts from those two.
+//    (on many GPUs, the trace of the stage whose successor did not fit). Where the successor's
+//    trace is off the curves (sizes padded to a multiple: memory-efficient attention's logsumexp
+//    and mask copies), its own requests are handed to the allocator model: where they run out,
+//    so does the simulation there, and the answer stands when its estimate fits (made anew where
+//    it cannot follow the replay, whose sizes at the answer may be off the curves too).
+//    Anything else -- another backend, an error, a successor whose requests do not run out as
+//    far as they were traced -- is answered by the exact search, whose answer and errors are the
+//    ones given. Where the replay's search found an answer it could not vouch for (its
+//    successor's requests, off the curves, did not run out as far as they were traced; or its
+//    estimate did not fit), that answer is estimated, and its successor: when it fits and the
+//    successor does not, it is the answer (ConfirmHint); else the exact search starts from those
+//    two.
 //  * Where kFirstTraced's requested bytes alone pass the budget, no value from there fits: the
 //    answer is 0 or 1, and the estimates at 1 and 2 say which (ConfirmHint with the hint 1).
 //  * A dim searched up to 3 x kDimTraceStep or more is traced at multiples of kDimTraceStep, where
@@ -859,6 +864,9 @@ bool IsTheReplays(const Estimate& e, const std::vector<StageAnswer>& stages) {
 // stages' replays' (IsTheReplays) and fits, and the trace of stage `decisive` at batch + 1 is on
 // its lines -- as far as its replay there (`successor`) ran: a simulation that makes the same
 // first requests as a replay that ran out runs out at the same one, so the walk stops there.
+// Where that trace is off its lines, its own requests must run out in the allocator model
+// (symbolic::RunsOut), and then the estimate at `batch` need only fit: both verdicts are then
+// the simulation's own, which is what ConfirmHint would have estimated at both values.
 // (That stage's step at batch + 1 does not fit, so the estimate there does not either: its worst
 // stage has a device peak at least that stage's, and every stage holds the same outside the
 // allocator, so a reserved peak at least that stage's too.) nullopt otherwise.
@@ -869,6 +877,7 @@ std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& mod
                                     const symbolic::AllocatorConfig& config, int64_t batch,
                                     int decisive, const std::vector<StageAnswer>& stages,
                                     MaxBatchResult* spent) {
+  bool on_curves = true;  // the successor's trace is on the curves (none past the limit)
   if (batch < limit) {
     if (decisive < 0) return std::nullopt;
     // (A successor's probe always ran at least its failing request; 0 would be no probe at all,
@@ -886,7 +895,11 @@ std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& mod
       next = std::move(traced->second.front());
     }
     ++spent->traces;
-    if (!next || !curves.Matches(*next, batch + 1, config, prefix)) return std::nullopt;
+    if (!next) return std::nullopt;
+    on_curves = curves.Matches(*next, batch + 1, config, prefix);
+    // Off the curves (sizes padded to a multiple, or not polynomials of the value): the walked
+    // requests themselves, through the allocator model.
+    if (!on_curves && !symbolic::RunsOut(*next, config)) return std::nullopt;
   }
   Options o = options;
   set(&o, batch);
@@ -902,7 +915,7 @@ std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& mod
   };
   Result<Estimate> e = following();
   if (!e.ok()) e = estimator.Run(model, o);
-  if (!e.ok() || !CheckFit(*e, gpu, options).fits || !IsTheReplays(*e, stages)) {
+  if (!e.ok() || !CheckFit(*e, gpu, options).fits || (on_curves && !IsTheReplays(*e, stages))) {
     return std::nullopt;
   }
   return std::move(e).value();

@@ -55,6 +55,27 @@ uint64_t PeakRequested(const std::vector<AllocatorRequest>& requests) {
   return most;
 }
 
+bool RunsOut(const StepTrace& trace, const AllocatorConfig& config) {
+  CachingAllocatorModel alloc(config);
+  std::vector<CachingAllocatorModel::Handle> handle;  // by malloc number
+  handle.reserve(trace.requests.size());
+  for (size_t i = 0; i < trace.requests.size(); ++i) {
+    if (trace.prefill_requests > 0 && i == trace.prefill_requests) {
+      if (trace.cache_emptied) alloc.EmptyCache();
+      alloc.ResetPeaks();
+    }
+    const AllocatorRequest& r = trace.requests[i];
+    if (r.freed >= 0) {
+      if (static_cast<size_t>(r.freed) >= handle.size()) return false;  // no trace of a step
+      alloc.Free(handle[static_cast<size_t>(r.freed)]);
+      continue;
+    }
+    handle.push_back(alloc.Malloc(r.bytes));
+    if (alloc.oom()) return true;
+  }
+  return false;
+}
+
 std::optional<BatchTrace> BatchTrace::Fit(const std::vector<Traced>& traces) {
   if (traces.size() < 2 || traces.size() > 3) return std::nullopt;
   return FitOver(traces, /*from_two=*/false);

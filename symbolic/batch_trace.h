@@ -52,6 +52,13 @@ namespace memest::symbolic {
 // The most requested bytes alive at once in a trace.
 [[nodiscard]] uint64_t PeakRequested(const std::vector<AllocatorRequest>& requests);
 
+// Whether the allocator model configured by `config`, handed `trace`'s requests in order (a
+// decode step's prefill's first, then its cache emptied where traced so and its peaks reset, as
+// the simulation does between the two), fails one of them for good. The simulation that makes
+// these requests -- the walk `trace` was traced from -- then runs out at the same one: the
+// allocator decides on the requests alone.
+[[nodiscard]] bool RunsOut(const StepTrace& trace, const AllocatorConfig& config);
+
 // One trace of the step, at value `at` of the searched batch or dim.
 struct Traced {
   int64_t at = 0;

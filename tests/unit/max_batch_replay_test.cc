@@ -1014,10 +1014,11 @@ void Compare(const Model& model, const Options& o, const std::string& what, Tall
 // Memory-efficient attention pads its logsumexp to 32 rows and its mask copies to 8 columns, so
 // sizes are off any parabola in the sequence length and the successor's trace does not match.
 // Traced at multiples of 128 (two traces there give each size its curve), the curves are right
-// there and close in between, and the replay's answer is confirmed by two estimates, its own and
-// its successor's, where the exact search alone takes more. Pythia-160m, the longest sequence at
-// batch 4 on h100-80gb.
-TEST(MaxBatchReplayTest, TheReplaysAnswerIsConfirmedByTwoEstimates) {
+// there and close in between; the successor's own requests, handed to the allocator model, run
+// out (symbolic::RunsOut), so the answer needs only its own estimate, where the exact search
+// takes more (and the estimates of the answer and its successor took two, until 2026-12-02).
+// Pythia-160m, the longest sequence at batch 4 on h100-80gb.
+TEST(MaxBatchReplayTest, ASuccessorOffTheCurvesIsCheckedByItsOwnRequests) {
   auto model = testing::HfModel("pythia-160m.RECONSTRUCTED.json");
   ASSERT_NE(model, nullptr);
   auto est = MakeEstimator("symbolic");
@@ -1032,9 +1033,45 @@ TEST(MaxBatchReplayTest, TheReplaysAnswerIsConfirmedByTwoEstimates) {
   ASSERT_TRUE(fast.ok()) << fast.status().ToString();
   ASSERT_TRUE(exact.ok());
   EXPECT_EQ(fast->traces, 3);       // two traces, and the successor's, off the curves ...
-  EXPECT_EQ(fast->evaluations, 2);  // ... so the answer and its successor are estimated
+  EXPECT_EQ(fast->evaluations, 1);  // ... whose own requests run out: the answer's estimate alone
   EXPECT_GT(exact->evaluations, 2);
+  EXPECT_EQ(fast->batch, exact->batch);
   ExpectAnAnswer(**est, *model, o, seq, fast->batch, "pythia-160m seq (replay's answer)");
+  // The successor's requests, traced as far as the check traced them, run out; the answer's
+  // requests do not.
+  for (const int64_t v : {fast->batch, fast->batch + 1}) {
+    Options at = o;
+    at.dims["seq"] = v;
+    auto ctx = memory::EstimationContext::Make(*model, at);
+    ASSERT_TRUE(ctx.ok());
+    auto t = symbolic::TraceRequests(**ctx);
+    ASSERT_TRUE(t.ok());
+    const auto config = symbolic::StepAllocatorConfig(at, symbolic::StepBudget(**ctx));
+    EXPECT_EQ(symbolic::RunsOut(*t, config), v > fast->batch) << "seq " << v;
+  }
+}
+
+// RunsOut hands a trace's requests to the allocator model in order: a malloc past the capacity
+// (after the cached segments are released) fails for good, and frees make room.
+TEST(BatchTraceTest, ATraceRunsOutWhereTheAllocatorFailsOneOfItsRequests) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  symbolic::AllocatorConfig config;
+  config.capacity = 64 * kMiB;
+  // 40 MiB, freed, then 40 MiB again: fits (the cached segment is reused).
+  EXPECT_FALSE(symbolic::RunsOut(Steps({{40 * kMiB, -1}, {0, 0}, {40 * kMiB, -1}}), config));
+  // 40 MiB kept, then 40 MiB more: past 64 MiB.
+  EXPECT_TRUE(symbolic::RunsOut(Steps({{40 * kMiB, -1}, {40 * kMiB, -1}}), config));
+  // A decode step after its prefill is one stream on one allocator: what the prefill keeps (its
+  // cache, malloc 0) is there when the step asks, until the step frees it.
+  StepTrace kept = Steps({{30 * kMiB, -1}, {40 * kMiB, -1}});
+  kept.prefill_requests = 1;
+  kept.cache_emptied = true;
+  EXPECT_TRUE(symbolic::RunsOut(kept, config));
+  StepTrace freed = Steps({{30 * kMiB, -1}, {0, 0}, {50 * kMiB, -1}});
+  freed.prefill_requests = 1;
+  EXPECT_FALSE(symbolic::RunsOut(freed, config));
+  // A free of a malloc the trace never made: no trace of a step, and no verdict.
+  EXPECT_FALSE(symbolic::RunsOut(Steps({{0, 3}, {80 * kMiB, -1}}), config));
 }
 
 // Where the two estimates do not confirm the replay's answer (Pythia-160m under AMP with bf16, the
