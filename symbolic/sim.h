@@ -191,7 +191,9 @@ class __attribute__((visibility("hidden"))) Sim {
     int node = -1;
   };
 
-  // In a trace, `recipe` says where `bytes` came from (StepTrace::recipes).
+  // In a trace, `recipe` says where `bytes` came from (StepTrace::recipes): SizeOf(recipe) in
+  // this context is `bytes`, and in a context bound at another value the walk's size there
+  // (ResizeTrace; the BatchTraceTest resize tests compare both on every bundled model).
   Tensor Malloc(uint64_t bytes, Category c, SizeRecipe recipe = {});
   // The allocator's statistics now: the model's, or (following a run) what run_ says.
   const AllocatorStats& Stats() const { return *stats_; }
