@@ -50,13 +50,12 @@
 //    and mask copies), its own requests are handed to the allocator model: where they run out,
 //    so does the simulation there, and the answer stands when its estimate fits (made anew where
 //    it cannot follow the replay, whose sizes at the answer may be off the curves too).
-//    Anything else -- another backend, an error, a successor whose requests do not run out as
-//    far as they were traced -- is answered by the exact search, whose answer and errors are the
-//    ones given. Where the replay's search found an answer it could not vouch for (its
-//    successor's requests, off the curves, did not run out as far as they were traced; or its
-//    estimate did not fit), that answer is estimated, and its successor: when it fits and the
-//    successor does not, it is the answer (ConfirmHint); else the exact search starts from those
-//    two.
+//    Where the replay's search found an answer it could not vouch for (its successor's requests,
+//    off the curves, did not run out as far as they were traced; its estimate did not fit), that
+//    answer is estimated, and its successor: when it fits and the successor does not, it is the
+//    answer (ConfirmHint); else the exact search starts from those two. Anything else -- another
+//    backend, no curves, an error -- is answered by the exact search, whose answer and errors are
+//    the ones given.
 //  * Where kFirstTraced's requested bytes alone pass the budget, no value from there fits: the
 //    answer is 0 or 1, and the estimates at 1 and 2 say which (ConfirmHint with the hint 1).
 //  * A dim searched up to 3 x kDimTraceStep or more is traced at multiples of kDimTraceStep, where
@@ -1003,9 +1002,9 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
       return true;
     };
     // Or reads it off the first trace in a context bound at v (symbolic::ResizeTrace: each
-    // malloc's size by its recipe, no walk), on one GPU without a prefill; where that cannot be,
-    // traces it. The curves through it are checked as a trace's are: at the answer by its
-    // estimate, at the successor by a walk.
+    // malloc's size by its recipe, no walk; each stage's); where that cannot be, traces it. The
+    // curves through it are checked as a trace's are: at the answer by its estimate, at the
+    // successor by a walk.
     auto resize_at = [&](int64_t v, size_t i) {
       Options o = options;
       set(&o, v);
