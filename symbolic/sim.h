@@ -228,6 +228,13 @@ class __attribute__((visibility("hidden"))) Sim {
   void Record(bool malloc, uint64_t bytes, Category c);
 
   void Prepare();
+  // Run's preparation of the step (training or not, Prepare, PrepareParallel), and Resized's;
+  // InvalidArgument for what the timeline does not model.
+  Status PrepareStep();
+  // PrefillForward's preparation (an inference pass that keeps its cache), and Resized's prefill.
+  void PreparePrefill();
+  // The key a decode step's prefill runs under: its own, with this step's allocator budget.
+  [[nodiscard]] SimulationKey PrefillKey(const memory::EstimationContext& prefill) const;
   // The size `recipe` reads in this context (after Prepare); nullopt for kUnknown. `traced`: the
   // size where it was traced (kSame's).
   std::optional<uint64_t> SizeOf(const SizeRecipe& recipe, uint64_t traced);
@@ -338,6 +345,12 @@ class __attribute__((visibility("hidden"))) Sim {
   void ClearAutocastCache();
   // A cuDNN convolution call's workspace, allocated and freed around the call (memory/device.h).
   void ConvWorkspace(size_t k);
+  // Its bytes, worked out once per node (conv_workspace_).
+  uint64_t ConvWorkspaceOf(size_t k);
+  // The optimizer's state tensors of parameter p (memory/optimizer.h).
+  [[nodiscard]] memory::StateTensorSizes StateTensorsOf(int p) const {
+    return memory::StateTensorBytes(o_.optimizer, b_.Numel(p).value_or(0), facts_.bytes(p));
+  }
   // Roots of node k's inputs; in a recomputation (seg >= 0) only those the segment makes.
   // Sorted, each root once. They are worked out once, by Prepare (input_roots_); for seg >= 0 the
   // segment's are picked from them into roots_, and the span is valid until the next call.

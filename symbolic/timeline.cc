@@ -648,11 +648,16 @@ void Sim::ClearAutocastCache() {
   }
 }
 
-void Sim::ConvWorkspace(size_t k) {
+uint64_t Sim::ConvWorkspaceOf(size_t k) {
   uint64_t& bytes = conv_workspace_[k];
   if (bytes == kNotWorkedOut) {
     bytes = memory::ConvWorkspaceBytes(stack_, facts_, g_.nodes[k], k, o_.library_workspaces);
   }
+  return bytes;
+}
+
+void Sim::ConvWorkspace(size_t k) {
+  const uint64_t bytes = ConvWorkspaceOf(k);
   if (bytes == 0) return;
   Tensor ws =
       Malloc(bytes, Category::kTransient, {SizeRecipe::kConvWorkspace, static_cast<int32_t>(k)});
@@ -872,8 +877,7 @@ void Sim::Step(int it) {
     }
     for (int p : params) {
       int32_t i = 0;
-      for (uint64_t bytes :
-           memory::StateTensorBytes(o_.optimizer, b_.Numel(p).value_or(0), facts_.bytes(p))) {
+      for (uint64_t bytes : StateTensorsOf(p)) {
         state_.push_back(
             Malloc(bytes, Category::kOptimizerState, {SizeRecipe::kStateTensor, p, i++}));
       }
@@ -1030,11 +1034,15 @@ void Sim::Iteration(int it) {
   sim_.iterations.push_back({it, iteration_alloc_peak_, Stats().reserved});
 }
 
-void Sim::PrefillForward() {
+void Sim::PreparePrefill() {
   prefill_ = true;
   train_ = false;
   Prepare();
   PrepareParallel();
+}
+
+void Sim::PrefillForward() {
+  PreparePrefill();
   AllocateWeights();
   Iteration(1);
   for (Tensor& t : inputs_) Free(&t);  // the prompt's tensors (`del ids`)
@@ -1126,7 +1134,7 @@ Status Sim::AdoptPrefill(Prefilled p) {
   return Status::Ok();
 }
 
-Result<Simulation> Sim::Run() {
+Status Sim::PrepareStep() {
   train_ = o_.mode == Mode::kTrain;
   if (staged_ && train_ && !checkpoint_.empty()) {
     return InvalidArgument(
@@ -1136,10 +1144,20 @@ Result<Simulation> Sim::Run() {
   }
   Prepare();
   PrepareParallel();
+  return Status::Ok();
+}
+
+SimulationKey Sim::PrefillKey(const memory::EstimationContext& prefill) const {
+  SimulationKey key = SimulationKey::Of(prefill);
+  key.allocator_budget = budget_;
+  return key;
+}
+
+Result<Simulation> Sim::Run() {
+  MEMEST_RETURN_IF_ERROR(PrepareStep());
   // A decode step after its prefill runs once, on what the prefill left; else the loop.
   if (const memory::EstimationContext* prefill = ctx_.prefill()) {
-    SimulationKey key = SimulationKey::Of(*prefill);  // read by reference while the Sim runs
-    key.allocator_budget = budget_;
+    const SimulationKey key = PrefillKey(*prefill);  // read by reference while the Sim runs
     // In a trace, the prefill's requests go first into the same one; following a run, the
     // prefill follows its first requests and the step the rest.
     Sim before(*prefill, key, /*record=*/false, trace_, most_requests_);
@@ -1174,9 +1192,7 @@ std::optional<uint64_t> Sim::SizeOf(const SizeRecipe& r, uint64_t traced) {
     case SizeRecipe::kBackwardWorkspace:
       return is_node ? std::optional(facts_.BackwardWorkspace(node)) : std::nullopt;
     case SizeRecipe::kConvWorkspace:
-      if (!is_node) return std::nullopt;
-      return memory::ConvWorkspaceBytes(stack_, facts_, g_.nodes[node], node,
-                                        o_.library_workspaces);
+      return is_node ? std::optional(ConvWorkspaceOf(node)) : std::nullopt;
     case SizeRecipe::kSavedExtra: {
       // The node saves the same extra there (no value of the graph), or the walk there differs.
       if (!is_node || r.b < 0 || static_cast<size_t>(r.b) >= saved_[node].size()) {
@@ -1197,8 +1213,7 @@ std::optional<uint64_t> Sim::SizeOf(const SizeRecipe& r, uint64_t traced) {
       return loss_tensors_.targets;
     case SizeRecipe::kStateTensor: {
       if (!is_value || r.b < 0) return std::nullopt;
-      const memory::StateTensorSizes sizes =
-          memory::StateTensorBytes(o_.optimizer, b_.Numel(r.a).value_or(0), facts_.bytes(r.a));
+      const memory::StateTensorSizes sizes = StateTensorsOf(r.a);
       if (static_cast<size_t>(r.b) >= sizes.size()) return std::nullopt;
       return *(sizes.begin() + r.b);
     }
@@ -1207,22 +1222,16 @@ std::optional<uint64_t> Sim::SizeOf(const SizeRecipe& r, uint64_t traced) {
 }
 
 Result<StepTrace> Sim::Resized(const StepTrace& traced) {
-  train_ = o_.mode == Mode::kTrain;
-  Prepare();
-  PrepareParallel();
+  MEMEST_RETURN_IF_ERROR(PrepareStep());
   // A decode step's trace starts with its prefill's requests, whose sizes the prefill's own
-  // context gives (Run hands it the same key).
+  // context gives, prepared as Run's prefill is.
   std::optional<Sim> before;
   StepTrace unused;
   SimulationKey prefill_key;
   if (const memory::EstimationContext* prefill = ctx_.prefill()) {
-    prefill_key = SimulationKey::Of(*prefill);
-    prefill_key.allocator_budget = budget_;
+    prefill_key = PrefillKey(*prefill);
     before.emplace(*prefill, prefill_key, /*record=*/false, &unused);
-    before->prefill_ = true;
-    before->train_ = false;
-    before->Prepare();
-    before->PrepareParallel();
+    before->PreparePrefill();
   } else if (traced.prefill_requests > 0) {
     return InvalidArgument("the trace has a prefill's requests and the step no prefill");
   }
