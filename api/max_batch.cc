@@ -790,13 +790,14 @@ int StagesOf(const memory::EstimationContext& ctx) {
 }
 
 // The step's allocator requests at value v of the searched batch, one trace per pipeline stage
-// (only stage `only`'s when it is set, and then its first `most_requests`), and the context they
-// were traced in; nullopt when the options or the bind refuse v (the exact search says why).
-template <typename Set>
+// (only stage `only`'s when it is set) made by `trace(ctx, stage)` -- a walk (TraceAt), or another
+// value's trace resized (symbolic::ResizeTrace) -- and the context they were made in; nullopt
+// when the options or the bind refuse v (the exact search says why), or a trace cannot be made.
+template <typename Set, typename Trace>
 std::optional<
     std::pair<std::unique_ptr<memory::EstimationContext>, std::vector<symbolic::StepTrace>>>
-TraceAt(const Model& model, Options o, Set set, int64_t v, std::optional<int> only = std::nullopt,
-        size_t most_requests = std::numeric_limits<size_t>::max()) {
+TracesAt(const Model& model, Options o, Set set, int64_t v, Trace trace,
+         std::optional<int> only = std::nullopt) {
   set(&o, v);
   if (!Validate(o).ok()) return std::nullopt;
   auto made = memory::EstimationContext::Make(model, o);
@@ -807,12 +808,25 @@ TraceAt(const Model& model, Options o, Set set, int64_t v, std::optional<int> on
   for (int s = only.value_or(0); s < (only ? *only + 1 : stages); ++s) {
     if (s >= stages) return std::nullopt;
     ctx->set_stage(s);
-    auto requests = symbolic::TraceRequests(*ctx, most_requests);
+    Result<symbolic::StepTrace> requests = trace(*ctx, static_cast<size_t>(s));
     if (!requests.ok()) return std::nullopt;
     traces.push_back(std::move(requests).value());
   }
   ctx->set_stage(0);
   return std::make_pair(std::move(ctx), std::move(traces));
+}
+
+// TracesAt by walking the step (symbolic::TraceRequests: with `only`, its first `most_requests`).
+template <typename Set>
+auto TraceAt(const Model& model, const Options& o, Set set, int64_t v,
+             std::optional<int> only = std::nullopt,
+             size_t most_requests = std::numeric_limits<size_t>::max()) {
+  return TracesAt(
+      model, o, set, v,
+      [most_requests](const memory::EstimationContext& ctx, size_t) {
+        return symbolic::TraceRequests(ctx, most_requests);
+      },
+      only);
 }
 
 // The first `most_requests` requests of a decode step's trace at value v where they are all its
@@ -992,36 +1006,30 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     std::vector<int64_t> traced_at = {at.front()};
     std::vector<std::vector<symbolic::StepTrace>> kept;
     kept.push_back(std::move(first->traces));
-    // Traces the step at v and keeps it at position `i`.
-    auto trace_at = [&](int64_t v, size_t i) {
-      auto more = TraceAt(model, options, set, v);
+    // Keeps `more`, every stage's trace at v (TracesAt's), at position `i`.
+    auto keep_at = [&](int64_t v, size_t i, auto more) {
       if (!more || more->second.size() != stages) return false;
       spent->traces += static_cast<int>(stages);
       kept.insert(kept.begin() + static_cast<ptrdiff_t>(i), std::move(more->second));
       traced_at.insert(traced_at.begin() + static_cast<ptrdiff_t>(i), v);
       return true;
     };
+    // Traces the step at v and keeps it at position `i`.
+    auto trace_at = [&](int64_t v, size_t i) {
+      return keep_at(v, i, TraceAt(model, options, set, v));
+    };
     // Or reads it off the first trace in a context bound at v (symbolic::ResizeTrace: each
     // malloc's size by its recipe, no walk; each stage's); where that cannot be, traces it. The
     // curves through it are checked as a trace's are: at the answer by its estimate, at the
     // successor by a walk.
     auto resize_at = [&](int64_t v, size_t i) {
-      Options o = options;
-      set(&o, v);
-      if (!Validate(o).ok()) return false;
-      auto made = memory::EstimationContext::Make(model, o);
-      if (!made.ok() || StagesOf(**made) != static_cast<int>(stages)) return false;
-      std::vector<symbolic::StepTrace> resized;
-      for (size_t s = 0; s < stages; ++s) {
-        (*made)->set_stage(static_cast<int>(s));
-        auto one = symbolic::ResizeTrace(**made, kept.front()[s]);
-        if (!one.ok()) return false;
-        resized.push_back(std::move(one).value());
-      }
-      spent->traces += static_cast<int>(stages);
-      kept.insert(kept.begin() + static_cast<ptrdiff_t>(i), std::move(resized));
-      traced_at.insert(traced_at.begin() + static_cast<ptrdiff_t>(i), v);
-      return true;
+      const std::vector<symbolic::StepTrace>& first = kept.front();
+      const auto resize = [&first](const memory::EstimationContext& ctx,
+                                   size_t s) -> Result<symbolic::StepTrace> {
+        if (s >= first.size()) return InvalidArgument("no first trace of this stage");
+        return symbolic::ResizeTrace(ctx, first[s]);
+      };
+      return keep_at(v, i, TracesAt(model, options, set, v, resize));
     };
     if (!resize_at(at.back(), 1) && !trace_at(at.back(), 1)) return std::nullopt;
     // Each stage's curves through the traces kept, by `fit`; nullopt where a stage has none.
