@@ -586,6 +586,55 @@ TEST(BatchTraceTest, ADecodeStepsEstimateFollowsItsRunThroughThePrefill) {
   }
 }
 
+// Whether trace a, made one way (`a_made`: "repeated", "resized"), makes the walked trace b's
+// requests, request for request.
+::testing::AssertionResult SameRequests(const StepTrace& a, const char* a_made,
+                                        const StepTrace& b) {
+  if (a.requests.size() != b.requests.size()) {
+    return ::testing::AssertionFailure()
+           << a.requests.size() << " requests " << a_made << ", " << b.requests.size() << " walked";
+  }
+  for (size_t i = 0; i < a.requests.size(); ++i) {
+    const AllocatorRequest& x = a.requests[i];
+    const AllocatorRequest& y = b.requests[i];
+    if (x.bytes != y.bytes || x.freed != y.freed) {
+      return ::testing::AssertionFailure()
+             << "request " << i << " is (" << x.bytes << ", " << x.freed << ") " << a_made
+             << " and (" << y.bytes << ", " << y.freed << ") walked";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Each of timm's training graphs (datasets/timm-a100, unpacked for the test), loaded, with its
+// name.
+void ForEachTimmGraph(const std::function<void(const Model&, const std::string&)>& f) {
+  testing::TempDir scratch;
+  const fs::path dir = testing::TimmGraphs(scratch);
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".onnx") continue;
+    auto model = Load(entry.path());
+    if (model == nullptr) continue;
+    f(*model, entry.path().stem().string());
+  }
+}
+
+// Each language model of the Hugging Face configs of tests/data/hf but the t5s (whose decoder's
+// dims are tgt_seq), built and loaded, with its config's name.
+void ForEachLanguageModel(const std::function<void(const Model&, const std::string&)>& f) {
+  for (const auto& entry : fs::directory_iterator(Source("tests/data/hf"))) {
+    if (entry.path().extension() != ".json") continue;
+    auto config = zoo::LoadHfConfig(entry.path().string());
+    ASSERT_TRUE(config.ok()) << entry.path();
+    if ((*config)["model_type"] == "t5") continue;
+    auto hf = zoo::BuildHfModel(*config, {});
+    ASSERT_TRUE(hf.ok()) << entry.path() << ": " << hf.status().ToString();
+    auto model = LoadModelFromBytes(zoo::SerializeModel(hf->model), ".", hf->architecture);
+    ASSERT_TRUE(model.ok()) << entry.path();
+    f(**model, entry.path().stem().string());
+  }
+}
+
 // What a trace compares: each kind of trace at one set of options, the repeated last iteration
 // against the walked one (TraceRequests' TraceWalk), request for request.
 struct TraceWalks {
@@ -604,16 +653,7 @@ struct TraceWalks {
     EXPECT_EQ(noted->loops, walked->loops) << what;
     EXPECT_EQ(noted->previous_begins, walked->previous_begins) << what;
     EXPECT_EQ(noted->last_begins, walked->last_begins) << what;
-    ASSERT_EQ(noted->requests.size(), walked->requests.size()) << what;
-    for (size_t i = 0; i < noted->requests.size(); ++i) {
-      const AllocatorRequest& a = noted->requests[i];
-      const AllocatorRequest& b = walked->requests[i];
-      if (a.bytes != b.bytes || a.freed != b.freed) {
-        ADD_FAILURE() << what << ": request " << i << " is (" << a.bytes << ", " << a.freed
-                      << ") repeated and (" << b.bytes << ", " << b.freed << ") walked";
-        return;
-      }
-    }
+    ASSERT_TRUE(SameRequests(*noted, "repeated", *walked)) << what;
     // A prefix that ends inside the repeated iteration (the successor's trace of a replay that
     // ran out there) is the walked trace's first requests.
     const size_t prefix = (noted->last_begins + noted->requests.size()) / 2;
@@ -665,18 +705,13 @@ TEST(BatchTraceTest, ARepeatedLastIterationIsTheWalkedOne) {
   EXPECT_EQ(bundled.traces, 70);
   EXPECT_GE(bundled.repeated, bundled.traces / 2);
 
-  testing::TempDir scratch;
-  const fs::path dir = testing::TimmGraphs(scratch);
   TraceWalks timm;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.path().extension() != ".onnx") continue;
-    auto model = Load(entry.path());
-    if (model == nullptr) continue;
+  ForEachTimmGraph([&timm](const Model& model, const std::string& name) {
     Options o;
     o.gpu = "a100-80gb";
     o.batch = 2;
-    timm.Compare(*model, o, entry.path().stem().string());
-  }
+    timm.Compare(model, o, name);
+  });
   std::printf("timm: %d traces, %d repeated their last iteration\n", timm.traces, timm.repeated);
   EXPECT_EQ(timm.traces, 81);
   EXPECT_GE(timm.repeated, timm.traces / 2);
@@ -684,21 +719,13 @@ TEST(BatchTraceTest, ARepeatedLastIterationIsTheWalkedOne) {
   // Language models from the Hugging Face configs of tests/data/hf, training at batch 2 and
   // sequence 64 (what the max-dim search traces).
   TraceWalks lm;
-  for (const auto& entry : fs::directory_iterator(Source("tests/data/hf"))) {
-    if (entry.path().extension() != ".json") continue;
-    auto config = zoo::LoadHfConfig(entry.path().string());
-    ASSERT_TRUE(config.ok()) << entry.path();
-    if ((*config)["model_type"] == "t5") continue;
-    auto hf = zoo::BuildHfModel(*config, {});
-    ASSERT_TRUE(hf.ok()) << entry.path() << ": " << hf.status().ToString();
-    auto model = LoadModelFromBytes(zoo::SerializeModel(hf->model), ".", hf->architecture);
-    ASSERT_TRUE(model.ok()) << entry.path();
+  ForEachLanguageModel([&lm](const Model& model, const std::string& name) {
     Options o;
     o.gpu = "h100-80gb";
     o.batch = 2;
     o.dims["seq"] = 64;
-    lm.Compare(**model, o, entry.path().stem().string());
-  }
+    lm.Compare(model, o, name);
+  });
   std::printf("language models: %d traces, %d repeated their last iteration\n", lm.traces,
               lm.repeated);
   EXPECT_GT(lm.traces, 0);
@@ -732,16 +759,7 @@ struct Resizes {
     EXPECT_EQ(resized->last_begins, walked->last_begins) << what;
     EXPECT_EQ(resized->prefill_requests, walked->prefill_requests) << what;
     EXPECT_EQ(resized->cache_emptied, walked->cache_emptied) << what;
-    ASSERT_EQ(resized->requests.size(), walked->requests.size()) << what;
-    for (size_t i = 0; i < walked->requests.size(); ++i) {
-      const AllocatorRequest& a = resized->requests[i];
-      const AllocatorRequest& b = walked->requests[i];
-      if (a.bytes != b.bytes || a.freed != b.freed) {
-        ADD_FAILURE() << what << ": request " << i << " is (" << a.bytes << ", " << a.freed
-                      << ") resized and (" << b.bytes << ", " << b.freed << ") walked";
-        return;
-      }
-    }
+    EXPECT_TRUE(SameRequests(*resized, "resized", *walked)) << what;
   }
 };
 
@@ -779,43 +797,30 @@ TEST(BatchTraceTest, AResizedTraceIsTheWalkAtItsValue) {
   }
   EXPECT_EQ(bundled.compared, 37);
 
-  testing::TempDir scratch;
-  const fs::path dir = testing::TimmGraphs(scratch);
   Resizes timm;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.path().extension() != ".onnx") continue;
-    auto model = Load(entry.path());
-    if (model == nullptr) continue;
+  ForEachTimmGraph([&timm](const Model& model, const std::string& name) {
     Options from;
     from.gpu = "a100-80gb";
     from.batch = 2;
     Options to = from;
     to.batch = 37;
-    timm.Compare(*model, from, to, entry.path().stem().string());
-  }
+    timm.Compare(model, from, to, name);
+  });
   EXPECT_EQ(timm.compared, 81);
 
   Resizes lm;
-  for (const auto& entry : fs::directory_iterator(Source("tests/data/hf"))) {
-    if (entry.path().extension() != ".json") continue;
-    auto config = zoo::LoadHfConfig(entry.path().string());
-    ASSERT_TRUE(config.ok()) << entry.path();
-    if ((*config)["model_type"] == "t5") continue;
-    auto hf = zoo::BuildHfModel(*config, {});
-    ASSERT_TRUE(hf.ok()) << entry.path() << ": " << hf.status().ToString();
-    auto model = LoadModelFromBytes(zoo::SerializeModel(hf->model), ".", hf->architecture);
-    ASSERT_TRUE(model.ok()) << entry.path();
+  ForEachLanguageModel([&lm](const Model& model, const std::string& name) {
     Options from;
     from.gpu = "h100-80gb";
     from.batch = 2;
     from.dims["seq"] = 128;
     Options longer = from;
     longer.dims["seq"] = 384;
-    lm.Compare(**model, from, longer, entry.path().stem().string() + " seq");
+    lm.Compare(model, from, longer, name + " seq");
     Options larger = from;
     larger.batch = 7;
-    lm.Compare(**model, from, larger, entry.path().stem().string() + " batch");
-  }
+    lm.Compare(model, from, larger, name + " batch");
+  });
   std::printf("resized: %d bundled, %d timm and %d language-model traces\n", bundled.compared,
               timm.compared, lm.compared);
   EXPECT_GT(lm.compared, 0);
