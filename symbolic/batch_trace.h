@@ -53,8 +53,8 @@ namespace memest::symbolic {
 [[nodiscard]] uint64_t PeakRequested(const std::vector<AllocatorRequest>& requests);
 
 // Whether the allocator model configured by `config`, handed `trace`'s requests in order (a
-// decode step's prefill's first, then its cache emptied where traced so and its peaks reset, as
-// the simulation does between the two), fails one of them for good. The simulation that makes
+// decode step's prefill's first, then its cache emptied where traced so, as the simulation does
+// between the two), fails one of them for good. The simulation that makes
 // these requests -- the walk `trace` was traced from -- then runs out at the same one: the
 // allocator decides on the requests alone.
 [[nodiscard]] bool RunsOut(const StepTrace& trace, const AllocatorConfig& config);
