@@ -513,15 +513,19 @@ class __attribute__((visibility("hidden"))) Sim {
   Tensor root_gathered_ = -1, flat_weights_ = -1, flat_grads_ = -1, flat_state_ = -1;
   std::vector<Tensor> buckets_;
   // Pipeline stages: roots read here but made on another stage; values made here and read on
-  // another; one micro-batch's tensors (bytes, category) that outlive its forward; the copies of
-  // the other micro-batches in flight.
+  // another; one micro-batch's tensors (bytes, category, where the bytes came from) that outlive
+  // its forward; the copies of the other micro-batches in flight.
+  struct MicroBatchTensor {
+    uint64_t bytes = 0;
+    Category category = Category::kActivations;
+    SizeRecipe recipe;
+  };
   std::vector<int> received_, sent_;
-  std::vector<std::pair<uint64_t, Category>> micro_batch_set_;
+  std::vector<MicroBatchTensor> micro_batch_set_;
   bool micro_batch_recorded_ = false;
-  bool collect_micro_batch_ = false;      // the first micro-batch's forward is running
-  std::vector<Tensor> micro_batch_made_;  // what it allocated, in order
-  // A trace's: the recipes of micro_batch_made_'s mallocs, and of micro_batch_set_'s tensors.
-  std::vector<SizeRecipe> micro_batch_made_recipes_, micro_batch_set_recipes_;
+  bool collect_micro_batch_ = false;  // the first micro-batch's forward is running
+  // What it allocated, in order, with where each size came from.
+  std::vector<std::pair<Tensor, SizeRecipe>> micro_batch_made_;
   std::vector<Tensor> other_micro_batches_;
 
   // Results.

@@ -130,10 +130,7 @@ Tensor Sim::Malloc(uint64_t bytes, Category c, SizeRecipe recipe) {
   Live& t = tensors_[SlotOf(handle)];
   t.made_in = iteration_;
   t.made_at = made_++;
-  if (collect_micro_batch_) {
-    micro_batch_made_.push_back(handle);
-    if (requests_ != nullptr) micro_batch_made_recipes_.push_back(recipe);
-  }
+  if (collect_micro_batch_) micro_batch_made_.emplace_back(handle, recipe);
   if (requests_ != nullptr) {  // a trace: the request is what it keeps (no allocator, no peaks)
     t.handle = mallocs_++;
     if (noting_loop_) {
@@ -955,25 +952,20 @@ void Sim::RecordMicroBatch() {
   if (!collect_micro_batch_) return;
   collect_micro_batch_ = false;
   micro_batch_recorded_ = true;
-  for (size_t i = 0; i < micro_batch_made_.size(); ++i) {
-    const Live* l = Find(micro_batch_made_[i]);
+  for (const auto& [t, recipe] : micro_batch_made_) {
+    const Live* l = Find(t);
     if (l && (l->category == Category::kActivations || l->category == Category::kWeights)) {
-      micro_batch_set_.emplace_back(l->bytes, l->category);
-      if (requests_ != nullptr) micro_batch_set_recipes_.push_back(micro_batch_made_recipes_[i]);
+      micro_batch_set_.push_back({l->bytes, l->category, recipe});
     }
   }
   micro_batch_made_ = {};
-  micro_batch_made_recipes_ = {};
 }
 
 void Sim::HoldOtherMicroBatches() {
   if (!staged_) return;
   for (int i = 1; i < plan_.in_flight(stage_); ++i) {
-    for (size_t j = 0; j < micro_batch_set_.size(); ++j) {
-      const auto& [bytes, category] = micro_batch_set_[j];
-      other_micro_batches_.push_back(
-          Malloc(bytes, category,
-                 j < micro_batch_set_recipes_.size() ? micro_batch_set_recipes_[j] : SizeRecipe{}));
+    for (const MicroBatchTensor& m : micro_batch_set_) {
+      other_micro_batches_.push_back(Malloc(m.bytes, m.category, m.recipe));
     }
   }
 }
