@@ -53,7 +53,9 @@
 //    Where the replay's search found an answer it could not vouch for (its successor's requests,
 //    off the curves, did not run out as far as they were traced; its estimate did not fit), that
 //    answer is estimated, and its successor: when it fits and the successor does not, it is the
-//    answer (ConfirmHint); else the exact search starts from those two. Anything else -- another
+//    answer (ConfirmHint); else the exact search starts from those two -- from a hint that does
+//    not fit, by steps down of 1, 2, 4, ... values (the replay's answer is then usually a few
+//    values too high; a bisection from 1 took up to 17 estimates more). Anything else -- another
 //    backend, no curves, an error -- is answered by the exact search, whose answer and errors are
 //    the ones given.
 //  * Where kFirstTraced's requested bytes alone pass the budget, no value from there fits: the
@@ -172,6 +174,12 @@ class Candidates {
   // The next batch comes from elsewhere (TermCandidates): Record reads it as made by none of the
   // rules here.
   void NextFromElsewhere() { made_ = Made::kOther; }
+  // The next candidates step down from the smallest failing value, as after a candidate of the
+  // model that failed right under it (policy above): for a value from elsewhere that failed where
+  // the answer was expected (the replay's answer, which its estimate did not confirm).
+  void StepDownFromFailure() {
+    if (bad_ > 0 && !stepped_down_) down_ = 1;
+  }
 
   // The batch to estimate next.
   int64_t Next() {
@@ -463,7 +471,8 @@ Estimate Unaffordable() {
 // The largest value v in [1, limit] for which the model fits with set(o, v) applied (Candidates
 // above). label(v) names a candidate in errors ("batch 64", "seq 4096"). v = 0 when even 1 does
 // not fit. With `hint` in [2, limit] (the replay's answer, which it could not vouch for), the
-// candidates after 1 are the hint and, when it fits, its successor; `made` holds estimates made
+// candidates after 1 are the hint and, when it fits, its successor (when it does not, the steps
+// down from it: Candidates::StepDownFromFailure); `made` holds estimates made
 // already (ConfirmHint's), which the search reads instead of estimating again (not counted again
 // in evaluations). With `vouch` (MaxBatchSearch::kAuto), an answer whose successor the terms'
 // curves vouch for (TermCandidates::VouchForSuccessor) ends the search without the successor's
@@ -559,6 +568,9 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
     Estimate e = std::move(at).value();
     const Fit fit = CheckFit(e, gpu, options);
     search.Record(next, fit, e);
+    // A hint that does not fit: the answer is usually a few values down (the replay's was off
+    // by the sizes off its curves), so the steps down start there, not a bisection from 1.
+    if (!fit.fits && next == hint) search.StepDownFromFailure();
     if (!fit.fits || next >= limit) hinted.clear();
     if (from_terms) from_terms->Record(next, std::move(terms), e, fit);
     if (fit.fits) r.at_batch = std::move(e);

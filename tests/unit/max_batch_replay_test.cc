@@ -1082,7 +1082,9 @@ TEST(BatchTraceTest, ATraceRunsOutWhereTheAllocatorFailsOneOfItsRequests) {
 // Where the two estimates do not confirm the replay's answer (Pythia-160m under AMP with bf16, the
 // longest sequence at batch 2 on h100-80gb), the exact search starts from them, reusing them: the
 // answer is an answer, the estimate reported is Run's there, and the search costs more than the
-// two.
+// two. The replay's answer does not fit there, and the answer is 3 values below it: the search
+// steps down from it (1, 2, 4, ... values), in a few estimates, where a bisection from 1 took 19
+// in all.
 TEST(MaxBatchReplayTest, AnAnswerTheEstimatesDoNotConfirmIsSearched) {
   auto model = testing::HfModel("pythia-160m.RECONSTRUCTED.json");
   ASSERT_NE(model, nullptr);
@@ -1096,6 +1098,7 @@ TEST(MaxBatchReplayTest, AnAnswerTheEstimatesDoNotConfirmIsSearched) {
   EXPECT_EQ(tally.searches, 1);
   EXPECT_EQ(tally.answered, 1);
   EXPECT_GT(tally.evaluations, 2);
+  EXPECT_LE(tally.evaluations, 8);
 }
 
 TEST(MaxBatchReplayTest, BundledModels) {
