@@ -59,7 +59,9 @@
 //    backend, no curves, an error -- is answered by the exact search, whose answer and errors are
 //    the ones given.
 //  * Where kFirstTraced's requested bytes alone pass the budget, no value from there fits: the
-//    answer is 0 or 1, and the estimates at 1 and 2 say which (ConfirmHint with the hint 1).
+//    answer is 0 or 1, and the estimate at 1 says which (ConfirmHint with the hint 1; the
+//    simulation at 2, where the trace walked, runs out of memory: the requested bytes alive at
+//    once are a floor under what the allocator reserves).
 //  * A dim searched up to 3 x kDimTraceStep or more is traced at multiples of kDimTraceStep, where
 //    padded sizes are on their curves (from kFirstTraced instead when the step at kDimTraceStep is
 //    refused or past the budget).
@@ -894,14 +896,16 @@ bool IsTheReplays(const Estimate& e, const std::vector<StageAnswer>& stages) {
 // the simulation's own, which is what ConfirmHint would have estimated at both values.
 // (That stage's step at batch + 1 does not fit, so the estimate there does not either: its worst
 // stage has a device peak at least that stage's, and every stage holds the same outside the
-// allocator, so a reserved peak at least that stage's too.) nullopt otherwise.
+// allocator, so a reserved peak at least that stage's too.) nullopt otherwise; an estimate made
+// at `batch` and not taken is added to *made (it is Run's there: a run followed gives the same).
 template <typename Set>
 std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& model,
                                     const Options& options, const GpuProfile& gpu, int64_t limit,
                                     Set set, const std::vector<symbolic::BatchTrace>& traces,
                                     const symbolic::AllocatorConfig& config, int64_t batch,
                                     int decisive, const std::vector<StageAnswer>& stages,
-                                    MaxBatchResult* spent) {
+                                    MaxBatchResult* spent,
+                                    std::vector<std::pair<int64_t, Estimate>>* made) {
   bool on_curves = true;  // the successor's trace is on the curves (none past the limit)
   if (batch < limit) {
     if (decisive < 0) return std::nullopt;
@@ -940,7 +944,9 @@ std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& mod
   };
   Result<Estimate> e = following();
   if (!e.ok()) e = estimator.Run(model, o);
-  if (!e.ok() || !CheckFit(*e, gpu, options).fits || (on_curves && !IsTheReplays(*e, stages))) {
+  if (!e.ok()) return std::nullopt;
+  if (!CheckFit(*e, gpu, options).fits || (on_curves && !IsTheReplays(*e, stages))) {
+    made->emplace_back(batch, std::move(e).value());  // Run's (a run followed makes the same)
     return std::nullopt;
   }
   return std::move(e).value();
@@ -979,17 +985,27 @@ std::optional<FirstTrace> TraceFirst(const Model& model, const Options& options,
   return std::nullopt;
 }
 
+// An answer the replay's search found and could not vouch for (0: none), which ConfirmHint
+// estimates; and whether its successor is known not to fit without an estimate (the replay's
+// first trace, walked there, holds more requested bytes at once than the allocator may reserve).
+struct Hint {
+  int64_t at = 0;
+  bool successor_fails = false;
+};
+
 // The symbolic backend's answer by replay, checked (policy at the top), from `curve_traces`
 // traces (2: lines, for the batch; 3: parabolas, for a dim such as the sequence length -- two
 // where BatchTrace::FitFromTwo gives every size its curve) of each
 // pipeline stage; nullopt when the replay cannot give one, with what it spent counted in *spent
 // and, where its search found an answer it could not vouch for, that answer in *unchecked (1
-// where kFirstTraced's requested bytes alone pass the budget: the answer is 0 or 1).
+// where kFirstTraced's requested bytes alone pass the budget: the answer is 0 or 1), and the
+// check's estimate there in *made when it made one.
 template <typename Set>
 std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, const Model& model,
                                                    const Options& options, const GpuProfile& gpu,
                                                    int64_t limit, Set set, int curve_traces,
-                                                   MaxBatchResult* spent, int64_t* unchecked) {
+                                                   MaxBatchResult* spent, Hint* unchecked,
+                                                   std::vector<std::pair<int64_t, Estimate>>* made) {
   // (A decode step after its prefill is inference, modelled on one GPU only: both graphs'
   // requests on one allocator, symbolic/batch_trace.h.)
   if (estimator.name() != "symbolic" || (options.prefill && options.parallel.enabled()) ||
@@ -1003,10 +1019,13 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     const memory::EstimationContext& ctx = *first->ctx;
     const uint64_t budget = first->budget;
     // Past the budget at kFirstTraced (its requested bytes alone): the answer is 0 or 1, which
-    // ConfirmHint finds in one or two estimates (the exact search alone took up to 10 on decode
-    // steps, whose failing estimates draw no line to the capacity).
+    // ConfirmHint finds in one estimate, at 1 (the exact search alone took up to 10 on decode
+    // steps, whose failing estimates draw no line to the capacity). Its successor, the value
+    // traced, does not fit: the step there (walked, not resized) holds more requested bytes at
+    // once than the allocator may reserve, so the simulation runs out there.
     if (first->peak > budget) {
-      *unchecked = 1;
+      unchecked->at = 1;
+      unchecked->successor_fails = first->at == unchecked->at + 1;
       return std::nullopt;
     }
     // The others: the farthest (where the fullest stage's requested bytes reach the budget), and
@@ -1104,11 +1123,11 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
     for (size_t s = 0; s < stages; ++s) {
       answers[s].run = probers[s].TakeLastFit(batch);
     }
-    *unchecked = batch;
+    unchecked->at = batch;
     if (!all_fit) return std::nullopt;
     std::optional<Estimate> e =
         CheckAnswer(estimator, model, options, gpu, limit, set, traces, probers.front().config(),
-                    batch, decisive, answers, spent);
+                    batch, decisive, answers, spent, made);
     if (!e) return std::nullopt;
     MaxBatchResult r = *spent;
     r.batch = batch;
@@ -1120,30 +1139,41 @@ std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, c
 }
 
 // The replay's answer it could not vouch for, `hint`, confirmed by estimates: it fits and its
-// successor does not (or it is the limit). Those two estimates are an answer as the replay's
-// check is, without an estimate at 1 (unless the hint is 1); nullopt otherwise, with the
-// estimates made in *made for the exact search (counted in spent->evaluations).
+// successor does not (or it is the limit, or the replay knows it does not: Hint). Those two
+// estimates are an answer as the replay's check is, without an estimate at 1 (unless the hint is
+// 1); nullopt otherwise, with the estimates made in *made for the exact search (counted in
+// spent->evaluations).
 template <typename Set>
 std::optional<MaxBatchResult> ConfirmHint(const Estimator& estimator, const Model& model,
                                           const Options& options, const GpuProfile& gpu,
-                                          int64_t limit, Set set, int64_t hint,
+                                          int64_t limit, Set set, const Hint& unchecked,
                                           MaxBatchResult* spent,
                                           std::vector<std::pair<int64_t, Estimate>>* made) {
+  const int64_t hint = unchecked.at;
   if (hint < 1 || hint > limit) return std::nullopt;
+  const auto made_at = [made](int64_t v) -> const Estimate* {
+    for (const auto& [at, e] : *made) {
+      if (at == v) return &e;
+    }
+    return nullptr;
+  };
   for (const int64_t v : {hint, hint + 1}) {
-    if (v > limit) break;
-    Options o = options;
-    set(&o, v);
-    ++spent->evaluations;
-    Result<Estimate> e = estimator.Run(model, o);
-    if (!e.ok()) return std::nullopt;  // the exact search meets it and says so
-    const bool fits = CheckFit(*e, gpu, options).fits;
-    made->emplace_back(v, std::move(e).value());
-    if (fits != (v == hint)) return std::nullopt;
+    if (v > limit || (v > hint && unchecked.successor_fails)) break;
+    const Estimate* e = made_at(v);  // the replay's check's, when it made one there
+    if (e == nullptr) {
+      Options o = options;
+      set(&o, v);
+      ++spent->evaluations;
+      Result<Estimate> run = estimator.Run(model, o);
+      if (!run.ok()) return std::nullopt;  // the exact search meets it and says so
+      made->emplace_back(v, std::move(run).value());
+      e = &made->back().second;
+    }
+    if (CheckFit(*e, gpu, options).fits != (v == hint)) return std::nullopt;
   }
   MaxBatchResult r = *spent;
   r.batch = hint;
-  r.at_batch = made->front().second;
+  r.at_batch = *made_at(hint);
   return r;
 }
 
@@ -1156,21 +1186,23 @@ Result<MaxBatchResult> SearchLargestFitting(const Estimator& estimator, const Mo
                                             int64_t limit, Label label, Set set, int curve_traces,
                                             bool dim_squared, std::string_view searched) {
   MaxBatchResult spent;
-  int64_t unchecked = 0;  // the replay's answer, where it could not vouch for it
+  Hint unchecked;  // the replay's answer, where it could not vouch for it
+  // The estimates made on the way (the replay's check's, where it disagreed; ConfirmHint's),
+  // which the steps after read instead of estimating again.
+  std::vector<std::pair<int64_t, Estimate>> made;
   if (curve_traces > 0) {
     if (auto r = ReplayLargestFitting(estimator, model, options, gpu, limit, set, curve_traces,
-                                      &spent, &unchecked)) {
+                                      &spent, &unchecked, &made)) {
       return std::move(r).value();
     }
   }
-  std::vector<std::pair<int64_t, Estimate>> made;  // ConfirmHint's estimates
   if (auto r = ConfirmHint(estimator, model, options, gpu, limit, set, unchecked, &spent, &made)) {
     return std::move(r).value();
   }
   MEMEST_ASSIGN_OR_RETURN(
       MaxBatchResult r,
       ExactSearch(estimator, model, options, gpu, limit, label, set, dim_squared ? 3 : 2, searched,
-                  /*vouch=*/curve_traces > 0, unchecked, made));
+                  /*vouch=*/curve_traces > 0, unchecked.at, made));
   r.evaluations += spent.evaluations;
   r.traces = spent.traces;
   r.replays = spent.replays;

@@ -1101,6 +1101,33 @@ TEST(MaxBatchReplayTest, AnAnswerTheEstimatesDoNotConfirmIsSearched) {
   EXPECT_LE(tally.evaluations, 8);
 }
 
+// Where the replay's check made its estimate at the answer and did not take it (BERT-base with
+// memory-efficient attention, the longest sequence at batch 1 on a100-40gb: sizes padded off
+// their curves), ConfirmHint reads that estimate again instead of making it a second time: two
+// estimates in all, the answer's and its successor's, and the answer is an answer.
+TEST(MaxBatchReplayTest, AnEstimateTheCheckMadeIsNotMadeAgain) {
+  auto model = testing::HfModel("bert-base-uncased.json");
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.gpu = "a100-40gb";
+  o.batch = 1;
+  o.attention = Attention::kSdpaMemEfficient;
+  auto est = MakeEstimator("symbolic");
+  ASSERT_TRUE(est.ok());
+  auto fast = FindMaxDim(**est, *model, o, "seq");
+  ASSERT_TRUE(fast.ok()) << fast.status().ToString();
+  EXPECT_EQ(fast->evaluations, 2);
+  EXPECT_GT(fast->replays, 0);
+  auto direct = [&] {
+    Options at = o;
+    at.dims["seq"] = fast->batch;
+    return (*est)->Run(*model, at);
+  }();
+  ASSERT_TRUE(direct.ok());
+  EXPECT_EQ(EstimateToJson(fast->at_batch), EstimateToJson(*direct));
+  ExpectAnAnswer(**est, *model, o, Searched{"seq"}, fast->batch, "bert-base mem-efficient seq");
+}
+
 TEST(MaxBatchReplayTest, BundledModels) {
   Tally tally;
   for (const char* name : {"resnet18_train", "resnet50_train", "gpt2_tiny_train", "mlp_small_train",
@@ -1249,10 +1276,12 @@ TEST(MaxBatchReplayTest, DecodeStepsAfterTheirPrefill) {
   EXPECT_EQ(batch.replayed, batch.answered);
 }
 
-// Where batch 2's requested bytes alone pass the budget, the answer is 0 or 1, and the estimates
-// at 1 and 2 say which: a Falcon-7B-shaped decoder of 4 layers, decode at past 4096 after its
-// prefill on l4-24gb, whose largest batch is 1 (the exact search alone takes more).
-TEST(MaxBatchReplayTest, AnAnswerOfOneTakesTwoEstimates) {
+// Where batch 2's requested bytes alone pass the budget, the answer is 0 or 1, and the estimate
+// at 1 says which: batch 2, where the trace walked, runs out of memory (ExpectAnAnswer's estimate
+// there says it does not fit). A Falcon-7B-shaped decoder of 4 layers, decode at past 4096 after
+// its prefill on l4-24gb, whose largest batch is 1 (the exact search alone takes more); and the
+// training step of Qwen3-0.6B at seq 1000 on a10-24gb.
+TEST(MaxBatchReplayTest, AnAnswerOfOneTakesOneEstimate) {
   DecodeAfterPrefill falcon("falcon-7b-4layers-shape.json", "l4-24gb");
   ASSERT_NE(falcon.step, nullptr);
   ASSERT_NE(falcon.prefill, nullptr);
@@ -1267,9 +1296,20 @@ TEST(MaxBatchReplayTest, AnAnswerOfOneTakesTwoEstimates) {
   EXPECT_EQ(fast->batch, 1);
   EXPECT_EQ(exact->batch, 1);
   EXPECT_EQ(fast->traces, 1);
-  EXPECT_EQ(fast->evaluations, 2);
+  EXPECT_EQ(fast->evaluations, 1);
   EXPECT_GT(exact->evaluations, 2);
   ExpectAnAnswer(**est, *falcon.step, o, Searched{}, 1, "falcon-7b 4 layers decode batch");
+  auto qwen = testing::HfModel("qwen3-0.6b.json");
+  ASSERT_NE(qwen, nullptr);
+  Options train;
+  train.gpu = "a10-24gb";
+  train.dims["seq"] = 1000;
+  auto one = FindMaxBatch(**est, *qwen, train);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->batch, 1);
+  EXPECT_EQ(one->traces, 1);
+  EXPECT_EQ(one->evaluations, 1);
+  ExpectAnAnswer(**est, *qwen, train, Searched{}, 1, "qwen3-0.6b seq 1000 batch");
   // At past 16384 batch 1 does not fit either: one estimate says so.
   o.dims["past"] = 16384;
   auto none = FindMaxBatch(**est, *falcon.step, o);
