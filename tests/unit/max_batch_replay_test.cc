@@ -1083,8 +1083,8 @@ TEST(BatchTraceTest, ATraceRunsOutWhereTheAllocatorFailsOneOfItsRequests) {
 // longest sequence at batch 2 on h100-80gb), the exact search starts from them, reusing them: the
 // answer is an answer, the estimate reported is Run's there, and the search costs more than the
 // two. The replay's answer does not fit there, and the answer is 3 values below it: the search
-// steps down from it (1, 2, 4, ... values), in a few estimates, where a bisection from 1 took 19
-// in all.
+// steps down from it (1, 2, 4, ... values), in a few estimates (5 in all), where a bisection from
+// 1 took 19.
 TEST(MaxBatchReplayTest, AnAnswerTheEstimatesDoNotConfirmIsSearched) {
   auto model = testing::HfModel("pythia-160m.RECONSTRUCTED.json");
   ASSERT_NE(model, nullptr);
@@ -1103,8 +1103,9 @@ TEST(MaxBatchReplayTest, AnAnswerTheEstimatesDoNotConfirmIsSearched) {
 
 // Where the replay's check made its estimate at the answer and did not take it (BERT-base with
 // memory-efficient attention, the longest sequence at batch 1 on a100-40gb: sizes padded off
-// their curves), ConfirmHint reads that estimate again instead of making it a second time: two
-// estimates in all, the answer's and its successor's, and the answer is an answer.
+// their curves), ConfirmHint reads that estimate again instead of asking for it a second time
+// (which the simulation cache answered, but counted): two estimates in all, the answer's and its
+// successor's, and the answer is an answer.
 TEST(MaxBatchReplayTest, AnEstimateTheCheckMadeIsNotMadeAgain) {
   auto model = testing::HfModel("bert-base-uncased.json");
   ASSERT_NE(model, nullptr);
