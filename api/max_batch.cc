@@ -475,8 +475,8 @@ Estimate Unaffordable() {
 // not fit. With `hint` in [2, limit] (the replay's answer, which it could not vouch for), the
 // candidates after 1 are the hint and, when it fits, its successor (when it does not, the steps
 // down from it: Candidates::StepDownFromFailure); `made` holds estimates made
-// already (ConfirmHint's), which the search reads instead of estimating again (not counted again
-// in evaluations). With `vouch` (MaxBatchSearch::kAuto), an answer whose successor the terms'
+// already (the replay's check's, ConfirmHint's), which the search reads instead of estimating
+// again (not counted again in evaluations). With `vouch` (MaxBatchSearch::kAuto), an answer whose successor the terms'
 // curves vouch for (TermCandidates::VouchForSuccessor) ends the search without the successor's
 // estimate.
 template <typename Set, typename Label>
