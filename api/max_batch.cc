@@ -474,11 +474,11 @@ Estimate Unaffordable() {
 // above). label(v) names a candidate in errors ("batch 64", "seq 4096"). v = 0 when even 1 does
 // not fit. With `hint` in [2, limit] (the replay's answer, which it could not vouch for), the
 // candidates after 1 are the hint and, when it fits, its successor (when it does not, the steps
-// down from it: Candidates::StepDownFromFailure); `made` holds estimates made
-// already (the replay's check's, ConfirmHint's), which the search reads instead of estimating
-// again (not counted again in evaluations). With `vouch` (MaxBatchSearch::kAuto), an answer whose successor the terms'
-// curves vouch for (TermCandidates::VouchForSuccessor) ends the search without the successor's
-// estimate.
+// down from it: Candidates::StepDownFromFailure); `made` holds estimates made already (the
+// replay's check's, ConfirmHint's), which the search reads instead of estimating again (not
+// counted again in evaluations). With `vouch` (MaxBatchSearch::kAuto), an answer whose successor
+// the terms' curves vouch for (TermCandidates::VouchForSuccessor) ends the search without the
+// successor's estimate.
 template <typename Set, typename Label>
 Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& model,
                                    const Options& options, const GpuProfile& gpu, int64_t limit,
@@ -1001,11 +1001,10 @@ struct Hint {
 // where kFirstTraced's requested bytes alone pass the budget: the answer is 0 or 1), and the
 // check's estimate there in *made when it made one.
 template <typename Set>
-std::optional<MaxBatchResult> ReplayLargestFitting(const Estimator& estimator, const Model& model,
-                                                   const Options& options, const GpuProfile& gpu,
-                                                   int64_t limit, Set set, int curve_traces,
-                                                   MaxBatchResult* spent, Hint* unchecked,
-                                                   std::vector<std::pair<int64_t, Estimate>>* made) {
+std::optional<MaxBatchResult> ReplayLargestFitting(
+    const Estimator& estimator, const Model& model, const Options& options, const GpuProfile& gpu,
+    int64_t limit, Set set, int curve_traces, MaxBatchResult* spent, Hint* unchecked,
+    std::vector<std::pair<int64_t, Estimate>>* made) {
   // (A decode step after its prefill is inference, modelled on one GPU only: both graphs'
   // requests on one allocator, symbolic/batch_trace.h.)
   if (estimator.name() != "symbolic" || (options.prefill && options.parallel.enabled()) ||
