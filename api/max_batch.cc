@@ -81,6 +81,7 @@
 #include "memory/context.h"
 #include "memory/device.h"
 #include "memory/parallel.h"
+#include "symbolic/allocator.h"
 #include "symbolic/batch_trace.h"
 #include "symbolic/symbolic.h"
 
@@ -649,7 +650,7 @@ class Prober {
 
   Probe At(int64_t b) {
     ++replays_;
-    const symbolic::BatchTrace::Replay r = trace_.Run(b, config_, &run_);
+    const symbolic::BatchTrace::Replay r = trace_.Run(b, config_, &run_, &alloc_);
     replayed_requests_ += static_cast<int64_t>(r.requests_run);
     Probe p;
     p.stats = r.stats;
@@ -686,6 +687,7 @@ class Prober {
   const symbolic::AllocatorConfig config_;
   // The allocator's run: of the probe (its vectors reused), of the last that fitted.
   symbolic::AllocatorRun run_, last_fit_;
+  symbolic::CachingAllocatorModel alloc_;  // each replay's, reset for the next
   int64_t last_fit_at_ = 0;
   uint64_t outside_ = 0;
   int replays_ = 0;

@@ -39,6 +39,20 @@ uint64_t RoundUp(uint64_t n, uint64_t m) { return (n + m - 1) / m * m; }
 
 CachingAllocatorModel::CachingAllocatorModel(AllocatorConfig config) : config_(config) {}
 
+void CachingAllocatorModel::Reset(AllocatorConfig config) {
+  config_ = config;
+  stats_ = {};
+  blocks_.clear();
+  free_ids_.clear();
+  segments_.clear();
+  free_small_.Clear();
+  free_large_.Clear();
+  next_addr_ = kRoundLarge;
+  expandable_segment_[0] = expandable_segment_[1] = -1;
+  oom_ = false;
+  misuse_ = Status::Ok();
+}
+
 // memory-model.md §1.3 roundup_power2_next_division
 uint64_t CachingAllocatorModel::RoundUpPower2Division(uint64_t n, uint32_t divisions) {
   if (std::has_single_bit(n)) return n;

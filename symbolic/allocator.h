@@ -59,6 +59,10 @@ class CachingAllocatorModel {
   using Handle = int64_t;  // -1 = null (zero-byte request or OOM)
 
   explicit CachingAllocatorModel(AllocatorConfig config = {});
+  // Back to a new model's state under `config`, keeping the memory of its tables: a model reset
+  // answers every request as a new one does. (A search replays many values, each on a model of
+  // its own: one model reset for each spares the tables' allocations.)
+  void Reset(AllocatorConfig config);
 
   // Rounds a request like round_size (memory-model.md §1.3). Inline: every malloc runs it.
   static uint64_t RoundSize(uint64_t bytes, const AllocatorConfig& config) {

@@ -260,10 +260,15 @@ double BatchTrace::AliveGrowth(size_t end, int64_t v) const {
 }
 
 BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config,
-                                   AllocatorRun* kept) const {
+                                   AllocatorRun* kept, CachingAllocatorModel* on) const {
+  if (on == nullptr) {
+    CachingAllocatorModel own(config);
+    return Run(v, config, kept, &own);
+  }
   using Handle = CachingAllocatorModel::Handle;
   Replay out;
-  CachingAllocatorModel alloc(config);
+  CachingAllocatorModel& alloc = *on;
+  alloc.Reset(config);
   std::vector<std::pair<uint64_t, uint64_t>>* after = kept ? &kept->after : nullptr;
   if (after != nullptr) after->clear();
   alloc.Reserve(2 * most_alive_ + 64);

@@ -125,9 +125,11 @@ class BatchTrace {
   // that fails for good. With `kept`, the run is kept there too: its config, the allocated and
   // reserved bytes after each request, the statistics at the end and where the loop repeats;
   // with its requests listed (ListRequests), the AllocatorRun that Simulate can follow instead of
-  // running the allocator model again (symbolic/timeline.h).
-  [[nodiscard]] Replay Run(int64_t v, const AllocatorConfig& config,
-                           AllocatorRun* kept = nullptr) const;
+  // running the allocator model again (symbolic/timeline.h). With `on`, the replay runs on that
+  // model, reset to `config` first (CachingAllocatorModel::Reset: as on a new one), which a
+  // caller replaying many values keeps for all of them; on a model of its own otherwise.
+  [[nodiscard]] Replay Run(int64_t v, const AllocatorConfig& config, AllocatorRun* kept = nullptr,
+                           CachingAllocatorModel* on = nullptr) const;
   // Lists the requests of `run`, kept by Run at value `v`, that a simulation following it
   // compares with its own (symbolic/timeline.h Simulate): the traced ones and one iteration of
   // the loop past them, the later iterations left to AllocatorRun::loop_length; all of them when

@@ -9,6 +9,7 @@ namespace memest::symbolic {
 FreeList& FreeList::operator=(FreeList&& other) noexcept {
   if (this == &other) return *this;
   bins_ = std::move(other.bins_);
+  slot_ = std::exchange(other.slot_, {});
   occupied_ = std::exchange(other.occupied_, {});
   groups_ = std::exchange(other.groups_, 0);
   size_ = std::exchange(other.size_, 0);

@@ -14,6 +14,12 @@
 // costs about the same for ten free blocks (ResNet-50 training) and hundreds (a 100,000-node
 // chain holds up to about 600), and an insert or erase grows with its bin only (many free blocks
 // of one size share a bin: up to 122 in Qwen2.5-0.5B's training step).
+//  * A bin is made when an entry first lands in it, and kept (emptied) until the list goes: a table
+//    of 3,200 two-byte slots names each bin's place among those made. So a new list (every
+//    allocator replay of a search makes one) allocates only the bins its sizes reach -- a handful
+//    -- and a list that goes frees only those, where a table of bins up to the largest size made
+//    and freed about 1,400 of them for a block of tens of GiB (a small MLP's search at a batch of
+//    millions: most of each replay's instructions).
 #ifndef MEMEST_SYMBOLIC_FREE_LIST_H_
 #define MEMEST_SYMBOLIC_FREE_LIST_H_
 
@@ -46,6 +52,9 @@ class FreeList {
   void Erase(Key key);
   // Erase(old_key) then Insert(new_key, id). `new_key` must not be present.
   void Replace(Key old_key, Key new_key, int64_t id);
+  // Removes every entry. The bins made stay, empty, with their memory: a list cleared answers as a
+  // new one does.
+  void Clear();
   // The first entry at or after `key` (the best fit for a size, lowest address on ties).
   [[nodiscard]] std::optional<std::pair<Key, int64_t>> LowerBound(Key key) const;
   [[nodiscard]] size_t size() const { return size_; }
@@ -55,7 +64,7 @@ class FreeList {
     for (uint64_t groups = groups_; groups != 0; groups &= groups - 1) {
       const size_t g = static_cast<size_t>(std::countr_zero(groups));
       for (uint64_t bins = occupied_[g]; bins != 0; bins &= bins - 1) {
-        const Bin& bin = bins_[g * kBinsPerGroup + std::countr_zero(bins)];
+        const Bin& bin = BinAt(g * kBinsPerGroup + std::countr_zero(bins));
         for (auto e = bin.rbegin(); e != bin.rend(); ++e) f(Key{e->size, e->addr}, e->id);
       }
     }
@@ -72,6 +81,7 @@ class FreeList {
   using Bin = std::vector<Entry>;
   static constexpr size_t kBinsPerGroup = 64;  // one bit each in a group's word
   static constexpr size_t kGroups = 64;        // one bit each in groups_; BinOf uses 50
+  static constexpr size_t kBins = 50 * kBinsPerGroup;  // BinOf(2^64 - 1) = 49 * 64 + 63
   static constexpr size_t kNone = ~size_t{0};
 
   static bool Below(const Entry& e, Key key) {
@@ -91,8 +101,13 @@ class FreeList {
   // before it are those at or above the key.
   [[nodiscard]] size_t FirstBelow(size_t b, Key key) const;
   void EraseAt(size_t b, size_t i);
+  // Bin b, which must have been made (its slot is not 0), and bin b made if it was not.
+  [[nodiscard]] const Bin& BinAt(size_t b) const { return bins_[slot_[b] - 1]; }
+  [[nodiscard]] Bin& BinAt(size_t b) { return bins_[slot_[b] - 1]; }
+  Bin& MadeBin(size_t b);
 
-  std::vector<Bin> bins_;                     // by BinOf; as many as the largest size needs
+  std::vector<Bin> bins_;                       // the bins made, in the order they were made
+  std::array<uint16_t, kBins> slot_{};          // by BinOf: 1 + the bin's place in bins_, or 0
   std::array<uint64_t, kGroups> occupied_{};  // bit s of word g: bin 64g + s holds any
   uint64_t groups_ = 0;                       // bit g: occupied_[g] != 0
   size_t size_ = 0;
@@ -116,8 +131,16 @@ inline size_t FreeList::NextOccupied(size_t bin) const {
   return next * kBinsPerGroup + std::countr_zero(occupied_[next]);
 }
 
+inline FreeList::Bin& FreeList::MadeBin(size_t b) {
+  if (slot_[b] == 0) {
+    bins_.emplace_back();
+    slot_[b] = static_cast<uint16_t>(bins_.size());
+  }
+  return BinAt(b);
+}
+
 inline size_t FreeList::FirstBelow(size_t b, Key key) const {
-  const Bin& bin = bins_[b];
+  const Bin& bin = BinAt(b);
   // Most searches stop at the bin's last entry, its smallest (below 64 KiB a bin holds one size
   // of the allocator's, all multiples of 512), or at its first, its largest.
   if (bin.empty() || Below(bin.front(), key)) return 0;
@@ -129,8 +152,7 @@ inline size_t FreeList::FirstBelow(size_t b, Key key) const {
 
 inline void FreeList::Insert(Key key, int64_t id) {
   const size_t b = BinOf(key.first);
-  if (b >= bins_.size()) bins_.resize(b + 1);
-  Bin& bin = bins_[b];
+  Bin& bin = MadeBin(b);
   ++size_;
   // Most inserts find their bin empty (a split's remainder, a freed block of a new size).
   if (bin.empty()) {
@@ -144,7 +166,7 @@ inline void FreeList::Insert(Key key, int64_t id) {
 }
 
 inline void FreeList::EraseAt(size_t b, size_t i) {
-  Bin& bin = bins_[b];
+  Bin& bin = BinAt(b);
   if (i + 1 == bin.size()) {
     bin.pop_back();  // the bin's smallest, which best fit takes most often
   } else {
@@ -159,8 +181,8 @@ inline void FreeList::EraseAt(size_t b, size_t i) {
 
 inline void FreeList::Erase(Key key) {
   const size_t b = BinOf(key.first);
-  if (b >= bins_.size()) return;
-  const Bin& bin = bins_[b];
+  if (slot_[b] == 0) return;
+  const Bin& bin = BinAt(b);
   if (hint_bin_ == b && hint_index_ < bin.size() && bin[hint_index_].size == key.first &&
       bin[hint_index_].addr == key.second) {
     EraseAt(b, hint_index_);
@@ -171,6 +193,14 @@ inline void FreeList::Erase(Key key) {
   if (i > 0 && bin[i - 1].size == key.first && bin[i - 1].addr == key.second) EraseAt(b, i - 1);
 }
 
+inline void FreeList::Clear() {
+  for (Bin& bin : bins_) bin.clear();
+  occupied_ = {};
+  groups_ = 0;
+  size_ = 0;
+  hint_bin_ = hint_index_ = 0;
+}
+
 inline void FreeList::Replace(Key old_key, Key new_key, int64_t id) {
   Erase(old_key);
   Insert(new_key, id);
@@ -178,16 +208,16 @@ inline void FreeList::Replace(Key old_key, Key new_key, int64_t id) {
 
 inline std::optional<std::pair<FreeList::Key, int64_t>> FreeList::LowerBound(Key key) const {
   size_t b = BinOf(key.first), i = 0;
-  if (b < bins_.size() && (i = FirstBelow(b, key)) > 0) {
+  if (slot_[b] != 0 && (i = FirstBelow(b, key)) > 0) {
     --i;  // in the key's own bin: the smallest entry at or above it
   } else {
     b = NextOccupied(b);
     if (b == kNone) return std::nullopt;
-    i = bins_[b].size() - 1;  // the next bin's smallest
+    i = BinAt(b).size() - 1;  // the next bin's smallest
   }
   hint_bin_ = b;
   hint_index_ = i;
-  const Entry& e = bins_[b][i];
+  const Entry& e = BinAt(b)[i];
   return std::make_pair(Key{e.size, e.addr}, e.id);
 }
 

@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <random>
+#include <vector>
+
 namespace memest::symbolic {
 namespace {
 
@@ -178,6 +182,64 @@ TEST(AllocatorTest, ZeroBytesAllocateNothing) {
   EXPECT_EQ(a.Malloc(0), -1);
   EXPECT_FALSE(a.oom());
   EXPECT_EQ(a.stats().reserved, 0u);
+}
+
+// A model reset (a search's replays run on one, CachingAllocatorModel::Reset) answers every
+// request as a new model under the same config does: the same handles, statistics and layout,
+// whatever it held before -- segments, cached and split blocks, an out-of-memory, a misuse.
+TEST(AllocatorTest, AModelResetAnswersAsANewOne) {
+  std::mt19937_64 random(7);
+  // A stream of mallocs (sizes across both pools and the segment sizes) and frees of live ones.
+  const auto run = [&random](CachingAllocatorModel* a, int steps, std::vector<uint64_t>* seen) {
+    std::vector<CachingAllocatorModel::Handle> live;
+    for (int i = 0; i < steps && !a->oom(); ++i) {
+      if (live.empty() || random() % 3 != 0) {
+        const uint64_t bytes = (random() % 4 == 0 ? 1 + random() % (2 * MiB)
+                                                  : 1 + random() % (64 * MiB));
+        const auto h = a->Malloc(bytes);
+        if (h >= 0) live.push_back(h);
+        if (seen != nullptr) seen->push_back(static_cast<uint64_t>(h));
+      } else {
+        const size_t k = random() % live.size();
+        a->Free(live[k]);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+      if (seen != nullptr) {
+        const AllocatorStats& s = a->stats();
+        seen->insert(seen->end(), {s.allocated, s.peak_allocated, s.reserved, s.peak_reserved,
+                                   s.requested, s.segments, s.num_alloc_retries, s.num_ooms});
+      }
+    }
+  };
+  AllocatorConfig tight;
+  tight.capacity = 300 * MiB;
+  AllocatorConfig split = tight;
+  split.max_split_size = 40 * MiB;
+  split.roundup_power2_divisions = 4;
+  AllocatorConfig expandable = tight;
+  expandable.expandable_segments = true;
+  for (const AllocatorConfig& before : {AllocatorConfig{}, tight, expandable}) {
+    for (const AllocatorConfig& after : {AllocatorConfig{}, tight, split, expandable}) {
+      CachingAllocatorModel reset(before);
+      run(&reset, 400, nullptr);
+      reset.Free(1'000'000);  // a misuse, forgotten by the reset
+      reset.Reset(after);
+      CachingAllocatorModel fresh(after);
+      const uint64_t seed = random();
+      std::vector<uint64_t> got, want;
+      random.seed(seed);
+      run(&reset, 400, &got);
+      random.seed(seed);
+      run(&fresh, 400, &want);
+      ASSERT_EQ(got, want);
+      EXPECT_EQ(reset.oom(), fresh.oom());
+      EXPECT_TRUE(reset.misuse().ok());
+      std::vector<uint64_t> got_layout, want_layout;
+      reset.AppendLayout(&got_layout);
+      fresh.AppendLayout(&want_layout);
+      EXPECT_EQ(got_layout, want_layout);
+    }
+  }
 }
 
 }  // namespace

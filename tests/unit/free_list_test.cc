@@ -312,5 +312,42 @@ TEST(FreeListTest, ErasingAnAbsentKeyChangesNothing) {
   EXPECT_EQ(list.LowerBound({1, 0})->second, 3);
 }
 
+// A list cleared (CachingAllocatorModel::Reset) is empty and, its bins kept, answers later
+// inserts, erases and best-fit searches as a new list does.
+TEST(FreeListTest, AClearedListAnswersAsANewOne) {
+  FreeList list;
+  std::mt19937_64 random(5);
+  for (int64_t id = 0; id < 500; ++id) {
+    list.Insert({512 * (1 + random() % (uint64_t{1} << 30)), 512 * static_cast<uint64_t>(id)}, id);
+  }
+  list.Clear();
+  EXPECT_EQ(list.size(), 0u);
+  EXPECT_FALSE(list.LowerBound({0, 0}).has_value());
+  int visited = 0;
+  list.ForEach([&](FreeList::Key, int64_t) { ++visited; });
+  EXPECT_EQ(visited, 0);
+  std::map<FreeList::Key, int64_t> reference;
+  for (int64_t id = 0; id < 2000; ++id) {
+    const FreeList::Key key{512 * (1 + random() % (uint64_t{1} << 30)), 512 * (random() % 64)};
+    if (random() % 3 == 0 && !reference.empty()) {
+      const FreeList::Key gone = std::next(reference.begin(), random() % reference.size())->first;
+      list.Erase(gone);
+      reference.erase(gone);
+    } else if (reference.count(key) == 0) {
+      list.Insert(key, id);
+      reference.emplace(key, id);
+    }
+    const FreeList::Key probe{512 * (1 + random() % (uint64_t{1} << 30)), 0};
+    const auto want = reference.lower_bound(probe);
+    const auto got = list.LowerBound(probe);
+    ASSERT_EQ(got.has_value(), want != reference.end());
+    if (got) {
+      ASSERT_EQ(got->first, want->first);
+      ASSERT_EQ(got->second, want->second);
+    }
+  }
+  EXPECT_EQ(list.size(), reference.size());
+}
+
 }  // namespace
 }  // namespace memest::symbolic

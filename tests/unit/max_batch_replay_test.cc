@@ -256,6 +256,43 @@ TEST(BatchTraceTest, APrefixOfTheTraceIsCheckedAsFarAsItGoes) {
   EXPECT_FALSE(t->Matches(no_loop, 40, config, fits.requests_run));
 }
 
+// A search's replays run on one allocator model, reset for each (BatchTrace::Run's `on`): each
+// replay is the one a model of its own runs -- its verdict, requests, statistics, kept run and
+// loop -- whatever the replays before it left there (runs out of memory, loops, other budgets).
+TEST(BatchTraceTest, ReplaysOnOneModelResetAreReplaysOnModelsOfTheirOwn) {
+  const Resnet18Lines fixture;
+  ASSERT_NE(fixture.model, nullptr);
+  const auto& [model, o, t] = fixture;
+  ASSERT_TRUE(t.has_value());
+  symbolic::CachingAllocatorModel shared;
+  int ran_out = 0, repeated = 0;
+  for (const uint64_t capacity_gib : {80, 8, 80, 2, 24}) {
+    symbolic::AllocatorConfig config;
+    config.capacity = capacity_gib << 30;
+    for (const int64_t b : {2, 700, 64, 5000, 9, 300}) {
+      symbolic::AllocatorRun kept_alone, kept_shared;
+      const BatchTrace::Replay alone = t->Run(b, config, &kept_alone);
+      const BatchTrace::Replay reused = t->Run(b, config, &kept_shared, &shared);
+      const std::string at = std::to_string(b) + " at " + std::to_string(capacity_gib) + " GiB";
+      ASSERT_EQ(reused.ran_out, alone.ran_out) << at;
+      EXPECT_EQ(reused.requests_run, alone.requests_run) << at;
+      EXPECT_EQ(reused.at_peak, alone.at_peak) << at;
+      EXPECT_EQ(reused.short_by, alone.short_by) << at;
+      EXPECT_EQ(reused.overhead, alone.overhead) << at;
+      EXPECT_EQ(reused.repeat, alone.repeat) << at;
+      EXPECT_EQ(reused.stats.peak_reserved, alone.stats.peak_reserved) << at;
+      EXPECT_EQ(reused.stats.peak_allocated, alone.stats.peak_allocated) << at;
+      EXPECT_EQ(reused.stats.num_alloc_retries, alone.stats.num_alloc_retries) << at;
+      EXPECT_EQ(kept_shared.after, kept_alone.after) << at;
+      ran_out += alone.ran_out;
+      repeated += alone.repeat.has_value();
+    }
+  }
+  // Both kinds of replay, one after the other.
+  EXPECT_GT(ran_out, 0);
+  EXPECT_GT(repeated, 0);
+}
+
 // The replay's allocator run at at.batch (set) under the step's own allocator, as a search keeps it
 // at its answer (its requests not listed yet); nullopt when the context is refused or the replay
 // runs out.
