@@ -335,13 +335,16 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config,
   if (ok && loops_) {
     previous.assign(handle.begin() + static_cast<ptrdiff_t>(loop_first_malloc_), handle.end());
     own.assign(previous.size(), -1);
+    // Every iteration of the loop mallocs the same sizes: read off the curves once.
+    std::vector<uint64_t> bytes(previous.size());
+    for (size_t r = 0; r < bytes.size(); ++r) bytes[r] = curves_.Bytes(loop_first_malloc_ + r, v);
     for (int it = kTracedIterations + 1; ok && !repeats(it, previous); ++it) {
       if (it > kMostIterations) break;
       for (size_t i = 0; ok && i < loop_.size(); ++i) {
         const LoopRequest& q = loop_[i];
         switch (q.kind) {
           case LoopRequest::kMalloc:
-            ok = request(-1, curves_.Bytes(loop_first_malloc_ + q.r, v), &own[q.r]);
+            ok = request(-1, bytes[q.r], &own[q.r]);
             break;
           case LoopRequest::kFreeOwn:
             ok = request(own[q.r], 0, nullptr);
