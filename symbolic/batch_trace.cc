@@ -259,8 +259,8 @@ double BatchTrace::AliveGrowth(size_t end, int64_t v) const {
   return growth;
 }
 
-BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config,
-                                   AllocatorRun* kept, CachingAllocatorModel* on) const {
+BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config, AllocatorRun* kept,
+                                   CachingAllocatorModel* on) const {
   if (on == nullptr) {
     CachingAllocatorModel own(config);
     return Run(v, config, kept, &own);

@@ -14,12 +14,12 @@
 // costs about the same for ten free blocks (ResNet-50 training) and hundreds (a 100,000-node
 // chain holds up to about 600), and an insert or erase grows with its bin only (many free blocks
 // of one size share a bin: up to 122 in Qwen2.5-0.5B's training step).
-//  * A bin is made when an entry first lands in it, and kept (emptied) until the list goes: a table
-//    of 3,200 two-byte slots names each bin's place among those made. So a new list (every
-//    allocator replay of a search makes one) allocates only the bins its sizes reach -- a handful
-//    -- and a list that goes frees only those, where a table of bins up to the largest size made
-//    and freed about 1,400 of them for a block of tens of GiB (a small MLP's search at a batch of
-//    millions: most of each replay's instructions).
+//  * A bin is made when an entry first lands in it, and kept (emptied by Clear) until the list
+//    goes: a table of 3,200 two-byte slots names each bin's place among those made. So a new
+//    list (each simulation's allocator model has two) allocates only the bins its sizes reach --
+//    a handful -- and a list that goes frees only those, where a table of bins up to the largest
+//    size made and freed about 1,400 of them for a block of tens of GiB (a small MLP's search at
+//    a batch of millions, when each replay made a model of its own: most of its instructions).
 #ifndef MEMEST_SYMBOLIC_FREE_LIST_H_
 #define MEMEST_SYMBOLIC_FREE_LIST_H_
 
@@ -79,8 +79,8 @@ class FreeList {
   // Sorted by (size, addr), largest first: the best fit, which the allocator takes next, is
   // usually the last entry, and taking it moves no other.
   using Bin = std::vector<Entry>;
-  static constexpr size_t kBinsPerGroup = 64;  // one bit each in a group's word
-  static constexpr size_t kGroups = 64;        // one bit each in groups_; BinOf uses 50
+  static constexpr size_t kBinsPerGroup = 64;          // one bit each in a group's word
+  static constexpr size_t kGroups = 64;                // one bit each in groups_; BinOf uses 50
   static constexpr size_t kBins = 50 * kBinsPerGroup;  // BinOf(2^64 - 1) = 49 * 64 + 63
   static constexpr size_t kNone = ~size_t{0};
 
@@ -106,8 +106,8 @@ class FreeList {
   [[nodiscard]] Bin& BinAt(size_t b) { return bins_[slot_[b] - 1]; }
   Bin& MadeBin(size_t b);
 
-  std::vector<Bin> bins_;                       // the bins made, in the order they were made
-  std::array<uint16_t, kBins> slot_{};          // by BinOf: 1 + the bin's place in bins_, or 0
+  std::vector<Bin> bins_;                     // the bins made, in the order they were made
+  std::array<uint16_t, kBins> slot_{};        // by BinOf: 1 + the bin's place in bins_, or 0
   std::array<uint64_t, kGroups> occupied_{};  // bit s of word g: bin 64g + s holds any
   uint64_t groups_ = 0;                       // bit g: occupied_[g] != 0
   size_t size_ = 0;

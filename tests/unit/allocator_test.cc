@@ -194,8 +194,8 @@ TEST(AllocatorTest, AModelResetAnswersAsANewOne) {
     std::vector<CachingAllocatorModel::Handle> live;
     for (int i = 0; i < steps && !a->oom(); ++i) {
       if (live.empty() || random() % 3 != 0) {
-        const uint64_t bytes = (random() % 4 == 0 ? 1 + random() % (2 * MiB)
-                                                  : 1 + random() % (64 * MiB));
+        const uint64_t bytes =
+            (random() % 4 == 0 ? 1 + random() % (2 * MiB) : 1 + random() % (64 * MiB));
         const auto h = a->Malloc(bytes);
         if (h >= 0) live.push_back(h);
         if (seen != nullptr) seen->push_back(static_cast<uint64_t>(h));
