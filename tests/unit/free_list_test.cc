@@ -16,6 +16,18 @@ namespace {
 // Entries enough to fill many of the list's bins several deep.
 constexpr int kMany = 64;
 
+// The list's best fit for `probe` is the map's lower_bound there: the same key and id, or none.
+void ExpectLowerBoundAsMap(const FreeList& list, const std::map<FreeList::Key, int64_t>& reference,
+                           FreeList::Key probe) {
+  const auto want = reference.lower_bound(probe);
+  const auto got = list.LowerBound(probe);
+  ASSERT_EQ(got.has_value(), want != reference.end()) << probe.first << " " << probe.second;
+  if (got) {
+    ASSERT_EQ(got->first, want->first) << probe.first << " " << probe.second;
+    ASSERT_EQ(got->second, want->second) << probe.first << " " << probe.second;
+  }
+}
+
 // Checks `list` against a std::map holding the same entries, at sizes between and beyond them.
 void ExpectSameAsMap(const FreeList& list, const std::map<FreeList::Key, int64_t>& reference) {
   ASSERT_EQ(list.size(), reference.size());
@@ -188,13 +200,7 @@ TEST(FreeListTest, BestFitIsTheSameAsAStdMapAtEverySizeBinEdge) {
       for (const FreeList::Key& key :
            {FreeList::Key{size - 1, 0}, FreeList::Key{size, 0},
             FreeList::Key{size, 2097152 * 3 + 1}, FreeList::Key{size + 1, 0}}) {
-        const auto want = reference.lower_bound(key);
-        const auto got = list.LowerBound(key);
-        ASSERT_EQ(got.has_value(), want != reference.end()) << key.first << " " << key.second;
-        if (got) {
-          EXPECT_EQ(got->first, want->first) << key.first;
-          EXPECT_EQ(got->second, want->second) << key.first;
-        }
+        ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(list, reference, key));
       }
     }
     std::vector<std::pair<FreeList::Key, int64_t>> visited;
@@ -240,13 +246,7 @@ TEST(FreeListTest, MixedOperationsAtAnySizeMatchAStdMap) {
       for (const FreeList::Key& probe :
            {key, FreeList::Key{key.first, 0}, FreeList::Key{key.first, key.second + 1},
             FreeList::Key{key.first - 1, ~uint64_t{0}}}) {
-        const auto want = reference.lower_bound(probe);
-        const auto got = list.LowerBound(probe);
-        ASSERT_EQ(got.has_value(), want != reference.end());
-        if (got) {
-          ASSERT_EQ(got->first, want->first);
-          ASSERT_EQ(got->second, want->second);
-        }
+        ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(list, reference, probe));
       }
     }
   };
@@ -338,13 +338,7 @@ TEST(FreeListTest, AClearedListAnswersAsANewOne) {
       reference.emplace(key, id);
     }
     const FreeList::Key probe{512 * (1 + random() % (uint64_t{1} << 30)), 0};
-    const auto want = reference.lower_bound(probe);
-    const auto got = list.LowerBound(probe);
-    ASSERT_EQ(got.has_value(), want != reference.end());
-    if (got) {
-      ASSERT_EQ(got->first, want->first);
-      ASSERT_EQ(got->second, want->second);
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(list, reference, probe));
   }
   EXPECT_EQ(list.size(), reference.size());
 }
