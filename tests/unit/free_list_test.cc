@@ -32,28 +32,12 @@ void ExpectLowerBoundAsMap(const FreeList& list, const std::map<FreeList::Key, i
 void ExpectSameAsMap(const FreeList& list, const std::map<FreeList::Key, int64_t>& reference) {
   ASSERT_EQ(list.size(), reference.size());
   for (uint64_t size = 0; size <= 260 * 512; size += 256) {
-    const FreeList::Key key{size, 0};
-    const auto want = reference.lower_bound(key);
-    const auto got = list.LowerBound(key);
-    if (want == reference.end()) {
-      EXPECT_FALSE(got.has_value()) << size;
-    } else {
-      ASSERT_TRUE(got.has_value()) << size;
-      EXPECT_EQ(got->first, want->first) << size;
-      EXPECT_EQ(got->second, want->second) << size;
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(list, reference, {size, 0}));
   }
   // Every entry is found at its own key, and a key just past it finds the next one.
-  for (auto it = reference.begin(); it != reference.end(); ++it) {
-    const auto same = list.LowerBound(it->first);
-    ASSERT_TRUE(same.has_value());
-    EXPECT_EQ(same->second, it->second);
-    const auto after = list.LowerBound({it->first.first, it->first.second + 1});
-    const auto next = std::next(it);
-    ASSERT_EQ(after.has_value(), next != reference.end());
-    if (after) {
-      EXPECT_EQ(after->second, next->second);
-    }
+  for (const auto& [key, id] : reference) {
+    ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(list, reference, key));
+    ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(list, reference, {key.first, key.second + 1}));
   }
 }
 
