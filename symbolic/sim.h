@@ -228,15 +228,21 @@ class __attribute__((visibility("hidden"))) Sim {
   void Record(bool malloc, uint64_t bytes, Category c);
 
   void Prepare();
-  // Run's preparation of the step (training or not, Prepare, PrepareParallel), and Resized's;
-  // InvalidArgument for what the timeline does not model.
+  // The loss's tensors (loss_tensors_), on the stage that computes the loss of a training step.
+  void PrepareLoss();
+  // Whether the step is training (train_); InvalidArgument for what the timeline does not model.
+  Status StepModelled();
+  // Run's preparation of the step (StepModelled, Prepare, PrepareParallel).
   Status PrepareStep();
+  // Resized's: what SizeOf reads and no more (StepModelled, the loss's tensors, the convolutions'
+  // workspaces to be worked out), not the walk's tables.
+  Status PrepareSizes();
   // PrefillForward's preparation (an inference pass that keeps its cache), and Resized's prefill.
   void PreparePrefill();
   // The key a decode step's prefill runs under: its own, with this step's allocator budget.
   [[nodiscard]] SimulationKey PrefillKey(const memory::EstimationContext& prefill) const;
-  // The size `recipe` reads in this context (after Prepare); nullopt for kUnknown. `traced`: the
-  // size where it was traced (kSame's).
+  // The size `recipe` reads in this context (after PrepareSizes or Prepare); nullopt for
+  // kUnknown. `traced`: the size where it was traced (kSame's).
   std::optional<uint64_t> SizeOf(const SizeRecipe& recipe, uint64_t traced);
   // RunPrefill's forward: the weights, the forward over the prompt, the prompt freed.
   void PrefillForward();

@@ -326,14 +326,7 @@ void Sim::Prepare() {
     for (int r : roots) ++saved_by_[r];
   }
   FindStageBoundary();
-  // The loss is computed on the stage that makes the first output (the last for a graph input).
-  const int producer = g_.outputs.empty() ? -1 : g_.value(g_.outputs.front()).producer;
-  const bool loss_here =
-      producer < 0 ? stage_ == plan_.stages() - 1 : OnStage(static_cast<size_t>(producer));
-  if (train_ && !g_.outputs.empty() && loss_here) {
-    loss_value_ = g_.outputs.front();
-    loss_tensors_ = memory::LossTensorsFor(b_, facts_, o_, loss_value_);
-  }
+  PrepareLoss();
   value_.assign(nv, -1);
   grad_.assign(nv, -1);
   param_grad_.assign(nv, -1);
@@ -348,6 +341,17 @@ void Sim::Prepare() {
   if (!record_) return;
   sim_.node_names.reserve(nn);
   for (const auto& n : g_.nodes) sim_.node_names.push_back(n.name);
+}
+
+void Sim::PrepareLoss() {
+  // The loss is computed on the stage that makes the first output (the last for a graph input).
+  const int producer = g_.outputs.empty() ? -1 : g_.value(g_.outputs.front()).producer;
+  const bool loss_here =
+      producer < 0 ? stage_ == plan_.stages() - 1 : OnStage(static_cast<size_t>(producer));
+  if (train_ && !g_.outputs.empty() && loss_here) {
+    loss_value_ = g_.outputs.front();
+    loss_tensors_ = memory::LossTensorsFor(b_, facts_, o_, loss_value_);
+  }
 }
 
 void Sim::AllocateWeights() {
@@ -1126,7 +1130,7 @@ Status Sim::AdoptPrefill(Prefilled p) {
   return Status::Ok();
 }
 
-Status Sim::PrepareStep() {
+Status Sim::StepModelled() {
   train_ = o_.mode == Mode::kTrain;
   if (staged_ && train_ && !checkpoint_.empty()) {
     return InvalidArgument(
@@ -1134,8 +1138,20 @@ Status Sim::PrepareStep() {
         "stages (pp " +
         std::to_string(plan_.stages()) + "); the analytical backend does");
   }
+  return Status::Ok();
+}
+
+Status Sim::PrepareStep() {
+  MEMEST_RETURN_IF_ERROR(StepModelled());
   Prepare();
   PrepareParallel();
+  return Status::Ok();
+}
+
+Status Sim::PrepareSizes() {
+  MEMEST_RETURN_IF_ERROR(StepModelled());
+  conv_workspace_.assign(g_.nodes.size(), kNotWorkedOut);
+  PrepareLoss();
   return Status::Ok();
 }
 
@@ -1187,10 +1203,11 @@ std::optional<uint64_t> Sim::SizeOf(const SizeRecipe& r, uint64_t traced) {
       return is_node ? std::optional(ConvWorkspaceOf(node)) : std::nullopt;
     case SizeRecipe::kSavedExtra: {
       // The node saves the same extra there (no value of the graph), or the walk there differs.
-      if (!is_node || r.b < 0 || static_cast<size_t>(r.b) >= saved_[node].size()) {
-        return std::nullopt;
-      }
-      const auto& sv = saved_[node][static_cast<size_t>(r.b)];
+      // (What Prepare lists as the node's saves: a training step's, on its stage.)
+      if (!is_node || !train_ || !OnStage(node)) return std::nullopt;
+      const std::span<const ops::SavedTensor> saved = facts_.Saved(node);
+      if (r.b < 0 || static_cast<size_t>(r.b) >= saved.size()) return std::nullopt;
+      const auto& sv = saved[static_cast<size_t>(r.b)];
       return sv.value < 0 ? std::optional(sv.bytes) : std::nullopt;
     }
     case SizeRecipe::kWeightForward:
@@ -1214,7 +1231,7 @@ std::optional<uint64_t> Sim::SizeOf(const SizeRecipe& r, uint64_t traced) {
 }
 
 Result<StepTrace> Sim::Resized(const StepTrace& traced) {
-  MEMEST_RETURN_IF_ERROR(PrepareStep());
+  MEMEST_RETURN_IF_ERROR(PrepareSizes());
   // A decode step's trace starts with its prefill's requests, whose sizes the prefill's own
   // context gives, prepared as Run's prefill is.
   std::optional<Sim> before;
