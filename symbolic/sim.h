@@ -237,8 +237,10 @@ class __attribute__((visibility("hidden"))) Sim {
   // Resized's: what SizeOf reads and no more (StepModelled, the loss's tensors, the convolutions'
   // workspaces to be worked out), not the walk's tables.
   Status PrepareSizes();
-  // PrefillForward's preparation (an inference pass that keeps its cache), and Resized's prefill.
+  // PrefillForward's preparation (an inference pass that keeps its cache).
   void PreparePrefill();
+  // Resized's prefill's: what SizeOf reads in an inference pass (PrepareSizes' counterpart).
+  void PreparePrefillSizes();
   // The key a decode step's prefill runs under: its own, with this step's allocator budget.
   [[nodiscard]] SimulationKey PrefillKey(const memory::EstimationContext& prefill) const;
   // The size `recipe` reads in this context (after PrepareSizes or Prepare); nullopt for

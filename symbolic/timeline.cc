@@ -1155,6 +1155,12 @@ Status Sim::PrepareSizes() {
   return Status::Ok();
 }
 
+void Sim::PreparePrefillSizes() {
+  prefill_ = true;
+  train_ = false;  // no loss, no saves
+  conv_workspace_.assign(g_.nodes.size(), kNotWorkedOut);
+}
+
 SimulationKey Sim::PrefillKey(const memory::EstimationContext& prefill) const {
   SimulationKey key = SimulationKey::Of(prefill);
   key.allocator_budget = budget_;
@@ -1233,14 +1239,14 @@ std::optional<uint64_t> Sim::SizeOf(const SizeRecipe& r, uint64_t traced) {
 Result<StepTrace> Sim::Resized(const StepTrace& traced) {
   MEMEST_RETURN_IF_ERROR(PrepareSizes());
   // A decode step's trace starts with its prefill's requests, whose sizes the prefill's own
-  // context gives, prepared as Run's prefill is.
+  // context gives (an inference pass's, as Run's prefill is).
   std::optional<Sim> before;
   StepTrace unused;
   SimulationKey prefill_key;
   if (const memory::EstimationContext* prefill = ctx_.prefill()) {
     prefill_key = PrefillKey(*prefill);
     before.emplace(*prefill, prefill_key, /*record=*/false, &unused);
-    before->PreparePrefill();
+    before->PreparePrefillSizes();
   } else if (traced.prefill_requests > 0) {
     return InvalidArgument("the trace has a prefill's requests and the step no prefill");
   }
