@@ -397,6 +397,11 @@ class __attribute__((visibility("hidden"))) Sim {
   void FreeIfDead(int root, bool output_dropped = false);
   // Pipeline stages.
   bool OnStage(size_t node) const { return !staged_ || plan_.stage_of_node(node) == stage_; }
+  // The tensors autograd saves for node k in this step: its value facts' list in a training
+  // step, on the node's stage; none otherwise. What Prepare keeps (saved_) and SizeOf reads.
+  [[nodiscard]] std::span<const ops::SavedTensor> StepSaves(size_t k) const {
+    return train_ && OnStage(k) ? facts_.Saved(k) : std::span<const ops::SavedTensor>();
+  }
   void FindStageBoundary();
   void ReceiveActivations();
   void ReceiveGradients();

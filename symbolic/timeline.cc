@@ -306,7 +306,7 @@ void Sim::Prepare() {
     if (!OnStage(k)) continue;
     for (int r : InputRoots(k, -1)) ++uses_[r];
     if (!train_) continue;
-    saved_[k] = facts_.Saved(k);
+    saved_[k] = StepSaves(k);
     // A checkpointed node saves nothing in the forward (it runs under no_grad); its saves are
     // counted when the segment is recomputed in backward.
     if (Checkpointed(k)) continue;
@@ -1209,9 +1209,8 @@ std::optional<uint64_t> Sim::SizeOf(const SizeRecipe& r, uint64_t traced) {
       return is_node ? std::optional(ConvWorkspaceOf(node)) : std::nullopt;
     case SizeRecipe::kSavedExtra: {
       // The node saves the same extra there (no value of the graph), or the walk there differs.
-      // (What Prepare lists as the node's saves: a training step's, on its stage.)
-      if (!is_node || !train_ || !OnStage(node)) return std::nullopt;
-      const std::span<const ops::SavedTensor> saved = facts_.Saved(node);
+      if (!is_node) return std::nullopt;
+      const std::span<const ops::SavedTensor> saved = StepSaves(node);
       if (r.b < 0 || static_cast<size_t>(r.b) >= saved.size()) return std::nullopt;
       const auto& sv = saved[static_cast<size_t>(r.b)];
       return sv.value < 0 ? std::optional(sv.bytes) : std::nullopt;
