@@ -19,7 +19,8 @@
 //    stage's; a decode step's prefill's in the prefill's context), and walked only where that
 //    cannot be (a malloc whose recipe reads nothing there). A resized trace is what the walk
 //    there makes wherever the walk makes the same requests; the curves through it are checked as
-//    a walked trace's are (below), at the answer by its estimate and at the successor by a walk.
+//    a walked trace's are (below), at the answer by its estimate and at the successor by its
+//    trace there.
 //    The probes start at the largest batch whose requested bytes alone stay within the budget;
 //    while none fits, the next is where the requested bytes and what the allocator held beyond
 //    them where the last replay ran out stay within it; then they step by how far the last one
@@ -42,22 +43,25 @@
 //    symbolic::EstimateFollowing, when the step there makes the replay's requests and repeats
 //    its iterations as traced, instead of running the allocator model a second time), and the
 //    trace at the successor is on the curves (each malloc rounds to the same size) as far as the
-//    successor's replay ran -- to the request that failed, where the walk stops (TraceRequests'
+//    successor's replay ran -- to the request that failed, where its trace stops (TraceRequests'
 //    most_requests; past the traced iterations, the trace loops as the curves do) -- so the
 //    successor's replay, which did not fit, is what the simulation there does request by request
-//    (on many GPUs, the trace of the stage whose successor did not fit). Where the successor's
-//    trace is off the curves (sizes padded to a multiple: memory-efficient attention's logsumexp
-//    and mask copies), its own requests are handed to the allocator model: where they run out,
-//    so does the simulation there, and the answer stands when its estimate fits (made anew where
-//    it cannot follow the replay, whose sizes at the answer may be off the curves too).
-//    Where the replay's search found an answer it could not vouch for (its successor's requests,
-//    off the curves, did not run out as far as they were traced; its estimate did not fit), that
-//    answer is estimated, and its successor: when it fits and the successor does not, it is the
-//    answer (ConfirmHint); else the exact search starts from those two -- from a hint that does
-//    not fit, by steps down of 1, 2, 4, ... values (the replay's answer is then usually a few
-//    values too high; a bisection from 1 took up to 17 estimates more). Anything else -- another
-//    backend, no curves, an error -- is answered by the exact search, whose answer and errors are
-//    the ones given.
+//    (on many GPUs, the trace of the stage whose successor did not fit). That trace is the first
+//    one resized where the step at the successor has the shape it had where that was walked
+//    (symbolic::ResizeTraceOfShape: the walk there makes the same requests, each malloc's size
+//    its recipe's there), and a walk elsewhere (a decode step after its prefill). Where the
+//    successor's trace is off the curves (sizes padded to a multiple: memory-efficient attention's
+//    logsumexp and mask copies), its own requests are handed to the allocator model: where they run
+//    out, so does the simulation there, and the answer stands when its estimate fits (made anew
+//    where it cannot follow the replay, whose sizes at the answer may be off the curves too). Where
+//    the replay's search found an answer it could not vouch for (its successor's requests, off the
+//    curves, did not run out as far as they were traced; its estimate did not fit), that answer is
+//    estimated, and its successor: when it fits and the successor does not, it is the answer
+//    (ConfirmHint); else the exact search starts from those two -- from a hint that does not fit,
+//    by steps down of 1, 2, 4, ... values (the replay's answer is then usually a few values too
+//    high; a bisection from 1 took up to 17 estimates more). Anything else -- another backend, no
+//    curves, an error -- is answered by the exact search, whose answer and errors are the ones
+//    given.
 //  * Where kFirstTraced's requested bytes alone pass the budget, no value from there fits: the
 //    answer is 0 or 1, and the estimate at 1 says which (ConfirmHint with the hint 1; the
 //    simulation at 2, where the trace walked, runs out of memory: the requested bytes alive at
@@ -892,7 +896,8 @@ bool IsTheReplays(const Estimate& e, const std::vector<StageAnswer>& stages) {
 // The check of the replay's answer (policy at the top): the estimate at `batch`, when it is the
 // stages' replays' (IsTheReplays) and fits, and the trace of stage `decisive` at batch + 1 is on
 // its lines -- as far as its replay there (`successor`) ran: a simulation that makes the same
-// first requests as a replay that ran out runs out at the same one, so the walk stops there.
+// first requests as a replay that ran out runs out at the same one, so the trace stops there
+// (`trace_next`: stage s's first requests at a value, resized or walked).
 // Where that trace is off its lines, its own requests must run out in the allocator model
 // (symbolic::RunsOut), and then the estimate at `batch` need only fit: both verdicts are then
 // the simulation's own, which is what ConfirmHint would have estimated at both values.
@@ -900,10 +905,11 @@ bool IsTheReplays(const Estimate& e, const std::vector<StageAnswer>& stages) {
 // stage has a device peak at least that stage's, and every stage holds the same outside the
 // allocator, so a reserved peak at least that stage's too.) nullopt otherwise; an estimate made
 // at `batch` and not taken is added to *made (it is Run's there: a run followed gives the same).
-template <typename Set>
+template <typename Set, typename TraceNext>
 std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& model,
                                     const Options& options, const GpuProfile& gpu, int64_t limit,
-                                    Set set, const std::vector<symbolic::BatchTrace>& traces,
+                                    Set set, TraceNext trace_next,
+                                    const std::vector<symbolic::BatchTrace>& traces,
                                     const symbolic::AllocatorConfig& config, int64_t batch,
                                     int decisive, const std::vector<StageAnswer>& stages,
                                     MaxBatchResult* spent,
@@ -922,8 +928,8 @@ std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& mod
     std::optional<symbolic::StepTrace> next;
     if (options.prefill && prefix <= curves.prefill_requests()) {
       next = TracePrefillAt(model, options, set, batch + 1, prefix);
-    } else if (auto traced = TraceAt(model, options, set, batch + 1, decisive, prefix)) {
-      next = std::move(traced->second.front());
+    } else {
+      next = trace_next(batch + 1, decisive, prefix);
     }
     ++spent->traces;
     if (!next) return std::nullopt;
@@ -1053,7 +1059,7 @@ std::optional<MaxBatchResult> ReplayLargestFitting(
     // Or reads it off the first trace in a context bound at v (symbolic::ResizeTrace: each
     // malloc's size by its recipe, no walk; each stage's); where that cannot be, traces it. The
     // curves through it are checked as a trace's are: at the answer by its estimate, at the
-    // successor by a walk.
+    // successor by its trace there (trace_next).
     auto resize_at = [&](int64_t v, size_t i) {
       const std::vector<symbolic::StepTrace>& first = kept.front();
       const auto resize = [&first](const memory::EstimationContext& ctx,
@@ -1126,9 +1132,29 @@ std::optional<MaxBatchResult> ReplayLargestFitting(
     }
     unchecked->at = batch;
     if (!all_fit) return std::nullopt;
+    // Stage s's first `prefix` requests at v: the first trace resized there where the step has
+    // the shape it had where that was walked (symbolic::ResizeTraceOfShape), else walked.
+    auto trace_next = [&](int64_t v, int s, size_t prefix) -> std::optional<symbolic::StepTrace> {
+      first->ctx->set_stage(s);
+      Result<std::vector<uint64_t>> shape = symbolic::ShapeOfStep(*first->ctx);
+      first->ctx->set_stage(0);
+      if (shape.ok()) {
+        const symbolic::StepTrace& whole = kept.front()[static_cast<size_t>(s)];
+        auto resized = TracesAt(
+            model, options, set, v,
+            [&](const memory::EstimationContext& c, size_t) {
+              return symbolic::ResizeTraceOfShape(c, whole, *shape, prefix);
+            },
+            s);
+        if (resized) return std::move(resized->second.front());
+      }
+      auto traced = TraceAt(model, options, set, v, s, prefix);
+      if (!traced) return std::nullopt;
+      return std::move(traced->second.front());
+    };
     std::optional<Estimate> e =
-        CheckAnswer(estimator, model, options, gpu, limit, set, traces, probers.front().config(),
-                    batch, decisive, answers, spent, made);
+        CheckAnswer(estimator, model, options, gpu, limit, set, trace_next, traces,
+                    probers.front().config(), batch, decisive, answers, spent, made);
     if (!e) return std::nullopt;
     MaxBatchResult r = *spent;
     r.batch = batch;

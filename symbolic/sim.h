@@ -75,6 +75,11 @@ struct Prefilled {
   AllocatorStats state;
 };
 
+// The first `most_requests` requests of `whole` (a whole trace, TraceRequests') as a walk that
+// makes no more than those would trace them: what that walk notes where an iteration or the step
+// after a prefill begins is unset when it stopped before there.
+[[nodiscard]] StepTrace FirstRequestsOf(const StepTrace& whole, size_t most_requests);
+
 // Thrown by a trace that has made the requests it was asked for (TraceRequests' most_requests),
 // to leave the walk wherever it is; caught by TraceRequests. Not a std::exception, so that
 // nothing on the way mistakes it for an error.
@@ -139,8 +144,12 @@ class __attribute__((visibility("hidden"))) Sim {
   // The same forward, as a simulation of its own: its peaks and their breakdown
   // (SimulatePrefill).
   Result<Simulation> RunPrefillAlone();
-  // ResizeTrace (symbolic/timeline.h): `traced`'s mallocs sized in this Sim's context.
-  Result<StepTrace> Resized(const StepTrace& traced);
+  // ResizeTrace (symbolic/timeline.h): `traced`'s first `most_requests` requests (FirstRequestsOf),
+  // its mallocs sized in this Sim's context.
+  Result<StepTrace> Resized(const StepTrace& traced, size_t most_requests);
+  // ShapeOfStep (symbolic/step_shape.cc): appends to *words what the walk decides by in this Sim's
+  // context besides sizes.
+  Status AppendShape(std::vector<uint64_t>* words);
   // Some request failed even after the allocator released its cached segments (PyTorch raises
   // OutOfMemoryError there); where that first happened, and how often a cudaMalloc failed.
   bool ran_out() const { return alloc_.oom(); }

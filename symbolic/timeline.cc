@@ -1188,6 +1188,31 @@ Result<Simulation> Sim::Run() {
   return Written();
 }
 
+StepTrace FirstRequestsOf(const StepTrace& whole, size_t most_requests) {
+  if (most_requests >= whole.requests.size()) return whole;
+  // The walk stops as its request most_requests is made (TraceIsLongEnough): what it notes at
+  // the start of an iteration it did not reach stays unset.
+  StepTrace out;
+  out.requests.assign(whole.requests.begin(),
+                      whole.requests.begin() + static_cast<ptrdiff_t>(most_requests));
+  size_t mallocs = 0;
+  for (const AllocatorRequest& r : out.requests) mallocs += r.freed < 0;
+  out.recipes.assign(
+      whole.recipes.begin(),
+      whole.recipes.begin() + static_cast<ptrdiff_t>(std::min(mallocs, whole.recipes.size())));
+  if (whole.previous_begins < most_requests) out.previous_begins = whole.previous_begins;
+  if (whole.last_begins < most_requests) {
+    out.last_begins = whole.last_begins;
+    out.loops = whole.loops;
+    out.last_repeated = whole.last_repeated;
+  }
+  if (whole.prefill_requests < most_requests) {
+    out.prefill_requests = whole.prefill_requests;
+    out.cache_emptied = whole.cache_emptied;
+  }
+  return out;
+}
+
 std::optional<uint64_t> Sim::SizeOf(const SizeRecipe& r, uint64_t traced) {
   const auto node = static_cast<size_t>(r.a);
   const bool is_node = r.a >= 0 && node < g_.nodes.size();
@@ -1235,7 +1260,7 @@ std::optional<uint64_t> Sim::SizeOf(const SizeRecipe& r, uint64_t traced) {
   return std::nullopt;
 }
 
-Result<StepTrace> Sim::Resized(const StepTrace& traced) {
+Result<StepTrace> Sim::Resized(const StepTrace& traced, size_t most_requests) {
   MEMEST_RETURN_IF_ERROR(PrepareSizes());
   // A decode step's trace starts with its prefill's requests, whose sizes the prefill's own
   // context gives (an inference pass's, as Run's prefill is).
@@ -1249,7 +1274,7 @@ Result<StepTrace> Sim::Resized(const StepTrace& traced) {
   } else if (traced.prefill_requests > 0) {
     return InvalidArgument("the trace has a prefill's requests and the step no prefill");
   }
-  StepTrace out = traced;
+  StepTrace out = FirstRequestsOf(traced, most_requests);
   size_t malloc = 0;
   for (size_t i = 0; i < out.requests.size(); ++i) {
     AllocatorRequest& r = out.requests[i];
@@ -1397,11 +1422,12 @@ Result<StepTrace> TracePrefillRequests(const memory::EstimationContext& prefill,
   });
 }
 
-Result<StepTrace> ResizeTrace(const memory::EstimationContext& ctx, const StepTrace& traced) {
+Result<StepTrace> ResizeTrace(const memory::EstimationContext& ctx, const StepTrace& traced,
+                              size_t most_requests) {
   SimulationKey key = SimulationKey::Of(ctx);  // the Sim reads its options by reference
   key.iterations = kTracedIterations;
   StepTrace unused;  // a trace's Sim: no allocator model is set up
-  return Sim(ctx, key, /*record=*/false, &unused).Resized(traced);
+  return Sim(ctx, key, /*record=*/false, &unused).Resized(traced, most_requests);
 }
 
 Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx, size_t most_requests,

@@ -237,7 +237,24 @@ Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx,
 // decode step after its prefill, the prefill's requests sized in ctx.prefill(). InvalidArgument
 // where a malloc's recipe reads nothing in ctx or a size of 0 (the walk there makes no such
 // request).
-Result<StepTrace> ResizeTrace(const memory::EstimationContext& ctx, const StepTrace& traced);
+// With `most_requests`, its first requests only, as a walk that stops there traces them.
+Result<StepTrace> ResizeTrace(const memory::EstimationContext& ctx, const StepTrace& traced,
+                              size_t most_requests = std::numeric_limits<size_t>::max());
+// What the walk of the step in `ctx` (on its pipeline stage) decides by besides the sizes it
+// allocates -- which values share storage, what each node saves, which sizes are 0 (requests the
+// walk skips), the checkpoint, the loss; symbolic/step_shape.cc lists it. Two contexts of one
+// model under the same options but the searched batch or dim whose shapes are equal walk the step
+// alike: the same requests in the same order, each malloc's size its recipe's in its own context.
+// InvalidArgument for a decode step after its prefill (left to the walk), or what the timeline
+// does not model.
+Result<std::vector<uint64_t>> ShapeOfStep(const memory::EstimationContext& ctx);
+// TraceRequests(ctx, most_requests) without walking: `traced`, a whole trace walked in a context
+// whose ShapeOfStep was `traced_shape`, resized into ctx (ResizeTrace) where ctx's shape is the
+// same. InvalidArgument where it is not (the walk there may make other requests), or where
+// ResizeTrace refuses.
+Result<StepTrace> ResizeTraceOfShape(const memory::EstimationContext& ctx, const StepTrace& traced,
+                                     const std::vector<uint64_t>& traced_shape,
+                                     size_t most_requests = std::numeric_limits<size_t>::max());
 // The first `most_requests` requests of a decode step's trace (TraceRequests over a context with
 // a prefill) where they are all its prefill's, from the prefill's context alone (`prefill`: what
 // EstimationContext::prefill() would be, made over memory::PrefillOptions): the step's own graph

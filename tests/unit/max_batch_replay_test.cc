@@ -769,13 +769,34 @@ TEST(BatchTraceTest, ARepeatedLastIterationIsTheWalkedOne) {
   EXPECT_GE(lm.repeated, lm.traces / 2);
 }
 
+// Whether two traces are the same in every field but the recipes (which the requests' sizes
+// read), `a` made as `a_made` says and `b` walked.
+::testing::AssertionResult SameTrace(const StepTrace& a, const char* a_made, const StepTrace& b) {
+  if (a.loops != b.loops || a.previous_begins != b.previous_begins ||
+      a.last_begins != b.last_begins || a.last_repeated != b.last_repeated ||
+      a.prefill_requests != b.prefill_requests || a.cache_emptied != b.cache_emptied ||
+      a.recipes.size() != b.recipes.size()) {
+    return ::testing::AssertionFailure()
+           << "where its iterations or its prefill end, its loop or its recipes' count differ ("
+           << a_made << ": " << a.previous_begins << ", " << a.last_begins << ", " << a.loops
+           << ", " << a.last_repeated << ", " << a.recipes.size()
+           << "; walked: " << b.previous_begins << ", " << b.last_begins << ", " << b.loops << ", "
+           << b.last_repeated << ", " << b.recipes.size() << ")";
+  }
+  return SameRequests(a, a_made, b);
+}
+
 // A trace resized into a context bound at another value (symbolic::ResizeTrace: each malloc's
 // size by its recipe, no walk) is the walk's trace there, request for request, with where its
 // iterations begin and whether it loops: each bundled model under the options the step reads, in
 // training and inference, timm's 81 training graphs, and the language models over the batch and
-// over the sequence.
+// over the sequence. Where the step there has the shape it had where traced (symbolic::
+// ShapeOfStep), the resize that asks for it (ResizeTraceOfShape) is the walk's trace there, whole
+// and cut at a third of its requests and where its last iteration begins (TraceRequests'
+// most_requests: every field); where it has not, that resize refuses.
 struct Resizes {
   int compared = 0;
+  int same_shape = 0;  // of those compared, where the step had its traced shape
 
   // `stage`: the pipeline stage traced, on many GPUs.
   void Compare(const Model& model, const Options& from, const Options& to, const std::string& what,
@@ -797,6 +818,33 @@ struct Resizes {
     EXPECT_EQ(resized->prefill_requests, walked->prefill_requests) << what;
     EXPECT_EQ(resized->cache_emptied, walked->cache_emptied) << what;
     EXPECT_TRUE(SameRequests(*resized, "resized", *walked)) << what;
+    CompareShapes(**traced_ctx, *traced, **ctx, *walked, what);
+  }
+
+  void CompareShapes(const memory::EstimationContext& traced_ctx, const StepTrace& traced,
+                     const memory::EstimationContext& ctx, const StepTrace& walked,
+                     const std::string& what) {
+    auto traced_shape = symbolic::ShapeOfStep(traced_ctx);
+    auto shape = symbolic::ShapeOfStep(ctx);
+    if (traced_ctx.prefill() != nullptr) {  // a decode step: left to the walk
+      EXPECT_FALSE(traced_shape.ok() || shape.ok()) << what;
+      return;
+    }
+    ASSERT_TRUE(traced_shape.ok() && shape.ok()) << what;
+    if (*shape != *traced_shape) {
+      EXPECT_FALSE(symbolic::ResizeTraceOfShape(ctx, traced, *traced_shape).ok()) << what;
+      return;
+    }
+    ++same_shape;
+    for (const size_t most :
+         {walked.requests.size() / 3, walked.last_begins, std::numeric_limits<size_t>::max()}) {
+      const std::string cut = what + ", first " + std::to_string(most) + " requests";
+      auto resized = symbolic::ResizeTraceOfShape(ctx, traced, *traced_shape, most);
+      ASSERT_TRUE(resized.ok()) << cut << ": " << resized.status().ToString();
+      auto cut_walk = symbolic::TraceRequests(ctx, most);
+      ASSERT_TRUE(cut_walk.ok()) << cut;
+      EXPECT_TRUE(SameTrace(*resized, "resized", *cut_walk)) << cut;
+    }
   }
 };
 
@@ -833,6 +881,7 @@ TEST(BatchTraceTest, AResizedTraceIsTheWalkAtItsValue) {
     }
   }
   EXPECT_EQ(bundled.compared, 37);
+  EXPECT_EQ(bundled.same_shape, bundled.compared);
 
   Resizes timm;
   ForEachTimmGraph([&timm](const Model& model, const std::string& name) {
@@ -844,6 +893,7 @@ TEST(BatchTraceTest, AResizedTraceIsTheWalkAtItsValue) {
     timm.Compare(model, from, to, name);
   });
   EXPECT_EQ(timm.compared, 81);
+  EXPECT_EQ(timm.same_shape, timm.compared);
 
   Resizes lm;
   ForEachLanguageModel([&lm](const Model& model, const std::string& name) {
@@ -858,8 +908,10 @@ TEST(BatchTraceTest, AResizedTraceIsTheWalkAtItsValue) {
     larger.batch = 7;
     lm.Compare(model, from, larger, name + " batch");
   });
-  std::printf("resized: %d bundled, %d timm and %d language-model traces\n", bundled.compared,
-              timm.compared, lm.compared);
+  std::printf(
+      "resized: %d bundled, %d timm and %d language-model traces (%d of the language models' of "
+      "the shape traced)\n",
+      bundled.compared, timm.compared, lm.compared, lm.same_shape);
   EXPECT_GT(lm.compared, 0);
 }
 
@@ -912,6 +964,48 @@ TEST(BatchTraceTest, EachStagesTraceOnManyGpusResizesToTheWalk) {
       stages.Compare(*model, from, to, what + " stage " + std::to_string(s), s);
   }
   EXPECT_EQ(stages.compared, 7);
+  EXPECT_EQ(stages.same_shape, stages.compared);
+}
+
+// The shape tells a reshape that is a view from one that copies: X[N, 4, 8] transposed to
+// [4, N, 8] and reshaped to [4, 8N] is a view at N = 1 (a dim of size 1 has no stride to keep)
+// and a copy from N = 2, where the walk makes one request more each pass; their shapes differ
+// and the resize that asks for the shape refuses, while from 2 to 3 it is the walk.
+TEST(BatchTraceTest, TheStepsShapeTellsAViewFromACopy) {
+  testing::GraphBuilder b;
+  b.AddInput("X", testing::kFloat, {"N", 4, 8});
+  testing::SetIntsAttr(b.AddNode("Transpose", {"X"}, {"t"}, "transpose"), "perm", {1, 0, 2});
+  b.AddInt64Initializer("target", {4, -1});
+  b.AddNode("Reshape", {"t", "target"}, {"r"}, "reshape");
+  b.AddNode("Relu", {"r"}, {"Y"}, "relu");
+  b.AddOutput("Y", testing::kFloat);
+  auto model = LoadModelFromBytes(b.Serialize(), ".", "transposed reshape");
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto at = [&](int64_t n) {
+    Options o;
+    o.gpu = "h100-80gb";
+    o.mode = Mode::kInfer;
+    o.batch = n;
+    auto ctx = memory::EstimationContext::Make(**model, o);
+    EXPECT_TRUE(ctx.ok()) << ctx.status().ToString();
+    return std::move(ctx).value();
+  };
+  const auto one = at(1), two = at(2), three = at(3);
+  auto traced_one = symbolic::TraceRequests(*one);
+  auto traced_two = symbolic::TraceRequests(*two);
+  auto walked_three = symbolic::TraceRequests(*three);
+  ASSERT_TRUE(traced_one.ok() && traced_two.ok() && walked_three.ok());
+  EXPECT_LT(traced_one->requests.size(), traced_two->requests.size());  // the copy's requests
+  auto shape_one = symbolic::ShapeOfStep(*one);
+  auto shape_two = symbolic::ShapeOfStep(*two);
+  auto shape_three = symbolic::ShapeOfStep(*three);
+  ASSERT_TRUE(shape_one.ok() && shape_two.ok() && shape_three.ok());
+  EXPECT_NE(*shape_one, *shape_two);
+  EXPECT_EQ(*shape_two, *shape_three);
+  EXPECT_FALSE(symbolic::ResizeTraceOfShape(*two, *traced_one, *shape_one).ok());
+  auto resized = symbolic::ResizeTraceOfShape(*three, *traced_two, *shape_two);
+  ASSERT_TRUE(resized.ok()) << resized.status().ToString();
+  EXPECT_TRUE(SameTrace(*resized, "resized", *walked_three));
 }
 
 // A decode step's trace resizes with its prefill's: the prefill's requests sized in the
