@@ -41,7 +41,10 @@
 //    the replay's allocated and reserved peaks (on many GPUs, each stage's device peak its
 //    replay's; each stage's estimate follows its replay at the answer,
 //    symbolic::EstimateFollowing, when the step there makes the replay's requests and repeats
-//    its iterations as traced, instead of running the allocator model a second time), and the
+//    its iterations as traced, instead of running the allocator model a second time -- without a
+//    pipeline written from the first trace, which says where each request was made, where the step
+//    at the answer has the shape it had there, instead of walking the step: symbolic::
+//    EstimateFromTrace, the same estimate field for field), and the
 //    trace at the successor is on the curves (each malloc rounds to the same size) as far as the
 //    successor's replay ran -- to the request that failed, where its trace stops (TraceRequests'
 //    most_requests; past the traced iterations, the trace loops as the curves do) -- so the
@@ -905,10 +908,10 @@ bool IsTheReplays(const Estimate& e, const std::vector<StageAnswer>& stages) {
 // stage has a device peak at least that stage's, and every stage holds the same outside the
 // allocator, so a reserved peak at least that stage's too.) nullopt otherwise; an estimate made
 // at `batch` and not taken is added to *made (it is Run's there: a run followed gives the same).
-template <typename Set, typename TraceNext>
+template <typename Set, typename TraceNext, typename Follow>
 std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& model,
                                     const Options& options, const GpuProfile& gpu, int64_t limit,
-                                    Set set, TraceNext trace_next,
+                                    Set set, TraceNext trace_next, Follow follow,
                                     const std::vector<symbolic::BatchTrace>& traces,
                                     const symbolic::AllocatorConfig& config, int64_t batch,
                                     int decisive, const std::vector<StageAnswer>& stages,
@@ -945,10 +948,10 @@ std::optional<Estimate> CheckAnswer(const Estimator& estimator, const Model& mod
   // at `batch` makes its requests -- a decode step's, its prefill's first: symbolic::
   // EstimateFollowing checks them one by one); else it is made anew.
   auto following = [&] {
-    return memory::RunEstimate(
-        estimator, model, o, [&stages](const memory::EstimationContext& ctx) {
-          return symbolic::EstimateFollowing(ctx, stages[static_cast<size_t>(ctx.stage())].run);
-        });
+    return memory::RunEstimate(estimator, model, o,
+                               [&stages, &follow](const memory::EstimationContext& ctx) {
+                                 return follow(ctx, stages[static_cast<size_t>(ctx.stage())].run);
+                               });
   };
   Result<Estimate> e = following();
   if (!e.ok()) e = estimator.Run(model, o);
@@ -1134,10 +1137,19 @@ std::optional<MaxBatchResult> ReplayLargestFitting(
     if (!all_fit) return std::nullopt;
     // Stage s's first `prefix` requests at v: the first trace resized there where the step has
     // the shape it had where that was walked (symbolic::ResizeTraceOfShape), else walked.
+    // Stage s's shape where the first trace was walked (symbolic::ShapeOfStep), once.
+    std::vector<std::optional<Result<std::vector<uint64_t>>>> first_shapes(stages);
+    auto first_shape = [&](int s) -> const Result<std::vector<uint64_t>>& {
+      std::optional<Result<std::vector<uint64_t>>>& shape = first_shapes[static_cast<size_t>(s)];
+      if (!shape) {
+        first->ctx->set_stage(s);
+        shape = symbolic::ShapeOfStep(*first->ctx);
+        first->ctx->set_stage(0);
+      }
+      return *shape;
+    };
     auto trace_next = [&](int64_t v, int s, size_t prefix) -> std::optional<symbolic::StepTrace> {
-      first->ctx->set_stage(s);
-      Result<std::vector<uint64_t>> shape = symbolic::ShapeOfStep(*first->ctx);
-      first->ctx->set_stage(0);
+      const Result<std::vector<uint64_t>>& shape = first_shape(s);
       if (shape.ok()) {
         const symbolic::StepTrace& whole = kept.front()[static_cast<size_t>(s)];
         auto resized = TracesAt(
@@ -1152,8 +1164,22 @@ std::optional<MaxBatchResult> ReplayLargestFitting(
       if (!traced) return std::nullopt;
       return std::move(traced->second.front());
     };
+    // The estimate at the answer that follows a stage's run there: without a pipeline, written
+    // from the first trace where the step has its shape there (symbolic::EstimateFromTrace), else
+    // by a walk that follows the run (symbolic::EstimateFollowing).
+    auto follow = [&](const memory::EstimationContext& c,
+                      const symbolic::AllocatorRun& run) -> Result<Estimate> {
+      if (stages == 1) {
+        const Result<std::vector<uint64_t>>& shape = first_shape(0);
+        if (shape.ok()) {
+          Result<Estimate> e = symbolic::EstimateFromTrace(c, kept.front().front(), *shape, run);
+          if (e.ok()) return e;
+        }
+      }
+      return symbolic::EstimateFollowing(c, run);
+    };
     std::optional<Estimate> e =
-        CheckAnswer(estimator, model, options, gpu, limit, set, trace_next, traces,
+        CheckAnswer(estimator, model, options, gpu, limit, set, trace_next, follow, traces,
                     probers.front().config(), batch, decisive, answers, spent, made);
     if (!e) return std::nullopt;
     MaxBatchResult r = *spent;

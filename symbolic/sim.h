@@ -150,6 +150,10 @@ class __attribute__((visibility("hidden"))) Sim {
   // ShapeOfStep (symbolic/step_shape.cc): appends to *words what the walk decides by in this Sim's
   // context besides sizes.
   Status AppendShape(std::vector<uint64_t>* words);
+  // SimulateFromTrace (symbolic/estimate_from_trace.cc): the simulation following run_ (Follow),
+  // written from `sized` -- the walk's trace in this context, with where it made each request --
+  // instead of walking the step.
+  Result<Simulation> Described(const StepTrace& sized);
   // Some request failed even after the allocator released its cached segments (PyTorch raises
   // OutOfMemoryError there); where that first happened, and how often a cudaMalloc failed.
   bool ran_out() const { return alloc_.oom(); }
@@ -231,8 +235,16 @@ class __attribute__((visibility("hidden"))) Sim {
   void Relabel(Tensor t, Category c);
   // Records a new maximum of category c / of cached-but-free bytes, if this moment is one.
   void NoteLargest(Category c);
+  // What a malloc of a tensor of category c (live_ counting it already) does to the moments the
+  // estimate keeps: the largest of c, the reserved and allocated peaks, the iteration's peak.
+  void NoteMallocMoments(Category c);
   void NoteCachedFree();
   Moment Here(uint64_t bytes) const;
+  // In a trace: where the walk is, for a request of a tensor of category c (StepTrace::moments).
+  TracedMoment TracedHere(Category c) const {
+    return {node_, static_cast<uint8_t>(phase_), static_cast<uint8_t>(c),
+            static_cast<uint16_t>(iteration_)};
+  }
   CategoryPeak Describe(const Moment& m) const;
   void Record(bool malloc, uint64_t bytes, Category c);
 

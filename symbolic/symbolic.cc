@@ -168,15 +168,34 @@ uint64_t StepBudget(const memory::EstimationContext& ctx) {
   return memory::AllocatorBudget(ctx.options(), ctx.gpu(), ctx.stack(), nccl);
 }
 
-Result<Estimate> EstimateFollowing(const memory::EstimationContext& ctx, const AllocatorRun& run) {
+namespace {
+
+// The estimate of the step simulated within its budget by `simulate(key)`, a run followed.
+template <typename Simulate>
+Result<Estimate> FollowedWithinBudget(const memory::EstimationContext& ctx, Simulate simulate) {
   SimulationKey limited = SimulationKey::Of(ctx);
   const uint64_t budget = StepBudget(ctx);
   limited.allocator_budget = budget;
-  MEMEST_ASSIGN_OR_RETURN(Simulation sim, Simulate(ctx, limited, run));
+  MEMEST_ASSIGN_OR_RETURN(Simulation sim, simulate(limited));
   // As EstimateIn: a step that met the budget (retries; it did not run out) is noted so.
   Simulation step;
   Settle(std::move(sim), budget, &step);
   return std::move(step.estimate);
+}
+
+}  // namespace
+
+Result<Estimate> EstimateFollowing(const memory::EstimationContext& ctx, const AllocatorRun& run) {
+  return FollowedWithinBudget(ctx,
+                              [&](const SimulationKey& key) { return Simulate(ctx, key, run); });
+}
+
+Result<Estimate> EstimateFromTrace(const memory::EstimationContext& ctx, const StepTrace& first,
+                                   const std::vector<uint64_t>& first_shape,
+                                   const AllocatorRun& run) {
+  return FollowedWithinBudget(ctx, [&](const SimulationKey& key) {
+    return SimulateFromTrace(ctx, key, run, first, first_shape);
+  });
 }
 
 Result<Simulation> SimulateModel(const Model& model, const Options& options, bool record_events) {

@@ -23,6 +23,16 @@ std::unique_ptr<Estimator> MakeSymbolicEstimator();
 // (Simulate's overload); the caller then runs the estimate.
 Result<Estimate> EstimateFollowing(const memory::EstimationContext& ctx, const AllocatorRun& run);
 
+// The same estimate written from `first` -- the step's whole trace walked in a context of the same
+// model and options but the searched value, whose ShapeOfStep was `first_shape` -- resized into
+// ctx, instead of a walk that follows run (symbolic/estimate_from_trace.cc): EstimateFollowing's,
+// field for field, where ctx's step has that shape. InvalidArgument where it has not, where the
+// step is a pipeline stage's or after a prefill, where the trace walked its last iteration, or
+// where the step's requests are not run's; the caller then follows run by a walk.
+Result<Estimate> EstimateFromTrace(const memory::EstimationContext& ctx, const StepTrace& first,
+                                   const std::vector<uint64_t>& first_shape,
+                                   const AllocatorRun& run);
+
 // The whole simulation (events included when `record_events`), for --timeline. Under pipeline
 // parallelism, of one rank of the stage with the highest device peak.
 Result<Simulation> SimulateModel(const Model& model, const Options& options, bool record_events);

@@ -138,6 +138,7 @@ Tensor Sim::Malloc(uint64_t bytes, Category c, SizeRecipe recipe) {
       loop_recipes_.push_back(recipe);
     }
     trace_->recipes.push_back(recipe);
+    trace_->moments.push_back(TracedHere(c));
     Trace({bytes, -1});
     return handle;
   }
@@ -155,6 +156,12 @@ Tensor Sim::Malloc(uint64_t bytes, Category c, SizeRecipe recipe) {
     if (alloc_.oom()) oom_at_ = Here(bytes);
     if (noting_loop_) NoteLoopMalloc(t);
   }
+  NoteMallocMoments(c);
+  Record(true, bytes, c);
+  return handle;
+}
+
+void Sim::NoteMallocMoments(Category c) {
   NoteLargest(c);
   const AllocatorStats& s = Stats();
   // The device peak is the reserved peak; of the moments at that reservation, the breakdown
@@ -174,8 +181,6 @@ Tensor Sim::Malloc(uint64_t bytes, Category c, SizeRecipe recipe) {
     alloc_peak_iteration_ = iteration_;
   }
   iteration_alloc_peak_ = std::max(iteration_alloc_peak_, s.allocated);
-  Record(true, bytes, c);
-  return handle;
 }
 
 Sim::Live* Sim::Find(Tensor t) {
@@ -194,6 +199,7 @@ void Sim::Free(Tensor* t) {
     if (requests_ != nullptr) {  // a trace
       *t = -1;
       if (noting_loop_) NoteLoopFree(*l);
+      trace_->moments.push_back(TracedHere(l->category));
       Trace({0, l->handle});
       return;
     }
@@ -216,6 +222,10 @@ void Sim::Relabel(Tensor t, Category c) {
   if (noting_loop_) {
     loop_relabels_.push_back(
         {static_cast<uint32_t>(loop_requests_.size()), l->category, c, l->bytes});
+  }
+  if (requests_ != nullptr) {
+    trace_->relabels.push_back(
+        {requests_->size(), l->handle, static_cast<uint8_t>(c), TracedHere(c)});
   }
   live_[l->category] -= l->bytes;
   l->category = c;
@@ -1200,6 +1210,12 @@ StepTrace FirstRequestsOf(const StepTrace& whole, size_t most_requests) {
   out.recipes.assign(
       whole.recipes.begin(),
       whole.recipes.begin() + static_cast<ptrdiff_t>(std::min(mallocs, whole.recipes.size())));
+  out.moments.assign(whole.moments.begin(),
+                     whole.moments.begin() +
+                         static_cast<ptrdiff_t>(std::min(most_requests, whole.moments.size())));
+  for (const TracedRelabel& r : whole.relabels) {
+    if (r.before < most_requests) out.relabels.push_back(r);
+  }
   if (whole.previous_begins < most_requests) out.previous_begins = whole.previous_begins;
   if (whole.last_begins < most_requests) {
     out.last_begins = whole.last_begins;
@@ -1371,8 +1387,11 @@ Result<Simulation> SimulatePrefill(const memory::EstimationContext& ctx, bool re
   return out;
 }
 
-Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
-                            const AllocatorRun& run) {
+namespace {
+
+// Whether `run` can be a step's under `key` in ctx (Simulate's overload that follows it).
+Status CheckRunFits(const memory::EstimationContext& ctx, const SimulationKey& key,
+                    const AllocatorRun& run) {
   // A decode step after its prefill runs once: its run lists every request, and has no loop.
   const bool once = ctx.prefill() != nullptr;
   if (key.iterations != 0 || run.end.num_ooms > 0 || run.repeat.has_value() == once ||
@@ -1383,9 +1402,29 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, const Simulati
         "the allocator run is not this step's: another allocator, a run that ran out, or one "
         "whose loop the step does not have");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
+                            const AllocatorRun& run) {
+  MEMEST_RETURN_IF_ERROR(CheckRunFits(ctx, key, run));
   Sim sim(ctx, key, /*record=*/false);
   sim.Follow(&run);
   MEMEST_ASSIGN_OR_RETURN(Simulation out, sim.Run());
+  out.budget = {sim.ran_out(), sim.OutOfMemoryAt(), sim.retries()};
+  return out;
+}
+
+Result<Simulation> SimulateFromTrace(const memory::EstimationContext& ctx, const SimulationKey& key,
+                                     const AllocatorRun& run, const StepTrace& first,
+                                     const std::vector<uint64_t>& first_shape) {
+  MEMEST_RETURN_IF_ERROR(CheckRunFits(ctx, key, run));  // before the trace is resized
+  MEMEST_ASSIGN_OR_RETURN(StepTrace sized, ResizeTraceOfShape(ctx, first, first_shape));
+  Sim sim(ctx, key, /*record=*/false);
+  sim.Follow(&run);
+  MEMEST_ASSIGN_OR_RETURN(Simulation out, sim.Described(sized));
   out.budget = {sim.ran_out(), sim.OutOfMemoryAt(), sim.retries()};
   return out;
 }

@@ -120,6 +120,26 @@ struct SizeRecipe {
   int32_t a = -1, b = -1;
 };
 
+// Where the walk made a traced request (StepTrace::moments): the node (-1: none), the phase, the
+// iteration (0: before the first), and the category of the tensor a malloc made or a free freed.
+struct TracedMoment {
+  int32_t node = -1;
+  uint8_t phase = 0;     // a Phase
+  uint8_t category = 0;  // a memory::Category
+  uint16_t iteration = 0;
+  bool operator==(const TracedMoment&) const = default;
+};
+
+// A traced malloc's tensor moved to another category (a gradient stolen into .grad) after
+// request `before` - 1, where the walk was at `at`.
+struct TracedRelabel {
+  size_t before = 0;
+  int64_t malloc = 0;  // its number among the trace's mallocs
+  uint8_t to = 0;      // a memory::Category
+  TracedMoment at;
+  bool operator==(const TracedRelabel&) const = default;
+};
+
 // The step's requests without the allocator (TraceRequests): its first kTracedIterations
 // iterations, and where the last two begin. `loops`: the simulation's state at the start of the
 // last one was what it was at the start of the one before (the same tensors alive, by their
@@ -144,6 +164,10 @@ struct StepTrace {
   bool cache_emptied = false;  // DecodePrefill::cache_emptied, read when prefill_requests > 0
   // Per malloc, in order: where its size comes from.
   std::vector<SizeRecipe> recipes;
+  // Per request, where the walk made it; and the relabels between them, in order (what an
+  // estimate written from the trace reads: symbolic.h EstimateFromTrace).
+  std::vector<TracedMoment> moments;
+  std::vector<TracedRelabel> relabels;
 };
 
 // Loop request q (symbolic/loop_watch.h) as a request of the step, in an iteration whose mallocs
@@ -206,6 +230,18 @@ Result<Simulation> SimulatePrefill(const memory::EstimationContext& ctx,
 // lists every one of them and saw no loop.
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
                             const AllocatorRun& run);
+
+// The same, written from a trace instead of walking the step: `first`, the step's whole trace
+// walked in a context of the same model and options but the searched value, whose ShapeOfStep
+// was `first_shape`, resized into ctx (ResizeTraceOfShape: the walk's trace there, with where the
+// walk made each request), each request followed as the walk would make it. Exactly
+// Simulate(ctx, key, run) where ctx's step has that shape; InvalidArgument where it has not,
+// where the step is a pipeline stage's or after a prefill (left to the walk), where the trace did
+// not repeat its last iteration as noted (StepTrace::last_repeated), or where run is not the
+// step's or a request is not run's (as Simulate's).
+Result<Simulation> SimulateFromTrace(const memory::EstimationContext& ctx, const SimulationKey& key,
+                                     const AllocatorRun& run, const StepTrace& first,
+                                     const std::vector<uint64_t>& first_shape);
 
 // The allocator model a simulation under `options` replays its step through, limited to
 // `budget` bytes reserved.

@@ -114,7 +114,10 @@ void Sim::TraceNoted() {
                                                               : SizeRecipe{});
       ++malloc;
     }
-    Trace(StepRequest(loop_requests_[i], loop_where_[i].bytes, own, previous));
+    const LoopWhere& w = loop_where_[i];
+    trace_->moments.push_back({w.node, w.phase_byte, static_cast<uint8_t>(w.category),
+                               static_cast<uint16_t>(iteration_ + 1)});
+    Trace(StepRequest(loop_requests_[i], w.bytes, own, previous));
   }
   mallocs_ += loop_blocks_.size();
 }
