@@ -161,28 +161,6 @@ Tensor Sim::Malloc(uint64_t bytes, Category c, SizeRecipe recipe) {
   return handle;
 }
 
-void Sim::NoteMallocMoments(Category c) {
-  NoteLargest(c);
-  const AllocatorStats& s = Stats();
-  // The device peak is the reserved peak; of the moments at that reservation, the breakdown
-  // describes the fullest (most allocated), where the least of it is cached but free.
-  if (s.reserved > peak_reserved_seen_ ||
-      (s.reserved == peak_reserved_seen_ && s.allocated > allocated_at_peak_)) {
-    peak_reserved_seen_ = s.reserved;
-    at_peak_ = live_;
-    allocated_at_peak_ = s.allocated;
-    peak_phase_ = phase_;
-    peak_node_ = node_;
-  }
-  if (s.allocated > alloc_peak_seen_) {
-    alloc_peak_seen_ = s.allocated;
-    alloc_peak_phase_ = phase_;
-    alloc_peak_node_ = node_;
-    alloc_peak_iteration_ = iteration_;
-  }
-  iteration_alloc_peak_ = std::max(iteration_alloc_peak_, s.allocated);
-}
-
 Sim::Live* Sim::Find(Tensor t) {
   if (t < 0) return nullptr;
   Live& l = tensors_[SlotOf(t)];
