@@ -73,7 +73,7 @@ Result<Simulation> Sim::Described(const StepTrace& sized) {
     for (; relabel < sized.relabels.size() && sized.relabels[relabel].before <= i; ++relabel) {
       const TracedRelabel& r = sized.relabels[relabel];
       if (r.at.iteration > kNoted || r.malloc < 0 ||
-          static_cast<size_t>(r.malloc) >= bytes_of.size()) {
+          static_cast<size_t>(r.malloc) >= bytes_of.size() || r.to >= memory::kNumCategories) {
         return InvalidArgument("a relabel names no tensor of the walked iterations");
       }
       move_to(r.at);
@@ -89,6 +89,9 @@ Result<Simulation> Sim::Described(const StepTrace& sized) {
     }
     if (i == third) break;
     const TracedMoment& where = sized.moments[i];
+    if (where.category >= memory::kNumCategories) {
+      return InvalidArgument("request " + std::to_string(i) + " has no category");
+    }
     move_to(where);
     const AllocatorRequest& q = requests[i];
     uint64_t bytes = q.bytes;
