@@ -1135,8 +1135,6 @@ std::optional<MaxBatchResult> ReplayLargestFitting(
     }
     unchecked->at = batch;
     if (!all_fit) return std::nullopt;
-    // Stage s's first `prefix` requests at v: the first trace resized there where the step has
-    // the shape it had where that was walked (symbolic::ResizeTraceOfShape), else walked.
     // Stage s's shape where the first trace was walked (symbolic::ShapeOfStep), once.
     std::vector<std::optional<Result<std::vector<uint64_t>>>> first_shapes(stages);
     auto first_shape = [&](int s) -> const Result<std::vector<uint64_t>>& {
@@ -1148,6 +1146,8 @@ std::optional<MaxBatchResult> ReplayLargestFitting(
       }
       return *shape;
     };
+    // Stage s's first `prefix` requests at v: the first trace resized there where the step has
+    // the shape it had where that was walked (symbolic::ResizeTraceOfShape), else walked.
     auto trace_next = [&](int64_t v, int s, size_t prefix) -> std::optional<symbolic::StepTrace> {
       const Result<std::vector<uint64_t>>& shape = first_shape(s);
       if (shape.ok()) {

@@ -97,8 +97,7 @@ Result<StepTrace> ResizeTraceOfShape(const memory::EstimationContext& ctx, const
   if (shape != traced_shape) {
     return InvalidArgument("the step here has another shape than where it was traced");
   }
-  MEMEST_ASSIGN_OR_RETURN(StepTrace out, ResizeTrace(ctx, traced, most_requests));
-  return out;
+  return ResizeTrace(ctx, traced, most_requests);
 }
 
 }  // namespace memest::symbolic

@@ -916,10 +916,10 @@ TEST(BatchTraceTest, AResizedTraceIsTheWalkAtItsValue) {
   EXPECT_GT(lm.compared, 0);
 }
 
-// On many GPUs each pipeline stage's trace resizes to the walk's there too: sharded states,
-// gathered units, DDP's buckets and a stage's other micro-batches in flight.
-TEST(BatchTraceTest, EachStagesTraceOnManyGpusResizesToTheWalk) {
-  const std::vector<std::pair<std::string, std::function<void(Parallelism*)>>> plans = {
+// Plans of many GPUs without a pipeline (one stage): DDP, ZeRO-1, ZeRO-3, FSDP, tensor
+// parallelism -- a rank's sharded states, gathered units and buckets.
+std::vector<std::pair<std::string, std::function<void(Parallelism*)>>> PlansWithoutAPipeline() {
+  return {
       {"ddp 2", [](Parallelism* p) { p->world_size = 2; }},
       {"zero-1 over 4",
        [](Parallelism* p) {
@@ -941,12 +941,18 @@ TEST(BatchTraceTest, EachStagesTraceOnManyGpusResizesToTheWalk) {
          p->world_size = 2;
          p->tp = 2;
        }},
-      {"pp 2",
-       [](Parallelism* p) {
-         p->world_size = 2;
-         p->pp = 2;
-       }},
   };
+}
+
+// On many GPUs each pipeline stage's trace resizes to the walk's there too: sharded states,
+// gathered units, DDP's buckets and a stage's other micro-batches in flight.
+TEST(BatchTraceTest, EachStagesTraceOnManyGpusResizesToTheWalk) {
+  std::vector<std::pair<std::string, std::function<void(Parallelism*)>>> plans =
+      PlansWithoutAPipeline();
+  plans.push_back({"pp 2", [](Parallelism* p) {
+                     p->world_size = 2;
+                     p->pp = 2;
+                   }});
   auto model = Load(Source("datasets/models/gpt2_tiny_train.onnx"));
   ASSERT_NE(model, nullptr);
   Resizes stages;
@@ -1062,33 +1068,10 @@ TEST(BatchTraceTest, AnEstimateWrittenFromTheTraceIsTheWalksThatFollowsTheRun) {
     }
   }
   // On many GPUs without a pipeline: a rank's sharded states, gathered units and buckets.
-  const std::vector<std::pair<std::string, std::function<void(Parallelism*)>>> plans = {
-      {"ddp 2", [](Parallelism* p) { p->world_size = 2; }},
-      {"zero-1 over 4",
-       [](Parallelism* p) {
-         p->world_size = 4;
-         p->sharding = Sharding::kZero1;
-       }},
-      {"zero-3 over 2",
-       [](Parallelism* p) {
-         p->world_size = 2;
-         p->sharding = Sharding::kZero3;
-       }},
-      {"fsdp over 4",
-       [](Parallelism* p) {
-         p->world_size = 4;
-         p->sharding = Sharding::kFsdpFull;
-       }},
-      {"tp 2",
-       [](Parallelism* p) {
-         p->world_size = 2;
-         p->tp = 2;
-       }},
-  };
   FromTraces ranks;
   auto gpt2 = Load(Source("datasets/models/gpt2_tiny_train.onnx"));
   ASSERT_NE(gpt2, nullptr);
-  for (const auto& [what, apply] : plans) {
+  for (const auto& [what, apply] : PlansWithoutAPipeline()) {
     Options o;
     o.gpu = "h100-80gb";
     apply(&o.parallel);
