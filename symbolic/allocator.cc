@@ -339,7 +339,9 @@ void CachingAllocatorModel::Free(Handle h) {
     b.free = true;
     b.requested = 0;
   }
-  auto merge = [&](int64_t left, int64_t right) {  // right is absorbed into left
+  // Right is absorbed into left. Inline at both calls (as a call, with the growth of free_ids_
+  // in it, it was about 4 % of the allocator model's instructions in a max-batch search).
+  auto merge = [&](int64_t left, int64_t right) __attribute__((always_inline)) {
     Block& l = blocks_[left];
     Block& r = blocks_[right];
     l.size += r.size;
