@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <optional>
 
 namespace memest::symbolic {
@@ -147,7 +148,23 @@ std::optional<BatchTrace> BatchTrace::FitOver(const std::vector<Traced>& traces,
     t.most_alive_ = std::max(t.most_alive_, ++alive);
   }
   t.loops_ = loops && t.FindLoop(traces[0].trace->previous_begins, traces[0].trace->last_begins);
+  t.SumAlive();
   return t;
+}
+
+void BatchTrace::SumAlive() {
+  const double h = static_cast<double>(curves_.at(1) - curves_.at(0));
+  double a = 0, b = 0, c = 0;
+  alive_after_malloc_.reserve(curves_.size());
+  size_t m = 0;
+  for (const AllocatorRequest& r : requests_) {
+    const double sign = r.freed >= 0 ? -1 : 1;
+    const size_t j = r.freed >= 0 ? static_cast<size_t>(r.freed) : m++;
+    a += sign * curves_.First(j);
+    b += sign * (curves_.D1(j) - curves_.D2(j) * h);
+    c += sign * curves_.D2(j);
+    if (sign > 0) alive_after_malloc_.push_back({a, b, c});
+  }
 }
 
 bool BatchTrace::FindLoop(size_t previous_begins, size_t last_begins) {
@@ -211,22 +228,14 @@ bool BatchTrace::Matches(const StepTrace& step, int64_t v, const AllocatorConfig
 }
 
 int64_t BatchTrace::LargestWithin(uint64_t bytes, int64_t limit) const {
-  // After each malloc the requested bytes alive are a c x^2 + b x + a in x = v - v0 (the sums of
-  // the alive curves' coefficients); the answer is the least, over the mallocs, of the largest v
-  // at which that stays within `bytes`.
+  // After each malloc the requested bytes alive are a c x^2 + b x + a in x = v - v0 (SumAlive);
+  // the answer is the least, over the mallocs, of the largest v at which that stays within
+  // `bytes`.
   limit = std::min(limit, kMostValue);
-  const double h = static_cast<double>(curves_.at(1) - curves_.at(0));
   const double cap = static_cast<double>(bytes);
-  double a = 0, b = 0, c = 0;
+  const double v0 = static_cast<double>(curves_.at(0));
   double best = static_cast<double>(limit);
-  size_t m = 0;
-  for (const AllocatorRequest& r : requests_) {
-    const double sign = r.freed >= 0 ? -1 : 1;
-    const size_t j = r.freed >= 0 ? static_cast<size_t>(r.freed) : m++;
-    a += sign * curves_.First(j);
-    b += sign * (curves_.D1(j) - curves_.D2(j) * h);
-    c += sign * curves_.D2(j);
-    if (sign < 0) continue;
+  for (const auto& [a, b, c] : alive_after_malloc_) {
     double x = 0;  // the largest x with c x^2 + b x + a <= cap, where the bytes grow
     if (c > 0) {
       const double disc = b * b - 4 * c * (a - cap);
@@ -239,7 +248,7 @@ int64_t BatchTrace::LargestWithin(uint64_t bytes, int64_t limit) const {
     } else {
       continue;
     }
-    best = std::min(best, static_cast<double>(curves_.at(0)) + x);
+    best = std::min(best, v0 + x);
   }
   return best < 1 ? 0 : static_cast<int64_t>(std::floor(best));
 }
@@ -275,30 +284,39 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config, All
   uint64_t peak_allocated = 0;
   size_t done = 0;     // requests made
   size_t at_peak = 0;  // requests up to the last one that raised the allocated peak
-  // One request: frees `freed`, or mallocs `bytes` into *made. False when it failed for good.
-  const auto request = [&](Handle freed, uint64_t bytes, Handle* made) {
-    ++done;
-    if (made == nullptr) {
-      alloc.Free(freed);
-      if (after != nullptr) after->emplace_back(alloc.stats().allocated, alloc.stats().reserved);
-      return true;
-    }
-    *made = alloc.Malloc(bytes);
+  // After each request, when the run is kept: the allocated and reserved bytes.
+  const auto note = [&]() __attribute__((always_inline)) {
     if (after != nullptr) after->emplace_back(alloc.stats().allocated, alloc.stats().reserved);
+  };
+  bool ok = true;  // false once a request failed for good
+  // The malloc of `bytes` failed for good: how far the step was from the budget, and why.
+  const auto ran_out = [&](uint64_t bytes) {
+    ok = false;
+    out.ran_out = true;
+    const uint64_t segment = AllocationSize(CachingAllocatorModel::RoundSize(bytes, config));
+    const Wide need = static_cast<Wide>(alloc.stats().reserved) + segment;
+    out.short_by = Saturate(need - static_cast<Wide>(config.capacity));
+    const Wide requested = static_cast<Wide>(alloc.stats().requested) + bytes;
+    out.overhead = Saturate(std::max<Wide>(need, config.capacity) - requested);
+  };
+  // One request each: a free, or a malloc (its handle; ran_out where it failed). Inline at each
+  // call: one lambda called for every request was about 7 % of a replay's instructions.
+  const auto free_one = [&](Handle freed) __attribute__((always_inline)) {
+    ++done;
+    alloc.Free(freed);
+    note();
+  };
+  const auto malloc_one = [&](uint64_t bytes) __attribute__((always_inline)) {
+    ++done;
+    const Handle made = alloc.Malloc(bytes);
+    note();
     if (alloc.oom()) {
-      out.ran_out = true;
-      const uint64_t segment = AllocationSize(CachingAllocatorModel::RoundSize(bytes, config));
-      const Wide need = static_cast<Wide>(alloc.stats().reserved) + segment;
-      out.short_by = Saturate(need - static_cast<Wide>(config.capacity));
-      const Wide requested = static_cast<Wide>(alloc.stats().requested) + bytes;
-      out.overhead = Saturate(std::max<Wide>(need, config.capacity) - requested);
-      return false;
-    }
-    if (alloc.stats().allocated > peak_allocated) {
+      ran_out(bytes);
+    } else if (alloc.stats().allocated > peak_allocated) {
       peak_allocated = alloc.stats().allocated;
       at_peak = done;
     }
-    return true;
+    return made;
   };
   LoopWatch watch;
   std::vector<uint64_t> state;
@@ -315,25 +333,29 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config, All
     peak_allocated = alloc.stats().allocated;
     at_peak = done;
   };
-  std::vector<Handle> handle(curves_.size(), -1);  // by malloc number
+  // By malloc number; each written by its malloc before it is read (FitOver keeps only traces
+  // whose frees follow their mallocs), so not filled first (filling it took 0.6 % of a search's
+  // instructions, most of it in probes that fail early).
+  const std::unique_ptr<Handle[]> handle = std::make_unique_for_overwrite<Handle[]>(curves_.size());
   std::vector<Handle> previous, own;
   size_t m = 0;
-  bool ok = true;
   for (size_t i = 0; ok && i < requests_.size(); ++i) {
     if (prefill_requests_ > 0 && i == prefill_requests_) prefill_done();
     if (loops_ && i == loop_begins_) {
-      previous.assign(handle.begin() + static_cast<ptrdiff_t>(previous_first_malloc_),
-                      handle.begin() + static_cast<ptrdiff_t>(loop_first_malloc_));
+      previous.assign(handle.get() + previous_first_malloc_, handle.get() + loop_first_malloc_);
       (void)repeats(kTracedIterations, previous);  // no iteration before it has a state
     }
     const AllocatorRequest& r = requests_[i];
-    ok = r.freed >= 0 ? request(handle[static_cast<size_t>(r.freed)], 0, nullptr)
-                      : request(-1, curves_.Bytes(m, v), &handle[m]);
-    m += r.freed < 0;
+    if (r.freed >= 0) {
+      free_one(handle[static_cast<size_t>(r.freed)]);
+    } else {
+      handle[m] = malloc_one(curves_.Bytes(m, v));
+      ++m;
+    }
   }
   if (ok && prefill_requests_ > 0 && prefill_requests_ == requests_.size()) prefill_done();
   if (ok && loops_) {
-    previous.assign(handle.begin() + static_cast<ptrdiff_t>(loop_first_malloc_), handle.end());
+    previous.assign(handle.get() + loop_first_malloc_, handle.get() + curves_.size());
     own.assign(previous.size(), -1);
     // Every iteration of the loop mallocs the same sizes: read off the curves once.
     std::vector<uint64_t> bytes(previous.size());
@@ -344,13 +366,13 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config, All
         const LoopRequest& q = loop_[i];
         switch (q.kind) {
           case LoopRequest::kMalloc:
-            ok = request(-1, bytes[q.r], &own[q.r]);
+            own[q.r] = malloc_one(bytes[q.r]);
             break;
           case LoopRequest::kFreeOwn:
-            ok = request(own[q.r], 0, nullptr);
+            free_one(own[q.r]);
             break;
           case LoopRequest::kFreePrevious:
-            ok = request(previous[q.r], 0, nullptr);
+            free_one(previous[q.r]);
             break;
         }
       }

@@ -153,6 +153,8 @@ class BatchTrace {
   // iteration frees a malloc older than the iteration before, its mallocs are not freed once each
   // by it or the next (CarriedMallocs), or the two iterations make different numbers of mallocs.
   bool FindLoop(size_t previous_begins, size_t last_begins);
+  // Fills alive_after_malloc_ from requests_ and curves_.
+  void SumAlive();
 
   std::vector<AllocatorRequest> requests_;  // at the first value traced
   base::SizeCurves curves_;                 // per malloc (base/size_curves.h)
@@ -166,6 +168,13 @@ class BatchTrace {
   size_t previous_first_malloc_ = 0;  // mallocs before the iteration before it
   std::vector<uint32_t> carried_;     // the loop's mallocs that outlive their iteration
   size_t most_alive_ = 0;
+  // After each malloc, in order: the requested bytes alive as c x^2 + b x + a in x = v - at(0),
+  // the sums of the alive curves' coefficients (what LargestWithin reads, for every budget it is
+  // asked: summed once, by FitOver).
+  struct Alive {
+    double a, b, c;
+  };
+  std::vector<Alive> alive_after_malloc_;
   size_t prefill_requests_ = 0;  // StepTrace::prefill_requests (0: no prefill)
   bool cache_emptied_ = false;
 };
