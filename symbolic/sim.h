@@ -287,8 +287,10 @@ class __attribute__((visibility("hidden"))) Sim {
   // The key a decode step's prefill runs under: its own, with this step's allocator budget.
   [[nodiscard]] SimulationKey PrefillKey(const memory::EstimationContext& prefill) const;
   // The size `recipe` reads in this context (after PrepareSizes or Prepare); nullopt for
-  // kUnknown. `traced`: the size where it was traced (kSame's).
-  std::optional<uint64_t> SizeOf(const SizeRecipe& recipe, uint64_t traced);
+  // kUnknown. `traced`: the size where it was traced (kSame's). Inline in Resized, its one
+  // caller, which asks it for every malloc of a trace.
+  [[gnu::always_inline]] inline std::optional<uint64_t> SizeOf(const SizeRecipe& recipe,
+                                                               uint64_t traced);
   // RunPrefill's forward: the weights, the forward over the prompt, the prompt freed.
   void PrefillForward();
   // The simulation run so far, written out: the estimate (peaks, breakdown at the device peak,
