@@ -1343,12 +1343,20 @@ using internal::Prefilled;
 using internal::Sim;
 using internal::TraceIsLongEnough;
 
+namespace {
+
+// `out`, a simulation `sim` ran, with what it saw of its budget (Simulation::budget).
+Result<Simulation> WithBudget(const Sim& sim, Result<Simulation> out) {
+  if (out.ok()) out->budget = {sim.ran_out(), sim.OutOfMemoryAt(), sim.retries()};
+  return out;
+}
+
+}  // namespace
+
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, const SimulationKey& key,
                             bool record_events) {
   Sim sim(ctx, key, record_events);
-  MEMEST_ASSIGN_OR_RETURN(Simulation out, sim.Run());
-  out.budget = {sim.ran_out(), sim.OutOfMemoryAt(), sim.retries()};
-  return out;
+  return WithBudget(sim, sim.Run());
 }
 
 Result<Simulation> Simulate(const memory::EstimationContext& ctx, bool record_events) {
@@ -1360,9 +1368,7 @@ Result<Simulation> SimulatePrefill(const memory::EstimationContext& ctx, bool re
   if (prefill == nullptr) return InvalidArgument("the step has no prefill before it");
   const SimulationKey key = SimulationKey::Of(*prefill);  // the Sim reads it by reference
   Sim sim(*prefill, key, record_events);
-  MEMEST_ASSIGN_OR_RETURN(Simulation out, sim.RunPrefillAlone());
-  out.budget = {sim.ran_out(), sim.OutOfMemoryAt(), sim.retries()};
-  return out;
+  return WithBudget(sim, sim.RunPrefillAlone());
 }
 
 namespace {
@@ -1390,9 +1396,7 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, const Simulati
   MEMEST_RETURN_IF_ERROR(CheckRunFits(ctx, key, run));
   Sim sim(ctx, key, /*record=*/false);
   sim.Follow(&run);
-  MEMEST_ASSIGN_OR_RETURN(Simulation out, sim.Run());
-  out.budget = {sim.ran_out(), sim.OutOfMemoryAt(), sim.retries()};
-  return out;
+  return WithBudget(sim, sim.Run());
 }
 
 Result<Simulation> SimulateFromTrace(const memory::EstimationContext& ctx, const SimulationKey& key,
@@ -1402,9 +1406,7 @@ Result<Simulation> SimulateFromTrace(const memory::EstimationContext& ctx, const
   MEMEST_ASSIGN_OR_RETURN(StepTrace sized, ResizeTraceOfShape(ctx, first, first_shape));
   Sim sim(ctx, key, /*record=*/false);
   sim.Follow(&run);
-  MEMEST_ASSIGN_OR_RETURN(Simulation out, sim.Described(sized));
-  out.budget = {sim.ran_out(), sim.OutOfMemoryAt(), sim.retries()};
-  return out;
+  return WithBudget(sim, sim.Described(sized));
 }
 
 AllocatorConfig StepAllocatorConfig(const Options& options, uint64_t budget) {
