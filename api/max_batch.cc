@@ -41,10 +41,10 @@
 //    the replay's allocated and reserved peaks (on many GPUs, each stage's device peak its
 //    replay's; each stage's estimate follows its replay at the answer,
 //    symbolic::EstimateFollowing, when the step there makes the replay's requests and repeats
-//    its iterations as traced, instead of running the allocator model a second time -- without a
-//    pipeline written from the first trace, which says where each request was made, where the step
-//    at the answer has the shape it had there, instead of walking the step: symbolic::
-//    EstimateFromTrace, the same estimate field for field), and the
+//    its iterations as traced, instead of running the allocator model a second time -- written
+//    from the first trace, each pipeline stage's from its own, which says where each request was
+//    made, where the step at the answer has the shape it had there, instead of walking the step:
+//    symbolic::EstimateFromTrace, the same estimate field for field), and the
 //    trace at the successor is on the curves (each malloc rounds to the same size) as far as the
 //    successor's replay ran -- to the request that failed, where its trace stops (TraceRequests'
 //    most_requests; past the traced iterations, the trace loops as the curves do) -- so the
@@ -1164,15 +1164,17 @@ std::optional<MaxBatchResult> ReplayLargestFitting(
       if (!traced) return std::nullopt;
       return std::move(traced->second.front());
     };
-    // The estimate at the answer that follows a stage's run there: without a pipeline, written
-    // from the first trace where the step has its shape there (symbolic::EstimateFromTrace), else
-    // by a walk that follows the run (symbolic::EstimateFollowing).
+    // The estimate at the answer that follows a stage's run there: written from the stage's first
+    // trace where its step has the shape it had there (symbolic::EstimateFromTrace), else by a
+    // walk that follows the run (symbolic::EstimateFollowing).
     auto follow = [&](const memory::EstimationContext& c,
                       const symbolic::AllocatorRun& run) -> Result<Estimate> {
-      if (stages == 1) {
-        const Result<std::vector<uint64_t>>& shape = first_shape(0);
+      const int s = c.stage();
+      if (s >= 0 && static_cast<size_t>(s) < stages) {
+        const Result<std::vector<uint64_t>>& shape = first_shape(s);
         if (shape.ok()) {
-          Result<Estimate> e = symbolic::EstimateFromTrace(c, kept.front().front(), *shape, run);
+          Result<Estimate> e =
+              symbolic::EstimateFromTrace(c, kept.front()[static_cast<size_t>(s)], *shape, run);
           if (e.ok()) return e;
         }
       }

@@ -17,9 +17,11 @@
 //    iteration so: StepTrace::last_repeated): the second's requests, their moments and relabels
 //    are the noted loop (loop_requests_ renamed as the trace's third iteration names them), which
 //    FollowLoopRest, LoopAtPeak and EndOfRun take from there exactly as after a walk.
-// A pipeline stage's step (pp > 1) or a step after a prefill, or a trace that walked its third
-// iteration, is left to the walk; on many GPUs otherwise the rank's states are prepared as the
-// walk prepares them (PrepareParallel), for the estimate reports them. Every request is still
+// A step after a prefill, or a trace that walked its third iteration, is left to the walk; on many
+// GPUs the rank's states are prepared as the walk prepares them (PrepareParallel), for the
+// estimate reports them, and a pipeline stage's step is written from that stage's own trace (its
+// received activations, the gradients it sends back and its other micro-batches in flight are
+// requests of that trace like any other). Every request is still
 // compared with the run's (FollowRequest), so a trace that is not the step's is refused, as a walk
 // that differs is. BatchTraceTest compares the two over the bundled models, the timm graphs and the
 // language models.
@@ -34,9 +36,8 @@ namespace memest::symbolic::internal {
 
 Result<Simulation> Sim::Described(const StepTrace& sized) {
   MEMEST_RETURN_IF_ERROR(StepModelled());
-  if (ctx_.prefill() != nullptr || staged_ || run_ == nullptr) {
-    return InvalidArgument(
-        "a pipeline stage's step or one after a prefill is simulated by its walk");
+  if (ctx_.prefill() != nullptr || run_ == nullptr) {
+    return InvalidArgument("a step after a prefill is simulated by its walk");
   }
   PrepareParallel();  // a rank's states, which the estimate reports (Written)
   const std::vector<AllocatorRequest>& requests = sized.requests;

@@ -27,8 +27,9 @@ Result<Estimate> EstimateFollowing(const memory::EstimationContext& ctx, const A
 // model and options but the searched value, whose ShapeOfStep was `first_shape` -- resized into
 // ctx, instead of a walk that follows run (symbolic/estimate_from_trace.cc): EstimateFollowing's,
 // field for field, where ctx's step has that shape. InvalidArgument where it has not, where the
-// step is a pipeline stage's or after a prefill, where the trace walked its last iteration, or
-// where the step's requests are not run's; the caller then follows run by a walk.
+// step is after a prefill, where the trace walked its last iteration, or where the step's
+// requests are not run's (a pipeline stage's: `first` must be that stage's trace); the caller then
+// follows run by a walk.
 Result<Estimate> EstimateFromTrace(const memory::EstimationContext& ctx, const StepTrace& first,
                                    const std::vector<uint64_t>& first_shape,
                                    const AllocatorRun& run);

@@ -991,9 +991,9 @@ std::string WholeEstimate(const Estimate& e) {
 // An estimate written from a trace (symbolic::EstimateFromTrace: the trace at `from` resized into
 // the context at `at`, each request followed through the run kept by a replay of the lines
 // through `from` and `far`) is the one a walk following that run makes
-// (symbolic::EstimateFollowing), to the last field -- also on many GPUs without a pipeline; where
-// the step is a pipeline stage's or after a prefill, or has another shape there, it refuses and
-// the walk is taken.
+// (symbolic::EstimateFollowing), to the last field -- also on many GPUs without a pipeline (each
+// pipeline stage's: EachStagesEstimateWrittenFromItsTraceIsItsWalks); where the step is after a
+// prefill, or has another shape there, it refuses and the walk is taken.
 struct FromTraces {
   int compared = 0, refused = 0;
 
@@ -1102,6 +1102,77 @@ TEST(BatchTraceTest, AnEstimateWrittenFromTheTraceIsTheWalksThatFollowsTheRun) {
   EXPECT_GE(bundled.compared, 15);
   EXPECT_EQ(timm.compared, 81);
   EXPECT_GE(lm.compared, 25);
+}
+
+// Each pipeline stage's estimate written from its own trace (its stage's requests, shape and run:
+// what the max-batch search keeps per stage) is the one its walk following that run makes, to
+// the last field: the activations a stage receives and the gradients it sends back, its other
+// micro-batches in flight, on two and four stages.
+TEST(BatchTraceTest, EachStagesEstimateWrittenFromItsTraceIsItsWalks) {
+  // (Each stage's micro-batches: at least as many as the stages, as the 1F1B schedule needs.)
+  const std::vector<std::pair<std::string, std::function<void(Options*)>>> plans = {
+      {"pp 2, 2 micro-batches",
+       [](Options* o) {
+         o->parallel.world_size = 2;
+         o->parallel.pp = 2;
+         o->micro_batches = 2;
+       }},
+      {"pp 2, 4 micro-batches",
+       [](Options* o) {
+         o->parallel.world_size = 2;
+         o->parallel.pp = 2;
+         o->micro_batches = 4;
+       }},
+      {"pp 4 over 8, zero-1",
+       [](Options* o) {
+         o->parallel.world_size = 8;
+         o->parallel.pp = 4;
+         o->parallel.sharding = Sharding::kZero1;
+         o->micro_batches = 4;
+       }},
+  };
+  auto model = Load(Source("datasets/models/gpt2_tiny_train.onnx"));
+  ASSERT_NE(model, nullptr);
+  int compared = 0;
+  for (const auto& [what, apply] : plans) {
+    Options from;
+    from.gpu = "h100-80gb";
+    apply(&from);
+    from.batch = 2 * from.micro_batches;
+    Options far = from, at = from;
+    far.batch = 16 * from.micro_batches;
+    at.batch = 10 * from.micro_batches;
+    auto traced_ctx = memory::EstimationContext::Make(*model, from);
+    auto far_ctx = memory::EstimationContext::Make(*model, far);
+    auto at_ctx = memory::EstimationContext::Make(*model, at);
+    ASSERT_TRUE(traced_ctx.ok()) << what << ": " << traced_ctx.status().ToString();
+    ASSERT_TRUE(far_ctx.ok() && at_ctx.ok()) << what;
+    const int stages = (*traced_ctx)->parallel().stages();
+    ASSERT_GT(stages, 1) << what;
+    for (int s = 0; s < stages; ++s) {
+      const std::string stage = what + " stage " + std::to_string(s);
+      for (auto* c : {&*traced_ctx, &*far_ctx, &*at_ctx}) (*c)->set_stage(s);
+      auto first = symbolic::TraceRequests(**traced_ctx);
+      auto far_trace = symbolic::TraceRequests(**far_ctx);
+      auto shape = symbolic::ShapeOfStep(**traced_ctx);
+      ASSERT_TRUE(first.ok() && far_trace.ok() && shape.ok()) << stage;
+      std::optional<BatchTrace> lines =
+          BatchTrace::Fit({{*from.batch, &*first}, {*far.batch, &*far_trace}});
+      ASSERT_TRUE(lines.has_value()) << stage;
+      symbolic::AllocatorRun run;
+      const auto r = lines->Run(
+          *at.batch, symbolic::StepAllocatorConfig(at, symbolic::StepBudget(**at_ctx)), &run);
+      ASSERT_FALSE(r.ran_out) << stage;
+      lines->ListRequests(*at.batch, &run);
+      auto followed = symbolic::EstimateFollowing(**at_ctx, run);
+      ASSERT_TRUE(followed.ok()) << stage << ": " << followed.status().ToString();
+      auto written = symbolic::EstimateFromTrace(**at_ctx, *first, *shape, run);
+      ASSERT_TRUE(written.ok()) << stage << ": " << written.status().ToString();
+      EXPECT_EQ(WholeEstimate(*written), WholeEstimate(*followed)) << stage;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 8);
 }
 
 // The shape tells a reshape that is a view from one that copies: X[N, 4, 8] transposed to
