@@ -235,10 +235,11 @@ Result<Simulation> Simulate(const memory::EstimationContext& ctx, const Simulati
 // walked in a context of the same model and options but the searched value, whose ShapeOfStep
 // was `first_shape`, resized into ctx (ResizeTraceOfShape: the walk's trace there, with where the
 // walk made each request), each request followed as the walk would make it. Exactly
-// Simulate(ctx, key, run) where ctx's step has that shape; InvalidArgument where it has not,
-// where the step is a pipeline stage's or after a prefill (left to the walk), where the trace did
-// not repeat its last iteration as noted (StepTrace::last_repeated), or where run is not the
-// step's or a request is not run's (as Simulate's).
+// Simulate(ctx, key, run) where ctx's step has that shape (a pipeline stage's: `first` is that
+// stage's trace); InvalidArgument where it has not, where the step is after a prefill (left to
+// the walk), where the trace did not repeat its last iteration as noted
+// (StepTrace::last_repeated), or where run is not the step's or a request is not run's (as
+// Simulate's).
 Result<Simulation> SimulateFromTrace(const memory::EstimationContext& ctx, const SimulationKey& key,
                                      const AllocatorRun& run, const StepTrace& first,
                                      const std::vector<uint64_t>& first_shape);
