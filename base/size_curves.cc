@@ -1,6 +1,8 @@
 // base/size_curves.cc -- sizes as polynomials in a searched value (policy in size_curves.h).
 #include "base/size_curves.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <limits>
 
 namespace memest::base {
@@ -94,22 +96,57 @@ SizeCurves::Curve SizeCurves::Parabola(const uint64_t s[3], Wide h01, Wide h12, 
   return OverDenominator<Wide>(s[0], rise * (den / h01), bend, den);
 }
 
+inline size_t SizeCurves::SlotOf(const Key& key) const {
+  uint64_t h = key[0] * 0x9e3779b97f4a7c15ull + key[1] * 0xc2b2ae3d27d4eb4full + key[2];
+  h = (h ^ (h >> 29)) * 0xff51afd7ed558ccdull;
+  return static_cast<size_t>(h ^ (h >> 32)) & (slots_.size() - 1);
+}
+
 bool SizeCurves::Add(std::span<const uint64_t> s) {
-  if (s.size() != traced_) return false;
-  for (size_t i = 0; i < traced_; ++i) {
-    if (s[i] >= kMostBytes || (i > 0 && s[i] < s[i - 1])) return false;
+  // Sizes that do not fall, below kMostBytes: the last one's bound is every one's.
+  if (traced_ < 2 || s.size() != traced_ || s[traced_ - 1] >= kMostBytes || s[1] < s[0] ||
+      (traced_ == 3 && s[2] < s[1])) {
+    return false;
   }
-  if (s[0] == s[traced_ - 1]) {  // the same size at every traced value (sizes do not fall)
+  const Key key{s[0], s[1], traced_ == 3 ? s[2] : 0};
+  size_t i = 0;  // the empty slot the probe ends at
+  if (!slots_.empty()) {
+    for (i = SlotOf(key); slots_[i] != 0; i = (i + 1) & (slots_.size() - 1)) {
+      if (keys_[slots_[i] - 1] == key) {
+        of_.push_back(slots_[i] - 1);
+        return true;
+      }
+    }
+  }
+  of_.push_back(NewCurve(key, i));
+  return true;
+}
+
+uint32_t SizeCurves::NewCurve(const Key& key, size_t slot) {
+  const auto d = static_cast<uint32_t>(curves_.size());
+  keys_.push_back(key);
+  if (key[0] == key[traced_ - 1]) {  // the same size at every traced value (sizes do not fall)
     Curve flat;
-    flat.first = s[0];
+    flat.first = key[0];
     flat.narrow = true;
     curves_.push_back(flat);
-    return true;
+  } else {
+    const Wide h01 = v_[1] - v_[0];
+    curves_.push_back(traced_ == 2 ? Line(key[0], key[1], static_cast<int64_t>(h01))
+                                   : Parabola(key.data(), h01, v_[2] - v_[1], den_));
   }
-  const Wide h01 = v_[1] - v_[0];
-  curves_.push_back(traced_ == 2 ? Line(s[0], s[1], static_cast<int64_t>(h01))
-                                 : Parabola(s.data(), h01, v_[2] - v_[1], den_));
-  return true;
+  if (2 * curves_.size() <= slots_.size()) {  // at most half full: it takes the probe's slot
+    slots_[slot] = d + 1;
+    return d;
+  }
+  // Twice as many slots, every curve placed again.
+  slots_.assign(std::max<size_t>(64, 2 * slots_.size()), 0);
+  for (uint32_t c = 0; c < curves_.size(); ++c) {
+    size_t i = SlotOf(keys_[c]);
+    while (slots_[i] != 0) i = (i + 1) & (slots_.size() - 1);
+    slots_[i] = c + 1;
+  }
+  return d;
 }
 
 uint64_t SizeCurves::WideBytes(const Curve& c, int64_t v) const {
@@ -121,7 +158,7 @@ uint64_t SizeCurves::WideBytes(const Curve& c, int64_t v) const {
 }
 
 double SizeCurves::Growth(size_t j, int64_t v) const {
-  const Curve& c = curves_[j];
+  const Curve& c = curves_[of_[j]];
   return c.slope1 + c.slope2 * static_cast<double>(2 * v - v_[0] - v_[1]);
 }
 

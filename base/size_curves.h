@@ -16,9 +16,14 @@
 //  * A size that is neither a line nor a parabola (a workspace that is a fraction of its operands)
 //    is off its curve elsewhere; the callers compare a trace at another value with the curves
 //    before they trust them there.
+//  * Sizes equal at every traced value have one curve: a training step's requests repeat the same
+//    sizes layer after layer and iteration after iteration, so each size added names its curve,
+//    each curve is fitted once, and a caller reading every size at one value can read each
+//    curve there once (DistinctBytes).
 #ifndef MEMEST_BASE_SIZE_CURVES_H_
 #define MEMEST_BASE_SIZE_CURVES_H_
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -39,20 +44,24 @@ class SizeCurves {
   // (or to its square) puts size 0; nullopt otherwise.
   [[nodiscard]] static std::optional<SizeCurves> Over(std::span<const int64_t> at);
 
-  // Adds the curve through sizes[i] at at(i), one size per traced value. False, and nothing
-  // added, when the sizes are not one per traced value, or a size is kMostBytes or more or falls
-  // as the value grows.
+  // Adds the curve through sizes[i] at at(i), one size per traced value: size j, numbered in the
+  // order added (sizes equal to an earlier Add's share its curve). False, and nothing added, when
+  // the sizes are not one per traced value, or a size is kMostBytes or more or falls as the value
+  // grows.
   [[nodiscard]] bool Add(std::span<const uint64_t> sizes);
 
-  void Reserve(size_t n) { curves_.reserve(n); }
-  size_t size() const { return curves_.size(); }
+  void Reserve(size_t n) { of_.reserve(n); }
+  size_t size() const { return of_.size(); }  // the sizes added
   size_t traced() const { return traced_; }
   int64_t at(size_t i) const { return v_[i]; }
+  // The distinct curves, numbered in the order first added, and size j's among them.
+  size_t distinct() const { return curves_.size(); }
+  [[nodiscard]] uint32_t DistinctOf(size_t j) const { return of_[j]; }
 
-  // Curve j's bytes at value v in [0, kMostValue] (where the 128-bit arithmetic cannot
+  // Distinct curve d's bytes at value v in [0, kMostValue] (where the 128-bit arithmetic cannot
   // overflow), rounded down (0 where the polynomial is negative).
-  [[nodiscard]] uint64_t Bytes(size_t j, int64_t v) const {
-    const Curve& c = curves_[j];
+  [[nodiscard]] uint64_t DistinctBytes(size_t d, int64_t v) const {
+    const Curve& c = curves_[d];
     if (c.narrow && v >= 1 && v <= kMostValue) {  // (inline: the searches read every curve often)
       const int64_t x = v - v_[0];
       const int64_t bytes = static_cast<int64_t>(c.first) + c.d1 * x + c.d2 * x * (v - v_[1]);
@@ -60,12 +69,14 @@ class SizeCurves {
     }
     return WideBytes(c, v);
   }
-  // Curve j's growth per unit of the value at v (in doubles, for guesses that need no exactness).
+  // Size j's bytes at value v: its distinct curve's.
+  [[nodiscard]] uint64_t Bytes(size_t j, int64_t v) const { return DistinctBytes(of_[j], v); }
+  // Size j's growth per unit of the value at v (in doubles, for guesses that need no exactness).
   [[nodiscard]] double Growth(size_t j, int64_t v) const;
-  // Curve j as first + d1 x + d2 x (x - h) in x = v - at(0), h = at(1) - at(0), in doubles.
-  [[nodiscard]] double First(size_t j) const { return static_cast<double>(curves_[j].first); }
-  [[nodiscard]] double D1(size_t j) const { return curves_[j].slope1; }
-  [[nodiscard]] double D2(size_t j) const { return curves_[j].slope2; }
+  // Size j as first + d1 x + d2 x (x - h) in x = v - at(0), h = at(1) - at(0), in doubles.
+  [[nodiscard]] double First(size_t j) const { return static_cast<double>(curves_[of_[j]].first); }
+  [[nodiscard]] double D1(size_t j) const { return curves_[of_[j]].slope1; }
+  [[nodiscard]] double D2(size_t j) const { return curves_[of_[j]].slope2; }
 
  private:
   using Wide = __int128;
@@ -93,8 +104,17 @@ class SizeCurves {
   template <typename Int>
   static Curve OverDenominator(uint64_t first, Int d1_num, Int d2_num, Int den);
   uint64_t WideBytes(const Curve& c, int64_t v) const;  // Bytes() in 128 bits
+  using Key = std::array<uint64_t, 3>;                  // a curve's traced_ sizes, 0 past them
+  // Fits the curve through `key`, which no curve passes through yet, and places it in `slot`
+  // (where the probe for it ended) or in a table grown for it. Returns its number.
+  uint32_t NewCurve(const Key& key, size_t slot);
+  size_t SlotOf(const Key& key) const;  // where a probe for a curve starts
 
-  std::vector<Curve> curves_;
+  std::vector<Curve> curves_;  // distinct
+  std::vector<uint32_t> of_;   // per size added: its curve
+  std::vector<Key> keys_;      // per curve: the sizes it passes through
+  // Open addressing over keys_: 1 + a curve's number, 0 for an empty slot; at most half full.
+  std::vector<uint32_t> slots_;
   size_t traced_ = 0;
   int64_t v_[3] = {0, 0, 0};
   // (v1 - v0)(v2 - v1)(v2 - v0) through three traces, v1 - v0 through two

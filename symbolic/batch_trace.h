@@ -155,6 +155,8 @@ class BatchTrace {
   bool FindLoop(size_t previous_begins, size_t last_begins);
   // Fills alive_after_malloc_ from requests_ and curves_.
   void SumAlive();
+  // Each distinct curve's bytes at v (curves_.DistinctBytes), by its number.
+  [[nodiscard]] std::vector<uint64_t> DistinctAt(int64_t v) const;
 
   std::vector<AllocatorRequest> requests_;  // at the first value traced
   base::SizeCurves curves_;                 // per malloc (base/size_curves.h)

@@ -107,6 +107,38 @@ TEST(SizeCurvesTest, ARationalCurveIsReadRoundedDown) {
   EXPECT_EQ(c->Bytes(1, SizeCurves::kMostValue), UINT64_MAX);
 }
 
+// Sizes added again (a step's layers and iterations repeat theirs) share the curve of their first
+// Add: one curve per distinct sizes, however many are added and in whatever order, each size read
+// back as its own curve's -- past the first table's 32 curves, so the table grows on the way.
+TEST(SizeCurvesTest, EqualSizesShareOneCurveAndReadAsTheirOwn) {
+  const int64_t at[] = {2, 7, 30};
+  auto c = SizeCurves::Over(at);
+  ASSERT_TRUE(c.has_value());
+  // Size k of 300 distinct ones: 512 (k + 1) v + 64 k v^2, flat for every tenth.
+  const auto size = [](uint64_t k, int64_t v) {
+    const auto x = static_cast<uint64_t>(v);
+    return k % 10 == 0 ? 4096 * (k + 1) : 512 * (k + 1) * x + 64 * k * x * x;
+  };
+  std::vector<uint64_t> added;  // which distinct size each Add was
+  for (uint64_t round = 0; round < 3; ++round) {
+    for (uint64_t j = 0; j < 300; ++j) {
+      const uint64_t k = round == 1 ? 299 - j : j;  // the second round backwards
+      const uint64_t s[] = {size(k, at[0]), size(k, at[1]), size(k, at[2])};
+      ASSERT_TRUE(c->Add(s));
+      added.push_back(k);
+    }
+  }
+  EXPECT_EQ(c->size(), 900u);
+  EXPECT_EQ(c->distinct(), 300u);
+  for (size_t j = 0; j < added.size(); ++j) {
+    EXPECT_EQ(c->DistinctOf(j), c->DistinctOf(added[j])) << j;  // the first round's k is size k
+    for (int64_t v : {1, 30, 1000}) {
+      ASSERT_EQ(c->Bytes(j, v), size(added[j], v)) << j << " " << v;
+      ASSERT_EQ(c->DistinctBytes(c->DistinctOf(j), v), size(added[j], v)) << j << " " << v;
+    }
+  }
+}
+
 // Values out of order or out of range, sizes that fall or are too large: no curves.
 TEST(SizeCurvesTest, RefusesWhatItsArithmeticDoesNotCover) {
   const int64_t unordered[] = {5, 5};
