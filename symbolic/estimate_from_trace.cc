@@ -49,11 +49,14 @@ Result<Simulation> Sim::Described(const StepTrace& sized) {
         "the trace does not make its last iteration as the loop repeats the one before, or does "
         "not say where its requests were made");
   }
-  // Per malloc, by number: its bytes and its category now.
-  std::vector<uint64_t> bytes_of;
-  std::vector<Category> category_of;
-  bytes_of.reserve(sized.recipes.size());
-  category_of.reserve(sized.recipes.size());
+  // Per malloc, by number: its bytes and its category now; the first `walked` are the mallocs so
+  // far. (Sized once, for every malloc of the trace: a push per malloc was a call each.)
+  struct Made {
+    uint64_t bytes = 0;
+    Category category = Category::kWeights;
+  };
+  std::vector<Made> made_of(sized.recipes.size());
+  size_t walked = 0;
   // Where the walk is, from a request's or a relabel's moment; at an iteration's first, the one
   // before ends (Iteration()) and the loop's noting begins with the second (StartNotingLoop).
   auto move_to = [&](const TracedMoment& m) {
@@ -73,19 +76,19 @@ Result<Simulation> Sim::Described(const StepTrace& sized) {
     // The relabels made before request i.
     for (; relabel < sized.relabels.size() && sized.relabels[relabel].before <= i; ++relabel) {
       const TracedRelabel& r = sized.relabels[relabel];
-      if (r.at.iteration > kNoted || r.malloc < 0 ||
-          static_cast<size_t>(r.malloc) >= bytes_of.size() || r.to >= memory::kNumCategories) {
+      if (r.at.iteration > kNoted || r.malloc < 0 || static_cast<size_t>(r.malloc) >= walked ||
+          r.to >= memory::kNumCategories) {
         return InvalidArgument("a relabel names no tensor of the walked iterations");
       }
       move_to(r.at);
       const auto m = static_cast<size_t>(r.malloc);
-      const Category from = category_of[m], to = static_cast<Category>(r.to);
+      const Category from = made_of[m].category, to = static_cast<Category>(r.to);
       if (iteration_ == kNoted) {
-        loop_relabels_.push_back({static_cast<uint32_t>(i - second), from, to, bytes_of[m]});
+        loop_relabels_.push_back({static_cast<uint32_t>(i - second), from, to, made_of[m].bytes});
       }
-      live_[from] -= bytes_of[m];
-      live_[to] += bytes_of[m];
-      category_of[m] = to;
+      live_[from] -= made_of[m].bytes;
+      live_[to] += made_of[m].bytes;
+      made_of[m].category = to;
       NoteLargest(to);
     }
     if (i == third) break;
@@ -98,18 +101,20 @@ Result<Simulation> Sim::Described(const StepTrace& sized) {
     uint64_t bytes = q.bytes;
     Category c = static_cast<Category>(where.category);
     if (q.freed < 0) {
-      bytes_of.push_back(bytes);
-      category_of.push_back(c);
+      if (walked == made_of.size()) {
+        return InvalidArgument("request " + std::to_string(i) + " is a malloc past the trace's");
+      }
+      made_of[walked++] = {bytes, c};
       live_[c] += bytes;
       ++mallocs_;
       FollowRequest(q);
       NoteMallocMoments(c);
     } else {
-      if (static_cast<size_t>(q.freed) >= bytes_of.size()) {
+      if (static_cast<size_t>(q.freed) >= walked) {
         return InvalidArgument("request " + std::to_string(i) + " frees no earlier malloc");
       }
-      bytes = bytes_of[static_cast<size_t>(q.freed)];
-      c = category_of[static_cast<size_t>(q.freed)];
+      bytes = made_of[static_cast<size_t>(q.freed)].bytes;
+      c = made_of[static_cast<size_t>(q.freed)].category;
       live_[c] -= bytes;
       FollowRequest(q);
       NoteCachedFree();
