@@ -1068,7 +1068,8 @@ std::optional<MaxBatchResult> ReplayLargestFitting(
       const auto resize = [&first](const memory::EstimationContext& ctx,
                                    size_t s) -> Result<symbolic::StepTrace> {
         if (s >= first.size()) return InvalidArgument("no first trace of this stage");
-        return symbolic::ResizeTrace(ctx, first[s]);
+        return symbolic::ResizeTrace(ctx, first[s], std::numeric_limits<size_t>::max(),
+                                     symbolic::TraceKept::kRequests);
       };
       return keep_at(v, i, TracesAt(model, options, set, v, resize));
     };
@@ -1155,7 +1156,8 @@ std::optional<MaxBatchResult> ReplayLargestFitting(
         auto resized = TracesAt(
             model, options, set, v,
             [&](const memory::EstimationContext& c, size_t) {
-              return symbolic::ResizeTraceOfShape(c, whole, *shape, prefix);
+              return symbolic::ResizeTraceOfShape(c, whole, *shape, prefix,
+                                                  symbolic::TraceKept::kRequests);
             },
             s);
         if (resized) return std::move(resized->second.front());

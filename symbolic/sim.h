@@ -77,8 +77,10 @@ struct Prefilled {
 
 // The first `most_requests` requests of `whole` (a whole trace, TraceRequests') as a walk that
 // makes no more than those would trace them: what that walk notes where an iteration or the step
-// after a prefill begins is unset when it stopped before there.
-[[nodiscard]] StepTrace FirstRequestsOf(const StepTrace& whole, size_t most_requests);
+// after a prefill begins is unset when it stopped before there. With TraceKept::kRequests, no
+// moments, relabels or recipes.
+[[nodiscard]] StepTrace FirstRequestsOf(const StepTrace& whole, size_t most_requests,
+                                        TraceKept kept = TraceKept::kWhole);
 
 // Thrown by a trace that has made the requests it was asked for (TraceRequests' most_requests),
 // to leave the walk wherever it is; caught by TraceRequests. Not a std::exception, so that
@@ -146,7 +148,7 @@ class __attribute__((visibility("hidden"))) Sim {
   Result<Simulation> RunPrefillAlone();
   // ResizeTrace (symbolic/timeline.h): `traced`'s first `most_requests` requests (FirstRequestsOf),
   // its mallocs sized in this Sim's context.
-  Result<StepTrace> Resized(const StepTrace& traced, size_t most_requests);
+  Result<StepTrace> Resized(const StepTrace& traced, size_t most_requests, TraceKept kept);
   // ShapeOfStep (symbolic/step_shape.cc): appends to *words what the walk decides by in this Sim's
   // context besides sizes.
   Status AppendShape(std::vector<uint64_t>* words);

@@ -92,12 +92,12 @@ Result<std::vector<uint64_t>> ShapeOfStep(const memory::EstimationContext& ctx) 
 
 Result<StepTrace> ResizeTraceOfShape(const memory::EstimationContext& ctx, const StepTrace& traced,
                                      const std::vector<uint64_t>& traced_shape,
-                                     size_t most_requests) {
+                                     size_t most_requests, TraceKept kept) {
   MEMEST_ASSIGN_OR_RETURN(std::vector<uint64_t> shape, ShapeOfStep(ctx));
   if (shape != traced_shape) {
     return InvalidArgument("the step here has another shape than where it was traced");
   }
-  return ResizeTrace(ctx, traced, most_requests);
+  return ResizeTrace(ctx, traced, most_requests, kept);
 }
 
 }  // namespace memest::symbolic

@@ -1176,23 +1176,36 @@ Result<Simulation> Sim::Run() {
   return Written();
 }
 
-StepTrace FirstRequestsOf(const StepTrace& whole, size_t most_requests) {
-  if (most_requests >= whole.requests.size()) return whole;
+StepTrace FirstRequestsOf(const StepTrace& whole, size_t most_requests, TraceKept kept) {
+  const bool all = most_requests >= whole.requests.size();
+  if (all && kept == TraceKept::kWhole) return whole;
+  most_requests = std::min(most_requests, whole.requests.size());
   // The walk stops as its request most_requests is made (TraceIsLongEnough): what it notes at
   // the start of an iteration it did not reach stays unset.
   StepTrace out;
   out.requests.assign(whole.requests.begin(),
                       whole.requests.begin() + static_cast<ptrdiff_t>(most_requests));
-  size_t mallocs = 0;
-  for (const AllocatorRequest& r : out.requests) mallocs += r.freed < 0;
-  out.recipes.assign(
-      whole.recipes.begin(),
-      whole.recipes.begin() + static_cast<ptrdiff_t>(std::min(mallocs, whole.recipes.size())));
-  out.moments.assign(whole.moments.begin(),
-                     whole.moments.begin() +
-                         static_cast<ptrdiff_t>(std::min(most_requests, whole.moments.size())));
-  for (const TracedRelabel& r : whole.relabels) {
-    if (r.before < most_requests) out.relabels.push_back(r);
+  if (kept == TraceKept::kWhole) {
+    size_t mallocs = 0;
+    for (const AllocatorRequest& r : out.requests) mallocs += r.freed < 0;
+    out.recipes.assign(
+        whole.recipes.begin(),
+        whole.recipes.begin() + static_cast<ptrdiff_t>(std::min(mallocs, whole.recipes.size())));
+    out.moments.assign(whole.moments.begin(),
+                       whole.moments.begin() +
+                           static_cast<ptrdiff_t>(std::min(most_requests, whole.moments.size())));
+    for (const TracedRelabel& r : whole.relabels) {
+      if (r.before < most_requests) out.relabels.push_back(r);
+    }
+  }
+  if (all) {  // every request: what the whole trace notes, as it is
+    out.previous_begins = whole.previous_begins;
+    out.last_begins = whole.last_begins;
+    out.loops = whole.loops;
+    out.last_repeated = whole.last_repeated;
+    out.prefill_requests = whole.prefill_requests;
+    out.cache_emptied = whole.cache_emptied;
+    return out;
   }
   if (whole.previous_begins < most_requests) out.previous_begins = whole.previous_begins;
   if (whole.last_begins < most_requests) {
@@ -1254,7 +1267,7 @@ std::optional<uint64_t> Sim::SizeOf(const SizeRecipe& r, uint64_t traced) {
   return std::nullopt;
 }
 
-Result<StepTrace> Sim::Resized(const StepTrace& traced, size_t most_requests) {
+Result<StepTrace> Sim::Resized(const StepTrace& traced, size_t most_requests, TraceKept kept) {
   MEMEST_RETURN_IF_ERROR(PrepareSizes());
   // A decode step's trace starts with its prefill's requests, whose sizes the prefill's own
   // context gives (an inference pass's, as Run's prefill is).
@@ -1268,7 +1281,7 @@ Result<StepTrace> Sim::Resized(const StepTrace& traced, size_t most_requests) {
   } else if (traced.prefill_requests > 0) {
     return InvalidArgument("the trace has a prefill's requests and the step no prefill");
   }
-  StepTrace out = FirstRequestsOf(traced, most_requests);
+  StepTrace out = FirstRequestsOf(traced, most_requests, kept);
   size_t malloc = 0;
   for (size_t i = 0; i < out.requests.size(); ++i) {
     AllocatorRequest& r = out.requests[i];
@@ -1442,11 +1455,11 @@ Result<StepTrace> TracePrefillRequests(const memory::EstimationContext& prefill,
 }
 
 Result<StepTrace> ResizeTrace(const memory::EstimationContext& ctx, const StepTrace& traced,
-                              size_t most_requests) {
+                              size_t most_requests, TraceKept kept) {
   SimulationKey key = SimulationKey::Of(ctx);  // the Sim reads its options by reference
   key.iterations = kTracedIterations;
   StepTrace unused;  // a trace's Sim: no allocator model is set up
-  return Sim(ctx, key, /*record=*/false, &unused).Resized(traced, most_requests);
+  return Sim(ctx, key, /*record=*/false, &unused).Resized(traced, most_requests, kept);
 }
 
 Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx, size_t most_requests,

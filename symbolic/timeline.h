@@ -274,9 +274,13 @@ Result<StepTrace> TraceRequests(const memory::EstimationContext& ctx,
 // decode step after its prefill, the prefill's requests sized in ctx.prefill(). InvalidArgument
 // where a malloc's recipe reads nothing in ctx or a size of 0 (the walk there makes no such
 // request).
-// With `most_requests`, its first requests only, as a walk that stops there traces them.
+// With `most_requests`, its first requests only, as a walk that stops there traces them. With
+// `kept` TraceKept::kRequests, where each request was made (moments, relabels) and the recipes are
+// left out: what curves through the trace, or a comparison with them, read.
+enum class TraceKept { kWhole, kRequests };
 Result<StepTrace> ResizeTrace(const memory::EstimationContext& ctx, const StepTrace& traced,
-                              size_t most_requests = std::numeric_limits<size_t>::max());
+                              size_t most_requests = std::numeric_limits<size_t>::max(),
+                              TraceKept kept = TraceKept::kWhole);
 // What the walk of the step in `ctx` (on its pipeline stage) decides by besides the sizes it
 // allocates -- which values share storage, what each node saves, which sizes are 0 (requests the
 // walk skips), the checkpoint, the loss; symbolic/step_shape.cc lists it. Two contexts of one
@@ -291,7 +295,8 @@ Result<std::vector<uint64_t>> ShapeOfStep(const memory::EstimationContext& ctx);
 // ResizeTrace refuses.
 Result<StepTrace> ResizeTraceOfShape(const memory::EstimationContext& ctx, const StepTrace& traced,
                                      const std::vector<uint64_t>& traced_shape,
-                                     size_t most_requests = std::numeric_limits<size_t>::max());
+                                     size_t most_requests = std::numeric_limits<size_t>::max(),
+                                     TraceKept kept = TraceKept::kWhole);
 // The first `most_requests` requests of a decode step's trace (TraceRequests over a context with
 // a prefill) where they are all its prefill's, from the prefill's context alone (`prefill`: what
 // EstimationContext::prefill() would be, made over memory::PrefillOptions): the step's own graph
