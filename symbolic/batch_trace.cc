@@ -288,7 +288,13 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config, All
   CachingAllocatorModel& alloc = *on;
   alloc.Reset(config);
   std::vector<std::pair<uint64_t, uint64_t>>* after = kept ? &kept->after : nullptr;
-  if (after != nullptr) after->clear();
+  if (after != nullptr) {
+    // Room for the traced requests and two of the loop's iterations at once: grown one push at a
+    // time, the vector's moves were 1.4 % of a search's instructions
+    // (vit_relpos_medium_patch16_cls_224).
+    after->clear();
+    after->reserve(requests_.size() + 2 * loop_.size());
+  }
   alloc.Reserve(2 * most_alive_ + 64);
   uint64_t peak_allocated = 0;
   size_t done = 0;     // requests made
