@@ -23,8 +23,10 @@ std::optional<LoopRepeat> LoopWatch::Starts(int it, std::vector<uint64_t>* words
     if (candidate_ == *words) return LoopRepeat{candidate_at_, it};
     candidate_at_ = 0;
   }
-  const Print print = Fingerprint(*words);
-  if (candidate_at_ == 0) {
+  // The states older than the last two, by fingerprint (each taken as it leaves recent_): a loop
+  // of one or two iterations, the common one, is seen before any is taken.
+  if (candidate_at_ == 0 && !prints_.empty()) {
+    const Print print = Fingerprint(*words);
     for (auto seen = prints_.rbegin(); seen != prints_.rend(); ++seen) {
       if (seen->first < it - 2 && seen->second == print) {
         candidate_at_ = it;
@@ -34,8 +36,8 @@ std::optional<LoopRepeat> LoopWatch::Starts(int it, std::vector<uint64_t>* words
       }
     }
   }
-  prints_.emplace_back(it, print);
   std::pair<int, std::vector<uint64_t>>& slot = recent_[it % 2];
+  if (slot.first > 0) prints_.emplace_back(slot.first, Fingerprint(slot.second));
   slot.first = it;
   std::swap(slot.second, *words);
   return std::nullopt;

@@ -11,7 +11,8 @@
 //  * States are compared word for word. The last two are kept whole: the caching allocator
 //    settles into a loop of one or two iterations (a buffer freed and made again each iteration
 //    alternates between two places). Of the older ones only a fingerprint is kept (two 64-bit
-//    hashes); when one matches, the state is kept whole and compared, word for word, with the
+//    hashes, taken as a state leaves the last two, so that a loop seen among the last two takes
+//    none); when one matches, the state is kept whole and compared, word for word, with the
 //    state as many iterations later (a loop of four: gradient accumulation over two
 //    micro-batches). A fingerprint only ever decides what to compare.
 //  * An iteration whose requests every later one makes again (LoopRequest) frees only its own
@@ -76,7 +77,7 @@ class LoopWatch {
   static Print Fingerprint(const std::vector<uint64_t>& words);
 
   std::pair<int, std::vector<uint64_t>> recent_[2];  // the last two, by it % 2 (0: none)
-  std::vector<std::pair<int, Print>> prints_;        // every state seen
+  std::vector<std::pair<int, Print>> prints_;        // every state older than the last two
   // A state whose fingerprint an older one had, kept whole to be compared `period` later.
   int candidate_at_ = 0, period_ = 0;
   std::vector<uint64_t> candidate_;
