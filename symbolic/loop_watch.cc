@@ -16,8 +16,8 @@ LoopWatch::Print LoopWatch::Fingerprint(const std::vector<uint64_t>& words) {
 }
 
 std::optional<LoopRepeat> LoopWatch::Starts(int it, std::vector<uint64_t>* words) {
-  for (const auto& [earlier, state] : recent_) {
-    if (earlier > 0 && state == *words) return LoopRepeat{earlier, it};
+  for (const Recent& r : recent_) {
+    if (r.it > 0 && r.words == *words) return LoopRepeat{r.it, it};
   }
   if (candidate_at_ > 0 && it == candidate_at_ + period_) {
     if (candidate_ == *words) return LoopRepeat{candidate_at_, it};
@@ -25,10 +25,11 @@ std::optional<LoopRepeat> LoopWatch::Starts(int it, std::vector<uint64_t>* words
   }
   // The states older than the last two, by fingerprint (each taken as it leaves recent_): a loop
   // of one or two iterations, the common one, is seen before any is taken.
+  std::optional<Print> print;  // this state's, once taken
   if (candidate_at_ == 0 && !prints_.empty()) {
-    const Print print = Fingerprint(*words);
+    print = Fingerprint(*words);
     for (auto seen = prints_.rbegin(); seen != prints_.rend(); ++seen) {
-      if (seen->first < it - 2 && seen->second == print) {
+      if (seen->first < it - 2 && seen->second == *print) {
         candidate_at_ = it;
         period_ = it - seen->first;
         candidate_ = *words;
@@ -36,10 +37,12 @@ std::optional<LoopRepeat> LoopWatch::Starts(int it, std::vector<uint64_t>* words
       }
     }
   }
-  std::pair<int, std::vector<uint64_t>>& slot = recent_[it % 2];
-  if (slot.first > 0) prints_.emplace_back(slot.first, Fingerprint(slot.second));
-  slot.first = it;
-  std::swap(slot.second, *words);
+  Recent& slot = recent_[it % 2];
+  if (slot.it > 0)
+    prints_.emplace_back(slot.it, slot.print ? *slot.print : Fingerprint(slot.words));
+  slot.it = it;
+  slot.print = print;
+  std::swap(slot.words, *words);
   return std::nullopt;
 }
 

@@ -76,8 +76,14 @@ class LoopWatch {
   };
   static Print Fingerprint(const std::vector<uint64_t>& words);
 
-  std::pair<int, std::vector<uint64_t>> recent_[2];  // the last two, by it % 2 (0: none)
-  std::vector<std::pair<int, Print>> prints_;        // every state older than the last two
+  // The last two states, by it % 2 (it 0: none), with a fingerprint where one was taken.
+  struct Recent {
+    int it = 0;
+    std::vector<uint64_t> words;
+    std::optional<Print> print;
+  };
+  Recent recent_[2];
+  std::vector<std::pair<int, Print>> prints_;  // every state older than the last two
   // A state whose fingerprint an older one had, kept whole to be compared `period` later.
   int candidate_at_ = 0, period_ = 0;
   std::vector<uint64_t> candidate_;
