@@ -159,7 +159,7 @@ class BatchTrace {
   [[nodiscard]] std::vector<uint64_t> DistinctAt(int64_t v) const;
 
   std::vector<AllocatorRequest> requests_;  // at the first value traced
-  base::SizeCurves curves_;                 // per malloc (base/size_curves.h)
+  base::SizeCurves curves_;                 // per malloc, equal ones shared (base/size_curves.h)
   bool loops_ = false;
   // The loop's requests: the last traced iteration's (a malloc's curve is
   // loop_first_malloc_ + r).
