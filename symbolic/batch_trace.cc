@@ -377,8 +377,9 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config, All
     own.assign(previous.size(), -1);
     // Every iteration of the loop mallocs the same sizes: read off the curves once.
     std::vector<uint64_t> bytes(previous.size());
-    for (size_t r = 0; r < bytes.size(); ++r)
+    for (size_t r = 0; r < bytes.size(); ++r) {
       bytes[r] = at_v[curves_.DistinctOf(loop_first_malloc_ + r)];
+    }
     for (int it = kTracedIterations + 1; ok && !repeats(it, previous); ++it) {
       if (it > kMostIterations) break;
       for (size_t i = 0; ok && i < loop_.size(); ++i) {

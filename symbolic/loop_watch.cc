@@ -38,8 +38,9 @@ std::optional<LoopRepeat> LoopWatch::Starts(int it, std::vector<uint64_t>* words
     }
   }
   Recent& slot = recent_[it % 2];
-  if (slot.it > 0)
+  if (slot.it > 0) {
     prints_.emplace_back(slot.it, slot.print ? *slot.print : Fingerprint(slot.words));
+  }
   slot.it = it;
   slot.print = print;
   std::swap(slot.words, *words);

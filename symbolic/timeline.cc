@@ -1198,22 +1198,15 @@ StepTrace FirstRequestsOf(const StepTrace& whole, size_t most_requests, TraceKep
       if (r.before < most_requests) out.relabels.push_back(r);
     }
   }
-  if (all) {  // every request: what the whole trace notes, as it is
-    out.previous_begins = whole.previous_begins;
-    out.last_begins = whole.last_begins;
-    out.loops = whole.loops;
-    out.last_repeated = whole.last_repeated;
-    out.prefill_requests = whole.prefill_requests;
-    out.cache_emptied = whole.cache_emptied;
-    return out;
-  }
-  if (whole.previous_begins < most_requests) out.previous_begins = whole.previous_begins;
-  if (whole.last_begins < most_requests) {
+  // What the trace notes before its request `cut` (with every request: all it notes).
+  const size_t cut = all ? SIZE_MAX : most_requests;
+  if (whole.previous_begins < cut) out.previous_begins = whole.previous_begins;
+  if (whole.last_begins < cut) {
     out.last_begins = whole.last_begins;
     out.loops = whole.loops;
     out.last_repeated = whole.last_repeated;
   }
-  if (whole.prefill_requests < most_requests) {
+  if (whole.prefill_requests < cut) {
     out.prefill_requests = whole.prefill_requests;
     out.cache_emptied = whole.cache_emptied;
   }
