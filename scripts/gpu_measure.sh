@@ -6,7 +6,8 @@
 #     bash scripts/gpu_measure.sh
 # with the Debian .debs carried in .debs/ (see docs/measurement.md for the list). What it does:
 #   1. records the machine (nvidia-smi, torch, CUDA, ABI, protobuf exports) in $OUT/env.txt;
-#   2. unpacks .debs/*.deb into $DEPS (protobuf, ONNX, fmt, nlohmann-json, CLI11, Eigen);
+#   2. unpacks .debs/*.deb into $DEPS (protobuf, ONNX, fmt, nlohmann-json, CLI11, Eigen, Boost's
+#      headers);
 #   3. configures and builds memest-measure and memest-zoo with the pip LibTorch (CUDA on,
 #      sm_90), protobuf before ONNX before Torch, into $BUILD;
 #   4. smoke-tests one CUDA row ($OUT/smoke.jsonl);
@@ -89,7 +90,7 @@ MULTIARCH=x86_64-linux-gnu
 export LD_LIBRARY_PATH="$DEPS/usr/lib/$MULTIARCH:$DEPS/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$DEPS/usr/bin:/usr/local/cuda/bin:$PATH"
 for need in usr/include/google/protobuf usr/include/onnx usr/include/nlohmann usr/include/fmt \
-            usr/include/CLI usr/include/eigen3; do
+            usr/include/CLI usr/include/eigen3 usr/include/boost/container; do
   [ -e "$DEPS/$need" ] || die "$DEPS/$need is missing: a .deb is not carried (docs/measurement.md)"
 done
 
