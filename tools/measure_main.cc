@@ -674,6 +674,33 @@ Status PrepareOutput(const std::string& path) {
   return Status::Ok();
 }
 
+// The last lines a child wrote to stderr (at most `max_lines` non-empty lines, `max_chars`
+// characters), joined by " | "; "" when it wrote nothing. A child killed by a signal or a timeout
+// writes no row, so these lines are all that says why (an uncaught exception's what(), say).
+std::string StderrTail(const std::string& err, size_t max_lines = 3, size_t max_chars = 600) {
+  std::vector<std::string> lines;
+  size_t end = err.size();
+  while (end > 0 && lines.size() < max_lines) {
+    const size_t start = err.rfind('\n', end - 1);
+    const size_t from = start == std::string::npos ? 0 : start + 1;
+    std::string line = err.substr(from, end - from);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (!line.empty()) lines.insert(lines.begin(), std::move(line));
+    if (start == std::string::npos) break;
+    end = start;
+  }
+  std::string tail;
+  for (const std::string& line : lines) tail += (tail.empty() ? "" : " | ") + line;
+  if (tail.size() > max_chars) tail = "..." + tail.substr(tail.size() - max_chars);
+  return tail;
+}
+
+// "; its stderr ended: ..." for a failure message, or "" when the child wrote nothing there.
+std::string StderrNote(const std::string& err) {
+  const std::string tail = StderrTail(err);
+  return tail.empty() ? "" : "; its stderr ended: " + tail;
+}
+
 // One configuration measured, in this process or (--isolate, the default) in a child with a
 // timeout: its row line, or "" with *failure saying why.
 std::string MeasureConfig(const Config& c, const RunSettings& s, const SweepSettings& sw,
@@ -694,12 +721,12 @@ std::string MeasureConfig(const Config& c, const RunSettings& s, const SweepSett
     }
     row = child->out;
     if (child->timed_out) {
-      *failure = fmt::format("timed out after {} s", sw.row_timeout_s);
+      *failure = fmt::format("timed out after {} s{}", sw.row_timeout_s, StderrNote(child->err));
       return "";
     }
     if (child->signal != 0) {
-      *failure = fmt::format("the run was killed by signal {} ({})", child->signal,
-                             strsignal(child->signal));
+      *failure = fmt::format("the run was killed by signal {} ({}){}", child->signal,
+                             strsignal(child->signal), StderrNote(child->err));
       return "";
     }
     if (row.empty()) {

@@ -441,10 +441,12 @@ std::string MeasureTool() {
   return (fs::path(MEMEST_CLI_PATH).parent_path() / "memest-measure").string();
 }
 
-int RunTool(const std::string& args, const TempDir& dir, std::string* out) {
+// `env`: assignments put before the command ("NAME=value ...").
+int RunTool(const std::string& args, const TempDir& dir, std::string* out,
+            const std::string& env = "") {
   const std::string out_file = dir.path() + "/stdout.txt";
-  const std::string cmd =
-      MeasureTool() + " " + args + " > " + out_file + " 2> " + dir.path() + "/stderr.txt";
+  const std::string cmd = (env.empty() ? "" : env + " ") + MeasureTool() + " " + args + " > " +
+                          out_file + " 2> " + dir.path() + "/stderr.txt";
   const int status = std::system(cmd.c_str());
   *out = memest::testing::ReadFileBytes(out_file);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -511,6 +513,36 @@ TEST(MeasureToolTest, SweepWritesOneRowPerConfigurationAndResumes) {
   EXPECT_EQ(Lines(memest::testing::ReadFileBytes(dir.path() + "/rows.jsonl")).size(), 3u);
   ASSERT_EQ(RunTool(args + " --retry-errors", dir, &out), 0);
   EXPECT_EQ(Lines(memest::testing::ReadFileBytes(dir.path() + "/rows.jsonl")).size(), 4u);
+}
+
+// A child that dies by a signal writes no row; the error row keeps the last lines of its stderr
+// (an uncaught exception's what()), the only account of why. The shim (tests/shims/) makes the
+// child abort the way the GPU runs' children did.
+TEST(MeasureToolTest, AChildKilledBySignalLeavesItsStderrInTheRow) {
+#if !defined(MEMEST_ABORT_CHILD_SHIM) || defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "no shim (or ASan, which must come first among preloaded libraries)";
+#else
+  if (!fs::exists(MeasureTool())) GTEST_SKIP() << "memest-measure not built";
+  TempDir dir;
+  const std::string mlp = std::string(MEMEST_SOURCE_DIR) + "/datasets/models/mlp_small_train.onnx";
+  dir.WriteFile("manifest.jsonl",
+                "{\"model\": \"" + mlp + "\", \"batch\": 2, \"iterations\": 1}\n");
+  std::string out;
+  ASSERT_EQ(RunTool("--sweep " + dir.path() + "/manifest.jsonl --out " + dir.path() +
+                        "/rows.jsonl --device cpu",
+                    dir, &out,
+                    std::string("MEMEST_TEST_ABORT_CHILD=1 LD_PRELOAD=") + MEMEST_ABORT_CHILD_SHIM),
+            0)
+      << memest::testing::ReadFileBytes(dir.path() + "/stderr.txt");
+  const auto rows = Lines(memest::testing::ReadFileBytes(dir.path() + "/rows.jsonl"));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_TRUE(ValidateRow(rows[0]).ok()) << ValidateRow(rows[0]).ToString();
+  const Json row = Json::parse(rows[0]);
+  EXPECT_EQ(row["status"], "error");
+  EXPECT_EQ(row["error"].get<std::string>(),
+            "the run was killed by signal 6 (Aborted); its stderr ended: terminate called after "
+            "throwing an instance of 'c10::Error' |   what():  shim abort");
+#endif
 }
 
 // --shard I/N splits a manifest by row id, the same way on every run, into N disjoint parts that
