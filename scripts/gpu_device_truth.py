@@ -33,9 +33,18 @@ What it measures, one JSON object per line on stdout of the orchestrator (and in
                 orchestrators share the GPU (each with its own --out).
   kind=lm_trace (--lm-trace CONFIG:ATTENTION:PRECISION:BxS,...): one training row run with the
                 caching allocator's history recorded; the snapshot goes to OUT/trace-N.pickle.gz.
+  kind=rnn (--suite rnn): what one recurrent layer (nn.LSTM / nn.GRU, batch-first, cuDNN) holds
+                in training, per shape and dtype of rnn_specs(): the allocator's peak during the
+                forward, what the forward leaves allocated beyond its outputs (what autograd keeps:
+                cuDNN's reserve, a weight buffer), the peak during the backward beyond the gradients
+                it returns; with the weights flattened into one buffer (`flat`, as a module keeps
+                them) and as separate tensors (as memest-measure passes an ONNX graph's, which makes
+                PyTorch copy them into a buffer each call). The rule for LSTM/GRU is to be stated
+                from these (memest warns recurrent_layers until then).
 
 Usage (on the device machine, from the repository root):
   python3 scripts/gpu_device_truth.py --out "$OUT" --deadline 430
+  python3 scripts/gpu_device_truth.py --suite rnn --out "$OUT" --deadline 240
   python3 scripts/gpu_device_truth.py --suite lm --out "$OUT" --deadline 330 --cap-gib 36
 A later call goes on where an earlier one's deadline stopped it: copy that call's results.jsonl into
 the checkout (an untracked folder travels with it) and add --resume FILE (the context and conv
@@ -677,6 +686,86 @@ def lm_tasks(stop_at, cap, total, configs=None, train_shapes=None, prefill=True,
     return tasks
 
 
+# --- kind=rnn ---------------------------------------------------------------------------------
+def rnn_specs(mode, dtype):
+    """The shapes of one rnn task: hidden sizes off and on powers of two, the zoo's input widths,
+    short and long sequences, small and large batches, one and two directions."""
+    return [{"mode": mode, "dtype": dtype, "hidden": h, "input": i, "seq": q, "batch": b, "dirs": d}
+            for h in (61, 256, 2048) for i in (64, 300) for q in (32, 128) for b in (64, 1024)
+            for d in (1, 2)]
+
+
+def rnn_call(torch, spec, flat, device):
+    """One training forward of a single recurrent layer: (run, inputs) where run() gives
+    (y, states) and inputs are the tensors gradients are asked for (x and the weights)."""
+    dtype = getattr(torch, spec["dtype"])
+    cls = torch.nn.LSTM if spec["mode"] == "lstm" else torch.nn.GRU
+    mod = cls(spec["input"], spec["hidden"], batch_first=True,
+              bidirectional=spec["dirs"] == 2).to(device=device, dtype=dtype)
+    x = torch.randn(spec["batch"], spec["seq"], spec["input"], device=device, dtype=dtype,
+                    requires_grad=True)
+    if flat:
+        return (lambda: mod(x)), [x] + list(mod.parameters())
+    # Separate weight tensors (not views of one buffer): PyTorch's cuDNN path copies them into a
+    # weight buffer on every call, as it does for memest-measure's ONNX weights.
+    params = [p.detach().clone().requires_grad_() for p in mod._flat_weights]
+    h0 = torch.zeros(spec["dirs"], spec["batch"], spec["hidden"], device=device, dtype=dtype)
+    if spec["mode"] == "lstm":
+        def run():
+            y, hy, cy = torch._VF.lstm(x, (h0, h0), params, True, 1, 0.0, True,
+                                       spec["dirs"] == 2, True)
+            return y, (hy, cy)
+    else:
+        def run():
+            return torch._VF.gru(x, h0, params, True, 1, 0.0, True, spec["dirs"] == 2, True)
+    return run, [x] + params
+
+
+def nbytes(tensors):
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def rnn_once(torch, spec, flat):
+    run, inputs = rnn_call(torch, spec, flat, "cuda")
+    y, states = run()  # warm-up: cuDNN's plans and handles, not measured
+    del y, states
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    y, states = run()
+    torch.cuda.synchronize()
+    states = list(states) if isinstance(states, tuple) else [states]
+    outputs = nbytes([y] + states)
+    fwd_peak = torch.cuda.max_memory_allocated() - base
+    held = torch.cuda.memory_allocated() - base - outputs
+    gy = torch.randn_like(y)
+    torch.cuda.synchronize()
+    base2 = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    grads = torch.autograd.grad(y, inputs, gy)
+    torch.cuda.synchronize()
+    res = {"output_bytes": int(outputs), "forward_peak": int(fwd_peak), "held": int(held),
+           "backward_peak": int(torch.cuda.max_memory_allocated() - base2),
+           "grad_bytes": int(nbytes(grads)), "weight_bytes": int(nbytes(inputs[1:])),
+           "input_bytes": int(nbytes(inputs[:1]))}
+    del y, states, gy, grads, inputs, run
+    return res
+
+
+def task_rnn(task):
+    import torch
+    for spec in rnn_specs(task["mode"], task["dtype"]):
+        for flat in (True, False):
+            rec = dict(spec, kind="rnn", flat=flat, cudnn=torch.backends.cudnn.version())
+            try:
+                rec.update(rnn_once(torch, spec, flat))
+            except Exception as e:  # noqa: BLE001
+                rec["error"] = repr(e)[:300]
+            gc.collect()
+            torch.cuda.empty_cache()
+            emit(rec)
+
+
 def task_fake(task):
     """MEMEST_DEVICE_TRUTH_FAKE=1: stub rows, to test the orchestrator on a machine without a GPU."""
     kind = task["task"]
@@ -703,7 +792,7 @@ def worker_main(task_json):
         return
     fn = {"env": task_env, "context": task_context, "conv": task_conv, "train": task_train,
           "lm_train": task_lm_train, "lm_prefill": task_lm_prefill,
-          "lm_trace": task_lm_trace, "lm_decode": task_lm_decode}[task["task"]]
+          "lm_trace": task_lm_trace, "lm_decode": task_lm_decode, "rnn": task_rnn}[task["task"]]
     try:
         fn(task)
     except Exception as e:  # noqa: BLE001 -- the orchestrator records the failure as a row
@@ -805,9 +894,10 @@ def main():
         return
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
-    ap.add_argument("--suite", choices=("vision", "lm"), default="vision",
+    ap.add_argument("--suite", choices=("vision", "lm", "rnn"), default="vision",
                     help="vision: context, conv and the timm/torchvision models; lm: the"
-                         " Hugging Face decoders of LM_CONFIGS (training and prefill)")
+                         " Hugging Face decoders of LM_CONFIGS (training and prefill); rnn: one"
+                         " LSTM/GRU layer's memory over rnn_specs()")
     ap.add_argument("--lm-configs", default="", help="lm: tests/data/hf files, comma-separated")
     ap.add_argument("--lm-train-shapes", default="",
                     help="lm: BATCHxSEQ,... for the training rows (default LM_TRAIN_SHAPES)")
@@ -860,6 +950,21 @@ def main():
         slots = args.slots
     print(f"GPU {env['gpu']} {total / GIB:.1f} GiB; per-process NVML {env.get('per_process_nvml')};"
           f" {slots} workers at a cap of {args.cap_gib} GiB", flush=True)
+
+    if args.suite == "rnn":
+        # The allocator's statistics are per process: workers may share the GPU.
+        pool.slots = args.slots or 4
+        pool.worker_timeout = 300
+        for mode in ("lstm", "gru"):
+            for dtype in ("float32", "bfloat16", "float16"):
+                if time.time() > t0 + args.deadline:
+                    pool.record({"kind": "rnn", "mode": mode, "dtype": dtype,
+                                 "status": "not_started"})
+                    continue
+                pool.start({"task": "rnn", "mode": mode, "dtype": dtype})
+        pool.drain(t0 + args.hard_stop)
+        print(f"done in {time.time() - t0:.0f} s", flush=True)
+        return
 
     if args.suite == "lm":
         pool.slots = slots
