@@ -226,6 +226,10 @@ CONV_SHAPES = [
 ]
 
 
+def nbytes(tensors):
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def conv_once(torch, F, shape, dtype):
     _, n, c, h, w, k, r, stride, pad, groups = shape
     x = torch.randn(n, c, h, w, device="cuda", dtype=dtype, requires_grad=True)
@@ -235,7 +239,7 @@ def conv_once(torch, F, shape, dtype):
     torch.cuda.reset_peak_memory_stats()
     y = F.conv2d(x, wt, None, stride, pad, 1, groups)
     torch.cuda.synchronize()
-    out_bytes = y.numel() * y.element_size()
+    out_bytes = nbytes([y])
     fwd = torch.cuda.max_memory_allocated() - base - out_bytes
     gy = torch.randn_like(y)
     torch.cuda.synchronize()
@@ -243,10 +247,10 @@ def conv_once(torch, F, shape, dtype):
     torch.cuda.reset_peak_memory_stats()
     gx, gw = torch.autograd.grad(y, (x, wt), gy)
     torch.cuda.synchronize()
-    grad_bytes = gx.numel() * gx.element_size() + gw.numel() * gw.element_size()
+    grad_bytes = nbytes([gx, gw])
     bwd = torch.cuda.max_memory_allocated() - base2 - grad_bytes
     res = {"fwd_workspace": int(fwd), "bwd_workspace": int(bwd), "output_bytes": int(out_bytes),
-           "input_bytes": int(x.numel() * x.element_size()), "reserved": torch.cuda.memory_reserved()}
+           "input_bytes": int(nbytes([x])), "reserved": torch.cuda.memory_reserved()}
     del x, wt, y, gy, gx, gw
     return res
 
@@ -719,10 +723,6 @@ def rnn_call(torch, spec, flat, device):
         def run():
             return torch._VF.gru(x, h0, params, True, 1, 0.0, True, spec["dirs"] == 2, True)
     return run, [x] + params
-
-
-def nbytes(tensors):
-    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def rnn_once(torch, spec, flat):
