@@ -163,14 +163,14 @@ class Accounting {
   // Inference: per node, the storage roots whose last use (by any alias) it is; graph outputs
   // kept to the end are in none.
   std::vector<std::vector<int>> LastUses() const;
-  // Node k's outputs nobody keeps, its workspace and its cuDNN workspace `conv_ws`.
+  // Node k's outputs nobody keeps, its workspace and its cuDNN workspace `cudnn_ws`.
   // `saved_here`: the values node k saves (a few; no order).
   template <bool kParts>
-  Transient ForwardTransient(const core::Node& n, size_t k, uint64_t conv_ws,
+  Transient ForwardTransient(const core::Node& n, size_t k, uint64_t cudnn_ws,
                              std::span<const int> saved_here) const;
   // The gradients node k's backward holds at once, with its workspaces.
   template <bool kParts>
-  Transient BackwardTransient(const core::Node& n, size_t k, uint64_t conv_ws) const;
+  Transient BackwardTransient(const core::Node& n, size_t k, uint64_t cudnn_ws) const;
   // Many GPUs: the rank's sharded states, DDP buckets and NCCL buffers (memory/parallel.h).
   // Sets t's states and NCCL buffers; returns the host bytes (ZeRO's offload), 0 on one GPU.
   uint64_t ShardStates(const memory::StepTemporaries& temps, StepTerms* t) const;
@@ -504,10 +504,10 @@ class Accounting::SavedSet {
 };
 
 template <bool kParts>
-Accounting::Transient Accounting::ForwardTransient(const core::Node& n, size_t k, uint64_t conv_ws,
+Accounting::Transient Accounting::ForwardTransient(const core::Node& n, size_t k, uint64_t cudnn_ws,
                                                    std::span<const int> saved_here) const {
   Transient t;
-  t.Add(SatAdd(facts_.Workspace(k), conv_ws));
+  t.Add(SatAdd(facts_.Workspace(k), cudnn_ws));
   // (a quantized weight's dequantization: a weight's size)
   const uint64_t dequantized = weights_.forward_transient(k);
   t.Add(dequantized, {kParts ? dequantized : 0, 0});
@@ -523,7 +523,7 @@ Accounting::Transient Accounting::ForwardTransient(const core::Node& n, size_t k
 
 template <bool kParts>
 Accounting::Transient Accounting::BackwardTransient(const core::Node& n, size_t k,
-                                                    uint64_t conv_ws) const {
+                                                    uint64_t cudnn_ws) const {
   // A fused attention chain's backward is one kernel call (ops/fusion.h), run at its last node:
   // the gradients of the chain's own outputs and of its inputs from outside, all at once.
   Transient grad;
@@ -552,7 +552,7 @@ Accounting::Transient Accounting::BackwardTransient(const core::Node& n, size_t 
       }
     }
   }
-  if (grad.bytes > 0) grad.Add(SatAdd(conv_ws, facts_.BackwardWorkspace(k)));
+  if (grad.bytes > 0) grad.Add(SatAdd(cudnn_ws, facts_.BackwardWorkspace(k)));
   if (!n.inputs.empty() && facts_.requires_grad(n.inputs[0])) {
     const uint64_t dequantized = weights_.backward_transient(k);
     grad.Add(dequantized, {kParts ? dequantized : 0, 0});
@@ -604,10 +604,10 @@ Accounting::Activations Accounting::SavedAndTransientsOf(StepTerms* terms) const
         saved.Bytes(copy, seg, s.value, node, PartsIf<kParts>(s.value, copy));
       }
     }
-    const uint64_t conv_ws =
-        memory::ConvWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces);
-    const Transient fwd = ForwardTransient<kParts>(n, k, conv_ws, saved_here);
-    const Transient bwd = BackwardTransient<kParts>(n, k, conv_ws);
+    const uint64_t cudnn_ws =
+        memory::CudnnWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces);
+    const Transient fwd = ForwardTransient<kParts>(n, k, cudnn_ws, saved_here);
+    const Transient bwd = BackwardTransient<kParts>(n, k, cudnn_ws);
     const uint64_t forward = fwd.bytes, backward = bwd.bytes;
     terms->AddTransient(forward, fwd.parts);
     terms->AddTransient(backward, bwd.parts);
@@ -730,7 +730,7 @@ Result<Estimate> Accounting::Infer(const GpuProfile& gpu, StepTerms* terms) {
     const core::Node& n = g_.nodes[k];
     const uint64_t ws =
         SatAdd(SatAdd(facts_.Workspace(k),
-                      memory::ConvWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces)),
+                      memory::CudnnWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces)),
                weights_.forward_transient(k));
     for (int out : n.outputs) {
       if (out >= 0 && facts_.root(out) == out) make(out);  // views: no new memory

@@ -57,6 +57,7 @@ const std::vector<std::string_view> kStackKeys = {"name",
                                                   "library_memory",
                                                   "conv_workspace",
                                                   "conv_workspace_pointwise",
+                                                  "rnn_workspace",
                                                   "bands",
                                                   "calibration"};
 const std::vector<std::string_view> kStackKeysV1 = {
@@ -219,6 +220,11 @@ Result<StackProfile> ReadStack(const JsonFields& f, const json& s, const std::st
     MEMEST_ASSIGN_OR_RETURN(st.conv_workspace_pointwise,
                             ReadCoefficient(f, s, "conv_workspace_pointwise", where));
   }
+  if (s.contains("rnn_workspace")) {  // optional: files written before it was measured lack it
+    MEMEST_ASSIGN_OR_RETURN(st.rnn_workspace, ReadCoefficient(f, s, "rnn_workspace", where));
+  } else {
+    st.rnn_workspace = {0, "not in the stack file: no recurrent-layer workspace", false};
+  }
   MEMEST_ASSIGN_OR_RETURN(st.bands, ReadBands(f, s, where));
   if (auto c = s.find("calibration"); c != s.end()) {
     if (!c->is_object()) return f.Error(where + ".calibration: not an object");
@@ -370,6 +376,7 @@ std::string StackProfileToJson(const StackProfile& s) {
                 {"library_memory", base::BytesJson(s.library_memory)},
                 {"conv_workspace", CoefficientJson(s.conv_workspace)},
                 {"conv_workspace_pointwise", CoefficientJson(s.conv_workspace_pointwise)},
+                {"rnn_workspace", CoefficientJson(s.rnn_workspace)},
                 {"bands", bands}};
   if (!replicates.empty()) stack["also_measured_on"] = replicates;
   if (!s.calibration_json.empty()) {

@@ -359,10 +359,10 @@ Result<Options> PrefillOptions(const Options& step) {
   return o;
 }
 
-// Recurrent layers in a training step: the LSTM/GRU/RNN rule (ops/rules.cc, SaveRecurrent) counts
-// the layer's inputs, outputs and one gate buffer per step, less than PyTorch keeps (cuDNN's
-// reserve and workspace, the weights flattened into one buffer per call); measured, not yet
-// modelled, so the estimate says so with the measured size of the miss.
+// Recurrent layers in a training step: the LSTM/GRU rules (ops/rules.cc, SaveRecurrent; the
+// stack's rnn_workspace, memory/device.h) are measured on one software stack and one GPU, and
+// scored on 91 generated RNNs there; the warning gives those figures, and says when the stack in
+// use has no measured workspace (the estimate then leaves it out).
 void AddRecurrentDiagnostics(const EstimationContext& ctx, Estimate* e) {
   if (ctx.options().mode != Mode::kTrain) return;
   const core::Graph& g = *ctx.bound().graph;
@@ -370,16 +370,20 @@ void AddRecurrentDiagnostics(const EstimationContext& ctx, Estimate* e) {
     return n.op_type == "LSTM" || n.op_type == "GRU" || n.op_type == "RNN";
   });
   if (recurrent == 0) return;
-  e->diagnostics.push_back(
-      {Severity::kWarning, "recurrent_layers",
-       std::to_string(recurrent) +
-           " LSTM/GRU/RNN node(s) in a training step: the estimate under-counts what PyTorch "
-           "keeps for recurrent layers (cuDNN's reserve and workspace, a flattened copy of the "
-           "weights). On an H200 the device peak of 91 generated RNNs measured a median 1.28 "
-           "times the symbolic estimate and up to 3.28 times, under on 87 of them "
-           "(datasets/measured/gpu-h200.jsonl, 2026-12-04); on the CPU harness up to 1.40 times "
-           "at tensor level. Keep a margin (--safety-margin) or measure (memest-measure)",
-       "", ""});
+  std::string message =
+      std::to_string(recurrent) +
+      " LSTM/GRU/RNN node(s) in a training step: cuDNN's reserve and workspace for them are "
+      "measured on one stack (h200-pytorch2.11-lazy: an H200, PyTorch 2.11, cuDNN 9.19; "
+      "docs/memory-model.md section 2.6). Under it, the device peak of 91 generated RNNs measured "
+      "0.50 to 1.80 times the symbolic estimate (median 0.99; under on 44 of them; "
+      "datasets/measured/gpu-h200.jsonl).";
+  if (ctx.stack().rnn_workspace.value <= 0) {
+    message += " The stack in use (" + ctx.stack().name +
+               ") has no measured recurrent-layer workspace, so the estimate leaves it out (up to "
+               "9 times a layer's output on the H200).";
+  }
+  message += " Keep a margin (--safety-margin) or measure (memest-measure)";
+  e->diagnostics.push_back({Severity::kWarning, "recurrent_layers", message, "", ""});
 }
 
 void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {

@@ -61,10 +61,28 @@ uint64_t ConvWorkspaceRule(const StackProfile& stack, const ConvCall& call) {
   return Scale(bytes, c.value);
 }
 
+uint64_t RecurrentWorkspaceRule(const StackProfile& stack, const RecurrentCall& call) {
+  const double c = stack.rnn_workspace.value;
+  if (c <= 0 || call.hidden == 0) return 0;
+  constexpr uint64_t kSmallestHidden = 256;  // smaller hidden sizes took as much (policy)
+  const double widen = static_cast<double>(std::max(call.hidden, kSmallestHidden)) /
+                       static_cast<double>(call.hidden);
+  return Scale(call.output_bytes, c * widen);
+}
+
+namespace {
+
+uint64_t RecurrentWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& facts,
+                                 const core::Node& node) {
+  if (node.inputs.size() < 2 || node.outputs.empty()) return 0;
+  const auto dims =
+      ops::RecurrentDimsOf(node, facts.dims(node.inputs[0]), facts.dims(node.inputs[1]));
+  if (!dims) return 0;
+  return RecurrentWorkspaceRule(stack, {facts.bytes(node.outputs[0]), dims->hidden});
+}
+
 uint64_t ConvWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& facts,
-                            const core::Node& node, size_t index, bool library_workspaces) {
-  const ops::OpRule* rule = facts.rule(index);
-  if (!library_workspaces || rule == nullptr || !rule->uses_cudnn_conv) return 0;
+                            const core::Node& node) {
   const int x = node.inputs.empty() ? -1 : node.inputs[0];
   const int w = node.inputs.size() < 2 ? -1 : node.inputs[1];
   const int y = node.outputs.empty() ? -1 : node.outputs[0];
@@ -81,6 +99,17 @@ uint64_t ConvWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& fa
   const uint64_t cast = w >= 0 ? facts.amp_cast_bytes(w) : 0;
   call.weight_bytes = cast > 0 ? cast : facts.bytes(w);
   return ConvWorkspaceRule(stack, call);
+}
+
+}  // namespace
+
+uint64_t CudnnWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& facts,
+                             const core::Node& node, size_t index, bool library_workspaces) {
+  const ops::OpRule* rule = facts.rule(index);
+  if (!library_workspaces || rule == nullptr) return 0;
+  if (rule->uses_cudnn_conv) return ConvWorkspaceBytes(stack, facts, node);
+  if (rule->uses_cudnn_rnn) return RecurrentWorkspaceBytes(stack, facts, node);
+  return 0;
 }
 
 ops::FusionChoices KernelChoices(const Options& o, const GpuProfile& gpu) {

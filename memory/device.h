@@ -1,5 +1,6 @@
 // memory/device.h -- device level: what a process holds besides the caching allocator's
-// reserve, the cuDNN convolution workspaces, and the interval; stated once for every backend.
+// reserve, the cuDNN convolution and recurrent-layer workspaces, and the interval; stated once
+// for every backend.
 //
 //   peak_device = CUDA context + library memory (outside the allocator; the stack's values)
 //               + peak reserved (the backend's; it includes the workspaces below)
@@ -20,6 +21,16 @@
 //    and depthwise 0 -- the workspace of converting input, output and weight to the layout the
 //    chosen kernel reads (memory-model.md §2.5). Forward and backward calls take the same size;
 //    benchmark=True probing (a first-call spike) is not modelled. An uncalibrated stack has 0.
+//  * A cuDNN recurrent layer (ONNX LSTM, GRU, RNN) likewise: its forward call and its backward
+//    each allocate a workspace through the caching allocator and free it when the call returns
+//    (aten/src/ATen/native/cudnn/RNN.cpp, _cudnn_rnn and _cudnn_rnn_backward; cuDNN gives the
+//    size, cudnnGetRNNTempSpaceSizes). The rule (RecurrentWorkspaceRule):
+//      workspace = rnn_workspace x output bytes x max(hidden, 256) / hidden
+//    the output being Y, [steps, directions, batch, hidden] in the layer's run-time precision.
+//    Measured on an H200 with cuDNN 9.19 (datasets/h200-torch211/rnn-truth.jsonl;
+//    tests/unit/recurrent_rule_test.cc): 9.1, the largest ratio over calls of 64 MiB or more;
+//    hidden sizes below 256 took as much as 256. What the layer keeps for its backward (cuDNN's
+//    reserve) is a saved tensor of the op rule (ops/rules.cc, SaveRecurrent), not a workspace.
 //  * The interval: a backend that has its own (learned) keeps it; otherwise, when the stack has
 //    a residual band measured for this backend on held-out rows, device_low/high =
 //    peak_device x (1 + band). A band is never borrowed from another backend.
@@ -71,10 +82,20 @@ struct ConvCall {
 // The rule: the workspace one call allocates under `stack` (policy above).
 uint64_t ConvWorkspaceRule(const StackProfile& stack, const ConvCall& call);
 
-// The workspace one cuDNN call of convolution node `node` allocates (0 when the node is not a
-// convolution, the stack's coefficient for its kind is 0, or workspaces are off).
-uint64_t ConvWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& facts,
-                            const core::Node& node, size_t index, bool library_workspaces);
+// One cuDNN recurrent-layer call, as the rule sees it.
+struct RecurrentCall {
+  uint64_t output_bytes = 0;  // Y at run-time precision
+  uint64_t hidden = 0;
+};
+
+// The rule: the workspace one recurrent-layer call allocates under `stack` (policy above).
+uint64_t RecurrentWorkspaceRule(const StackProfile& stack, const RecurrentCall& call);
+
+// The workspace one cuDNN call of node `node` allocates: a convolution's (ConvWorkspaceRule) or
+// a recurrent layer's (RecurrentWorkspaceRule); 0 for any other node, when the stack's
+// coefficient is 0, when a size is unknown, or when workspaces are off.
+uint64_t CudnnWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& facts,
+                             const core::Node& node, size_t index, bool library_workspaces);
 
 // Which exported chains run as fused kernels under these options on this GPU (memest/options.h:
 // fused_kernels, Attention; ops/fusion.h), and the attention policy every attention call's kernel

@@ -75,6 +75,35 @@ int64_t IntOf(const onnx::AttributeProto* a, int64_t def) {
 int64_t IntAttr(const core::Node& n, std::string_view name, int64_t def) {
   return IntOf(FindAttr(n, name), def);
 }
+
+std::optional<RecurrentDims> RecurrentDimsOf(const core::Node& node, core::MaybeDims x,
+                                             core::MaybeDims w) {
+  if (!x || !w || x->size() != 3 || w->size() != 3) return std::nullopt;
+  // Rows of W per direction, in units of hidden: the gates of one step.
+  const int64_t gates = node.op_type == "LSTM" ? 4 : node.op_type == "GRU" ? 3 : 1;
+  const bool batch_first = IntAttr(node, "layout", 0) == 1;
+  const int64_t steps = (*x)[batch_first ? 1 : 0], batch = (*x)[batch_first ? 0 : 1];
+  const int64_t dirs = (*w)[0], rows = (*w)[1];
+  if (steps < 0 || batch < 0 || dirs < 0 || rows < 0 || rows % gates != 0) return std::nullopt;
+  return RecurrentDims{static_cast<uint64_t>(steps), static_cast<uint64_t>(batch),
+                       static_cast<uint64_t>(dirs), static_cast<uint64_t>(rows / gates)};
+}
+
+std::optional<uint64_t> RecurrentReserveBytes(const core::Node& node, core::MaybeDims x,
+                                              core::MaybeDims w, uint64_t elem_size) {
+  const auto d = RecurrentDimsOf(node, x, w);
+  if (!d) return std::nullopt;
+  // Per step and once, in units of batch x directions x hidden (SaveRecurrent's policy).
+  const bool lstm = node.op_type == "LSTM", gru = node.op_type == "GRU";
+  const uint64_t per_step = lstm ? 5 : gru ? 6 : 1, once = lstm ? 2 : gru ? 1 : 0;
+  auto n = base::CheckedMul(per_step, d->steps);
+  if (n) n = base::CheckedAdd(*n, once);
+  for (uint64_t f : {d->batch, d->directions, d->hidden, elem_size}) {
+    if (n) n = base::CheckedMul(*n, f);
+  }
+  return n;
+}
+
 std::string StringAttr(const core::Node& n, std::string_view name, std::string_view def) {
   const onnx::AttributeProto* a = FindAttr(n, name);
   return a != nullptr && a->type() == onnx::AttributeProto::STRING ? a->s() : std::string(def);
@@ -394,27 +423,43 @@ void SaveDropout(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveOutputOrExtra(c, out, 1, base::kBool, c.graph.Numel(InputId(c, 0)), "mask(bool)");
 }
 
-// LSTM/GRU/RNN (INF): every input and output, plus the cuDNN reserve space that
-// holds the gate activations of every step: seq * batch * num_directions * gates *
-// hidden elements of x's dtype, where W is [num_directions, gates*hidden, input].
-// Not conservative: PyTorch keeps more (measured up to 3.28x the device peak on an
-// H200, 1.40x at tensor level on the CPU harness); estimates warn (recurrent_layers,
-// memory/context.cc) until this rule is stated from PyTorch's RNN sources.
+// What cuDNN keeps for the backward of one recurrent layer beside its inputs and outputs:
+//  * its reserve space, in elements of the layer's dtype: (per_step x steps + once) x batch x
+//    directions x hidden. Measured on an H200, cuDNN 9.19 (datasets/h200-torch211/rnn-truth.jsonl;
+//    memory-model.md section 2.6): LSTM 5 per step (four gates and the cell state) + 2, GRU
+//    6 + 1. RNN (tanh/relu) was not measured: its one gate per step.
+//  * the weight buffer _cudnn_rnn returns and keeps (aten/src/ATen/native/cudnn/RNN.cpp): a copy
+//    of W, R and B when the weights are separate tensors, as an ONNX graph's are and as
+//    memest-measure passes them (measured: the weights' bytes), and in bfloat16 even for a
+//    module's flattened weights. An fp32/fp16 nn.LSTM whose weights are already one buffer keeps
+//    no copy: for it this over-states by the weights' bytes.
+// LSTM/GRU/RNN (INF; _cudnn_rnn keeps input, weights, hx/cx, output, reserve and weight
+// buffer): every input and output, plus the reserve and the weight buffer (above). The transient
+// cuDNN workspace of the forward and backward calls is the stack's (memory/device.h).
 void SaveRecurrent(const RuleContext& c, std::vector<SavedTensor>* out) {
   SaveAllInputs(c, out);
   for (size_t i = 0; i < c.node.outputs.size(); ++i) {
     SaveValue(out, c.node.outputs[i], "out", i);
   }
-  const core::MaybeDims x = c.graph.shapes.Find(InputId(c, 0));
-  const core::MaybeDims w = c.graph.shapes.Find(InputId(c, 1));
-  if (!x || !w || x->size() != 3 || w->size() != 3) return;
-  auto steps = DimProduct(*x, 0, 2);  // seq * batch in either layout
-  auto gates = DimProduct(*w, 0, 2);  // num_directions * gates * hidden
-  if (!steps || !gates) return;
-  SaveExtra(
-      out,
-      TimesSize(base::CheckedMul(*steps, *gates), base::DTypeSize(DTypeOf(c.graph, InputId(c, 0)))),
-      "gates(reserve)");
+  // Both in the layer's run-time precision (SavedTensor::run_precision): half under autocast.
+  auto keep = [&](std::optional<uint64_t> bytes, std::string_view what) {
+    if (!bytes) return;
+    SavedTensor t{-1, *bytes, what};
+    t.run_precision = true;
+    out->push_back(t);
+  };
+  const int x = InputId(c, 0);
+  keep(RecurrentReserveBytes(c.node, c.graph.shapes.Find(x), c.graph.shapes.Find(InputId(c, 1)),
+                             base::DTypeSize(DTypeOf(c.graph, x))),
+       "reserve");
+  std::optional<uint64_t> weights = 0;
+  for (int i = 1; i <= 3 && weights; ++i) {  // W, R, B (B optional)
+    const int id = InputId(c, i);
+    if (id < 0) continue;
+    const auto bytes = TimesSize(c.graph.Numel(id), base::DTypeSize(DTypeOf(c.graph, id)));
+    weights = bytes ? base::CheckedAdd(*weights, *bytes) : std::nullopt;
+  }
+  if (weights != 0) keep(weights, "weight_buf");  // 0: no weight input at all
 }
 
 // INF: TopK keeps the int64 indices (output 1) for
@@ -934,16 +979,22 @@ constexpr auto kRules = [] {
           .Attends(OnnxAttentionSite)
           .Allocates(AttentionWorkspace),
 
-      // -- Recurrent (conservative).
-      Saves("LSTM", SaveRecurrent, "INF: all inputs/outputs + gates reserve; §5.2 RNN cells", kLow)
+      // -- Recurrent (cuDNN; measured, memory-model.md §2.6).
+      Saves("LSTM", SaveRecurrent, "INF: all inputs/outputs + cuDNN reserve; §2.6; §5.2 RNN cells",
+            kLow)
           .Infers(shape::Recurrent)
-          .UsesCublas(),
-      Saves("GRU", SaveRecurrent, "INF: all inputs/outputs + gates reserve; §5.2 RNN cells", kLow)
+          .UsesCublas()
+          .UsesCudnnRnn(),
+      Saves("GRU", SaveRecurrent, "INF: all inputs/outputs + cuDNN reserve; §2.6; §5.2 RNN cells",
+            kLow)
           .Infers(shape::Recurrent)
-          .UsesCublas(),
-      Saves("RNN", SaveRecurrent, "INF: all inputs/outputs + gates reserve; §5.2 RNN cells", kLow)
+          .UsesCublas()
+          .UsesCudnnRnn(),
+      Saves("RNN", SaveRecurrent, "INF: all inputs/outputs + cuDNN reserve; §2.6; §5.2 RNN cells",
+            kLow)
           .Infers(shape::Recurrent)
-          .UsesCublas(),
+          .UsesCublas()
+          .UsesCudnnRnn(),
 
       // -- No gradient.
       NoGrad("Shape", kShapeOut).Infers(shape::Shape),

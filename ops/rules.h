@@ -60,6 +60,10 @@ struct SavedTensor {
   // sequence length. (A saved value says so by its symbolic shape instead.) What the max-batch
   // search's first guess reads as a fixed part (analytical/step_terms.h).
   bool fixed = false;
+  // An extra tensor sized in the graph's dtype of the node's output 0 that PyTorch keeps in the
+  // precision the op runs in: ops::ValueFacts halves it where that output runs in fp16/bf16
+  // (autocast's lower-precision list, or a bf16 model; memory-model.md §5.2). cuDNN's RNN reserve.
+  bool run_precision = false;
 
   // "in1", "x (contiguous copy)", "mean(fp32) (autocast copy)".
   [[nodiscard]] std::string Describe() const;
@@ -102,8 +106,11 @@ struct OpRule {
   bool uses_cublas = false;
   // Runs as a cuDNN convolution: every call (forward, and each backward call) allocates the
   // workspace of the algorithm cuDNN picks through the caching allocator and frees it after
-  // (memory-model.md §2.5); its size is the stack's (memory/device.h, ConvWorkspaceBytes).
+  // (memory-model.md §2.5); its size is the stack's (memory/device.h, CudnnWorkspaceBytes).
   bool uses_cudnn_conv = false;
+  // Runs as a cuDNN recurrent layer: its forward and its backward call each allocate a workspace
+  // likewise (memory-model.md §2.6; memory/device.h, CudnnWorkspaceBytes).
+  bool uses_cudnn_rnn = false;
 
   // The same rule with shape rule `fn`: `SavesOutput("Relu", ...).Infers(shape::Unary)`.
   constexpr OpRule Infers(InferFn fn) const {
@@ -119,6 +126,11 @@ struct OpRule {
   constexpr OpRule UsesCudnnConv() const {
     OpRule r = *this;
     r.uses_cudnn_conv = true;
+    return r;
+  }
+  constexpr OpRule UsesCudnnRnn() const {
+    OpRule r = *this;
+    r.uses_cudnn_rnn = true;
     return r;
   }
   constexpr OpRule Allocates(WorkspaceFn fn) const {
@@ -139,6 +151,22 @@ const onnx::AttributeProto* FindAttr(const core::Node& n, std::string_view name)
 int64_t IntAttr(const core::Node& n, std::string_view name, int64_t def);
 std::string StringAttr(const core::Node& n, std::string_view name, std::string_view def);
 std::optional<std::vector<int64_t>> IntsAttr(const core::Node& n, std::string_view name);
+
+// One ONNX recurrent layer (LSTM, GRU, RNN) as cuDNN sees it: from x [seq, batch, input]
+// (layout 0) or [batch, seq, input] (layout 1) and W [directions, gates x hidden, input]; nullopt
+// when a dim is unknown or the node is not recurrent.
+struct RecurrentDims {
+  uint64_t steps = 0;
+  uint64_t batch = 0;
+  uint64_t directions = 0;
+  uint64_t hidden = 0;
+};
+std::optional<RecurrentDims> RecurrentDimsOf(const core::Node& node, core::MaybeDims x,
+                                             core::MaybeDims w);
+// What cuDNN's reserve space holds for that layer's backward, in bytes of `elem_size` elements
+// (measured; the policy is SaveRecurrent's in rules.cc); nullopt when a dim is unknown.
+std::optional<uint64_t> RecurrentReserveBytes(const core::Node& node, core::MaybeDims x,
+                                              core::MaybeDims w, uint64_t elem_size);
 
 // The rule for (domain, op_type), or nullptr. "ai.onnx" is treated as "".
 const OpRule* FindRule(std::string_view domain, std::string_view op_type);

@@ -371,6 +371,12 @@ void ValueFacts::AppendSaved(size_t k, std::vector<SavedTensor>* out) const {
     }
   }
   AutocastCopiesOfSavedInputs(k, chain, list);
+  // Extras kept in the op's run-time precision: half where its output runs in fp16/bf16.
+  if (out0 >= 0 && low(out0) && graph_.dtypes[static_cast<size_t>(out0)] == base::kFloat) {
+    for (SavedTensor& s : list) {
+      if (s.value < 0 && s.run_precision) s.bytes /= 2;
+    }
+  }
   if (chain != nullptr || n.op_type != "MatMul" || !n.domain.empty()) return;
   for (SavedTensor& s : list) {
     if (s.value < 0 || contiguous(s.value)) continue;

@@ -349,6 +349,8 @@ def main():
                 f"- convolution workspace, pointwise and depthwise: "
                 f"{s['conv_workspace_pointwise']['value']:g} × the same "
                 f"({s['conv_workspace_pointwise']['source']})",
+                f"- recurrent-layer workspace: {s.get('rnn_workspace', {}).get('value', 0):g} × a "
+                f"layer's output ({s.get('rnn_workspace', {}).get('source', 'not in the file')})",
                 *[f"- {b} band: {100 * v['low']:+.1f} % .. {100 * v['high']:+.1f} % "
                   f"({v['source']})" for b, v in s["bands"].items()],
                 f"- data: {c['data']}; {c['jobs']:,} jobs; rows SHA-256 `{c['rows_sha256']}`; "

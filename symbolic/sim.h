@@ -398,10 +398,11 @@ class __attribute__((visibility("hidden"))) Sim {
   // One node of the forward (seg = -1) or of segment seg's recomputation in backward.
   void ForwardNode(size_t k, int seg);
   void ClearAutocastCache();
-  // A cuDNN convolution call's workspace, allocated and freed around the call (memory/device.h).
-  void ConvWorkspace(size_t k);
-  // Its bytes, worked out once per node (conv_workspace_).
-  uint64_t ConvWorkspaceOf(size_t k);
+  // A cuDNN convolution or recurrent-layer call's workspace, allocated and freed around the call
+  // (memory/device.h).
+  void CudnnWorkspace(size_t k);
+  // Its bytes, worked out once per node (cudnn_workspace_).
+  uint64_t CudnnWorkspaceOf(size_t k);
   // The optimizer's state tensors of parameter p (memory/optimizer.h).
   [[nodiscard]] memory::StateTensorSizes StateTensorsOf(int p) const {
     return memory::StateTensorBytes(o_.optimizer, b_.Numel(p).value_or(0), facts_.bytes(p));
@@ -542,9 +543,9 @@ class __attribute__((visibility("hidden"))) Sim {
   // reads them.
   std::vector<int> input_roots_;
   std::vector<size_t> input_roots_at_;
-  // Per node, its cuDNN workspace bytes (ConvWorkspace), once worked out; kNotWorkedOut before.
+  // Per node, its cuDNN workspace bytes (CudnnWorkspace), once worked out; kNotWorkedOut before.
   static constexpr uint64_t kNotWorkedOut = ~uint64_t{0};
-  std::vector<uint64_t> conv_workspace_;
+  std::vector<uint64_t> cudnn_workspace_;
   std::vector<int> released_;  // scratch of ReleaseSaved: the roots it released
 
   // Per-iteration state.

@@ -57,7 +57,7 @@ Status Sim::AppendShape(std::vector<uint64_t>* words) {
     words->push_back(id(static_cast<int64_t>(saved.size())) |
                      flags(OnStage(k), facts_.is_view(k), chain != nullptr,
                            chain != nullptr && chain->nodes.back() == k, facts_.Workspace(k) == 0,
-                           facts_.BackwardWorkspace(k) == 0, ConvWorkspaceOf(k) == 0,
+                           facts_.BackwardWorkspace(k) == 0, CudnnWorkspaceOf(k) == 0,
                            weights_.forward_transient(k) == 0,
                            weights_.backward_transient(k) == 0));
     for (const ops::SavedTensor& s : saved) {

@@ -289,7 +289,7 @@ void Sim::Prepare() {
     input_roots_.insert(input_roots_.end(), roots_.begin(), roots_.end());
     input_roots_at_[k + 1] = input_roots_.size();
   }
-  conv_workspace_.assign(nn, kNotWorkedOut);
+  cudnn_workspace_.assign(nn, kNotWorkedOut);
   for (size_t k = 0; k < nn; ++k) {
     if (!OnStage(k)) continue;
     for (int r : InputRoots(k, -1)) ++uses_[r];
@@ -604,7 +604,6 @@ void Sim::ForwardNode(size_t k, int seg) {
   // keeps: freed after the saved extras exist.
   Tensor ws = Malloc(facts_.Workspace(k), Category::kTransient,
                      {SizeRecipe::kWorkspace, static_cast<int32_t>(k)});
-  ConvWorkspace(k);
   if (train_ && (seg >= 0 || !Checkpointed(k))) {
     for (size_t i = 0; i < saved_[k].size(); ++i) {
       const auto& sv = saved_[k][i];
@@ -618,6 +617,9 @@ void Sim::ForwardNode(size_t k, int seg) {
       }
     }
   }
+  // A cuDNN call's workspace likewise: a recurrent layer's reserve (a saved extra) is allocated
+  // before the call, beside its workspace (memory-model.md §2.6).
+  CudnnWorkspace(k);
   Free(&ws);
   for (int r : InputRoots(k, seg)) {
     --uses_left_[r];
@@ -637,19 +639,19 @@ void Sim::ClearAutocastCache() {
   }
 }
 
-uint64_t Sim::ConvWorkspaceOf(size_t k) {
-  uint64_t& bytes = conv_workspace_[k];
+uint64_t Sim::CudnnWorkspaceOf(size_t k) {
+  uint64_t& bytes = cudnn_workspace_[k];
   if (bytes == kNotWorkedOut) {
-    bytes = memory::ConvWorkspaceBytes(stack_, facts_, g_.nodes[k], k, o_.library_workspaces);
+    bytes = memory::CudnnWorkspaceBytes(stack_, facts_, g_.nodes[k], k, o_.library_workspaces);
   }
   return bytes;
 }
 
-void Sim::ConvWorkspace(size_t k) {
-  const uint64_t bytes = ConvWorkspaceOf(k);
+void Sim::CudnnWorkspace(size_t k) {
+  const uint64_t bytes = CudnnWorkspaceOf(k);
   if (bytes == 0) return;
   Tensor ws =
-      Malloc(bytes, Category::kTransient, {SizeRecipe::kConvWorkspace, static_cast<int32_t>(k)});
+      Malloc(bytes, Category::kTransient, {SizeRecipe::kCudnnWorkspace, static_cast<int32_t>(k)});
   Free(&ws);
 }
 
@@ -810,7 +812,7 @@ void Sim::BackwardNode(size_t kk) {
     }
     InputGradients(kk, ins);
     // cuDNN's backward calls run while the output's and the inputs' gradients are alive.
-    ConvWorkspace(kk);
+    CudnnWorkspace(kk);
   }
   for (int out : n.outputs) {
     if (out >= 0) Free(&grad_[out]);
@@ -1138,7 +1140,7 @@ Status Sim::PrepareStep() {
 
 Status Sim::PrepareSizes() {
   MEMEST_RETURN_IF_ERROR(StepModelled());
-  conv_workspace_.assign(g_.nodes.size(), kNotWorkedOut);
+  cudnn_workspace_.assign(g_.nodes.size(), kNotWorkedOut);
   PrepareLoss();
   return Status::Ok();
 }
@@ -1146,7 +1148,7 @@ Status Sim::PrepareSizes() {
 void Sim::PreparePrefillSizes() {
   prefill_ = true;
   train_ = false;  // no loss, no saves
-  conv_workspace_.assign(g_.nodes.size(), kNotWorkedOut);
+  cudnn_workspace_.assign(g_.nodes.size(), kNotWorkedOut);
 }
 
 SimulationKey Sim::PrefillKey(const memory::EstimationContext& prefill) const {
@@ -1230,8 +1232,8 @@ std::optional<uint64_t> Sim::SizeOf(const SizeRecipe& r, uint64_t traced) {
       return is_node ? std::optional(facts_.Workspace(node)) : std::nullopt;
     case SizeRecipe::kBackwardWorkspace:
       return is_node ? std::optional(facts_.BackwardWorkspace(node)) : std::nullopt;
-    case SizeRecipe::kConvWorkspace:
-      return is_node ? std::optional(ConvWorkspaceOf(node)) : std::nullopt;
+    case SizeRecipe::kCudnnWorkspace:
+      return is_node ? std::optional(CudnnWorkspaceOf(node)) : std::nullopt;
     case SizeRecipe::kSavedExtra: {
       // The node saves the same extra there (no value of the graph), or the walk there differs.
       if (!is_node) return std::nullopt;

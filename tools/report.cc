@@ -970,16 +970,17 @@ std::string RenderGpus(const std::vector<GpuProfile>& gpus, const std::vector<St
                       Calibration(p)});
   }
   Grid s;
-  s.header = {"stack",           "calibrated on", "context", "library",
-              "conv ws sp / pw", "symbolic band", "rows"};
+  s.header = {"stack",           "calibrated on", "context",       "library",
+              "conv ws sp / pw", "rnn ws",        "symbolic band", "rows"};
   s.align = {Align::kLeft,  Align::kLeft,  Align::kRight, Align::kRight,
-             Align::kRight, Align::kRight, Align::kRight};
+             Align::kRight, Align::kRight, Align::kRight, Align::kRight};
   for (const auto& st : stacks) {
     const ResidualBand* b = st.band("symbolic");
     s.rows.push_back({st.name, StackGpus(st), FormatBytes(st.cuda_context.bytes),
                       FormatBytes(st.library_memory.bytes),
                       fmt::format("{:.3g} x / {:.3g} x", st.conv_workspace.value,
                                   st.conv_workspace_pointwise.value),
+                      fmt::format("{:.3g} x", st.rnn_workspace.value),
                       b ? fmt::format("{:+.1f} % .. {:+.1f} %", 100 * b->low, 100 * b->high) : "-",
                       b ? std::to_string(b->rows) : "0"});
   }
@@ -991,6 +992,8 @@ std::string RenderGpus(const std::vector<GpuProfile>& gpus, const std::vector<St
     out +=
         "\nconv ws sp / pw: the cuDNN workspace of a spatial / a pointwise or depthwise "
         "convolution call, x its input + output + weight bytes\n"
+        "rnn ws: the cuDNN workspace of a recurrent-layer call, x its output bytes (hidden sizes "
+        "below 256 counted as 256)\n"
         "the first stack is the default (--stack NAME, or --stack-file FILE from memest "
         "calibrate); exact bytes and the source of every value: memest --list-gpus -o json\n";
   }

@@ -88,6 +88,11 @@ struct StackProfile {
   //     channel per group) convolutions.
   StackCoefficient conv_workspace;
   StackCoefficient conv_workspace_pointwise;
+  // cuDNN workspace of one recurrent-layer call (an LSTM/GRU/RNN forward, or its backward),
+  // allocated for the call and freed after it (memory-model.md §2.6). The rule is
+  // memory::RecurrentWorkspaceRule (memory/device.h): a multiple of the layer's output bytes,
+  // with hidden sizes below 256 counted as 256. 0: none. Optional in the file (absent: 0).
+  StackCoefficient rnn_workspace;
   // The residual band of each backend it was measured for ("symbolic", "analytical"); empty: no
   // interval. A backend without a band here gives no interval under this stack.
   std::map<std::string, ResidualBand> bands;

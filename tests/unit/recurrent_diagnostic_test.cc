@@ -1,6 +1,7 @@
 // The recurrent_layers warning (memory/context.cc): a training estimate of a graph with LSTM/GRU
-// layers says that it under-counts them (measured on an H200, datasets/measured/gpu-h200.jsonl);
-// an inference estimate and a graph without recurrent layers say nothing of it.
+// layers says where their rules were measured and how far they missed there
+// (datasets/measured/gpu-h200.jsonl), and whether the stack in use has the measured workspace; an
+// inference estimate and a graph without recurrent layers say nothing of it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,9 +22,11 @@ std::shared_ptr<const Model> Built(const zoo::BuiltModel& built) {
 }
 
 // Warnings coded recurrent_layers; with `nodes`, only those that count that many layers.
-int RecurrentWarnings(const Model& m, Mode mode, const std::string& nodes = "") {
+int RecurrentWarnings(const Model& m, Mode mode, const std::string& nodes = "",
+                      const std::string& stack = "") {
   Options o;
   o.mode = mode;
+  o.stack = stack;
   o.dims["batch"] = 8;
   auto est = MakeEstimator("symbolic");
   EXPECT_TRUE(est.ok());
@@ -48,6 +51,12 @@ TEST(RecurrentDiagnosticTest, OnlyATrainingStepWithRecurrentLayersWarns) {
   ASSERT_NE(rnn, nullptr);
   EXPECT_EQ(RecurrentWarnings(*rnn, Mode::kTrain, "2 LSTM/GRU/RNN node(s)"), 1);
   EXPECT_EQ(RecurrentWarnings(*rnn, Mode::kInfer), 0);
+  // The default stack has no measured recurrent workspace: the warning says it is left out.
+  EXPECT_EQ(RecurrentWarnings(*rnn, Mode::kTrain, "no measured recurrent-layer workspace"), 1);
+  EXPECT_EQ(RecurrentWarnings(*rnn, Mode::kTrain, "no measured recurrent-layer workspace",
+                              "h200-pytorch2.11-lazy"),
+            0);
+  EXPECT_EQ(RecurrentWarnings(*rnn, Mode::kTrain, "2 LSTM/GRU/RNN", "h200-pytorch2.11-lazy"), 1);
   auto mlp = LoadModel(std::string(MEMEST_SOURCE_DIR) + "/datasets/models/mlp_small_train.onnx");
   ASSERT_TRUE(mlp.ok()) << mlp.status().ToString();
   EXPECT_EQ(RecurrentWarnings(**mlp, Mode::kTrain), 0);

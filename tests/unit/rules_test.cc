@@ -354,7 +354,7 @@ TEST(RulesRegistry, EveryRuleHasASignature) {
        "Mul MatMul Gemm Div Conv ConvTranspose PRelu GridSample "
        "BatchNormalization GroupNormalization"},
       {"i0 i1 i2", "Einsum Max Min NegativeLogLikelihoodLoss"},
-      {"i0 i1 i2 o0", "LSTM GRU RNN"},  // gates need a rank-3 W: none here
+      {"i0 i1 i2 o0 x", "LSTM GRU RNN"},  // the weight buffer; the reserve needs a rank-3 W
       {"i1",
        "Gather GatherElements GatherND ScatterElements Scatter ScatterND "
        "Compress ReverseSequence MaxUnpool"},
@@ -734,7 +734,9 @@ TEST(RulesSaved, PadSavesInputOnlyForNonConstantModes) {
   EXPECT_EQ(SavedIds(b.Saved(reflect)), std::vector<int>{h});
 }
 
-TEST(RulesSaved, LstmSavesEverythingPlusGates) {
+// cuDNN's reserve, (5 x seq + 2) x batch x directions x hidden elements for an LSTM
+// (memory-model.md §2.6), and a copy of W and R (the weight buffer).
+TEST(RulesSaved, LstmSavesEverythingPlusReserveAndWeightBuffer) {
   GraphBuilder b;
   const int seq = 5, batch = 2, input = 3, hidden = 4;
   const int x = b.Activation("x", {seq, batch, input});
@@ -744,8 +746,23 @@ TEST(RulesSaved, LstmSavesEverythingPlusGates) {
   const int yh = b.Tensor("Y_h", base::kFloat, std::vector<int64_t>{1, batch, hidden});
   const int lstm = b.AddNode("LSTM", {x, w, r}, {y, yh, -1});
   const auto saved = b.Saved(lstm);
-  EXPECT_EQ(SavedIds(saved), (std::vector<int>{x, w, r, y, yh, -1}));
-  EXPECT_EQ(ExtraBytes(saved), uint64_t{seq} * batch * 4 * hidden * 4);
+  EXPECT_EQ(SavedIds(saved), (std::vector<int>{x, w, r, y, yh, -1, -1}));
+  const uint64_t weights = (4 * hidden * input + 4 * hidden * hidden) * 4;
+  EXPECT_EQ(ExtraBytes(saved), uint64_t{5 * seq + 2} * batch * hidden * 4 + weights);
+}
+
+// Batch-first (layout 1): x is [batch, seq, input]; a GRU keeps 6 per step + 1.
+TEST(RulesSaved, GruReserveFollowsTheLayout) {
+  GraphBuilder b;
+  const int seq = 5, batch = 2, input = 3, hidden = 4;
+  const int x = b.Activation("x", {batch, seq, input});
+  const int w = b.Param("W", {2, 3 * hidden, input});
+  const int r = b.Param("R", {2, 3 * hidden, hidden});
+  const int y = b.Tensor("Y", base::kFloat, std::vector<int64_t>{batch, seq, 2, hidden});
+  const int gru = b.AddNode("GRU", {x, w, r}, {y});
+  b.SetInt(gru, "layout", 1);
+  const uint64_t weights = (3 * hidden * input + 3 * hidden * hidden) * 2 * 4;
+  EXPECT_EQ(ExtraBytes(b.Saved(gru)), uint64_t{6 * seq + 1} * batch * 2 * hidden * 4 + weights);
 }
 
 TEST(RulesRequiresGrad, ShapeIsNotDifferentiableAndStopsGrad) {

@@ -80,6 +80,7 @@ TEST(StackTest, AFileRoundTrips) {
   s.library_memory = {123456789, "fitted: test rows", true};
   s.conv_workspace = {1.5, "fitted: test rows", true};
   s.conv_workspace_pointwise = {0.25, "measured: test rows", true};
+  s.rnn_workspace = {9.1, "measured: test rows", true};
   s.bands["symbolic"] = {-0.1, 0.2, 0.93, 40, "held out: test"};
   s.calibration_json = R"({"jobs":40})";
   auto back = ParseStackProfile(StackProfileToJson(s), "mine.json");
@@ -90,6 +91,8 @@ TEST(StackTest, AFileRoundTrips) {
   EXPECT_TRUE(back->library_memory.calibrated);
   EXPECT_DOUBLE_EQ(back->conv_workspace.value, 1.5);
   EXPECT_DOUBLE_EQ(back->conv_workspace_pointwise.value, 0.25);
+  EXPECT_DOUBLE_EQ(back->rnn_workspace.value, 9.1);
+  EXPECT_TRUE(back->rnn_workspace.calibrated);
   ASSERT_NE(back->band("symbolic"), nullptr);
   EXPECT_DOUBLE_EQ(back->band("symbolic")->high, 0.2);
   EXPECT_EQ(back->band("symbolic")->rows, 40);
@@ -202,6 +205,19 @@ TEST(StackTest, LibraryMemoryAddsToTheDevicePeakOnly) {
   }
 }
 
+// rnn_workspace came after memest-stack/2's first files: absent, it is 0 (no workspace).
+TEST(StackTest, AFileWithoutTheRecurrentWorkspaceReadsAsNone) {
+  std::string text = StackProfileToJson(*FindStackProfile("h200-pytorch2.11-lazy"));
+  const size_t at = text.find("\"rnn_workspace\"");
+  ASSERT_NE(at, std::string::npos);
+  text.erase(at, text.find('}', at) + 2 - at);  // the object and its comma
+  auto back = ParseStackProfile(text, "older.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->rnn_workspace.value, 0.0);
+  EXPECT_FALSE(back->rnn_workspace.calibrated);
+  EXPECT_DOUBLE_EQ(back->conv_workspace.value, 1.0);
+}
+
 // A memest-stack/1 file had one coefficient x max(input, output) for every convolution: read when
 // it is 0 (the same meaning), refused otherwise (memest/stack.h).
 TEST(StackTest, AnOldFileIsReadOnlyWhereItMeansTheSame) {
@@ -212,9 +228,11 @@ TEST(StackTest, AnOldFileIsReadOnlyWhereItMeansTheSame) {
     text->replace(at, from.size(), to);
   };
   replace(&v1, "\"memest-stack/2\"", "\"memest-stack/1\"");
-  const size_t pw = v1.find("\"conv_workspace_pointwise\"");
-  ASSERT_NE(pw, std::string::npos);
-  v1.erase(pw, v1.find('}', pw) + 2 - pw);  // the object and its comma
+  for (const char* key : {"\"conv_workspace_pointwise\"", "\"rnn_workspace\""}) {  // not in v1
+    const size_t at = v1.find(key);
+    ASSERT_NE(at, std::string::npos) << key;
+    v1.erase(at, v1.find('}', at) + 2 - at);  // the object and its comma
+  }
   auto zero = ParseStackProfile(v1, "old.json");
   ASSERT_TRUE(zero.ok()) << zero.status().ToString() << "\n" << v1;
   EXPECT_EQ(zero->conv_workspace.value, 0.0);
