@@ -45,6 +45,7 @@ What it measures, one JSON object per line on stdout of the orchestrator (and in
 Usage (on the device machine, from the repository root):
   python3 scripts/gpu_device_truth.py --out "$OUT" --deadline 430
   python3 scripts/gpu_device_truth.py --suite rnn --out "$OUT" --deadline 240
+  python3 scripts/gpu_device_truth.py --suite rnn --rnn-grid "hidden=113;input=1024" --out "$OUT"
   python3 scripts/gpu_device_truth.py --suite lm --out "$OUT" --deadline 330 --cap-gib 36
 A later call goes on where an earlier one's deadline stopped it: copy that call's results.jsonl into
 the checkout (an untracked folder travels with it) and add --resume FILE (the context and conv
@@ -691,12 +692,32 @@ def lm_tasks(stop_at, cap, total, configs=None, train_shapes=None, prefill=True,
 
 
 # --- kind=rnn ---------------------------------------------------------------------------------
-def rnn_specs(mode, dtype):
-    """The shapes of one rnn task: hidden sizes off and on powers of two, the zoo's input widths,
-    short and long sequences, small and large batches, one and two directions."""
+RNN_GRID = {"hidden": (61, 256, 2048), "input": (64, 300), "seq": (32, 128), "batch": (64, 1024),
+            "dirs": (1, 2)}
+
+
+def parse_rnn_grid(text):
+    """--rnn-grid "hidden=113,150;input=13,1024;seq=512;batch=256;dirs=1": the axes it names
+    replace RNN_GRID's; an unknown axis or a value that is not a positive integer is an error."""
+    grid = dict(RNN_GRID)
+    for part in filter(None, text.split(";")):
+        axis, _, values = part.partition("=")
+        if axis not in RNN_GRID:
+            raise ValueError(f"--rnn-grid: unknown axis {axis!r} (one of {', '.join(RNN_GRID)})")
+        grid[axis] = tuple(int(v) for v in values.split(","))
+        if not grid[axis] or min(grid[axis]) < 1:
+            raise ValueError(f"--rnn-grid: {axis} needs positive integers")
+    return grid
+
+
+def rnn_specs(mode, dtype, grid=None):
+    """The shapes of one rnn task, RNN_GRID by default: hidden sizes off and on powers of two, the
+    zoo's input widths, short and long sequences, small and large batches, one and two
+    directions."""
+    g = grid or RNN_GRID
     return [{"mode": mode, "dtype": dtype, "hidden": h, "input": i, "seq": q, "batch": b, "dirs": d}
-            for h in (61, 256, 2048) for i in (64, 300) for q in (32, 128) for b in (64, 1024)
-            for d in (1, 2)]
+            for h in g["hidden"] for i in g["input"] for q in g["seq"] for b in g["batch"]
+            for d in g["dirs"]]
 
 
 def rnn_call(torch, spec, flat, device):
@@ -754,7 +775,7 @@ def rnn_once(torch, spec, flat):
 
 def task_rnn(task):
     import torch
-    for spec in rnn_specs(task["mode"], task["dtype"]):
+    for spec in rnn_specs(task["mode"], task["dtype"], task.get("grid")):
         for flat in (True, False):
             rec = dict(spec, kind="rnn", flat=flat, cudnn=torch.backends.cudnn.version())
             try:
@@ -915,6 +936,8 @@ def main():
     ap.add_argument("--lm-trace", default="",
                     help="lm: CONFIG:ATTENTION:PRECISION:BATCHxSEQ,... training rows run with the"
                          " allocator's history recorded, each dumped to OUT/trace-N.pickle.gz")
+    ap.add_argument("--rnn-grid", default="",
+                    help='rnn: axes replacing the default grid, "hidden=113,150;input=13,1024"')
     ap.add_argument("--slots", type=int, default=0,
                     help="workers at a time (default: as many caps as fit the GPU, at most 4);"
                          " set it when another orchestrator shares the GPU")
@@ -961,7 +984,8 @@ def main():
                     pool.record({"kind": "rnn", "mode": mode, "dtype": dtype,
                                  "status": "not_started"})
                     continue
-                pool.start({"task": "rnn", "mode": mode, "dtype": dtype})
+                pool.start({"task": "rnn", "mode": mode, "dtype": dtype,
+                            "grid": parse_rnn_grid(args.rnn_grid)})
         pool.drain(t0 + args.hard_stop)
         print(f"done in {time.time() - t0:.0f} s", flush=True)
         return

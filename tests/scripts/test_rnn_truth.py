@@ -29,6 +29,17 @@ class RnnSuiteTest(unittest.TestCase):
         self.assertIn(61, {s["hidden"] for s in specs})
         self.assertEqual({s["dirs"] for s in specs}, {1, 2})
 
+    def test_a_grid_replaces_only_the_axes_it_names(self):
+        grid = gpu_device_truth.parse_rnn_grid("hidden=113,150;input=1024")
+        specs = gpu_device_truth.rnn_specs("lstm", "float32", grid)
+        self.assertEqual({s["hidden"] for s in specs}, {113, 150})
+        self.assertEqual({s["input"] for s in specs}, {1024})
+        self.assertEqual(len(specs), 2 * 1 * 2 * 2 * 2)
+        with self.assertRaises(ValueError):
+            gpu_device_truth.parse_rnn_grid("width=3")
+        with self.assertRaises(ValueError):
+            gpu_device_truth.parse_rnn_grid("batch=0")
+
     def test_both_weight_layouts_run_forward_and_backward(self):
         try:
             import torch
