@@ -442,16 +442,17 @@ void SaveRecurrent(const RuleContext& c, std::vector<SavedTensor>* out) {
     SaveValue(out, c.node.outputs[i], "out", i);
   }
   // Both in the layer's run-time precision (SavedTensor::run_precision): half under autocast.
-  auto keep = [&](std::optional<uint64_t> bytes, std::string_view what) {
+  auto keep = [&](std::optional<uint64_t> bytes, std::string_view what, bool fixed) {
     if (!bytes) return;
     SavedTensor t{-1, *bytes, what};
     t.run_precision = true;
+    t.fixed = fixed;
     out->push_back(t);
   };
   const int x = InputId(c, 0);
   keep(RecurrentReserveBytes(c.node, c.graph.shapes.Find(x), c.graph.shapes.Find(InputId(c, 1)),
                              base::DTypeSize(DTypeOf(c.graph, x))),
-       "reserve");
+       "reserve", /*fixed=*/false);
   std::optional<uint64_t> weights = 0;
   for (int i = 1; i <= 3 && weights; ++i) {  // W, R, B (B optional)
     const int id = InputId(c, i);
@@ -459,7 +460,7 @@ void SaveRecurrent(const RuleContext& c, std::vector<SavedTensor>* out) {
     const auto bytes = TimesSize(c.graph.Numel(id), base::DTypeSize(DTypeOf(c.graph, id)));
     weights = bytes ? base::CheckedAdd(*weights, *bytes) : std::nullopt;
   }
-  if (weights != 0) keep(weights, "weight_buf");  // 0: no weight input at all
+  if (weights != 0) keep(weights, "weight_buf", /*fixed=*/true);  // 0: no weight input at all
 }
 
 // INF: TopK keeps the int64 indices (output 1) for
