@@ -42,6 +42,11 @@ if [[ -d datasets/measured ]]; then
     "$build/datasets/memest-zoo" --family all --scale full --count 40 --seed 1 \
       --out datasets/generated/zoo >/dev/null
   fi
+  if grep -c '^datasets/generated/gpumemnet/' <<<"$missing" >/dev/null; then
+    echo "accuracy.sh: generating datasets/generated/gpumemnet (memest-zoo gpumemnet)" >&2
+    "$build/datasets/memest-zoo" gpumemnet --out datasets/generated/gpumemnet/rows.jsonl \
+      --write-models datasets/generated/gpumemnet >/dev/null
+  fi
   still_missing=$(missing_models)
   if [[ -n "$still_missing" ]]; then
     echo "accuracy.sh: measured rows name models that are missing; refusing to write a page" \
