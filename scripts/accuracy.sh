@@ -26,27 +26,12 @@ missing_models() {
     [[ -f "$m" ]] || echo "$m"
   done
 }
+# shellcheck source=scripts/regenerate_models.sh
+source scripts/regenerate_models.sh
 shopt -s globstar nullglob
 inputs=(--gpumemnet)
 if [[ -d datasets/measured ]]; then
-  # (grep reads the whole list: `grep -q` would stop early, and under pipefail the writer's
-  # SIGPIPE would turn a match into "no match".)
-  missing=$(missing_models)
-  if grep -c '^datasets/generated/tiny/' <<<"$missing" >/dev/null; then
-    echo "accuracy.sh: generating datasets/generated/tiny (memest-zoo, seed 1)" >&2
-    "$build/datasets/memest-zoo" --family all --scale tiny --count 6 --seed 1 \
-      --out datasets/generated/tiny >/dev/null
-  fi
-  if grep -c '^datasets/generated/zoo/' <<<"$missing" >/dev/null; then
-    echo "accuracy.sh: generating datasets/generated/zoo (memest-zoo, seed 1)" >&2
-    "$build/datasets/memest-zoo" --family all --scale full --count 40 --seed 1 \
-      --out datasets/generated/zoo >/dev/null
-  fi
-  if grep -c '^datasets/generated/gpumemnet/' <<<"$missing" >/dev/null; then
-    echo "accuracy.sh: generating datasets/generated/gpumemnet (memest-zoo gpumemnet)" >&2
-    "$build/datasets/memest-zoo" gpumemnet --out datasets/generated/gpumemnet/rows.jsonl \
-      --write-models datasets/generated/gpumemnet >/dev/null
-  fi
+  regenerate_models "$build/datasets/memest-zoo" "$(missing_models)"
   still_missing=$(missing_models)
   if [[ -n "$still_missing" ]]; then
     echo "accuracy.sh: measured rows name models that are missing; refusing to write a page" \

@@ -136,15 +136,9 @@ EOF
 )
 if [ -n "$MISSING" ]; then
   say "$(echo "$MISSING" | wc -l) manifest models are missing; regenerating with memest-zoo"
-  if echo "$MISSING" | grep -q '^datasets/generated/zoo/'; then
-    "$ZOO" --family all --scale full --count 40 --seed 1 --out datasets/generated/zoo
-  fi
-  if echo "$MISSING" | grep -q '^datasets/generated/gpumemnet/'; then
-    "$ZOO" gpumemnet --out datasets/generated/gpumemnet/rows.jsonl --write-models datasets/generated/gpumemnet
-  fi
-  if echo "$MISSING" | grep -q '^datasets/generated/tiny/'; then
-    "$ZOO" --family all --scale tiny --count 6 --seed 1 --out datasets/generated/tiny
-  fi
+  # shellcheck source=scripts/regenerate_models.sh
+  source scripts/regenerate_models.sh
+  regenerate_models "$ZOO" "$MISSING"
 fi
 "$PYTHON" - "$MANIFEST" <<'EOF' || die "manifest models are still missing or differ"
 import hashlib, json, os, sys
