@@ -76,10 +76,8 @@ def callgrind(args, tmp):
 
 
 def answer_of(stdout):
-    """The searched value of a `--json` max-batch or max-dim run."""
-    result = json.loads(stdout)["results"]
-    result = result[0] if isinstance(result, list) else result
-    return int(result["max_batch"]["batch"])
+    """The searched value of a `--json` max-batch or max-dim run (its one result's)."""
+    return int(json.loads(stdout)["results"][0]["max_batch"]["batch"])
 
 
 def search_row(memest, what, model_args, search_args, key, at_answer, tmp):

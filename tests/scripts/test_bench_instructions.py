@@ -46,7 +46,7 @@ class InclusiveCountsTest(unittest.TestCase):
 
 class AnswerTest(unittest.TestCase):
     def test_the_answer_of_a_search(self):
-        out = json.dumps({"results": {"max_batch": {"dim": "batch", "batch": 966}}})
+        out = json.dumps({"results": [{"max_batch": {"dim": "batch", "batch": 966}}]})
         self.assertEqual(bench_instructions.answer_of(out), 966)
         out = json.dumps({"results": [{"max_batch": {"dim": "seq", "batch": 2214}}]})
         self.assertEqual(bench_instructions.answer_of(out), 2214)
