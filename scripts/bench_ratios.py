@@ -18,7 +18,9 @@ node cost stays flat when no pass is worse than linear). The last two columns ar
 target: (load + analytical estimate) / parse and (load + symbolic estimate) / parse. When the run
 has them (the filter `chain` takes them too), a second table gives the same as new processes:
 the parse of the chain's file alone (memest_parse_process) and the memest CLI estimating it with
-each backend (bench/queries_bench.cc), each as a ratio to that parse. With
+each backend (bench/queries_bench.cc), each as a ratio to that parse; and a third the same ratios
+timed in the same rounds (bench/paired_bench.cc: each round parses, loads and estimates in turn,
+and each ratio is the median of the rounds' own, so the machine's slow phases cancel). With
 repetitions each benchmark's median over them is shown (this machine's slow phases move a single
 repetition by 10-30 %).
 """
@@ -231,9 +233,30 @@ def table(data):
         print(f"| {size} ({nodes:,.0f} nodes) | {ms(parse):.1f} | " + " | ".join(cells) +
               " | " + " / ".join(f"{x:.0f}" for x in per_node) + " | " +
               " | ".join(f"{t:.2f}" for t in targets) + " |")
+    paired_table(by_name)
     process_table(by_name)
     ctx = data.get("context", {})
     print(f"\n{ctx.get('date', '')}, {ctx.get('num_cpus', '?')} CPUs")
+
+
+def paired_table(by_name):
+    """The same ratios timed in the same rounds, when the run has them (bench/paired_bench.cc):
+    each round parses, loads and runs both estimates in turn, and each ratio is the median of the
+    rounds' own, so a slow phase of the machine reaches the parse and what it is compared with
+    alike."""
+    rows = []
+    for size in SIZES:
+        b = by_name.get(f"BM_ChainPaired/{size}")
+        if b is None:
+            continue
+        rows.append(f"| {size} | {b['rounds']:.0f} | {b['parse_ms']:.1f} | {b['load_ms']:.1f} | "
+                    f"{b['load_x']:.2f} | {b['analytical_x']:.2f} | {b['symbolic_x']:.2f} | "
+                    f"{b['load_analytical_x']:.2f} | {b['load_symbolic_x']:.2f} |")
+    if rows:
+        print("\n| graph, timed in the same rounds | rounds | parse ms | load ms | load / parse | "
+              "analytical / parse | symbolic / parse | (load + analytical) / parse | "
+              "(load + symbolic) / parse |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("\n".join(rows))
 
 
 def process_table(by_name):

@@ -131,6 +131,15 @@ class ChainTableTest(unittest.TestCase):
                       text)
         self.assertIn("| 2.50 | 6.00 |", text)
         self.assertNotIn("as a new process", text)  # no process rows in this run
+        self.assertNotIn("same rounds", text)  # nor paired ones
+
+    def test_the_ratios_timed_in_the_same_rounds(self):
+        b = [iteration("BM_ChainPaired/chain100k", 400.0, rounds=7, parse_ms=80.0, load_ms=176.0,
+                       load_x=2.21, analytical_x=0.55, symbolic_x=3.4, load_analytical_x=2.79,
+                       load_symbolic_x=5.61)]
+        text = printed(bench_ratios.table, {"benchmarks": b, "context": {}})
+        self.assertIn("| chain100k | 7 | 80.0 | 176.0 | 2.21 | 0.55 | 3.40 | 2.79 | 5.61 |", text)
+        self.assertNotIn("| chain10k |", text)
 
     def test_the_processes_against_the_parse_as_a_process(self):
         b = [median("BM_ParseProcessChain/cold_chain100k_parse/real_time", 250.0),
