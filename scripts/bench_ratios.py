@@ -47,8 +47,8 @@ def ms(b):
 
 
 def medians(data):
-    """Per benchmark name, one entry whose real_time is the median over its repetitions (the
-    run's own median aggregate when it reported aggregates only)."""
+    """Per benchmark name, one entry whose real_time and counters are the medians over its
+    repetitions (the run's own median aggregate when it reported aggregates only)."""
     runs, aggregates = {}, {}
     for b in data["benchmarks"]:
         if b.get("run_type", "iteration") == "iteration":
@@ -58,7 +58,9 @@ def medians(data):
     out = dict(aggregates)
     for name, bs in runs.items():
         m = dict(bs[0])
-        m["real_time"] = statistics.median(x["real_time"] for x in bs)
+        for key, value in bs[0].items():  # the time and every counter (the paired ratios')
+            if isinstance(value, (int, float)) and all(key in x for x in bs):
+                m[key] = statistics.median(x[key] for x in bs)
         out[name] = m
     return out
 
