@@ -2,18 +2,20 @@
 // timed in the same round, so that a slow phase of the machine reaches both alike.
 //
 // Policy:
-//  * The chains of estimate_bench.cc (10k, 100k and 1M nodes, datasets/zoo/chain.h). One benchmark
-//    iteration is one round: the protobuf parse of the chain's bytes onto the heap (the proto
-//    freed, as BM_ProtobufParse times it), then memest's load with shape inference, then one
-//    analytical and one symbolic training estimate at batch 64, each a first one (the model's
-//    bound graphs cleared before it, as BM_Estimate does), then the model freed (counted with the
-//    load, as BM_Load frees each model it loads). Each part is timed on its own by the steady
-//    clock; one round runs first, unreported (the memory each part touches is then the process's
-//    already: estimate_bench.cc's kFreedMemoryStaysInTheProcess).
+//  * The chains of estimate_bench.cc (10k, 100k and 1M nodes, datasets/zoo/chain.h), each with
+//    each backend. One benchmark iteration is one round: the protobuf parse of the chain's bytes
+//    onto the heap (the proto freed, as BM_ProtobufParse times it), then memest's load with shape
+//    inference, then one training estimate at batch 64, a first one (the model's bound graphs
+//    cleared before it, as BM_Estimate does), then the model freed (counted with the load, as
+//    BM_Load frees each model it loads). Each part is timed on its own by the steady clock; one
+//    round runs first, unreported (the memory each part touches is then the process's already:
+//    estimate_bench.cc's kFreedMemoryStaysInTheProcess). One backend a benchmark: with both in
+//    one round, the symbolic estimate's tables (about 3 GB at 1M nodes) were freed just before
+//    the next round's parse and load, which then ran on the heap it left.
 //  * Counters: each part's median time in ms, and the medians of the rounds' own ratios to their
-//    parse -- load, each estimate, and load + each estimate. A ratio is taken within a round, so
+//    parse -- the load, the estimate, and load + estimate. A ratio is taken within a round, so
 //    a phase of the machine that lasts longer than one round (they do: docs/speed-log.md, the
-//    same binary's 100k load read 120 and 170 ms in two runs that morning) moves the times but
+//    same binary's 100k load read 120 and 170 ms in two runs one morning) moves the times but
 //    not the ratios; separate benchmarks of the parse and the load, minutes apart, took those
 //    phases into their ratios.
 //
@@ -52,10 +54,9 @@ double Median(std::vector<double> v) {
 
 // One round's parts, in seconds; false (the benchmark skipped with the reason) on an error.
 struct Round {
-  double parse = 0, load = 0, analytical = 0, symbolic = 0;
+  double parse = 0, load = 0, estimate = 0;
 };
-bool RunRound(benchmark::State& state, const std::string& bytes,
-              const memest::Estimator& analytical, const memest::Estimator& symbolic,
+bool RunRound(benchmark::State& state, const std::string& bytes, const memest::Estimator& est,
               Round* round) {
   round->parse = Seconds([&] {
     onnx::ModelProto m;
@@ -77,38 +78,34 @@ bool RunRound(benchmark::State& state, const std::string& bytes,
   }
   memest::Options o;
   o.batch = 64;
-  for (auto [est, seconds] :
-       {std::pair{&analytical, &round->analytical}, std::pair{&symbolic, &round->symbolic}}) {
-    model->bind_cache().Clear();  // a first estimate, as BM_Estimate's
-    bool ok = true;
-    *seconds = Seconds([&] {
-      auto e = est->Run(*model, o);
-      ok = e.ok();
-      if (!ok) error = e.status().ToString();
-      benchmark::DoNotOptimize(e);
-    });
-    if (!ok) {
-      state.SkipWithError(error.c_str());
-      return false;
-    }
+  model->bind_cache().Clear();  // a first estimate, as BM_Estimate's
+  bool ok = true;
+  round->estimate = Seconds([&] {
+    auto e = est.Run(*model, o);
+    ok = e.ok();
+    if (!ok) error = e.status().ToString();
+    benchmark::DoNotOptimize(e);
+  });
+  if (!ok) {
+    state.SkipWithError(error.c_str());
+    return false;
   }
   round->load += Seconds([&] { model.reset(); });
   return true;
 }
 
-void BM_ChainPaired(benchmark::State& state, const std::string& name) {
+void BM_ChainPaired(benchmark::State& state, const std::string& name, const std::string& backend) {
   const std::string& bytes = memest::bench::ModelBytes(name);
-  auto analytical = memest::MakeEstimator("analytical");
-  auto symbolic = memest::MakeEstimator("symbolic");
-  if (bytes.empty() || !analytical.ok() || !symbolic.ok()) {
+  auto est = memest::MakeEstimator(backend);
+  if (bytes.empty() || !est.ok()) {
     state.SkipWithError("no chain bytes or no estimator");
     return;
   }
   Round round;
-  if (!RunRound(state, bytes, **analytical, **symbolic, &round)) return;  // unreported
+  if (!RunRound(state, bytes, **est, &round)) return;  // unreported
   std::vector<Round> rounds;
   for (auto _ : state) {
-    if (!RunRound(state, bytes, **analytical, **symbolic, &round)) return;
+    if (!RunRound(state, bytes, **est, &round)) return;
     rounds.push_back(round);
   }
   auto median = [&rounds](auto part) {
@@ -119,21 +116,21 @@ void BM_ChainPaired(benchmark::State& state, const std::string& name) {
   };
   state.counters["parse_ms"] = 1e3 * median([](const Round& r) { return r.parse; });
   state.counters["load_ms"] = 1e3 * median([](const Round& r) { return r.load; });
-  state.counters["analytical_ms"] = 1e3 * median([](const Round& r) { return r.analytical; });
-  state.counters["symbolic_ms"] = 1e3 * median([](const Round& r) { return r.symbolic; });
+  state.counters["estimate_ms"] = 1e3 * median([](const Round& r) { return r.estimate; });
   state.counters["load_x"] = median([](const Round& r) { return r.load / r.parse; });
-  state.counters["analytical_x"] = median([](const Round& r) { return r.analytical / r.parse; });
-  state.counters["symbolic_x"] = median([](const Round& r) { return r.symbolic / r.parse; });
-  state.counters["load_analytical_x"] =
-      median([](const Round& r) { return (r.load + r.analytical) / r.parse; });
-  state.counters["load_symbolic_x"] =
-      median([](const Round& r) { return (r.load + r.symbolic) / r.parse; });
+  state.counters["estimate_x"] = median([](const Round& r) { return r.estimate / r.parse; });
+  state.counters["load_estimate_x"] =
+      median([](const Round& r) { return (r.load + r.estimate) / r.parse; });
   state.counters["rounds"] = static_cast<double>(rounds.size());
 }
 
 }  // namespace
 
-BENCHMARK_CAPTURE(BM_ChainPaired, chain10k, std::string("chain10k"))->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_ChainPaired, chain100k, std::string("chain100k"))
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_ChainPaired, chain1m, std::string("chain1m"))->Unit(benchmark::kMillisecond);
+// clang-format off
+BENCHMARK_CAPTURE(BM_ChainPaired, chain10k_analytical, std::string("chain10k"), std::string("analytical"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ChainPaired, chain10k_symbolic, std::string("chain10k"), std::string("symbolic"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ChainPaired, chain100k_analytical, std::string("chain100k"), std::string("analytical"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ChainPaired, chain100k_symbolic, std::string("chain100k"), std::string("symbolic"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ChainPaired, chain1m_analytical, std::string("chain1m"), std::string("analytical"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ChainPaired, chain1m_symbolic, std::string("chain1m"), std::string("symbolic"))->Unit(benchmark::kMillisecond);
+// clang-format on

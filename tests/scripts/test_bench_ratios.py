@@ -134,11 +134,17 @@ class ChainTableTest(unittest.TestCase):
         self.assertNotIn("same rounds", text)  # nor paired ones
 
     def test_the_ratios_timed_in_the_same_rounds(self):
-        b = [iteration("BM_ChainPaired/chain100k", 400.0, rounds=7, parse_ms=80.0, load_ms=176.0,
-                       load_x=2.21, analytical_x=0.55, symbolic_x=3.4, load_analytical_x=2.79,
-                       load_symbolic_x=5.61)]
+        b = [iteration("BM_ChainPaired/chain100k_analytical", 300.0, rounds=7, parse_ms=80.0,
+                       load_ms=176.0, load_x=2.21, estimate_x=0.55, load_estimate_x=2.79),
+             iteration("BM_ChainPaired/chain100k_symbolic", 500.0, rounds=3, parse_ms=82.0,
+                       load_ms=180.0, load_x=2.2, estimate_x=3.4, load_estimate_x=5.61),
+             # a size with one backend only: the other's cells are left blank
+             iteration("BM_ChainPaired/chain1m_symbolic", 5000.0, rounds=2, parse_ms=800.0,
+                       load_ms=2000.0, load_x=2.5, estimate_x=4.0, load_estimate_x=6.5)]
         text = printed(bench_ratios.table, {"benchmarks": b, "context": {}})
-        self.assertIn("| chain100k | 7 | 80.0 | 176.0 | 2.21 | 0.55 | 3.40 | 2.79 | 5.61 |", text)
+        self.assertIn("| chain100k | 7 / 3 | 80.0 | 176.0 | 2.21 | 0.55 | 3.40 | 2.79 | 5.61 |",
+                      text)
+        self.assertIn("| chain1m | – / 2 | 800.0 | 2000.0 | 2.50 | – | 4.00 | – | 6.50 |", text)
         self.assertNotIn("| chain10k |", text)
 
     def test_the_processes_against_the_parse_as_a_process(self):
