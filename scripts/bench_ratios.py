@@ -21,9 +21,8 @@ the parse of the chain's file alone (memest_parse_process) and the memest CLI es
 each backend (bench/queries_bench.cc), each as a ratio to that parse; and a third the same ratios
 timed in the same rounds (bench/paired_bench.cc: each round parses, loads and runs one backend's
 estimate, and each ratio is the median of the rounds' own, so the machine's slow phases cancel).
-With
-repetitions each benchmark's median over them is shown (this machine's slow phases move a single
-repetition by 10-30 %).
+With repetitions each benchmark's median over them is shown, its time and its counters (this
+machine's slow phases move a single repetition by 10-30 %).
 """
 import argparse
 import json
@@ -248,6 +247,9 @@ def paired_table(by_name):
     median of the rounds' own, so a slow phase of the machine reaches the parse and what it is
     compared with alike. Parse and load are the analytical benchmark's (the symbolic one times
     its own, in its (load + symbolic) / parse)."""
+    def cell(b, key, fmt):  # blank where the run lacks that backend's row
+        return "–" if b is None else format(b[key], fmt)
+
     rows = []
     for size in SIZES:
         a = by_name.get(f"BM_ChainPaired/{size}_analytical")
@@ -255,10 +257,6 @@ def paired_table(by_name):
         if a is None and s is None:
             continue
         first = a if a is not None else s
-
-        def cell(b, key, fmt):
-            return "–" if b is None else format(b[key], fmt)
-
         rows.append(f"| {size} | {cell(a, 'rounds', '.0f')} / {cell(s, 'rounds', '.0f')} | "
                     f"{first['parse_ms']:.1f} | {first['load_ms']:.1f} | {first['load_x']:.2f} | "
                     f"{cell(a, 'estimate_x', '.2f')} | {cell(s, 'estimate_x', '.2f')} | "
