@@ -1097,6 +1097,9 @@ std::optional<MaxBatchResult> ReplayLargestFitting(
     if (!fitted) fitted = fit_all(symbolic::BatchTrace::Fit);
     if (!fitted) return std::nullopt;
     std::vector<symbolic::BatchTrace> traces = std::move(fitted).value();
+    // The curves hold what the search reads of the later traces; what follows reads the first
+    // alone (its resizes and the answer's estimate), so the others go before the replays.
+    kept.resize(1);
     std::vector<Prober> probers;
     probers.reserve(stages);
     for (const symbolic::BatchTrace& t : traces) probers.emplace_back(t, ctx, budget, options, gpu);
@@ -1134,6 +1137,10 @@ std::optional<MaxBatchResult> ReplayLargestFitting(
     for (size_t s = 0; s < stages; ++s) {
       answers[s].run = probers[s].TakeLastFit(batch);
     }
+    // The probes' own runs and allocator models are done with: gone before the answer's check
+    // walks, which is where a search's memory peaks.
+    const symbolic::AllocatorConfig config = probers.front().config();
+    probers.clear();
     unchecked->at = batch;
     if (!all_fit) return std::nullopt;
     // Stage s's shape where the first trace was walked (symbolic::ShapeOfStep), once.
@@ -1183,8 +1190,8 @@ std::optional<MaxBatchResult> ReplayLargestFitting(
       return symbolic::EstimateFollowing(c, run);
     };
     std::optional<Estimate> e =
-        CheckAnswer(estimator, model, options, gpu, limit, set, trace_next, follow, traces,
-                    probers.front().config(), batch, decisive, answers, spent, made);
+        CheckAnswer(estimator, model, options, gpu, limit, set, trace_next, follow, traces, config,
+                    batch, decisive, answers, spent, made);
     if (!e) return std::nullopt;
     MaxBatchResult r = *spent;
     r.batch = batch;

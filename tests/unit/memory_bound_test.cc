@@ -1,9 +1,10 @@
 // The memory of memest itself stays bounded per node: loading a generated 100,000-node chain
 // (datasets/zoo/chain.h) and estimating it with the analytical and the symbolic backend raises
-// the process's peak RSS by less than kMaxBytesPerNode per node. Bytes, never time (speed is
-// measured by bench/, not by tests). The run happens in a forked child whose high-water mark is
-// reset first (/proc/self/clear_refs), so earlier tests' memory does not count. Linux only; not
-// under sanitizers, which multiply every allocation.
+// the process's peak RSS by less than kMaxBytesPerNode per node, and loading it and searching
+// its largest batch with the symbolic backend by less than kMaxSearchBytesPerNode. Bytes, never
+// time (speed is measured by bench/, not by tests). The run happens in a forked child whose
+// high-water mark is reset first (/proc/self/clear_refs), so earlier tests' memory does not count.
+// Linux only; not under sanitizers, which multiply every allocation.
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <sys/wait.h>
@@ -34,6 +35,9 @@ constexpr bool kSanitized = false;
 // README.md (Speed) states 4 KiB per node (measured 3.3 KB for this chain); the test allows 6 KiB
 // so that another allocator or libc does not make it flaky.
 constexpr double kMaxBytesPerNode = 6144;
+// README.md states 9 KiB per node for the symbolic max-batch search (measured 7.8 KB for this
+// chain, bench/peak_rss.cc); the same headroom.
+constexpr double kMaxSearchBytesPerNode = 13824;
 
 uint64_t ProcStatusBytes(const char* field) {
   std::ifstream in("/proc/self/status");
@@ -47,9 +51,10 @@ uint64_t ProcStatusBytes(const char* field) {
   return 0;
 }
 
-// Bytes of peak RSS per node for loading and estimating a chain of `blocks` blocks (4 nodes
-// each), measured in a child process; a negative value when the run failed.
-double PeakBytesPerNodeInChild(int blocks) {
+// Bytes of peak RSS per node for loading a chain of `blocks` blocks (4 nodes each) and `run`
+// over it (false: it failed), measured in a child process; a negative value when a step failed.
+template <typename Run>
+double PeakBytesPerNodeInChild(int blocks, Run run) {
   int fds[2];
   if (pipe(fds) != 0) return -1;
   const pid_t pid = fork();
@@ -61,13 +66,7 @@ double PeakBytesPerNodeInChild(int blocks) {
     const uint64_t before = ProcStatusBytes("VmRSS");
     double per_node = -1;
     auto model = memest::LoadModelFromBytes(bytes, ".", "chain");
-    bool ok = model.ok();
-    memest::Options o;
-    o.batch = 64;
-    for (const char* backend : {"analytical", "symbolic"}) {
-      auto est = memest::MakeEstimator(backend);
-      ok = ok && est.ok() && (*est)->Run(**model, o).ok();
-    }
+    const bool ok = model.ok() && run(**model);
     if (ok) {
       per_node = static_cast<double>(ProcStatusBytes("VmHWM") - before) /
                  static_cast<double>((*model)->summary().node_count);
@@ -89,10 +88,32 @@ double PeakBytesPerNodeInChild(int blocks) {
 TEST(MemoryBoundTest, PeakRssPerNodeOfAChainStaysUnderTheBound) {
   if (kSanitized) GTEST_SKIP() << "sanitizers multiply every allocation";
   if (!std::ifstream("/proc/self/clear_refs")) GTEST_SKIP() << "no /proc/self/clear_refs";
-  const double per_node = PeakBytesPerNodeInChild(25'000);  // 100,000 nodes
+  const double per_node = PeakBytesPerNodeInChild(25'000, [](const memest::Model& model) {
+    memest::Options o;
+    o.batch = 64;
+    for (const char* backend : {"analytical", "symbolic"}) {
+      auto est = memest::MakeEstimator(backend);
+      if (!est.ok() || !(*est)->Run(model, o).ok()) return false;
+    }
+    return true;
+  });  // 100,000 nodes
   ASSERT_GT(per_node, 0) << "the chain did not load or estimate";
   EXPECT_LE(per_node, kMaxBytesPerNode) << "memest's peak RSS per node of a 100,000-node chain";
   std::printf("peak RSS: %.0f bytes per node (bound %.0f)\n", per_node, kMaxBytesPerNode);
+}
+
+TEST(MemoryBoundTest, PeakRssPerNodeOfAChainsSymbolicMaxBatchSearchStaysUnderTheBound) {
+  if (kSanitized) GTEST_SKIP() << "sanitizers multiply every allocation";
+  if (!std::ifstream("/proc/self/clear_refs")) GTEST_SKIP() << "no /proc/self/clear_refs";
+  const double per_node = PeakBytesPerNodeInChild(25'000, [](const memest::Model& model) {
+    auto est = memest::MakeEstimator("symbolic");
+    memest::Options o;  // h100-80gb
+    return est.ok() && memest::FindMaxBatch(**est, model, o).ok();
+  });  // 100,000 nodes
+  ASSERT_GT(per_node, 0) << "the chain did not load or its search failed";
+  EXPECT_LE(per_node, kMaxSearchBytesPerNode)
+      << "memest's peak RSS per node of a 100,000-node chain's symbolic max-batch search";
+  std::printf("peak RSS: %.0f bytes per node (bound %.0f)\n", per_node, kMaxSearchBytesPerNode);
 }
 
 }  // namespace
