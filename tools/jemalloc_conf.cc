@@ -19,12 +19,12 @@
 //    4.7 and 5.6 s (two sets of six runs; 350k against 233k page faults, peak RSS 860 against
 //    919 MB); the 1,000,000-node chain's 106.6 against 82.8 s (one run each; 3.86M against 2.21M
 //    faults, 8.00 against 8.62 GB); the 10,000-node chain's 753 against 695 ms (nine runs each,
-//    the same faults); single estimates the
-//    same within the spread (the 100k chain analytical 985 against 937 ms over 16 runs, symbolic
-//    1,901 against 1,880 ms over 12, peak RSS 204 and 333 against 204 and 346 MB; the 1,000,000-
-//    node chain analytical 10.8 against 10.6 s, 1.90 against 1.91 GB, symbolic 19.4 against
-//    20.5 s, one run each, 3.13 against 3.29 GB); ResNet-50 --batch 64 19.5 against 19.3 ms (50
-//    runs each), its symbolic --max-batch 39.8 against 39.7 ms. The cost is up to 8 % more peak
+//    the same faults); single estimates the same within the spread (the 100k chain analytical
+//    985 against 937 ms over 16 runs, symbolic 1,901 against 1,880 ms over 12, peak RSS 204 and
+//    333 against 204 and 346 MB; the 1,000,000-node chain analytical 10.8 against 10.6 s, 1.90
+//    against 1.91 GB, symbolic 19.4 against 20.5 s, one run each, 3.13 against 3.29 GB);
+//    ResNet-50 --batch 64 19.5 against 19.3 ms (50 runs each), its symbolic --max-batch 39.8
+//    against 39.7 ms. The cost is up to 8 % more peak
 //    RSS on the large symbolic runs. A longer finite decay does not help (dirty_decay_ms:60000:
 //    7.1 s; the oversize arena still purges at once), nor does sending large allocations to the
 //    ordinary arenas (oversize_threshold:0: 6.5 s; they decay within the run).
