@@ -118,7 +118,8 @@ std::optional<BatchTrace> BatchTrace::FitOver(const std::vector<Traced>& traces,
   t.curves_ = std::move(*curves);
   t.curves_.Reserve(traces[0].trace->requests.size());  // its mallocs, at most
   const std::vector<AllocatorRequest>& base = traces[0].trace->requests;
-  t.requests_ = base;
+  if (base.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) return std::nullopt;
+  t.freed_.reserve(base.size());
   t.prefill_requests_ = traces[0].trace->prefill_requests;
   t.cache_emptied_ = t.prefill_requests_ > 0 && traces[0].trace->cache_emptied;
   size_t alive = 0;
@@ -127,6 +128,7 @@ std::optional<BatchTrace> BatchTrace::FitOver(const std::vector<Traced>& traces,
     for (size_t i = 1; i < k; ++i) {
       if (traces[i].trace->requests[r].freed != freed) return std::nullopt;
     }
+    t.freed_.push_back(static_cast<int32_t>(freed));
     if (freed >= 0) {
       if (static_cast<size_t>(freed) >= t.curves_.size() || alive == 0) return std::nullopt;
       --alive;
@@ -158,9 +160,9 @@ void BatchTrace::SumAlive() {
   double a = 0, b = 0, c = 0;
   alive_after_malloc_.reserve(curves_.size());
   size_t m = 0;
-  for (const AllocatorRequest& r : requests_) {
-    const double sign = r.freed >= 0 ? -1 : 1;
-    const size_t j = r.freed >= 0 ? static_cast<size_t>(r.freed) : m++;
+  for (const int32_t freed : freed_) {
+    const double sign = freed >= 0 ? -1 : 1;
+    const size_t j = freed >= 0 ? static_cast<size_t>(freed) : m++;
     a += sign * curves_.First(j);
     b += sign * (curves_.D1(j) - curves_.D2(j) * h);
     c += sign * curves_.D2(j);
@@ -169,11 +171,11 @@ void BatchTrace::SumAlive() {
 }
 
 bool BatchTrace::FindLoop(size_t previous_begins, size_t last_begins) {
-  if (previous_begins >= last_begins || last_begins >= requests_.size()) return false;
+  if (previous_begins >= last_begins || last_begins >= freed_.size()) return false;
   size_t m = 0;  // mallocs before request i
   for (size_t i = 0; i < last_begins; ++i) {
     if (i == previous_begins) previous_first_malloc_ = m;
-    m += requests_[i].freed < 0;
+    m += freed_[i] < 0;
   }
   previous_begins_ = previous_begins;
   loop_begins_ = last_begins;
@@ -181,8 +183,8 @@ bool BatchTrace::FindLoop(size_t previous_begins, size_t last_begins) {
   const size_t mallocs = curves_.size() - m;
   if (loop_first_malloc_ - previous_first_malloc_ != mallocs || mallocs > UINT32_MAX) return false;
   uint32_t r = 0;
-  for (size_t i = last_begins; i < requests_.size(); ++i) {
-    const int64_t f = requests_[i].freed;
+  for (size_t i = last_begins; i < freed_.size(); ++i) {
+    const int64_t f = freed_[i];
     if (f < 0) {
       loop_.push_back({LoopRequest::kMalloc, r++});
     } else if (static_cast<size_t>(f) >= loop_first_malloc_) {
@@ -210,8 +212,8 @@ std::vector<uint64_t> BatchTrace::DistinctAt(int64_t v) const {
 bool BatchTrace::Matches(const StepTrace& step, int64_t v, const AllocatorConfig& config,
                          size_t prefix) const {
   const std::vector<AllocatorRequest>& trace = step.requests;
-  if (trace.size() != std::min(prefix, requests_.size()) || v < 1 || v > kMostValue) return false;
-  if (prefix != std::numeric_limits<size_t>::max() && prefix > requests_.size() &&
+  if (trace.size() != std::min(prefix, freed_.size()) || v < 1 || v > kMostValue) return false;
+  if (prefix != std::numeric_limits<size_t>::max() && prefix > freed_.size() &&
       (!loops_ || !step.loops || step.previous_begins != previous_begins_ ||
        step.last_begins != loop_begins_)) {
     return false;
@@ -226,9 +228,9 @@ bool BatchTrace::Matches(const StepTrace& step, int64_t v, const AllocatorConfig
   const std::vector<uint64_t> at_v = DistinctAt(v);
   size_t m = 0;
   for (size_t i = 0; i < trace.size(); ++i) {
-    const AllocatorRequest& want = requests_[i];
-    const AllocatorRequest here =
-        want.freed >= 0 ? want : AllocatorRequest{at_v[curves_.DistinctOf(m++)], -1};
+    const AllocatorRequest here = freed_[i] >= 0
+                                      ? AllocatorRequest{0, freed_[i]}
+                                      : AllocatorRequest{at_v[curves_.DistinctOf(m++)], -1};
     if (!SameRequest(trace[i], here, config)) {
       return false;
     }
@@ -264,15 +266,14 @@ int64_t BatchTrace::LargestWithin(uint64_t bytes, int64_t limit) const {
 
 double BatchTrace::AliveGrowth(size_t end, int64_t v) const {
   // In the loop, the bytes alive are the last traced iteration's at the same place.
-  if (loops_ && end > requests_.size()) {
-    end = loop_begins_ + (end - requests_.size()) % loop_.size();
+  if (loops_ && end > freed_.size()) {
+    end = loop_begins_ + (end - freed_.size()) % loop_.size();
   }
   double growth = 0;
   size_t m = 0;
-  for (size_t i = 0; i < end && i < requests_.size(); ++i) {
-    const AllocatorRequest& r = requests_[i];
-    growth +=
-        r.freed >= 0 ? -curves_.Growth(static_cast<size_t>(r.freed), v) : curves_.Growth(m++, v);
+  for (size_t i = 0; i < end && i < freed_.size(); ++i) {
+    const int32_t freed = freed_[i];
+    growth += freed >= 0 ? -curves_.Growth(static_cast<size_t>(freed), v) : curves_.Growth(m++, v);
   }
   return growth;
 }
@@ -293,7 +294,7 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config, All
     // time, the vector's moves were 1.4 % of a search's instructions
     // (vit_relpos_medium_patch16_cls_224).
     after->clear();
-    after->reserve(requests_.size() + 2 * loop_.size());
+    after->reserve(freed_.size() + 2 * loop_.size());
   }
   alloc.Reserve(2 * most_alive_ + 64);
   uint64_t peak_allocated = 0;
@@ -357,21 +358,20 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config, All
   const std::vector<uint64_t> at_v = DistinctAt(v);
   std::vector<Handle> previous, own;
   size_t m = 0;
-  for (size_t i = 0; ok && i < requests_.size(); ++i) {
+  for (size_t i = 0; ok && i < freed_.size(); ++i) {
     if (prefill_requests_ > 0 && i == prefill_requests_) prefill_done();
     if (loops_ && i == loop_begins_) {
       previous.assign(handle.get() + previous_first_malloc_, handle.get() + loop_first_malloc_);
       (void)repeats(kTracedIterations, previous);  // no iteration before it has a state
     }
-    const AllocatorRequest& r = requests_[i];
-    if (r.freed >= 0) {
-      free_one(handle[static_cast<size_t>(r.freed)]);
+    if (const int32_t freed = freed_[i]; freed >= 0) {
+      free_one(handle[static_cast<size_t>(freed)]);
     } else {
       handle[m] = malloc_one(at_v[curves_.DistinctOf(m)]);
       ++m;
     }
   }
-  if (ok && prefill_requests_ > 0 && prefill_requests_ == requests_.size()) prefill_done();
+  if (ok && prefill_requests_ > 0 && prefill_requests_ == freed_.size()) prefill_done();
   if (ok && loops_) {
     previous.assign(handle.get() + loop_first_malloc_, handle.get() + curves_.size());
     own.assign(previous.size(), -1);
@@ -415,21 +415,21 @@ BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config, All
 
 void BatchTrace::ListRequests(int64_t v, AllocatorRun* run) const {
   const size_t ran = run->after.size();
-  run->loop_length = loops_ && ran > requests_.size() + loop_.size() ? loop_.size() : 0;
-  run->requests = RequestsAt(v, run->loop_length > 0 ? requests_.size() + loop_.size() : ran);
+  run->loop_length = loops_ && ran > freed_.size() + loop_.size() ? loop_.size() : 0;
+  run->requests = RequestsAt(v, run->loop_length > 0 ? freed_.size() + loop_.size() : ran);
 }
 
 std::vector<AllocatorRequest> BatchTrace::RequestsAt(int64_t v, size_t count) const {
   std::vector<AllocatorRequest> out;
-  const size_t traced = std::min(count, requests_.size());
+  const size_t traced = std::min(count, freed_.size());
   out.reserve(loops_ && count != std::numeric_limits<size_t>::max() ? count : traced);
   const std::vector<uint64_t> at_v = DistinctAt(v);
   size_t m = 0;
   for (size_t i = 0; i < traced; ++i) {
-    const AllocatorRequest& r = requests_[i];
-    out.push_back(r.freed >= 0 ? r : AllocatorRequest{at_v[curves_.DistinctOf(m++)], -1});
+    out.push_back(freed_[i] >= 0 ? AllocatorRequest{0, freed_[i]}
+                                 : AllocatorRequest{at_v[curves_.DistinctOf(m++)], -1});
   }
-  if (!loops_ || count <= requests_.size() || count == std::numeric_limits<size_t>::max()) {
+  if (!loops_ || count <= freed_.size() || count == std::numeric_limits<size_t>::max()) {
     return out;
   }
   // The loop's iterations: each one's mallocs numbered on from the iteration before's.

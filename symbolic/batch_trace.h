@@ -153,12 +153,15 @@ class BatchTrace {
   // iteration frees a malloc older than the iteration before, its mallocs are not freed once each
   // by it or the next (CarriedMallocs), or the two iterations make different numbers of mallocs.
   bool FindLoop(size_t previous_begins, size_t last_begins);
-  // Fills alive_after_malloc_ from requests_ and curves_.
+  // Fills alive_after_malloc_ from freed_ and curves_.
   void SumAlive();
   // Each distinct curve's bytes at v (curves_.DistinctBytes), by its number.
   [[nodiscard]] std::vector<uint64_t> DistinctAt(int64_t v) const;
 
-  std::vector<AllocatorRequest> requests_;  // at the first value traced
+  // The traced requests, as the first trace made them: a free's malloc (by number), -1 for a
+  // malloc, whose size at any value is its curve's. Four bytes a request where a copy of the
+  // trace's requests took sixteen (4.6 of the 81.1 MB a 10k-node chain's search peaked at).
+  std::vector<int32_t> freed_;
   base::SizeCurves curves_;                 // per malloc, equal ones shared (base/size_curves.h)
   bool loops_ = false;
   // The loop's requests: the last traced iteration's (a malloc's curve is
