@@ -523,6 +523,10 @@ BENCHMARK_CAPTURE(BM_ProtobufParse, chain10k, std::string("chain10k"))->Unit(ben
 BENCHMARK_CAPTURE(BM_Load, chain10k, std::string("chain10k"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Estimate, chain10k_train_analytical, std::string("chain10k"), Mode::kTrain, kAnalytical)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Estimate, chain10k_train_symbolic, std::string("chain10k"), Mode::kTrain, kSymbolic)->Unit(benchmark::kMillisecond);
+// Its answer (57,344 on h100-80gb) makes each activation a segment of its own: thousands of cached
+// blocks of one size in one bin of the allocator model's free lists (symbolic/free_list.h).
+BENCHMARK_CAPTURE(BM_MaxBatch, chain10k_symbolic, std::string("chain10k"), kSymbolic)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_EstimateAtMaxBatch, chain10k_symbolic, std::string("chain10k"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_ProtobufParse, chain100k, std::string("chain100k"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Load, chain100k, std::string("chain100k"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Estimate, chain100k_train_analytical, std::string("chain100k"), Mode::kTrain, kAnalytical)->Unit(benchmark::kMillisecond);

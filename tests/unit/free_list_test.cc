@@ -327,5 +327,101 @@ TEST(FreeListTest, AClearedListAnswersAsANewOne) {
   EXPECT_EQ(list.size(), reference.size());
 }
 
+// Thousands of free blocks of a few sizes in a few bins (cached segments of one size each, as a
+// step's large tensors leave them: the 10k-node chain's --max-batch near batch 57,344 holds about
+// 5,000): the same answers as a std::map throughout -- while the bins grow, once emptied, as they
+// fill again and after Clear.
+TEST(FreeListTest, ABinOfThousandsOfEntriesMatchesAStdMap) {
+  FreeList list;
+  std::map<FreeList::Key, int64_t> reference;
+  std::mt19937_64 random(23);
+  constexpr uint64_t kMiB = 1 << 20;
+  // 64-66 MiB: three bins of the large sizes (each a 64th of the power of two from 64 MiB: 1 MiB)
+  // of about a thousand entries each at the top, and a best fit may cross from one into the next.
+  auto key = [&] {
+    const uint64_t size = 64 * kMiB + (random() % 5) * (kMiB / 2);
+    return FreeList::Key{size, 2 * kMiB * (random() % 100000)};
+  };
+  int64_t id = 0;
+  auto check = [&] {
+    ASSERT_EQ(list.size(), reference.size());
+    for (uint64_t size = 63 * kMiB; size <= 67 * kMiB; size += kMiB / 4) {
+      ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(list, reference, {size, 0}));
+    }
+    for (int i = 0; i < 200 && !reference.empty(); ++i) {
+      const auto& [k, v] = *std::next(reference.begin(), random() % reference.size());
+      ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(list, reference, k));
+      ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(list, reference, {k.first, k.second + 1}));
+    }
+    std::vector<std::pair<FreeList::Key, int64_t>> visited;
+    list.ForEach([&](FreeList::Key k, int64_t i) { visited.emplace_back(k, i); });
+    ASSERT_EQ(visited,
+              (std::vector<std::pair<FreeList::Key, int64_t>>(reference.begin(), reference.end())));
+  };
+  // Grow to about 3,000 entries, with erases, replaces and best-fit takes on the way; then empty.
+  for (int round = 0; round < 2; ++round) {
+    for (int step = 0; step < 4000; ++step) {
+      const uint64_t op = random() % 6;
+      if (op < 4 || reference.empty()) {
+        const FreeList::Key k = key();
+        if (reference.count(k) == 0) {
+          list.Insert(k, id);
+          reference.emplace(k, id++);
+        }
+      } else if (op == 4) {
+        const FreeList::Key gone = std::next(reference.begin(), random() % reference.size())->first;
+        list.Erase(gone);
+        reference.erase(gone);
+      } else {  // the allocator's take: the best fit, erased or its remainder put back
+        const auto found = list.LowerBound({64 * kMiB + (random() % 5) * (kMiB / 2), 0});
+        if (!found) continue;
+        reference.erase(found->first);
+        const FreeList::Key rest{found->first.first - kMiB / 2, found->first.second + 1};
+        if (random() % 2 == 0 || reference.count(rest) > 0) {
+          list.Erase(found->first);
+        } else {
+          list.Replace(found->first, rest, id);
+          reference.emplace(rest, id++);
+        }
+      }
+      if (step % 500 == 0) {
+        ASSERT_NO_FATAL_FAILURE(check());
+      }
+    }
+    ASSERT_NO_FATAL_FAILURE(check());
+    ASSERT_GT(reference.size(), 1000u);
+    while (!reference.empty()) {
+      const FreeList::Key gone = std::next(reference.begin(), random() % reference.size())->first;
+      list.Erase(gone);
+      reference.erase(gone);
+      if (reference.size() % 700 == 0) {
+        ASSERT_NO_FATAL_FAILURE(check());
+      }
+    }
+    EXPECT_FALSE(list.LowerBound({0, 0}).has_value());
+    list.Erase({64 * kMiB, 0});  // absent, from an emptied bin
+    EXPECT_EQ(list.size(), 0u);
+  }
+  // Cleared, the bin is an array again and answers as a new list does.
+  for (int i = 0; i < 600; ++i) {
+    const FreeList::Key k = key();
+    if (reference.count(k) == 0) {
+      list.Insert(k, id);
+      reference.emplace(k, id++);
+    }
+  }
+  list.Clear();
+  reference.clear();
+  ASSERT_NO_FATAL_FAILURE(check());
+  for (int i = 0; i < 100; ++i) {
+    const FreeList::Key k = key();
+    if (reference.count(k) == 0) {
+      list.Insert(k, id);
+      reference.emplace(k, id++);
+    }
+  }
+  ASSERT_NO_FATAL_FAILURE(check());
+}
+
 }  // namespace
 }  // namespace memest::symbolic
