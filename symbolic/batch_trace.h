@@ -163,7 +163,7 @@ class BatchTrace {
   // trace's requests took sixteen: the 10k-node chain's search peaked at 81.1 MB of heap with
   // the copy and at 77.6 MB without (valgrind --tool=massif).
   std::vector<int32_t> freed_;
-  base::SizeCurves curves_;                 // per malloc, equal ones shared (base/size_curves.h)
+  base::SizeCurves curves_;  // per malloc, equal ones shared (base/size_curves.h)
   bool loops_ = false;
   // The loop's requests: the last traced iteration's (a malloc's curve is
   // loop_first_malloc_ + r).
