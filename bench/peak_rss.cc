@@ -45,9 +45,10 @@ namespace {
 // The bound stated in README.md (Speed): memest's peak RSS (load and both estimates) per node of
 // a chain; measured 3.5-3.9 KB from 10k to 1M nodes (2026-11-29).
 constexpr double kMaxBytesPerNode = 4096;
-// The symbolic max-batch search's (on h100-80gb): measured 8.2 / 7.8 / 7.1 KB at 10k / 100k / 1M
-// nodes (2026-12-05, once the first trace was kept without spare capacity and the probes' runs
-// and the other traces freed before the answer's estimate).
+// The symbolic max-batch search's (on h100-80gb): measured 7.8 / 7.4 / 6.8 KB at 10k / 100k / 1M
+// nodes (2026-12-05, at 39bce33: the first trace kept without spare capacity, the probes' runs
+// and the other traces freed before the answer's estimate, 4 bytes a traced request in the
+// curves).
 constexpr double kMaxSearchBytesPerNode = 9216;
 
 // A field of /proc/self/status ("VmRSS", "VmHWM") in bytes; 0 when absent.

@@ -24,10 +24,10 @@
 //    333 against 204 and 346 MB; the 1,000,000-node chain analytical 10.8 against 10.6 s, 1.90
 //    against 1.91 GB, symbolic 19.4 against 20.5 s, one run each, 3.13 against 3.29 GB);
 //    ResNet-50 --batch 64 19.5 against 19.3 ms (50 runs each), its symbolic --max-batch 39.8
-//    against 39.7 ms. The cost is up to 8 % more peak
-//    RSS on the large symbolic runs. A longer finite decay does not help (dirty_decay_ms:60000:
-//    7.1 s; the oversize arena still purges at once), nor does sending large allocations to the
-//    ordinary arenas (oversize_threshold:0: 6.5 s; they decay within the run).
+//    against 39.7 ms. The cost is up to 8 % more peak RSS on the large symbolic runs. A longer
+//    finite decay does not help (dirty_decay_ms:60000: 7.1 s; the oversize arena still purges at
+//    once), nor does sending large allocations to the ordinary arenas (oversize_threshold:0:
+//    6.5 s; they decay within the run).
 //  * Against the C library's allocator, on the code of 2026-11-29, jemalloc (with its default
 //    decay) is about as fast for a fresh process (the 100,000-node chain 0.32-0.59 against
 //    0.31-0.49 s, ResNet-50 6.6 against 6.2 ms) and about a tenth faster on the largest symbolic

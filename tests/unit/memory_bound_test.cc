@@ -35,8 +35,8 @@ constexpr bool kSanitized = false;
 // README.md (Speed) states 4 KiB per node (measured 3.3 KB for this chain); the test allows 6 KiB
 // so that another allocator or libc does not make it flaky.
 constexpr double kMaxBytesPerNode = 6144;
-// README.md states 9 KiB per node for the symbolic max-batch search (measured 7.8 KB for this
-// chain, bench/peak_rss.cc); the same headroom.
+// README.md states 9 KiB per node for the symbolic max-batch search (measured 7.4 KB for this
+// chain, bench/peak_rss.cc, 2026-12-05); the same headroom.
 constexpr double kMaxSearchBytesPerNode = 13824;
 
 uint64_t ProcStatusBytes(const char* field) {
