@@ -14,6 +14,20 @@
 // costs about the same for ten free blocks (ResNet-50 training) and hundreds (a 100,000-node
 // chain holds up to about 600), and an insert or erase grows with its bin only (many free blocks
 // of one size share a bin: up to 122 in Qwen2.5-0.5B's training step).
+//  * A bin whose inserts and erases move many entries is chunked: thousands of cached blocks of
+//    one size can share a bin at large batches, and coalescing erases them at any address (the
+//    10,000-node chain's max-batch search spent 85 % of its instructions moving the entries of
+//    such arrays). A bin keeps its smallest entries in an array, its tail, and once chunked its
+//    larger ones in `upper`: sorted arrays of kChunk to 2 * kChunk entries, mostly, so that an
+//    insert or erase there moves one chunk's entries. Best fit mostly takes the tail's last
+//    entry, and most inserts and erases land in the tail, so the inline paths look in the tail
+//    only, and go to upper (out of line, free_list.cc) for a key above all of the tail's. A tail
+//    past kBigBin entries whose last kMovesJudged moves (inserts and erases not at its end) moved
+//    more than kChunk entries each on average is cut into chunks, its last kChunk or fewer
+//    staying as the tail. So a bin that grows and shrinks at its end stays one array, and the
+//    bins of ResNet-50 or of a 10,000-node chain at batch 64 (none past kBigBin entries) never
+//    pay for chunks; the inline paths' checks for them cost about 1 % of ResNet-50's max-batch
+//    search instructions (docs/speed-log.md, 2026-12-06).
 //  * A bin is made when an entry first lands in it, and kept (emptied by Clear) until the list
 //    goes: a table of 3,200 two-byte slots names each bin's place among those made. So a new
 //    list (each simulation's allocator model has two) allocates only the bins its sizes reach --
@@ -65,7 +79,10 @@ class FreeList {
       const size_t g = static_cast<size_t>(std::countr_zero(groups));
       for (uint64_t bins = occupied_[g]; bins != 0; bins &= bins - 1) {
         const Bin& bin = BinAt(g * kBinsPerGroup + std::countr_zero(bins));
-        for (auto e = bin.rbegin(); e != bin.rend(); ++e) f(Key{e->size, e->addr}, e->id);
+        for (auto e = bin.tail.rbegin(); e != bin.tail.rend(); ++e) f(Key{e->size, e->addr}, e->id);
+        for (auto c = bin.upper.rbegin(); c != bin.upper.rend(); ++c) {
+          for (auto e = c->rbegin(); e != c->rend(); ++e) f(Key{e->size, e->addr}, e->id);
+        }
       }
     }
   }
@@ -78,7 +95,21 @@ class FreeList {
   };
   // Sorted by (size, addr), largest first: the best fit, which the allocator takes next, is
   // usually the last entry, and taking it moves no other.
-  using Bin = std::vector<Entry>;
+  using Entries = std::vector<Entry>;
+  // A bin's entries: `tail` holds the smallest (all of them until the bin is chunked), `upper` the
+  // larger ones in chunks, in order (largest first, as within each), none empty. While upper
+  // holds any, the tail holds one at least.
+  struct Bin {
+    Entries tail;
+    std::vector<Entries> upper;
+    // While the tail is past kBigBin entries: its moves since it was last judged, cut or cleared,
+    // and the entries they moved.
+    uint32_t moves = 0;
+    uint64_t moved = 0;
+  };
+  static constexpr size_t kBigBin = 256;
+  static constexpr uint32_t kMovesJudged = 64;
+  static constexpr size_t kChunk = 64;  // a new chunk's entries; a chunk splits past twice this
   static constexpr size_t kBinsPerGroup = 64;          // one bit each in a group's word
   static constexpr size_t kGroups = 64;                // one bit each in groups_; BinOf uses 50
   static constexpr size_t kBins = 50 * kBinsPerGroup;  // BinOf(2^64 - 1) = 49 * 64 + 63
@@ -97,10 +128,33 @@ class FreeList {
   }
   // The first bin after `bin` that holds an entry, or kNone.
   [[nodiscard]] size_t NextOccupied(size_t bin) const;
-  // Index of the first entry of bin b below key (the bin's size when none is): the entries
-  // before it are those at or above the key.
-  [[nodiscard]] size_t FirstBelow(size_t b, Key key) const;
-  void EraseAt(size_t b, size_t i);
+  // Index of the first entry below key (the array's size when none is): the entries before it are
+  // those at or above the key.
+  [[nodiscard]] static size_t FirstBelow(const Entries& entries, Key key);
+  [[gnu::always_inline]] void EraseAt(size_t b, size_t i);  // the tail's entry i
+  void MarkEmpty(size_t b);
+  // Counts a move of the tail that moved `moved` entries while it is past kBigBin, and cuts the
+  // tail into chunks when such moves cost.
+  static void NoteMove(Bin& bin, size_t moved);
+
+  // The chunked paths (free_list.cc).
+  struct Place {
+    size_t chunk, index;  // chunk kNone: no such entry
+  };
+  static void JudgeMoves(Bin& bin);
+  static void CutTail(Bin& bin);
+  static void RefillTail(Bin& bin);  // an emptied tail takes upper's last chunk
+  // Splits upper's chunk c in two when it passed 2 * kChunk entries: its first kChunk stay.
+  static void SplitIfFull(std::vector<Entries>& upper, size_t c);
+  // The first chunk whose last (smallest) entry is below key, or upper.size() when none is.
+  [[nodiscard]] static size_t ChunkOf(const std::vector<Entries>& upper, Key key);
+  // Where upper's smallest entry at or above key is.
+  [[nodiscard]] static Place LastAtOrAbove(const std::vector<Entries>& upper, Key key);
+  // For a key above every entry of the bin's tail (which the inline paths searched).
+  static void InsertUpper(Bin& bin, Key key, int64_t id);
+  void EraseUpper(size_t b, Key key);
+  [[nodiscard]] std::optional<std::pair<Key, int64_t>> UpperLowerBound(size_t b, Key key) const;
+
   // Bin b, which must have been made (its slot is not 0), and bin b made if it was not.
   [[nodiscard]] const Bin& BinAt(size_t b) const { return bins_[slot_[b] - 1]; }
   [[nodiscard]] Bin& BinAt(size_t b) { return bins_[slot_[b] - 1]; }
@@ -115,6 +169,7 @@ class FreeList {
   // or replaces it), so Erase and Replace look there first. Never trusted blindly: a position
   // whose key is not the one sought (the list changed since) is passed over; keys are unique.
   mutable size_t hint_bin_ = 0, hint_index_ = 0;
+  mutable size_t hint_chunk_ = 0;  // set for upper's entries: hint_index_ is in this chunk
 };
 
 // The list's operations, inline in the allocator model (allocator.cc), which runs them at every
@@ -139,8 +194,7 @@ inline FreeList::Bin& FreeList::MadeBin(size_t b) {
   return BinAt(b);
 }
 
-inline size_t FreeList::FirstBelow(size_t b, Key key) const {
-  const Bin& bin = BinAt(b);
+inline size_t FreeList::FirstBelow(const Entries& bin, Key key) {
   // Most searches stop at the bin's last entry, its smallest (below 64 KiB a bin holds one size
   // of the allocator's, all multiples of 512), or at its first, its largest.
   if (bin.empty() || Below(bin.front(), key)) return 0;
@@ -154,26 +208,51 @@ inline void FreeList::Insert(Key key, int64_t id) {
   const size_t b = BinOf(key.first);
   Bin& bin = MadeBin(b);
   ++size_;
+  Entries& tail = bin.tail;
   // Most inserts find their bin empty (a split's remainder, a freed block of a new size).
-  if (bin.empty()) {
-    bin.push_back(Entry{key.first, key.second, id});
+  if (tail.empty()) {
+    tail.push_back(Entry{key.first, key.second, id});
     occupied_[b / kBinsPerGroup] |= uint64_t{1} << (b % kBinsPerGroup);
     groups_ |= uint64_t{1} << (b / kBinsPerGroup);
     return;
   }
-  bin.insert(bin.begin() + static_cast<std::ptrdiff_t>(FirstBelow(b, key)),
-             Entry{key.first, key.second, id});
+  const size_t i = FirstBelow(tail, key);
+  if (i == 0 && !bin.upper.empty()) [[unlikely]] {
+    InsertUpper(bin, key, id);
+    return;
+  }
+  tail.insert(tail.begin() + static_cast<std::ptrdiff_t>(i), Entry{key.first, key.second, id});
+  if (tail.size() > kBigBin) [[unlikely]] {
+    NoteMove(bin, tail.size() - 1 - i);
+  }
+}
+
+inline void FreeList::NoteMove(Bin& bin, size_t moved) {
+  bin.moved += moved;
+  if (++bin.moves == kMovesJudged) JudgeMoves(bin);
 }
 
 inline void FreeList::EraseAt(size_t b, size_t i) {
   Bin& bin = BinAt(b);
-  if (i + 1 == bin.size()) {
-    bin.pop_back();  // the bin's smallest, which best fit takes most often
-  } else {
-    bin.erase(bin.begin() + static_cast<std::ptrdiff_t>(i));
-  }
+  Entries& tail = bin.tail;
   --size_;
-  if (!bin.empty()) return;
+  if (i + 1 == tail.size()) {
+    tail.pop_back();  // the bin's smallest, which best fit takes most often
+    if (!tail.empty()) return;
+    if (bin.upper.empty()) {
+      MarkEmpty(b);
+    } else {
+      RefillTail(bin);
+    }
+    return;
+  }
+  tail.erase(tail.begin() + static_cast<std::ptrdiff_t>(i));  // leaves one at least
+  if (tail.size() > kBigBin) [[unlikely]] {
+    NoteMove(bin, tail.size() - i);
+  }
+}
+
+inline void FreeList::MarkEmpty(size_t b) {
   const size_t g = b / kBinsPerGroup;
   occupied_[g] &= ~(uint64_t{1} << (b % kBinsPerGroup));
   if (occupied_[g] == 0) groups_ &= ~(uint64_t{1} << g);
@@ -182,19 +261,28 @@ inline void FreeList::EraseAt(size_t b, size_t i) {
 inline void FreeList::Erase(Key key) {
   const size_t b = BinOf(key.first);
   if (slot_[b] == 0) return;
-  const Bin& bin = BinAt(b);
-  if (hint_bin_ == b && hint_index_ < bin.size() && bin[hint_index_].size == key.first &&
-      bin[hint_index_].addr == key.second) {
+  const Entries& tail = BinAt(b).tail;
+  if (hint_bin_ == b && hint_index_ < tail.size() && tail[hint_index_].size == key.first &&
+      tail[hint_index_].addr == key.second) {
     EraseAt(b, hint_index_);
     return;
   }
-  // The key, when present, is the last entry at or above it.
-  const size_t i = FirstBelow(b, key);
-  if (i > 0 && bin[i - 1].size == key.first && bin[i - 1].addr == key.second) EraseAt(b, i - 1);
+  // The key, when present, is the last entry at or above it: in the tail, or above all of it.
+  const size_t i = FirstBelow(tail, key);
+  if (i > 0) {
+    if (tail[i - 1].size == key.first && tail[i - 1].addr == key.second) EraseAt(b, i - 1);
+  } else {
+    EraseUpper(b, key);
+  }
 }
 
 inline void FreeList::Clear() {
-  for (Bin& bin : bins_) bin.clear();
+  for (Bin& bin : bins_) {
+    bin.tail.clear();
+    bin.upper.clear();
+    bin.moves = 0;
+    bin.moved = 0;
+  }
   occupied_ = {};
   groups_ = 0;
   size_ = 0;
@@ -208,16 +296,19 @@ inline void FreeList::Replace(Key old_key, Key new_key, int64_t id) {
 
 inline std::optional<std::pair<FreeList::Key, int64_t>> FreeList::LowerBound(Key key) const {
   size_t b = BinOf(key.first), i = 0;
-  if (slot_[b] != 0 && (i = FirstBelow(b, key)) > 0) {
+  if (slot_[b] != 0 && (i = FirstBelow(BinAt(b).tail, key)) > 0) {
     --i;  // in the key's own bin: the smallest entry at or above it
   } else {
+    if (slot_[b] != 0 && !BinAt(b).upper.empty()) [[unlikely]] {
+      return UpperLowerBound(b, key);
+    }
     b = NextOccupied(b);
     if (b == kNone) return std::nullopt;
-    i = BinAt(b).size() - 1;  // the next bin's smallest
+    i = BinAt(b).tail.size() - 1;  // the next bin's smallest
   }
   hint_bin_ = b;
   hint_index_ = i;
-  const Entry& e = BinAt(b)[i];
+  const Entry& e = BinAt(b).tail[i];
   return std::make_pair(Key{e.size, e.addr}, e.id);
 }
 

@@ -423,5 +423,119 @@ TEST(FreeListTest, ABinOfThousandsOfEntriesMatchesAStdMap) {
   ASSERT_NO_FATAL_FAILURE(check());
 }
 
+// One bin of thousands of entries of one size (64 MiB; some 66 MiB entries, two bins up, as best
+// fit's fallback), which the list chunks once inserts and erases anywhere in it move hundreds of
+// entries each: the same answers as a std::map while the bin grows to thousands, while best fit
+// takes its smallest entries, while erases, absent keys' too, and inserts land anywhere in it, as
+// it drains to none from both ends and within (its chunks merging and it becoming an array
+// again), in a copy and a moved list, and after Clear.
+TEST(FreeListTest, OneBinOfThousandsOfOneSizeMatchesAStdMap) {
+  FreeList list;
+  std::map<FreeList::Key, int64_t> reference;
+  std::mt19937_64 random(41);
+  constexpr uint64_t kMiB = 1 << 20;
+  auto key = [&] {
+    const uint64_t size = random() % 16 == 0 ? 66 * kMiB : 64 * kMiB;
+    return FreeList::Key{size, 2 * kMiB * (random() % 1000000)};
+  };
+  int64_t id = 0;
+  auto insert = [&](FreeList::Key k) {
+    if (reference.count(k) > 0) return;
+    list.Insert(k, id);
+    reference.emplace(k, id++);
+  };
+  auto erase_any = [&] {
+    const FreeList::Key gone = std::next(reference.begin(), random() % reference.size())->first;
+    list.Erase(gone);
+    reference.erase(gone);
+  };
+  auto check = [&](const FreeList& l) {
+    ASSERT_EQ(l.size(), reference.size());
+    for (uint64_t size :
+         {63 * kMiB, 64 * kMiB, 64 * kMiB + 1, 65 * kMiB, 66 * kMiB, 66 * kMiB + 1}) {
+      ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(l, reference, {size, 0}));
+    }
+    for (int i = 0; i < 100 && !reference.empty(); ++i) {
+      const auto& [k, v] = *std::next(reference.begin(), random() % reference.size());
+      ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(l, reference, k));
+      ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(l, reference, {k.first, k.second + 1}));
+      ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(l, reference, {k.first, k.second - 1}));
+    }
+    std::vector<std::pair<FreeList::Key, int64_t>> visited;
+    l.ForEach([&](FreeList::Key k, int64_t i) { visited.emplace_back(k, i); });
+    ASSERT_EQ(visited,
+              (std::vector<std::pair<FreeList::Key, int64_t>>(reference.begin(), reference.end())));
+  };
+  for (int round = 0; round < 2; ++round) {
+    // Grow to over 5,000 entries: mostly inserts, with erases anywhere and best-fit takes.
+    for (int step = 0; step < 11000; ++step) {
+      const uint64_t op = random() % 9;
+      if (op < 6 || reference.empty()) {
+        insert(key());
+      } else if (op == 6) {
+        erase_any();
+      } else if (op == 7) {  // an absent key next to one present
+        const FreeList::Key k = std::next(reference.begin(), random() % reference.size())->first;
+        const FreeList::Key absent{k.first, k.second + 1};
+        list.Erase(absent);
+        ASSERT_EQ(list.size(), reference.size());
+      } else {  // the allocator's take of a 64 MiB block: erased, or a remainder put back
+        const auto found = list.LowerBound({64 * kMiB, 0});
+        ASSERT_TRUE(found.has_value());
+        reference.erase(found->first);
+        const FreeList::Key rest{found->first.first - kMiB / 2, found->first.second + kMiB};
+        if (random() % 2 == 0 || reference.count(rest) > 0) {
+          list.Erase(found->first);
+        } else {
+          list.Replace(found->first, rest, id);
+          reference.emplace(rest, id++);
+        }
+      }
+      if (step % 1000 == 0) {
+        ASSERT_NO_FATAL_FAILURE(check(list));
+      }
+    }
+    ASSERT_GT(reference.size(), 5000u);
+    ASSERT_NO_FATAL_FAILURE(check(list));
+    FreeList copy = list;
+    const std::map<FreeList::Key, int64_t> copied = reference;
+    ASSERT_NO_FATAL_FAILURE(check(copy));
+    // Drain: the largest entry erased, best fit's taken (the bin's smallest) and one anywhere, in
+    // turn: the bin empties from both ends and within.
+    while (!reference.empty()) {
+      if (reference.size() % 3 == 0) {
+        const FreeList::Key gone = reference.rbegin()->first;
+        list.Erase(gone);
+        reference.erase(gone);
+      } else if (reference.size() % 3 == 1) {
+        const auto found = list.LowerBound({64 * kMiB, 0});
+        const FreeList::Key gone = found ? found->first : reference.begin()->first;
+        list.Erase(gone);
+        reference.erase(gone);
+      } else {
+        erase_any();
+      }
+      if (reference.size() % 400 == 0 || reference.size() < 40) {
+        ASSERT_NO_FATAL_FAILURE(check(list));
+      }
+    }
+    EXPECT_FALSE(list.LowerBound({0, 0}).has_value());
+    // The copy still holds what the list held then, and moves whole.
+    const FreeList moved = std::move(copy);
+    EXPECT_EQ(copy.size(), 0u);  // NOLINT(bugprone-use-after-move): moved-from is empty
+    std::vector<std::pair<FreeList::Key, int64_t>> visited;
+    moved.ForEach([&](FreeList::Key k, int64_t i) { visited.emplace_back(k, i); });
+    EXPECT_EQ(visited,
+              (std::vector<std::pair<FreeList::Key, int64_t>>(copied.begin(), copied.end())));
+    EXPECT_EQ(moved.LowerBound({64 * kMiB, 0})->first, copied.lower_bound({64 * kMiB, 0})->first);
+    if (round == 0) {
+      for (int i = 0; i < 3000; ++i) insert(key());
+      list.Clear();
+      reference.clear();
+      ASSERT_NO_FATAL_FAILURE(check(list));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace memest::symbolic
