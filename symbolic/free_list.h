@@ -286,7 +286,7 @@ inline void FreeList::Clear() {
   occupied_ = {};
   groups_ = 0;
   size_ = 0;
-  hint_bin_ = hint_index_ = 0;
+  hint_bin_ = hint_index_ = hint_chunk_ = 0;
 }
 
 inline void FreeList::Replace(Key old_key, Key new_key, int64_t id) {
