@@ -7,7 +7,6 @@
 #include "symbolic/free_list.h"
 
 #include <algorithm>
-#include <iterator>
 #include <utility>
 
 namespace memest::symbolic {
