@@ -28,6 +28,27 @@ void ExpectLowerBoundAsMap(const FreeList& list, const std::map<FreeList::Key, i
   }
 }
 
+// ForEach visits the list's entries in the map's order, with the same ids.
+void ExpectForEachAsMap(const FreeList& list, const std::map<FreeList::Key, int64_t>& reference) {
+  std::vector<std::pair<FreeList::Key, int64_t>> visited;
+  list.ForEach([&](FreeList::Key key, int64_t id) { visited.emplace_back(key, id); });
+  ASSERT_EQ(visited,
+            (std::vector<std::pair<FreeList::Key, int64_t>>(reference.begin(), reference.end())));
+}
+
+// Best fit as the map's at `samples` of its keys drawn at random, and at the addresses just
+// past and just before each.
+void ExpectLowerBoundAsMapNearSampledKeys(const FreeList& list,
+                                          const std::map<FreeList::Key, int64_t>& reference,
+                                          std::mt19937_64& random, int samples) {
+  for (int i = 0; i < samples && !reference.empty(); ++i) {
+    const FreeList::Key k = std::next(reference.begin(), random() % reference.size())->first;
+    ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(list, reference, k));
+    ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(list, reference, {k.first, k.second + 1}));
+    ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(list, reference, {k.first, k.second - 1}));
+  }
+}
+
 // Checks `list` against a std::map holding the same entries, at sizes between and beyond them.
 void ExpectSameAsMap(const FreeList& list, const std::map<FreeList::Key, int64_t>& reference) {
   ASSERT_EQ(list.size(), reference.size());
@@ -187,11 +208,7 @@ TEST(FreeListTest, BestFitIsTheSameAsAStdMapAtEverySizeBinEdge) {
         ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(list, reference, key));
       }
     }
-    std::vector<std::pair<FreeList::Key, int64_t>> visited;
-    list.ForEach([&](FreeList::Key key, int64_t i) { visited.emplace_back(key, i); });
-    const std::vector<std::pair<FreeList::Key, int64_t>> in_order(reference.begin(),
-                                                                  reference.end());
-    EXPECT_EQ(visited, in_order);
+    ASSERT_NO_FATAL_FAILURE(ExpectForEachAsMap(list, reference));
   };
   expect_same();
   for (auto it = reference.begin(); it != reference.end();) {  // every other entry goes
@@ -274,10 +291,7 @@ TEST(FreeListTest, MixedOperationsAtAnySizeMatchAStdMap) {
     if (step % 600 == 0) check();
   }
   check();
-  std::vector<std::pair<FreeList::Key, int64_t>> visited;
-  list.ForEach([&](FreeList::Key key, int64_t i) { visited.emplace_back(key, i); });
-  EXPECT_EQ(visited,
-            (std::vector<std::pair<FreeList::Key, int64_t>>(reference.begin(), reference.end())));
+  ASSERT_NO_FATAL_FAILURE(ExpectForEachAsMap(list, reference));
   // A moved-from list is empty; the list it moved into answers as before.
   FreeList moved = std::move(list);
   EXPECT_EQ(list.size(), 0u);  // NOLINT(bugprone-use-after-move): what a move leaves is the test
@@ -348,15 +362,8 @@ TEST(FreeListTest, ABinOfThousandsOfEntriesMatchesAStdMap) {
     for (uint64_t size = 63 * kMiB; size <= 67 * kMiB; size += kMiB / 4) {
       ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(list, reference, {size, 0}));
     }
-    for (int i = 0; i < 200 && !reference.empty(); ++i) {
-      const auto& [k, v] = *std::next(reference.begin(), random() % reference.size());
-      ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(list, reference, k));
-      ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(list, reference, {k.first, k.second + 1}));
-    }
-    std::vector<std::pair<FreeList::Key, int64_t>> visited;
-    list.ForEach([&](FreeList::Key k, int64_t i) { visited.emplace_back(k, i); });
-    ASSERT_EQ(visited,
-              (std::vector<std::pair<FreeList::Key, int64_t>>(reference.begin(), reference.end())));
+    ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMapNearSampledKeys(list, reference, random, 200));
+    ASSERT_NO_FATAL_FAILURE(ExpectForEachAsMap(list, reference));
   };
   // Grow to about 3,000 entries, with erases, replaces and best-fit takes on the way; then empty.
   for (int round = 0; round < 2; ++round) {
@@ -455,16 +462,8 @@ TEST(FreeListTest, OneBinOfThousandsOfOneSizeMatchesAStdMap) {
          {63 * kMiB, 64 * kMiB, 64 * kMiB + 1, 65 * kMiB, 66 * kMiB, 66 * kMiB + 1}) {
       ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(l, reference, {size, 0}));
     }
-    for (int i = 0; i < 100 && !reference.empty(); ++i) {
-      const auto& [k, v] = *std::next(reference.begin(), random() % reference.size());
-      ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(l, reference, k));
-      ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(l, reference, {k.first, k.second + 1}));
-      ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMap(l, reference, {k.first, k.second - 1}));
-    }
-    std::vector<std::pair<FreeList::Key, int64_t>> visited;
-    l.ForEach([&](FreeList::Key k, int64_t i) { visited.emplace_back(k, i); });
-    ASSERT_EQ(visited,
-              (std::vector<std::pair<FreeList::Key, int64_t>>(reference.begin(), reference.end())));
+    ASSERT_NO_FATAL_FAILURE(ExpectLowerBoundAsMapNearSampledKeys(l, reference, random, 100));
+    ASSERT_NO_FATAL_FAILURE(ExpectForEachAsMap(l, reference));
   };
   for (int round = 0; round < 2; ++round) {
     // Grow to over 5,000 entries: mostly inserts, with erases anywhere and best-fit takes.
@@ -523,10 +522,7 @@ TEST(FreeListTest, OneBinOfThousandsOfOneSizeMatchesAStdMap) {
     // The copy still holds what the list held then, and moves whole.
     const FreeList moved = std::move(copy);
     EXPECT_EQ(copy.size(), 0u);  // NOLINT(bugprone-use-after-move): moved-from is empty
-    std::vector<std::pair<FreeList::Key, int64_t>> visited;
-    moved.ForEach([&](FreeList::Key k, int64_t i) { visited.emplace_back(k, i); });
-    EXPECT_EQ(visited,
-              (std::vector<std::pair<FreeList::Key, int64_t>>(copied.begin(), copied.end())));
+    ASSERT_NO_FATAL_FAILURE(ExpectForEachAsMap(moved, copied));
     EXPECT_EQ(moved.LowerBound({64 * kMiB, 0})->first, copied.lower_bound({64 * kMiB, 0})->first);
     if (round == 0) {
       for (int i = 0; i < 3000; ++i) insert(key());
