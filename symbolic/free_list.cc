@@ -95,11 +95,9 @@ void FreeList::EraseUpper(size_t b, Key key) {
   // where the last LowerBound found it, unless the list changed since.
   Place at{hint_chunk_, hint_index_};
   if (hint_bin_ != b || at.chunk >= upper.size() || at.index >= upper[at.chunk].size() ||
-      upper[at.chunk][at.index].size != key.first || upper[at.chunk][at.index].addr != key.second) {
+      !Is(upper[at.chunk][at.index], key)) {
     at = LastAtOrAbove(upper, key);
-    if (at.chunk == kNone) return;
-    const Entry& e = upper[at.chunk][at.index];
-    if (e.size != key.first || e.addr != key.second) return;
+    if (at.chunk == kNone || !Is(upper[at.chunk][at.index], key)) return;
   }
   const size_t c = at.chunk;
   Entries& chunk = upper[c];

@@ -118,6 +118,7 @@ class FreeList {
   static bool Below(const Entry& e, Key key) {
     return e.size < key.first || (e.size == key.first && e.addr < key.second);
   }
+  static bool Is(const Entry& e, Key key) { return e.size == key.first && e.addr == key.second; }
   // The bin of a size: 512 bytes apiece below 32 KiB (group 0), then group g >= 1 splits sizes
   // of [2^(g+14), 2^(g+15)) bytes into 64 equal ranges. Increases with the size.
   static size_t BinOf(uint64_t size) {
@@ -262,15 +263,14 @@ inline void FreeList::Erase(Key key) {
   const size_t b = BinOf(key.first);
   if (slot_[b] == 0) return;
   const Entries& tail = BinAt(b).tail;
-  if (hint_bin_ == b && hint_index_ < tail.size() && tail[hint_index_].size == key.first &&
-      tail[hint_index_].addr == key.second) {
+  if (hint_bin_ == b && hint_index_ < tail.size() && Is(tail[hint_index_], key)) {
     EraseAt(b, hint_index_);
     return;
   }
   // The key, when present, is the last entry at or above it: in the tail, or above all of it.
   const size_t i = FirstBelow(tail, key);
   if (i > 0) {
-    if (tail[i - 1].size == key.first && tail[i - 1].addr == key.second) EraseAt(b, i - 1);
+    if (Is(tail[i - 1], key)) EraseAt(b, i - 1);
   } else {
     EraseUpper(b, key);
   }
