@@ -24,9 +24,15 @@
 //    The probes start at the largest batch whose requested bytes alone stay within the budget;
 //    while none fits, the next is where the requested bytes and what the allocator held beyond
 //    them where the last replay ran out stay within it; then they step by how far the last one
-//    was from fitting (ReplaySearch). Where that stalls, the next steps down from the lowest
-//    failure by 1, 2, 4, ... batches while none fits (a probe that fits costs a whole replay, one
-//    that fails only its requests up to the failing one), and bisects once one has.
+//    was from fitting (ReplaySearch). A probe that runs out as the lowest failure did (the same
+//    request, bytes reserved and short), though the bytes alive grew by more than were short
+//    between them, is on a plateau: the mallocs up to there ask for the same segments over a
+//    range of batches (the 10,000-node chain: activations over 14 MiB, each in a 16 MiB segment),
+//    and the next probe is the lowest batch where they still do, or the one below it, when that is
+//    farther down than the two were apart (BatchTrace::BelowSameSegments). Where that stalls, the
+//    next steps down from the lowest failure by 1, 2, 4, ... batches while none fits (a probe that
+//    fits costs a whole replay, one that fails only its requests up to the failing one), and
+//    bisects once one has.
 //  * A replay runs the training loop as the estimate does, until it repeats itself: past the
 //    traced iterations with the last one's requests (symbolic/batch_trace.h, the loop). A decode
 //    step after its prefill is traced and replayed with its prefill: the prefill's requests, then
@@ -601,7 +607,8 @@ Result<MaxBatchResult> ExactSearch(const Estimator& estimator, const Model& mode
 // A replay's verdict at one batch, with what the next guess needs when it does not fit.
 struct Probe {
   bool fits = false;
-  double excess = 0;  // bytes past what fits; <= 0 when it fits (the room left, negated)
+  bool ran_out = false;  // the replay ran out of memory (symbolic::BatchTrace::Replay::ran_out)
+  double excess = 0;     // bytes past what fits; <= 0 when it fits (the room left, negated)
   // The requests after which the bytes alive decided the verdict (the failing one's, or the
   // allocated peak's): Prober::Growth reads their growth per batch when a guess needs it.
   size_t decided_at = 0;
@@ -654,6 +661,11 @@ class Prober {
   }
   // The growth per batch of the requested bytes alive where probe p at b was decided.
   double Growth(const Probe& p, int64_t b) const { return trace_.AliveGrowth(p.decided_at, b); }
+  // The largest batch below b at which a malloc up to where probe p at b ran out asks for a
+  // segment of another size (BatchTrace::BelowSameSegments); 0 when none does.
+  int64_t BelowSameSegments(const Probe& p, int64_t b) const {
+    return trace_.BelowSameSegments(p.requests_run, b, config_);
+  }
 
   Probe At(int64_t b) {
     ++replays_;
@@ -664,6 +676,7 @@ class Prober {
     p.overhead = r.overhead;
     p.requests_run = r.requests_run;
     if (r.ran_out) {
+      p.ran_out = true;
       p.excess = static_cast<double>(r.short_by);
       p.decided_at = r.requests_run;
       return p;
@@ -701,6 +714,13 @@ class Prober {
   int64_t replayed_requests_ = 0;
 };
 
+// Whether two replays ran out alike: at the same request, short by the same bytes, with the same
+// bytes reserved.
+bool RanOutAlike(const Probe& a, const Probe& b) {
+  return a.ran_out && b.ran_out && a.requests_run == b.requests_run && a.excess == b.excess &&
+         a.stats.reserved == b.stats.reserved && a.stats.peak_reserved == b.stats.peak_reserved;
+}
+
 // The largest batch in [1, limit] that fits by the replay, and its successor does not (or it is
 // the limit). The first probe is `start`, the batch whose requested bytes alone reach the budget.
 // While no probe fits, the next is the largest batch whose requested bytes and the last replay's
@@ -708,7 +728,11 @@ class Prober {
 // blocks) stay within the budget. Once one fits, the next is where the line through the last two
 // probes' excess (bytes past the budget, negative for the room left) meets zero -- or, after a
 // failing probe, where its excess is gone at the growth per batch of the bytes alive where it
-// failed. Each guess is kept inside the open bracket. A second probe in a row that did not halve
+// failed -- or, after one that ran out alike with the lowest failure though the bytes alive grew
+// by more than its excess between them, the lowest batch whose mallocs up to its failing request
+// ask for the same segments (or the one below that, when it is the probe), when that is farther
+// down than the two were apart (the 10,000-node chain's search on h100-80gb: 40 replays to 5).
+// Each guess is kept inside the open bracket. A second probe in a row that did not halve
 // the bracket, or an overhead guess that no batch meets or that is past the lowest failure, is
 // followed by a step down from the lowest failure by 1, 2, 4, ... batches while no probe has
 // fitted, and by a bisection once one has. (A probe that fits runs the whole loop, until it
@@ -733,12 +757,29 @@ int64_t ReplaySearch(Prober* probe, int64_t start, int64_t limit, Probe* at_answ
     const int64_t b = next;
     const int64_t width = hi - lo;
     const Probe p = probe->At(b);
+    // Ran out as the lowest failure did, though the bytes alive grew by more than were short
+    // between them: a plateau, where what the allocator asks for stays the same.
+    const int64_t alike_over = hi - b;  // batches between the two, when they ran out alike
+    const bool plateau = hi <= limit && RanOutAlike(p, *at_successor) &&
+                         static_cast<double>(alike_over) * probe->Growth(p, b) >= p.excess;
     if (p.fits) {
       lo = b;
       *at_answer = p;
     } else {
       hi = b;
       *at_successor = p;
+    }
+    if (plateau) {
+      // No batch from the lowest one with these segments up to hi is likely to fit: the next
+      // probe is there, or just below it, when that is farther down than the two were apart.
+      const int64_t below = probe->BelowSameSegments(p, b);
+      next = below + 1 < b ? below + 1 : below;
+      if (next > lo && b - next >= alike_over) {
+        prev_b = b;
+        prev_excess = p.excess;
+        slow = 0;
+        continue;
+      }
     }
     // Where the excess meets zero: the largest batch that fits is about the floor of it.
     double root = static_cast<double>(b) + 1;

@@ -278,6 +278,36 @@ double BatchTrace::AliveGrowth(size_t end, int64_t v) const {
   return growth;
 }
 
+int64_t BatchTrace::BelowSameSegments(size_t requests, int64_t v,
+                                      const AllocatorConfig& config) const {
+  std::vector<bool> read(curves_.distinct());
+  size_t m = 0;
+  for (size_t i = 0; i < requests && i < freed_.size(); ++i) {
+    if (freed_[i] < 0) read[curves_.DistinctOf(m++)] = true;
+  }
+  // The segment a size asks for, numbered so that it grows with the size: the small pool's and
+  // the 1-10 MiB requests' (20 MiB, more than the next ones') as 0 and 1, then the bytes.
+  const auto segment = [&](size_t d, int64_t at) -> uint64_t {
+    const uint64_t rounded = CachingAllocatorModel::RoundSize(curves_.DistinctBytes(d, at), config);
+    if (rounded <= kSmallSize) return 0;
+    return rounded < kMinLargeAlloc ? 1 : AllocationSize(rounded);
+  };
+  int64_t below = 0;  // the answer so far: each curve's is looked for above it only
+  for (size_t d = 0; d < read.size(); ++d) {
+    const uint64_t at_v = segment(d, v);
+    if (!read[d] || segment(d, std::max<int64_t>(below, 1)) == at_v) continue;
+    // A size never falls as the value grows (Fit), so neither does its segment: bisect for the
+    // last value whose segment is smaller.
+    int64_t lo = std::max<int64_t>(below, 1), hi = v;  // segment(lo) < at_v == segment(hi)
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      (segment(d, mid) < at_v ? lo : hi) = mid;
+    }
+    below = lo;
+  }
+  return below;
+}
+
 BatchTrace::Replay BatchTrace::Run(int64_t v, const AllocatorConfig& config, AllocatorRun* kept,
                                    CachingAllocatorModel* on) const {
   if (on == nullptr) {

@@ -138,6 +138,14 @@ class BatchTrace {
   // The growth per unit of the value, at value v, of the requested bytes alive after the first
   // `end` requests.
   [[nodiscard]] double AliveGrowth(size_t end, int64_t v) const;
+  // The largest value below `v` at which a malloc among the first `requests` (past the traced
+  // ones: the loop's, which the traced ones include) would ask for a segment of another size than
+  // at v -- memory::AllocationSize of its size rounded under `config` -- if no cached block took
+  // it; 0 when none would below v. Between that value and v those mallocs round to other sizes
+  // but ask for the same segments: where a replay ran out for want of segments alike at two such
+  // values, the values between likely do too (a guess for the search, not a verdict).
+  [[nodiscard]] int64_t BelowSameSegments(size_t requests, int64_t v,
+                                          const AllocatorConfig& config) const;
   // The step's first `count` requests at value `v` by the curves (past the traced ones: the
   // loop's, when the traces loop); all the traced ones by default.
   [[nodiscard]] std::vector<AllocatorRequest> RequestsAt(

@@ -98,6 +98,37 @@ TEST(BatchTraceTest, LargestWithinIsWhereTheBytesAliveAtOnceReachTheLimit) {
   EXPECT_EQ(t->LargestWithin(1000, 1000), 0);  // not even batch 1
 }
 
+// The segment a malloc asks for: 2 MiB in the small pool (up to 1 MiB), 20 MiB for 1-10 MiB, then
+// its size rounded up to 2 MiB (memory::AllocationSize). BelowSameSegments is the last value
+// below v where one of the mallocs up to the request given asks for another.
+TEST(BatchTraceTest, BelowSameSegmentsIsWhereAMallocUpToTheRequestAsksForAnotherSegment) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  constexpr uint64_t kKiB = uint64_t{1} << 10;
+  // Malloc 0: 256 KiB a batch (a [B, 64 Ki] fp32 activation); malloc 1: 1 KiB a batch; malloc 2,
+  // made after the first two requests: 4 MiB a batch.
+  const auto at = [&](uint64_t b) {
+    return Steps({{256 * kKiB * b, -1}, {kKiB * b, -1}, {4 * kMiB * b, -1}});
+  };
+  const StepTrace at1 = at(1), at2 = at(2);
+  auto t = BatchTrace::Fit({{1, &at1}, {2, &at2}});
+  ASSERT_TRUE(t.has_value());
+  const symbolic::AllocatorConfig config;
+  // At 63, malloc 0 is 15.75 MiB: a 16 MiB segment, down to 57 (14.25 MiB); 14 MiB at 56. Malloc
+  // 1 stays in the small pool.
+  EXPECT_EQ(t->BelowSameSegments(2, 63, config), 56);
+  EXPECT_EQ(t->BelowSameSegments(2, 57, config), 56);
+  EXPECT_EQ(t->BelowSameSegments(2, 56, config), 48);  // 12 MiB at 48
+  // From 40 (10 MiB) a segment of its own; at 39 the 20 MiB of 1-10 MiB requests, which is more
+  // than the next ones but asked for by smaller sizes.
+  EXPECT_EQ(t->BelowSameSegments(2, 40, config), 39);
+  EXPECT_EQ(t->BelowSameSegments(2, 39, config), 4);  // 1 MiB at 4: the small pool's
+  EXPECT_EQ(t->BelowSameSegments(2, 4, config), 0);   // none below
+  // Malloc 2 (4 MiB a batch: another segment every half batch) is read only when the replay ran
+  // out at it or past it.
+  EXPECT_EQ(t->BelowSameSegments(3, 63, config), 62);
+  EXPECT_EQ(t->BelowSameSegments(1, 63, config), 56);
+}
+
 TEST(BatchTraceTest, ThreeTracesGiveEachSizeItsParabola) {
   // 4096 s^2 + 8 s + 100 bytes (scores and a constant), traced at s = 2, 5 and 9.
   auto size = [](uint64_t v) { return 4096 * v * v + 8 * v + 100; };
