@@ -294,8 +294,9 @@ int64_t BatchTrace::BelowSameSegments(size_t requests, int64_t v,
   };
   int64_t below = 0;  // the answer so far: each curve's is looked for above it only
   for (size_t d = 0; d < read.size(); ++d) {
+    if (!read[d]) continue;
     const uint64_t at_v = segment(d, v);
-    if (!read[d] || segment(d, std::max<int64_t>(below, 1)) == at_v) continue;
+    if (segment(d, std::max<int64_t>(below, 1)) == at_v) continue;
     // A size never falls as the value grows (Fit), so neither does its segment: bisect for the
     // last value whose segment is smaller.
     int64_t lo = std::max<int64_t>(below, 1), hi = v;  // segment(lo) < at_v == segment(hi)
