@@ -5,6 +5,11 @@
 //  * The file is parsed with protobuf (onnx::ModelProto); never a hand-written parser. A file that
 //    does not parse completely (truncated, HTML, random bytes) is rejected. Files over 2 GiB cannot
 //    be one protobuf message: such models must keep weights in external data.
+//  * A file over kArenaWeightBytes first goes through the payload filter (core/payload_filter.h),
+//    which copies it with protobuf's own wire-format reader less the top-level initializers'
+//    large raw_data, seeking past those bytes in a file; the copy is parsed as above, and each
+//    left-out payload's length is validated as if it were there. Where the filter gives up, the
+//    original bytes are parsed, so a malformed file gets the parse's error as before.
 //  * The parsed proto is validated whole before anything reads it (core/validate.h: versions,
 //    tensor payload lengths, attribute types, control-flow bodies, subgraph dataflow, bounds).
 //  * A model needs a graph and at least one opset_import. Ops from domains missing from
@@ -32,9 +37,12 @@
 //    initializers are constants (eps, scales) that exporters write as initializers.
 #include "core/loader.h"
 
+#include <fcntl.h>
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -54,6 +62,7 @@
 #include "base/dtype.h"
 #include "core/bind_cache.h"
 #include "core/graph.h"
+#include "core/payload_filter.h"
 #include "core/validate.h"
 #include "memest/model.h"
 
@@ -73,6 +82,10 @@ constexpr int64_t kKeepDataElements = 1024;  // small constants kept for shape c
 // Stripped payload bytes above which the kept proto leaves the arena they were parsed into.
 constexpr uint64_t kArenaWeightBytes = uint64_t{16} << 20;
 constexpr uint64_t kMaxFileBytes = uint64_t{2} << 30;  // protobuf's 2 GiB message limit
+// A payload the filter leaves out belongs to a tensor whose data the loader would not keep.
+static_assert(kLeftOutPayloadBytes >= kKeepDataElements * 16, "16: complex128, the widest");
+// The reads of a file through the payload filter: a payload longer than this is skipped by a seek.
+constexpr int kFilteredReadBlock = 64 << 10;
 // ReadNodes prefetches the name-index slots of the node this many ahead (NameIndex::Prefetch).
 constexpr int kPrefetchAhead = 8;
 
@@ -276,7 +289,10 @@ class Loader {
   Loader(std::string base_dir, std::string display)
       : base_dir_(std::move(base_dir)), display_(std::move(display)) {}
 
-  Result<std::unique_ptr<Graph>> Load(std::string_view bytes);
+  // `left_out_raw`: the payloads the filter left out of `bytes` (core/payload_filter.h), by the
+  // top-level graph's initializers; empty when nothing was.
+  Result<std::unique_ptr<Graph>> Load(std::string_view bytes,
+                                      std::span<const uint64_t> left_out_raw = {});
 
  private:
   Status Parse(std::string_view bytes);
@@ -299,6 +315,7 @@ class Loader {
 
   std::string base_dir_;
   std::string display_;
+  std::span<const uint64_t> left_out_raw_;
   std::unique_ptr<Graph> g_ = std::make_unique<Graph>();
   std::map<std::string, int64_t> opsets_;
   std::vector<Diagnostic> diags_;
@@ -349,8 +366,14 @@ Status Loader::Parse(std::string_view bytes) {
   if (m.graph().node_size() == 0 && m.graph().output_size() == 0) {
     return InvalidModel("graph has no nodes and no outputs");
   }
+  if (!left_out_raw_.empty() &&
+      left_out_raw_.size() != static_cast<size_t>(m.graph().initializer_size())) {
+    return Internal("the payload filter counted " + std::to_string(left_out_raw_.size()) +
+                    " initializers where the parse has " +
+                    std::to_string(m.graph().initializer_size()));
+  }
   // Everything later stages (and ONNX's inference functions) trust: core/validate.h.
-  return ValidateModelProto(m);
+  return ValidateModelProto(m, left_out_raw_);
 }
 
 // Room for every value the file can name (initializers, inputs, node outputs), so that reading
@@ -828,7 +851,9 @@ void Loader::Summarize() {
   s.diagnostics = diags_;
 }
 
-Result<std::unique_ptr<Graph>> Loader::Load(std::string_view bytes) {
+Result<std::unique_ptr<Graph>> Loader::Load(std::string_view bytes,
+                                            std::span<const uint64_t> left_out_raw) {
+  left_out_raw_ = left_out_raw;
   MEMEST_RETURN_IF_ERROR(Parse(bytes));
   ReserveValues();
   MEMEST_RETURN_IF_ERROR(ReadInitializers());
@@ -846,14 +871,14 @@ Result<std::unique_ptr<Graph>> Loader::Load(std::string_view bytes) {
   return std::move(g_);
 }
 
-}  // namespace
-
-Result<std::unique_ptr<Graph>> LoadGraphFromBytes(std::string_view bytes,
-                                                  const std::string& base_dir,
-                                                  const std::string& display_name) {
+// Loads `bytes` (less the payloads listed in `left_out_raw`, when the filter left any out).
+Result<std::unique_ptr<Graph>> LoadChecked(std::string_view bytes,
+                                           std::span<const uint64_t> left_out_raw,
+                                           const std::string& base_dir,
+                                           const std::string& display_name) {
   try {
     Loader loader(base_dir, display_name);
-    auto graph = loader.Load(bytes);
+    auto graph = loader.Load(bytes, left_out_raw);
     if (!graph.ok()) return graph.status().WithContext(display_name);
     return graph;
   } catch (const std::bad_alloc&) {
@@ -862,6 +887,54 @@ Result<std::unique_ptr<Graph>> LoadGraphFromBytes(std::string_view bytes,
     return Internal(display_name + ": unexpected error while loading: " + e.what());
   }
 }
+
+}  // namespace
+
+Result<std::unique_ptr<Graph>> LoadGraphFromBytes(std::string_view bytes,
+                                                  const std::string& base_dir,
+                                                  const std::string& display_name) {
+  // A file too small to hold more weights than the arena may keep is parsed as it is; a larger
+  // one is filtered only when it holds a payload to leave out (the walk that says so reads the
+  // graph's fields' tags and lengths, stopping at the first).
+  if (bytes.size() > kArenaWeightBytes && bytes.size() < kMaxFileBytes) {
+    const int size = static_cast<int>(bytes.size());
+    google::protobuf::io::ArrayInputStream scan(bytes.data(), size);
+    if (HasPayloadToLeaveOut(&scan, bytes.size())) {
+      google::protobuf::io::ArrayInputStream copy(bytes.data(), size);
+      try {
+        if (auto filtered = LeaveOutPayloads(&copy, bytes.size())) {
+          return LoadChecked(filtered->bytes, filtered->left_out_raw, base_dir, display_name);
+        }
+      } catch (const std::bad_alloc&) {
+        return Internal(display_name + ": out of memory while loading the model");
+      }
+    }
+  }
+  return LoadChecked(bytes, {}, base_dir, display_name);
+}
+
+namespace {
+
+// A file over kArenaWeightBytes read through the payload filter, its payloads skipped unread;
+// nullopt where the filter gives up (the caller reads the file whole) or the file cannot be
+// opened.
+std::optional<FilteredModel> ReadFiltered(const std::string& path, uint64_t size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::optional<FilteredModel> filtered;
+  {
+    google::protobuf::io::FileInputStream file(fd, kFilteredReadBlock);
+    try {
+      filtered = LeaveOutPayloads(&file, size);
+    } catch (const std::bad_alloc&) {
+      filtered.reset();
+    }
+  }
+  ::close(fd);
+  return filtered;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Graph>> LoadGraph(const std::string& path) {
   struct stat st {};
@@ -881,6 +954,15 @@ Result<std::unique_ptr<Graph>> LoadGraph(const std::string& path) {
                         ": file is 2 GiB or larger: a protobuf message cannot be; store "
                         "weights as external data");
   }
+  std::string dir = ".";
+  if (auto slash = path.find_last_of('/'); slash != std::string::npos) {
+    dir = slash == 0 ? "/" : path.substr(0, slash);
+  }
+  if (static_cast<uint64_t>(st.st_size) > kArenaWeightBytes) {
+    if (auto filtered = ReadFiltered(path, static_cast<uint64_t>(st.st_size))) {
+      return LoadChecked(filtered->bytes, filtered->left_out_raw, dir, path);
+    }
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int err = errno;
@@ -895,11 +977,7 @@ Result<std::unique_ptr<Graph>> LoadGraph(const std::string& path) {
   } catch (const std::exception& e) {
     return Internal(path + ": cannot read: " + e.what());
   }
-  std::string dir = ".";
-  if (auto slash = path.find_last_of('/'); slash != std::string::npos) {
-    dir = slash == 0 ? "/" : path.substr(0, slash);
-  }
-  return LoadGraphFromBytes(bytes, dir, path);
+  return LoadChecked(bytes, {}, dir, path);
 }
 
 }  // namespace core

@@ -21,9 +21,10 @@ namespace {
 
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
-// ValidateTensor, with `what()` the tensor's description in errors (defined below).
+// ValidateTensor, with `what()` the tensor's description in errors (defined below), and
+// `left_out_raw` the bytes of raw_data the payload filter left out of it (core/payload_filter.h).
 template <typename What>
-Status CheckTensor(const onnx::TensorProto& t, What what);
+Status CheckTensor(const onnx::TensorProto& t, What what, uint64_t left_out_raw = 0);
 
 // How many entries of the typed field a tensor of `numel` elements of `dtype` needs, and
 // that field's current size; {0, 0} for dtypes with no typed field.
@@ -85,7 +86,8 @@ struct Scope {
 
 class Validator {
  public:
-  explicit Validator(const onnx::ModelProto& model) : model_(model) {}
+  Validator(const onnx::ModelProto& model, std::span<const uint64_t> left_out_raw)
+      : model_(model), left_out_raw_(left_out_raw) {}
 
   Status Run() {
     MEMEST_RETURN_IF_ERROR(CheckVersions());
@@ -130,8 +132,14 @@ class Validator {
       return InvalidModel("the model has more than " + std::to_string(kMaxTotalNodes) +
                           " nodes (all graphs and subgraphs together): above memest's bound");
     }
-    for (const auto& t : g.initializer()) {
-      MEMEST_RETURN_IF_ERROR(ValidateNamedTensor(t, "initializer"));
+    for (int i = 0; i < g.initializer_size(); ++i) {
+      const onnx::TensorProto& t = g.initializer(i);
+      // Only the top-level graph's payloads are ever left out, listed by its initializers.
+      const uint64_t left_out = depth == 0 && static_cast<size_t>(i) < left_out_raw_.size()
+                                    ? left_out_raw_[static_cast<size_t>(i)]
+                                    : 0;
+      MEMEST_RETURN_IF_ERROR(CheckTensor(
+          t, [&t] { return "initializer '" + t.name() + "'"; }, left_out));
     }
     for (const auto& s : g.sparse_initializer()) {
       MEMEST_RETURN_IF_ERROR(
@@ -348,6 +356,7 @@ class Validator {
   }
 
   const onnx::ModelProto& model_;
+  std::span<const uint64_t> left_out_raw_;
   int64_t total_nodes_ = 0;
 };
 
@@ -358,7 +367,7 @@ namespace {
 // ValidateTensor, with `what()` the tensor's name in errors: made only for an error (a large
 // graph's initializers each built a name they almost never need; so did a Constant node's value).
 template <typename What>
-Status CheckTensor(const onnx::TensorProto& t, What what) {
+Status CheckTensor(const onnx::TensorProto& t, What what, uint64_t left_out_raw) {
   if (!base::IsKnownDType(t.data_type())) {
     return InvalidModel(what() + " has unknown element type " + std::to_string(t.data_type()));
   }
@@ -375,11 +384,12 @@ Status CheckTensor(const onnx::TensorProto& t, What what) {
   const auto numel = base::CheckedNumel(std::span<const int64_t>(t.dims().data(), t.dims().size()));
   if (!numel) return Overflow(what() + ": element count overflows 64 bits");
   if (IsExternal(t)) return Status::Ok();
-  if (!t.raw_data().empty()) {
+  const uint64_t raw_bytes = t.raw_data().size() + left_out_raw;  // one of them is 0
+  if (raw_bytes != 0) {
     const uint64_t elem = base::DTypeSize(t.data_type());
     const auto expected = base::CheckedMul(*numel, elem);
-    if (elem == 0 || !expected || *expected != t.raw_data().size()) {
-      return InvalidModel(what() + " holds " + std::to_string(t.raw_data().size()) +
+    if (elem == 0 || !expected || *expected != raw_bytes) {
+      return InvalidModel(what() + " holds " + std::to_string(raw_bytes) +
                           " bytes of raw_data where its dims and " +
                           base::DTypeName(t.data_type()) + " need " +
                           (expected ? std::to_string(*expected) : "more"));
@@ -404,9 +414,9 @@ Status ValidateNamedTensor(const onnx::TensorProto& t, std::string_view kind) {
   return CheckTensor(t, [&t, kind] { return std::string(kind) + " '" + t.name() + "'"; });
 }
 
-Status ValidateModelProto(const onnx::ModelProto& model) {
+Status ValidateModelProto(const onnx::ModelProto& model, std::span<const uint64_t> left_out_raw) {
   try {
-    return Validator(model).Run();
+    return Validator(model, left_out_raw).Run();
   } catch (const std::exception& e) {
     return InvalidModel(std::string("model failed validation: ") + e.what());
   }

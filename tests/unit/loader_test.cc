@@ -657,27 +657,40 @@ TEST(LoaderTest, ThreeGigabytesOfExternalWeightsLoadWithoutReadingThem) {
 
 // The kept proto stays on the arena it was parsed into unless stripping freed a lot there: then
 // it moves to the heap (core/loader.cc kArenaWeightBytes), and every node still points into it.
+// Large raw_data never reaches the arena (the payload filter leaves it out before the parse,
+// core/payload_filter.h); weights in float_data do, and are stripped after it.
 TEST(LoaderTest, KeptProtoLeavesTheArenaOnlyWhenLargeWeightsWereStripped) {
-  for (const int64_t rows : {int64_t{64}, int64_t{8192}}) {  // 64 KiB or 32 MiB of raw_data
+  struct Case {
+    int64_t rows;
+    bool in_float_data;
+    bool stays_on_arena;
+  };
+  // 64 KiB of raw_data; 32 MiB of raw_data (left out unparsed); 32 MiB of float_data (stripped).
+  for (const Case c : {Case{64, false, true}, Case{8192, false, true}, Case{8192, true, false}}) {
     GraphBuilder b(13);
     b.AddInput("X", kFloat, {"N", 1024});
-    onnx::TensorProto& w = b.AddInitializer("W", {1024, rows});
-    w.set_raw_data(std::string(static_cast<size_t>(1024 * rows * 4), '\0'));
+    onnx::TensorProto& w = b.AddInitializer("W", {1024, c.rows});
+    if (c.in_float_data) {
+      w.mutable_float_data()->Resize(static_cast<int>(1024 * c.rows), 0.0f);
+    } else {
+      w.set_raw_data(std::string(static_cast<size_t>(1024 * c.rows * 4), '\0'));
+    }
     b.AddNode("MatMul", {"X", "W"}, {"h"}, "fc");
     b.AddNode("Relu", {"h"}, {"Y"}, "act").add_attribute()->set_name("unused");
-    b.AddOutput("Y", kFloat, {"N", rows});
+    b.AddOutput("Y", kFloat, {"N", c.rows});
     auto r = LoadBuilt(b.model());
     ASSERT_TRUE(r.ok()) << Describe(r.status());
     const core::Graph& g = (*r)->graph();
-    EXPECT_EQ(g.proto.on_arena(), rows == 64) << rows;
+    EXPECT_EQ(g.proto.on_arena(), c.stays_on_arena) << c.rows << " " << c.in_float_data;
     EXPECT_EQ(g.proto->graph().initializer(0).raw_data().size(), 0u) << "weights are stripped";
+    EXPECT_EQ(g.proto->graph().initializer(0).float_data_size(), 0) << "weights are stripped";
     ASSERT_EQ(g.nodes.size(), 2u);
     for (int i = 0; i < 2; ++i) {
       EXPECT_EQ(g.nodes[i].proto, &g.proto->graph().node(i)) << "node " << i << " points elsewhere";
       EXPECT_EQ(g.nodes[i].proto->name(), g.nodes[i].name);
     }
     EXPECT_EQ(g.nodes[1].proto->attribute(0).name(), "unused");
-    EXPECT_EQ((*r)->summary().parameter_count, 1024 * rows);
+    EXPECT_EQ((*r)->summary().parameter_count, 1024 * c.rows);
   }
 }
 

@@ -1,0 +1,210 @@
+// core/payload_filter.cc -- LeaveOutPayloads: the policy is in payload_filter.h.
+//
+// One walk serves both calls: it copies (LeaveOutPayloads) or only reads (HasPayloadToLeaveOut),
+// descending into ModelProto.graph and into each initializer long enough to hold a payload it
+// leaves out; any other field is copied whole. Each nested message is read within a limit pushed
+// on the reader, as the parse reads it, and must end exactly there.
+#include "core/payload_filter.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+
+#include <climits>
+#include <cstddef>
+
+namespace memest::core {
+namespace {
+
+using google::protobuf::io::CodedInputStream;
+using google::protobuf::io::CodedOutputStream;
+using WireFormat = google::protobuf::internal::WireFormatLite;
+
+constexpr int kModelGraph = 7;        // ModelProto.graph
+constexpr int kGraphInitializer = 5;  // GraphProto.initializer
+constexpr int kTensorRawData = 9;     // TensorProto.raw_data
+
+void AppendVarint(std::string* out, uint64_t value) {
+  uint8_t buf[10];  // a varint of 64 bits takes at most 10 bytes
+  const uint8_t* end = CodedOutputStream::WriteVarint64ToArray(value, buf);
+  out->append(reinterpret_cast<const char*>(buf), static_cast<size_t>(end - buf));
+}
+
+class Walk {
+ public:
+  // `out` null: read only, and stop at the first payload that would be left out.
+  Walk(CodedInputStream* in, uint64_t min_bytes, FilteredModel* out)
+      : in_(in), min_bytes_(min_bytes), out_(out) {}
+
+  // The whole message, to its end (the limit the caller pushed).
+  bool Model(std::string* bytes) {
+    return Fields(bytes, [&](uint32_t tag, std::string* into) {
+      return IsLength(tag, kModelGraph) ? Nested(tag, into, &Walk::Graph) : CopyField(tag, into);
+    });
+  }
+
+  [[nodiscard]] bool found() const { return found_; }
+
+ private:
+  static bool IsLength(uint32_t tag, int field) {
+    return WireFormat::GetTagFieldNumber(tag) == field &&
+           WireFormat::GetTagWireType(tag) == WireFormat::WIRETYPE_LENGTH_DELIMITED;
+  }
+
+  // Reads fields to the end of the current limit, handing each tag to `field`.
+  template <typename F>
+  bool Fields(std::string* into, F field) {
+    while (true) {
+      const uint32_t tag = in_->ReadTag();
+      if (tag == 0) return in_->ConsumedEntireMessage() && in_->BytesUntilLimit() == 0;
+      if (!field(tag, into)) return false;
+    }
+  }
+
+  bool Graph(std::string* into) {
+    return Fields(into, [&](uint32_t tag, std::string* graph) {
+      if (!IsLength(tag, kGraphInitializer)) return CopyField(tag, graph);
+      uint32_t length = 0;
+      if (!ReadLength(&length)) return false;
+      if (length <= min_bytes_) {  // too short to hold a payload left out: copied whole
+        Note(0);
+        return CopyBody(tag, length, graph);
+      }
+      return NestedOfLength(tag, length, graph, &Walk::Tensor);
+    });
+  }
+
+  bool Tensor(std::string* into) {
+    int raw_fields = 0;
+    uint64_t left_out = 0;
+    const bool ok = Fields(into, [&](uint32_t tag, std::string* tensor) {
+      if (!IsLength(tag, kTensorRawData)) return CopyField(tag, tensor);
+      if (++raw_fields > 1) return false;  // the last one counts: not followed here
+      uint32_t length = 0;
+      if (!ReadLength(&length)) return false;
+      if (length <= min_bytes_) return CopyBody(tag, length, tensor);
+      if (out_ == nullptr) {
+        found_ = true;
+        return false;  // read only: one is enough
+      }
+      left_out = length;
+      return in_->Skip(static_cast<int>(length));
+    });
+    if (ok) Note(left_out);
+    return ok;
+  }
+
+  void Note(uint64_t left_out) {
+    if (out_ == nullptr) return;
+    out_->left_out_raw.push_back(left_out);
+    out_->left_out_bytes += left_out;
+  }
+
+  // A length-delimited field's length, at most what is left of the message around it.
+  bool ReadLength(uint32_t* length) {
+    return in_->ReadVarint32(length) && *length <= static_cast<uint32_t>(INT_MAX) &&
+           static_cast<int64_t>(*length) <= in_->BytesUntilLimit();
+  }
+
+  // A nested message: its length, then its fields through `walk` within that length.
+  bool Nested(uint32_t tag, std::string* into, bool (Walk::*walk)(std::string*)) {
+    uint32_t length = 0;
+    return ReadLength(&length) && NestedOfLength(tag, length, into, walk);
+  }
+  bool NestedOfLength(uint32_t tag, uint32_t length, std::string* into,
+                      bool (Walk::*walk)(std::string*)) {
+    const CodedInputStream::Limit outer = in_->PushLimit(static_cast<int>(length));
+    std::string body;
+    const bool ok = (this->*walk)(out_ == nullptr ? nullptr : &body);
+    in_->PopLimit(outer);
+    if (!ok) return false;
+    if (into != nullptr) {
+      AppendVarint(into, tag);
+      AppendVarint(into, body.size());
+      into->append(body);
+    }
+    return true;
+  }
+
+  // A field copied as read (or skipped, reading only), its tag already read.
+  bool CopyField(uint32_t tag, std::string* into) {
+    switch (WireFormat::GetTagWireType(tag)) {
+      case WireFormat::WIRETYPE_VARINT: {
+        uint64_t value = 0;
+        if (!in_->ReadVarint64(&value)) return false;
+        if (into != nullptr) {
+          AppendVarint(into, tag);
+          AppendVarint(into, value);
+        }
+        return true;
+      }
+      case WireFormat::WIRETYPE_FIXED64:
+        return CopyRaw(tag, 8, into);
+      case WireFormat::WIRETYPE_FIXED32:
+        return CopyRaw(tag, 4, into);
+      case WireFormat::WIRETYPE_LENGTH_DELIMITED: {
+        uint32_t length = 0;
+        return ReadLength(&length) && CopyBody(tag, length, into);
+      }
+      default:  // groups (deprecated) and wire types that do not exist
+        return false;
+    }
+  }
+
+  // The bytes of a length-delimited field whose length was read, with its tag and length.
+  bool CopyBody(uint32_t tag, uint32_t length, std::string* into) {
+    if (into == nullptr) return in_->Skip(static_cast<int>(length));
+    AppendVarint(into, tag);
+    AppendVarint(into, length);
+    const size_t at = into->size();
+    into->resize(at + length);
+    return in_->ReadRaw(into->data() + at, static_cast<int>(length));
+  }
+
+  bool CopyRaw(uint32_t tag, int bytes, std::string* into) {
+    char buf[8];
+    if (!in_->ReadRaw(buf, bytes)) return false;
+    if (into != nullptr) {
+      AppendVarint(into, tag);
+      into->append(buf, static_cast<size_t>(bytes));
+    }
+    return true;
+  }
+
+  CodedInputStream* in_;
+  uint64_t min_bytes_;
+  FilteredModel* out_;
+  bool found_ = false;
+};
+
+// Runs the walk over the whole stream (`total_bytes` long). `out` null: read only.
+bool WalkModel(google::protobuf::io::ZeroCopyInputStream* stream, uint64_t total_bytes,
+               uint64_t min_bytes, FilteredModel* out, bool* found) {
+  if (total_bytes > static_cast<uint64_t>(INT_MAX)) return false;
+  CodedInputStream in(stream);
+  in.SetTotalBytesLimit(INT_MAX);
+  const CodedInputStream::Limit whole = in.PushLimit(static_cast<int>(total_bytes));
+  Walk walk(&in, min_bytes, out);
+  const bool ok = walk.Model(out == nullptr ? nullptr : &out->bytes);
+  in.PopLimit(whole);
+  *found = walk.found();
+  return ok;
+}
+
+}  // namespace
+
+std::optional<FilteredModel> LeaveOutPayloads(google::protobuf::io::ZeroCopyInputStream* in,
+                                              uint64_t total_bytes, uint64_t min_bytes) {
+  FilteredModel out;
+  bool found = false;
+  if (!WalkModel(in, total_bytes, min_bytes, &out, &found)) return std::nullopt;
+  return out;
+}
+
+bool HasPayloadToLeaveOut(google::protobuf::io::ZeroCopyInputStream* in, uint64_t total_bytes,
+                          uint64_t min_bytes) {
+  bool found = false;
+  WalkModel(in, total_bytes, min_bytes, nullptr, &found);
+  return found;
+}
+
+}  // namespace memest::core
