@@ -1,10 +1,13 @@
 // bench/bench_models.cc -- see bench_models.h.
 #include "bench/bench_models.h"
 
+#include <onnx/onnx_pb.h>
+
 #include <fstream>
 #include <map>
 #include <sstream>
 
+#include "base/dtype.h"
 #include "datasets/zoo/chain.h"
 #include "datasets/zoo/families.h"
 #include "datasets/zoo/graph_writer.h"
@@ -46,6 +49,27 @@ int ChainBlocks(const std::string& name) {
   return 0;
 }
 
+// The model in `bytes` with every initializer that holds no data in the file (the bundled
+// exports point their large ones at external data they do not ship) given its full payload as
+// raw_data (zeros), as an exporter writes a model that keeps its weights in the file.
+std::string WithWeights(const std::string& bytes) {
+  onnx::ModelProto m;
+  if (!m.ParseFromString(bytes)) return {};
+  for (onnx::TensorProto& t : *m.mutable_graph()->mutable_initializer()) {
+    const bool holds_data = !t.raw_data().empty() || t.float_data_size() > 0 ||
+                            t.int32_data_size() > 0 || t.int64_data_size() > 0 ||
+                            t.double_data_size() > 0 || t.uint64_data_size() > 0 ||
+                            t.string_data_size() > 0;
+    if (holds_data) continue;
+    t.clear_external_data();
+    t.clear_data_location();
+    uint64_t numel = 1;
+    for (const int64_t d : t.dims()) numel *= static_cast<uint64_t>(d);
+    t.set_raw_data(std::string(numel * base::DTypeSize(t.data_type()), '\0'));
+  }
+  return m.SerializeAsString();
+}
+
 }  // namespace
 
 std::string ModelPath(const std::string& name) {
@@ -71,6 +95,7 @@ Result<zoo::HfModel> BuildHf(const std::string& file, zoo::HfGraphOptions::Phase
 std::string BuildModelBytes(const std::string& name) {
   if (const int blocks = ChainBlocks(name); blocks > 0) return zoo::ChainModel(blocks);
   if (name == "gpt70b") return Gpt70b();
+  if (name.rfind("weighted:", 0) == 0) return WithWeights(BuildModelBytes(name.substr(9)));
   if (name.rfind("hf:", 0) == 0) return HfBytes(name.substr(3), zoo::HfGraphOptions::kTrain);
   if (name.rfind("hf-prefill:", 0) == 0) {
     return HfBytes(name.substr(11), zoo::HfGraphOptions::kPrefill);

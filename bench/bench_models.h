@@ -5,7 +5,8 @@
 // 100,000 and 1,000,000 nodes, datasets/zoo/chain.h), "gpt70b" (a 70.3 B-parameter GPT-style
 // decoder, datasets/zoo), or a Hugging Face config from tests/data/hf/ ("hf:<config>": its
 // training graph, "hf-prefill:<config>": its prefill graph, "hf-decode:<config>": its decode
-// step). Every generator is deterministic.
+// step), or "weighted:<name>": that model with the weights it declares held in the file (zeros as
+// raw_data; the bundled exports are weightless). Every generator is deterministic.
 #ifndef MEMEST_BENCH_BENCH_MODELS_H_
 #define MEMEST_BENCH_BENCH_MODELS_H_
 

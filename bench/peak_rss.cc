@@ -1,6 +1,7 @@
 // bench/peak_rss.cc -- memest_peak_rss: the peak memory (RSS) of memest itself, per model.
 //
-// For each model (bench/bench_models.h: the bundled and real exports, the generated GPT-70B,
+// For each model (bench/bench_models.h: the bundled and real exports, ResNet-50 and VGG-16 with
+// their weights in the file (the load leaves them out before the parse), the generated GPT-70B,
 // Llama-2-7B and Llama-2-70B-shaped training graphs, and chains of 10k, 100k and 1M nodes) three
 // fresh processes (fork) each build the model's bytes, give freed memory back (malloc_trim),
 // reset the kernel's high-water mark (/proc/self/clear_refs, "5") and then run:
@@ -169,6 +170,8 @@ const std::vector<std::string>& AllModels() {
                                                   "real/bert_base_train",
                                                   "real/vit_b_16_train",
                                                   "real/densenet121_train",
+                                                  "weighted:resnet50_train",
+                                                  "weighted:real/vgg16_train",
                                                   "gpt70b",
                                                   "hf:llama-2-7b-hf",
                                                   "hf:llama-2-70b-shape",
