@@ -916,19 +916,25 @@ Result<std::unique_ptr<Graph>> LoadGraphFromBytes(std::string_view bytes,
 namespace {
 
 // A file over kArenaWeightBytes read through the payload filter, its payloads skipped unread;
-// nullopt where the filter gives up (the caller reads the file whole) or the file cannot be
-// opened.
+// nullopt where it holds none to leave out (a first walk reads its fields' tags and lengths up to
+// the first payload: the whole-file read is then cheaper than a copy grown field by field), where
+// the filter gives up (the caller reads the file whole) or the file cannot be opened.
 std::optional<FilteredModel> ReadFiltered(const std::string& path, uint64_t size) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   std::optional<FilteredModel> filtered;
-  {
-    google::protobuf::io::FileInputStream file(fd, kFilteredReadBlock);
-    try {
-      filtered = LeaveOutPayloads(&file, size);
-    } catch (const std::bad_alloc&) {
-      filtered.reset();
+  try {
+    bool found = false;
+    {
+      google::protobuf::io::FileInputStream scan(fd, kFilteredReadBlock);
+      found = HasPayloadToLeaveOut(&scan, size);
     }
+    if (found && ::lseek(fd, 0, SEEK_SET) == 0) {
+      google::protobuf::io::FileInputStream file(fd, kFilteredReadBlock);
+      filtered = LeaveOutPayloads(&file, size);
+    }
+  } catch (const std::bad_alloc&) {
+    filtered.reset();
   }
   ::close(fd);
   return filtered;
