@@ -897,17 +897,12 @@ Result<std::unique_ptr<Graph>> LoadGraphFromBytes(std::string_view bytes,
   // one is filtered only when it holds a payload to leave out (the walk that says so reads the
   // graph's fields' tags and lengths, stopping at the first).
   if (bytes.size() > kArenaWeightBytes && bytes.size() < kMaxFileBytes) {
-    const int size = static_cast<int>(bytes.size());
-    google::protobuf::io::ArrayInputStream scan(bytes.data(), size);
-    if (HasPayloadToLeaveOut(&scan, bytes.size())) {
-      google::protobuf::io::ArrayInputStream copy(bytes.data(), size);
-      try {
-        if (auto filtered = LeaveOutPayloads(&copy, bytes.size())) {
-          return LoadChecked(filtered->bytes, filtered->left_out_raw, base_dir, display_name);
-        }
-      } catch (const std::bad_alloc&) {
-        return Internal(display_name + ": out of memory while loading the model");
-      }
+    const auto from_start = [bytes] {
+      return std::make_unique<google::protobuf::io::ArrayInputStream>(
+          bytes.data(), static_cast<int>(bytes.size()));
+    };
+    if (auto filtered = LeaveOutPayloadsIfAny(from_start, bytes.size())) {
+      return LoadChecked(filtered->bytes, filtered->left_out_raw, base_dir, display_name);
     }
   }
   return LoadChecked(bytes, {}, base_dir, display_name);
@@ -922,20 +917,11 @@ namespace {
 std::optional<FilteredModel> ReadFiltered(const std::string& path, uint64_t size) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
-  std::optional<FilteredModel> filtered;
-  try {
-    bool found = false;
-    {
-      google::protobuf::io::FileInputStream scan(fd, kFilteredReadBlock);
-      found = HasPayloadToLeaveOut(&scan, size);
-    }
-    if (found && ::lseek(fd, 0, SEEK_SET) == 0) {
-      google::protobuf::io::FileInputStream file(fd, kFilteredReadBlock);
-      filtered = LeaveOutPayloads(&file, size);
-    }
-  } catch (const std::bad_alloc&) {
-    filtered.reset();
-  }
+  const auto from_start = [fd]() -> std::unique_ptr<google::protobuf::io::ZeroCopyInputStream> {
+    if (::lseek(fd, 0, SEEK_SET) != 0) return nullptr;
+    return std::make_unique<google::protobuf::io::FileInputStream>(fd, kFilteredReadBlock);
+  };
+  auto filtered = LeaveOutPayloadsIfAny(from_start, size);
   ::close(fd);
   return filtered;
 }

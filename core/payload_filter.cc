@@ -11,6 +11,7 @@
 
 #include <climits>
 #include <cstddef>
+#include <new>
 
 namespace memest::core {
 namespace {
@@ -205,6 +206,23 @@ bool HasPayloadToLeaveOut(google::protobuf::io::ZeroCopyInputStream* in, uint64_
   bool found = false;
   WalkModel(in, total_bytes, min_bytes, nullptr, &found);
   return found;
+}
+
+std::optional<FilteredModel> LeaveOutPayloadsIfAny(const ModelStreamOpener& open_from_start,
+                                                   uint64_t total_bytes, uint64_t min_bytes) {
+  try {
+    {
+      const auto scan = open_from_start();
+      if (scan == nullptr || !HasPayloadToLeaveOut(scan.get(), total_bytes, min_bytes)) {
+        return std::nullopt;
+      }
+    }
+    const auto copy = open_from_start();
+    if (copy == nullptr) return std::nullopt;
+    return LeaveOutPayloads(copy.get(), total_bytes, min_bytes);
+  } catch (const std::bad_alloc&) {
+    return std::nullopt;
+  }
 }
 
 }  // namespace memest::core

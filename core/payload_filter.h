@@ -27,6 +27,8 @@
 #include <google/protobuf/io/zero_copy_stream.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +60,20 @@ struct FilteredModel {
 [[nodiscard]] bool HasPayloadToLeaveOut(google::protobuf::io::ZeroCopyInputStream* in,
                                         uint64_t total_bytes,
                                         uint64_t min_bytes = kLeftOutPayloadBytes);
+
+// Opens a stream over the whole ModelProto from its first byte (again at each call); null where
+// it cannot.
+using ModelStreamOpener =
+    std::function<std::unique_ptr<google::protobuf::io::ZeroCopyInputStream>()>;
+
+// The model filtered as LeaveOutPayloads does, where HasPayloadToLeaveOut finds a payload to
+// leave out: a first stream is only walked, a second one (opened only then) copied. nullopt --
+// the caller parses the model whole -- where none is found, a stream cannot be opened, the filter
+// gives up, or memory runs out (the whole parse then reports it, as it would have without the
+// filter).
+[[nodiscard]] std::optional<FilteredModel> LeaveOutPayloadsIfAny(
+    const ModelStreamOpener& open_from_start, uint64_t total_bytes,
+    uint64_t min_bytes = kLeftOutPayloadBytes);
 
 }  // namespace memest::core
 

@@ -17,6 +17,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <memory>
+#include <new>
 #include <optional>
 #include <random>
 #include <string>
@@ -258,6 +261,46 @@ TEST(PayloadFilterTest, FindsAPayloadOnlyWhereThereIsOne) {
   EXPECT_FALSE(HasPayload(WeightedMlp(64, false).Serialize()));
   EXPECT_FALSE(HasPayload(WeightedMlp(2, true).Serialize())) << "8 KiB: under the threshold";
   EXPECT_FALSE(HasPayload(zoo::ChainModel(100)));
+}
+
+// LeaveOutPayloadsIfAny opens a second stream only where the first walk found a payload, and
+// hands the model back to the whole parse where it cannot open one or runs out of memory.
+TEST(PayloadFilterTest, CopiesOnlyWhereTheFirstWalkFindsAPayload) {
+  struct Opener {
+    const std::string* bytes;
+    int opened = 0;
+    int fail_at = -1;  // the call (0-based) that returns null
+    bool throw_at_second = false;
+    std::unique_ptr<google::protobuf::io::ZeroCopyInputStream> operator()() {
+      const int call = opened++;
+      if (call == fail_at) return nullptr;
+      if (call == 1 && throw_at_second) throw std::bad_alloc();
+      return std::make_unique<google::protobuf::io::ArrayInputStream>(
+          bytes->data(), static_cast<int>(bytes->size()));
+    }
+  };
+  auto run = [](Opener& o) { return core::LeaveOutPayloadsIfAny(std::ref(o), o.bytes->size()); };
+  const std::string weighted = WeightedMlp(64, true).Serialize();
+  const std::string weightless = WeightedMlp(64, false).Serialize();
+
+  Opener found{&weighted};
+  auto copy = run(found);
+  ASSERT_TRUE(copy.has_value());
+  EXPECT_EQ(found.opened, 2);
+  EXPECT_EQ(copy->bytes, Filter(weighted)->bytes);
+  EXPECT_EQ(copy->left_out_raw, Filter(weighted)->left_out_raw);
+
+  Opener none{&weightless};
+  EXPECT_FALSE(run(none).has_value());
+  EXPECT_EQ(none.opened, 1) << "nothing to leave out: no copy";
+
+  for (int fail_at : {0, 1}) {
+    Opener cannot{&weighted, 0, fail_at};
+    EXPECT_FALSE(run(cannot).has_value()) << fail_at;
+    EXPECT_EQ(cannot.opened, fail_at + 1);
+  }
+  Opener out_of_memory{&weighted, 0, -1, true};
+  EXPECT_FALSE(run(out_of_memory).has_value());
 }
 
 // ---------------------------------------------------------------------------------------------
