@@ -50,9 +50,10 @@ int ChainBlocks(const std::string& name) {
 }
 
 // The model in `bytes` with every initializer that holds no data in the file (the bundled
-// exports point their large ones at external data they do not ship) given its full payload as
-// raw_data (zeros), as an exporter writes a model that keeps its weights in the file.
-std::string WithWeights(const std::string& bytes) {
+// exports point their large ones at external data they do not ship) given its full payload
+// (zeros): as raw_data, as an exporter writes a model that keeps its weights in the file, or, when
+// `typed`, a float tensor's in float_data, as onnx.helper.make_tensor writes it by default.
+std::string WithWeights(const std::string& bytes, bool typed) {
   onnx::ModelProto m;
   if (!m.ParseFromString(bytes)) return {};
   for (onnx::TensorProto& t : *m.mutable_graph()->mutable_initializer()) {
@@ -65,7 +66,11 @@ std::string WithWeights(const std::string& bytes) {
     t.clear_data_location();
     uint64_t numel = 1;
     for (const int64_t d : t.dims()) numel *= static_cast<uint64_t>(d);
-    t.set_raw_data(std::string(numel * base::DTypeSize(t.data_type()), '\0'));
+    if (typed && t.data_type() == onnx::TensorProto::FLOAT) {
+      t.mutable_float_data()->Resize(static_cast<int>(numel), 0.0f);
+    } else {
+      t.set_raw_data(std::string(numel * base::DTypeSize(t.data_type()), '\0'));
+    }
   }
   return m.SerializeAsString();
 }
@@ -95,7 +100,8 @@ Result<zoo::HfModel> BuildHf(const std::string& file, zoo::HfGraphOptions::Phase
 std::string BuildModelBytes(const std::string& name) {
   if (const int blocks = ChainBlocks(name); blocks > 0) return zoo::ChainModel(blocks);
   if (name == "gpt70b") return Gpt70b();
-  if (name.rfind("weighted:", 0) == 0) return WithWeights(BuildModelBytes(name.substr(9)));
+  if (name.rfind("weighted:", 0) == 0) return WithWeights(BuildModelBytes(name.substr(9)), false);
+  if (name.rfind("typed:", 0) == 0) return WithWeights(BuildModelBytes(name.substr(6)), true);
   if (name.rfind("hf:", 0) == 0) return HfBytes(name.substr(3), zoo::HfGraphOptions::kTrain);
   if (name.rfind("hf-prefill:", 0) == 0) {
     return HfBytes(name.substr(11), zoo::HfGraphOptions::kPrefill);

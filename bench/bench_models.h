@@ -6,7 +6,8 @@
 // decoder, datasets/zoo), or a Hugging Face config from tests/data/hf/ ("hf:<config>": its
 // training graph, "hf-prefill:<config>": its prefill graph, "hf-decode:<config>": its decode
 // step), or "weighted:<name>": that model with the weights it declares held in the file (zeros as
-// raw_data; the bundled exports are weightless). Every generator is deterministic.
+// raw_data; the bundled exports are weightless), or "typed:<name>": the same with a float
+// tensor's weights in float_data. Every generator is deterministic.
 #ifndef MEMEST_BENCH_BENCH_MODELS_H_
 #define MEMEST_BENCH_BENCH_MODELS_H_
 

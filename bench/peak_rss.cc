@@ -172,6 +172,7 @@ const std::vector<std::string>& AllModels() {
                                                   "real/densenet121_train",
                                                   "weighted:resnet50_train",
                                                   "weighted:real/vgg16_train",
+                                                  "typed:resnet50_train",
                                                   "gpt70b",
                                                   "hf:llama-2-7b-hf",
                                                   "hf:llama-2-70b-shape",

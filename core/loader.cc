@@ -83,7 +83,8 @@ constexpr int64_t kKeepDataElements = 1024;  // small constants kept for shape c
 constexpr uint64_t kArenaWeightBytes = uint64_t{16} << 20;
 constexpr uint64_t kMaxFileBytes = uint64_t{2} << 30;  // protobuf's 2 GiB message limit
 // A payload the filter leaves out belongs to a tensor whose data the loader would not keep.
-static_assert(kLeftOutPayloadBytes >= kKeepDataElements * 16, "16: complex128, the widest");
+// 16 bytes: a complex128, the widest element of raw_data; a typed field's entries are at most 10.
+static_assert(kLeftOutPayloadBytes >= kKeepDataElements * 16, "more than kKeepDataElements");
 // The reads of a file through the payload filter: a payload longer than this is skipped by a seek.
 constexpr int kFilteredReadBlock = 64 << 10;
 // ReadNodes prefetches the name-index slots of the node this many ahead (NameIndex::Prefetch).
@@ -289,10 +290,10 @@ class Loader {
   Loader(std::string base_dir, std::string display)
       : base_dir_(std::move(base_dir)), display_(std::move(display)) {}
 
-  // `left_out_raw`: the payloads the filter left out of `bytes` (core/payload_filter.h), by the
+  // `left_out`: the payloads the filter left out of `bytes` (core/payload_filter.h), by the
   // top-level graph's initializers; empty when nothing was.
   Result<std::unique_ptr<Graph>> Load(std::string_view bytes,
-                                      std::span<const uint64_t> left_out_raw = {});
+                                      std::span<const LeftOutPayload> left_out = {});
 
  private:
   Status Parse(std::string_view bytes);
@@ -315,7 +316,7 @@ class Loader {
 
   std::string base_dir_;
   std::string display_;
-  std::span<const uint64_t> left_out_raw_;
+  std::span<const LeftOutPayload> left_out_;
   std::unique_ptr<Graph> g_ = std::make_unique<Graph>();
   std::map<std::string, int64_t> opsets_;
   std::vector<Diagnostic> diags_;
@@ -366,14 +367,13 @@ Status Loader::Parse(std::string_view bytes) {
   if (m.graph().node_size() == 0 && m.graph().output_size() == 0) {
     return InvalidModel("graph has no nodes and no outputs");
   }
-  if (!left_out_raw_.empty() &&
-      left_out_raw_.size() != static_cast<size_t>(m.graph().initializer_size())) {
-    return Internal("the payload filter counted " + std::to_string(left_out_raw_.size()) +
+  if (!left_out_.empty() && left_out_.size() != static_cast<size_t>(m.graph().initializer_size())) {
+    return Internal("the payload filter counted " + std::to_string(left_out_.size()) +
                     " initializers where the parse has " +
                     std::to_string(m.graph().initializer_size()));
   }
   // Everything later stages (and ONNX's inference functions) trust: core/validate.h.
-  return ValidateModelProto(m, left_out_raw_);
+  return ValidateModelProto(m, left_out_);
 }
 
 // Room for every value the file can name (initializers, inputs, node outputs), so that reading
@@ -852,8 +852,8 @@ void Loader::Summarize() {
 }
 
 Result<std::unique_ptr<Graph>> Loader::Load(std::string_view bytes,
-                                            std::span<const uint64_t> left_out_raw) {
-  left_out_raw_ = left_out_raw;
+                                            std::span<const LeftOutPayload> left_out) {
+  left_out_ = left_out;
   MEMEST_RETURN_IF_ERROR(Parse(bytes));
   ReserveValues();
   MEMEST_RETURN_IF_ERROR(ReadInitializers());
@@ -871,14 +871,14 @@ Result<std::unique_ptr<Graph>> Loader::Load(std::string_view bytes,
   return std::move(g_);
 }
 
-// Loads `bytes` (less the payloads listed in `left_out_raw`, when the filter left any out).
+// Loads `bytes` (less the payloads listed in `left_out`, when the filter left any out).
 Result<std::unique_ptr<Graph>> LoadChecked(std::string_view bytes,
-                                           std::span<const uint64_t> left_out_raw,
+                                           std::span<const LeftOutPayload> left_out,
                                            const std::string& base_dir,
                                            const std::string& display_name) {
   try {
     Loader loader(base_dir, display_name);
-    auto graph = loader.Load(bytes, left_out_raw);
+    auto graph = loader.Load(bytes, left_out);
     if (!graph.ok()) return graph.status().WithContext(display_name);
     return graph;
   } catch (const std::bad_alloc&) {
@@ -902,7 +902,7 @@ Result<std::unique_ptr<Graph>> LoadGraphFromBytes(std::string_view bytes,
           bytes.data(), static_cast<int>(bytes.size()));
     };
     if (auto filtered = LeaveOutPayloadsIfAny(from_start, bytes.size())) {
-      return LoadChecked(filtered->bytes, filtered->left_out_raw, base_dir, display_name);
+      return LoadChecked(filtered->bytes, filtered->left_out, base_dir, display_name);
     }
   }
   return LoadChecked(bytes, {}, base_dir, display_name);
@@ -952,7 +952,7 @@ Result<std::unique_ptr<Graph>> LoadGraph(const std::string& path) {
   }
   if (static_cast<uint64_t>(st.st_size) > kArenaWeightBytes) {
     if (auto filtered = ReadFiltered(path, static_cast<uint64_t>(st.st_size))) {
-      return LoadChecked(filtered->bytes, filtered->left_out_raw, dir, path);
+      return LoadChecked(filtered->bytes, filtered->left_out, dir, path);
     }
   }
   std::ifstream in(path, std::ios::binary);

@@ -9,6 +9,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstddef>
 #include <new>
@@ -23,6 +24,35 @@ using WireFormat = google::protobuf::internal::WireFormatLite;
 constexpr int kModelGraph = 7;        // ModelProto.graph
 constexpr int kGraphInitializer = 5;  // GraphProto.initializer
 constexpr int kTensorRawData = 9;     // TensorProto.raw_data
+
+// CodedInputStream, which the filter reads with, takes a tag or a length of up to 10 bytes and
+// drops their bits past 32; the parse (protobuf's ParseContext: ReadTag, ReadSize in
+// parse_context.h) refuses one of more than 5 bytes, and a size above INT_MAX less its 16 slop
+// bytes. The filter gives up on those, or its copy, written with canonical varints, would parse
+// where the original does not (found by the fuzz target).
+constexpr int kMaxTagOrLengthBytes = 5;
+constexpr int kParseSlopBytes = 16;
+
+// A TensorProto field's payload as the filter may leave it out: raw_data's bytes, a packed typed
+// field's fixed-width entries, or its varints.
+enum class Payload { kNone, kRaw, kFixed32, kFixed64, kVarints };
+
+Payload PayloadOf(int field) {
+  switch (field) {
+    case kTensorRawData:
+      return Payload::kRaw;
+    case 4:  // float_data
+      return Payload::kFixed32;
+    case 10:  // double_data
+      return Payload::kFixed64;
+    case 5:   // int32_data
+    case 7:   // int64_data
+    case 11:  // uint64_data
+      return Payload::kVarints;
+    default:  // string_data (6) and every other field
+      return Payload::kNone;
+  }
+}
 
 void AppendVarint(std::string* out, uint64_t value) {
   uint8_t buf[10];  // a varint of 64 bits takes at most 10 bytes
@@ -55,8 +85,10 @@ class Walk {
   template <typename F>
   bool Fields(std::string* into, F field) {
     while (true) {
+      const int at = in_->CurrentPosition();
       const uint32_t tag = in_->ReadTag();
       if (tag == 0) return in_->ConsumedEntireMessage() && in_->BytesUntilLimit() == 0;
+      if (in_->CurrentPosition() - at > kMaxTagOrLengthBytes) return false;
       if (!field(tag, into)) return false;
     }
   }
@@ -67,7 +99,7 @@ class Walk {
       uint32_t length = 0;
       if (!ReadLength(&length)) return false;
       if (length <= min_bytes_) {  // too short to hold a payload left out: copied whole
-        Note(0);
+        Note({}, 0);
         return CopyBody(tag, length, graph);
       }
       return NestedOfLength(tag, length, graph, &Walk::Tensor);
@@ -76,33 +108,95 @@ class Walk {
 
   bool Tensor(std::string* into) {
     int raw_fields = 0;
-    uint64_t left_out = 0;
+    LeftOutPayload left_out;
+    uint64_t left_out_bytes = 0;
+    uint32_t copied = 0;  // bit n: an occurrence of payload field n was copied
     const bool ok = Fields(into, [&](uint32_t tag, std::string* tensor) {
-      if (!IsLength(tag, kTensorRawData)) return CopyField(tag, tensor);
-      if (++raw_fields > 1) return false;  // the last one counts: not followed here
+      const int field = WireFormat::GetTagFieldNumber(tag);
+      const Payload payload = PayloadOf(field);
+      if (payload == Payload::kNone) return CopyField(tag, tensor);
+      if (!IsLength(tag, field)) {  // an entry written unpacked, or a field the parse keeps unknown
+        copied |= uint32_t{1} << field;
+        return CopyField(tag, tensor);
+      }
+      if (payload == Payload::kRaw && ++raw_fields > 1) return false;  // the last one counts
       uint32_t length = 0;
       if (!ReadLength(&length)) return false;
-      if (length <= min_bytes_) return CopyBody(tag, length, tensor);
+      if (length <= min_bytes_) {
+        copied |= uint32_t{1} << field;
+        return CopyBody(tag, length, tensor);
+      }
+      if (payload != Payload::kRaw && left_out.field != 0 && left_out.field != field) {
+        return false;  // payloads of two typed fields: not followed
+      }
       if (out_ == nullptr) {
         found_ = true;
         return false;  // read only: one is enough
       }
-      left_out = length;
-      return in_->Skip(static_cast<int>(length));
+      left_out_bytes += length;
+      switch (payload) {
+        case Payload::kRaw:
+          left_out.raw_bytes = length;
+          return in_->Skip(static_cast<int>(length));
+        case Payload::kFixed32:
+        case Payload::kFixed64: {
+          const uint32_t width = payload == Payload::kFixed32 ? 4 : 8;
+          if (length % width != 0) return false;
+          left_out.field = field;
+          left_out.entries += length / width;
+          return in_->Skip(static_cast<int>(length));
+        }
+        case Payload::kVarints:
+          left_out.field = field;
+          return CountVarints(length, &left_out.entries);
+        case Payload::kNone:
+          break;
+      }
+      return false;
     });
-    if (ok) Note(left_out);
-    return ok;
+    // A field is left out whole or not at all: its entries kept and left out would interleave.
+    if (!ok || (copied & (uint32_t{1} << left_out.field)) != 0) return false;
+    Note(left_out, left_out_bytes);
+    return true;
   }
 
-  void Note(uint64_t left_out) {
+  // Reads `length` bytes of packed varints, adding to `entries` the varints they hold; false
+  // where they do not end a varint at their end, or hold one of more than 10 bytes (the parse
+  // fails on both).
+  bool CountVarints(uint32_t length, uint64_t* entries) {
+    int continued = 0;  // bytes in a row that a varint goes on after
+    while (length > 0) {
+      const void* data = nullptr;
+      int size = 0;
+      if (!in_->GetDirectBufferPointer(&data, &size) || size <= 0) return false;
+      const uint32_t n = std::min(length, static_cast<uint32_t>(size));
+      const auto* bytes = static_cast<const uint8_t*>(data);
+      for (uint32_t i = 0; i < n; ++i) {
+        if ((bytes[i] & 0x80) == 0) {
+          ++*entries;
+          continued = 0;
+        } else if (++continued == 10) {
+          return false;
+        }
+      }
+      if (!in_->Skip(static_cast<int>(n))) return false;
+      length -= n;
+    }
+    return continued == 0;
+  }
+
+  void Note(const LeftOutPayload& left_out, uint64_t bytes) {
     if (out_ == nullptr) return;
-    out_->left_out_raw.push_back(left_out);
-    out_->left_out_bytes += left_out;
+    out_->left_out.push_back(left_out);
+    out_->left_out_bytes += bytes;
   }
 
   // A length-delimited field's length, at most what is left of the message around it.
+  // (Read as the parse reads a size: in 5 bytes at most, and below INT_MAX - 16.)
   bool ReadLength(uint32_t* length) {
-    return in_->ReadVarint32(length) && *length <= static_cast<uint32_t>(INT_MAX) &&
+    const int at = in_->CurrentPosition();
+    return in_->ReadVarint32(length) && in_->CurrentPosition() - at <= kMaxTagOrLengthBytes &&
+           *length <= static_cast<uint32_t>(INT_MAX - kParseSlopBytes) &&
            static_cast<int64_t>(*length) <= in_->BytesUntilLimit();
   }
 

@@ -22,9 +22,9 @@ namespace {
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
 // ValidateTensor, with `what()` the tensor's description in errors (defined below), and
-// `left_out_raw` the bytes of raw_data the payload filter left out of it (core/payload_filter.h).
+// `left_out` what the payload filter left out of it (core/payload_filter.h).
 template <typename What>
-Status CheckTensor(const onnx::TensorProto& t, What what, uint64_t left_out_raw = 0);
+Status CheckTensor(const onnx::TensorProto& t, What what, const LeftOutPayload& left_out = {});
 
 // How many entries of the typed field a tensor of `numel` elements of `dtype` needs, and
 // that field's current size; {0, 0} for dtypes with no typed field.
@@ -32,15 +32,16 @@ struct TypedField {
   uint64_t expected = 0;
   uint64_t actual = 0;
   const char* name = "";
+  int number = 0;  // the field's TensorProto number
 };
 
 TypedField TypedFieldOf(const onnx::TensorProto& t, uint64_t numel) {
   auto size = [](int n) { return static_cast<uint64_t>(n); };
   switch (t.data_type()) {
     case base::kFloat:
-      return {numel, size(t.float_data_size()), "float_data"};
+      return {numel, size(t.float_data_size()), "float_data", 4};
     case base::kComplex64:
-      return {base::SatMul(numel, 2), size(t.float_data_size()), "float_data"};
+      return {base::SatMul(numel, 2), size(t.float_data_size()), "float_data", 4};
     case base::kInt32:
     case base::kInt16:
     case base::kInt8:
@@ -49,18 +50,18 @@ TypedField TypedFieldOf(const onnx::TensorProto& t, uint64_t numel) {
     case base::kBool:
     case base::kFloat16:
     case base::kBFloat16:
-      return {numel, size(t.int32_data_size()), "int32_data"};
+      return {numel, size(t.int32_data_size()), "int32_data", 5};
     case base::kString:
-      return {numel, size(t.string_data_size()), "string_data"};
+      return {numel, size(t.string_data_size()), "string_data", 6};
     case base::kInt64:
-      return {numel, size(t.int64_data_size()), "int64_data"};
+      return {numel, size(t.int64_data_size()), "int64_data", 7};
     case base::kDouble:
-      return {numel, size(t.double_data_size()), "double_data"};
+      return {numel, size(t.double_data_size()), "double_data", 10};
     case base::kComplex128:
-      return {base::SatMul(numel, 2), size(t.double_data_size()), "double_data"};
+      return {base::SatMul(numel, 2), size(t.double_data_size()), "double_data", 10};
     case base::kUInt32:
     case base::kUInt64:
-      return {numel, size(t.uint64_data_size()), "uint64_data"};
+      return {numel, size(t.uint64_data_size()), "uint64_data", 11};
     default:
       return {};
   }
@@ -86,8 +87,8 @@ struct Scope {
 
 class Validator {
  public:
-  Validator(const onnx::ModelProto& model, std::span<const uint64_t> left_out_raw)
-      : model_(model), left_out_raw_(left_out_raw) {}
+  Validator(const onnx::ModelProto& model, std::span<const LeftOutPayload> left_out)
+      : model_(model), left_out_(left_out) {}
 
   Status Run() {
     MEMEST_RETURN_IF_ERROR(CheckVersions());
@@ -135,9 +136,9 @@ class Validator {
     for (int i = 0; i < g.initializer_size(); ++i) {
       const onnx::TensorProto& t = g.initializer(i);
       // Only the top-level graph's payloads are ever left out, listed by its initializers.
-      const uint64_t left_out = depth == 0 && static_cast<size_t>(i) < left_out_raw_.size()
-                                    ? left_out_raw_[static_cast<size_t>(i)]
-                                    : 0;
+      const LeftOutPayload left_out = depth == 0 && static_cast<size_t>(i) < left_out_.size()
+                                          ? left_out_[static_cast<size_t>(i)]
+                                          : LeftOutPayload{};
       MEMEST_RETURN_IF_ERROR(CheckTensor(
           t, [&t] { return "initializer '" + t.name() + "'"; }, left_out));
     }
@@ -356,7 +357,7 @@ class Validator {
   }
 
   const onnx::ModelProto& model_;
-  std::span<const uint64_t> left_out_raw_;
+  std::span<const LeftOutPayload> left_out_;
   int64_t total_nodes_ = 0;
 };
 
@@ -367,7 +368,7 @@ namespace {
 // ValidateTensor, with `what()` the tensor's name in errors: made only for an error (a large
 // graph's initializers each built a name they almost never need; so did a Constant node's value).
 template <typename What>
-Status CheckTensor(const onnx::TensorProto& t, What what, uint64_t left_out_raw) {
+Status CheckTensor(const onnx::TensorProto& t, What what, const LeftOutPayload& left_out) {
   if (!base::IsKnownDType(t.data_type())) {
     return InvalidModel(what() + " has unknown element type " + std::to_string(t.data_type()));
   }
@@ -384,7 +385,7 @@ Status CheckTensor(const onnx::TensorProto& t, What what, uint64_t left_out_raw)
   const auto numel = base::CheckedNumel(std::span<const int64_t>(t.dims().data(), t.dims().size()));
   if (!numel) return Overflow(what() + ": element count overflows 64 bits");
   if (IsExternal(t)) return Status::Ok();
-  const uint64_t raw_bytes = t.raw_data().size() + left_out_raw;  // one of them is 0
+  const uint64_t raw_bytes = t.raw_data().size() + left_out.raw_bytes;  // one of them is 0
   if (raw_bytes != 0) {
     const uint64_t elem = base::DTypeSize(t.data_type());
     const auto expected = base::CheckedMul(*numel, elem);
@@ -395,7 +396,8 @@ Status CheckTensor(const onnx::TensorProto& t, What what, uint64_t left_out_raw)
                           (expected ? std::to_string(*expected) : "more"));
     }
   }
-  const TypedField field = TypedFieldOf(t, *numel);
+  TypedField field = TypedFieldOf(t, *numel);
+  if (left_out.field == field.number) field.actual += left_out.entries;
   if (field.actual != 0 && field.actual != field.expected) {
     return InvalidModel(what() + " holds " + std::to_string(field.actual) + " " + field.name +
                         " entries where its dims and " + base::DTypeName(t.data_type()) + " need " +
@@ -414,9 +416,9 @@ Status ValidateNamedTensor(const onnx::TensorProto& t, std::string_view kind) {
   return CheckTensor(t, [&t, kind] { return std::string(kind) + " '" + t.name() + "'"; });
 }
 
-Status ValidateModelProto(const onnx::ModelProto& model, std::span<const uint64_t> left_out_raw) {
+Status ValidateModelProto(const onnx::ModelProto& model, std::span<const LeftOutPayload> left_out) {
   try {
-    return Validator(model, left_out_raw).Run();
+    return Validator(model, left_out).Run();
   } catch (const std::exception& e) {
     return InvalidModel(std::string("model failed validation: ") + e.what());
   }

@@ -34,6 +34,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/payload_filter.h"
 #include "memest/status.h"
 
 namespace memest::core {
@@ -44,11 +45,11 @@ inline constexpr int kMaxSubgraphDepth = 64;
 inline constexpr int64_t kMaxTotalNodes = 1'000'000;
 inline constexpr int64_t kMaxAttributeElements = 1 << 24;
 
-// Checks `model` as described above. Never throws. `left_out_raw`: by the top-level graph's
-// initializers, the raw_data bytes the payload filter left out of each (core/payload_filter.h),
-// checked as the payload they were.
+// Checks `model` as described above. Never throws. `left_out`: by the top-level graph's
+// initializers, what the payload filter left out of each (core/payload_filter.h), checked as
+// the payloads they were.
 [[nodiscard]] Status ValidateModelProto(const onnx::ModelProto& model,
-                                        std::span<const uint64_t> left_out_raw = {});
+                                        std::span<const LeftOutPayload> left_out = {});
 
 // Checks one tensor's element type, dims and payload length; `what` names it in errors.
 [[nodiscard]] Status ValidateTensor(const onnx::TensorProto& tensor, const std::string& what);

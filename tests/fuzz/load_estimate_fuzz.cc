@@ -9,11 +9,19 @@
 //   * a crash, abort, sanitizer report (ASan, UBSan, LeakSanitizer), timeout or out-of-memory;
 //   * an ErrorCode::kInternal status ("a bug in memest"), unless MEMEST_FUZZ_ALLOW_INTERNAL=1;
 //   * an estimate that breaks the documented invariants (breakdown sums to peak_device,
-//     allocated <= reserved <= device) or a max batch outside [0, limit].
+//     allocated <= reserved <= device) or a max batch outside [0, limit];
+//   * a payload filter (core/payload_filter.h) whose copy does not parse to the input's message
+//     less the payloads it says it left out. The loader filters only models over 16 MiB, larger
+//     than the fuzzer's inputs, so the filter is run here on every input with a threshold of 0
+//     (every top-level initializer's raw_data and packed typed data left out) and checked against
+//     the protobuf parse.
 // Errors such as InvalidModel, Overflow, UnboundDim or Unsupported are the expected answer to a
 // malformed model and are not findings.
 //
 // The structure-aware mutator that makes most inputs parse as ONNX lives in onnx_mutator.cc.
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <onnx/onnx_pb.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/payload_filter.h"
 #include "memest/memest.h"
 
 namespace {
@@ -139,7 +148,8 @@ std::vector<Options> OptionsFor(const Model& model, const uint8_t* data, size_t 
   p.parallel.world_size = 2 * p.parallel.tp * p.parallel.pp;
   p.parallel.sharding = static_cast<memest::Sharding>((g >> 4) % 8);
   p.parallel.sequence_parallel = (g >> 7) % 2;
-  p.parallel.offload_optimizer = (g >> 8) % 4 == 0 && p.parallel.sharding != memest::Sharding::kNone;
+  p.parallel.offload_optimizer =
+      (g >> 8) % 4 == 0 && p.parallel.sharding != memest::Sharding::kNone;
   p.parallel.gradient_as_bucket_view = (g >> 10) % 2;
   out.push_back(p);
   return out;
@@ -159,12 +169,74 @@ std::vector<std::unique_ptr<Estimator>> MakeEstimators() {
   return out;
 }
 
+// The payload filter's copy of `bytes` (every top-level initializer's raw_data and packed typed
+// data left out) parses exactly where `bytes` does, to the same message less the left-out
+// payloads, whose lengths and entries it recorded; and the read-only walk finds a payload wherever
+// the copy left one out.
+void CheckPayloadFilter(std::string_view bytes) {
+  const int size = static_cast<int>(bytes.size());
+  google::protobuf::io::ArrayInputStream copy_in(bytes.data(), size);
+  const auto copy = memest::core::LeaveOutPayloads(&copy_in, bytes.size(), 0);
+  if (!copy) return;  // the filter gave up: the loader parses the original
+  onnx::ModelProto original, filtered;
+  const bool original_parses = original.ParseFromArray(bytes.data(), size);
+  const bool copy_parses = filtered.ParseFromString(copy->bytes);
+  if (original_parses != copy_parses) {
+    Finding(std::string("payload filter: the original ") +
+            (original_parses ? "parses" : "does not parse") + " but its copy " +
+            (copy_parses ? "does" : "does not"));
+  }
+  if (!original_parses) return;
+  const int initializers = original.graph().initializer_size();
+  if (copy->left_out.size() != static_cast<size_t>(initializers)) {
+    Finding("payload filter: " + std::to_string(copy->left_out.size()) +
+            " initializers recorded, the parse has " + std::to_string(initializers));
+  }
+  uint64_t left_out = 0;  // entries and bytes: 0 exactly where nothing was left out
+  for (int i = 0; i < initializers; ++i) {
+    onnx::TensorProto* t = original.mutable_graph()->mutable_initializer(i);
+    const memest::core::LeftOutPayload& recorded = copy->left_out[static_cast<size_t>(i)];
+    const std::string which = "payload filter: initializer " + std::to_string(i);
+    if (recorded.raw_bytes != 0) {
+      if (recorded.raw_bytes != t->raw_data().size()) {
+        Finding(which + " recorded " + std::to_string(recorded.raw_bytes) +
+                " bytes of raw_data left out, its raw_data has " +
+                std::to_string(t->raw_data().size()));
+      }
+      t->clear_raw_data();
+    }
+    if (recorded.field != 0) {
+      const auto* field = t->GetDescriptor()->FindFieldByNumber(recorded.field);
+      const auto* reflection = t->GetReflection();
+      if (field == nullptr || !field->is_repeated() ||
+          static_cast<uint64_t>(reflection->FieldSize(*t, field)) != recorded.entries) {
+        Finding(which + " recorded " + std::to_string(recorded.entries) +
+                " entries left out of field " + std::to_string(recorded.field) +
+                ", which the parse does not hold");
+      }
+      reflection->ClearField(t, field);
+    }
+    left_out += recorded.raw_bytes + recorded.entries;
+  }
+  if ((left_out == 0) != (copy->left_out_bytes == 0)) {
+    Finding("payload filter: left_out_bytes says otherwise than the record");
+  }
+  if (original.SerializeAsString() != filtered.SerializeAsString()) {
+    Finding("payload filter: the copy parses to another message than the original less payloads");
+  }
+  google::protobuf::io::ArrayInputStream scan_in(bytes.data(), size);
+  if (left_out != 0 && !memest::core::HasPayloadToLeaveOut(&scan_in, bytes.size(), 0)) {
+    Finding("payload filter: the copy left a payload out that the read-only walk did not find");
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::vector<std::unique_ptr<Estimator>> estimators = MakeEstimators();
 
   std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  CheckPayloadFilter(bytes);
   // External-data locations are validated against base_dir but never opened.
   auto loaded = memest::LoadModelFromBytes(bytes, "/nonexistent/memest-fuzz", "fuzz.onnx");
   if (!loaded.ok()) {

@@ -662,18 +662,25 @@ TEST(LoaderTest, ThreeGigabytesOfExternalWeightsLoadWithoutReadingThem) {
 TEST(LoaderTest, KeptProtoLeavesTheArenaOnlyWhenLargeWeightsWereStripped) {
   struct Case {
     int64_t rows;
+    int64_t tensors;  // of 1024 x rows each
     bool in_float_data;
     bool stays_on_arena;
   };
-  // 64 KiB of raw_data; 32 MiB of raw_data (left out unparsed); 32 MiB of float_data (stripped).
-  for (const Case c : {Case{64, false, true}, Case{8192, false, true}, Case{8192, true, false}}) {
+  // 64 KiB of raw_data; 32 MiB of raw_data and of float_data (left out unparsed by the payload
+  // filter); 1,100 tensors of 16 KiB of raw_data (17.2 MiB: each at the filter's threshold, so
+  // parsed, then stripped).
+  for (const Case c : {Case{64, 1, false, true}, Case{8192, 1, false, true},
+                       Case{8192, 1, true, true}, Case{4, 1100, false, false}}) {
     GraphBuilder b(13);
     b.AddInput("X", kFloat, {"N", 1024});
-    onnx::TensorProto& w = b.AddInitializer("W", {1024, c.rows});
-    if (c.in_float_data) {
-      w.mutable_float_data()->Resize(static_cast<int>(1024 * c.rows), 0.0f);
-    } else {
-      w.set_raw_data(std::string(static_cast<size_t>(1024 * c.rows * 4), '\0'));
+    for (int64_t k = 0; k < c.tensors; ++k) {
+      onnx::TensorProto& w =
+          b.AddInitializer(k == 0 ? "W" : "V" + std::to_string(k), {1024, c.rows});
+      if (c.in_float_data) {
+        w.mutable_float_data()->Resize(static_cast<int>(1024 * c.rows), 0.0f);
+      } else {
+        w.set_raw_data(std::string(static_cast<size_t>(1024 * c.rows * 4), '\0'));
+      }
     }
     b.AddNode("MatMul", {"X", "W"}, {"h"}, "fc");
     b.AddNode("Relu", {"h"}, {"Y"}, "act").add_attribute()->set_name("unused");
@@ -682,15 +689,17 @@ TEST(LoaderTest, KeptProtoLeavesTheArenaOnlyWhenLargeWeightsWereStripped) {
     ASSERT_TRUE(r.ok()) << Describe(r.status());
     const core::Graph& g = (*r)->graph();
     EXPECT_EQ(g.proto.on_arena(), c.stays_on_arena) << c.rows << " " << c.in_float_data;
-    EXPECT_EQ(g.proto->graph().initializer(0).raw_data().size(), 0u) << "weights are stripped";
-    EXPECT_EQ(g.proto->graph().initializer(0).float_data_size(), 0) << "weights are stripped";
+    for (const onnx::TensorProto& t : g.proto->graph().initializer()) {
+      EXPECT_EQ(t.raw_data().size(), 0u) << "weights are stripped";
+      EXPECT_EQ(t.float_data_size(), 0) << "weights are stripped";
+    }
     ASSERT_EQ(g.nodes.size(), 2u);
     for (int i = 0; i < 2; ++i) {
       EXPECT_EQ(g.nodes[i].proto, &g.proto->graph().node(i)) << "node " << i << " points elsewhere";
       EXPECT_EQ(g.nodes[i].proto->name(), g.nodes[i].name);
     }
     EXPECT_EQ(g.nodes[1].proto->attribute(0).name(), "unused");
-    EXPECT_EQ((*r)->summary().parameter_count, 1024 * c.rows);
+    EXPECT_EQ((*r)->summary().parameter_count, 1024 * c.rows);  // W: the others feed no node
   }
 }
 
