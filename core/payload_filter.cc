@@ -8,6 +8,7 @@
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
+#include <onnx/onnx_pb.h>
 
 #include <algorithm>
 #include <climits>
@@ -21,9 +22,9 @@ using google::protobuf::io::CodedInputStream;
 using google::protobuf::io::CodedOutputStream;
 using WireFormat = google::protobuf::internal::WireFormatLite;
 
-constexpr int kModelGraph = 7;        // ModelProto.graph
-constexpr int kGraphInitializer = 5;  // GraphProto.initializer
-constexpr int kTensorRawData = 9;     // TensorProto.raw_data
+constexpr int kModelGraph = onnx::ModelProto::kGraphFieldNumber;
+constexpr int kGraphInitializer = onnx::GraphProto::kInitializerFieldNumber;
+constexpr int kTensorRawData = onnx::TensorProto::kRawDataFieldNumber;
 
 // CodedInputStream, which the filter reads with, takes a tag or a length of up to 10 bytes and
 // drops their bits past 32; the parse (protobuf's ParseContext: ReadTag, ReadSize in
@@ -41,15 +42,15 @@ Payload PayloadOf(int field) {
   switch (field) {
     case kTensorRawData:
       return Payload::kRaw;
-    case 4:  // float_data
+    case onnx::TensorProto::kFloatDataFieldNumber:
       return Payload::kFixed32;
-    case 10:  // double_data
+    case onnx::TensorProto::kDoubleDataFieldNumber:
       return Payload::kFixed64;
-    case 5:   // int32_data
-    case 7:   // int64_data
-    case 11:  // uint64_data
+    case onnx::TensorProto::kInt32DataFieldNumber:
+    case onnx::TensorProto::kInt64DataFieldNumber:
+    case onnx::TensorProto::kUint64DataFieldNumber:
       return Payload::kVarints;
-    default:  // string_data (6) and every other field
+    default:  // string_data and every other field
       return Payload::kNone;
   }
 }

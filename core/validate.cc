@@ -39,9 +39,11 @@ TypedField TypedFieldOf(const onnx::TensorProto& t, uint64_t numel) {
   auto size = [](int n) { return static_cast<uint64_t>(n); };
   switch (t.data_type()) {
     case base::kFloat:
-      return {numel, size(t.float_data_size()), "float_data", 4};
+      return {numel, size(t.float_data_size()), "float_data",
+              onnx::TensorProto::kFloatDataFieldNumber};
     case base::kComplex64:
-      return {base::SatMul(numel, 2), size(t.float_data_size()), "float_data", 4};
+      return {base::SatMul(numel, 2), size(t.float_data_size()), "float_data",
+              onnx::TensorProto::kFloatDataFieldNumber};
     case base::kInt32:
     case base::kInt16:
     case base::kInt8:
@@ -50,18 +52,24 @@ TypedField TypedFieldOf(const onnx::TensorProto& t, uint64_t numel) {
     case base::kBool:
     case base::kFloat16:
     case base::kBFloat16:
-      return {numel, size(t.int32_data_size()), "int32_data", 5};
+      return {numel, size(t.int32_data_size()), "int32_data",
+              onnx::TensorProto::kInt32DataFieldNumber};
     case base::kString:
-      return {numel, size(t.string_data_size()), "string_data", 6};
+      return {numel, size(t.string_data_size()), "string_data",
+              onnx::TensorProto::kStringDataFieldNumber};
     case base::kInt64:
-      return {numel, size(t.int64_data_size()), "int64_data", 7};
+      return {numel, size(t.int64_data_size()), "int64_data",
+              onnx::TensorProto::kInt64DataFieldNumber};
     case base::kDouble:
-      return {numel, size(t.double_data_size()), "double_data", 10};
+      return {numel, size(t.double_data_size()), "double_data",
+              onnx::TensorProto::kDoubleDataFieldNumber};
     case base::kComplex128:
-      return {base::SatMul(numel, 2), size(t.double_data_size()), "double_data", 10};
+      return {base::SatMul(numel, 2), size(t.double_data_size()), "double_data",
+              onnx::TensorProto::kDoubleDataFieldNumber};
     case base::kUInt32:
     case base::kUInt64:
-      return {numel, size(t.uint64_data_size()), "uint64_data", 11};
+      return {numel, size(t.uint64_data_size()), "uint64_data",
+              onnx::TensorProto::kUint64DataFieldNumber};
     default:
       return {};
   }

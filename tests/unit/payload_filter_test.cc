@@ -76,7 +76,11 @@ bool HasPayload(const std::string& bytes, uint64_t min = kMin) {
 
 core::LeftOutPayload Raw(uint64_t bytes) { return {bytes, 0, 0}; }
 core::LeftOutPayload Typed(int field, uint64_t entries) { return {0, entries, field}; }
-constexpr int kFloatData = 4, kInt32Data = 5, kInt64Data = 7, kDoubleData = 10, kUInt64Data = 11;
+constexpr int kFloatData = onnx::TensorProto::kFloatDataFieldNumber;
+constexpr int kInt32Data = onnx::TensorProto::kInt32DataFieldNumber;
+constexpr int kInt64Data = onnx::TensorProto::kInt64DataFieldNumber;
+constexpr int kDoubleData = onnx::TensorProto::kDoubleDataFieldNumber;
+constexpr int kUInt64Data = onnx::TensorProto::kUint64DataFieldNumber;
 
 // `m` with what the filter says it left out of its top-level initializers cleared: "" where the
 // record is `m`'s own (one entry per initializer, each left-out raw_data's bytes and typed field's
