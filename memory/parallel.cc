@@ -269,6 +269,7 @@ struct Totals {
   std::vector<uint64_t> unit;   // FSDP: elements per unit
   std::vector<uint64_t> unit_trained;
   std::vector<std::pair<uint64_t, uint64_t>> trained_tensors;  // (elements, bytes)
+  std::vector<BucketedGradient> gradients;                     // of the trained tensors
 };
 
 RankStates Shard(const Totals& t, const Options& o) {
@@ -279,7 +280,7 @@ RankStates Shard(const Totals& t, const Options& o) {
   const bool zero = IsZero(p.sharding);
   if (p.sharding == Sharding::kNone || p.sharding == Sharding::kFsdpNoShard) {
     if (p.sharding == Sharding::kNone && dp > 1 && !p.gradient_as_bucket_view) {
-      r.buckets = t.trained_bytes;  // a flat copy of every gradient (split into buckets)
+      r.buckets = MakeDdpBuckets(t.gradients, p.bucket_cap_mb);  // a flat copy of every gradient
     }
     return r;
   }
@@ -364,17 +365,9 @@ std::vector<ParameterShare> RankParameters(const core::BoundGraph& bound,
     s.trainable = facts.trainable(id);
     s.unit = i < units.size() ? units[i] : -1;
     s.module = i < modules.size() ? modules[i] : id;
+    s.dtype = v.dtype;
+    s.first_use = *std::min_element(v.consumers.begin(), v.consumers.end());
     out.push_back(s);
-  }
-  return out;
-}
-
-std::vector<uint64_t> BucketSizes(uint64_t bytes, const Parallelism& p) {
-  const uint64_t cap = std::max<uint64_t>(1, static_cast<uint64_t>(p.bucket_cap_mb * 1048576.0));
-  std::vector<uint64_t> out;
-  for (uint64_t size = std::min<uint64_t>(bytes, 1 << 20); bytes > 0; size = std::min(bytes, cap)) {
-    out.push_back(size);
-    bytes -= size;
   }
   return out;
 }
@@ -388,6 +381,7 @@ RankStates ShardModelStates(const std::vector<ParameterShare>& params, const Opt
       t.trained = SatAdd(t.trained, s.elements);
       t.trained_bytes = SatAdd(t.trained_bytes, s.bytes);
       t.trained_tensors.emplace_back(s.elements, s.bytes);
+      t.gradients.push_back({s.bytes, s.dtype, s.first_use});
     } else {
       t.frozen = SatAdd(t.frozen, s.elements);
       t.frozen_bytes = SatAdd(t.frozen_bytes, s.bytes);
@@ -423,6 +417,7 @@ RankStates ShardModelStates(uint64_t elements, uint64_t largest_module, const Op
   t.unit = {largest_module};
   t.unit_trained = {largest_module};
   t.trained_tensors = {{elements, t.trained_bytes}};
+  t.gradients = {{t.trained_bytes, 0, 0}};
   return Shard(t, options);
 }
 

@@ -45,6 +45,7 @@
 #include "core/blocks.h"
 #include "memest/options.h"
 #include "memest/status.h"
+#include "memory/ddp_buckets.h"
 #include "ops/value_facts.h"
 
 namespace memest::memory {
@@ -102,8 +103,10 @@ struct ParameterShare {
   uint64_t elements = 0;
   uint64_t bytes = 0;  // in its storage dtype on this rank (the estimate's weight bytes)
   bool trainable = false;
-  int unit = -1;    // FSDP unit (-1: root)
-  int module = -1;  // module (ZeRO-3's gathering granule)
+  int unit = -1;          // FSDP unit (-1: root)
+  int module = -1;        // module (ZeRO-3's gathering granule)
+  int32_t dtype = 0;      // its TensorProto.DataType (DDP buckets one dtype together)
+  int64_t first_use = 0;  // the first node that reads it
 };
 
 // The parameters (the loader's parameter tensors) the ranks of `stage` hold, as the sharding rules
@@ -116,9 +119,9 @@ struct ParameterShare {
 // data-parallel group as options.parallel.sharding says. Fields are requested bytes.
 //
 //  none (DDP): as on one GPU (the estimate's own accounting), plus the gradient buckets:
-//    without gradient_as_bucket_view DDP copies every gradient into flat buckets of
-//    bucket_cap_mb (the first of 1 MiB), a second copy of the gradients; with it the gradients
-//    are views into the buckets (torch/nn/parallel/distributed.py, reducer.cpp).
+//    without gradient_as_bucket_view DDP copies every gradient into flat buckets, a second copy
+//    of the gradients (memory/ddp_buckets.h says which, and when); with it the gradients are
+//    views into the buckets (torch/nn/parallel/distributed.py, reducer.cpp).
 //  zero1/2/3 (DeepSpeed, deepspeed/runtime/zero/stage_1_and_2.py, stage3.py): c-byte parameters
 //    and gradients (c = 2 under amp-fp16/amp-bf16/bf16, 4 under fp32) and, per data-parallel
 //    partition (1/N), an fp32 master copy (4 bytes) and the optimizer's fp32 state tensors
@@ -142,7 +145,7 @@ struct RankStates {
   uint64_t fp32_grad_buffer = 0;  // ZeRO's fp32 gradient partition for the step
   uint64_t optimizer_state = 0;   // fp32 master copy + optimizer state (DeepSpeed), or state
   uint64_t gathered = 0;          // unsharded parameters and gradients of units in flight
-  uint64_t buckets = 0;           // DDP gradient buckets
+  DdpBuckets buckets;             // DDP gradient buckets (none otherwise)
   uint64_t host = 0;              // offloaded to host memory
   // Whether the estimate's own per-tensor accounting of parameters, gradients and optimizer
   // state applies (DDP, fsdp-no-shard); then weights/gradients/optimizer_state above are unset.
@@ -162,10 +165,6 @@ struct RankStates {
 constexpr uint64_t ComputeBytes(const Options& o) {
   return o.precision == Precision::kFp32 ? 4 : 2;
 }
-
-// The pieces of a rank's gradients DDP copies into buckets, in allocation order: the first bucket
-// of 1 MiB (reducer.cpp kDefaultFirstBucketBytes), then bucket_cap_mb each.
-[[nodiscard]] std::vector<uint64_t> BucketSizes(uint64_t bytes, const Parallelism& p);
 
 // NCCL's buffers of one rank (outside the caching allocator).
 [[nodiscard]] uint64_t NcclBufferBytes(const ParallelPlan& plan);

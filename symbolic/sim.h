@@ -395,6 +395,8 @@ class __attribute__((visibility("hidden"))) Sim {
   // fixed number, the loop is seen to repeat elsewhere), the same text.
   std::string IterationsNote() const;
   void Forward(int it);
+  // DDP's buckets freed for the rebuilt ones (memory/ddp_buckets.h), after the first step.
+  void RebuildBuckets();
   // One node of the forward (seg = -1) or of segment seg's recomputation in backward.
   void ForwardNode(size_t k, int seg);
   void ClearAutocastCache();

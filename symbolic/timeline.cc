@@ -42,17 +42,20 @@
 //    temporaries.
 //  * Many GPUs (Options::parallel, memory/parallel.h), one rank of the pipeline stage
 //    EstimationContext::stage(): tensor-parallel shares are in the value facts' bytes. DDP
-//    allocates its gradient buckets with the model and keeps them. Under ZeRO and FSDP the rank's
-//    parameters, gradients and optimizer state are flat buffers of memory::ShardModelStates' sizes
-//    (no autocast weight copies: the model computes in its low dtype); a parameter's gradient is
-//    written into the gradient buffer and freed. ZeRO-3 and FSDP gather each unit's parameters
-//    (ZeRO-3: one module) before its first node in forward and again in backward, FSDP full/hybrid
-//    prefetching the next unit; a unit's gathered parameters are freed after its last forward node
-//    (kept until its backward under fsdp-grad-op), and in backward the unit's unsharded gradients
-//    live from its first backward node until the reduce-scatter after its last; parameters in no
-//    unit stay gathered from the start of forward to the end of backward. ZeRO's step allocates its
-//    fp32 gradient partition for the step. NCCL's buffers are outside the allocator, like the CUDA
-//    context.
+//    allocates one gradient bucket per dtype with the model and frees them for the rebuilt ones
+//    (memory/ddp_buckets.h) at the end of the first iteration, which it keeps. PyTorch rebuilds
+//    them in the next forward, after the next batch is on the GPU; made before, they leave
+//    iteration 2 starting as iteration 3 does, which the loop and the traces need. Under
+//    ZeRO and FSDP the rank's parameters, gradients and optimizer state are flat buffers of
+//    memory::ShardModelStates' sizes (no autocast weight copies: the model computes in its low
+//    dtype); a parameter's gradient is written into the gradient buffer and freed. ZeRO-3 and FSDP
+//    gather each unit's parameters (ZeRO-3: one module) before its first node in forward and again
+//    in backward, FSDP full/hybrid prefetching the next unit; a unit's gathered parameters are
+//    freed after its last forward node (kept until its backward under fsdp-grad-op), and in
+//    backward the unit's unsharded gradients live from its first backward node until the
+//    reduce-scatter after its last; parameters in no unit stay gathered from the start of forward
+//    to the end of backward. ZeRO's step allocates its fp32 gradient partition for the step. NCCL's
+//    buffers are outside the allocator, like the CUDA context.
 //  * Pipeline stages (pp > 1, 1F1B): the rank runs only its stage's nodes and holds only the
 //    parameters they read (memory/parallel.h). Each micro-batch's forward first receives the
 //    activations its nodes read from earlier stages (held until its backward is done, as
@@ -354,8 +357,8 @@ void Sim::AllocateWeights() {
                        {SizeRecipe::kValue, static_cast<int32_t>(i)});
   }
   if (sharded_) flat_weights_ = Malloc(rank_.weights, Category::kWeights, {SizeRecipe::kSame});
-  // DDP's reducer allocates its buckets when the model is wrapped, and keeps them.
-  for (uint64_t size : memory::BucketSizes(rank_.buckets, o_.parallel)) {
+  // DDP's reducer allocates its buckets when the model is wrapped (one per dtype).
+  for (uint64_t size : rank_.buckets.at_wrap) {
     buckets_.push_back(Malloc(size, Category::kCollective, {SizeRecipe::kSame}));
   }
   if (train_) {
@@ -653,6 +656,16 @@ void Sim::CudnnWorkspace(size_t k) {
   Tensor ws =
       Malloc(bytes, Category::kTransient, {SizeRecipe::kCudnnWorkspace, static_cast<int32_t>(k)});
   Free(&ws);
+}
+
+void Sim::RebuildBuckets() {
+  if (buckets_.empty()) return;
+  phase_ = Phase::kForward;  // DDP's _pre_forward
+  for (Tensor& t : buckets_) Free(&t);
+  buckets_.clear();
+  for (uint64_t size : rank_.buckets.rebuilt) {
+    buckets_.push_back(Malloc(size, Category::kCollective, {SizeRecipe::kSame}));
+  }
 }
 
 void Sim::Forward(int it) {
@@ -1017,6 +1030,7 @@ void Sim::Iteration(int it) {
   }
   ReleaseOtherMicroBatches();  // cool-down
   if (train_) Step(it);
+  if (train_ && it == 1) RebuildBuckets();
   sim_.iterations.push_back({it, iteration_alloc_peak_, Stats().reserved});
 }
 

@@ -1,0 +1,65 @@
+// memory/ddp_buckets.cc -- see memory/ddp_buckets.h (policy and sources there).
+#include "memory/ddp_buckets.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "base/checked.h"
+
+namespace memest::memory {
+namespace {
+
+constexpr uint64_t kFirstBucketBytes = uint64_t{1} << 20;  // _DEFAULT_FIRST_BUCKET_BYTES
+
+struct OpenBucket {
+  int32_t dtype = 0;
+  uint64_t bytes = 0;
+  bool empty = true;
+  size_t limit = 0;  // index into the limits
+};
+
+}  // namespace
+
+std::vector<uint64_t> AssignBuckets(const std::vector<BucketedGradient>& grads,
+                                    const std::vector<uint64_t>& limits) {
+  std::vector<uint64_t> out;
+  if (limits.empty()) return out;
+  std::vector<OpenBucket> open;  // one per dtype, in the order the dtypes first come
+  for (const BucketedGradient& g : grads) {
+    auto b = std::find_if(open.begin(), open.end(),
+                          [&](const OpenBucket& o) { return o.dtype == g.dtype; });
+    if (b == open.end()) b = open.insert(open.end(), OpenBucket{g.dtype});
+    b->bytes = base::SatAdd(b->bytes, g.bytes);
+    b->empty = false;
+    if (b->bytes >= limits[b->limit]) {
+      out.push_back(b->bytes);
+      b->bytes = 0;
+      b->empty = true;
+      b->limit = std::min(b->limit + 1, limits.size() - 1);
+    }
+  }
+  for (const OpenBucket& b : open) {
+    if (!b.empty) out.push_back(b.bytes);
+  }
+  return out;
+}
+
+DdpBuckets MakeDdpBuckets(std::vector<BucketedGradient> grads, double bucket_cap_mb) {
+  DdpBuckets out;
+  // Forward order: the order DDP is given the parameters in, near enough (module.parameters()).
+  std::stable_sort(grads.begin(), grads.end(),
+                   [](const auto& a, const auto& b) { return a.first_use < b.first_use; });
+  out.at_wrap = AssignBuckets(grads, {std::numeric_limits<uint64_t>::max()});
+  std::reverse(out.at_wrap.begin(), out.at_wrap.end());  // DDP hands the list over reversed
+  // Ready order: the reverse of the forward order (ties reversed too).
+  std::reverse(grads.begin(), grads.end());
+  const double cap_bytes = bucket_cap_mb * 1048576.0;  // int(bucket_cap_mb * 1024 * 1024)
+  const uint64_t cap = cap_bytes >= 1.8e19
+                           ? std::numeric_limits<uint64_t>::max()
+                           : std::max<uint64_t>(1, static_cast<uint64_t>(cap_bytes));
+  out.rebuilt = AssignBuckets(grads, {kFirstBucketBytes, cap});
+  return out;
+}
+
+}  // namespace memest::memory

@@ -1,0 +1,55 @@
+// memory/ddp_buckets.h -- the gradient buckets of DistributedDataParallel (sharding none,
+// dp > 1, without gradient_as_bucket_view): which flat buffers the reducer allocates, and when.
+//
+// Policy (torch/nn/parallel/distributed.py _ddp_init_helper and _pre_forward;
+// torch/csrc/distributed/c10d/reducer.cpp compute_bucket_assignment_by_size, rebuild_buckets,
+// initialize_buckets):
+//  * Assignment (AssignBuckets): the gradients are taken in order and grouped by dtype. A dtype's
+//    open bucket closes as soon as its bytes reach the current limit; that dtype's limit then
+//    moves to the next one in the list (the last one repeats). A gradient is never split, so
+//    there are at most as many buckets as gradients. The buckets still open at the end close
+//    then, one per dtype.
+//  * When the model is wrapped, with PyTorch's defaults (find_unused_parameters=False,
+//    static_graph=False), the only limit is SIZE_MAX: one bucket per dtype holds all of that
+//    dtype's gradients.
+//  * During the first backward the reducer notes the order in which the gradients become ready.
+//    The next forward (_pre_forward -> _rebuild_buckets) frees the buckets and allocates new ones,
+//    assigned in that order with the limits [1 MiB (_DEFAULT_FIRST_BUCKET_BYTES), bucket_cap_mb],
+//    once. memest takes the ready order to be the reverse of the order in which the forward first
+//    reads each parameter: backward completes a parameter's gradient at its earliest reader.
+//    Parameters first read by the same node keep the reverse of their value order.
+//  * Each bucket is one flat tensor of its gradients' bytes, allocated in the assignment's order
+//    (at::empty per bucket in initialize_buckets).
+#ifndef MEMEST_MEMORY_DDP_BUCKETS_H_
+#define MEMEST_MEMORY_DDP_BUCKETS_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace memest::memory {
+
+// One trained parameter's gradient as DDP buckets it.
+struct BucketedGradient {
+  uint64_t bytes = 0;     // on this rank, in the gradient's dtype
+  int32_t dtype = 0;      // the bucket key (TensorProto.DataType, or any other distinct code)
+  int64_t first_use = 0;  // the first node that reads the parameter (its forward order)
+};
+
+// Bytes per bucket, in allocation order; at most one bucket per gradient.
+struct DdpBuckets {
+  std::vector<uint64_t> at_wrap;  // allocated when the model is wrapped
+  std::vector<uint64_t> rebuilt;  // replace them in the forward after the first backward
+};
+
+// Groups `grads` (in the order given) into buckets as compute_bucket_assignment_by_size does
+// under `limits` (bytes, at least one). Buckets come in the order they close.
+[[nodiscard]] std::vector<uint64_t> AssignBuckets(const std::vector<BucketedGradient>& grads,
+                                                  const std::vector<uint64_t>& limits);
+
+// Both assignments of a rank's trained parameters (any order; first_use orders them) under
+// bucket_cap_mb.
+[[nodiscard]] DdpBuckets MakeDdpBuckets(std::vector<BucketedGradient> grads, double bucket_cap_mb);
+
+}  // namespace memest::memory
+
+#endif  // MEMEST_MEMORY_DDP_BUCKETS_H_

@@ -1,0 +1,135 @@
+// DDP's gradient buckets (memory/ddp_buckets.h): the assignment reducer.cpp makes, the buckets
+// made at wrap time and rebuilt after the first backward, and the symbolic timeline that frees
+// the first for the second after the first step.
+#include "memory/ddp_buckets.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "memest/memest.h"
+#include "symbolic/symbolic.h"
+#include "symbolic/timeline.h"
+#include "testing/onnx_builder.h"
+
+namespace memest {
+namespace {
+
+using memory::AssignBuckets;
+using memory::BucketedGradient;
+using memory::DdpBuckets;
+using memory::MakeDdpBuckets;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr int32_t kF32 = 1, kF16 = 10;
+
+uint64_t Sum(const std::vector<uint64_t>& v) {
+  return std::accumulate(v.begin(), v.end(), uint64_t{0});
+}
+
+TEST(DdpBucketsTest, ABucketClosesOnceItReachesItsLimitAndNeverSplitsAGradient) {
+  // 0.5 + 0.75 MiB reach the first limit (1 MiB); then 10 + 10 + 10 MiB reach 25 MiB only with
+  // the third; the last 3 MiB close at the end.
+  const std::vector<BucketedGradient> g = {{kMiB / 2, kF32},  {3 * kMiB / 4, kF32},
+                                           {10 * kMiB, kF32}, {10 * kMiB, kF32},
+                                           {10 * kMiB, kF32}, {3 * kMiB, kF32}};
+  EXPECT_EQ(AssignBuckets(g, {kMiB, 25 * kMiB}),
+            (std::vector<uint64_t>{5 * kMiB / 4, 30 * kMiB, 3 * kMiB}));
+  // A gradient larger than the cap is a bucket of its own, whole.
+  EXPECT_EQ(AssignBuckets({{100 * kMiB, kF32}}, {kMiB, 25 * kMiB}),
+            (std::vector<uint64_t>{100 * kMiB}));
+  EXPECT_TRUE(AssignBuckets({}, {kMiB}).empty());
+}
+
+TEST(DdpBucketsTest, EachDtypeFillsItsOwnBucketsWithItsOwnLimits) {
+  const std::vector<BucketedGradient> g = {
+      {kMiB, kF16}, {kMiB / 2, kF32}, {kMiB, kF16}, {kMiB, kF32}, {kMiB / 4, kF16}};
+  // fp16: 1 MiB reaches the first limit; then 1 + 0.25 MiB stay open under 25 MiB.
+  // fp32: 0.5 + 1 MiB reach the first limit when the second comes.
+  EXPECT_EQ(AssignBuckets(g, {kMiB, 25 * kMiB}),
+            (std::vector<uint64_t>{kMiB, 3 * kMiB / 2, 5 * kMiB / 4}));
+}
+
+TEST(DdpBucketsTest, WrapTimeHoldsOneBucketPerDtypeAndTheRebuildFollowsTheReadyOrder) {
+  // Forward reads the parameters in first_use order 0, 1, 2, 3; backward makes their gradients
+  // ready in the reverse order: 8, 4, 2, 1 MiB.
+  const std::vector<BucketedGradient> g = {
+      {2 * kMiB, kF32, 2}, {kMiB, kF32, 3}, {4 * kMiB, kF32, 1}, {8 * kMiB, kF32, 0}};
+  const DdpBuckets b = MakeDdpBuckets(g, 5.0);
+  EXPECT_EQ(b.at_wrap, (std::vector<uint64_t>{15 * kMiB}));
+  // 1 MiB reaches the first limit alone; then 2 + 4 reach 5 MiB; then 8 alone.
+  EXPECT_EQ(b.rebuilt, (std::vector<uint64_t>{kMiB, 6 * kMiB, 8 * kMiB}));
+  const DdpBuckets mixed = MakeDdpBuckets({{kMiB, kF32, 0}, {kMiB, kF16, 1}}, 25.0);
+  // Listed in forward order (fp32, fp16), then handed over reversed.
+  EXPECT_EQ(mixed.at_wrap, (std::vector<uint64_t>{kMiB, kMiB}));
+}
+
+TEST(DdpBucketsTest, ThereAreNeverMoreBucketsThanGradientsWhateverTheCapOrTheBytes) {
+  std::vector<BucketedGradient> g;
+  for (int i = 0; i < 1000; ++i) g.push_back({uint64_t{1} << 40, kF32, i});  // 1 TiB each
+  const DdpBuckets tiny = MakeDdpBuckets(g, 1e-5);
+  EXPECT_EQ(tiny.rebuilt.size(), 1000u);
+  EXPECT_EQ(tiny.at_wrap.size(), 1u);
+  EXPECT_EQ(Sum(tiny.rebuilt), uint64_t{1000} << 40);
+  // 503 TiB in one gradient (the fuzz finding's graph): one bucket, not 21 million.
+  const DdpBuckets huge = MakeDdpBuckets({{uint64_t{503} << 40, kF32, 0}}, 25.0);
+  EXPECT_EQ(huge.rebuilt, (std::vector<uint64_t>{uint64_t{503} << 40}));
+  // Bytes that overflow saturate instead of wrapping.
+  const DdpBuckets sat =
+      MakeDdpBuckets({{std::numeric_limits<uint64_t>::max() - 1, kF32, 0}, {5, kF32, 1}}, 1e6);
+  EXPECT_EQ(sat.at_wrap, (std::vector<uint64_t>{std::numeric_limits<uint64_t>::max()}));
+}
+
+// A chain of `layers` Linear layers of width 1024 (weight 4 MiB, bias 4 KiB, fp32).
+std::shared_ptr<const Model> Chain(int layers) {
+  testing::GraphBuilder b(17);
+  b.AddInput("x", testing::kFloat, {"N", 1024});
+  std::string x = "x";
+  for (int i = 0; i < layers; ++i) {
+    const std::string p = "layers." + std::to_string(i);
+    b.AddInitializer(p + ".weight", {1024, 1024});
+    b.AddInitializer(p + ".bias", {1024});
+    b.AddNode("MatMul", {x, p + ".weight"}, {p + ".mm"}, "/" + p + "/MatMul");
+    b.AddNode("Add", {p + ".mm", p + ".bias"}, {p + ".out"}, "/" + p + "/Add");
+    x = p + ".out";
+  }
+  b.AddOutput(x, testing::kFloat, {"N", 1024});
+  auto m = LoadModelFromBytes(b.Serialize(), "", "chain");
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : nullptr;
+}
+
+// The symbolic timeline of one DDP rank: one bucket of every gradient when the model is wrapped,
+// freed at the end of iteration 1 for the rebuilt ones (1 MiB first, then up to 25 MiB), which
+// stay. The buckets are the only collective buffers.
+TEST(DdpBucketsTest, TheSymbolicTimelineRebuildsTheBucketsAfterTheFirstStep) {
+  auto m = Chain(9);
+  ASSERT_NE(m, nullptr);
+  Options o;
+  o.batch = 16;
+  o.loss = Loss::kMse;
+  o.parallel.world_size = 2;
+  auto sim = symbolic::SimulateModel(*m, o, /*record_events=*/true);
+  ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+  const uint64_t layer = 4 * kMiB + 4096;
+  std::vector<std::pair<int, uint64_t>> mallocs, frees;  // (iteration, bytes)
+  for (const symbolic::TimelineEvent& e : sim->events) {
+    if (e.category != symbolic::Category::kCollective) continue;
+    (e.malloc ? mallocs : frees).emplace_back(e.iteration, e.bytes);
+    if (e.iteration == 1 || !e.malloc) EXPECT_EQ(e.phase, Phase::kForward);
+  }
+  // Rebuilt in ready order: layer 8 (bias, weight) reaches 1 MiB; then layers 7..1 reach 25 MiB
+  // with the seventh (6 layers are 24 MiB + 24 KiB); then layer 0 closes at the end.
+  const std::vector<std::pair<int, uint64_t>> want_mallocs = {
+      {0, 9 * layer}, {1, layer}, {1, 7 * layer}, {1, layer}};
+  EXPECT_EQ(mallocs, want_mallocs);
+  EXPECT_EQ(frees, (std::vector<std::pair<int, uint64_t>>{{1, 9 * layer}}));
+  EXPECT_EQ(sim->estimate.breakdown.collective_buffers, 9 * layer);
+}
+
+}  // namespace
+}  // namespace memest
