@@ -656,9 +656,11 @@ uint64_t Accounting::ShardStates(const memory::StepTemporaries& temps, StepTerms
     m->step_only.Add(r.fp32_grad_buffer);
     m->step_temporaries = temps.lists > 0 ? r.gradients : 0;  // one shard-sized list
   }
-  // DDP's buckets as rebuilt after the first backward: the ones made at wrap time hold the same
-  // bytes in fewer blocks, so they never take more.
-  for (uint64_t size : r.buckets.rebuilt) m->buckets.Add(size);
+  // DDP's buckets as rebuilt after the first backward (the ones made at wrap time hold the same
+  // bytes in fewer blocks, so they never take more); with gradient_as_bucket_view they are the
+  // gradients.
+  if (r.grads_in_buckets) m->grads = Blocks();
+  for (uint64_t size : r.buckets.rebuilt) (r.grads_in_buckets ? m->grads : m->buckets).Add(size);
   t->nccl_buffers = memory::NcclBufferBytes(plan_);
   return r.host;
 }

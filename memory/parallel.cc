@@ -279,8 +279,9 @@ RankStates Shard(const Totals& t, const Options& o) {
   const uint64_t c = ComputeBytes(o);
   const bool zero = IsZero(p.sharding);
   if (p.sharding == Sharding::kNone || p.sharding == Sharding::kFsdpNoShard) {
-    if (p.sharding == Sharding::kNone && dp > 1 && !p.gradient_as_bucket_view) {
+    if (p.sharding == Sharding::kNone && dp > 1) {
       r.buckets = MakeDdpBuckets(t.gradients, p.bucket_cap_mb);  // a flat copy of every gradient
+      r.grads_in_buckets = p.gradient_as_bucket_view;            // or the gradients themselves
     }
     return r;
   }

@@ -120,8 +120,10 @@ struct ParameterShare {
 //
 //  none (DDP): as on one GPU (the estimate's own accounting), plus the gradient buckets:
 //    without gradient_as_bucket_view DDP copies every gradient into flat buckets, a second copy
-//    of the gradients (memory/ddp_buckets.h says which, and when); with it the gradients are
-//    views into the buckets (torch/nn/parallel/distributed.py, reducer.cpp).
+//    of the gradients (memory/ddp_buckets.h says which, and when); with it the same buckets hold
+//    the gradients: after each backward .grad is a view into them, and zero_grad(set_to_none)
+//    drops only the view, so the next backward's gradient is made, copied in and freed
+//    (reducer.cpp mark_variable_ready_dense; torch/nn/parallel/distributed.py).
 //  zero1/2/3 (DeepSpeed, deepspeed/runtime/zero/stage_1_and_2.py, stage3.py): c-byte parameters
 //    and gradients (c = 2 under amp-fp16/amp-bf16/bf16, 4 under fp32) and, per data-parallel
 //    partition (1/N), an fp32 master copy (4 bytes) and the optimizer's fp32 state tensors
@@ -146,7 +148,10 @@ struct RankStates {
   uint64_t optimizer_state = 0;   // fp32 master copy + optimizer state (DeepSpeed), or state
   uint64_t gathered = 0;          // unsharded parameters and gradients of units in flight
   DdpBuckets buckets;             // DDP gradient buckets (none otherwise)
-  uint64_t host = 0;              // offloaded to host memory
+  // DDP with gradient_as_bucket_view: the buckets hold the gradients themselves from the wrap on
+  // (.grad is a view into them), and a gradient backward makes is copied in and freed.
+  bool grads_in_buckets = false;
+  uint64_t host = 0;  // offloaded to host memory
   // Whether the estimate's own per-tensor accounting of parameters, gradients and optimizer
   // state applies (DDP, fsdp-no-shard); then weights/gradients/optimizer_state above are unset.
   bool unsharded = true;

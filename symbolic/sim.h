@@ -397,6 +397,12 @@ class __attribute__((visibility("hidden"))) Sim {
   void Forward(int it);
   // DDP's buckets freed for the rebuilt ones (memory/ddp_buckets.h), after the first step.
   void RebuildBuckets();
+  // DDP with gradient_as_bucket_view: the buckets hold the gradients, and the gradients whose
+  // last contribution node kk's backward made are copied in and freed.
+  Category BucketCategory() const {
+    return rank_.grads_in_buckets ? Category::kGradients : Category::kCollective;
+  }
+  void CopyIntoBuckets(size_t kk);
   // One node of the forward (seg = -1) or of segment seg's recomputation in backward.
   void ForwardNode(size_t k, int seg);
   void ClearAutocastCache();
@@ -575,6 +581,8 @@ class __attribute__((visibility("hidden"))) Sim {
   base::IdVector<Tensor> gathered_, unit_grads_;
   Tensor root_gathered_ = -1, flat_weights_ = -1, flat_grads_ = -1, flat_state_ = -1;
   std::vector<Tensor> buckets_;
+  std::vector<std::pair<int, int>> bucket_copies_;  // (node, parameter), by node descending
+  size_t bucket_copy_next_ = 0;
   // Pipeline stages: roots read here but made on another stage; values made here and read on
   // another; one micro-batch's tensors (bytes, category, where the bytes came from) that outlive
   // its forward; the copies of the other micro-batches in flight.

@@ -359,7 +359,7 @@ void Sim::AllocateWeights() {
   if (sharded_) flat_weights_ = Malloc(rank_.weights, Category::kWeights, {SizeRecipe::kSame});
   // DDP's reducer allocates its buckets when the model is wrapped (one per dtype).
   for (uint64_t size : rank_.buckets.at_wrap) {
-    buckets_.push_back(Malloc(size, Category::kCollective, {SizeRecipe::kSame}));
+    buckets_.push_back(Malloc(size, BucketCategory(), {SizeRecipe::kSame}));
   }
   if (train_) {
     const auto k = static_cast<uint64_t>(memory::StateTensorsPerParameter(o_.optimizer));
@@ -381,6 +381,18 @@ void Sim::PrepareParallel() {
   rank_ = memory::ShardModelStates(params, o_);
   sharded_ = !rank_.unsharded;
   unit_of_node_.assign(g_.nodes.size(), -1);
+  if (train_ && rank_.grads_in_buckets) {
+    // A parameter's gradient is complete, copied into its bucket and freed, at its earliest
+    // reader's backward here (the last one backward reaches).
+    for (int p : step_params_) {
+      int first = -1;
+      for (int k : g_.value(p).consumers) {
+        if (OnStage(static_cast<size_t>(k)) && (first < 0 || k < first)) first = k;
+      }
+      if (first >= 0) bucket_copies_.emplace_back(first, p);
+    }
+    std::sort(bucket_copies_.rbegin(), bucket_copies_.rend());
+  }
   if (!train_ || !GathersUnits(o_.parallel.sharding)) return;
   // ZeRO-3 gathers one module at a time, FSDP one wrap unit.
   auto unit_of = [&](const memory::ParameterShare& s) {
@@ -664,7 +676,15 @@ void Sim::RebuildBuckets() {
   for (Tensor& t : buckets_) Free(&t);
   buckets_.clear();
   for (uint64_t size : rank_.buckets.rebuilt) {
-    buckets_.push_back(Malloc(size, Category::kCollective, {SizeRecipe::kSame}));
+    buckets_.push_back(Malloc(size, BucketCategory(), {SizeRecipe::kSame}));
+  }
+}
+
+void Sim::CopyIntoBuckets(size_t kk) {
+  for (; bucket_copy_next_ < bucket_copies_.size() &&
+         bucket_copies_[bucket_copy_next_].first == static_cast<int>(kk);
+       ++bucket_copy_next_) {
+    Free(&param_grad_[bucket_copies_[bucket_copy_next_].second]);
   }
 }
 
@@ -845,8 +865,11 @@ void Sim::Backward() {
   }
   LossBackward();
   ReceiveGradients();
+  bucket_copy_next_ = 0;
   for (size_t kk = g_.nodes.size(); kk-- > 0;) {
-    if (OnStage(kk)) BackwardNode(kk);
+    if (!OnStage(kk)) continue;
+    BackwardNode(kk);
+    CopyIntoBuckets(kk);
   }
   node_ = -1;
   ReleaseReceived();

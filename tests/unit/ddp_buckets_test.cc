@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <numeric>
@@ -129,6 +130,56 @@ TEST(DdpBucketsTest, TheSymbolicTimelineRebuildsTheBucketsAfterTheFirstStep) {
   EXPECT_EQ(mallocs, want_mallocs);
   EXPECT_EQ(frees, (std::vector<std::pair<int, uint64_t>>{{1, 9 * layer}}));
   EXPECT_EQ(sim->estimate.breakdown.collective_buffers, 9 * layer);
+}
+
+// With gradient_as_bucket_view the buckets are the gradients: they are allocated at the wrap
+// (and rebuilt) as without it, counted as gradients, and every gradient backward makes is copied
+// in and freed within the backward: every gradient is held from the wrap on (in the forward,
+// where one GPU holds none), once (not DDP's second copy).
+TEST(DdpBucketsTest, WithBucketViewsTheBucketsHoldTheGradientsFromTheWrapOn) {
+  auto m = Chain(9);
+  ASSERT_NE(m, nullptr);
+  Options o;
+  o.batch = 16;
+  o.loss = Loss::kMse;
+  auto one = symbolic::SimulateModel(*m, o, /*record_events=*/true);
+  o.parallel.world_size = 2;
+  auto copies = symbolic::SimulateModel(*m, o, false);
+  o.parallel.gradient_as_bucket_view = true;
+  auto views = symbolic::SimulateModel(*m, o, /*record_events=*/true);
+  ASSERT_TRUE(one.ok() && copies.ok() && views.ok()) << views.status().ToString();
+  const uint64_t layer = 4 * kMiB + 4096;
+  // Gradients are freed in the backward that made them (18 parameters an iteration), never by
+  // zero_grad; the only other gradient freed is the bucket made at the wrap.
+  int frees_in_backward = 0;
+  for (const symbolic::TimelineEvent& e : views->events) {
+    EXPECT_NE(e.category, symbolic::Category::kCollective);
+    if (e.category != symbolic::Category::kGradients || e.malloc) continue;
+    if (e.phase == Phase::kBackward) {
+      ++frees_in_backward;
+    } else {
+      EXPECT_EQ(e.bytes, 9 * layer) << "a gradient freed outside the backward";
+    }
+  }
+  EXPECT_GT(frees_in_backward, 0);
+  EXPECT_EQ(frees_in_backward % 18, 0);
+  EXPECT_EQ(views->estimate.breakdown.collective_buffers, 0u);
+  EXPECT_GE(views->estimate.breakdown.gradients, 9 * layer);
+  EXPECT_LT(views->estimate.peak_allocated, copies->estimate.peak_allocated);
+  // In iteration 2's forward one GPU holds no gradients; the views' buckets hold them all.
+  auto forward_peak = [](const symbolic::Simulation& sim) {
+    uint64_t most = 0;
+    for (const symbolic::TimelineEvent& e : sim.events) {
+      if (e.iteration == 2 && e.phase == Phase::kForward) most = std::max(most, e.allocated);
+    }
+    return most;
+  };
+  EXPECT_GE(forward_peak(*views), forward_peak(*one) + 9 * layer);
+  // The analytical backend counts the rebuilt buckets as the gradients.
+  auto ana = (*MakeEstimator("analytical"))->Run(*m, o);
+  ASSERT_TRUE(ana.ok()) << ana.status().ToString();
+  EXPECT_EQ(ana->breakdown.gradients, 9 * layer);
+  EXPECT_EQ(ana->breakdown.collective_buffers, 0u);
 }
 
 }  // namespace
