@@ -126,7 +126,8 @@ class Accounting {
         kv_(ctx.kv_cache()),
         checkpoint_(ctx.checkpoint()),
         plan_(ctx.parallel()),
-        stage_(ctx.stage()) {}
+        stage_(ctx.stage()),
+        grads_in_buckets_(memory::GradientsInBuckets(ctx.options())) {}
 
   // The training estimate, its terms in *terms (step_terms.h).
   Result<Estimate> Train(const GpuProfile& gpu, StepTerms* terms);
@@ -238,6 +239,9 @@ class Accounting {
   const std::vector<core::CheckpointSegment>& checkpoint_;  // core/checkpoint.h
   const memory::ParallelPlan& plan_;
   const int stage_;
+  // DDP with gradient_as_bucket_view: the gradients are the buckets, and the gradient a node's
+  // backward makes for a parameter is a transient, copied in and freed (memory/parallel.h).
+  const bool grads_in_buckets_;
   bool keep_parts_ = false;  // the terms are kept one by one (StepTerms::keep)
   std::vector<core::AtomId> searched_;
   std::vector<int64_t> searched_values_;  // each searched atom's bound value, -1 unbound
@@ -547,7 +551,8 @@ Accounting::Transient Accounting::BackwardTransient(const core::Node& n, size_t 
       if (facts_.requires_grad(out)) grad.Add(Eff(out), PartsIf<kParts>(out));
     }
     for (int in : ins) {
-      if (facts_.requires_grad(in) && g_.value(in).kind != core::ValueKind::kInitializer) {
+      if (facts_.requires_grad(in) &&
+          (grads_in_buckets_ || g_.value(in).kind != core::ValueKind::kInitializer)) {
         grad.Add(Eff(in), PartsIf<kParts>(in));
       }
     }

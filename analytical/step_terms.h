@@ -124,7 +124,7 @@ void TakePeak(const PhasePeak& p, Estimate* e);
 struct ModelStates {
   Blocks weights, cast_cache, grads, state;
   Blocks collective;              // gathered units: live in forward and backward
-  Blocks buckets;                 // DDP's gradient buckets: allocated once, kept
+  Blocks buckets;                 // DDP's gradient buckets as rebuilt after the first step, kept
   Blocks step_only;               // ZeRO's fp32 gradient partition, made for the step
   uint64_t step_temporaries = 0;  // the optimizer step's temporaries at its peak
   bool operator==(const ModelStates&) const = default;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "base/checked.h"
+#include "memest/options.h"
 
 namespace memest::memory {
 namespace {
@@ -58,7 +59,8 @@ DdpBuckets MakeDdpBuckets(std::vector<BucketedGradient> grads, double bucket_cap
   const uint64_t cap = cap_bytes >= 1.8e19
                            ? std::numeric_limits<uint64_t>::max()
                            : std::max<uint64_t>(1, static_cast<uint64_t>(cap_bytes));
-  out.rebuilt = AssignBuckets(grads, {kFirstBucketBytes, cap});
+  const bool cap_given = bucket_cap_mb != Parallelism{}.bucket_cap_mb;
+  out.rebuilt = AssignBuckets(grads, {cap_given ? cap : kFirstBucketBytes, cap});
   return out;
 }
 

@@ -1,5 +1,6 @@
 // memory/ddp_buckets.h -- the gradient buckets of DistributedDataParallel (sharding none,
-// dp > 1, without gradient_as_bucket_view): which flat buffers the reducer allocates, and when.
+// dp > 1): which flat buffers the reducer allocates, and when (what they hold with and without
+// gradient_as_bucket_view: memory/parallel.h).
 //
 // Policy (torch/nn/parallel/distributed.py _ddp_init_helper and _pre_forward;
 // torch/csrc/distributed/c10d/reducer.cpp compute_bucket_assignment_by_size, rebuild_buckets,
@@ -14,10 +15,12 @@
 //    dtype's gradients.
 //  * During the first backward the reducer notes the order in which the gradients become ready.
 //    The next forward (_pre_forward -> _rebuild_buckets) frees the buckets and allocates new ones,
-//    assigned in that order with the limits [1 MiB (_DEFAULT_FIRST_BUCKET_BYTES), bucket_cap_mb],
-//    once. memest takes the ready order to be the reverse of the order in which the forward first
-//    reads each parameter: backward completes a parameter's gradient at its earliest reader.
-//    Parameters first read by the same node keep the reverse of their value order.
+//    assigned in that order with the limits [first, bucket_cap_mb], once. first is 1 MiB
+//    (_DEFAULT_FIRST_BUCKET_BYTES) when DDP was given no bucket_cap_mb, else bucket_cap_mb
+//    (distributed.py: bucket_bytes_cap_default); memest takes its default 25 MiB for "not given",
+//    any other value for "given". memest takes the ready order to be the reverse of the order in
+//    which the forward first reads each parameter: backward completes a parameter's gradient at its
+//    earliest reader. Parameters first read by the same node keep the reverse of their value order.
 //  * Each bucket is one flat tensor of its gradients' bytes, allocated in the assignment's order
 //    (at::empty per bucket in initialize_buckets).
 #ifndef MEMEST_MEMORY_DDP_BUCKETS_H_

@@ -280,8 +280,8 @@ RankStates Shard(const Totals& t, const Options& o) {
   const bool zero = IsZero(p.sharding);
   if (p.sharding == Sharding::kNone || p.sharding == Sharding::kFsdpNoShard) {
     if (p.sharding == Sharding::kNone && dp > 1) {
-      r.buckets = MakeDdpBuckets(t.gradients, p.bucket_cap_mb);  // a flat copy of every gradient
-      r.grads_in_buckets = p.gradient_as_bucket_view;            // or the gradients themselves
+      r.buckets = MakeDdpBuckets(t.gradients, p.bucket_cap_mb);
+      r.grads_in_buckets = GradientsInBuckets(o);  // else a flat copy of every gradient
     }
     return r;
   }
@@ -367,7 +367,13 @@ std::vector<ParameterShare> RankParameters(const core::BoundGraph& bound,
     s.unit = i < units.size() ? units[i] : -1;
     s.module = i < modules.size() ? modules[i] : id;
     s.dtype = v.dtype;
-    s.first_use = *std::min_element(v.consumers.begin(), v.consumers.end());
+    s.first_use = -1;  // its first reader on this stage (the one whose backward completes it)
+    for (int k : v.consumers) {
+      if (plan.stage_of_node(static_cast<size_t>(k)) == stage &&
+          (s.first_use < 0 || k < s.first_use)) {
+        s.first_use = k;
+      }
+    }
     out.push_back(s);
   }
   return out;

@@ -165,6 +165,12 @@ struct RankStates {
 [[nodiscard]] RankStates ShardModelStates(uint64_t elements, uint64_t largest_module,
                                           const Options& options);
 
+// DDP with gradient_as_bucket_view (RankStates::grads_in_buckets).
+inline bool GradientsInBuckets(const Options& o) {
+  return o.parallel.sharding == Sharding::kNone && o.parallel.DataParallel() > 1 &&
+         o.parallel.gradient_as_bucket_view;
+}
+
 // Bytes per element of the parameters and gradients the model computes with under ZeRO and FSDP
 // (the c above): 2 under amp-fp16, amp-bf16 and bf16, 4 under fp32.
 constexpr uint64_t ComputeBytes(const Options& o) {

@@ -559,9 +559,11 @@ class __attribute__((visibility("hidden"))) Sim {
   // Per-iteration state.
   base::IdVector<Tensor> value_;  // per root: live storage
   base::IdVector<int> uses_left_, saved_left_;
-  base::IdVector<Tensor> grad_;        // per value: gradient buffer
-  base::IdVector<Tensor> param_grad_;  // per value: .grad of parameters (persist until zero_grad)
-  base::IdVector<Tensor> cast_;        // per parameter: AMP copy
+  base::IdVector<Tensor> grad_;  // per value: gradient buffer
+  // Per value: .grad of parameters (persist until zero_grad; under DDP's gradient_as_bucket_view,
+  // freed once copied into the buckets).
+  base::IdVector<Tensor> param_grad_;
+  base::IdVector<Tensor> cast_;  // per parameter: AMP copy
   base::IdVector<int> cast_left_;
   base::IdVector<std::vector<Tensor>> extras_;  // per node: extra saved tensors
   std::vector<Tensor> inputs_, old_inputs_;
@@ -583,6 +585,7 @@ class __attribute__((visibility("hidden"))) Sim {
   std::vector<Tensor> buckets_;
   std::vector<std::pair<int, int>> bucket_copies_;  // (node, parameter), by node descending
   size_t bucket_copy_next_ = 0;
+  bool syncs_gradients_ = true;  // this backward all-reduces (the last micro-batch's)
   // Pipeline stages: roots read here but made on another stage; values made here and read on
   // another; one micro-batch's tensors (bytes, category, where the bytes came from) that outlive
   // its forward; the copies of the other micro-batches in flight.

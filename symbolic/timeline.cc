@@ -33,7 +33,9 @@
 //    its own autocast cache), then backward goes through it and the recomputed outputs and the
 //    kept inputs are released (torch.utils.checkpoint, reentrant).
 //  * Gradient accumulation (Options::micro_batches): k forward/backward passes on batch/k, the
-//    later gradients added into .grad in place, then one step.
+//    later gradients added into .grad in place, then one step. Under DDP the first k - 1
+//    backward passes run under no_sync() (only the last one all-reduces), as Accelerate and
+//    Lightning accumulate.
 //  * Optimizer step (memory-model.md §4.1-4.3): iteration 1 creates the state (adam: 2 per
 //    parameter, momentum: 1). Foreach (the default): L2 weight decay allocates a gradient-sized
 //    copy of all grads, then frees it; adam then allocates the sqrt copy of all exp_avg_sq (one per
@@ -44,8 +46,11 @@
 //    EstimationContext::stage(): tensor-parallel shares are in the value facts' bytes. DDP
 //    allocates one gradient bucket per dtype with the model and frees them for the rebuilt ones
 //    (memory/ddp_buckets.h) at the end of the first iteration, which it keeps. PyTorch rebuilds
-//    them in the next forward, after the next batch is on the GPU; made before, they leave
-//    iteration 2 starting as iteration 3 does, which the loop and the traces need. Under
+//    them in the next forward, after zero_grad and the next batch; made before, they leave
+//    iteration 2 starting as iteration 3 does, which the loop and the traces need. With
+//    gradient_as_bucket_view the buckets are the gradients: a parameter's gradient is freed at
+//    its earliest reader's backward in the backward that all-reduces (copied into its bucket).
+//    Under
 //    ZeRO and FSDP the rank's parameters, gradients and optimizer state are flat buffers of
 //    memory::ShardModelStates' sizes (no autocast weight copies: the model computes in its low
 //    dtype); a parameter's gradient is written into the gradient buffer and freed. ZeRO-3 and FSDP
@@ -383,13 +388,9 @@ void Sim::PrepareParallel() {
   unit_of_node_.assign(g_.nodes.size(), -1);
   if (train_ && rank_.grads_in_buckets) {
     // A parameter's gradient is complete, copied into its bucket and freed, at its earliest
-    // reader's backward here (the last one backward reaches).
-    for (int p : step_params_) {
-      int first = -1;
-      for (int k : g_.value(p).consumers) {
-        if (OnStage(static_cast<size_t>(k)) && (first < 0 || k < first)) first = k;
-      }
-      if (first >= 0) bucket_copies_.emplace_back(first, p);
+    // reader's backward on this stage (the last one backward reaches).
+    for (const memory::ParameterShare& s : params) {
+      if (s.trainable && s.first_use >= 0) bucket_copies_.emplace_back(s.first_use, s.value);
     }
     std::sort(bucket_copies_.rbegin(), bucket_copies_.rend());
   }
@@ -681,6 +682,7 @@ void Sim::RebuildBuckets() {
 }
 
 void Sim::CopyIntoBuckets(size_t kk) {
+  if (!syncs_gradients_) return;  // under no_sync(): .grad stays its own tensor
   for (; bucket_copy_next_ < bucket_copies_.size() &&
          bucket_copies_[bucket_copy_next_].first == static_cast<int>(kk);
        ++bucket_copy_next_) {
@@ -1019,6 +1021,7 @@ void Sim::Iteration(int it) {
   const int64_t micro = train_ ? o_.micro_batches : 1;
   for (int64_t m = 0; m < micro; ++m) {
     collect_micro_batch_ = staged_ && train_ && m == 0 && !micro_batch_recorded_;
+    syncs_gradients_ = m + 1 == micro;  // the earlier micro-batches' backward under DDP no_sync()
     // New batch before the old one is released.
     old_inputs_.swap(inputs_);
     inputs_.clear();

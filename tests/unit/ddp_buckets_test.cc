@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "memest/memest.h"
+#include "memory/context.h"
+#include "memory/parallel.h"
 #include "symbolic/symbolic.h"
 #include "symbolic/timeline.h"
 #include "testing/onnx_builder.h"
@@ -60,13 +62,15 @@ TEST(DdpBucketsTest, WrapTimeHoldsOneBucketPerDtypeAndTheRebuildFollowsTheReadyO
   // ready in the reverse order: 8, 4, 2, 1 MiB.
   const std::vector<BucketedGradient> g = {
       {2 * kMiB, kF32, 2}, {kMiB, kF32, 3}, {4 * kMiB, kF32, 1}, {8 * kMiB, kF32, 0}};
-  const DdpBuckets b = MakeDdpBuckets(g, 5.0);
+  const DdpBuckets b = MakeDdpBuckets(g, 25.0);
   EXPECT_EQ(b.at_wrap, (std::vector<uint64_t>{15 * kMiB}));
-  // 1 MiB reaches the first limit alone; then 2 + 4 reach 5 MiB; then 8 alone.
-  EXPECT_EQ(b.rebuilt, (std::vector<uint64_t>{kMiB, 6 * kMiB, 8 * kMiB}));
-  const DdpBuckets mixed = MakeDdpBuckets({{kMiB, kF32, 0}, {kMiB, kF16, 1}}, 25.0);
+  // 1 MiB reaches the first limit (1 MiB) alone; then 2 + 4 + 8 stay under 25 MiB.
+  EXPECT_EQ(b.rebuilt, (std::vector<uint64_t>{kMiB, 14 * kMiB}));
+  // A bucket_cap_mb DDP is given is the first limit too: 1 + 2 + 4 reach 5 MiB; then 8 alone.
+  EXPECT_EQ(MakeDdpBuckets(g, 5.0).rebuilt, (std::vector<uint64_t>{7 * kMiB, 8 * kMiB}));
+  const DdpBuckets mixed = MakeDdpBuckets({{3 * kMiB, kF32, 0}, {kMiB, kF16, 1}}, 25.0);
   // Listed in forward order (fp32, fp16), then handed over reversed.
-  EXPECT_EQ(mixed.at_wrap, (std::vector<uint64_t>{kMiB, kMiB}));
+  EXPECT_EQ(mixed.at_wrap, (std::vector<uint64_t>{kMiB, 3 * kMiB}));
 }
 
 TEST(DdpBucketsTest, ThereAreNeverMoreBucketsThanGradientsWhateverTheCapOrTheBytes) {
@@ -175,11 +179,84 @@ TEST(DdpBucketsTest, WithBucketViewsTheBucketsHoldTheGradientsFromTheWrapOn) {
     return most;
   };
   EXPECT_GE(forward_peak(*views), forward_peak(*one) + 9 * layer);
-  // The analytical backend counts the rebuilt buckets as the gradients.
+  // The analytical backend counts the rebuilt buckets as the gradients, and the gradient a
+  // MatMul's backward makes for its weight (4 MiB) as that node's transient.
   auto ana = (*MakeEstimator("analytical"))->Run(*m, o);
-  ASSERT_TRUE(ana.ok()) << ana.status().ToString();
+  o.parallel.gradient_as_bucket_view = false;
+  auto ana_copies = (*MakeEstimator("analytical"))->Run(*m, o);
+  ASSERT_TRUE(ana.ok() && ana_copies.ok()) << ana.status().ToString();
   EXPECT_EQ(ana->breakdown.gradients, 9 * layer);
   EXPECT_EQ(ana->breakdown.collective_buffers, 0u);
+  ASSERT_FALSE(ana->phases.empty());
+  ASSERT_FALSE(ana_copies->phases.empty());
+  ASSERT_EQ(ana->phases[0].phase, Phase::kBackward);
+  EXPECT_GE(ana->phases[0].breakdown.transient,
+            ana_copies->phases[0].breakdown.transient + 4 * kMiB);
+}
+
+// Gradient accumulation under DDP: the first micro-batches' backward runs under no_sync(), so
+// with bucket views .grad stays a tensor of its own until the last micro-batch's backward copies
+// it in: one free per parameter an iteration, not one per micro-batch.
+TEST(DdpBucketsTest, WithBucketViewsOnlyTheLastMicroBatchCopiesTheGradientsIn) {
+  auto m = Chain(9);
+  ASSERT_NE(m, nullptr);
+  Options o;
+  o.batch = 16;
+  o.micro_batches = 2;
+  o.loss = Loss::kMse;
+  o.parallel.world_size = 2;
+  o.parallel.gradient_as_bucket_view = true;
+  auto sim = symbolic::SimulateModel(*m, o, /*record_events=*/true);
+  ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+  int frees = 0;
+  for (const symbolic::TimelineEvent& e : sim->events) {
+    if (e.iteration == 2 && e.phase == Phase::kBackward && !e.malloc &&
+        e.category == symbolic::Category::kGradients) {
+      ++frees;
+    }
+  }
+  EXPECT_EQ(frees, 18);
+}
+
+// A parameter read on two pipeline stages (a tied embedding and head) is ordered for each
+// stage's buckets by its first reader on that stage.
+TEST(DdpBucketsTest, AParameterReadOnTwoStagesIsOrderedByItsFirstReaderOnTheStage) {
+  testing::GraphBuilder b(17);
+  b.AddInput("x", testing::kFloat, {"N", 1024});
+  b.AddInitializer("shared.weight", {1024, 1024});
+  b.AddNode("MatMul", {"x", "shared.weight"}, {"h"}, "/embed/MatMul");  // node 0
+  std::string x = "h";
+  for (int i = 0; i < 4; ++i) {  // nodes 1-8
+    const std::string p = "layers." + std::to_string(i);
+    b.AddInitializer(p + ".weight", {1024, 1024});
+    b.AddNode("MatMul", {x, p + ".weight"}, {p + ".out"}, "/" + p + "/MatMul");
+    x = p + ".out";
+    b.AddNode("Relu", {x}, {p + ".relu"}, "/" + p + "/Relu");
+    x = p + ".relu";
+  }
+  b.AddNode("MatMul", {x, "shared.weight"}, {"y"}, "/head/MatMul");  // node 9
+  b.AddOutput("y", testing::kFloat, {"N", 1024});
+  auto m = LoadModelFromBytes(b.Serialize(), "", "tied");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  Options o;
+  o.batch = 16;
+  o.loss = Loss::kMse;
+  o.parallel.world_size = 2;
+  o.parallel.pp = 2;
+  o.micro_batches = 2;
+  auto ctx = memory::EstimationContext::Make(**m, o);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().message();
+  const int shared = (*m)->graph().FindValue("shared.weight");
+  for (int stage : {0, 1}) {
+    bool found = false;
+    for (const memory::ParameterShare& s : memory::RankParameters(
+             (*ctx)->bound(), (*ctx)->facts(), (*ctx)->parallel(), stage)) {
+      if (s.value != shared) continue;
+      found = true;
+      EXPECT_EQ(s.first_use, stage == 0 ? 0 : 9) << "stage " << stage;
+    }
+    EXPECT_TRUE(found) << "stage " << stage;
+  }
 }
 
 }  // namespace
