@@ -33,6 +33,7 @@
 
 #include "core/payload_filter.h"
 #include "memest/memest.h"
+#include "testing/left_out.h"
 
 namespace {
 
@@ -187,35 +188,12 @@ void CheckPayloadFilter(std::string_view bytes) {
             (copy_parses ? "does" : "does not"));
   }
   if (!original_parses) return;
-  const int initializers = original.graph().initializer_size();
-  if (copy->left_out.size() != static_cast<size_t>(initializers)) {
-    Finding("payload filter: " + std::to_string(copy->left_out.size()) +
-            " initializers recorded, the parse has " + std::to_string(initializers));
+  if (const std::string wrong = memest::testing::ClearLeftOut(&original, copy->left_out);
+      !wrong.empty()) {
+    Finding("payload filter: " + wrong);
   }
   uint64_t left_out = 0;  // entries and bytes: 0 exactly where nothing was left out
-  for (int i = 0; i < initializers; ++i) {
-    onnx::TensorProto* t = original.mutable_graph()->mutable_initializer(i);
-    const memest::core::LeftOutPayload& recorded = copy->left_out[static_cast<size_t>(i)];
-    const std::string which = "payload filter: initializer " + std::to_string(i);
-    if (recorded.raw_bytes != 0) {
-      if (recorded.raw_bytes != t->raw_data().size()) {
-        Finding(which + " recorded " + std::to_string(recorded.raw_bytes) +
-                " bytes of raw_data left out, its raw_data has " +
-                std::to_string(t->raw_data().size()));
-      }
-      t->clear_raw_data();
-    }
-    if (recorded.field != 0) {
-      const auto* field = t->GetDescriptor()->FindFieldByNumber(recorded.field);
-      const auto* reflection = t->GetReflection();
-      if (field == nullptr || !field->is_repeated() ||
-          static_cast<uint64_t>(reflection->FieldSize(*t, field)) != recorded.entries) {
-        Finding(which + " recorded " + std::to_string(recorded.entries) +
-                " entries left out of field " + std::to_string(recorded.field) +
-                ", which the parse does not hold");
-      }
-      reflection->ClearField(t, field);
-    }
+  for (const memest::core::LeftOutPayload& recorded : copy->left_out) {
     left_out += recorded.raw_bytes + recorded.entries;
   }
   if ((left_out == 0) != (copy->left_out_bytes == 0)) {

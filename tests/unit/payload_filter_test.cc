@@ -32,6 +32,7 @@
 #include "memest/estimator.h"
 #include "memest/model.h"
 #include "memest/options.h"
+#include "testing/left_out.h"
 #include "testing/onnx_builder.h"
 
 namespace memest {
@@ -42,6 +43,7 @@ void PrintTo(const LeftOutPayload& l, std::ostream* os) {
 }  // namespace core
 namespace {
 
+using memest::testing::ClearLeftOut;
 using ::testing::ElementsAre;
 using testing::GraphBuilder;
 using ::testing::HasSubstr;
@@ -81,31 +83,6 @@ constexpr int kInt32Data = onnx::TensorProto::kInt32DataFieldNumber;
 constexpr int kInt64Data = onnx::TensorProto::kInt64DataFieldNumber;
 constexpr int kDoubleData = onnx::TensorProto::kDoubleDataFieldNumber;
 constexpr int kUInt64Data = onnx::TensorProto::kUint64DataFieldNumber;
-
-// `m` with what the filter says it left out of its top-level initializers cleared: "" where the
-// record is `m`'s own (one entry per initializer, each left-out raw_data's bytes and typed field's
-// entries as `m` holds them), else what it gets wrong.
-std::string ClearLeftOut(onnx::ModelProto* m, const std::vector<core::LeftOutPayload>& left_out) {
-  if (left_out.size() != size_t(m->graph().initializer_size())) {
-    return std::to_string(left_out.size()) + " initializers recorded";
-  }
-  for (size_t i = 0; i < left_out.size(); ++i) {
-    onnx::TensorProto* t = m->mutable_graph()->mutable_initializer(int(i));
-    const core::LeftOutPayload& l = left_out[i];
-    if (l.raw_bytes != 0) {
-      if (t->raw_data().size() != l.raw_bytes) return "raw_data of " + std::to_string(i);
-      t->clear_raw_data();
-    }
-    if (l.field != 0) {
-      const auto* field = t->GetDescriptor()->FindFieldByNumber(l.field);
-      if (field == nullptr || uint64_t(t->GetReflection()->FieldSize(*t, field)) != l.entries) {
-        return "field " + std::to_string(l.field) + " of " + std::to_string(i);
-      }
-      t->GetReflection()->ClearField(t, field);
-    }
-  }
-  return "";
-}
 
 // `bytes` parsed, less what `left_out` lists: what the filter's copy must parse to.
 std::string ParsedLess(const std::string& bytes,
