@@ -398,11 +398,12 @@ class __attribute__((visibility("hidden"))) Sim {
   // DDP's buckets freed for the rebuilt ones (memory/ddp_buckets.h), after the first step.
   void RebuildBuckets();
   // DDP with gradient_as_bucket_view: the buckets hold the gradients, and the gradients whose
-  // last contribution node kk's backward made are copied in and freed.
+  // last contribution node kk's backward made are copied in and freed; *next walks
+  // bucket_copies_ through one backward.
   Category BucketCategory() const {
     return rank_.grads_in_buckets ? Category::kGradients : Category::kCollective;
   }
-  void CopyIntoBuckets(size_t kk);
+  void CopyIntoBuckets(size_t kk, size_t* next);
   // One node of the forward (seg = -1) or of segment seg's recomputation in backward.
   void ForwardNode(size_t k, int seg);
   void ClearAutocastCache();
@@ -584,7 +585,6 @@ class __attribute__((visibility("hidden"))) Sim {
   Tensor root_gathered_ = -1, flat_weights_ = -1, flat_grads_ = -1, flat_state_ = -1;
   std::vector<Tensor> buckets_;
   std::vector<std::pair<int, int>> bucket_copies_;  // (node, parameter), by node descending
-  size_t bucket_copy_next_ = 0;
   bool syncs_gradients_ = true;  // this backward all-reduces (the last micro-batch's)
   // Pipeline stages: roots read here but made on another stage; values made here and read on
   // another; one micro-batch's tensors (bytes, category, where the bytes came from) that outlive

@@ -50,9 +50,8 @@
 //    iteration 2 starting as iteration 3 does, which the loop and the traces need. With
 //    gradient_as_bucket_view the buckets are the gradients: a parameter's gradient is freed at
 //    its earliest reader's backward in the backward that all-reduces (copied into its bucket).
-//    Under
-//    ZeRO and FSDP the rank's parameters, gradients and optimizer state are flat buffers of
-//    memory::ShardModelStates' sizes (no autocast weight copies: the model computes in its low
+//    Under ZeRO and FSDP the rank's parameters, gradients and optimizer state are flat buffers
+//    of memory::ShardModelStates' sizes (no autocast weight copies: the model computes in its low
 //    dtype); a parameter's gradient is written into the gradient buffer and freed. ZeRO-3 and FSDP
 //    gather each unit's parameters (ZeRO-3: one module) before its first node in forward and again
 //    in backward, FSDP full/hybrid prefetching the next unit; a unit's gathered parameters are
@@ -681,12 +680,11 @@ void Sim::RebuildBuckets() {
   }
 }
 
-void Sim::CopyIntoBuckets(size_t kk) {
+void Sim::CopyIntoBuckets(size_t kk, size_t* next) {
   if (!syncs_gradients_) return;  // under no_sync(): .grad stays its own tensor
-  for (; bucket_copy_next_ < bucket_copies_.size() &&
-         bucket_copies_[bucket_copy_next_].first == static_cast<int>(kk);
-       ++bucket_copy_next_) {
-    Free(&param_grad_[bucket_copies_[bucket_copy_next_].second]);
+  for (; *next < bucket_copies_.size() && bucket_copies_[*next].first == static_cast<int>(kk);
+       ++*next) {
+    Free(&param_grad_[bucket_copies_[*next].second]);
   }
 }
 
@@ -867,11 +865,11 @@ void Sim::Backward() {
   }
   LossBackward();
   ReceiveGradients();
-  bucket_copy_next_ = 0;
+  size_t bucket_copy = 0;  // the next of bucket_copies_
   for (size_t kk = g_.nodes.size(); kk-- > 0;) {
     if (!OnStage(kk)) continue;
     BackwardNode(kk);
-    CopyIntoBuckets(kk);
+    CopyIntoBuckets(kk, &bucket_copy);
   }
   node_ = -1;
   ReleaseReceived();

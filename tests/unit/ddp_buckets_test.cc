@@ -89,7 +89,18 @@ TEST(DdpBucketsTest, ThereAreNeverMoreBucketsThanGradientsWhateverTheCapOrTheByt
   EXPECT_EQ(sat.at_wrap, (std::vector<uint64_t>{std::numeric_limits<uint64_t>::max()}));
 }
 
-// A chain of `layers` Linear layers of width 1024 (weight 4 MiB, bias 4 KiB, fp32).
+// A training step of batch 16 under MSE on `world_size` GPUs (DDP when it is above 1).
+Options Step(int64_t world_size) {
+  Options o;
+  o.batch = 16;
+  o.loss = Loss::kMse;
+  o.parallel.world_size = world_size;
+  return o;
+}
+
+// A chain of `layers` Linear layers of width 1024 (weight 4 MiB, bias 4 KiB, fp32): kLayer bytes
+// of parameters each.
+constexpr uint64_t kLayer = 4 * kMiB + 4096;
 std::shared_ptr<const Model> Chain(int layers) {
   testing::GraphBuilder b(17);
   b.AddInput("x", testing::kFloat, {"N", 1024});
@@ -114,26 +125,23 @@ std::shared_ptr<const Model> Chain(int layers) {
 TEST(DdpBucketsTest, TheSymbolicTimelineRebuildsTheBucketsAfterTheFirstStep) {
   auto m = Chain(9);
   ASSERT_NE(m, nullptr);
-  Options o;
-  o.batch = 16;
-  o.loss = Loss::kMse;
-  o.parallel.world_size = 2;
-  auto sim = symbolic::SimulateModel(*m, o, /*record_events=*/true);
+  auto sim = symbolic::SimulateModel(*m, Step(2), /*record_events=*/true);
   ASSERT_TRUE(sim.ok()) << sim.status().ToString();
-  const uint64_t layer = 4 * kMiB + 4096;
   std::vector<std::pair<int, uint64_t>> mallocs, frees;  // (iteration, bytes)
   for (const symbolic::TimelineEvent& e : sim->events) {
     if (e.category != symbolic::Category::kCollective) continue;
     (e.malloc ? mallocs : frees).emplace_back(e.iteration, e.bytes);
-    if (e.iteration == 1 || !e.malloc) EXPECT_EQ(e.phase, Phase::kForward);
+    if (e.iteration == 1 || !e.malloc) {
+      EXPECT_EQ(e.phase, Phase::kForward);
+    }
   }
   // Rebuilt in ready order: layer 8 (bias, weight) reaches 1 MiB; then layers 7..1 reach 25 MiB
   // with the seventh (6 layers are 24 MiB + 24 KiB); then layer 0 closes at the end.
   const std::vector<std::pair<int, uint64_t>> want_mallocs = {
-      {0, 9 * layer}, {1, layer}, {1, 7 * layer}, {1, layer}};
+      {0, 9 * kLayer}, {1, kLayer}, {1, 7 * kLayer}, {1, kLayer}};
   EXPECT_EQ(mallocs, want_mallocs);
-  EXPECT_EQ(frees, (std::vector<std::pair<int, uint64_t>>{{1, 9 * layer}}));
-  EXPECT_EQ(sim->estimate.breakdown.collective_buffers, 9 * layer);
+  EXPECT_EQ(frees, (std::vector<std::pair<int, uint64_t>>{{1, 9 * kLayer}}));
+  EXPECT_EQ(sim->estimate.breakdown.collective_buffers, 9 * kLayer);
 }
 
 // With gradient_as_bucket_view the buckets are the gradients: they are allocated at the wrap
@@ -143,16 +151,13 @@ TEST(DdpBucketsTest, TheSymbolicTimelineRebuildsTheBucketsAfterTheFirstStep) {
 TEST(DdpBucketsTest, WithBucketViewsTheBucketsHoldTheGradientsFromTheWrapOn) {
   auto m = Chain(9);
   ASSERT_NE(m, nullptr);
-  Options o;
-  o.batch = 16;
-  o.loss = Loss::kMse;
+  Options o = Step(1);
   auto one = symbolic::SimulateModel(*m, o, /*record_events=*/true);
   o.parallel.world_size = 2;
   auto copies = symbolic::SimulateModel(*m, o, false);
   o.parallel.gradient_as_bucket_view = true;
   auto views = symbolic::SimulateModel(*m, o, /*record_events=*/true);
   ASSERT_TRUE(one.ok() && copies.ok() && views.ok()) << views.status().ToString();
-  const uint64_t layer = 4 * kMiB + 4096;
   // Gradients are freed in the backward that made them (18 parameters an iteration), never by
   // zero_grad; the only other gradient freed is the bucket made at the wrap.
   int frees_in_backward = 0;
@@ -162,13 +167,13 @@ TEST(DdpBucketsTest, WithBucketViewsTheBucketsHoldTheGradientsFromTheWrapOn) {
     if (e.phase == Phase::kBackward) {
       ++frees_in_backward;
     } else {
-      EXPECT_EQ(e.bytes, 9 * layer) << "a gradient freed outside the backward";
+      EXPECT_EQ(e.bytes, 9 * kLayer) << "a gradient freed outside the backward";
     }
   }
   EXPECT_GT(frees_in_backward, 0);
   EXPECT_EQ(frees_in_backward % 18, 0);
   EXPECT_EQ(views->estimate.breakdown.collective_buffers, 0u);
-  EXPECT_GE(views->estimate.breakdown.gradients, 9 * layer);
+  EXPECT_GE(views->estimate.breakdown.gradients, 9 * kLayer);
   EXPECT_LT(views->estimate.peak_allocated, copies->estimate.peak_allocated);
   // In iteration 2's forward one GPU holds no gradients; the views' buckets hold them all.
   auto forward_peak = [](const symbolic::Simulation& sim) {
@@ -178,14 +183,14 @@ TEST(DdpBucketsTest, WithBucketViewsTheBucketsHoldTheGradientsFromTheWrapOn) {
     }
     return most;
   };
-  EXPECT_GE(forward_peak(*views), forward_peak(*one) + 9 * layer);
+  EXPECT_GE(forward_peak(*views), forward_peak(*one) + 9 * kLayer);
   // The analytical backend counts the rebuilt buckets as the gradients, and the gradient a
   // MatMul's backward makes for its weight (4 MiB) as that node's transient.
   auto ana = (*MakeEstimator("analytical"))->Run(*m, o);
   o.parallel.gradient_as_bucket_view = false;
   auto ana_copies = (*MakeEstimator("analytical"))->Run(*m, o);
   ASSERT_TRUE(ana.ok() && ana_copies.ok()) << ana.status().ToString();
-  EXPECT_EQ(ana->breakdown.gradients, 9 * layer);
+  EXPECT_EQ(ana->breakdown.gradients, 9 * kLayer);
   EXPECT_EQ(ana->breakdown.collective_buffers, 0u);
   ASSERT_FALSE(ana->phases.empty());
   ASSERT_FALSE(ana_copies->phases.empty());
@@ -200,11 +205,8 @@ TEST(DdpBucketsTest, WithBucketViewsTheBucketsHoldTheGradientsFromTheWrapOn) {
 TEST(DdpBucketsTest, WithBucketViewsOnlyTheLastMicroBatchCopiesTheGradientsIn) {
   auto m = Chain(9);
   ASSERT_NE(m, nullptr);
-  Options o;
-  o.batch = 16;
+  Options o = Step(2);
   o.micro_batches = 2;
-  o.loss = Loss::kMse;
-  o.parallel.world_size = 2;
   o.parallel.gradient_as_bucket_view = true;
   auto sim = symbolic::SimulateModel(*m, o, /*record_events=*/true);
   ASSERT_TRUE(sim.ok()) << sim.status().ToString();
@@ -238,10 +240,7 @@ TEST(DdpBucketsTest, AParameterReadOnTwoStagesIsOrderedByItsFirstReaderOnTheStag
   b.AddOutput("y", testing::kFloat, {"N", 1024});
   auto m = LoadModelFromBytes(b.Serialize(), "", "tied");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
-  Options o;
-  o.batch = 16;
-  o.loss = Loss::kMse;
-  o.parallel.world_size = 2;
+  Options o = Step(2);
   o.parallel.pp = 2;
   o.micro_batches = 2;
   auto ctx = memory::EstimationContext::Make(**m, o);
@@ -249,8 +248,8 @@ TEST(DdpBucketsTest, AParameterReadOnTwoStagesIsOrderedByItsFirstReaderOnTheStag
   const int shared = (*m)->graph().FindValue("shared.weight");
   for (int stage : {0, 1}) {
     bool found = false;
-    for (const memory::ParameterShare& s : memory::RankParameters(
-             (*ctx)->bound(), (*ctx)->facts(), (*ctx)->parallel(), stage)) {
+    for (const memory::ParameterShare& s :
+         memory::RankParameters((*ctx)->bound(), (*ctx)->facts(), (*ctx)->parallel(), stage)) {
       if (s.value != shared) continue;
       found = true;
       EXPECT_EQ(s.first_use, stage == 0 ? 0 : 9) << "stage " << stage;
