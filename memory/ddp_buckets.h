@@ -1,10 +1,12 @@
-// memory/ddp_buckets.h -- the gradient buckets of DistributedDataParallel (sharding none,
-// dp > 1): which flat buffers the reducer allocates, and when (what they hold with and without
-// gradient_as_bucket_view: memory/parallel.h).
+// memory/ddp_buckets.h -- the flat buffers of DistributedDataParallel (sharding none, dp > 1):
+// the gradient buckets the reducer allocates, and when (what they hold with and without
+// gradient_as_bucket_view: memory/parallel.h), and the buffers its broadcasts of the parameters
+// and buffers copy them into.
 //
-// Policy (torch/nn/parallel/distributed.py _ddp_init_helper and _pre_forward;
-// torch/csrc/distributed/c10d/reducer.cpp compute_bucket_assignment_by_size, rebuild_buckets,
-// initialize_buckets):
+// Policy (torch/nn/parallel/distributed.py __init__, _ddp_init_helper and _pre_forward;
+// torch/distributed/utils.py _sync_module_states; torch/csrc/distributed/c10d/reducer.cpp
+// compute_bucket_assignment_by_size, rebuild_buckets, initialize_buckets; comm.cpp
+// broadcast_coalesced; torch/csrc/utils/tensor_flatten.h):
 //  * Assignment (AssignBuckets): the gradients are taken in order and grouped by dtype. A dtype's
 //    open bucket closes as soon as its bytes reach the current limit; that dtype's limit then
 //    moves to the next one in the list (the last one repeats). A gradient is never split, so
@@ -23,6 +25,15 @@
 //    earliest reader. Parameters first read by the same node keep the reverse of their value order.
 //  * Each bucket is one flat tensor of its gradients' bytes, allocated in the assignment's order
 //    (at::empty per bucket in initialize_buckets).
+//  * Broadcasts (BroadcastBuffers): before it builds the reducer, DDP's constructor broadcasts
+//    every parameter (trained or not), then every buffer, from rank 0 (_sync_module_states), and
+//    with broadcast_buffers=True (the default) each forward that follows a synchronizing one
+//    broadcasts the buffers again (_pre_forward -> _sync_buffers). Both call broadcast_coalesced
+//    with DDP's broadcast_bucket_size, 250 MiB: the tensors are assigned as above under that one
+//    limit, the buckets taken in the order of their first tensor (the assignment sorts them so
+//    when it is given no order); each bucket is flattened into one new tensor of its bytes
+//    (at::cat), except a bucket of one tensor, which is viewed, broadcast, copied back and freed.
+//    Two buckets are in flight at once: a third's buffer is made after the first's is freed.
 #ifndef MEMEST_MEMORY_DDP_BUCKETS_H_
 #define MEMEST_MEMORY_DDP_BUCKETS_H_
 
@@ -31,12 +42,16 @@
 
 namespace memest::memory {
 
-// One trained parameter's gradient as DDP buckets it.
-struct BucketedGradient {
-  uint64_t bytes = 0;     // on this rank, in the gradient's dtype
+// One tensor as DDP buckets it: a trained parameter's gradient, or a parameter or buffer it
+// broadcasts.
+struct BucketedTensor {
+  uint64_t bytes = 0;     // on this rank, in its dtype
   int32_t dtype = 0;      // the bucket key (TensorProto.DataType, or any other distinct code)
-  int64_t first_use = 0;  // the first node that reads the parameter (its forward order)
+  int64_t first_use = 0;  // a gradient's: the first node that reads the parameter (forward order)
 };
+
+// DistributedDataParallel's broadcast_bucket_size.
+inline constexpr uint64_t kBroadcastBucketBytes = uint64_t{250} << 20;
 
 // Bytes per bucket, in allocation order; at most one bucket per gradient.
 struct DdpBuckets {
@@ -46,12 +61,18 @@ struct DdpBuckets {
 
 // Groups `grads` (in the order given) into buckets as compute_bucket_assignment_by_size does
 // under `limits` (bytes, at least one). Buckets come in the order they close.
-[[nodiscard]] std::vector<uint64_t> AssignBuckets(const std::vector<BucketedGradient>& grads,
+[[nodiscard]] std::vector<uint64_t> AssignBuckets(const std::vector<BucketedTensor>& grads,
                                                   const std::vector<uint64_t>& limits);
+
+// The flat buffers broadcast_coalesced makes to broadcast `tensors` (in the order given) under
+// `limit`: bytes per bucket, in the order it makes them, 0 for a bucket of one tensor (a view).
+// Bucket i's buffer is made after bucket i - 2's is freed.
+[[nodiscard]] std::vector<uint64_t> BroadcastBuffers(const std::vector<BucketedTensor>& tensors,
+                                                     uint64_t limit = kBroadcastBucketBytes);
 
 // Both assignments of a rank's trained parameters (any order; first_use orders them) under
 // bucket_cap_mb.
-[[nodiscard]] DdpBuckets MakeDdpBuckets(std::vector<BucketedGradient> grads, double bucket_cap_mb);
+[[nodiscard]] DdpBuckets MakeDdpBuckets(std::vector<BucketedTensor> grads, double bucket_cap_mb);
 
 }  // namespace memest::memory
 

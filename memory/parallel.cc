@@ -269,7 +269,7 @@ struct Totals {
   std::vector<uint64_t> unit;   // FSDP: elements per unit
   std::vector<uint64_t> unit_trained;
   std::vector<std::pair<uint64_t, uint64_t>> trained_tensors;  // (elements, bytes)
-  std::vector<BucketedGradient> gradients;                     // of the trained tensors
+  std::vector<BucketedTensor> gradients;                       // of the trained tensors
 };
 
 RankStates Shard(const Totals& t, const Options& o) {

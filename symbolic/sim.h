@@ -397,6 +397,9 @@ class __attribute__((visibility("hidden"))) Sim {
   void Forward(int it);
   // DDP's buckets freed for the rebuilt ones (memory/ddp_buckets.h), after the first step.
   void RebuildBuckets();
+  // DDP's broadcasts: which buffers (PrepareParallel), and each made and freed two in flight.
+  void PrepareBroadcasts();
+  void BroadcastCoalesced(const std::vector<uint64_t>& buffers);
   // DDP with gradient_as_bucket_view: the buckets hold the gradients, and the gradients whose
   // last contribution node kk's backward made are copied in and freed; *next walks
   // bucket_copies_ through one backward.
@@ -584,6 +587,9 @@ class __attribute__((visibility("hidden"))) Sim {
   base::IdVector<Tensor> gathered_, unit_grads_;
   Tensor root_gathered_ = -1, flat_weights_ = -1, flat_grads_ = -1, flat_state_ = -1;
   std::vector<Tensor> buckets_;
+  // DDP's broadcasts (memory/ddp_buckets.h BroadcastBuffers): the flat buffers of the
+  // parameters and buffers when the model is wrapped, and of the buffers before a forward.
+  std::vector<uint64_t> wrap_broadcast_, buffer_broadcast_;
   std::vector<std::pair<int, int>> bucket_copies_;  // (node, parameter), by node descending
   bool syncs_gradients_ = true;  // this backward all-reduces (the last micro-batch's)
   // Pipeline stages: roots read here but made on another stage; values made here and read on

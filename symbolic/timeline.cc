@@ -43,13 +43,17 @@
 //    quotient (memory-model.md §4.3: about 2 x the largest parameter). Fused: no parameter-sized
 //    temporaries.
 //  * Many GPUs (Options::parallel, memory/parallel.h), one rank of the pipeline stage
-//    EstimationContext::stage(): tensor-parallel shares are in the value facts' bytes. DDP
-//    allocates one gradient bucket per dtype with the model and frees them for the rebuilt ones
-//    (memory/ddp_buckets.h) at the end of the first iteration, which it keeps. PyTorch rebuilds
-//    them in the next forward, after zero_grad and the next batch; made before, they leave
-//    iteration 2 starting as iteration 3 does, which the loop and the traces need. With
-//    gradient_as_bucket_view the buckets are the gradients: a parameter's gradient is freed at
-//    its earliest reader's backward in the backward that all-reduces (copied into its bucket).
+//    EstimationContext::stage(): tensor-parallel shares are in the value facts' bytes. DDP's
+//    constructor broadcasts the rank's parameters, then its floating-point initializers that are
+//    not parameters (its buffers), through flat copies made and freed two at a time, and the
+//    first micro-batch of each iteration broadcasts the buffers so before its forward
+//    (memory/ddp_buckets.h BroadcastBuffers). DDP allocates one gradient bucket per dtype with
+//    the model and frees them for the rebuilt ones (memory/ddp_buckets.h) at the end of the first
+//    iteration, which it keeps. PyTorch rebuilds them in the next forward, after zero_grad and
+//    the next batch; made before, they leave iteration 2 starting as iteration 3 does, which the
+//    loop and the traces need. With gradient_as_bucket_view the buckets are the gradients: a
+//    parameter's gradient is freed at its earliest reader's backward in the backward that
+//    all-reduces (copied into its bucket).
 //    Under ZeRO and FSDP the rank's parameters, gradients and optimizer state are flat buffers
 //    of memory::ShardModelStates' sizes (no autocast weight copies: the model computes in its low
 //    dtype); a parameter's gradient is written into the gradient buffer and freed. ZeRO-3 and FSDP
@@ -361,7 +365,9 @@ void Sim::AllocateWeights() {
                        {SizeRecipe::kValue, static_cast<int32_t>(i)});
   }
   if (sharded_) flat_weights_ = Malloc(rank_.weights, Category::kWeights, {SizeRecipe::kSame});
-  // DDP's reducer allocates its buckets when the model is wrapped (one per dtype).
+  // DDP's constructor broadcasts the parameters and buffers, then its reducer allocates its
+  // buckets (one per dtype).
+  BroadcastCoalesced(wrap_broadcast_);
   for (uint64_t size : rank_.buckets.at_wrap) {
     buckets_.push_back(Malloc(size, BucketCategory(), {SizeRecipe::kSame}));
   }
@@ -384,6 +390,7 @@ void Sim::PrepareParallel() {
       memory::RankParameters(b_, facts_, plan_, stage_);
   rank_ = memory::ShardModelStates(params, o_);
   sharded_ = !rank_.unsharded;
+  PrepareBroadcasts();
   unit_of_node_.assign(g_.nodes.size(), -1);
   if (train_ && rank_.grads_in_buckets) {
     // A parameter's gradient is complete, copied into its bucket and freed, at its earliest
@@ -433,6 +440,42 @@ void Sim::PrepareParallel() {
   }
   gathered_.assign(static_cast<size_t>(units), -1);
   unit_grads_.assign(static_cast<size_t>(units), -1);
+}
+
+void Sim::PrepareBroadcasts() {
+  if (rank_.buckets.at_wrap.empty()) return;  // not DDP
+  // The rank's parameters (the loader's, trained or not), then its buffers: the other floating-
+  // point initializers (BatchNormalization's statistics, registered masks).
+  std::vector<memory::BucketedTensor> params, buffers;
+  for (size_t i = 0; i < g_.values.size(); ++i) {
+    const core::Value& v = g_.values[i];
+    const int id = static_cast<int>(i);
+    if (v.kind != core::ValueKind::kInitializer || v.consumers.empty() ||
+        !plan_.parameter_on_stage(id, stage_)) {
+      continue;
+    }
+    if (v.trainable) {
+      params.push_back({facts_.bytes(id), v.dtype});
+    } else if (base::IsFloatDType(v.dtype)) {
+      buffers.push_back({facts_.bytes(id), v.dtype});
+    }
+  }
+  buffer_broadcast_ = memory::BroadcastBuffers(buffers);
+  params.insert(params.end(), buffers.begin(), buffers.end());
+  wrap_broadcast_ = memory::BroadcastBuffers(params);
+}
+
+void Sim::BroadcastCoalesced(const std::vector<uint64_t>& buffers) {
+  constexpr size_t kInFlight = 2;
+  Tensor in_flight[kInFlight] = {-1, -1};
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    Tensor& slot = in_flight[i % kInFlight];
+    Free(&slot);  // bucket i - 2's, once it is copied back
+    slot = Malloc(buffers[i], Category::kCollective, {SizeRecipe::kSame});
+  }
+  for (size_t i = buffers.size(); i < buffers.size() + kInFlight; ++i) {
+    Free(&in_flight[i % kInFlight]);  // in the order they were made
+  }
 }
 
 void Sim::Gather(int unit, Tensor* into) {
@@ -1037,6 +1080,9 @@ void Sim::Iteration(int it) {
     }
     for (Tensor& t : old_inputs_) Free(&t);
     old_inputs_.clear();
+    // DDP broadcasts the buffers before a forward that follows a synchronizing backward: the
+    // first micro-batch's (the ones after it run under no_sync()).
+    if (train_ && m == 0) BroadcastCoalesced(buffer_broadcast_);
     Forward(it);
     if (train_ && m == 0) {
       RecordMicroBatch();

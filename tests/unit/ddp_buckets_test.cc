@@ -1,6 +1,6 @@
-// DDP's gradient buckets (memory/ddp_buckets.h): the assignment reducer.cpp makes, the buckets
-// made at wrap time and rebuilt after the first backward, and the symbolic timeline that frees
-// the first for the second after the first step.
+// DDP's flat buffers (memory/ddp_buckets.h): the assignment reducer.cpp makes, the gradient
+// buckets made at wrap time and rebuilt after the first backward, the symbolic timeline that
+// frees the first for the second after the first step, and the buffers of DDP's broadcasts.
 #include "memory/ddp_buckets.h"
 
 #include <gtest/gtest.h>
@@ -23,7 +23,8 @@ namespace memest {
 namespace {
 
 using memory::AssignBuckets;
-using memory::BucketedGradient;
+using memory::BroadcastBuffers;
+using memory::BucketedTensor;
 using memory::DdpBuckets;
 using memory::MakeDdpBuckets;
 
@@ -37,9 +38,8 @@ uint64_t Sum(const std::vector<uint64_t>& v) {
 TEST(DdpBucketsTest, ABucketClosesOnceItReachesItsLimitAndNeverSplitsAGradient) {
   // 0.5 + 0.75 MiB reach the first limit (1 MiB); then 10 + 10 + 10 MiB reach 25 MiB only with
   // the third; the last 3 MiB close at the end.
-  const std::vector<BucketedGradient> g = {{kMiB / 2, kF32},  {3 * kMiB / 4, kF32},
-                                           {10 * kMiB, kF32}, {10 * kMiB, kF32},
-                                           {10 * kMiB, kF32}, {3 * kMiB, kF32}};
+  const std::vector<BucketedTensor> g = {{kMiB / 2, kF32},  {3 * kMiB / 4, kF32}, {10 * kMiB, kF32},
+                                         {10 * kMiB, kF32}, {10 * kMiB, kF32},    {3 * kMiB, kF32}};
   EXPECT_EQ(AssignBuckets(g, {kMiB, 25 * kMiB}),
             (std::vector<uint64_t>{5 * kMiB / 4, 30 * kMiB, 3 * kMiB}));
   // A gradient larger than the cap is a bucket of its own, whole.
@@ -49,7 +49,7 @@ TEST(DdpBucketsTest, ABucketClosesOnceItReachesItsLimitAndNeverSplitsAGradient) 
 }
 
 TEST(DdpBucketsTest, EachDtypeFillsItsOwnBucketsWithItsOwnLimits) {
-  const std::vector<BucketedGradient> g = {
+  const std::vector<BucketedTensor> g = {
       {kMiB, kF16}, {kMiB / 2, kF32}, {kMiB, kF16}, {kMiB, kF32}, {kMiB / 4, kF16}};
   // fp16: 1 MiB reaches the first limit; then 1 + 0.25 MiB stay open under 25 MiB.
   // fp32: 0.5 + 1 MiB reach the first limit when the second comes.
@@ -60,7 +60,7 @@ TEST(DdpBucketsTest, EachDtypeFillsItsOwnBucketsWithItsOwnLimits) {
 TEST(DdpBucketsTest, WrapTimeHoldsOneBucketPerDtypeAndTheRebuildFollowsTheReadyOrder) {
   // Forward reads the parameters in first_use order 0, 1, 2, 3; backward makes their gradients
   // ready in the reverse order: 8, 4, 2, 1 MiB.
-  const std::vector<BucketedGradient> g = {
+  const std::vector<BucketedTensor> g = {
       {2 * kMiB, kF32, 2}, {kMiB, kF32, 3}, {4 * kMiB, kF32, 1}, {8 * kMiB, kF32, 0}};
   const DdpBuckets b = MakeDdpBuckets(g, 25.0);
   EXPECT_EQ(b.at_wrap, (std::vector<uint64_t>{15 * kMiB}));
@@ -74,7 +74,7 @@ TEST(DdpBucketsTest, WrapTimeHoldsOneBucketPerDtypeAndTheRebuildFollowsTheReadyO
 }
 
 TEST(DdpBucketsTest, ThereAreNeverMoreBucketsThanGradientsWhateverTheCapOrTheBytes) {
-  std::vector<BucketedGradient> g;
+  std::vector<BucketedTensor> g;
   for (int i = 0; i < 1000; ++i) g.push_back({uint64_t{1} << 40, kF32, i});  // 1 TiB each
   const DdpBuckets tiny = MakeDdpBuckets(g, 1e-5);
   EXPECT_EQ(tiny.rebuilt.size(), 1000u);
@@ -89,6 +89,23 @@ TEST(DdpBucketsTest, ThereAreNeverMoreBucketsThanGradientsWhateverTheCapOrTheByt
   EXPECT_EQ(sat.at_wrap, (std::vector<uint64_t>{std::numeric_limits<uint64_t>::max()}));
 }
 
+TEST(DdpBucketsTest, ABroadcastCopiesEachBucketOfSeveralTensorsInOrderOfItsFirstTensor) {
+  constexpr uint64_t kLimit = 250 * kMiB;
+  // fp32 100 + 100 + 60 MiB reach the limit with the third; the fp16 tensors (index 1 and 4) stay
+  // open to the end, yet their bucket is broadcast second: it holds tensor 1.
+  const std::vector<BucketedTensor> t = {
+      {100 * kMiB, kF32}, {kMiB, kF16}, {100 * kMiB, kF32}, {60 * kMiB, kF32}, {kMiB, kF16}};
+  EXPECT_EQ(BroadcastBuffers(t), (std::vector<uint64_t>{260 * kMiB, 2 * kMiB}));
+  // A bucket of one tensor is viewed, not copied: 0 bytes, yet a bucket in flight. 300 MiB alone
+  // reaches the limit; then 10 + 20 MiB close at the end.
+  EXPECT_EQ(BroadcastBuffers({{300 * kMiB, kF32}, {10 * kMiB, kF32}, {20 * kMiB, kF32}}),
+            (std::vector<uint64_t>{0, 30 * kMiB}));
+  EXPECT_EQ(BroadcastBuffers({{kMiB, kF32}}), (std::vector<uint64_t>{0}));
+  EXPECT_TRUE(BroadcastBuffers({}).empty());
+  EXPECT_EQ(BroadcastBuffers({{kMiB, kF32}, {kMiB, kF32}}, kLimit),
+            (std::vector<uint64_t>{2 * kMiB}));
+}
+
 // A training step of batch 16 under MSE on `world_size` GPUs (DDP when it is above 1).
 Options Step(int64_t world_size) {
   Options o;
@@ -98,30 +115,31 @@ Options Step(int64_t world_size) {
   return o;
 }
 
-// A chain of `layers` Linear layers of width 1024 (weight 4 MiB, bias 4 KiB, fp32): kLayer bytes
-// of parameters each.
+// A chain of `layers` Linear layers of width `width` (fp32; at 1024, weight 4 MiB and bias
+// 4 KiB: kLayer bytes of parameters each).
 constexpr uint64_t kLayer = 4 * kMiB + 4096;
-std::shared_ptr<const Model> Chain(int layers) {
+std::shared_ptr<const Model> Chain(int layers, int64_t width = 1024) {
   testing::GraphBuilder b(17);
-  b.AddInput("x", testing::kFloat, {"N", 1024});
+  b.AddInput("x", testing::kFloat, {"N", width});
   std::string x = "x";
   for (int i = 0; i < layers; ++i) {
     const std::string p = "layers." + std::to_string(i);
-    b.AddInitializer(p + ".weight", {1024, 1024});
-    b.AddInitializer(p + ".bias", {1024});
+    b.AddInitializer(p + ".weight", {width, width});
+    b.AddInitializer(p + ".bias", {width});
     b.AddNode("MatMul", {x, p + ".weight"}, {p + ".mm"}, "/" + p + "/MatMul");
     b.AddNode("Add", {p + ".mm", p + ".bias"}, {p + ".out"}, "/" + p + "/Add");
     x = p + ".out";
   }
-  b.AddOutput(x, testing::kFloat, {"N", 1024});
+  b.AddOutput(x, testing::kFloat, {"N", width});
   auto m = LoadModelFromBytes(b.Serialize(), "", "chain");
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return m.ok() ? *m : nullptr;
 }
 
-// The symbolic timeline of one DDP rank: one bucket of every gradient when the model is wrapped,
-// freed at the end of iteration 1 for the rebuilt ones (1 MiB first, then up to 25 MiB), which
-// stay. The buckets are the only collective buffers.
+// The symbolic timeline of one DDP rank: when the model is wrapped, the broadcast's flat copy of
+// the parameters (one bucket under 250 MiB), freed, then one bucket of every gradient, freed at
+// the end of iteration 1 for the rebuilt ones (1 MiB first, then up to 25 MiB), which stay. These
+// are the only collective buffers (the chain has no buffers to broadcast before a forward).
 TEST(DdpBucketsTest, TheSymbolicTimelineRebuildsTheBucketsAfterTheFirstStep) {
   auto m = Chain(9);
   ASSERT_NE(m, nullptr);
@@ -131,16 +149,14 @@ TEST(DdpBucketsTest, TheSymbolicTimelineRebuildsTheBucketsAfterTheFirstStep) {
   for (const symbolic::TimelineEvent& e : sim->events) {
     if (e.category != symbolic::Category::kCollective) continue;
     (e.malloc ? mallocs : frees).emplace_back(e.iteration, e.bytes);
-    if (e.iteration == 1 || !e.malloc) {
-      EXPECT_EQ(e.phase, Phase::kForward);
-    }
+    EXPECT_EQ(e.phase, e.iteration == 0 ? Phase::kUnknown : Phase::kForward);
   }
   // Rebuilt in ready order: layer 8 (bias, weight) reaches 1 MiB; then layers 7..1 reach 25 MiB
   // with the seventh (6 layers are 24 MiB + 24 KiB); then layer 0 closes at the end.
   const std::vector<std::pair<int, uint64_t>> want_mallocs = {
-      {0, 9 * kLayer}, {1, kLayer}, {1, 7 * kLayer}, {1, kLayer}};
+      {0, 9 * kLayer}, {0, 9 * kLayer}, {1, kLayer}, {1, 7 * kLayer}, {1, kLayer}};
   EXPECT_EQ(mallocs, want_mallocs);
-  EXPECT_EQ(frees, (std::vector<std::pair<int, uint64_t>>{{1, 9 * kLayer}}));
+  EXPECT_EQ(frees, (std::vector<std::pair<int, uint64_t>>{{0, 9 * kLayer}, {1, 9 * kLayer}}));
   EXPECT_EQ(sim->estimate.breakdown.collective_buffers, 9 * kLayer);
 }
 
@@ -159,10 +175,13 @@ TEST(DdpBucketsTest, WithBucketViewsTheBucketsHoldTheGradientsFromTheWrapOn) {
   auto views = symbolic::SimulateModel(*m, o, /*record_events=*/true);
   ASSERT_TRUE(one.ok() && copies.ok() && views.ok()) << views.status().ToString();
   // Gradients are freed in the backward that made them (18 parameters an iteration), never by
-  // zero_grad; the only other gradient freed is the bucket made at the wrap.
+  // zero_grad; the only other gradient freed is the bucket made at the wrap. The only collective
+  // buffer is the wrap's broadcast.
   int frees_in_backward = 0;
   for (const symbolic::TimelineEvent& e : views->events) {
-    EXPECT_NE(e.category, symbolic::Category::kCollective);
+    if (e.category == symbolic::Category::kCollective) {
+      EXPECT_EQ(e.iteration, 0);
+    }
     if (e.category != symbolic::Category::kGradients || e.malloc) continue;
     if (e.phase == Phase::kBackward) {
       ++frees_in_backward;
@@ -255,6 +274,75 @@ TEST(DdpBucketsTest, AParameterReadOnTwoStagesIsOrderedByItsFirstReaderOnTheStag
       EXPECT_EQ(s.first_use, stage == 0 ? 0 : 9) << "stage " << stage;
     }
     EXPECT_TRUE(found) << "stage " << stage;
+  }
+}
+
+// DDP's constructor broadcasts the parameters in buckets of 250 MiB, two in flight: with nine
+// layers of 64 MiB + 16 KiB, three buckets. The third bucket's copy is made after the first's is
+// freed, and the last two are freed in the order they were made, all before the reducer's bucket.
+TEST(DdpBucketsTest, TheWrapBroadcastsTheParametersTwoBucketsInFlight) {
+  auto m = Chain(9, 4096);
+  ASSERT_NE(m, nullptr);
+  auto sim = symbolic::SimulateModel(*m, Step(2), /*record_events=*/true);
+  ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+  constexpr uint64_t kWeight = 64 * kMiB, kBias = 16 * 1024;
+  std::vector<std::pair<bool, uint64_t>> wrap;  // (malloc, bytes) of iteration 0's collectives
+  for (const symbolic::TimelineEvent& e : sim->events) {
+    if (e.iteration == 0 && e.category == symbolic::Category::kCollective) {
+      wrap.emplace_back(e.malloc, e.bytes);
+    }
+  }
+  // In value order: w0, b0, ..., w3 reach the limit with w3; then b3, ..., w7; then b7, w8, b8.
+  const uint64_t first = 4 * kWeight + 3 * kBias, second = 4 * kWeight + 4 * kBias,
+                 third = kWeight + 2 * kBias;
+  const std::vector<std::pair<bool, uint64_t>> want = {
+      {true, first},
+      {true, second},
+      {false, first},
+      {true, third},
+      {false, second},
+      {false, third},
+      {true, 9 * (kWeight + kBias)}};  // the reducer's bucket last
+  EXPECT_EQ(wrap, want);
+}
+
+// A model with buffers (BatchNormalization's running statistics): the wrap broadcasts the
+// parameters, trained or frozen, and the buffers in one bucket; the first micro-batch of each
+// iteration broadcasts the buffers (two tensors: a flat copy of 512 bytes) before its forward.
+TEST(DdpBucketsTest, TheFirstForwardOfEachIterationBroadcastsTheBuffers) {
+  testing::GraphBuilder b(17);
+  b.AddInput("x", testing::kFloat, {"N", 64});
+  for (const char* p : {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}) {
+    b.AddInitializer(p, {64});
+  }
+  b.AddInitializer("fc.weight", {64, 64});
+  b.AddNode("BatchNormalization",
+            {"x", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}, {"h"}, "/bn/BN");
+  b.AddNode("MatMul", {"h", "fc.weight"}, {"y"}, "/fc/MatMul");
+  b.AddOutput("y", testing::kFloat, {"N", 64});
+  auto m = LoadModelFromBytes(b.Serialize(), "", "bn");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  Options o = Step(2);
+  o.micro_batches = 2;
+  o.freeze = "^bn\\.weight";  // frozen, yet a parameter the wrap broadcasts
+  auto sim = symbolic::SimulateModel(**m, o, /*record_events=*/true);
+  ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+  // (iteration, bytes) of the collective mallocs outside the passes: the broadcasts and the
+  // reducer's bucket made at the wrap (the rebuilt ones are made in a forward).
+  std::vector<std::pair<int, uint64_t>> made;
+  for (const symbolic::TimelineEvent& e : sim->events) {
+    if (e.category == symbolic::Category::kCollective && e.malloc && e.phase == Phase::kUnknown) {
+      made.emplace_back(e.iteration, e.bytes);
+    }
+  }
+  ASSERT_EQ(made.size(), sim->iterations.size() + 2);
+  // The parameters gamma, beta and the weight, then the two statistics: 4 x 256 + 16,384 bytes;
+  // then the bucket of the gradients of beta and the weight.
+  EXPECT_EQ(made[0], (std::pair<int, uint64_t>{0, 4 * 256 + 64 * 64 * 4}));
+  EXPECT_EQ(made[1], (std::pair<int, uint64_t>{0, 256 + 64 * 64 * 4}));
+  for (size_t i = 2; i < made.size(); ++i) {
+    EXPECT_EQ(made[i], (std::pair<int, uint64_t>{static_cast<int>(i - 1), 2 * 256}))
+        << "one broadcast of the buffers per iteration, not per micro-batch";
   }
 }
 
