@@ -208,6 +208,26 @@ GraphBuilder SmallMlp(int64_t opset) {
   return b;
 }
 
+GraphBuilder LinearStack(int layers, int64_t width, bool relu) {
+  GraphBuilder b(17);
+  b.AddInput("x", kFloat, {"N", width});
+  std::string x = "x";
+  for (int i = 0; i < layers; ++i) {
+    const std::string p = "layers." + std::to_string(i);
+    b.AddInitializer(p + ".weight", {width, width});
+    b.AddInitializer(p + ".bias", {width});
+    b.AddNode("MatMul", {x, p + ".weight"}, {p + ".mm"}, "/" + p + "/MatMul");
+    b.AddNode("Add", {p + ".mm", p + ".bias"}, {p + ".out"}, "/" + p + "/Add");
+    x = p + ".out";
+    if (relu) {
+      b.AddNode("Relu", {x}, {p + ".relu"}, "/" + p + "/Relu");
+      x = p + ".relu";
+    }
+  }
+  b.AddOutput(x, kFloat, {"N", width});
+  return b;
+}
+
 GraphBuilder SelfAttention() {
   GraphBuilder b(17);
   b.AddInput("x", kFloat, {"N", "seq", 64});

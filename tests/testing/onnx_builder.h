@@ -101,6 +101,11 @@ GraphBuilder SmallMlp(int64_t opset = 13);
 // [N, seq, seq] score matrix, so the peak grows with the square of `seq`.
 GraphBuilder SelfAttention();
 
+// `layers` Linear layers over x[N, width] (fp32 layers.i.weight [width, width] and layers.i.bias
+// [width]: MatMul "/layers.i/MatMul", then Add "/layers.i/Add", then Relu "/layers.i/Relu" when
+// `relu`), the last one's output the graph's.
+GraphBuilder LinearStack(int layers, int64_t width, bool relu);
+
 // A scratch folder under /tmp, removed (recursively) by the destructor.
 class TempDir {
  public:

@@ -119,19 +119,8 @@ Options Step(int64_t world_size) {
 // 4 KiB: kLayer bytes of parameters each).
 constexpr uint64_t kLayer = 4 * kMiB + 4096;
 std::shared_ptr<const Model> Chain(int layers, int64_t width = 1024) {
-  testing::GraphBuilder b(17);
-  b.AddInput("x", testing::kFloat, {"N", width});
-  std::string x = "x";
-  for (int i = 0; i < layers; ++i) {
-    const std::string p = "layers." + std::to_string(i);
-    b.AddInitializer(p + ".weight", {width, width});
-    b.AddInitializer(p + ".bias", {width});
-    b.AddNode("MatMul", {x, p + ".weight"}, {p + ".mm"}, "/" + p + "/MatMul");
-    b.AddNode("Add", {p + ".mm", p + ".bias"}, {p + ".out"}, "/" + p + "/Add");
-    x = p + ".out";
-  }
-  b.AddOutput(x, testing::kFloat, {"N", width});
-  auto m = LoadModelFromBytes(b.Serialize(), "", "chain");
+  auto m = LoadModelFromBytes(testing::LinearStack(layers, width, /*relu=*/false).Serialize(), "",
+                              "chain");
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return m.ok() ? *m : nullptr;
 }

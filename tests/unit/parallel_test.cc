@@ -105,20 +105,8 @@ TEST(DeepSpeedEstimatorTest, ZeroThreePerGpu) {
 // A tower of `layers` Linear layers ("layers.<i>.weight" [1024, 1024] and ".bias").
 constexpr int64_t kWidth = 1024;
 std::shared_ptr<const Model> Tower(int layers) {
-  GraphBuilder b(17);
-  b.AddInput("x", kFloat, {"N", kWidth});
-  std::string x = "x";
-  for (int i = 0; i < layers; ++i) {
-    const std::string p = "layers." + std::to_string(i);
-    b.AddInitializer(p + ".weight", {kWidth, kWidth});
-    b.AddInitializer(p + ".bias", {kWidth});
-    b.AddNode("MatMul", {x, p + ".weight"}, {p + ".mm"}, "/" + p + "/MatMul");
-    b.AddNode("Add", {p + ".mm", p + ".bias"}, {p + ".out"}, "/" + p + "/Add");
-    b.AddNode("Relu", {p + ".out"}, {p + ".relu"}, "/" + p + "/Relu");
-    x = p + ".relu";
-  }
-  b.AddOutput(x, kFloat, {"N", kWidth});
-  auto m = LoadModelFromBytes(b.Serialize(), "", "tower");
+  auto m = LoadModelFromBytes(testing::LinearStack(layers, kWidth, /*relu=*/true).Serialize(), "",
+                              "tower");
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return m.ok() ? *m : nullptr;
 }
