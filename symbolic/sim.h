@@ -398,7 +398,7 @@ class __attribute__((visibility("hidden"))) Sim {
   // DDP's buckets freed for the rebuilt ones (memory/ddp_buckets.h), after the first step.
   void RebuildBuckets();
   // DDP's broadcasts: which buffers (PrepareParallel), and each made and freed two in flight.
-  void PrepareBroadcasts();
+  void PrepareBroadcasts(const std::vector<memory::ParameterShare>& params);
   void BroadcastCoalesced(const std::vector<uint64_t>& buffers);
   // DDP with gradient_as_bucket_view: the buckets hold the gradients, and the gradients whose
   // last contribution node kk's backward made are copied in and freed; *next walks

@@ -17,10 +17,11 @@
 //  * the checkpoint's segments (their nodes and the inputs they keep), the loss: its value,
 //    cross-entropy or not, and which of its tensors are 0.
 // The rest it reads is the model's and the options' own -- the graph, its rules, the optimizer,
-// the parallel plan's shards and units (sizes a trace records as kSame) -- and the same in every
-// context of one search, which differs only in the searched batch or dim. Two contexts of equal
-// shape therefore walk the step alike: the same requests in the same order, each malloc's size
-// its recipe's (SizeRecipe) in its own context, which is what ResizeTrace reads.
+// the parallel plan's shards, units and DDP's buckets and broadcasts (sizes a trace records as
+// kSame) -- and the same in every context of one search, which differs only in the searched
+// batch or dim. Two contexts of equal shape therefore walk the step alike: the same requests in
+// the same order, each malloc's size its recipe's (SizeRecipe) in its own context, which is what
+// ResizeTrace reads.
 // BatchTraceTest compares a trace resized into a context of the traced one's shape with the walk
 // there over the bundled models, the timm graphs and the language models; a decode step after
 // its prefill (two contexts walked) is left to the walk.

@@ -44,18 +44,18 @@
 //    temporaries.
 //  * Many GPUs (Options::parallel, memory/parallel.h), one rank of the pipeline stage
 //    EstimationContext::stage(): tensor-parallel shares are in the value facts' bytes. DDP's
-//    constructor broadcasts the rank's parameters, then its floating-point initializers that are
-//    not parameters (its buffers), through flat copies made and freed two at a time, and the
-//    first micro-batch of each iteration broadcasts the buffers so before its forward
-//    (memory/ddp_buckets.h BroadcastBuffers). DDP allocates one gradient bucket per dtype with
-//    the model and frees them for the rebuilt ones (memory/ddp_buckets.h) at the end of the first
-//    iteration, which it keeps. PyTorch rebuilds them in the next forward, after zero_grad and
-//    the next batch; made before, they leave iteration 2 starting as iteration 3 does, which the
-//    loop and the traces need. With gradient_as_bucket_view the buckets are the gradients: a
-//    parameter's gradient is freed at its earliest reader's backward in the backward that
-//    all-reduces (copied into its bucket).
-//    Under ZeRO and FSDP the rank's parameters, gradients and optimizer state are flat buffers
-//    of memory::ShardModelStates' sizes (no autocast weight copies: the model computes in its low
+//    constructor broadcasts the rank's parameters, then its buffers (the floating-point and
+//    boolean initializers of more than one element that are not parameters), through flat copies
+//    made and freed two at a time, and the first micro-batch of each iteration broadcasts the
+//    buffers so in its forward, before the first node (memory/ddp_buckets.h BroadcastBuffers). DDP
+//    allocates one gradient bucket per dtype with the model and frees them for the rebuilt ones
+//    (memory/ddp_buckets.h) at the end of the first iteration, which it keeps. PyTorch rebuilds
+//    them in the next forward, after zero_grad and the next batch; made before, they leave
+//    iteration 2 starting as iteration 3 does, which the loop and the traces need. With
+//    gradient_as_bucket_view the buckets are the gradients: a parameter's gradient is freed at its
+//    earliest reader's backward in the backward that all-reduces (copied into its bucket). Under
+//    ZeRO and FSDP the rank's parameters, gradients and optimizer state are flat buffers of
+//    memory::ShardModelStates' sizes (no autocast weight copies: the model computes in its low
 //    dtype); a parameter's gradient is written into the gradient buffer and freed. ZeRO-3 and FSDP
 //    gather each unit's parameters (ZeRO-3: one module) before its first node in forward and again
 //    in backward, FSDP full/hybrid prefetching the next unit; a unit's gathered parameters are
@@ -366,7 +366,7 @@ void Sim::AllocateWeights() {
   }
   if (sharded_) flat_weights_ = Malloc(rank_.weights, Category::kWeights, {SizeRecipe::kSame});
   // DDP's constructor broadcasts the parameters and buffers, then its reducer allocates its
-  // buckets (one per dtype).
+  // buckets (one per dtype). (Many GPUs are modelled for training only: no prefill ran before.)
   BroadcastCoalesced(wrap_broadcast_);
   for (uint64_t size : rank_.buckets.at_wrap) {
     buckets_.push_back(Malloc(size, BucketCategory(), {SizeRecipe::kSame}));
@@ -390,7 +390,7 @@ void Sim::PrepareParallel() {
       memory::RankParameters(b_, facts_, plan_, stage_);
   rank_ = memory::ShardModelStates(params, o_);
   sharded_ = !rank_.unsharded;
-  PrepareBroadcasts();
+  PrepareBroadcasts(params);
   unit_of_node_.assign(g_.nodes.size(), -1);
   if (train_ && rank_.grads_in_buckets) {
     // A parameter's gradient is complete, copied into its bucket and freed, at its earliest
@@ -442,27 +442,30 @@ void Sim::PrepareParallel() {
   unit_grads_.assign(static_cast<size_t>(units), -1);
 }
 
-void Sim::PrepareBroadcasts() {
+void Sim::PrepareBroadcasts(const std::vector<memory::ParameterShare>& params) {
   if (rank_.buckets.at_wrap.empty()) return;  // not DDP
-  // The rank's parameters (the loader's, trained or not), then its buffers: the other floating-
-  // point initializers (BatchNormalization's statistics, registered masks).
-  std::vector<memory::BucketedTensor> params, buffers;
+  // The rank's parameters, trained or not, then its buffers: the other initializers of more
+  // than one element that are floating-point (BatchNormalization's statistics, tables) or
+  // boolean (masks); one-element constants and integer ones (shapes, indices) are the export's.
+  std::vector<memory::BucketedTensor> states, buffers;
+  for (const memory::ParameterShare& s : params) states.push_back({s.bytes, s.dtype});
   for (size_t i = 0; i < g_.values.size(); ++i) {
     const core::Value& v = g_.values[i];
     const int id = static_cast<int>(i);
-    if (v.kind != core::ValueKind::kInitializer || v.consumers.empty() ||
-        !plan_.parameter_on_stage(id, stage_)) {
+    if (v.kind != core::ValueKind::kInitializer || v.trainable || v.consumers.empty() ||
+        !plan_.parameter_on_stage(id, stage_) ||
+        !(base::IsFloatDType(v.dtype) || v.dtype == base::kBool)) {
       continue;
     }
-    if (v.trainable) {
-      params.push_back({facts_.bytes(id), v.dtype});
-    } else if (base::IsFloatDType(v.dtype)) {
-      buffers.push_back({facts_.bytes(id), v.dtype});
+    uint64_t elements = 1;
+    for (const core::Dim& d : v.dims) {
+      elements = base::SatMul(elements, static_cast<uint64_t>(std::max<int64_t>(d.value, 0)));
     }
+    if (elements > 1) buffers.push_back({facts_.bytes(id), v.dtype});
   }
   buffer_broadcast_ = memory::BroadcastBuffers(buffers);
-  params.insert(params.end(), buffers.begin(), buffers.end());
-  wrap_broadcast_ = memory::BroadcastBuffers(params);
+  states.insert(states.end(), buffers.begin(), buffers.end());
+  wrap_broadcast_ = memory::BroadcastBuffers(states);
 }
 
 void Sim::BroadcastCoalesced(const std::vector<uint64_t>& buffers) {
@@ -1080,9 +1083,12 @@ void Sim::Iteration(int it) {
     }
     for (Tensor& t : old_inputs_) Free(&t);
     old_inputs_.clear();
-    // DDP broadcasts the buffers before a forward that follows a synchronizing backward: the
-    // first micro-batch's (the ones after it run under no_sync()).
-    if (train_ && m == 0) BroadcastCoalesced(buffer_broadcast_);
+    // DDP's forward broadcasts the buffers when it follows a synchronizing backward: the first
+    // micro-batch's (the ones after it run under no_sync()).
+    if (train_ && m == 0) {
+      phase_ = Phase::kForward;
+      BroadcastCoalesced(buffer_broadcast_);
+    }
     Forward(it);
     if (train_ && m == 0) {
       RecordMicroBatch();

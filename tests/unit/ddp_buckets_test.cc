@@ -101,6 +101,10 @@ TEST(DdpBucketsTest, ABroadcastCopiesEachBucketOfSeveralTensorsInOrderOfItsFirst
   EXPECT_EQ(BroadcastBuffers({{300 * kMiB, kF32}, {10 * kMiB, kF32}, {20 * kMiB, kF32}}),
             (std::vector<uint64_t>{0, 30 * kMiB}));
   EXPECT_EQ(BroadcastBuffers({{kMiB, kF32}}), (std::vector<uint64_t>{0}));
+  // Closed first, broadcast second: the fp32 tensor reaches the limit before the fp16 bucket
+  // (tensors 0 and 2) closes at the end.
+  EXPECT_EQ(BroadcastBuffers({{kMiB, kF16}, {300 * kMiB, kF32}, {kMiB, kF16}}),
+            (std::vector<uint64_t>{2 * kMiB, 0}));
   EXPECT_TRUE(BroadcastBuffers({}).empty());
   EXPECT_EQ(BroadcastBuffers({{kMiB, kF32}, {kMiB, kF32}}, kLimit),
             (std::vector<uint64_t>{2 * kMiB}));
@@ -295,9 +299,11 @@ TEST(DdpBucketsTest, TheWrapBroadcastsTheParametersTwoBucketsInFlight) {
   EXPECT_EQ(wrap, want);
 }
 
-// A model with buffers (BatchNormalization's running statistics): the wrap broadcasts the
-// parameters, trained or frozen, and the buffers in one bucket; the first micro-batch of each
-// iteration broadcasts the buffers (two tensors: a flat copy of 512 bytes) before its forward.
+// A model with buffers (BatchNormalization's running statistics), a one-element constant and a
+// shape: the wrap broadcasts the parameters, trained or frozen, and the buffers in one bucket;
+// the first micro-batch of each iteration broadcasts the buffers (two tensors: a flat copy of
+// 512 bytes) in its forward, before its first node. The constant and the shape are the export's,
+// broadcast by neither.
 TEST(DdpBucketsTest, TheFirstForwardOfEachIterationBroadcastsTheBuffers) {
   testing::GraphBuilder b(17);
   b.AddInput("x", testing::kFloat, {"N", 64});
@@ -305,10 +311,14 @@ TEST(DdpBucketsTest, TheFirstForwardOfEachIterationBroadcastsTheBuffers) {
     b.AddInitializer(p, {64});
   }
   b.AddInitializer("fc.weight", {64, 64});
+  b.AddInitializer("half", {1});
+  b.AddInt64Initializer("shape", {-1, 64});
   b.AddNode("BatchNormalization",
             {"x", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}, {"h"}, "/bn/BN");
   b.AddNode("MatMul", {"h", "fc.weight"}, {"y"}, "/fc/MatMul");
-  b.AddOutput("y", testing::kFloat, {"N", 64});
+  b.AddNode("Mul", {"y", "half"}, {"z"}, "/Mul");
+  b.AddNode("Reshape", {"z", "shape"}, {"out"}, "/Reshape");
+  b.AddOutput("out", testing::kFloat, {"N", 64});
   auto m = LoadModelFromBytes(b.Serialize(), "", "bn");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   Options o = Step(2);
@@ -316,23 +326,59 @@ TEST(DdpBucketsTest, TheFirstForwardOfEachIterationBroadcastsTheBuffers) {
   o.freeze = "^bn\\.weight";  // frozen, yet a parameter the wrap broadcasts
   auto sim = symbolic::SimulateModel(**m, o, /*record_events=*/true);
   ASSERT_TRUE(sim.ok()) << sim.status().ToString();
-  // (iteration, bytes) of the collective mallocs outside the passes: the broadcasts and the
-  // reducer's bucket made at the wrap (the rebuilt ones are made in a forward).
-  std::vector<std::pair<int, uint64_t>> made;
+  // (iteration, bytes) of the collective mallocs: at the wrap the broadcast's and the reducer's
+  // bucket; then the buffers' broadcast and, in iteration 1, the rebuilt bucket.
+  std::vector<std::pair<int, uint64_t>> made, freed;
   for (const symbolic::TimelineEvent& e : sim->events) {
-    if (e.category == symbolic::Category::kCollective && e.malloc && e.phase == Phase::kUnknown) {
-      made.emplace_back(e.iteration, e.bytes);
-    }
+    if (e.category != symbolic::Category::kCollective) continue;
+    EXPECT_EQ(e.phase, e.iteration == 0 ? Phase::kUnknown : Phase::kForward);
+    (e.malloc ? made : freed).emplace_back(e.iteration, e.bytes);
   }
-  ASSERT_EQ(made.size(), sim->iterations.size() + 2);
   // The parameters gamma, beta and the weight, then the two statistics: 4 x 256 + 16,384 bytes;
   // then the bucket of the gradients of beta and the weight.
-  EXPECT_EQ(made[0], (std::pair<int, uint64_t>{0, 4 * 256 + 64 * 64 * 4}));
-  EXPECT_EQ(made[1], (std::pair<int, uint64_t>{0, 256 + 64 * 64 * 4}));
-  for (size_t i = 2; i < made.size(); ++i) {
-    EXPECT_EQ(made[i], (std::pair<int, uint64_t>{static_cast<int>(i - 1), 2 * 256}))
-        << "one broadcast of the buffers per iteration, not per micro-batch";
+  constexpr uint64_t kStates = 4 * 256 + 64 * 64 * 4, kGrads = 256 + 64 * 64 * 4, kStats = 512;
+  std::vector<std::pair<int, uint64_t>> want_made = {
+      {0, kStates}, {0, kGrads}, {1, kStats}, {1, kGrads}};
+  std::vector<std::pair<int, uint64_t>> want_freed = {{0, kStates}, {1, kStats}, {1, kGrads}};
+  for (int it = 2; it <= static_cast<int>(sim->iterations.size()); ++it) {
+    want_made.emplace_back(it, kStats);  // once an iteration, not once a micro-batch
+    want_freed.emplace_back(it, kStats);
   }
+  EXPECT_EQ(made, want_made);
+  EXPECT_EQ(freed, want_freed);
+}
+
+// A bucket of one tensor is viewed, yet holds its place in flight: with buckets A (a bias and a
+// weight of 250 MiB), B (one weight of 250 MiB) and C, A's copy is freed before C's is made.
+TEST(DdpBucketsTest, ABroadcastBucketOfOneTensorHoldsItsPlaceInFlight) {
+  testing::GraphBuilder b(17);
+  b.AddInput("x", testing::kFloat, {"N", 1024});
+  b.AddInitializer("a.bias", {64000});
+  b.AddInitializer("a.weight", {1024, 64000});
+  b.AddInitializer("b.weight", {64000, 1024});
+  b.AddInitializer("c.weight", {1024, 1024});
+  b.AddInitializer("c.bias", {1024});
+  b.AddNode("MatMul", {"x", "a.weight"}, {"a.mm"}, "/a/MatMul");
+  b.AddNode("Add", {"a.mm", "a.bias"}, {"a.out"}, "/a/Add");
+  b.AddNode("MatMul", {"a.out", "b.weight"}, {"b.out"}, "/b/MatMul");
+  b.AddNode("MatMul", {"b.out", "c.weight"}, {"c.mm"}, "/c/MatMul");
+  b.AddNode("Add", {"c.mm", "c.bias"}, {"c.out"}, "/c/Add");
+  b.AddOutput("c.out", testing::kFloat, {"N", 1024});
+  auto m = LoadModelFromBytes(b.Serialize(), "", "views");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto sim = symbolic::SimulateModel(**m, Step(2), /*record_events=*/true);
+  ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+  std::vector<std::pair<bool, uint64_t>> wrap;  // (malloc, bytes) of iteration 0's collectives
+  for (const symbolic::TimelineEvent& e : sim->events) {
+    if (e.iteration == 0 && e.category == symbolic::Category::kCollective) {
+      wrap.emplace_back(e.malloc, e.bytes);
+    }
+  }
+  constexpr uint64_t kA = 64000 * 4 + 1024 * 64000 * 4, kB = 64000 * 1024 * 4;
+  constexpr uint64_t kC = 1024 * 1024 * 4 + 1024 * 4;
+  const std::vector<std::pair<bool, uint64_t>> want = {
+      {true, kA}, {false, kA}, {true, kC}, {false, kC}, {true, kA + kB + kC}};
+  EXPECT_EQ(wrap, want);
 }
 
 }  // namespace
