@@ -129,6 +129,18 @@ std::shared_ptr<const Model> Chain(int layers, int64_t width = 1024) {
   return m.ok() ? *m : nullptr;
 }
 
+// (malloc, bytes) of the collective buffers made and freed when the model is wrapped (iteration
+// 0): the broadcast's copies, then the reducer's buckets.
+std::vector<std::pair<bool, uint64_t>> WrapCollectives(const symbolic::Simulation& sim) {
+  std::vector<std::pair<bool, uint64_t>> out;
+  for (const symbolic::TimelineEvent& e : sim.events) {
+    if (e.iteration == 0 && e.category == symbolic::Category::kCollective) {
+      out.emplace_back(e.malloc, e.bytes);
+    }
+  }
+  return out;
+}
+
 // The symbolic timeline of one DDP rank: when the model is wrapped, the broadcast's flat copy of
 // the parameters (one bucket under 250 MiB), freed, then one bucket of every gradient, freed at
 // the end of iteration 1 for the rebuilt ones (1 MiB first, then up to 25 MiB), which stay. These
@@ -279,12 +291,7 @@ TEST(DdpBucketsTest, TheWrapBroadcastsTheParametersTwoBucketsInFlight) {
   auto sim = symbolic::SimulateModel(*m, Step(2), /*record_events=*/true);
   ASSERT_TRUE(sim.ok()) << sim.status().ToString();
   constexpr uint64_t kWeight = 64 * kMiB, kBias = 16 * 1024;
-  std::vector<std::pair<bool, uint64_t>> wrap;  // (malloc, bytes) of iteration 0's collectives
-  for (const symbolic::TimelineEvent& e : sim->events) {
-    if (e.iteration == 0 && e.category == symbolic::Category::kCollective) {
-      wrap.emplace_back(e.malloc, e.bytes);
-    }
-  }
+  const std::vector<std::pair<bool, uint64_t>> wrap = WrapCollectives(*sim);
   // In value order: w0, b0, ..., w3 reach the limit with w3; then b3, ..., w7; then b7, w8, b8.
   const uint64_t first = 4 * kWeight + 3 * kBias, second = 4 * kWeight + 4 * kBias,
                  third = kWeight + 2 * kBias;
@@ -368,12 +375,7 @@ TEST(DdpBucketsTest, ABroadcastBucketOfOneTensorHoldsItsPlaceInFlight) {
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   auto sim = symbolic::SimulateModel(**m, Step(2), /*record_events=*/true);
   ASSERT_TRUE(sim.ok()) << sim.status().ToString();
-  std::vector<std::pair<bool, uint64_t>> wrap;  // (malloc, bytes) of iteration 0's collectives
-  for (const symbolic::TimelineEvent& e : sim->events) {
-    if (e.iteration == 0 && e.category == symbolic::Category::kCollective) {
-      wrap.emplace_back(e.malloc, e.bytes);
-    }
-  }
+  const std::vector<std::pair<bool, uint64_t>> wrap = WrapCollectives(*sim);
   constexpr uint64_t kA = 64000 * 4 + 1024 * 64000 * 4, kB = 64000 * 1024 * 4;
   constexpr uint64_t kC = 1024 * 1024 * 4 + 1024 * 4;
   const std::vector<std::pair<bool, uint64_t>> want = {
