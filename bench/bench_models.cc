@@ -11,6 +11,7 @@
 #include "datasets/zoo/chain.h"
 #include "datasets/zoo/families.h"
 #include "datasets/zoo/graph_writer.h"
+#include "datasets/zoo/shapes.h"
 
 namespace memest::bench {
 namespace {
@@ -100,6 +101,11 @@ Result<zoo::HfModel> BuildHf(const std::string& file, zoo::HfGraphOptions::Phase
 std::string BuildModelBytes(const std::string& name) {
   if (const int blocks = ChainBlocks(name); blocks > 0) return zoo::ChainModel(blocks);
   if (name == "gpt70b") return Gpt70b();
+  if (name.rfind("shape:", 0) == 0) {  // "shape:<kind>:<width>"
+    const size_t colon = name.find(':', 6);
+    if (colon == std::string::npos) return {};
+    return zoo::ShapeModel(name.substr(6, colon - 6), std::stoi(name.substr(colon + 1)));
+  }
   if (name.rfind("weighted:", 0) == 0) return WithWeights(BuildModelBytes(name.substr(9)), false);
   if (name.rfind("typed:", 0) == 0) return WithWeights(BuildModelBytes(name.substr(6)), true);
   if (name.rfind("hf:", 0) == 0) return HfBytes(name.substr(3), zoo::HfGraphOptions::kTrain);

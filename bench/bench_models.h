@@ -3,7 +3,8 @@
 // Names: a bundled file ("resnet50_train": datasets/models/<name>.onnx, or "real/<name>":
 // datasets/real/<name>.onnx), a generated chain ("chain10k", "chain100k", "chain1m": 10,000,
 // 100,000 and 1,000,000 nodes, datasets/zoo/chain.h), "gpt70b" (a 70.3 B-parameter GPT-style
-// decoder, datasets/zoo), or a Hugging Face config from tests/data/hf/ ("hf:<config>": its
+// decoder, datasets/zoo), a graph of one shape ("shape:<kind>:<width>", datasets/zoo/shapes.h:
+// "shape:fanout:40000"), or a Hugging Face config from tests/data/hf/ ("hf:<config>": its
 // training graph, "hf-prefill:<config>": its prefill graph, "hf-decode:<config>": its decode
 // step), or "weighted:<name>": that model with the weights it declares held in the file (zeros as
 // raw_data; the bundled exports are weightless), or "typed:<name>": the same with a float

@@ -6,7 +6,9 @@
 // and the weightless one from a file) and generated chains of 10,000, 100,000 and 1,000,000 nodes
 // (MatMul, Add, Relu, LayerNormalization blocks over a symbolic batch, datasets/zoo/chain.h) built
 // in memory; each chain row has a per_node counter (time per node), which stays flat from 10k to 1M
-// nodes when no pass is worse than linear. Hugging Face configs (datasets/zoo/hf.h, from
+// nodes when no pass is worse than linear; so do the rows of graphs of other shapes (many
+// consumers, inputs, outputs, live activations or graph outputs: datasets/zoo/shapes.h) at two
+// widths ten times apart. Hugging Face configs (datasets/zoo/hf.h, from
 // tests/data/hf/): Llama-2-7B and a Llama-2-70B-shaped config (80 layers), generated, loaded and
 // estimated at batch 1, seq 4096 (training, symbolic), each next to the protobuf parse of the
 // same graph; and a Llama-3-8B prefill graph estimated at seq 2,048 and 32,768 (the time does not
@@ -44,6 +46,7 @@
 #include "core/bind_cache.h"
 #include "datasets/zoo/graph_writer.h"
 #include "datasets/zoo/hf.h"
+#include "datasets/zoo/shapes.h"
 #include "memest/memest.h"
 #include "memest/memest_c.h"
 
@@ -609,5 +612,30 @@ BENCHMARK_CAPTURE(BM_MaxPast, qwen25_05b_decode_analytical, std::string("qwen2.5
 BENCHMARK_CAPTURE(BM_HfPrefillEstimate, llama3_8b_prefill_seq2k, std::string("hf-prefill:meta-llama-3-8b"), 2048)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_HfPrefillEstimate, llama3_8b_prefill_seq32k, std::string("hf-prefill:meta-llama-3-8b"), 32768)->Unit(benchmark::kMillisecond);
 // clang-format on
+
+// Graphs of one shape each (datasets/zoo/shapes.h) at two widths ten times apart: each row's
+// per_node stays flat from the first to the second when no pass is worse than linear in a
+// tensor's consumers, a node's inputs or outputs, the activations alive at once or the graph's
+// outputs (the chains above have one of each).
+const bool kShapeRowsRegistered = [] {
+  for (const std::string& kind : memest::zoo::ShapeKinds()) {
+    for (const int width : {4'000, 40'000}) {
+      const std::string name = "shape:" + kind + ":" + std::to_string(width);
+      const std::string row = "/shape_" + kind + std::to_string(width / 1'000) + "k";
+      benchmark::RegisterBenchmark(("BM_ProtobufParse" + row).c_str(), BM_ProtobufParse, name)
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("BM_Load" + row).c_str(), BM_Load, name)
+          ->Unit(benchmark::kMillisecond);
+      for (const std::string& backend : {kAnalytical, kSymbolic}) {
+        benchmark::RegisterBenchmark(("BM_Estimate" + row + "_train_" + backend).c_str(),
+                                     [name, backend](benchmark::State& state) {
+                                       BM_Estimate(state, name, Mode::kTrain, backend);
+                                     })
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+  return true;
+}();
 
 BENCHMARK_MAIN();

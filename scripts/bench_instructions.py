@@ -2,6 +2,7 @@
 """Issue 20's ratios in instructions: counts that do not move with the machine.
 
     python3 scripts/bench_instructions.py [--build build] [--chains 2500,25000] [--skip-search]
+        [--shapes fanout,concat,split,skips,outputs [--widths 4000,40000]]
 
 Wall time on the 2-core build machine moves by up to half between runs (docs/speed-log.md), so a
 ratio read from one Google Benchmark run can move too. Callgrind counts the instructions each
@@ -18,7 +19,10 @@ counts of the functions that make each figure (`callgrind_annotate --inclusive=y
     onto the heap, as any ONNX tool parses it (`ParseFromString` in bench/parse_process.cc), the
     load with shape inference (`memest::LoadModel`: memest's own parse onto an arena,
     `Loader::Parse`, shown too, then the graph and its shapes) and each backend's training
-    estimate, as ratios to the parse.
+    estimate, as ratios to the parse;
+  * with --shapes, graphs of one shape each (`memest-zoo shape`, datasets/zoo/shapes.h) at each
+    of --widths, the same figures: their instructions per node stay flat from one width to the
+    next when no pass is worse than linear in that shape.
 
 Neither the parse nor the load counts its teardown (the CLI exits without one); the benchmark's
 BM_ProtobufParse also frees each proto it parsed, which on the 10k chain is 0.63 times the parse
@@ -89,10 +93,9 @@ def search_row(memest, what, model_args, search_args, key, at_answer, tmp):
     print(f"| {what} (answer {answer:,}) | {c[key]:,} | {e['estimate']:,} | {ratio:.2f} |")
 
 
-def chain_row(memest, zoo, parse_process, blocks, tmp):
-    path = os.path.join(tmp, f"chain{blocks}.onnx")
-    subprocess.run([zoo, "chain", "--blocks", str(blocks), "--out", path], check=True,
-                   capture_output=True)
+def graph_row(memest, parse_process, label, path, nodes, tmp):
+    """One graph's row: the heap parse of its file, memest's own parse, the load and each
+    backend's training estimate at batch 64, as counts, ratios to the parse and per node."""
     _, p = callgrind([parse_process, path], tmp)
     counts = {}
     for backend in ("analytical", "symbolic"):
@@ -103,17 +106,40 @@ def chain_row(memest, zoo, parse_process, blocks, tmp):
     load = counts["symbolic"]["load"]
     ana = counts["analytical"]["estimate"]
     sym = counts["symbolic"]["estimate"]
-    print(f"| chain, {4 * blocks:,} nodes | {parse:,} | {own:,} ({own / parse:.2f}) | "
+    print(f"| {label}, {nodes:,} nodes | {parse:,} | {own:,} ({own / parse:.2f}) | "
           f"{load:,} ({load / parse:.2f}) | {ana:,} ({ana / parse:.2f}) | "
           f"{sym:,} ({sym / parse:.2f}) | {(load + ana) / parse:.2f} | "
-          f"{(load + sym) / parse:.2f} |")
+          f"{(load + sym) / parse:.2f} | {parse / nodes:,.0f} / {load / nodes:,.0f} / "
+          f"{ana / nodes:,.0f} / {sym / nodes:,.0f} |")
+
+
+def chain_row(memest, zoo, parse_process, blocks, tmp):
+    path = os.path.join(tmp, f"chain{blocks}.onnx")
+    subprocess.run([zoo, "chain", "--blocks", str(blocks), "--out", path], check=True,
+                   capture_output=True)
+    graph_row(memest, parse_process, "chain", path, 4 * blocks, tmp)
+
+
+def shape_row(memest, zoo, parse_process, kind, width, tmp):
+    """A graph of one shape (datasets/zoo/shapes.h); its node count from memest's own summary."""
+    path = os.path.join(tmp, f"{kind}{width}.onnx")
+    subprocess.run([zoo, "shape", "--kind", kind, "--width", str(width), "--out", path],
+                   check=True, capture_output=True)
+    summary = subprocess.run([memest, path, "--batch", "64", "--json"], capture_output=True,
+                             text=True, check=True).stdout
+    nodes = int(json.loads(summary)["model"]["nodes"])
+    graph_row(memest, parse_process, f"{kind} of width {width:,}", path, nodes, tmp)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--chains", default="2500,25000", help="blocks of each chain, comma-separated")
-    ap.add_argument("--skip-search", action="store_true", help="the chains' table only")
+    ap.add_argument("--skip-search", action="store_true", help="the graphs' table only")
+    ap.add_argument("--shapes", default="",
+                    help="also graphs of these shapes (datasets/zoo/shapes.h: fanout, concat, "
+                         "split, skips, outputs), comma-separated, at each of --widths")
+    ap.add_argument("--widths", default="4000,40000", help="the shapes' widths, comma-separated")
     a = ap.parse_args()
     memest = os.path.join(a.build, "tools", "memest")
     zoo = os.path.join(a.build, "datasets", "memest-zoo")
@@ -133,10 +159,13 @@ def main():
             print()
         print("| graph | parse | memest's parse onto its arena (× parse) | load (× parse) | "
               "analytical (× parse) | symbolic (× parse) | (load + analytical) / parse | "
-              "(load + symbolic) / parse |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
-        for blocks in a.chains.split(","):
+              "(load + symbolic) / parse | per node: parse / load / analytical / symbolic |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for blocks in filter(None, a.chains.split(",")):
             chain_row(memest, zoo, parse_process, int(blocks), tmp)
+        for kind in filter(None, a.shapes.split(",")):
+            for width in a.widths.split(","):
+                shape_row(memest, zoo, parse_process, kind, int(width), tmp)
 
 
 if __name__ == "__main__":

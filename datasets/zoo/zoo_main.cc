@@ -27,6 +27,7 @@
 #include "datasets/zoo/graph_writer.h"
 #include "datasets/zoo/hf.h"
 #include "datasets/zoo/manifest.h"
+#include "datasets/zoo/shapes.h"
 #include "datasets/zoo/zoo.h"
 
 namespace {
@@ -139,9 +140,9 @@ int Manifest(const std::string& preset, const std::string& root, const std::stri
   req.preset = preset;
   req.root = root;
   if (preset == "gpu-h100") {
-    auto dir = gpumemnet::FindDataDir(
-        data.empty() ? std::vector<std::string>{root + "/datasets/gpumemnet"}
-                     : std::vector<std::string>{data});
+    auto dir =
+        gpumemnet::FindDataDir(data.empty() ? std::vector<std::string>{root + "/datasets/gpumemnet"}
+                                            : std::vector<std::string>{data});
     if (!dir.ok()) return Fail(dir.status(), 3);
     req.gpumemnet_dir = *dir;
   }
@@ -158,15 +159,27 @@ int Manifest(const std::string& preset, const std::string& root, const std::stri
   return 0;
 }
 
-int WriteChain(int blocks, const std::string& out) {
+// Writes a generated model's bytes to `out`: exit 0, or 1 when it cannot.
+int WriteBytes(const std::string& bytes, const std::string& out) {
   std::ofstream f(out, std::ios::binary | std::ios::trunc);
-  f << memest::zoo::ChainModel(blocks);
+  f << bytes;
   f.close();
   if (!f) {
     std::cerr << "memest-zoo: cannot write " << out << ": " << std::strerror(errno) << "\n";
     return 1;
   }
+  return 0;
+}
+
+int WriteChain(int blocks, const std::string& out) {
+  if (WriteBytes(memest::zoo::ChainModel(blocks), out) != 0) return 1;
   std::cout << out << ": " << 4 * int64_t{blocks} << " nodes\n";
+  return 0;
+}
+
+int WriteShape(const std::string& kind, int width, const std::string& out) {
+  if (WriteBytes(memest::zoo::ShapeModel(kind, width), out) != 0) return 1;
+  std::cout << out << ": " << kind << " of width " << width << "\n";
   return 0;
 }
 
@@ -250,6 +263,19 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::Range(1, 10'000'000));
   chain->add_option("--out", chain_out, "output .onnx file")->required();
+  auto* shape = app.add_subcommand(
+      "shape",
+      "a synthetic graph of one shape (datasets/zoo/shapes.h): many consumers, inputs, "
+      "outputs, live activations or graph outputs");
+  std::string shape_kind, shape_out;
+  int shape_width = 0;
+  shape->add_option("--kind", shape_kind, "the shape")
+      ->required()
+      ->check(CLI::IsMember(memest::zoo::ShapeKinds()));
+  shape->add_option("--width", shape_width, "the count that grows")
+      ->required()
+      ->check(CLI::Range(2, 1'000'000));
+  shape->add_option("--out", shape_out, "output .onnx file")->required();
   auto* hf = app.add_subcommand(
       "hf", "the weightless graph of a Hugging Face config.json (docs/hf-config.md)");
   std::string hf_config, hf_phase = "train", hf_logits = "all", hf_out;
@@ -274,6 +300,7 @@ int main(int argc, char** argv) {
   if (gmn->parsed()) return Gpumemnet(gmn_data, gmn_out, gmn_models, gmn_check);
   if (man->parsed()) return Manifest(preset, root, man_data, man_out);
   if (chain->parsed()) return WriteChain(chain_blocks, chain_out);
+  if (shape->parsed()) return WriteShape(shape_kind, shape_width, shape_out);
   if (hf->parsed()) return WriteHf(hf_config, hf_phase, hf_logits, hf_check, hf_out);
   if (out.empty()) {
     std::cerr << "memest-zoo: --out is required (see --help)\n";

@@ -1,6 +1,7 @@
 // The memory of memest itself stays bounded per node: loading a generated 100,000-node chain
 // (datasets/zoo/chain.h) and estimating it with the analytical and the symbolic backend raises
-// the process's peak RSS by less than kMaxBytesPerNode per node, and loading it and searching
+// the process's peak RSS by less than kMaxBytesPerNode per node (so do graphs of other shapes,
+// datasets/zoo/shapes.h, at 10,000 to 30,000 nodes), and loading it and searching
 // its largest batch with the symbolic backend by less than kMaxSearchBytesPerNode. Bytes, never
 // time (speed is measured by bench/, not by tests). The run happens in a forked child whose
 // high-water mark is reset first (/proc/self/clear_refs), so earlier tests' memory does not count.
@@ -15,6 +16,7 @@
 #include <string>
 
 #include "datasets/zoo/chain.h"
+#include "datasets/zoo/shapes.h"
 #include "memest/memest.h"
 
 namespace {
@@ -51,16 +53,16 @@ uint64_t ProcStatusBytes(const char* field) {
   return 0;
 }
 
-// Bytes of peak RSS per node for loading a chain of `blocks` blocks (4 nodes each) and `run`
-// over it (false: it failed), measured in a child process; a negative value when a step failed.
-template <typename Run>
-double PeakBytesPerNodeInChild(int blocks, Run run) {
+// Bytes of peak RSS per node for loading the model `make_bytes()` returns and `run` over it
+// (false: it failed), measured in a child process; a negative value when a step failed.
+template <typename Make, typename Run>
+double PeakBytesPerNodeInChild(Make make_bytes, Run run) {
   int fds[2];
   if (pipe(fds) != 0) return -1;
   const pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
-    const std::string bytes = memest::zoo::ChainModel(blocks);
+    const std::string bytes = make_bytes();
     malloc_trim(0);
     std::ofstream("/proc/self/clear_refs") << "5";
     const uint64_t before = ProcStatusBytes("VmRSS");
@@ -85,18 +87,23 @@ double PeakBytesPerNodeInChild(int blocks, Run run) {
   return got > 0 ? std::strtod(buf, nullptr) : -1;
 }
 
+// Both backends' training estimates at batch 64.
+bool EstimateWithBoth(const memest::Model& model) {
+  memest::Options o;
+  o.batch = 64;
+  for (const char* backend : {"analytical", "symbolic"}) {
+    auto est = memest::MakeEstimator(backend);
+    if (!est.ok() || !(*est)->Run(model, o).ok()) return false;
+  }
+  return true;
+}
+
+std::string Chain100k() { return memest::zoo::ChainModel(25'000); }
+
 TEST(MemoryBoundTest, PeakRssPerNodeOfAChainStaysUnderTheBound) {
   if (kSanitized) GTEST_SKIP() << "sanitizers multiply every allocation";
   if (!std::ifstream("/proc/self/clear_refs")) GTEST_SKIP() << "no /proc/self/clear_refs";
-  const double per_node = PeakBytesPerNodeInChild(25'000, [](const memest::Model& model) {
-    memest::Options o;
-    o.batch = 64;
-    for (const char* backend : {"analytical", "symbolic"}) {
-      auto est = memest::MakeEstimator(backend);
-      if (!est.ok() || !(*est)->Run(model, o).ok()) return false;
-    }
-    return true;
-  });  // 100,000 nodes
+  const double per_node = PeakBytesPerNodeInChild(Chain100k, EstimateWithBoth);
   ASSERT_GT(per_node, 0) << "the chain did not load or estimate";
   EXPECT_LE(per_node, kMaxBytesPerNode) << "memest's peak RSS per node of a 100,000-node chain";
   std::printf("peak RSS: %.0f bytes per node (bound %.0f)\n", per_node, kMaxBytesPerNode);
@@ -105,15 +112,30 @@ TEST(MemoryBoundTest, PeakRssPerNodeOfAChainStaysUnderTheBound) {
 TEST(MemoryBoundTest, PeakRssPerNodeOfAChainsSymbolicMaxBatchSearchStaysUnderTheBound) {
   if (kSanitized) GTEST_SKIP() << "sanitizers multiply every allocation";
   if (!std::ifstream("/proc/self/clear_refs")) GTEST_SKIP() << "no /proc/self/clear_refs";
-  const double per_node = PeakBytesPerNodeInChild(25'000, [](const memest::Model& model) {
+  const double per_node = PeakBytesPerNodeInChild(Chain100k, [](const memest::Model& model) {
     auto est = memest::MakeEstimator("symbolic");
     memest::Options o;  // h100-80gb
     return est.ok() && memest::FindMaxBatch(**est, model, o).ok();
-  });  // 100,000 nodes
+  });
   ASSERT_GT(per_node, 0) << "the chain did not load or its search failed";
   EXPECT_LE(per_node, kMaxSearchBytesPerNode)
       << "memest's peak RSS per node of a 100,000-node chain's symbolic max-batch search";
   std::printf("peak RSS: %.0f bytes per node (bound %.0f)\n", per_node, kMaxSearchBytesPerNode);
+}
+
+// The same bound over graphs of other shapes (datasets/zoo/shapes.h): a value read by many nodes,
+// nodes of many inputs or outputs, many activations alive at once, many graph outputs.
+TEST(MemoryBoundTest, PeakRssPerNodeOfEveryShapeStaysUnderTheBound) {
+  if (kSanitized) GTEST_SKIP() << "sanitizers multiply every allocation";
+  if (!std::ifstream("/proc/self/clear_refs")) GTEST_SKIP() << "no /proc/self/clear_refs";
+  for (const std::string& kind : memest::zoo::ShapeKinds()) {
+    const double per_node = PeakBytesPerNodeInChild(
+        [&] { return memest::zoo::ShapeModel(kind, 10'000); }, EstimateWithBoth);
+    ASSERT_GT(per_node, 0) << kind << " did not load or estimate";
+    EXPECT_LE(per_node, kMaxBytesPerNode) << "memest's peak RSS per node of " << kind;
+    std::printf("peak RSS: %.0f bytes per node of %s (bound %.0f)\n", per_node, kind.c_str(),
+                kMaxBytesPerNode);
+  }
 }
 
 }  // namespace
