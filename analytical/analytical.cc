@@ -7,9 +7,11 @@
 //   Bf = bytes of other initializers (BN running stats, constants)
 //   W  = P + Bf (+ AMP: C = low-precision copies of weights used by matmul/conv,
 //        memory-model.md §5.1)
-//   G  = P                                             gradients (memory-model.md §4.4)
-//   S  = k * P, k = 0 sgd, 1 momentum, 2 adam/adamw    optimizer state (memory-model.md §4.2;
+//   G  = Pg                                            gradients (memory-model.md §4.4)
+//   S  = k * Pg, k = 0 sgd, 1 momentum, 2 adam/adamw   optimizer state (memory-model.md §4.2;
 //        bitsandbytes' 8-bit Adam: memory/optimizer.h StateTensorBytes, per parameter)
+//   Pg = the part of P that backward reaches from the loss on the first output (a parameter
+//        that feeds other outputs alone gets no .grad and no state: ValueFacts::gets_gradient)
 //   Parameters that do not train may be stored in 2 bytes or quantized (memory/weight_storage.h):
 //   W counts their stored bytes, and a matmul on a quantized weight adds its dequantization
 //   transient to Tf (and to Tb when its input needs a gradient)
@@ -414,9 +416,8 @@ void Accounting::Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cach
     const int id = static_cast<int>(i);
     if (!Held(v, id)) continue;
     weights->Add(Eff(id));
-    if (!facts_.trainable(id)) continue;
-    params_only->Add(Eff(id));
-    cast_cache->Add(facts_.amp_cast_bytes(id));  // memory-model.md §5.1
+    cast_cache->Add(facts_.amp_cast_bytes(id));  // memory-model.md §5.1 (0 unless trainable)
+    if (facts_.gets_gradient(id)) params_only->Add(Eff(id));
   }
 }
 
@@ -425,7 +426,7 @@ uint64_t Accounting::LargestParameter() const {
   for (size_t i = 0; i < g_.values.size(); ++i) {
     const core::Value& v = g_.values[i];
     const int id = static_cast<int>(i);
-    if (facts_.trainable(id) && Held(v, id)) largest = std::max(largest, Eff(id));
+    if (facts_.gets_gradient(id) && Held(v, id)) largest = std::max(largest, Eff(id));
   }
   return largest;
 }
@@ -440,7 +441,7 @@ Blocks Accounting::OptimizerState() const {
   state.Add(memory::SharedStateBytes(o_.optimizer));
   for (size_t i = 0; i < g_.values.size(); ++i) {
     const int id = static_cast<int>(i);
-    if (!facts_.trainable(id) || !Held(g_.values[i], id)) continue;
+    if (!facts_.gets_gradient(id) || !Held(g_.values[i], id)) continue;  // memory-model.md §4.2
     for (uint64_t bytes : memory::StateTensorBytes(
              o_.optimizer, facts_.Share(id, b_.Numel(id).value_or(0)), Eff(id))) {
       state.Add(bytes);

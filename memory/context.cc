@@ -386,6 +386,30 @@ void AddRecurrentDiagnostics(const EstimationContext& ctx, Estimate* e) {
   e->diagnostics.push_back({Severity::kWarning, "recurrent_layers", message, "", ""});
 }
 
+// Trainable parameters that backward does not reach from a loss on the first output get no
+// gradient and no optimizer state (ops/value_facts.h gets_gradient, memory-model.md §4.2): right
+// for a loop whose loss reads that output alone, low by their gradients and state for one whose
+// loss reads the others too. Said, with the first such parameter's name.
+void AddParametersWithoutGradient(const EstimationContext& ctx, Estimate* e) {
+  const std::vector<int> without = ctx.facts().ParametersWithoutGradient();
+  if (without.empty()) return;
+  const core::BoundGraph& b = ctx.bound();
+  uint64_t elements = 0;
+  for (int id : without) elements += b.Numel(id).value_or(0);
+  const core::Graph& g = *b.graph;
+  const std::string first_output =
+      g.outputs.empty() ? "" : std::string(g.value(g.outputs.front()).name);
+  e->diagnostics.push_back(
+      {Severity::kWarning, "parameters_without_gradient",
+       std::to_string(without.size()) + " trainable parameter tensor(s) (" +
+           std::to_string(elements) + " elements, e.g. '" + std::string(g.value(without[0]).name) +
+           "') do not reach the first graph output ('" + first_output +
+           "'), where the training loss is taken: backward gives them no gradient, so torch.optim "
+           "makes no state for them, and the estimate counts neither. If the training loss reads "
+           "other outputs too (an auxiliary head), their gradients and state are missing from it",
+       "", ""});
+}
+
 void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
   const core::BoundGraph& b = ctx.bound();
   const core::Graph& g = *b.graph;
@@ -436,6 +460,8 @@ void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
       e->diagnostics.push_back({Severity::kInfo, "trainable", what, "", ""});
     }
   }
+  // ZeRO's and FSDP's flat shards hold every parameter that requires grad (memory/parallel.h).
+  if (o.mode == Mode::kTrain && !StepsAFlatShard(o)) AddParametersWithoutGradient(ctx, e);
   const WeightStorage& w = ctx.weights();
   if (w.tensors() > 0) {
     e->diagnostics.push_back({Severity::kInfo, "weight_storage",

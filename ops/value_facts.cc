@@ -135,10 +135,50 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
         return std::make_shared<const std::vector<bool>>(RequiresGrad(graph, &trainable_));
       });
   fusion_ = std::make_unique<Fusion>(graph, requires_grad_, fusion);
+  FindLossReach();
   MarkLowPrecision();
   FindLayout();
   FindStorageRoots();
   SizeValues(stored_bytes);
+}
+
+// Backward from a loss on the first output, as the symbolic timeline walks it (symbolic/timeline.cc
+// BackwardNode): nodes in reverse order; one with an output that has a gradient and an input that
+// requires grad (a fused chain's inputs, at its last node; none at its other nodes) gives a
+// gradient to each of those inputs -- a view to its input 0 alone.
+void ValueFacts::FindLossReach() {
+  const core::Graph& g = *graph_.graph;
+  reaches_loss_.assign(g.values.size(), false);
+  if (g.outputs.empty() || g.outputs.front() < 0) return;
+  reaches_loss_[static_cast<size_t>(g.outputs.front())] = true;
+  for (size_t k = g.nodes.size(); k-- > 0;) {
+    const core::Node& n = g.nodes[k];
+    const bool has_grad = std::any_of(n.outputs.begin(), n.outputs.end(), [&](int out) {
+      return out >= 0 && reaches_loss_[static_cast<size_t>(out)];
+    });
+    if (!has_grad) continue;
+    std::span<const int> ins = core::Span(n.inputs);
+    if (const FusedChain* c = fusion_->chain_of(k); c != nullptr) {
+      ins = c->nodes.back() == k ? std::span<const int>(c->inputs) : std::span<const int>();
+    }
+    if (std::none_of(ins.begin(), ins.end(), [&](int in) { return requires_grad(in); })) continue;
+    const OpRule* r = rule(k);
+    if (r != nullptr && r->view) ins = core::Span(n.inputs).first(n.inputs.empty() ? 0 : 1);
+    for (int in : ins) {
+      if (requires_grad(in)) reaches_loss_[static_cast<size_t>(in)] = true;
+    }
+  }
+}
+
+std::vector<int> ValueFacts::ParametersWithoutGradient() const {
+  std::vector<int> out;
+  for (size_t i = 0; i < trainable_.size(); ++i) {
+    const int id = static_cast<int>(i);
+    if (trainable(id) && !reaches_loss_[i] && !graph_.graph->values[i].consumers.empty()) {
+      out.push_back(id);
+    }
+  }
+  return out;
 }
 
 // Whether value `id` takes part in type promotion as an fp32 operand (memory-model.md §5.2): an

@@ -2,6 +2,10 @@
 //
 // From a BoundGraph and the options' precision, computed once (immutable afterwards):
 //   * requires_grad: ops::RequiresGrad (trainable parameters and what is computed from them);
+//   * gets_gradient: a trainable parameter that backward reaches from a loss on the graph's first
+//     output (memory-model.md §4.2): torch.optim steps, and gives state to, only the parameters
+//     whose .grad is not None after backward, so one that feeds other outputs alone gets neither
+//     a gradient nor optimizer state, though it requires grad;
 //   * low: the value is fp16/bf16 at run time (AMP: produced by a lower-precision op or by a
 //     pass-through op on low inputs, memory-model.md §5.2/5.3; bf16: every fp32 value);
 //   * root: the value that owns the storage (a view's source, transitively; memory-model.md §3.1
@@ -79,6 +83,13 @@ class ValueFacts {
   // A parameter that gets a gradient and optimizer state (Options::trainable / freeze).
   bool trainable(int id) const { return id >= 0 && trainable_[static_cast<size_t>(id)]; }
   bool requires_grad(int id) const { return id >= 0 && requires_grad_[static_cast<size_t>(id)]; }
+  // A trainable parameter that backward gives a gradient, from a loss on the first output: the
+  // ones that get a gradient and optimizer state in a training step.
+  bool gets_gradient(int id) const {
+    return trainable(id) && reaches_loss_[static_cast<size_t>(id)];
+  }
+  // The trainable parameters that backward does not reach (requires grad, no gradient).
+  [[nodiscard]] std::vector<int> ParametersWithoutGradient() const;
   bool low(int id) const { return id >= 0 && low_[static_cast<size_t>(id)]; }
   int root(int id) const { return id < 0 ? id : root_[static_cast<size_t>(id)]; }
   uint64_t bytes(int id) const { return id < 0 ? 0 : bytes_[static_cast<size_t>(id)]; }
@@ -127,6 +138,7 @@ class ValueFacts {
   bool Promotes(int id) const;  // an fp32 operand that makes a pass-through op's result fp32
   void FindLayout();
   void FindStorageRoots();
+  void FindLossReach();
   void SizeValues(const std::vector<std::optional<uint64_t>>& stored_bytes);
   // Appends node n's list to `out`.
   void AppendSaved(size_t n, std::vector<SavedTensor>* out) const;
@@ -138,6 +150,7 @@ class ValueFacts {
   Precision precision_;
   std::vector<bool> trainable_;
   std::vector<bool> requires_grad_;
+  std::vector<bool> reaches_loss_;  // backward gives the value a gradient (FindLossReach)
   std::vector<bool> low_;
   std::vector<int> root_;
   std::vector<bool> contiguous_;

@@ -36,7 +36,8 @@
 //    later gradients added into .grad in place, then one step. Under DDP the first k - 1
 //    backward passes run under no_sync() (only the last one all-reduces), as Accelerate and
 //    Lightning accumulate.
-//  * Optimizer step (memory-model.md §4.1-4.3): iteration 1 creates the state (adam: 2 per
+//  * Optimizer step (memory-model.md §4.1-4.3), over the parameters backward gives a .grad
+//    (ValueFacts::gets_gradient): iteration 1 creates the state (adam: 2 per
 //    parameter, momentum: 1). Foreach (the default): L2 weight decay allocates a gradient-sized
 //    copy of all grads, then frees it; adam then allocates the sqrt copy of all exp_avg_sq (one per
 //    parameter) and frees it. Single-tensor: per parameter, the L2 copy and adam's sqrt and
@@ -272,7 +273,8 @@ void Sim::IndexValues() {
   for (int i = 0; i < static_cast<int>(g_.values.size()); ++i) {
     const core::Value& v = g_.value(i);
     kind_[i] = v.kind;
-    if (facts_.trainable(i) && !v.consumers.empty() && plan_.parameter_on_stage(i, stage_)) {
+    // torch.optim steps only the parameters with a .grad (memory-model.md §4.2).
+    if (facts_.gets_gradient(i) && !v.consumers.empty() && plan_.parameter_on_stage(i, stage_)) {
       step_params_.push_back(i);
     }
   }

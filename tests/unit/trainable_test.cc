@@ -1,14 +1,18 @@
 // Trainable sets (Options::trainable / freeze, memory/trainable.h): frozen parameters keep their
-// weights but get no gradient and no optimizer state, and a frozen prefix saves nothing.
+// weights but get no gradient and no optimizer state, and a frozen prefix saves nothing. A
+// trainable parameter that backward does not reach from the loss on the first output gets
+// neither either, and the estimate warns (memory-model.md §4.2).
 #include "memory/trainable.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
 
 #include "memest/memest.h"
+#include "testing/onnx_builder.h"
 
 namespace memest {
 namespace {
@@ -104,6 +108,61 @@ TEST(TrainableTest, BadExpressionsAreUsageErrorsAndOtherBackendsRefuse) {
   for (const Diagnostic& d : frozen->diagnostics) warned = warned || d.code == "nothing_trains";
   EXPECT_TRUE(warned);
   EXPECT_EQ(frozen->breakdown.optimizer_state, 0u);
+}
+
+// x -> trunk -> h; h -> head -> "y" and h -> aux -> Relu -> "aux": two outputs, `aux_first`
+// choosing which is the first (where the loss is taken). Each weight is 64 x 64 floats.
+std::shared_ptr<const Model> TwoHeads(bool aux_first) {
+  testing::GraphBuilder b(17);
+  b.AddInput("x", testing::kFloat, {"N", 64});
+  for (const char* w : {"trunk.weight", "head.weight", "aux.weight"}) b.AddInitializer(w, {64, 64});
+  b.AddNode("MatMul", {"x", "trunk.weight"}, {"h"});
+  b.AddNode("MatMul", {"h", "head.weight"}, {"y"});
+  b.AddNode("MatMul", {"h", "aux.weight"}, {"a"});
+  b.AddNode("Relu", {"a"}, {"aux"});
+  for (const char* out : aux_first ? std::vector{"aux", "y"} : std::vector{"y", "aux"}) {
+    b.AddOutput(out, testing::kFloat, {"N", 64});
+  }
+  auto m = LoadModelFromBytes(b.Serialize(), ".", "two_heads");
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : nullptr;
+}
+
+TEST(TrainableTest, AParameterBackwardDoesNotReachGetsNoGradientOrStateAndIsNamed) {
+  constexpr uint64_t kWeight = 64 * 64 * 4;
+  for (const bool aux_first : {false, true}) {
+    SCOPED_TRACE(aux_first ? "loss on aux" : "loss on y");
+    auto m = TwoHeads(aux_first);
+    ASSERT_NE(m, nullptr);
+    Options o;
+    o.batch = 8;
+    for (const char* backend : {"analytical", "symbolic"}) {
+      SCOPED_TRACE(backend);
+      const Estimate e = EstimateWith(backend, *m, o);
+      // Adam's two moments for the trunk and the head the loss reads, none for the other head.
+      EXPECT_EQ(e.largest ? e.largest->optimizer_state.bytes : e.breakdown.optimizer_state,
+                2 * 2 * kWeight);
+      if (e.largest) EXPECT_EQ(e.largest->gradients.bytes, 2 * kWeight);
+      const auto warning = std::find_if(e.diagnostics.begin(), e.diagnostics.end(), [](auto& d) {
+        return d.code == "parameters_without_gradient";
+      });
+      ASSERT_NE(warning, e.diagnostics.end());
+      EXPECT_EQ(warning->severity, Severity::kWarning);
+      const std::string unreached = aux_first ? "'head.weight'" : "'aux.weight'";
+      EXPECT_NE(warning->message.find("1 trainable parameter tensor(s) (4096 elements, e.g. " +
+                                      unreached + ")"),
+                std::string::npos)
+          << warning->message;
+    }
+  }
+  // Every parameter of a stack reaches its one output: no warning.
+  auto stack = LoadModelFromBytes(testing::LinearStack(3, 64, true).Serialize(), ".", "stack");
+  ASSERT_TRUE(stack.ok());
+  Options o;
+  o.batch = 8;
+  for (const Diagnostic& d : EstimateWith("symbolic", **stack, o).diagnostics) {
+    EXPECT_NE(d.code, "parameters_without_gradient") << d.message;
+  }
 }
 
 }  // namespace
