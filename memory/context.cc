@@ -391,7 +391,7 @@ void AddRecurrentDiagnostics(const EstimationContext& ctx, Estimate* e) {
 // for a loop whose loss reads that output alone, low by their gradients and state for one whose
 // loss reads the others too. Said, with the first such parameter's name.
 void AddParametersWithoutGradient(const EstimationContext& ctx, Estimate* e) {
-  const std::vector<int> without = ctx.facts().ParametersWithoutGradient();
+  const std::vector<int>& without = ctx.facts().ParametersWithoutGradient();
   if (without.empty()) return;
   const core::BoundGraph& b = ctx.bound();
   uint64_t elements = 0;
@@ -399,14 +399,20 @@ void AddParametersWithoutGradient(const EstimationContext& ctx, Estimate* e) {
   const core::Graph& g = *b.graph;
   const std::string first_output =
       g.outputs.empty() ? "" : std::string(g.value(g.outputs.front()).name);
+  const Parallelism& p = ctx.options().parallel;
+  const bool ddp = p.sharding == Sharding::kNone && p.DataParallel() > 1;
   e->diagnostics.push_back(
       {Severity::kWarning, "parameters_without_gradient",
        std::to_string(without.size()) + " trainable parameter tensor(s) (" +
            std::to_string(elements) + " elements, e.g. '" + std::string(g.value(without[0]).name) +
            "') do not reach the first graph output ('" + first_output +
            "'), where the training loss is taken: backward gives them no gradient, so torch.optim "
-           "makes no state for them, and the estimate counts neither. If the training loss reads "
-           "other outputs too (an auxiliary head), their gradients and state are missing from it",
+           "makes no state for them, and the estimate counts neither" +
+           (ddp ? " (DDP's gradient buckets still hold room for them; PyTorch's DDP raises at the "
+                  "next iteration unless find_unused_parameters=True)"
+                : "") +
+           ". If the training loss reads other outputs too (an auxiliary head), their gradients "
+           "and state are missing from it",
        "", ""});
 }
 

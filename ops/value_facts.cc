@@ -145,40 +145,46 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
 // Backward from a loss on the first output, as the symbolic timeline walks it (symbolic/timeline.cc
 // BackwardNode): nodes in reverse order; one with an output that has a gradient and an input that
 // requires grad (a fused chain's inputs, at its last node; none at its other nodes) gives a
-// gradient to each of those inputs -- a view to its input 0 alone.
+// gradient to each of those inputs -- a view to its input 0 alone. A pipeline stage without the
+// loss seeds the sent values that reach it (Sim::ReceiveGradients), so the stages agree with the
+// walk over the whole graph. The walk is what the timeline does up to its zero-byte tensors: the
+// timeline allocates none, so a gradient of 0 bytes ends its chain there, where the walk goes on
+// (a parameter behind it keeps its state: the safe side).
 void ValueFacts::FindLossReach() {
   const core::Graph& g = *graph_.graph;
-  reaches_loss_.assign(g.values.size(), false);
+  const size_t nv = g.values.size();
+  reaches_loss_.assign(nv, 0);
+  without_gradient_.clear();
   if (g.outputs.empty() || g.outputs.front() < 0) return;
-  reaches_loss_[static_cast<size_t>(g.outputs.front())] = true;
+  uint8_t* reach = reaches_loss_.data();
+  reach[static_cast<size_t>(g.outputs.front())] = 1;
   for (size_t k = g.nodes.size(); k-- > 0;) {
     const core::Node& n = g.nodes[k];
-    const bool has_grad = std::any_of(n.outputs.begin(), n.outputs.end(), [&](int out) {
-      return out >= 0 && reaches_loss_[static_cast<size_t>(out)];
-    });
+    bool has_grad = false;
+    for (int out : n.outputs) has_grad = has_grad || (out >= 0 && reach[out] != 0);
     if (!has_grad) continue;
+    if (n.subgraph_nodes > 0) {  // reads outer values that are not its inputs
+      for (size_t i = 0; i < nv; ++i) reach[i] = requires_grad_[i];
+      break;
+    }
     std::span<const int> ins = core::Span(n.inputs);
     if (const FusedChain* c = fusion_->chain_of(k); c != nullptr) {
       ins = c->nodes.back() == k ? std::span<const int>(c->inputs) : std::span<const int>();
     }
-    if (std::none_of(ins.begin(), ins.end(), [&](int in) { return requires_grad(in); })) continue;
+    bool needs = false;
+    for (int in : ins) needs = needs || requires_grad(in);
+    if (!needs) continue;
     const OpRule* r = rule(k);
     if (r != nullptr && r->view) ins = core::Span(n.inputs).first(n.inputs.empty() ? 0 : 1);
     for (int in : ins) {
-      if (requires_grad(in)) reaches_loss_[static_cast<size_t>(in)] = true;
+      if (requires_grad(in)) reach[in] = 1;
     }
   }
-}
-
-std::vector<int> ValueFacts::ParametersWithoutGradient() const {
-  std::vector<int> out;
-  for (size_t i = 0; i < trainable_.size(); ++i) {
-    const int id = static_cast<int>(i);
-    if (trainable(id) && !reaches_loss_[i] && !graph_.graph->values[i].consumers.empty()) {
-      out.push_back(id);
+  for (size_t i = 0; i < nv; ++i) {
+    if (trainable_[i] && reach[i] == 0 && !g.values[i].consumers.empty()) {
+      without_gradient_.push_back(static_cast<int>(i));
     }
   }
-  return out;
 }
 
 // Whether value `id` takes part in type promotion as an fp32 operand (memory-model.md §5.2): an

@@ -5,7 +5,9 @@
 //   * gets_gradient: a trainable parameter that backward reaches from a loss on the graph's first
 //     output (memory-model.md §4.2): torch.optim steps, and gives state to, only the parameters
 //     whose .grad is not None after backward, so one that feeds other outputs alone gets neither
-//     a gradient nor optimizer state, though it requires grad;
+//     a gradient nor optimizer state, though it requires grad. Where a node that backward reaches
+//     has a subgraph (If/Loop/Scan), whose reads of outer values are not its inputs, every value
+//     that requires grad counts as reached (as RequiresGrad assumes they are read);
 //   * low: the value is fp16/bf16 at run time (AMP: produced by a lower-precision op or by a
 //     pass-through op on low inputs, memory-model.md §5.2/5.3; bf16: every fp32 value);
 //   * root: the value that owns the storage (a view's source, transitively; memory-model.md §3.1
@@ -83,13 +85,16 @@ class ValueFacts {
   // A parameter that gets a gradient and optimizer state (Options::trainable / freeze).
   bool trainable(int id) const { return id >= 0 && trainable_[static_cast<size_t>(id)]; }
   bool requires_grad(int id) const { return id >= 0 && requires_grad_[static_cast<size_t>(id)]; }
+  // Whether backward from a loss on the first output gives value `id` a gradient (it requires
+  // grad and leads to that output).
+  bool reaches_loss(int id) const { return id >= 0 && reaches_loss_[static_cast<size_t>(id)] != 0; }
   // A trainable parameter that backward gives a gradient, from a loss on the first output: the
   // ones that get a gradient and optimizer state in a training step.
-  bool gets_gradient(int id) const {
-    return trainable(id) && reaches_loss_[static_cast<size_t>(id)];
-  }
+  bool gets_gradient(int id) const { return trainable(id) && reaches_loss(id); }
   // The trainable parameters that backward does not reach (requires grad, no gradient).
-  [[nodiscard]] std::vector<int> ParametersWithoutGradient() const;
+  [[nodiscard]] const std::vector<int>& ParametersWithoutGradient() const {
+    return without_gradient_;
+  }
   bool low(int id) const { return id >= 0 && low_[static_cast<size_t>(id)]; }
   int root(int id) const { return id < 0 ? id : root_[static_cast<size_t>(id)]; }
   uint64_t bytes(int id) const { return id < 0 ? 0 : bytes_[static_cast<size_t>(id)]; }
@@ -150,7 +155,8 @@ class ValueFacts {
   Precision precision_;
   std::vector<bool> trainable_;
   std::vector<bool> requires_grad_;
-  std::vector<bool> reaches_loss_;  // backward gives the value a gradient (FindLossReach)
+  std::vector<uint8_t> reaches_loss_;  // backward gives the value a gradient (FindLossReach)
+  std::vector<int> without_gradient_;  // trainable, read, not reached
   std::vector<bool> low_;
   std::vector<int> root_;
   std::vector<bool> contiguous_;

@@ -1007,11 +1007,12 @@ void Sim::ReceiveActivations() {
   }
 }
 
-// A stage without the loss starts its backward from the gradients of what it sent.
+// A stage without the loss starts its backward from the gradients of what it sent: of the sent
+// values that lead to the loss (ValueFacts::reaches_loss; the others get none, as on one GPU).
 void Sim::ReceiveGradients() {
   if (!staged_ || loss_value_ >= 0) return;
   for (int v : sent_) {
-    if (facts_.requires_grad(v) && grad_[v] < 0) {
+    if (facts_.requires_grad(v) && facts_.reaches_loss(v) && grad_[v] < 0) {
       grad_[v] = Malloc(facts_.bytes(v), Category::kTransient, {SizeRecipe::kValue, v});
     }
   }

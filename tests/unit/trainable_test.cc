@@ -165,5 +165,77 @@ TEST(TrainableTest, AParameterBackwardDoesNotReachGetsNoGradientOrStateAndIsName
   }
 }
 
+// An If's branches read the encoder's output from the outer graph, which is not one of the If's
+// inputs: backward through the If counts every parameter as reached (no warning, state for all).
+TEST(TrainableTest, ANodeWithASubgraphThatBackwardReachesCountsEveryParameter) {
+  testing::GraphBuilder b(17);
+  b.AddInput("x", testing::kFloat, {"N", 64});
+  b.AddInput("cond", testing::kBool, {});
+  b.AddInitializer("encoder.weight", {64, 64});
+  b.AddNode("MatMul", {"x", "encoder.weight"}, {"h"}, "/encoder/MatMul");
+  auto branch = [](const char* op, const std::string& out) {
+    onnx::GraphProto g;
+    g.set_name(out + "_body");
+    onnx::NodeProto* n = g.add_node();
+    n->set_op_type(op);
+    n->add_input("h");  // the outer graph's value
+    n->add_output(out);
+    const std::vector<testing::TestDim> dims = {"N", 64};
+    testing::SetTensorType(*g.add_output(), testing::kFloat, &dims);
+    g.mutable_output(0)->set_name(out);
+    return g;
+  };
+  onnx::NodeProto& if_node = b.AddNode("If", {"cond"}, {"y"}, "/head/If");
+  testing::SetGraphAttr(if_node, "then_branch", branch("Relu", "then_y"));
+  testing::SetGraphAttr(if_node, "else_branch", branch("Neg", "else_y"));
+  b.AddOutput("y", testing::kFloat, {"N", 64});
+  auto m = LoadModelFromBytes(b.Serialize(), ".", "if_head");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  Options o;
+  o.batch = 8;
+  for (const char* backend : {"analytical", "symbolic"}) {
+    SCOPED_TRACE(backend);
+    const Estimate e = EstimateWith(backend, **m, o);
+    EXPECT_EQ(e.largest ? e.largest->optimizer_state.bytes : e.breakdown.optimizer_state,
+              2u * 64 * 64 * 4);
+    for (const Diagnostic& d : e.diagnostics) EXPECT_NE(d.code, "parameters_without_gradient");
+  }
+}
+
+// Under pipeline parallelism a stage without the loss seeds its backward with the gradients of
+// what it sent, and only of the sent values that lead to the loss: a branch of stage 0 read by an
+// auxiliary head on stage 1 gets no gradient there either. Stage 0 (layers 0-1 and the branch;
+// the deepest in flight under 1F1B, so the stage whose peaks the simulation reports) holds the
+// gradients of its two layers alone, and their state.
+TEST(TrainableTest, APipelineStageGivesNoGradientToABranchOnlyAnAuxiliaryHeadReads) {
+  constexpr int64_t kWidth = 1024;
+  constexpr uint64_t kWeight = kWidth * kWidth * 4;
+  testing::GraphBuilder b(17);
+  b.AddInput("x", testing::kFloat, {"N", kWidth});
+  for (const char* w : {"branch.weight", "aux.weight"}) b.AddInitializer(w, {kWidth, kWidth});
+  std::string x = "x";
+  for (int i = 0; i < 4; ++i) {
+    const std::string p = "layers." + std::to_string(i);
+    b.AddInitializer(p + ".weight", {kWidth, kWidth});
+    b.AddNode("MatMul", {x, p + ".weight"}, {p + ".out"}, "/" + p + "/MatMul");
+    x = p + ".out";
+    if (i == 0) b.AddNode("MatMul", {"x", "branch.weight"}, {"branch"}, "/branch/MatMul");
+    if (i == 2) b.AddNode("MatMul", {"branch", "aux.weight"}, {"aux"}, "/aux/MatMul");
+  }
+  b.AddOutput(x, testing::kFloat, {"N", kWidth});
+  b.AddOutput("aux", testing::kFloat, {"N", kWidth});
+  auto m = LoadModelFromBytes(b.Serialize(), ".", "pipeline_aux");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  Options o;
+  o.batch = 64;
+  o.parallel.pp = 2;
+  o.parallel.world_size = 2;
+  o.micro_batches = 4;
+  const Estimate e = EstimateWith("symbolic", **m, o);
+  ASSERT_TRUE(e.largest.has_value());
+  EXPECT_EQ(e.largest->gradients.bytes, 2 * kWeight);
+  EXPECT_EQ(e.largest->optimizer_state.bytes, 2 * 2 * kWeight);
+}
+
 }  // namespace
 }  // namespace memest
