@@ -144,12 +144,12 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
 
 // Backward from a loss on the first output, as the symbolic timeline walks it (symbolic/timeline.cc
 // BackwardNode): nodes in reverse order; one with an output that has a gradient and an input that
-// requires grad (a fused chain's inputs, at its last node; none at its other nodes) gives a
-// gradient to each of those inputs -- a view to its input 0 alone. A pipeline stage without the
-// loss seeds the sent values that reach it (Sim::ReceiveGradients), so the stages agree with the
-// walk over the whole graph. The walk is what the timeline does up to its zero-byte tensors: the
-// timeline allocates none, so a gradient of 0 bytes ends its chain there, where the walk goes on
-// (a parameter behind it keeps its state: the safe side).
+// requires grad (GradInputs: a fused chain's inputs at its last node, none at its other nodes)
+// gives a gradient to each of those inputs -- a view to its input 0 alone. A pipeline stage without
+// the loss seeds the sent values that reach it (Sim::ReceiveGradients), so the stages agree with
+// the walk over the whole graph. The walk is what the timeline does up to its zero-byte tensors:
+// the timeline allocates none, so a gradient of 0 bytes ends its chain there, where the walk goes
+// on (a parameter behind it keeps its state: the safe side).
 void ValueFacts::FindLossReach() {
   const core::Graph& g = *graph_.graph;
   const size_t nv = g.values.size();
@@ -167,10 +167,7 @@ void ValueFacts::FindLossReach() {
       for (size_t i = 0; i < nv; ++i) reach[i] = requires_grad_[i];
       break;
     }
-    std::span<const int> ins = core::Span(n.inputs);
-    if (const FusedChain* c = fusion_->chain_of(k); c != nullptr) {
-      ins = c->nodes.back() == k ? std::span<const int>(c->inputs) : std::span<const int>();
-    }
+    std::span<const int> ins = GradInputs(k);
     bool needs = false;
     for (int in : ins) needs = needs || requires_grad(in);
     if (!needs) continue;
@@ -185,6 +182,13 @@ void ValueFacts::FindLossReach() {
       without_gradient_.push_back(static_cast<int>(i));
     }
   }
+}
+
+std::span<const int> ValueFacts::GradInputs(size_t n) const {
+  const FusedChain* c = fusion_->chain_of(n);
+  if (c == nullptr) return core::Span(graph_.graph->nodes[n].inputs);
+  if (c->nodes.back() != n) return {};
+  return c->inputs;
 }
 
 // Whether value `id` takes part in type promotion as an fp32 operand (memory-model.md §5.2): an

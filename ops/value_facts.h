@@ -91,6 +91,10 @@ class ValueFacts {
   // A trainable parameter that backward gives a gradient, from a loss on the first output: the
   // ones that get a gradient and optimizer state in a training step.
   bool gets_gradient(int id) const { return trainable(id) && reaches_loss(id); }
+  // The inputs node n's backward makes gradients for: its own inputs; for the last node of a
+  // fused chain (ops/fusion.h) the chain's inputs from outside (FusedChain::inputs), as the fused
+  // kernel's backward makes them in one call; for the chain's other nodes none.
+  [[nodiscard]] std::span<const int> GradInputs(size_t n) const;
   // The trainable parameters that backward does not reach (requires grad, no gradient).
   [[nodiscard]] const std::vector<int>& ParametersWithoutGradient() const {
     return without_gradient_;

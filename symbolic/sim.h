@@ -433,11 +433,7 @@ class __attribute__((visibility("hidden"))) Sim {
   // One node of the backward, in reverse order: its input gradients, workspaces, and the
   // release of what it saved.
   void BackwardNode(size_t kk);
-  // The inputs node kk's backward makes gradients for: its own inputs; for the last node of a
-  // fused chain (ops/fusion.h) the chain's inputs from outside (FusedChain::inputs), as the fused
-  // kernel's backward makes them in one call; for the chain's other nodes none.
-  std::span<const int> GradInputs(size_t kk) const;
-  // The gradients of `ins` (GradInputs(kk)), made from node kk's output gradients.
+  // The gradients of `ins` (ValueFacts::GradInputs(kk)), made from node kk's output gradients.
   void InputGradients(size_t kk, std::span<const int> ins);
   // Accumulates gradient g into input `in`'s gradient (a parameter's .grad, or an activation's).
   void Deliver(int in, Tensor g);

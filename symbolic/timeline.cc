@@ -379,13 +379,6 @@ void Sim::AllocateWeights() {
   }
 }
 
-std::span<const int> Sim::GradInputs(size_t kk) const {
-  const ops::FusedChain* c = facts_.fusion().chain_of(kk);
-  if (c == nullptr) return core::Span(g_.nodes[kk].inputs);
-  if (c->nodes.back() != kk) return {};
-  return c->inputs;
-}
-
 void Sim::PrepareParallel() {
   if (!o_.parallel.enabled()) return;
   const std::vector<memory::ParameterShare> params =
@@ -884,7 +877,7 @@ void Sim::BackwardNode(size_t kk) {
   GatherBackward(kk);
   const ops::OpRule* rule = facts_.rule(kk);
   bool needs = false, has_out_grad = false;
-  const std::span<const int> ins = GradInputs(kk);
+  const std::span<const int> ins = facts_.GradInputs(kk);
   for (int in : ins) needs = needs || facts_.requires_grad(in);
   for (int out : n.outputs) has_out_grad = has_out_grad || (out >= 0 && grad_[out] >= 0);
   if (needs && has_out_grad) {
