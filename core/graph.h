@@ -7,7 +7,8 @@
 //
 // The loader parses into a protobuf arena (ParsedModel::OnArena): strings and repeated fields are
 // carved from a few large blocks instead of one heap allocation each, which halves the parse of a
-// large graph and frees the whole message at once. An arena cannot give back part of itself, so a
+// large graph and frees the whole message at once. The blocks grow to 1 MiB (kArenaMaxBlock in
+// core/graph.cc), not protobuf's default 8 KiB. An arena cannot give back part of itself, so a
 // model whose stripped weights would stay behind in it is moved to the heap (core/loader.cc).
 #ifndef MEMEST_CORE_GRAPH_H_
 #define MEMEST_CORE_GRAPH_H_
