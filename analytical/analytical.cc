@@ -60,7 +60,9 @@
 // are already in the value facts' bytes, and W, G, S are memory::ShardModelStates' when the
 // states are sharded (ZeRO, FSDP; no AMP cast cache then: the model runs in its low dtype).
 // Collective buffers (DDP buckets, gathered units) are allocator blocks; in the step phase the
-// gathered units are freed and ZeRO's fp32 gradient partition exists. NCCL's buffers sit
+// gathered units are freed and ZeRO's fp32 gradient partition exists. DDP's wrap is a third
+// phase: W + the two broadcast buffers in flight that reserve the most (memory::MakeDdpBroadcasts),
+// before the first iteration. NCCL's buffers sit
 // outside the allocator, like the CUDA context.
 //
 // Mixed precision (memory-model.md §5.2/5.3): an activation is fp16/bf16 ("low") when produced by a
@@ -643,8 +645,9 @@ Accounting::Activations Accounting::SavedAndTransientsOf(StepTerms* terms) const
 uint64_t Accounting::ShardStates(const memory::StepTemporaries& temps, StepTerms* t) const {
   if (!o_.parallel.enabled()) return 0;
   ModelStates* m = &t->states;
-  const memory::RankStates r =
-      memory::ShardModelStates(memory::RankParameters(b_, facts_, plan_, stage_), o_);
+  const std::vector<memory::ParameterShare> params =
+      memory::RankParameters(b_, facts_, plan_, stage_);
+  const memory::RankStates r = memory::ShardModelStates(params, o_);
   if (!r.unsharded) {
     Blocks others;  // buffers and constants: never sharded
     for (size_t i = 0; i < g_.values.size(); ++i) {
@@ -667,6 +670,8 @@ uint64_t Accounting::ShardStates(const memory::StepTemporaries& temps, StepTerms
   // gradients.
   if (r.grads_in_buckets) m->grads = Blocks();
   for (uint64_t size : r.buckets.rebuilt) (r.grads_in_buckets ? m->grads : m->buckets).Add(size);
+  m->wrap_broadcast =
+      FullestInFlight(memory::MakeDdpBroadcasts(b_, facts_, plan_, stage_, params, r).at_wrap);
   t->nccl_buffers = memory::NcclBufferBytes(plan_);
   return r.host;
 }

@@ -68,6 +68,18 @@ uint64_t Blocks::Reserved() const {
                 Blocks::RoundUp(small, kSmallBuffer));
 }
 
+Blocks FullestInFlight(const std::vector<uint64_t>& buffers) {
+  Blocks fullest;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    Blocks pair;
+    pair.Add(buffers[i]);
+    if (i > 0) pair.Add(buffers[i - 1]);
+    const uint64_t r = pair.Reserved(), best = fullest.Reserved();
+    if (r > best || (r == best && pair.allocated > fullest.allocated)) fullest = pair;
+  }
+  return fullest;
+}
+
 void FinishPhase(const Blocks& all, const StackProfile& stack, PhasePeak* p) {
   p->peak_allocated = all.allocated;
   p->peak_reserved = std::max(all.Reserved(), all.allocated);
@@ -135,11 +147,28 @@ Estimate PeaksOf(const StepTerms& t, const TermSums& sums, const StackProfile& s
   // symbolic backend describes the moment of its reserved peak (symbolic/timeline.cc).
   Estimate e;
   e.backend = "analytical";  // (the stack's band is the backend's)
-  const uint64_t r_bwd = fwdbwd.Reserved(), r_step = step.Reserved();
-  const bool backward_peaks =
-      r_bwd > r_step || (r_bwd == r_step && fwdbwd.allocated >= step.allocated);
-  TakePeak(backward_peaks ? backward : at_step, &e);
   e.phases = {std::move(backward), std::move(at_step)};
+  std::vector<Blocks> held = {fwdbwd, step};
+  if (m.wrap_broadcast.requested > 0) {
+    // DDP's wrap: the weights and its broadcasts' two buffers in flight, before the first
+    // iteration (a frozen model with few activations can peak there).
+    Blocks wrap = m.weights;
+    wrap.Add(m.wrap_broadcast);
+    PhasePeak at_wrap;
+    at_wrap.phase = Phase::kUnknown;
+    at_wrap.breakdown.weights = m.weights.requested;
+    at_wrap.breakdown.collective_buffers = m.wrap_broadcast.requested;
+    at_wrap.breakdown.nccl_buffers = t.nccl_buffers;
+    FinishPhase(wrap, stack, &at_wrap);
+    e.phases.push_back(std::move(at_wrap));
+    held.push_back(wrap);
+  }
+  size_t peak = 0;
+  for (size_t i = 1; i < held.size(); ++i) {
+    const uint64_t r = held[i].Reserved(), best = held[peak].Reserved();
+    if (r > best || (r == best && held[i].allocated > held[peak].allocated)) peak = i;
+  }
+  TakePeak(e.phases[peak], &e);
   return e;
 }
 

@@ -114,6 +114,11 @@ struct Blocks {
   }
 };
 
+// Buffers made one after another, two alive at once (buffer i is made once buffer i - 2 is freed:
+// DDP's broadcasts, memory/ddp_buckets.h): the two alive together that reserve the most, of two
+// that reserve the same the pair that allocates more. 0 bytes: no buffer.
+[[nodiscard]] Blocks FullestInFlight(const std::vector<uint64_t>& buffers);
+
 // The peak fields and the outside-allocator and rounding parts of p's breakdown, from the blocks
 // allocated at its peak (p's requested parts set).
 void FinishPhase(const Blocks& all, const StackProfile& stack, PhasePeak* p);
@@ -127,6 +132,9 @@ struct ModelStates {
   Blocks buckets;                 // DDP's gradient buckets as rebuilt after the first step, kept
   Blocks step_only;               // ZeRO's fp32 gradient partition, made for the step
   uint64_t step_temporaries = 0;  // the optimizer step's temporaries at its peak
+  // DDP's broadcasts when the model is wrapped (memory::DdpBroadcasts::at_wrap), the two in
+  // flight that take the most: with the weights alone, before the first iteration.
+  Blocks wrap_broadcast;
   bool operator==(const ModelStates&) const = default;
 };
 

@@ -261,7 +261,7 @@ class Candidates {
     // optimizer step, or the forward and backward's phase's where the estimate says it (PointOf);
     // 0 at the step's otherwise.
     double growing = 0;
-    bool at_step = false;  // the peak is the optimizer step's, and nothing says what grows
+    bool at_step = false;  // the peak is a fixed one (AtFixedPeak), and nothing says what grows
   };
   // What made the last candidate: how the bracket's next step reads its verdict. kOther:
   // unbracketed; kModel: the growth curve or the line between the bracket's ends.
@@ -302,7 +302,7 @@ class Candidates {
   // backward's meets the capacity.
   static Point PointOf(int64_t batch, const Estimate& e) {
     Point p{batch, SearchSignal(e), static_cast<double>(e.peak_allocated), Growing(e),
-            e.peak_phase == Phase::kOptimizerStep};
+            AtFixedPeak(e)};
     // (Not for a step made within the allocator's budget, whose signal is not its device peak,
     // nor for a pipeline's worst stage, where another stage's backward may decide.)
     if (!p.at_step || WithinBudget(e) || e.ranks.size() > 1) return p;
@@ -317,11 +317,18 @@ class Candidates {
     return p;
   }
 
+  // Whether the estimate's peak is one the batch does not move: the optimizer step's, or (the
+  // analytical backend's phase before the first iteration) DDP's wrap.
+  static bool AtFixedPeak(const Estimate& e) {
+    return e.peak_phase == Phase::kOptimizerStep ||
+           (e.peak_phase == Phase::kUnknown && !e.phases.empty());
+  }
+
   // What grows with the batch at an estimate's peak: its saved activations and transients
   // (requested bytes). At the optimizer step's peak the transients are the step's temporaries
   // and no saved activation is alive: nothing there says, 0.
   static double Growing(const Estimate& e) {
-    if (e.peak_phase == Phase::kOptimizerStep) return 0;
+    if (AtFixedPeak(e)) return 0;
     return static_cast<double>(e.breakdown.saved_activations) +
            static_cast<double>(e.breakdown.transient);
   }

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "base/checked.h"
+#include "base/dtype.h"
 #include "base/name_pattern.h"
 #include "core/blocks.h"
 #include "memory/optimizer.h"
@@ -376,6 +377,34 @@ std::vector<ParameterShare> RankParameters(const core::BoundGraph& bound,
     }
     out.push_back(s);
   }
+  return out;
+}
+
+DdpBroadcasts MakeDdpBroadcasts(const core::BoundGraph& bound, const ops::ValueFacts& facts,
+                                const ParallelPlan& plan, int stage,
+                                const std::vector<ParameterShare>& params, const RankStates& rank) {
+  DdpBroadcasts out;
+  if (rank.buckets.at_wrap.empty()) return out;  // not DDP
+  const core::Graph& g = *bound.graph;
+  std::vector<BucketedTensor> states, buffers;
+  for (const ParameterShare& s : params) states.push_back({s.bytes, s.dtype});
+  for (size_t i = 0; i < g.values.size(); ++i) {
+    const core::Value& v = g.values[i];
+    const int id = static_cast<int>(i);
+    if (v.kind != core::ValueKind::kInitializer || v.trainable || v.consumers.empty() ||
+        !plan.parameter_on_stage(id, stage) ||
+        !(base::IsFloatDType(v.dtype) || v.dtype == base::kBool)) {
+      continue;
+    }
+    uint64_t elements = 1;
+    for (const core::Dim& d : v.dims) {
+      elements = SatMul(elements, static_cast<uint64_t>(std::max<int64_t>(d.value, 0)));
+    }
+    if (elements > 1) buffers.push_back({facts.bytes(id), v.dtype});
+  }
+  out.each_forward = BroadcastBuffers(buffers);
+  states.insert(states.end(), buffers.begin(), buffers.end());
+  out.at_wrap = BroadcastBuffers(states);
   return out;
 }
 

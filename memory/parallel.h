@@ -165,6 +165,23 @@ struct RankStates {
 [[nodiscard]] RankStates ShardModelStates(uint64_t elements, uint64_t largest_module,
                                           const Options& options);
 
+// The flat buffers DDP's broadcasts make on a rank (memory/ddp_buckets.h BroadcastBuffers: bytes
+// per bucket in the order it makes them, two in flight). `at_wrap`: the constructor's, of every
+// parameter the rank holds (`params`, trained or not) and then every buffer; `each_forward`: a
+// forward's that follows a synchronizing backward, of the buffers. The ONNX graph does not say
+// which initializers are buffers: they are taken to be the stage's initializers that are not
+// parameters, of more than one element, floating-point (BatchNormalization's statistics, tables)
+// or boolean (masks); one-element constants and integer ones (shapes, indices) are the export's.
+// Both empty unless `rank` is DDP's (it has buckets).
+struct DdpBroadcasts {
+  std::vector<uint64_t> at_wrap, each_forward;
+};
+[[nodiscard]] DdpBroadcasts MakeDdpBroadcasts(const core::BoundGraph& bound,
+                                              const ops::ValueFacts& facts,
+                                              const ParallelPlan& plan, int stage,
+                                              const std::vector<ParameterShare>& params,
+                                              const RankStates& rank);
+
 // DDP with gradient_as_bucket_view (RankStates::grads_in_buckets).
 inline bool GradientsInBuckets(const Options& o) {
   return o.parallel.sharding == Sharding::kNone && o.parallel.DataParallel() > 1 &&

@@ -397,8 +397,8 @@ class __attribute__((visibility("hidden"))) Sim {
   void Forward(int it);
   // DDP's buckets freed for the rebuilt ones (memory/ddp_buckets.h), after the first step.
   void RebuildBuckets();
-  // DDP's broadcasts: which buffers (PrepareParallel), and each made and freed two in flight.
-  void PrepareBroadcasts(const std::vector<memory::ParameterShare>& params);
+  // DDP's broadcasts (memory::MakeDdpBroadcasts, PrepareParallel): each made and freed two in
+  // flight.
   void BroadcastCoalesced(const std::vector<uint64_t>& buffers);
   // DDP with gradient_as_bucket_view: the buckets hold the gradients, and the gradients whose
   // last contribution node kk's backward made are copied in and freed; *next walks

@@ -385,7 +385,10 @@ void Sim::PrepareParallel() {
       memory::RankParameters(b_, facts_, plan_, stage_);
   rank_ = memory::ShardModelStates(params, o_);
   sharded_ = !rank_.unsharded;
-  PrepareBroadcasts(params);
+  memory::DdpBroadcasts broadcasts =
+      memory::MakeDdpBroadcasts(b_, facts_, plan_, stage_, params, rank_);
+  wrap_broadcast_ = std::move(broadcasts.at_wrap);
+  buffer_broadcast_ = std::move(broadcasts.each_forward);
   unit_of_node_.assign(g_.nodes.size(), -1);
   if (train_ && rank_.grads_in_buckets) {
     // A parameter's gradient is complete, copied into its bucket and freed, at its earliest
@@ -435,32 +438,6 @@ void Sim::PrepareParallel() {
   }
   gathered_.assign(static_cast<size_t>(units), -1);
   unit_grads_.assign(static_cast<size_t>(units), -1);
-}
-
-void Sim::PrepareBroadcasts(const std::vector<memory::ParameterShare>& params) {
-  if (rank_.buckets.at_wrap.empty()) return;  // not DDP
-  // The rank's parameters, trained or not, then its buffers: the other initializers of more
-  // than one element that are floating-point (BatchNormalization's statistics, tables) or
-  // boolean (masks); one-element constants and integer ones (shapes, indices) are the export's.
-  std::vector<memory::BucketedTensor> states, buffers;
-  for (const memory::ParameterShare& s : params) states.push_back({s.bytes, s.dtype});
-  for (size_t i = 0; i < g_.values.size(); ++i) {
-    const core::Value& v = g_.values[i];
-    const int id = static_cast<int>(i);
-    if (v.kind != core::ValueKind::kInitializer || v.trainable || v.consumers.empty() ||
-        !plan_.parameter_on_stage(id, stage_) ||
-        !(base::IsFloatDType(v.dtype) || v.dtype == base::kBool)) {
-      continue;
-    }
-    uint64_t elements = 1;
-    for (const core::Dim& d : v.dims) {
-      elements = base::SatMul(elements, static_cast<uint64_t>(std::max<int64_t>(d.value, 0)));
-    }
-    if (elements > 1) buffers.push_back({facts_.bytes(id), v.dtype});
-  }
-  buffer_broadcast_ = memory::BroadcastBuffers(buffers);
-  states.insert(states.end(), buffers.begin(), buffers.end());
-  wrap_broadcast_ = memory::BroadcastBuffers(states);
 }
 
 void Sim::BroadcastCoalesced(const std::vector<uint64_t>& buffers) {

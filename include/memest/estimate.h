@@ -107,11 +107,13 @@ struct Estimate {
   // Per-category maxima over the step; set by backends that replay the step (symbolic).
   std::optional<CategoryMaxima> largest;
   // Training by the analytical backend: the forward and backward's peak (kBackward) and the
-  // optimizer step's (kOptimizerStep), in that order; the peak fields above are the one with
-  // the larger reserved bytes (of two that reserve the same, the one with more allocated). Below the batch where activations outgrow the optimizer step, the
-  // step is the peak, and the backward's entry is what still says how the peak grows with the
-  // batch. Many GPUs: the worst stage's (that of the fields above). Empty for every other backend
-  // and for inference.
+  // optimizer step's (kOptimizerStep), in that order, then under DDP the wrap's (kUnknown: before
+  // the first iteration, the weights and two of DDP's broadcast buffers); the peak fields above
+  // are the one with the largest reserved bytes (of those that reserve the same, the first with
+  // the most allocated). Below the batch where activations outgrow the optimizer step, the step
+  // is the peak, and the backward's entry is what still says how the peak grows with the batch.
+  // Many GPUs: the worst stage's (that of the fields above). Empty for every other backend and
+  // for inference.
   std::vector<PhasePeak> phases;
   // Interval on peak_device: the learned backend's own, else the stack's residual band
   // measured on held-out rows (memory/device.h); unset when neither exists.
