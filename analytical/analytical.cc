@@ -22,7 +22,9 @@
 //        + the loss's saved tensors (memory/loss.h: cross-entropy's fp32 log-probs + int64
 //        targets; mse: the target)
 //   Tf = max over nodes of the node's outputs that are not saved (+ rule workspace, + a
-//        convolution's cuDNN workspace, memory/device.h)
+//        convolution's cuDNN workspace, memory/device.h), + the activations no gradient flows
+//        through and no node saves that are alive there, from their node to their last reader
+//        (a frozen part of the model runs as inference does: NoGradRoots)
 //   Tb = max over nodes of (gradients flowing into its outputs + out of its activation inputs,
 //        + a convolution's cuDNN workspace), and the loss backward's peak (memory/loss.h)
 //   To = optimizer temporaries at the step's peak (memory/optimizer.h StepTemporariesFor):
@@ -72,7 +74,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <optional>
+#include <queue>
 #include <set>
 #include <span>
 #include <string>
@@ -156,7 +161,22 @@ class Accounting {
       if (p.fixed != 0) parts.fixed = SatAdd(parts.fixed, p.fixed);
       if (p.quadratic != 0) parts.quadratic = SatAdd(parts.quadratic, p.quadratic);
     }
+    void Remove(uint64_t b, TermParts p) {
+      bytes -= std::min(bytes, b);
+      parts.fixed -= std::min(parts.fixed, p.fixed);
+      parts.quadratic -= std::min(parts.quadratic, p.quadratic);
+    }
   };
+
+  // Training: the activations no gradient flows through and no node saves (a frozen part of the
+  // model runs as inference does), by storage root: the last node on the stage that reads one
+  // (through any alias; INT_MAX for a graph output kept to the end), -1 for every other value.
+  // Each is held from its node to that last reader, beside what that node holds.
+  struct NoGradHeld {
+    std::vector<int> last_use;
+    bool any = false;  // some such activation is read after the node that makes it
+  };
+  NoGradHeld NoGradRoots() const;
 
   void Weights(Blocks* weights, Blocks* params_only, Blocks* cast_cache) const;
   Blocks OptimizerState() const;
@@ -583,6 +603,12 @@ Accounting::Activations Accounting::SavedAndTransientsOf(StepTerms* terms) const
     if (plan_.input_on_stage(id, stage_)) saved.Save(id, -1);
   }
   const std::vector<int> seg_of = core::SegmentOfNode(g_, saved.segments());
+  // The activations no gradient flows through and no node saves, held until their last reader:
+  // those made before a node and still alive there are part of its forward transient (its
+  // inputs among them).
+  const NoGradHeld held = NoGradRoots();
+  Transient live;
+  std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>, std::greater<>> dying;
   std::vector<int> saved_here;  // by the node at hand; reused, as most nodes save a few or none
   for (const core::Node& n : g_.nodes) {
     const size_t k = static_cast<size_t>(&n - g_.nodes.data());
@@ -614,7 +640,18 @@ Accounting::Activations Accounting::SavedAndTransientsOf(StepTerms* terms) const
     }
     const uint64_t cudnn_ws =
         memory::CudnnWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces);
-    const Transient fwd = ForwardTransient<kParts>(n, k, cudnn_ws, saved_here);
+    Transient fwd = ForwardTransient<kParts>(n, k, cudnn_ws, saved_here);
+    if (held.any) {
+      fwd.Add(live.bytes, live.parts);
+      for (int out : n.outputs) {
+        if (out < 0 || held.last_use[static_cast<size_t>(out)] <= node) continue;
+        live.Add(Eff(out), PartsIf<kParts>(out));
+        dying.emplace(held.last_use[static_cast<size_t>(out)], out);
+      }
+      for (; !dying.empty() && dying.top().first <= node; dying.pop()) {
+        live.Remove(Eff(dying.top().second), PartsIf<kParts>(dying.top().second));
+      }
+    }
     const Transient bwd = BackwardTransient<kParts>(n, k, cudnn_ws);
     const uint64_t forward = fwd.bytes, backward = bwd.bytes;
     terms->AddTransient(forward, fwd.parts);
@@ -704,6 +741,53 @@ Result<Estimate> Accounting::Train(const GpuProfile& gpu, StepTerms* t) {
     e.peak_node = act.backward >= act.forward ? act.backward_node : "";
   }
   return e;
+}
+
+Accounting::NoGradHeld Accounting::NoGradRoots() const {
+  NoGradHeld h;
+  std::vector<uint8_t> held;  // made at the first such activation (most steps have none)
+  const std::vector<bool>& requires_grad = facts_.requires_grad();
+  // (By iterator and std::find: indexing a vector<bool> took about 19 instructions a value.)
+  for (auto it = std::find(requires_grad.begin(), requires_grad.end(), false);
+       it != requires_grad.end(); it = std::find(it + 1, requires_grad.end(), false)) {
+    const size_t i = static_cast<size_t>(it - requires_grad.begin());
+    const int id = static_cast<int>(i), producer = g_.values[i].producer;
+    if (producer < 0 || facts_.root(id) != id || !OnStage(static_cast<size_t>(producer)) ||
+        Eff(id) == 0) {
+      continue;
+    }
+    if (held.empty()) held.assign(g_.values.size(), 0);
+    held[i] = 1;
+    h.any = true;
+  }
+  if (!h.any) return h;  // every activation gets a gradient (no frozen part)
+  h.any = false;
+  for (size_t k = 0; k < g_.nodes.size(); ++k) {
+    if (!OnStage(k)) continue;
+    for (const ops::SavedTensor& s : facts_.Saved(k)) {
+      if (s.value >= 0 && facts_.root(s.value) >= 0)
+        held[static_cast<size_t>(facts_.root(s.value))] = 0;
+    }
+  }
+  h.last_use.assign(g_.values.size(), -1);
+  for (size_t k = 0; k < g_.nodes.size(); ++k) {
+    if (!OnStage(k)) continue;
+    for (int in : g_.nodes[k].inputs) {
+      const int r = in < 0 ? -1 : facts_.root(in);
+      if (r >= 0 && held[static_cast<size_t>(r)] != 0) {
+        h.last_use[static_cast<size_t>(r)] = static_cast<int>(k);
+        h.any = true;
+      }
+    }
+  }
+  for (int out : kept_outputs_) {
+    const int r = facts_.root(out);
+    if (r >= 0 && held[static_cast<size_t>(r)] != 0) {
+      h.last_use[static_cast<size_t>(r)] = std::numeric_limits<int>::max();
+      h.any = true;
+    }
+  }
+  return h;
 }
 
 std::vector<std::vector<int>> Accounting::LastUses() const {
