@@ -86,6 +86,16 @@ TEST(TrainableTest, AFrozenBackboneHoldsEachNodesInputsAndOutputsAtOnce) {
     const Estimate a = EstimateWith("analytical", *m, o), s = EstimateWith("symbolic", *m, o);
     EXPECT_GE(a.peak_allocated * 100, s.peak_allocated * 99) << batch;
     EXPECT_LE(a.peak_allocated * 100, s.peak_allocated * 101) << batch;
+    // Its device peak, without the allocator's cached blocks, is said to read under.
+    const auto said = [](const Estimate& e) {
+      return std::any_of(e.diagnostics.begin(), e.diagnostics.end(), [](const Diagnostic& d) {
+        return d.code == "frozen_without_allocator_model" && d.severity == Severity::kWarning;
+      });
+    };
+    EXPECT_TRUE(said(a)) << batch;
+    EXPECT_FALSE(said(s)) << batch;
+    o.trainable.clear();
+    EXPECT_FALSE(said(EstimateWith("analytical", *m, o))) << batch;
   }
 }
 
