@@ -64,8 +64,7 @@
 // Collective buffers (DDP buckets, gathered units) are allocator blocks; in the step phase the
 // gathered units are freed and ZeRO's fp32 gradient partition exists. DDP's wrap is a third
 // phase: W + the two broadcast buffers in flight that reserve the most (memory::MakeDdpBroadcasts),
-// before the first iteration. NCCL's buffers sit
-// outside the allocator, like the CUDA context.
+// before the first iteration. NCCL's buffers sit outside the allocator, like the CUDA context.
 //
 // Mixed precision (memory-model.md §5.2/5.3): an activation is fp16/bf16 ("low") when produced by a
 // lower-precision op (conv, matmul) or by a pass-through op on low inputs; fp32-policy ops
