@@ -187,6 +187,9 @@ class Accounting {
   // Inference: per node, the storage roots whose last use (by any alias) it is; graph outputs
   // kept to the end are in none.
   std::vector<std::vector<int>> LastUses() const;
+  // Per storage root, the last node on the stage that reads it through any alias (views share
+  // their source's storage); -1 for a value no node reads.
+  std::vector<int> LastReaders() const;
   // Node k's outputs nobody keeps, its workspace and its cuDNN workspace `cudnn_ws`.
   // `saved_here`: the values node k saves (a few; no order).
   template <bool kParts>
@@ -768,15 +771,12 @@ Accounting::NoGradHeld Accounting::NoGradRoots() const {
         held[static_cast<size_t>(facts_.root(s.value))] = 0;
     }
   }
-  h.last_use.assign(g_.values.size(), -1);
-  for (size_t k = 0; k < g_.nodes.size(); ++k) {
-    if (!OnStage(k)) continue;
-    for (int in : g_.nodes[k].inputs) {
-      const int r = in < 0 ? -1 : facts_.root(in);
-      if (r >= 0 && held[static_cast<size_t>(r)] != 0) {
-        h.last_use[static_cast<size_t>(r)] = static_cast<int>(k);
-        h.any = true;
-      }
+  h.last_use = LastReaders();
+  for (size_t r = 0; r < held.size(); ++r) {
+    if (held[r] == 0) {
+      h.last_use[r] = -1;
+    } else if (h.last_use[r] >= 0) {
+      h.any = true;
     }
   }
   for (int out : kept_outputs_) {
@@ -789,14 +789,21 @@ Accounting::NoGradHeld Accounting::NoGradRoots() const {
   return h;
 }
 
-std::vector<std::vector<int>> Accounting::LastUses() const {
-  // Views share their source's storage: a source lives until the last use of any alias.
-  std::vector<int> last_use(g_.values.size(), -1);
+std::vector<int> Accounting::LastReaders() const {
+  std::vector<int> last(g_.values.size(), -1);
   for (size_t k = 0; k < g_.nodes.size(); ++k) {
+    if (!OnStage(k)) continue;
     for (int in : g_.nodes[k].inputs) {
-      if (in >= 0) last_use[static_cast<size_t>(facts_.root(in))] = static_cast<int>(k);
+      const int r = in < 0 ? -1 : facts_.root(in);
+      if (r >= 0) last[static_cast<size_t>(r)] = static_cast<int>(k);
     }
   }
+  return last;
+}
+
+std::vector<std::vector<int>> Accounting::LastUses() const {
+  // A source lives until the last use of any alias (inference runs one stage: every node).
+  std::vector<int> last_use = LastReaders();
   for (int out : kept_outputs_) last_use[static_cast<size_t>(facts_.root(out))] = -1;
   // The caller holds its inputs to the end, except a decoder's past KV cache (memory/kv_cache.h).
   for (int id : g_.data_inputs) {
