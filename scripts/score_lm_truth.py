@@ -154,7 +154,7 @@ def memest_args(row, args, backend):
         cmd += ["--trainable", row["trainable"]]
     if row.get("checkpointing"):
         cmd += ["--checkpoint", "blocks"]
-    if not row.get("hold_logits") and backend == "symbolic" and args.outputs_as_run:
+    if not row.get("hold_logits") and backend in ("analytical", "symbolic") and args.outputs_as_run:
         cmd += ["--outputs", "dropped"]  # the loss was computed on the temporary logits
     return cmd
 
@@ -212,8 +212,8 @@ def main():
                     help="symbolic: estimate a decode step on a fresh allocator (--before-decode "
                          "nothing) instead of after its prefill, as it ran (prefill-emptied)")
     ap.add_argument("--outputs-as-run", action="store_true",
-                    help="symbolic: tell memest that a row's loop dropped the logits after the loss"
-                         " (--outputs dropped) unless the row held them")
+                    help="analytical, symbolic: tell memest that a row's loop dropped the logits"
+                         " after the loss (--outputs dropped) unless the row held them")
     ap.add_argument("--by-variant", action="store_true",
                     help="also a summary per training variant (from call 11: bf16, fused, accum2,"
                          " ckpt, top2; \"plain\" for the others)")

@@ -239,7 +239,8 @@ struct Options {
   // conservative reading): `logits = model(x).logits; loss = f(logits, y); loss.backward()`.
   // false: the outputs are dropped once the loss is computed (`loss = f(model(x).logits, y)`;
   // transformers' Trainer, whose compute_loss returns the loss alone), so an output that no node
-  // saved for backward is freed after the loss's forward. Modelled by the symbolic backend.
+  // saved for backward is freed after the loss's forward. Modelled by the analytical and symbolic
+  // backends.
   bool outputs_held = true;
   // Count the GPU libraries' workspaces (cuBLAS, memory-model.md §2.3) in the estimate. false
   // models a run without them: the CPU measurement harness (tensor level), which memest-eval

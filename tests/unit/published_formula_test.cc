@@ -210,7 +210,8 @@ TEST(PipelineFormulaTest, StagePKeepsTheActivationsOfPMinusPMicroBatches) {
   o.loss = Loss::kMse;
   auto est = MakeEstimator("analytical");
   // One layer's saves at the micro-batch (what it keeps inside, and its input, which its first
-  // LayerNorm saves), and the block input (also the size of the mse target).
+  // LayerNorm saves), and the block input (also the size of the mse target and of the output,
+  // which the loop holds through backward: Options::outputs_held).
   Options single = o;
   single.batch = micro;
   single.micro_batches = 1;
@@ -218,7 +219,7 @@ TEST(PipelineFormulaTest, StagePKeepsTheActivationsOfPMinusPMicroBatches) {
   const uint64_t l2 = (*est)->Run(*two, single)->breakdown.saved_activations;
   const uint64_t layer = l2 - l1;
   const uint64_t input = micro * kSeq * kH * 2;
-  ASSERT_EQ(l1, layer + input);  // one layer and the loss's target
+  ASSERT_EQ(l1, layer + 2 * input);  // one layer, the loss's target and the held output
   o.parallel.world_size = 2;
   o.parallel.pp = 2;
   auto e = (*est)->Run(*four, o);
@@ -230,8 +231,9 @@ TEST(PipelineFormulaTest, StagePKeepsTheActivationsOfPMinusPMicroBatches) {
   EXPECT_EQ(e->ranks[1].layers, 2);
   // Stage 0: layers 0 and 1 (the graph input is layer 0's saved input), two micro-batches.
   EXPECT_EQ(e->ranks[0].breakdown.saved_activations, 2 * (2 * layer));
-  // Stage 1: layers 2 and 3 (layer 2 saves the activation stage 0 sent) and the loss's target.
-  EXPECT_EQ(e->ranks[1].breakdown.saved_activations, 2 * layer + input);
+  // Stage 1: layers 2 and 3 (layer 2 saves the activation stage 0 sent), the loss's target and
+  // the output it holds, of its one micro-batch in flight.
+  EXPECT_EQ(e->ranks[1].breakdown.saved_activations, 2 * layer + 2 * input);
 }
 
 TEST(PipelineFormulaTest, APipelineDeeperThanTheBlocksIsAnErrorNamingBoth) {
