@@ -20,14 +20,16 @@ bool IsActivation(const std::string& name) {
 
 namespace {
 
-// The tanh GELU from its cube (Pow or Muls).
-std::string GeluTanh(GraphWriter& w, const std::string& x, const std::string& cube) {
+// The tanh GELU from its cube (Pow or Muls) and, when made already, 0.5 * x (else made last).
+std::string GeluTanh(GraphWriter& w, const std::string& x, const std::string& cube,
+                     std::string half = "") {
   const std::string inner =
       w.Op("Add", {x, w.Op("Mul", {cube, w.FloatScalar(0.044714998453855515f)})});
   const std::string t =
       w.Op("Tanh", {w.Op("Mul", {inner, w.FloatScalar(0.79788458347320556640625f)})});
   const std::string one_plus = w.Op("Add", {t, w.FloatScalar(1.0f)});
-  return w.Op("Mul", {w.Op("Mul", {x, w.FloatScalar(0.5f)}), one_plus});
+  if (half.empty()) half = w.Op("Mul", {x, w.FloatScalar(0.5f)});
+  return w.Op("Mul", {half, one_plus});
 }
 
 }  // namespace
@@ -52,8 +54,13 @@ std::string Activation(GraphWriter& w, const std::string& name, const std::strin
   }
   // 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))): the cube as a Pow, as Python code
   // writes it (op by op in PyTorch), or as Muls, as torch.onnx writes F.gelu(approximate="tanh")
-  // below opset 20 (one kernel in PyTorch; ops/fusion.h fuses this form only).
-  if (name == "gelu_tanh") return GeluTanh(w, x, w.Op("Pow", {x, w.FloatScalar(3.0f)}));
+  // below opset 20 (one kernel in PyTorch; ops/fusion.h fuses this form only). Python evaluates
+  // the left factor 0.5 * x first and holds it while the rest runs (NewGELUActivation in
+  // transformers' activations.py), one more tensor of x's size alive at the chain's peak.
+  if (name == "gelu_tanh") {
+    const std::string half = w.Op("Mul", {x, w.FloatScalar(0.5f)});
+    return GeluTanh(w, x, w.Op("Pow", {x, w.FloatScalar(3.0f)}), half);
+  }
   if (name == "gelu_tanh_kernel") return GeluTanh(w, x, w.Op("Mul", {x, w.Op("Mul", {x, x})}));
   if (name == "hardswish") return w.Op("HardSwish", {x});
   if (name == "relu6") return w.Op("Clip", {x, w.FloatScalar(0.0f), w.FloatScalar(6.0f)});

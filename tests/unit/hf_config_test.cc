@@ -309,6 +309,27 @@ TEST(HfConfigTest, GeluPytorchTanhIsOneKernelGeluNewIsNot) {
   }
 }
 
+// NewGELUActivation returns 0.5 * x * (1 + tanh(...)): Python makes the left factor 0.5 * x first
+// and holds it while the rest runs, so the graph makes that Mul before the Pow of every MLP.
+TEST(HfConfigTest, GeluNewMakesHalfOfItsInputFirst) {
+  auto model = Load(Build(Config("gpt2.json")));
+  ASSERT_NE(model, nullptr);
+  const core::Graph& g = model->graph();
+  int pows = 0;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    if (g.nodes[k].op_type != "Pow") continue;
+    ++pows;
+    const core::Value& x = g.value(g.nodes[k].inputs.at(0));
+    bool half_before = false;  // a Mul reading x, made before the Pow
+    for (int reader : x.consumers) {
+      half_before |= g.nodes[static_cast<size_t>(reader)].op_type == "Mul" &&
+                     static_cast<size_t>(reader) < k;
+    }
+    EXPECT_TRUE(half_before) << g.nodes[k].Describe();
+  }
+  EXPECT_EQ(pows, 12);  // one a layer
+}
+
 // The concrete shape of graph output `name` at the given dims.
 std::vector<int64_t> OutputShape(const Model& model, const std::string& name,
                                  const std::map<std::string, int64_t>& dims) {
