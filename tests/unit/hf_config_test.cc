@@ -322,8 +322,8 @@ TEST(HfConfigTest, GeluNewMakesHalfOfItsInputFirst) {
     const core::Value& x = g.value(g.nodes[k].inputs.at(0));
     bool half_before = false;  // a Mul reading x, made before the Pow
     for (int reader : x.consumers) {
-      half_before |= g.nodes[static_cast<size_t>(reader)].op_type == "Mul" &&
-                     static_cast<size_t>(reader) < k;
+      half_before |=
+          g.nodes[static_cast<size_t>(reader)].op_type == "Mul" && static_cast<size_t>(reader) < k;
     }
     EXPECT_TRUE(half_before) << g.nodes[k].Describe();
   }
@@ -483,6 +483,37 @@ TEST(HfConfigTest, Qwen3PrefillAndDecodeHaveTheirShapes) {
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   const uint64_t cache = uint64_t{2} * 28 * 3 * 8 * 4096 * 128 * 4;  // k and v, fp32
   EXPECT_GT(e->peak_allocated, uint64_t{596'049'920} * 4 + cache);
+}
+
+// The analytical backend counts no cached or split blocks in inference, which a prefill's cache
+// leaves (docs/accuracy-lm.md): it says so on a prefill, and only there (a decode step has its
+// own warning; training and the symbolic backend, which simulates the allocator, do not).
+TEST(HfConfigTest, TheAnalyticalBackendWarnsThatAPrefillSplitsTheAllocatorsSegments) {
+  const json c = Config("gpt2.json");
+  HfGraphOptions prefill, decode;
+  prefill.phase = HfGraphOptions::kPrefill;
+  decode.phase = HfGraphOptions::kDecode;
+  auto p = Load(Build(c, prefill)), d = Load(Build(c, decode)), t = Load(Build(c));
+  ASSERT_TRUE(p && d && t);
+  Options infer;
+  infer.mode = Mode::kInfer;
+  infer.batch = 2;
+  infer.dims = {{"seq", 128}};
+  Options train = infer;
+  train.mode = Mode::kTrain;
+  auto warns = [](const std::string& backend, const Model& m, const Options& o) {
+    auto e = (*MakeEstimator(backend))->Run(m, o);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() && std::any_of(e->diagnostics.begin(), e->diagnostics.end(), [](const auto& x) {
+             return x.code == "prefill_without_allocator_model" && x.severity == Severity::kWarning;
+           });
+  };
+  EXPECT_TRUE(warns("analytical", *p, infer));
+  EXPECT_FALSE(warns("symbolic", *p, infer));
+  Options decode_step = infer;
+  decode_step.dims = {{"seq", 1}, {"past", 64}};
+  EXPECT_FALSE(warns("analytical", *d, decode_step));
+  EXPECT_FALSE(warns("analytical", *t, train));
 }
 
 // A decode step over transformers' DynamicCache: each layer's past is released at its Concat, so
