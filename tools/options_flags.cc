@@ -491,7 +491,8 @@ const std::vector<OptionFlag>& Table() {
       Row(
           "--outputs", "held|dropped",
           "training: the loop holds the model's outputs (logits) through backward, or drops them "
-          "once the loss is computed (transformers' Trainer); dropped: analytical and symbolic backends",
+          "once the loss is computed (transformers' Trainer); dropped: analytical and symbolic "
+          "backends",
           {"outputs_held"}, FlagValue::kText, kTraining,
           [](const Options& d) { return std::string(d.outputs_held ? "held" : "dropped"); },
           ApplyOutputs),
