@@ -665,10 +665,11 @@ std::string LongName(const char* names) {
 
 // ---------------------------------------------------------------------------------------------
 
-std::string HelpDefaults::With(std::string text, const std::vector<const char*>& keys) {
+std::string HelpDefaults::With(std::string text, const std::vector<const char*>& keys,
+                               const std::string& shown) {
   if (const OptionDoc* d = FindDoc(docs_, keys)) {
     used_.insert(d);
-    text += " (default: " + DefaultText(*d) + ")";
+    text += " (default: " + (shown.empty() ? DefaultText(*d) : shown) + ")";
   }
   return text;
 }
@@ -699,6 +700,16 @@ const std::vector<std::string>& MeasureOptionFlagNames() {
   return names;
 }
 
+namespace {
+
+// A text flag's default as the flag spells it (empty: the option's documented value is shown).
+std::string ShownDefault(const OptionFlag& flag) {
+  static const Options defaults;
+  return flag.value == FlagValue::kText && flag.initial ? flag.initial(defaults) : "";
+}
+
+}  // namespace
+
 OptionFlags::OptionFlags(const std::vector<std::string>& names) {
   const Options defaults;
   for (const OptionFlag& flag : Table()) {
@@ -724,7 +735,7 @@ OptionFlags::OptionFlags(const std::vector<std::string>& names) {
 void OptionFlags::AddTo(CLI::App& app, HelpDefaults& help) {
   for (const auto& slot : slots_) {
     const OptionFlag& flag = *slot->flag;
-    const std::string text = help.With(flag.help, flag.doc_keys);
+    const std::string text = help.With(flag.help, flag.doc_keys, ShownDefault(flag));
     switch (flag.value) {
       case FlagValue::kText:
         slot->option = app.add_option(flag.names, slot->text, text);
@@ -796,7 +807,7 @@ std::string OptionFlags::DescribeJson(HelpDefaults& help) const {
     j["kind"] = KindName(flag.value);
     j["default"] =
         flag.initial ? nlohmann::ordered_json(flag.initial(defaults)) : nlohmann::ordered_json();
-    j["help"] = help.With(flag.help, flag.doc_keys);
+    j["help"] = help.With(flag.help, flag.doc_keys, ShownDefault(flag));
     j["training_only"] = flag.training_only;
     j["group"] = flag.group ? nlohmann::ordered_json(flag.group) : nlohmann::ordered_json();
     flags.push_back(std::move(j));

@@ -35,8 +35,10 @@ class HelpDefaults {
   explicit HelpDefaults(std::vector<OptionDoc> docs) : docs_(std::move(docs)) {}
 
   // `text` plus " (default: X)" for the first documented option `keys` name; `text` unchanged
-  // when none does.
-  std::string With(std::string text, const std::vector<const char*>& keys);
+  // when none does. A non-empty `shown` is X as the flag spells it (--outputs "held" for the
+  // option's true), instead of the option's documented value.
+  std::string With(std::string text, const std::vector<const char*>& keys,
+                   const std::string& shown = "");
   std::string With(std::string text, std::initializer_list<const char*> keys) {
     return With(std::move(text), std::vector<const char*>(keys));
   }

@@ -1036,6 +1036,10 @@ TEST_F(CliTest, HelpShowsDefaultsReadablyAndEveryFlagIsDocumented) {
   const size_t wd = r.out.find("--weight-decay");
   ASSERT_NE(wd, std::string::npos);
   EXPECT_NE(r.out.find("(default: 0)", wd), std::string::npos) << r.out;
+  // A text flag over a bool option shows its default as the flag spells it, not "true".
+  const size_t outputs = r.out.find("--outputs held|dropped");
+  ASSERT_NE(outputs, std::string::npos);
+  EXPECT_EQ(r.out.find("(default: ", outputs), r.out.find("(default: held)", outputs)) << r.out;
   // Every flag --help prints is in docs/cli.md.
   const std::string doc = ReadFile(fs::path(MEMEST_SOURCE_DIR) / "docs" / "cli.md");
   std::set<std::string> flags;
