@@ -900,11 +900,7 @@ void NoteFrozenWithoutAllocatorModel(const Options& o, Estimate* e) {
 // under: said, not left silent. (A decode step has its own warning, memory/context.cc.)
 void NotePrefillWithoutAllocatorModel(const memory::EstimationContext& ctx, Estimate* e) {
   const memory::KvCache& kv = ctx.kv_cache();
-  if (ctx.options().mode != Mode::kInfer || kv.empty() || kv.paged()) return;
-  const core::Graph& g = *ctx.bound().graph;
-  for (int id : kv.values()) {
-    if (g.value(id).kind == core::ValueKind::kDataInput) return;  // reads a past cache
-  }
+  if (ctx.options().mode != Mode::kInfer || kv.empty() || kv.paged() || kv.reads_past()) return;
   e->diagnostics.push_back(
       {Severity::kWarning, "prefill_without_allocator_model",
        "the analytical backend counts no cached or split blocks in inference, and a prefill "

@@ -478,7 +478,7 @@ void AddCommonDiagnostics(const EstimationContext& ctx, Estimate* e) {
                                   std::to_string(w.bytes_before()),
                               "", ""});
   }
-  if (o.mode == Mode::kInfer && ctx.kv_cache().releases_any() && !ctx.kv_cache().paged()) {
+  if (o.mode == Mode::kInfer && ctx.kv_cache().reads_past() && !ctx.kv_cache().paged()) {
     if (const EstimationContext* prefill = ctx.prefill()) {
       const DecodePrefill& p = *o.prefill;
       e->diagnostics.push_back(

@@ -50,6 +50,7 @@ Result<KvCache> KvCache::Make(const core::BoundGraph& b, const Options& o) {
   }
   kv.values_ = past;
   kv.values_.insert(kv.values_.end(), present.begin(), present.end());
+  kv.reads_past_ = !past.empty();
   if (!past.empty()) {
     kv.released_.assign(g.values.size(), false);
     for (int id : past) kv.released_[static_cast<size_t>(id)] = true;

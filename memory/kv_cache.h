@@ -49,6 +49,9 @@ class KvCache {
     return !released_.empty() && released_[static_cast<size_t>(id)];
   }
   bool releases_any() const { return !released_.empty(); }
+  // Whether the graph reads a past cache (past_key_values.* inputs): a decode step; a graph that
+  // only makes one (present.* outputs) is a prefill.
+  bool reads_past() const { return reads_past_; }
   bool empty() const { return values_.empty(); }
   // Per value id, the bytes the options give a cache tensor (nullopt: as sized otherwise);
   // empty when neither option is set.
@@ -67,6 +70,7 @@ class KvCache {
   uint64_t bytes_per_token_ = 0;
   int layers_ = 0;
   bool paged_ = false;
+  bool reads_past_ = false;
 };
 
 // The past input a present output fills in the next step: "present.3.key" ->
