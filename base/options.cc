@@ -343,7 +343,8 @@ std::vector<OptionDoc> DescribeOptions() {
       {"library_workspaces", d.library_workspaces ? "true" : "false",
        "count cuBLAS workspaces (false: compare with the CPU harness)"},
       {"fused_kernels", d.fused_kernels ? "true" : "false",
-       "cost exported LayerNorm/GELU chains as PyTorch's fused kernels (false: op by op)"},
+       "cost exported LayerNorm/GroupNorm/GELU/SiLU/Mish chains as PyTorch's fused kernels (false: "
+       "op by op)"},
       {"attention", ToString(d.attention),
        "eager | sdpa-math | sdpa-flash | sdpa-mem-efficient | auto: what attention saves"},
       {"trainable", d.trainable.empty() ? "(every parameter)" : d.trainable,

@@ -1,10 +1,12 @@
 // ops/fusion.cc -- see ops/fusion.h for the policy. Each matcher starts at one anchor op
-// (LayerNorm: the Sub; GELU: the Erf; attention: the Softmax), follows the exporter's chain in
-// both directions, and gives up at the first link that differs.
+// (LayerNorm: the Sub; GroupNorm: the InstanceNormalization; GELU: the Erf or Tanh; SiLU: the
+// Sigmoid; Mish: the Softplus; attention: the Softmax), follows the exporter's chain in both
+// directions, and gives up at the first link that differs.
 #include "ops/fusion.h"
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <set>
@@ -22,25 +24,31 @@ using core::Node;
 constexpr double kTolerance = 1e-3;
 
 // A chain found by its structure alone (op types, which operand is which, constants, and that
-// no interior value is read outside it): what a LayerNorm or GELU chain is at any dims. What it
+// no interior value is read outside it): what an elementwise chain is at any dims. What it
 // saves depends on the bound graph (SavedBy).
 struct ChainMatch {
   FusedChain chain;         // nodes sorted, interior values; saved empty
   int x = -1;               // the chain's input, which the fused kernel saves
-  int mean = -1;            // LayerNorm: the first ReduceMean's output, one statistic per row
-  std::vector<int> params;  // LayerNorm: the weight, then the bias, when the chain has them
+  int mean = -1;            // LayerNorm: the first ReduceMean's output, one statistic per row;
+                            // GroupNorm: the grouped input [N, G, ...], one per (n, g)
+  std::vector<int> params;  // the norms: the weight, then the bias, when the chain has them
 };
 
-// What a graph's structure says, whatever its dims: LayerNorm and GELU chains, identity
-// dropouts, and whether a Softmax looks like attention.
+// What a graph's structure says, whatever its dims: the elementwise chains (LayerNorm, GroupNorm,
+// GELU, SiLU, Mish), identity dropouts, and whether a Softmax looks like attention.
 class Structure {
  public:
   explicit Structure(const core::Graph& g) : g_(g) {}
 
   std::optional<ChainMatch> LayerNorm(size_t sub) const;
+  std::optional<ChainMatch> GroupNorm(size_t instance_norm) const;
   std::optional<ChainMatch> Gelu(size_t erf) const;
   std::optional<ChainMatch> GeluTanh(size_t tanh) const;
   std::optional<ChainMatch> GeluTail(int x, const Node& act, FusedChain c) const;
+  std::optional<ChainMatch> Silu(size_t sigmoid) const;
+  std::optional<ChainMatch> Mish(size_t softplus) const;
+  std::optional<ChainMatch> SelfGated(int x, FusedKind kind,
+                                      std::initializer_list<const Node*> gate) const;
   bool LooksLikeAttention(size_t softmax) const;
   bool IdentityDropout(size_t n) const;
   // A mask computed from the inputs' shapes alone through a Trilu: the causal mask transformers'
@@ -88,8 +96,30 @@ class Structure {
     if (n.inputs[1] == known && n.inputs[0] != known) return n.inputs[0];
     return -1;
   }
+  // A value no data reaches: an initializer, or a Constant node's output.
+  bool Constant(int id) const {
+    if (id < 0) return false;
+    if (g_.value(id).kind == core::ValueKind::kInitializer) return true;
+    return Is(Producer(id), "Constant");
+  }
+  // The initializer behind `id`, itself or unsqueezed (how torch.onnx shapes an affine weight
+  // [C] to [C, 1, ...] for a broadcast), or -1.
+  int Parameter(int id) const {
+    if (id < 0) return -1;
+    if (g_.value(id).kind == core::ValueKind::kInitializer) return id;
+    const Node* p = Producer(id);
+    if (!Is(p, "Unsqueeze") || p->inputs.empty() || p->inputs[0] < 0) return -1;
+    return g_.value(p->inputs[0]).kind == core::ValueKind::kInitializer ? p->inputs[0] : -1;
+  }
   // A chain is fused only when its interior values are read by its own nodes alone.
   bool Closed(const FusedChain& c) const;
+  // The match of a chain whose nodes are all in `c`: none when it is not closed.
+  std::optional<ChainMatch> Finished(FusedChain c, int x, int mean = -1,
+                                     std::vector<int> params = {}) const {
+    if (!Closed(c)) return std::nullopt;
+    std::sort(c.nodes.begin(), c.nodes.end());
+    return ChainMatch{std::move(c), x, mean, std::move(params)};
+  }
   static void Add(FusedChain* c, const Node* n, const core::Graph& g) {
     c->nodes.push_back(static_cast<size_t>(n - g.nodes.data()));
   }
@@ -111,9 +141,9 @@ class Matcher : public Structure {
   bool RepeatedHeads(int id) const;
   // Marks `s` broadcast_kv when k^T and v have fewer rows than the probabilities.
   void BroadcastHeads(int key, int v, AttentionSite* s) const;
-  // What LayerNorm or GELU chain `m` saves at the bound dims: nothing when no gradient flows
-  // through it; else the fused kernel's list (LayerNorm: x, the weight, and two fp32 statistics
-  // per row; GELU: x).
+  // What elementwise chain `m` saves at the bound dims: nothing when no gradient flows through
+  // it; else the fused kernel's list (LayerNorm, GroupNorm: x, the weight, and two fp32 statistics
+  // per row or per (sample, group); GELU, SiLU, Mish: x).
   FusedChain SavedBy(const ChainMatch& m) const;
 
  private:
@@ -122,6 +152,12 @@ class Matcher : public Structure {
            requires_grad_[static_cast<size_t>(id)];
   }
   uint64_t Numel(int id) const { return b_.Numel(id).value_or(0); }
+  // The product of the first two dims of `id` (0 when unknown).
+  uint64_t LeadingTwo(int id) const {
+    const auto& shape = b_.shapes[static_cast<size_t>(id)];
+    if (!shape || shape->size() < 2 || (*shape)[0] < 0 || (*shape)[1] < 0) return 0;
+    return static_cast<uint64_t>((*shape)[0]) * static_cast<uint64_t>((*shape)[1]);
+  }
 
   // Mask or bias `id` of a chain, for the kernel that takes it as attn_mask.
   AttentionMask MaskOf(int id, const char* what) const {
@@ -201,9 +237,50 @@ std::optional<ChainMatch> Structure::LayerNorm(size_t k) const {
       Add(&c, add, g_);
     }
   }
-  if (!Closed(c)) return std::nullopt;
-  std::sort(c.nodes.begin(), c.nodes.end());
-  return ChainMatch{std::move(c), x, mean, std::move(params)};
+  return Finished(std::move(c), x, mean, std::move(params));
+}
+
+// F.group_norm as torch.onnx writes it (symbolic_opset9.group_norm): Reshape x to [N, G, -1] ->
+// InstanceNormalization with constant scale and bias (ones, zeros) -> Reshape back (to Shape(x)
+// or a constant shape) -> * weight [-> + bias], each an initializer unsqueezed to [C, 1, ...].
+std::optional<ChainMatch> Structure::GroupNorm(size_t k) const {
+  const Node& norm = g_.nodes[k];
+  if (norm.inputs.size() != 3 || norm.outputs.empty()) return std::nullopt;
+  const int grouped = norm.inputs[0], n = norm.outputs[0];
+  if (!Constant(norm.inputs[1]) || !Constant(norm.inputs[2])) return std::nullopt;
+  const Node* split = Producer(grouped);
+  if (!Is(split, "Reshape") || split->inputs.size() != 2 || !Constant(split->inputs[1])) {
+    return std::nullopt;
+  }
+  const int x = split->inputs[0];
+  const Node* back = SoleConsumer(n);
+  if (!Is(back, "Reshape") || back->inputs.size() != 2 || back->inputs[0] != n ||
+      back->outputs.empty()) {
+    return std::nullopt;
+  }
+  const Node* shape = Producer(back->inputs[1]);
+  if (!Constant(back->inputs[1]) &&
+      !(Is(shape, "Shape") && !shape->inputs.empty() && shape->inputs[0] == x)) {
+    return std::nullopt;
+  }
+  FusedChain c{FusedKind::kGroupNorm, {}, {grouped, n}, {}};
+  for (const Node* node : {split, &norm, back}) Add(&c, node, g_);
+  std::vector<int> params;
+  int out = back->outputs[0];
+  for (const char* op : {"Mul", "Add"}) {  // the affine weight, then the bias
+    const Node* next = SoleConsumer(out);
+    if (!Is(next, op) || next->outputs.empty()) break;
+    const int param = Parameter(Other(*next, out));
+    if (param < 0) break;
+    c.interior.push_back(out);
+    params.push_back(param);
+    Add(&c, next, g_);
+    out = next->outputs[0];
+  }
+  // Without the weight the chain ends in a Reshape, a view of the normalised tensor: left as
+  // written (GroupNorm(affine=False) is rare; timm's and torchvision's norms are affine).
+  if (params.empty()) return std::nullopt;
+  return Finished(std::move(c), x, grouped, std::move(params));
 }
 
 // x / sqrt(2) -> Erf -> + 1 -> x * that -> * 0.5 (or 0.5 * x first).
@@ -251,12 +328,7 @@ std::optional<ChainMatch> Structure::GeluTail(int x, const Node& act, FusedChain
     Add(&c, half, g_);
     Add(&c, times, g_);
   }
-  if (!Closed(c)) return std::nullopt;
-  std::sort(c.nodes.begin(), c.nodes.end());
-  ChainMatch m;
-  m.chain = std::move(c);
-  m.x = x;
-  return m;
+  return Finished(std::move(c), x);
 }
 
 // F.gelu(x, approximate="tanh") as torch.onnx writes it below opset 20: x * (x * x) -> * 0.044715
@@ -297,6 +369,39 @@ std::optional<ChainMatch> Structure::GeluTanh(size_t k) const {
     return GeluTail(x, tanh, std::move(c));
   }
   return std::nullopt;
+}
+
+// x * Sigmoid(x), either operand first: nn.SiLU as torch.onnx writes it (symbolic_opset9.silu).
+std::optional<ChainMatch> Structure::Silu(size_t k) const {
+  const Node& sigmoid = g_.nodes[k];
+  if (sigmoid.inputs.empty() || sigmoid.outputs.empty()) return std::nullopt;
+  return SelfGated(sigmoid.inputs[0], FusedKind::kSilu, {&sigmoid});
+}
+
+// x * Tanh(Softplus(x)): nn.Mish below opset 18, which has no Mish op.
+std::optional<ChainMatch> Structure::Mish(size_t k) const {
+  const Node& softplus = g_.nodes[k];
+  if (softplus.inputs.empty() || softplus.outputs.empty()) return std::nullopt;
+  const Node* tanh = SoleConsumer(softplus.outputs[0]);
+  if (!Is(tanh, "Tanh") || tanh->inputs.size() != 1 || tanh->outputs.empty()) return std::nullopt;
+  return SelfGated(softplus.inputs[0], FusedKind::kMish, {&softplus, tanh});
+}
+
+// The end SiLU and Mish share: `gate`, a chain of unary nodes from x, multiplies x itself.
+std::optional<ChainMatch> Structure::SelfGated(int x, FusedKind kind,
+                                               std::initializer_list<const Node*> gate) const {
+  const Node* last = *(gate.end() - 1);
+  const int g = last->outputs[0];
+  if (x < 0) return std::nullopt;
+  const Node* times = SoleConsumer(g);
+  if (!Is(times, "Mul") || times->outputs.empty() || Other(*times, g) != x) return std::nullopt;
+  FusedChain c{kind, {}, {}, {}};
+  for (const Node* n : gate) {
+    c.interior.push_back(n->outputs[0]);
+    Add(&c, n, g_);
+  }
+  Add(&c, times, g_);
+  return Finished(std::move(c), x);
 }
 
 // A Softmax whose probabilities are the left operand of a MatMul, directly or through one
@@ -478,7 +583,7 @@ bool Structure::IdentityDropout(size_t k) const {
 
 FusedChain Matcher::SavedBy(const ChainMatch& m) const {
   FusedChain c = m.chain;
-  if (c.kind == FusedKind::kGelu) {
+  if (c.kind != FusedKind::kLayerNorm && c.kind != FusedKind::kGroupNorm) {  // the input alone
     if (RequiresGrad(m.x)) c.saved.push_back({m.x, 0, "x"});
     return c;
   }
@@ -487,7 +592,7 @@ FusedChain Matcher::SavedBy(const ChainMatch& m) const {
   if (!active) return c;
   c.saved.push_back({m.x, 0, "x"});
   if (!m.params.empty()) c.saved.push_back({m.params.front(), 0, "weight"});
-  const uint64_t rows = Numel(m.mean);  // [..., 1]: one statistic per normalised row
+  const uint64_t rows = c.kind == FusedKind::kGroupNorm ? LeadingTwo(m.mean) : Numel(m.mean);
   c.saved.push_back({-1, rows * 4, "mean(fp32)"});
   c.saved.push_back({-1, rows * 4, "rstd(fp32)"});
   return c;
@@ -496,7 +601,7 @@ FusedChain Matcher::SavedBy(const ChainMatch& m) const {
 // Where a graph may fuse, whatever its dims (Graph::derived keeps it, so each bound graph reads it
 // instead of walking every node): in node order, the fused attention ops (a rule with an
 // attention_site), the Softmax nodes (attention chains, matched on each bound graph: their call
-// reads shapes) and the LayerNorm and GELU chains found by structure (sized on each bound graph,
+// reads shapes) and the elementwise chains found by structure (sized on each bound graph,
 // Matcher::SavedBy); and the identity dropouts.
 struct FusionSites {
   enum class Kind { kAttentionOp, kSoftmax, kElementwise };
@@ -530,8 +635,11 @@ std::shared_ptr<const FusionSites> FindSites(const core::Graph& g) {
     }
     std::optional<ChainMatch> m;
     if (op == "Sub") m = structure.LayerNorm(k);
+    if (op == "InstanceNormalization") m = structure.GroupNorm(k);
     if (op == "Erf") m = structure.Gelu(k);
     if (op == "Tanh") m = structure.GeluTanh(k);
+    if (op == "Sigmoid") m = structure.Silu(k);
+    if (op == "Softplus") m = structure.Mish(k);
     if (!m) continue;
     found->sites.push_back({k, FusionSites::Kind::kElementwise, found->chains.size()});
     found->chains.push_back(std::move(*m));
@@ -545,8 +653,14 @@ const char* ToString(FusedKind kind) {
   switch (kind) {
     case FusedKind::kLayerNorm:
       return "layer_norm";
+    case FusedKind::kGroupNorm:
+      return "group_norm";
     case FusedKind::kGelu:
       return "gelu";
+    case FusedKind::kSilu:
+      return "silu";
+    case FusedKind::kMish:
+      return "mish";
     case FusedKind::kAttention:
       return "scaled_dot_product_attention";
   }

@@ -2,14 +2,20 @@
 //
 // ONNX exporters write some PyTorch modules as chains of elementary ops because the opset has no
 // single op for them: nn.LayerNorm before opset 17 (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt,
-// Div, Mul, Add), nn.GELU before opset 20 (Div, Erf, Add, Mul, Mul; with approximate="tanh" Mul,
-// Mul, Mul, Add, Mul, Tanh, Add, Mul, Mul, the cube as Muls), and attention always
-// (MatMul, scale, Softmax, Dropout, MatMul). Run op by op, each link would save its inputs for
-// backward; PyTorch's eager run of the module saves what the fused kernel's derivative needs
-// (tools/autograd/derivatives.yaml): native_layer_norm keeps the input and two [M] fp32 statistics
-// (mean, rstd); gelu keeps its input; scaled_dot_product_attention with the flash or
-// memory-efficient backend keeps q, k, v, the output and an fp32 logsumexp of [B, H, L] and
-// never materialises the L x S attention matrix (docs/memory-model.md §3.2, §3.4).
+// Div, Mul, Add), nn.GroupNorm always (Reshape to [N, G, -1], InstanceNormalization, Reshape
+// back, Mul, Add: symbolic_opset9.group_norm), nn.GELU before opset 20 (Div, Erf, Add, Mul, Mul;
+// with approximate="tanh" Mul, Mul, Mul, Add, Mul, Tanh, Add, Mul, Mul, the cube as Muls), nn.SiLU
+// always (x * Sigmoid(x), torch.onnx's symbolic_opset9.silu), nn.Mish before opset 18 (x *
+// Tanh(Softplus(x))), and attention always (MatMul, scale, Softmax, Dropout, MatMul). Run op by op,
+// each link would save its inputs for backward; PyTorch's eager run of the module saves what the
+// fused kernel's derivative needs (tools/autograd/derivatives.yaml): native_layer_norm keeps the
+// input and two [M] fp32 statistics (mean, rstd), native_group_norm the same with [N, G] statistics
+// (as written, the Mul saves the normalised tensor for the weight's gradient, one more tensor of
+// x's size per norm); gelu, silu and mish keep their input (as written, the gate is saved too: the
+// Sigmoid or Tanh saves its output and the Mul both operands, one more tensor of x's size per
+// activation); scaled_dot_product_attention with the flash or memory-efficient backend keeps q, k,
+// v, the output and an fp32 logsumexp of [B, H, L] and never materialises the L x S attention
+// matrix (docs/memory-model.md §3.2, §3.4).
 //
 // Policy:
 //  * A chain is fused only when it matches exactly (op types, which operand is which, the
@@ -24,15 +30,18 @@
 //    none (the symbolic backend; the analytical one sizes each node's input gradients, which are
 //    0 bytes inside, and an attention chain's all at its last node); a fused attention chain's
 //    call also allocates its kernel's backward buffers there (backward_call, ops/attention.h).
-//  * LayerNorm and GELU chains are fused whenever `fused_kernels` is set (the default: what a
-//    PyTorch module does). Attention chains are fused only when the attention policy fuses chains
-//    (Options::attention sdpa-flash, sdpa-mem-efficient or auto: the model calls
-//    F.scaled_dot_product_attention) and the kernel ops/attention.h picks for the chain is flash
-//    or memory-efficient, or math on fp16/bf16 inputs (the composite upcasts q, k and v to fp32,
-//    which the chain as written does not show); that kernel's list is what the chain saves and
-//    its workspace what the chain's last node allocates. With eager attention, sdpa-math, or a
-//    chain the policy gives the math kernel on fp32 inputs, the chain stays as written (the math
-//    composite is the same computation).
+//  * LayerNorm, GroupNorm, GELU, SiLU and Mish chains are fused whenever `fused_kernels` is set
+//  (the
+//    default: what a PyTorch module does). Python code computing the same (x * torch.sigmoid(x))
+//    exports the same chain and runs op by op; a graph cannot tell the two apart, and the module
+//    is what timm and transformers call (nn.SiLU, ACT2FN["silu"]). Attention chains are fused only
+//    when the attention policy fuses chains (Options::attention sdpa-flash, sdpa-mem-efficient or
+//    auto: the model calls F.scaled_dot_product_attention) and the kernel ops/attention.h picks for
+//    the chain is flash or memory-efficient, or math on fp16/bf16 inputs (the composite upcasts q,
+//    k and v to fp32, which the chain as written does not show); that kernel's list is what the
+//    chain saves and its workspace what the chain's last node allocates. With eager attention,
+//    sdpa-math, or a chain the policy gives the math kernel on fp32 inputs, the chain stays as
+//    written (the math composite is the same computation).
 //  * The call a fused chain makes is the one transformers' SDPA path makes for it: a mask made
 //    from the inputs' shapes alone through a Trilu (the causal mask), over as many queries as keys
 //    or one query, is is_causal and no attn_mask (masking_utils.py, sdpa_mask with
@@ -46,12 +55,12 @@
 //    attention ops) get their kernel from the same choice, per node (attention_call()); their
 //    rules then say what that kernel saves and allocates.
 //  * What the structure decides is found once per graph and kept with it (Graph::derived): the
-//    LayerNorm and GELU chains (op types, operands, constants, closedness: the same at every
-//    dims), the identity dropouts, and which nodes may start an attention chain or are fused
-//    attention ops. Each bound graph then sizes what the LayerNorm and GELU chains save (the
-//    statistics' rows, and whether a gradient flows through them at all) and matches attention
-//    chains itself, whose calls read shapes and whose kernel choice may turn on them. A search's
-//    or a scheduler's estimates at other batches walk no node twice to find them.
+//    LayerNorm, GroupNorm, GELU, SiLU and Mish chains (op types, operands, constants,
+//    closedness: the same at every dims), the identity dropouts, and which nodes may start an
+//    attention chain or are fused attention ops. Each bound graph then sizes what those elementwise
+//    chains save (the statistics' rows, and whether a gradient flows through them at all) and
+//    matches attention chains itself, whose calls read shapes and whose kernel choice may turn on
+//    them. A search's or a scheduler's estimates at other batches walk no node twice to find them.
 //  * Dropout with a constant ratio of 0 is an identity in PyTorch (aten::dropout returns its input
 //    when p == 0, without a mask): its output 0 aliases input 0, the mask output is 0 bytes, and
 //    it saves nothing. This holds with or without fused kernels.
@@ -68,7 +77,7 @@
 
 namespace memest::ops {
 
-enum class FusedKind { kLayerNorm, kGelu, kAttention };
+enum class FusedKind { kLayerNorm, kGroupNorm, kGelu, kSilu, kMish, kAttention };
 const char* ToString(FusedKind kind);
 
 struct FusedChain {
@@ -82,7 +91,7 @@ struct FusedChain {
 };
 
 struct FusionChoices {
-  bool fused_kernels = true;  // LayerNorm and GELU chains
+  bool fused_kernels = true;  // LayerNorm, GroupNorm, GELU, SiLU and Mish chains
   AttentionPolicy attention;  // attention chains and fused attention ops (ops/attention.h)
   bool operator==(const FusionChoices&) const = default;
 };

@@ -246,9 +246,9 @@ struct Options {
   // models a run without them: the CPU measurement harness (tensor level), which memest-eval
   // compares with.
   bool library_workspaces = true;
-  // Exported chains of elementary ops that PyTorch runs as one fused kernel (decomposed LayerNorm
-  // and GELU, ops/fusion.h) are costed as that kernel. false: op by op as written, which is what
-  // the measurement harness executes (memest-eval compares it so).
+  // Exported chains of elementary ops that PyTorch runs as one fused kernel (decomposed LayerNorm,
+  // GroupNorm, GELU, SiLU and Mish, ops/fusion.h) are costed as that kernel. false: op by op as
+  // written, which is what the measurement harness executes (memest-eval compares it so).
   bool fused_kernels = true;
   Attention attention = Attention::kEager;
   // Which parameters train (fine-tuning, frozen layers): POSIX extended regular expressions

@@ -218,6 +218,70 @@ TEST(FusionTest, FusedLayerNormSavesLessThanTheChainAsWritten) {
             2u * 32768 + 2048 - (32768 + 4096));
 }
 
+// F.group_norm(h, 2, gamma, beta) as torch.onnx writes it: h[N,8,16] reshaped to [N,2,64],
+// InstanceNormalization with constant ones and zeros, reshaped back to Shape(h), times gamma and
+// plus beta, each unsqueezed to [8,1]. `affine` false stops at the second Reshape, a view of the
+// normalised tensor: not fused.
+GraphBuilder GroupNormGraph(bool affine) {
+  GraphBuilder b(13);
+  b.AddInput("X", kFloat, {"N", 8, 16});
+  b.AddInitializer("W", {16, 16});
+  b.AddInitializer("gamma", {8});
+  b.AddInitializer("beta", {8});
+  b.AddInitializer("ones", {2});
+  b.AddInitializer("zeros", {2});
+  b.AddInt64Initializer("grouped", {0, 2, -1});
+  b.AddInt64Initializer("axes", {1});
+  b.AddNode("MatMul", {"X", "W"}, {"h"});
+  b.AddNode("Reshape", {"h", "grouped"}, {"hg"});
+  b.AddNode("InstanceNormalization", {"hg", "ones", "zeros"}, {"n"});
+  b.AddNode("Shape", {"h"}, {"shape"});
+  b.AddNode("Reshape", {"n", "shape"}, {affine ? "nb" : "Y"});
+  if (affine) {
+    b.AddNode("Unsqueeze", {"gamma", "axes"}, {"g1"});
+    b.AddNode("Mul", {"nb", "g1"}, {"m"});
+    b.AddNode("Unsqueeze", {"beta", "axes"}, {"b1"});
+    b.AddNode("Add", {"m", "b1"}, {"Y"});
+  }
+  b.AddOutput("Y", kFloat);
+  return b;
+}
+
+// PyTorch's native_group_norm saves its input, the weight and two [N, G] statistics
+// (derivatives.yaml: native_group_norm_backward(grad, input, result1, result2, weight, ...)); as
+// written, the normalised tensor is saved too (the Mul's, for gamma's gradient).
+TEST(FusionTest, GroupNormChainSavesTheInputAndTwoStatistics) {
+  for (bool affine : {true, false}) {
+    SCOPED_TRACE(affine ? "affine" : "no affine");
+    auto m = Load(GroupNormGraph(affine));
+    ASSERT_NE(m, nullptr);
+    auto ctx = Context(*m, Batch(8));
+    ASSERT_NE(ctx, nullptr);
+    const ops::Fusion& f = ctx->facts().fusion();
+    if (!affine) {
+      EXPECT_TRUE(f.chains().empty());
+      continue;
+    }
+    ASSERT_EQ(f.chains().size(), 1u);
+    const ops::FusedChain& c = f.chains()[0];
+    EXPECT_EQ(c.kind, ops::FusedKind::kGroupNorm);
+    EXPECT_EQ(c.nodes.size(), 5u);
+    const auto saved = ctx->facts().Saved(c.nodes.back());
+    ASSERT_EQ(saved.size(), 4u);
+    EXPECT_EQ(saved[0].value, m->graph().FindValue("h"));
+    EXPECT_EQ(saved[1].value, m->graph().FindValue("gamma"));
+    EXPECT_EQ(saved[2].bytes, 8u * 2 * 4);  // [N, G] fp32
+    EXPECT_EQ(saved[3].bytes, 8u * 2 * 4);
+    EXPECT_EQ(ctx->facts().bytes(m->graph().FindValue("n")), 0u);
+    Options written = Batch(8);
+    written.fused_kernels = false;
+    const Estimate a = Symbolic(*m, Batch(8)), b = Symbolic(*m, written);
+    ASSERT_TRUE(a.largest && b.largest);
+    // As written the normalised [8,8,16] fp32 tensor (4 KiB) is saved besides the input.
+    EXPECT_GE(b.largest->saved_activations.bytes - a.largest->saved_activations.bytes, 4096u);
+  }
+}
+
 TEST(FusionTest, AChainWhoseInteriorIsReadOutsideIsNotFused) {
   auto m = Load(LayerNormGraph(/*leak=*/true));
   ASSERT_NE(m, nullptr);
@@ -290,6 +354,72 @@ TEST(FusionTest, TanhGeluChainIsFusedOnlyWithItsCubeAsMuls) {
     for (const char* v : {"sq", "cube", "kc", "inner", "t", "th", "a", "hx"}) {
       EXPECT_EQ(ctx->facts().bytes(m->graph().FindValue(v)), 0u) << v;
     }
+  }
+}
+
+// nn.SiLU and nn.Mish as torch.onnx writes them: x * Sigmoid(x), x * Tanh(Softplus(x)) (either
+// operand first). PyTorch's silu and mish save their input alone (derivatives.yaml); as written,
+// the gate is saved too (by the Sigmoid or the Tanh and by the Mul). A gate over another tensor
+// (squeeze-excite's x * Sigmoid(z)) is a real sigmoid and stays as written.
+enum class Gate { kSilu, kSiluGateFirst, kMish, kOtherInput };
+
+GraphBuilder SelfGatedGraph(Gate gate) {
+  GraphBuilder b(13);
+  b.AddInput("X", kFloat, {"N", 64});
+  b.AddInitializer("W", {64, 64});
+  b.AddInitializer("V", {64, 64});
+  b.AddNode("MatMul", {"X", "W"}, {"x"});
+  b.AddNode("MatMul", {"X", "V"}, {"z"});
+  switch (gate) {
+    case Gate::kSilu:
+    case Gate::kSiluGateFirst:
+      b.AddNode("Sigmoid", {"x"}, {"g"});
+      break;
+    case Gate::kMish:
+      b.AddNode("Softplus", {"x"}, {"sp"});
+      b.AddNode("Tanh", {"sp"}, {"g"});
+      break;
+    case Gate::kOtherInput:
+      b.AddNode("Sigmoid", {"z"}, {"g"});
+      break;
+  }
+  if (gate == Gate::kSiluGateFirst) {
+    b.AddNode("Mul", {"g", "x"}, {"y"});
+  } else {
+    b.AddNode("Mul", {"x", "g"}, {"y"});
+  }
+  b.AddNode("Add", {"y", "z"}, {"Y"});
+  b.AddOutput("Y", kFloat);
+  return b;
+}
+
+TEST(FusionTest, SiluAndMishChainsSaveOnlyTheirInput) {
+  for (Gate gate : {Gate::kSilu, Gate::kSiluGateFirst, Gate::kMish, Gate::kOtherInput}) {
+    SCOPED_TRACE(static_cast<int>(gate));
+    auto m = Load(SelfGatedGraph(gate));
+    ASSERT_NE(m, nullptr);
+    auto ctx = Context(*m, Batch(8));
+    ASSERT_NE(ctx, nullptr);
+    const ops::Fusion& f = ctx->facts().fusion();
+    Options written = Batch(8);
+    written.fused_kernels = false;
+    const Estimate a = Symbolic(*m, Batch(8)), b = Symbolic(*m, written);
+    ASSERT_TRUE(a.largest && b.largest);
+    if (gate == Gate::kOtherInput) {
+      EXPECT_TRUE(f.chains().empty());
+      EXPECT_EQ(a.largest->saved_activations.bytes, b.largest->saved_activations.bytes);
+      continue;
+    }
+    ASSERT_EQ(f.chains().size(), 1u);
+    const ops::FusedChain& c = f.chains()[0];
+    EXPECT_EQ(c.kind, gate == Gate::kMish ? ops::FusedKind::kMish : ops::FusedKind::kSilu);
+    EXPECT_EQ(c.nodes.size(), gate == Gate::kMish ? 3u : 2u);
+    const auto saved = ctx->facts().Saved(c.nodes.back());
+    ASSERT_EQ(saved.size(), 1u);
+    EXPECT_EQ(saved[0].value, m->graph().FindValue("x"));
+    EXPECT_EQ(ctx->facts().bytes(m->graph().FindValue("g")), 0u);
+    // As written the gate, [8,64] fp32, is saved besides x: 2 KiB more.
+    EXPECT_EQ(b.largest->saved_activations.bytes - a.largest->saved_activations.bytes, 2048u);
   }
 }
 

@@ -549,7 +549,7 @@ TEST(HfConfigTest, ADecodeStepHoldsOneCacheNotTwo) {
 // A decode step after the prefill of its past on the same allocator (Options::prefill,
 // memory-model.md §10.2): the cache's blocks sit in segments the prefill reserved, so the step
 // reserves more than on a fresh allocator while it allocates the same; emptying the cache between
-// them releases only the segments that hold none of it. The other backends have no allocator to
+// them releases only the segments that hold none of it, which the step then reserves again. The other backends have no allocator to
 // carry over and refuse the option.
 TEST(HfConfigTest, ADecodeStepAfterItsPrefillReservesWhatThePrefillLeft) {
   const auto [d, p] = testing::HfDecodeAfterPrefill("qwen3-0.6b.json");
@@ -580,7 +580,11 @@ TEST(HfConfigTest, ADecodeStepAfterItsPrefillReservesWhatThePrefillLeft) {
     }));
   }
   EXPECT_GT(emptied->peak_reserved, alone->peak_reserved + (uint64_t{512} << 20));
-  EXPECT_GT(kept->peak_reserved, emptied->peak_reserved);
+  // Emptied, the step makes new segments for what the released ones held: about as much as the
+  // cached blocks it found when they were kept, more or less (6 MiB more here since the SiLU
+  // chains are fused, where it was less before), never a cache's worth.
+  EXPECT_LT(emptied->peak_reserved, kept->peak_reserved + kept->peak_reserved / 100);
+  EXPECT_GT(emptied->peak_reserved, kept->peak_reserved - kept->peak_reserved / 100);
   // Nothing released: the step reserves at least what the prefill alone did.
   Options pre = o;
   pre.prefill.reset();

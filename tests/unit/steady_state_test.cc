@@ -156,15 +156,17 @@ TEST(SteadyStateTest, TheLoopsEstimateIsThatOfAnyLongerRun) {
 }
 
 // Rows of datasets/timm-a100 whose loop reaches more after its third iteration than in its first
-// three (found by simulating 3 and 12 iterations of every row): the estimate is the loop's.
+// three (found by simulating 3 iterations and the loop of every graph at batch 8, 16, 32 and 64;
+// since the SiLU and GroupNorm chains are fused, eca_resnet33ts at 8, efficientnet_b3_pruned at
+// 32 and poolformer_s36 at 8 no longer do): the estimate is the loop's.
 TEST(SteadyStateTest, LaterIterationsCanReachMoreThanTheFirstThree) {
   testing::TempDir scratch;
   const fs::path dir = testing::TimmGraphs(scratch);
   const std::vector<std::pair<std::string, int64_t>> rows = {
-      {"eca_resnet33ts", 8},
       {"mobileone_s2", 8},
+      {"nfnet_f1", 8},
       {"nfnet_f1", 16},
-      {"efficientnet_b3_pruned", 32},
+      {"efficientformer_l3", 8},
       {"vit_small_resnet50d_s16_224", 64},
   };
   for (const auto& [name, batch] : rows) {
