@@ -26,6 +26,17 @@
 //    prefill copies the new ones with a one-input Concat, as DynamicCache's torch.cat does).
 //  * Parameter names are the state_dict's; Linear weights are stored [in, out] (MatMul without a
 //    Transpose, as GPT-2's Conv1D): the count is the same.
+//  * Node order and lifetimes are the Python code's. PyTorch frees a tensor when its last
+//    reference goes, and a Python variable or a call's argument is a reference: memest frees a
+//    value after its last reader, so where Python holds a tensor longer, an Identity reads it
+//    there (HeldUntilHere). Held: each norm's output while the attention or MLP it feeds runs
+//    (the argument of that call, and the decoder layer's `hidden_states` until it is rebound
+//    after the call returns); each layer's input until the layer returns (the model's loop
+//    rebinds `hidden_states` then); the embeddings (`inputs_embeds`, GPT-2's `position_embeds`)
+//    until the model's forward returns, after the final norm. The gated MLP makes
+//    act_fn(gate_proj(x)) before up_proj(x), as Python evaluates `act(gate(x)) * up(x)`; GPT-2's
+//    gelu_new makes 0.5 * x first (layers.cc). In training the held tensors are saved anyway;
+//    prefill and decode steps are where it shows (docs/accuracy-lm.md).
 #include <cmath>
 #include <string>
 #include <utility>
@@ -459,6 +470,9 @@ class DecoderGraph {
   std::string Mlp(const std::string& h, const std::string& prefix);
   std::string Moe(const std::string& h, const std::string& prefix);
   std::string Head(const std::string& x);
+  // A Python variable still names `value` here: an Identity reads it, so it lives until this point
+  // of the graph (the file's header).
+  void HeldUntilHere(const std::string& value) { w_.Op("Identity", {value}); }
 
   const DecoderSpec& s_;
   const HfGraphOptions& o_;
@@ -547,9 +561,11 @@ std::string DecoderGraph::Mlp(const std::string& h, const std::string& prefix) {
   std::string y;
   switch (s_.mlp) {
     case MlpKind::kGated: {
-      const std::string gate = b_.Linear(h, d, f, s_.mlp_bias, prefix + s_.names.gate);
+      // act_fn(gate_proj(x)) * up_proj(x): Python makes the activation before up_proj runs.
+      const std::string act =
+          Activation(w_, s_.act, b_.Linear(h, d, f, s_.mlp_bias, prefix + s_.names.gate));
       const std::string up = b_.Linear(h, d, f, s_.mlp_bias, prefix + s_.names.up);
-      y = w_.Op("Mul", {Activation(w_, s_.act, gate), up});
+      y = w_.Op("Mul", {act, up});
       y = b_.Linear(y, f, d, s_.mlp_bias, prefix + s_.names.down);
       break;
     }
@@ -615,21 +631,31 @@ std::string DecoderGraph::Layer(const std::string& x, int64_t i) {
   w_.SetScope(At(s_.names.layer, i));
   const std::string h1 = Norm(x, prefix + s_.names.ln1, s_.hidden);
   const std::string a = SelfAttention(h1, i);
+  HeldUntilHere(h1);  // the attention's argument
   w_.SetScope(At(s_.names.layer, i) + "/mlp");
+  std::string y;
   switch (s_.block) {
     case BlockKind::kSequential: {
       const std::string x1 = w_.Op("Add", {x, a});
-      const std::string m = Mlp(Norm(x1, prefix + s_.names.ln2, s_.hidden), prefix);
-      return w_.Op("Add", {x1, m});
+      const std::string h2 = Norm(x1, prefix + s_.names.ln2, s_.hidden);
+      const std::string m = Mlp(h2, prefix);
+      HeldUntilHere(h2);  // the MLP's argument
+      y = w_.Op("Add", {x1, m});
+      break;
     }
     case BlockKind::kParallelSharedNorm:
-      return w_.Op("Add", {w_.Op("Add", {a, Mlp(h1, prefix)}), x});
+      y = w_.Op("Add", {w_.Op("Add", {a, Mlp(h1, prefix)}), x});
+      break;
     case BlockKind::kParallelTwoNorms: {
-      const std::string m = Mlp(Norm(x, prefix + s_.names.ln2, s_.hidden), prefix);
-      return w_.Op("Add", {w_.Op("Add", {x, a}), m});
+      const std::string h2 = Norm(x, prefix + s_.names.ln2, s_.hidden);
+      const std::string m = Mlp(h2, prefix);
+      HeldUntilHere(h2);
+      y = w_.Op("Add", {w_.Op("Add", {x, a}), m});
+      break;
     }
   }
-  return x;
+  HeldUntilHere(x);  // the model's loop names the layer's input until the layer returns
+  return y;
 }
 
 std::string DecoderGraph::Head(const std::string& x) {
@@ -665,14 +691,16 @@ HfModel DecoderGraph::Build() {
     dims_.total = w_.Op("Add", {dims_.past, dims_.seq});
   }
   table_ = b_.Param(s_.names.embed, {s_.vocab, s_.hidden});
-  std::string x = w_.Op("Gather", {table_, ids_}, {Attr("axis", int64_t{0})});
+  const std::string embeds = w_.Op("Gather", {table_, ids_}, {Attr("axis", int64_t{0})});
+  std::string x = embeds, position_embeds;
   if (s_.scale_embeddings) {
     x = w_.Op("Mul", {x, w_.FloatScalar(std::sqrt(static_cast<float>(s_.hidden)))});
   }
   const std::string positions = b_.Positions(dims_);
   if (s_.learned_positions > 0) {
     const std::string wpe = b_.Param(s_.names.positions, {s_.learned_positions, s_.hidden});
-    x = w_.Op("Add", {x, w_.Op("Gather", {wpe, positions}, {Attr("axis", int64_t{0})})});
+    position_embeds = w_.Op("Gather", {wpe, positions}, {Attr("axis", int64_t{0})});
+    x = w_.Op("Add", {x, position_embeds});
   }
   x = b_.Dropout(x, s_.embd_dropout);
   if (s_.rotary_dim > 0) rotary_ = b_.Rotary(positions, s_.rotary_dim, s_.rope_theta);
@@ -680,6 +708,10 @@ HfModel DecoderGraph::Build() {
   for (int64_t i = 0; i < s_.layers; ++i) x = Layer(x, i);
   w_.SetScope("model");
   x = Norm(x, s_.names.final_norm, s_.hidden);
+  // The model's forward names its embeddings (inputs_embeds, GPT-2's position_embeds) until it
+  // returns, after the final norm.
+  HeldUntilHere(embeds);
+  if (!position_embeds.empty()) HeldUntilHere(position_embeds);
   const std::string logits = w_.Rename(Head(x), "logits");
   const IoDim positions_out = o_.logits_last_only ? IoDim(int64_t{1}) : IoDim("seq");
   w_.SymbolicOutput(logits, kFloat, {kBatch, positions_out, s_.vocab});

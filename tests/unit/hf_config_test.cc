@@ -549,8 +549,8 @@ TEST(HfConfigTest, ADecodeStepHoldsOneCacheNotTwo) {
 // A decode step after the prefill of its past on the same allocator (Options::prefill,
 // memory-model.md §10.2): the cache's blocks sit in segments the prefill reserved, so the step
 // reserves more than on a fresh allocator while it allocates the same; emptying the cache between
-// them releases only the segments that hold none of it, which the step then reserves again. The other backends have no allocator to
-// carry over and refuse the option.
+// them releases only the segments that hold none of it, which the step then reserves again. The
+// other backends have no allocator to carry over and refuse the option.
 TEST(HfConfigTest, ADecodeStepAfterItsPrefillReservesWhatThePrefillLeft) {
   const auto [d, p] = testing::HfDecodeAfterPrefill("qwen3-0.6b.json");
   ASSERT_NE(d, nullptr);
@@ -581,10 +581,11 @@ TEST(HfConfigTest, ADecodeStepAfterItsPrefillReservesWhatThePrefillLeft) {
   }
   EXPECT_GT(emptied->peak_reserved, alone->peak_reserved + (uint64_t{512} << 20));
   // Emptied, the step makes new segments for what the released ones held: about as much as the
-  // cached blocks it found when they were kept, more or less (6 MiB more here since the SiLU
-  // chains are fused, where it was less before), never a cache's worth.
-  EXPECT_LT(emptied->peak_reserved, kept->peak_reserved + kept->peak_reserved / 100);
-  EXPECT_GT(emptied->peak_reserved, kept->peak_reserved - kept->peak_reserved / 100);
+  // cached blocks it found when they were kept, more or less with the prefill's layout (6 MiB
+  // more once the SiLU chains were fused, 131 MiB less once the builder held tensors as Python
+  // does, less before), never a cache's worth (6.8 GiB here).
+  EXPECT_LT(emptied->peak_reserved, kept->peak_reserved + kept->peak_reserved / 20);
+  EXPECT_GT(emptied->peak_reserved, kept->peak_reserved - kept->peak_reserved / 20);
   // Nothing released: the step reserves at least what the prefill alone did.
   Options pre = o;
   pre.prefill.reset();
