@@ -102,14 +102,14 @@ class Structure {
     if (g_.value(id).kind == core::ValueKind::kInitializer) return true;
     return Is(Producer(id), "Constant");
   }
-  // The initializer behind `id`, itself or unsqueezed (how torch.onnx shapes an affine weight
-  // [C] to [C, 1, ...] for a broadcast), or -1.
+  // The constant behind `id` (an initializer or a Constant node's output), itself or unsqueezed
+  // (how torch.onnx shapes an affine weight [C] to [C, 1, ...] for a broadcast, and the [1]
+  // ones and zeros it writes for a norm without one), or -1.
   int Parameter(int id) const {
-    if (id < 0) return -1;
-    if (g_.value(id).kind == core::ValueKind::kInitializer) return id;
+    if (Constant(id)) return id;
     const Node* p = Producer(id);
-    if (!Is(p, "Unsqueeze") || p->inputs.empty() || p->inputs[0] < 0) return -1;
-    return g_.value(p->inputs[0]).kind == core::ValueKind::kInitializer ? p->inputs[0] : -1;
+    if (!Is(p, "Unsqueeze") || p->inputs.empty()) return -1;
+    return Constant(p->inputs[0]) ? p->inputs[0] : -1;
   }
   // A chain is fused only when its interior values are read by its own nodes alone.
   bool Closed(const FusedChain& c) const;
@@ -242,7 +242,8 @@ std::optional<ChainMatch> Structure::LayerNorm(size_t k) const {
 
 // F.group_norm as torch.onnx writes it (symbolic_opset9.group_norm): Reshape x to [N, G, -1] ->
 // InstanceNormalization with constant scale and bias (ones, zeros) -> Reshape back (to Shape(x)
-// or a constant shape) -> * weight [-> + bias], each an initializer unsqueezed to [C, 1, ...].
+// or a constant shape) -> * weight [-> + bias], each unsqueezed to [C, 1, ...] (GroupNorm
+// without affine parameters: constants [1] of 1 and 0).
 std::optional<ChainMatch> Structure::GroupNorm(size_t k) const {
   const Node& norm = g_.nodes[k];
   if (norm.inputs.size() != 3 || norm.outputs.empty()) return std::nullopt;
@@ -253,6 +254,7 @@ std::optional<ChainMatch> Structure::GroupNorm(size_t k) const {
     return std::nullopt;
   }
   const int x = split->inputs[0];
+  if (x < 0) return std::nullopt;
   const Node* back = SoleConsumer(n);
   if (!Is(back, "Reshape") || back->inputs.size() != 2 || back->inputs[0] != n ||
       back->outputs.empty()) {
@@ -277,8 +279,8 @@ std::optional<ChainMatch> Structure::GroupNorm(size_t k) const {
     Add(&c, next, g_);
     out = next->outputs[0];
   }
-  // Without the weight the chain ends in a Reshape, a view of the normalised tensor: left as
-  // written (GroupNorm(affine=False) is rare; timm's and torchvision's norms are affine).
+  // A chain that ends in the Reshape (a view of the normalised tensor) is left as written:
+  // torch.onnx writes the Mul even without a weight (by a constant 1).
   if (params.empty()) return std::nullopt;
   return Finished(std::move(c), x, grouped, std::move(params));
 }

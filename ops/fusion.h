@@ -31,17 +31,16 @@
 //    0 bytes inside, and an attention chain's all at its last node); a fused attention chain's
 //    call also allocates its kernel's backward buffers there (backward_call, ops/attention.h).
 //  * LayerNorm, GroupNorm, GELU, SiLU and Mish chains are fused whenever `fused_kernels` is set
-//  (the
-//    default: what a PyTorch module does). Python code computing the same (x * torch.sigmoid(x))
-//    exports the same chain and runs op by op; a graph cannot tell the two apart, and the module
-//    is what timm and transformers call (nn.SiLU, ACT2FN["silu"]). Attention chains are fused only
-//    when the attention policy fuses chains (Options::attention sdpa-flash, sdpa-mem-efficient or
-//    auto: the model calls F.scaled_dot_product_attention) and the kernel ops/attention.h picks for
-//    the chain is flash or memory-efficient, or math on fp16/bf16 inputs (the composite upcasts q,
-//    k and v to fp32, which the chain as written does not show); that kernel's list is what the
-//    chain saves and its workspace what the chain's last node allocates. With eager attention,
-//    sdpa-math, or a chain the policy gives the math kernel on fp32 inputs, the chain stays as
-//    written (the math composite is the same computation).
+//    (the default: what a PyTorch module does). Python code computing the same (x *
+//    torch.sigmoid(x)) exports the same chain and runs op by op; a graph cannot tell the two apart,
+//    and the module is what timm and transformers call (nn.SiLU, ACT2FN["silu"]). Attention chains
+//    are fused only when the attention policy fuses chains (Options::attention sdpa-flash,
+//    sdpa-mem-efficient or auto: the model calls F.scaled_dot_product_attention) and the kernel
+//    ops/attention.h picks for the chain is flash or memory-efficient, or math on fp16/bf16 inputs
+//    (the composite upcasts q, k and v to fp32, which the chain as written does not show); that
+//    kernel's list is what the chain saves and its workspace what the chain's last node allocates.
+//    With eager attention, sdpa-math, or a chain the policy gives the math kernel on fp32 inputs,
+//    the chain stays as written (the math composite is the same computation).
 //  * The call a fused chain makes is the one transformers' SDPA path makes for it: a mask made
 //    from the inputs' shapes alone through a Trilu (the causal mask), over as many queries as keys
 //    or one query, is is_causal and no attn_mask (masking_utils.py, sdpa_mask with

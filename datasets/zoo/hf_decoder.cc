@@ -31,12 +31,12 @@
 //    value after its last reader, so where Python holds a tensor longer, an Identity reads it
 //    there (HeldUntilHere). Held: each norm's output while the attention or MLP it feeds runs
 //    (the argument of that call, and the decoder layer's `hidden_states` until it is rebound
-//    after the call returns); each layer's input until the layer returns (the model's loop
-//    rebinds `hidden_states` then); the embeddings (`inputs_embeds`, GPT-2's `position_embeds`)
-//    until the model's forward returns, after the final norm. The gated MLP makes
-//    act_fn(gate_proj(x)) before up_proj(x), as Python evaluates `act(gate(x)) * up(x)`; GPT-2's
-//    gelu_new makes 0.5 * x first (layers.cc). In training the held tensors are saved anyway;
-//    prefill and decode steps are where it shows (docs/accuracy-lm.md).
+//    after the call returns; a parallel block's one norm until the sum); each layer's input until
+//    the layer returns (the model's loop rebinds `hidden_states` then); the embeddings
+//    (`inputs_embeds`, GPT-2's `position_embeds`) until the model's forward returns, after the
+//    final norm. The gated MLP makes act_fn(gate_proj(x)) before up_proj(x), as Python evaluates
+//    `act(gate(x)) * up(x)`; GPT-2's gelu_new makes 0.5 * x first (layers.cc). In training the held
+//    tensors are saved anyway; prefill and decode steps are where it shows (docs/accuracy-lm.md).
 #include <cmath>
 #include <string>
 #include <utility>
@@ -616,9 +616,10 @@ std::string DecoderGraph::Moe(const std::string& h, const std::string& prefix) {
   for (int64_t e = 0; e < e_count; ++e) {
     const std::string expert = prefix + s_.names.experts + "." + std::to_string(e) + ".";
     const std::string x = w_.Op("Gather", {flat, idx}, {Attr("axis", int64_t{0})});
-    const std::string w1 = b_.Linear(x, d, f, false, expert + "w1");
+    // act_fn(w1(x)) * w3(x), in Python's order as the gated MLP.
+    const std::string act = Activation(w_, s_.act, b_.Linear(x, d, f, false, expert + "w1"));
     const std::string w3 = b_.Linear(x, d, f, false, expert + "w3");
-    std::string y = w_.Op("Mul", {Activation(w_, s_.act, w1), w3});
+    std::string y = w_.Op("Mul", {act, w3});
     y = b_.Linear(y, f, d, false, expert + "w2");
     y = w_.Op("Mul", {y, w_.Op("Gather", {weights, idx}, {Attr("axis", int64_t{0})})});
     acc = w_.Op("ScatterND", {acc, idx2, y}, {Attr("reduction", std::string("add"))});
@@ -643,9 +644,12 @@ std::string DecoderGraph::Layer(const std::string& x, int64_t i) {
       y = w_.Op("Add", {x1, m});
       break;
     }
-    case BlockKind::kParallelSharedNorm:
-      y = w_.Op("Add", {w_.Op("Add", {a, Mlp(h1, prefix)}), x});
+    case BlockKind::kParallelSharedNorm: {  // the norm's output is named until the sum
+      const std::string m = Mlp(h1, prefix);
+      HeldUntilHere(h1);
+      y = w_.Op("Add", {w_.Op("Add", {a, m}), x});
       break;
+    }
     case BlockKind::kParallelTwoNorms: {
       const std::string h2 = Norm(x, prefix + s_.names.ln2, s_.hidden);
       const std::string m = Mlp(h2, prefix);
