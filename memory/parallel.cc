@@ -133,6 +133,17 @@ Result<std::vector<uint32_t>> TensorParallelSplit(const core::BoundGraph& b, con
   return divisor;
 }
 
+// The node that made the one input of `n` when `n` only keeps that tensor alive (an Identity
+// whose output nothing reads: the Hugging Face builder's hold of a tensor a Python variable still
+// names), or -1.
+int HeldFrom(const core::Graph& g, const core::Node& n) {
+  if (n.op_type != "Identity" || n.inputs.size() != 1 || n.inputs[0] < 0) return -1;
+  for (int out : n.outputs) {
+    if (out >= 0 && (g.value(out).graph_output || !g.value(out).consumers.empty())) return -1;
+  }
+  return g.value(n.inputs[0]).producer;
+}
+
 }  // namespace
 
 Result<ParallelPlan> ParallelPlan::Make(const core::BoundGraph& bound, const Options& options) {
@@ -165,6 +176,11 @@ Result<ParallelPlan> ParallelPlan::Make(const core::BoundGraph& bound, const Opt
       current = static_cast<int>(static_cast<int64_t>(ordinal[l]) * pp / blocks.count());
     }
     plan.stage_of_node_[k] = current;
+    // A hold stays on the stage that made its tensor: a stage's module names only its own
+    // tensors, and a hold read on a later stage would send the tensor there.
+    if (const int from = HeldFrom(g, g.nodes[k]); from >= 0 && static_cast<size_t>(from) < k) {
+      plan.stage_of_node_[k] = plan.stage_of_node_[static_cast<size_t>(from)];
+    }
   }
   // Which stages read each value.
   std::vector<std::vector<int>> readers(g.values.size());

@@ -15,6 +15,7 @@
 #include "memory/context.h"
 #include "symbolic/symbolic.h"
 #include "symbolic/timeline.h"
+#include "testing/bundled.h"
 #include "testing/onnx_builder.h"
 
 namespace memest {
@@ -385,6 +386,40 @@ TEST(ParallelTimelineTest, ZeroAndDdpAgreeWithTheAnalyticalModelStates) {
         << ToString(s);
     EXPECT_EQ(sim->estimate.breakdown.nccl_buffers, ana->breakdown.nccl_buffers);
   }
+}
+
+// The Hugging Face builder holds a tensor a Python variable still names with an Identity nothing
+// reads (datasets/zoo/hf_decoder.cc): GPT-2's embeddings are held after the final norm, in the last
+// layer's part of the graph. Such a hold stays on the stage that made its tensor; read on the last
+// stage it made the embeddings a received activation there (and sent from stage 0), one hidden
+// state per micro-batch more.
+TEST(ParallelEstimateTest, AHeldTensorStaysOnTheStageThatMadeIt) {
+  auto model = testing::HfModel("gpt2.json");
+  ASSERT_NE(model, nullptr);
+  Options o;
+  o.batch = 4;
+  o.dims["seq"] = 128;
+  o.parallel.world_size = 2;
+  o.parallel.pp = 2;
+  o.micro_batches = 2;
+  auto ctx = memory::EstimationContext::Make(*model, o);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  const core::Graph& g = model->graph();
+  const memory::ParallelPlan& plan = (*ctx)->parallel();
+  int holds = 0;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const core::Node& n = g.nodes[k];
+    if (n.op_type != "Identity" || n.outputs.empty() || n.outputs[0] < 0 ||
+        !g.value(n.outputs[0]).consumers.empty()) {
+      continue;
+    }
+    const int producer = g.value(n.inputs[0]).producer;
+    ASSERT_GE(producer, 0);
+    EXPECT_EQ(plan.stage_of_node(k), plan.stage_of_node(static_cast<size_t>(producer))) << n.name;
+    ++holds;
+  }
+  EXPECT_GT(holds, 2 * 12);  // two or three a layer, and the embeddings'
+  EXPECT_EQ(plan.stage_of_node(g.nodes.size() - 1), 1);
 }
 
 }  // namespace
