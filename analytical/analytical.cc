@@ -664,7 +664,13 @@ Accounting::Activations Accounting::SavedAndTransientsOf(StepTerms* terms) const
         live.Remove(Eff(dying.top().second), PartsIf<kParts>(dying.top().second));
       }
     }
-    const Transient bwd = BackwardTransient<kParts>(n, k, cudnn_ws);
+    // In backward the largest cuDNN call is a convolution's weight gradient's, when it has one.
+    const bool weight_gradient = n.inputs.size() > 1 && facts_.requires_grad(n.inputs[1]);
+    const Transient bwd = BackwardTransient<kParts>(
+        n, k,
+        weight_gradient ? memory::CudnnWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces,
+                                                      memory::ConvPass::kWeightGradient)
+                        : cudnn_ws);
     const uint64_t forward = fwd.bytes, backward = bwd.bytes;
     terms->AddTransient(forward, fwd.parts);
     terms->AddTransient(backward, bwd.parts);

@@ -57,6 +57,7 @@ const std::vector<std::string_view> kStackKeys = {"name",
                                                   "library_memory",
                                                   "conv_workspace",
                                                   "conv_workspace_pointwise",
+                                                  "conv_weight_gradient_extra",
                                                   "rnn_workspace",
                                                   "bands",
                                                   "calibration"};
@@ -220,6 +221,15 @@ Result<StackProfile> ReadStack(const JsonFields& f, const json& s, const std::st
     MEMEST_ASSIGN_OR_RETURN(st.conv_workspace_pointwise,
                             ReadCoefficient(f, s, "conv_workspace_pointwise", where));
   }
+  if (s.contains("conv_weight_gradient_extra")) {  // optional: absent in files before 2026-12-08
+    MEMEST_ASSIGN_OR_RETURN(st.conv_weight_gradient_extra,
+                            f.Bytes(s, "conv_weight_gradient_extra", where));
+    if (st.conv_weight_gradient_extra.bytes > kMaxStackBytes) {
+      return f.Error(where + ": a byte value above 64 GiB");
+    }
+  } else {
+    st.conv_weight_gradient_extra = {0, "not in the stack file: none beyond the rule", false};
+  }
   if (s.contains("rnn_workspace")) {  // optional: files written before it was measured lack it
     MEMEST_ASSIGN_OR_RETURN(st.rnn_workspace, ReadCoefficient(f, s, "rnn_workspace", where));
   } else {
@@ -376,6 +386,7 @@ std::string StackProfileToJson(const StackProfile& s) {
                 {"library_memory", base::BytesJson(s.library_memory)},
                 {"conv_workspace", CoefficientJson(s.conv_workspace)},
                 {"conv_workspace_pointwise", CoefficientJson(s.conv_workspace_pointwise)},
+                {"conv_weight_gradient_extra", base::BytesJson(s.conv_weight_gradient_extra)},
                 {"rnn_workspace", CoefficientJson(s.rnn_workspace)},
                 {"bands", bands}};
   if (!replicates.empty()) stack["also_measured_on"] = replicates;

@@ -58,7 +58,10 @@ uint64_t ConvWorkspaceRule(const StackProfile& stack, const ConvCall& call) {
   if (c.value <= 0) return 0;
   const uint64_t bytes =
       base::SatAdd(base::SatAdd(call.input_bytes, call.output_bytes), call.weight_bytes);
-  return Scale(bytes, c.value);
+  const uint64_t ws = Scale(bytes, c.value);
+  const bool weight_gradient =
+      call.kind == ConvKind::kSpatial && call.pass == ConvPass::kWeightGradient;
+  return weight_gradient && ws > 0 ? base::SatAdd(ws, stack.conv_weight_gradient_extra.bytes) : ws;
 }
 
 uint64_t RecurrentWorkspaceRule(const StackProfile& stack, const RecurrentCall& call) {
@@ -82,11 +85,12 @@ uint64_t RecurrentWorkspaceBytes(const StackProfile& stack, const ops::ValueFact
 }
 
 uint64_t ConvWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& facts,
-                            const core::Node& node) {
+                            const core::Node& node, ConvPass pass) {
   const int x = node.inputs.empty() ? -1 : node.inputs[0];
   const int w = node.inputs.size() < 2 ? -1 : node.inputs[1];
   const int y = node.outputs.empty() ? -1 : node.outputs[0];
   ConvCall call;
+  call.pass = pass;
   const bool transposed = node.op_type == "ConvTranspose";
   const core::MaybeDims weight = facts.dims(w);
   // The group count decides only a kernel that may hold one input channel per group (ClassifyConv):
@@ -104,10 +108,11 @@ uint64_t ConvWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& fa
 }  // namespace
 
 uint64_t CudnnWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& facts,
-                             const core::Node& node, size_t index, bool library_workspaces) {
+                             const core::Node& node, size_t index, bool library_workspaces,
+                             ConvPass pass) {
   const ops::OpRule* rule = facts.rule(index);
   if (!library_workspaces || rule == nullptr) return 0;
-  if (rule->uses_cudnn_conv) return ConvWorkspaceBytes(stack, facts, node);
+  if (rule->uses_cudnn_conv) return ConvWorkspaceBytes(stack, facts, node, pass);
   if (rule->uses_cudnn_rnn) return RecurrentWorkspaceBytes(stack, facts, node);
   return 0;
 }

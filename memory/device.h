@@ -19,8 +19,11 @@
 //    stack's conv_workspace. Measured on an H200 with cuDNN 9.19, benchmark off
 //    (datasets/h200-torch211, kind=conv; tests/unit/conv_workspace_test.cc): spatial 1, pointwise
 //    and depthwise 0 -- the workspace of converting input, output and weight to the layout the
-//    chosen kernel reads (memory-model.md §2.5). Forward and backward calls take the same size;
-//    benchmark=True probing (a first-call spike) is not modelled. An uncalibrated stack has 0.
+//    chosen kernel reads (memory-model.md §2.5). A spatial convolution's weight-gradient call
+//    takes the stack's conv_weight_gradient_extra more (measured: 7.7 MiB at the median, 0 to
+//    22 MiB whatever the batch), so it never fits the block its forward call freed; the forward
+//    and data-gradient calls take the rule's size. benchmark=True probing (a first-call spike) is
+//    not modelled. An uncalibrated stack has 0.
 //  * A cuDNN recurrent layer (ONNX LSTM, GRU, RNN) likewise: its forward call and its backward
 //    each allocate a workspace through the caching allocator and free it when the call returns
 //    (aten/src/ATen/native/cudnn/RNN.cpp, _cudnn_rnn and _cudnn_rnn_backward; cuDNN gives the
@@ -71,12 +74,17 @@ enum class ConvKind { kSpatial, kPointwise, kDepthwise };
 // workspace).
 ConvKind ClassifyConv(bool transposed, core::MaybeDims weight_dims, int64_t group);
 
+// Which of a convolution's cuDNN calls: the forward, or in backward the data gradient and then
+// the weight gradient (aten/src/ATen/native/cudnn/ConvShared.cpp, cudnn_convolution_backward).
+enum class ConvPass { kForward, kDataGradient, kWeightGradient };
+
 // One cuDNN convolution call, as the rule sees it.
 struct ConvCall {
   ConvKind kind = ConvKind::kSpatial;
   uint64_t input_bytes = 0;
   uint64_t output_bytes = 0;
   uint64_t weight_bytes = 0;
+  ConvPass pass = ConvPass::kForward;
 };
 
 // The rule: the workspace one call allocates under `stack` (policy above).
@@ -91,11 +99,13 @@ struct RecurrentCall {
 // The rule: the workspace one recurrent-layer call allocates under `stack` (policy above).
 uint64_t RecurrentWorkspaceRule(const StackProfile& stack, const RecurrentCall& call);
 
-// The workspace one cuDNN call of node `node` allocates: a convolution's (ConvWorkspaceRule) or
-// a recurrent layer's (RecurrentWorkspaceRule); 0 for any other node, when the stack's
-// coefficient is 0, when a size is unknown, or when workspaces are off.
+// The workspace one cuDNN call of node `node` allocates: a convolution's `pass`
+// (ConvWorkspaceRule) or a recurrent layer's (RecurrentWorkspaceRule; one call each way, whatever
+// the pass); 0 for any other node, when the stack's coefficient is 0, when a size is unknown, or
+// when workspaces are off.
 uint64_t CudnnWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& facts,
-                             const core::Node& node, size_t index, bool library_workspaces);
+                             const core::Node& node, size_t index, bool library_workspaces,
+                             ConvPass pass = ConvPass::kForward);
 
 // Which exported chains run as fused kernels under these options on this GPU (memest/options.h:
 // fused_kernels, Attention; ops/fusion.h), and the attention policy every attention call's kernel

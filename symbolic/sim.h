@@ -411,10 +411,11 @@ class __attribute__((visibility("hidden"))) Sim {
   void ForwardNode(size_t k, int seg);
   void ClearAutocastCache();
   // A cuDNN convolution or recurrent-layer call's workspace, allocated and freed around the call
-  // (memory/device.h).
-  void CudnnWorkspace(size_t k);
-  // Its bytes, worked out once per node (cudnn_workspace_).
-  uint64_t CudnnWorkspaceOf(size_t k);
+  // (memory/device.h): a convolution's forward, data-gradient or weight-gradient call.
+  void CudnnWorkspace(size_t k, memory::ConvPass pass = memory::ConvPass::kForward);
+  // Its bytes, worked out once per node and pass (cudnn_workspace_); a data-gradient call takes
+  // the forward's.
+  uint64_t CudnnWorkspaceOf(size_t k, memory::ConvPass pass = memory::ConvPass::kForward);
   // The optimizer's state tensors of parameter p (memory/optimizer.h).
   [[nodiscard]] memory::StateTensorSizes StateTensorsOf(int p) const {
     return memory::StateTensorBytes(o_.optimizer, b_.Numel(p).value_or(0), facts_.bytes(p));
@@ -554,6 +555,8 @@ class __attribute__((visibility("hidden"))) Sim {
   // Per node, its cuDNN workspace bytes (CudnnWorkspace), once worked out; kNotWorkedOut before.
   static constexpr uint64_t kNotWorkedOut = ~uint64_t{0};
   std::vector<uint64_t> cudnn_workspace_;
+  std::vector<uint64_t> cudnn_weight_gradient_workspace_;  // likewise, a weight-gradient call's
+  std::vector<std::pair<int, Tensor>> made_gradients_;     // scratch of InputGradients
   std::vector<int> released_;  // scratch of ReleaseSaved: the roots it released
 
   // Per-iteration state.

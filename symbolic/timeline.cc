@@ -14,18 +14,21 @@
 //    of forward.
 //  * The first GEMM of the forward creates the main thread's cuBLAS workspace; the first GEMM of
 //    the backward creates the autograd thread's (memory-model.md §2.3, INF); both persist.
-//  * A convolution allocates its cuDNN workspace after its outputs in forward, and in backward
-//    after its inputs' gradients, and frees it at once (the stack's size, memory/device.h).
+//  * A convolution allocates its cuDNN workspace after its outputs in forward, and frees it at
+//    once (the stack's size, memory/device.h); in backward, its data-gradient call's after the
+//    input's gradient, then its weight-gradient call's after the weight's.
 //  * Loss on the first output: cross-entropy keeps the log-probs (memory/loss.h), mse the
 //    target. The outputs live to the end of backward, unless Options::outputs_held is false: then
 //    an output no node saved is freed once the loss exists. Its backward: cross-entropy holds the
 //    log-probs' gradient and the logits' gradient at once.
 //  * Backward, in reverse order, for nodes with an input that requires grad and an output that has
-//    a gradient: allocate one gradient per such input (views pass the gradient buffer through);
-//    a parameter's first gradient becomes its .grad (stolen, memory-model.md §3.1), later ones are
-//    added in place (freed); fan-out gradients of activations accumulate in place (the new buffer
-//    is freed, memory-model.md §3.1); then the node's output gradients and saved tensors are freed
-//    (memory-model.md §3.1 release_variables).
+//    a gradient: allocate one gradient per such input (views pass the gradient buffer through),
+//    all of them before any is passed on (the engine adds a node's outputs to the next nodes'
+//    input buffers once the node's function returned: torch/csrc/autograd/engine.cpp,
+//    evaluate_function); a parameter's first gradient becomes its .grad (stolen, memory-model.md
+//    §3.1), later ones are added in place (freed); fan-out gradients of activations accumulate in
+//    place (the new buffer is freed, memory-model.md §3.1); then the node's output gradients and
+//    saved tensors are freed (memory-model.md §3.1 release_variables).
 //  * Activation checkpointing (Options::checkpoint_segments or checkpoint_blocks; cuts in
 //    core/checkpoint.h, EstimationContext::checkpoint()): nodes of a
 //    checkpointed segment save nothing in the forward; the segment's inputs are kept until its
@@ -303,6 +306,7 @@ void Sim::Prepare() {
     input_roots_at_[k + 1] = input_roots_.size();
   }
   cudnn_workspace_.assign(nn, kNotWorkedOut);
+  cudnn_weight_gradient_workspace_.assign(nn, kNotWorkedOut);
   for (size_t k = 0; k < nn; ++k) {
     if (!OnStage(k)) continue;
     for (int r : InputRoots(k, -1)) ++uses_[r];
@@ -672,19 +676,22 @@ void Sim::ClearAutocastCache() {
   }
 }
 
-uint64_t Sim::CudnnWorkspaceOf(size_t k) {
-  uint64_t& bytes = cudnn_workspace_[k];
+uint64_t Sim::CudnnWorkspaceOf(size_t k, memory::ConvPass pass) {
+  const bool weight = pass == memory::ConvPass::kWeightGradient;
+  uint64_t& bytes = weight ? cudnn_weight_gradient_workspace_[k] : cudnn_workspace_[k];
   if (bytes == kNotWorkedOut) {
-    bytes = memory::CudnnWorkspaceBytes(stack_, facts_, g_.nodes[k], k, o_.library_workspaces);
+    bytes = memory::CudnnWorkspaceBytes(stack_, facts_, g_.nodes[k], k, o_.library_workspaces,
+                                        weight ? pass : memory::ConvPass::kForward);
   }
   return bytes;
 }
 
-void Sim::CudnnWorkspace(size_t k) {
-  const uint64_t bytes = CudnnWorkspaceOf(k);
+void Sim::CudnnWorkspace(size_t k, memory::ConvPass pass) {
+  const uint64_t bytes = CudnnWorkspaceOf(k, pass);
   if (bytes == 0) return;
-  Tensor ws =
-      Malloc(bytes, Category::kTransient, {SizeRecipe::kCudnnWorkspace, static_cast<int32_t>(k)});
+  const int32_t weight = pass == memory::ConvPass::kWeightGradient ? 1 : 0;
+  Tensor ws = Malloc(bytes, Category::kTransient,
+                     {SizeRecipe::kCudnnWorkspace, static_cast<int32_t>(k), weight});
   Free(&ws);
 }
 
@@ -807,12 +814,24 @@ void Sim::InputGradients(size_t kk, std::span<const int> ins) {
   // are made.
   Tensor bws = Malloc(facts_.BackwardWorkspace(kk), Category::kTransient,
                       {SizeRecipe::kBackwardWorkspace, static_cast<int32_t>(kk)});
+  // A convolution's cuDNN calls run one after the other: the data gradient's, then the weight
+  // gradient's, each with its own workspace (memory/device.h).
+  const bool conv = rule && rule->uses_cudnn_conv;
+  std::vector<std::pair<int, Tensor>>& made = made_gradients_;
+  made.clear();
   for (int in : ins) {
     if (!facts_.requires_grad(in)) continue;
-    Deliver(in, Malloc(facts_.bytes(in), Category::kTransient, {SizeRecipe::kValue, in}));
+    made.emplace_back(in, Malloc(facts_.bytes(in), Category::kTransient, {SizeRecipe::kValue, in}));
+    if (!conv) continue;
+    if (in == n.inputs[0]) {
+      CudnnWorkspace(kk, memory::ConvPass::kDataGradient);
+    } else if (n.inputs.size() > 1 && in == n.inputs[1]) {
+      CudnnWorkspace(kk, memory::ConvPass::kWeightGradient);
+    }
   }
   Free(&bws);
   Free(&dequantized);
+  for (const auto& [in, g] : made) Deliver(in, g);
 }
 
 void Sim::ReleaseSaved(size_t kk, int seg) {
@@ -862,8 +881,9 @@ void Sim::BackwardNode(size_t kk) {
       ws_backward_ = Malloc(cublas_workspace_, Category::kTransient, {SizeRecipe::kSame});
     }
     InputGradients(kk, ins);
-    // cuDNN's backward calls run while the output's and the inputs' gradients are alive.
-    CudnnWorkspace(kk);
+    // A recurrent layer's cuDNN backward runs while the output's and the inputs' gradients are
+    // alive (a convolution's calls ran in InputGradients).
+    if (rule && !rule->uses_cudnn_conv) CudnnWorkspace(kk);
   }
   for (int out : n.outputs) {
     if (out >= 0) Free(&grad_[out]);
@@ -1204,6 +1224,7 @@ Status Sim::PrepareStep() {
 Status Sim::PrepareSizes() {
   MEMEST_RETURN_IF_ERROR(StepModelled());
   cudnn_workspace_.assign(g_.nodes.size(), kNotWorkedOut);
+  cudnn_weight_gradient_workspace_.assign(g_.nodes.size(), kNotWorkedOut);
   PrepareLoss();
   return Status::Ok();
 }
@@ -1212,6 +1233,7 @@ void Sim::PreparePrefillSizes() {
   prefill_ = true;
   train_ = false;  // no loss, no saves
   cudnn_workspace_.assign(g_.nodes.size(), kNotWorkedOut);
+  cudnn_weight_gradient_workspace_.assign(g_.nodes.size(), kNotWorkedOut);
 }
 
 SimulationKey Sim::PrefillKey(const memory::EstimationContext& prefill) const {
@@ -1296,7 +1318,10 @@ std::optional<uint64_t> Sim::SizeOf(const SizeRecipe& r, uint64_t traced) {
     case SizeRecipe::kBackwardWorkspace:
       return is_node ? std::optional(facts_.BackwardWorkspace(node)) : std::nullopt;
     case SizeRecipe::kCudnnWorkspace:
-      return is_node ? std::optional(CudnnWorkspaceOf(node)) : std::nullopt;
+      return is_node
+                 ? std::optional(CudnnWorkspaceOf(node, r.b == 1 ? memory::ConvPass::kWeightGradient
+                                                                 : memory::ConvPass::kForward))
+                 : std::nullopt;
     case SizeRecipe::kSavedExtra: {
       // The node saves the same extra there (no value of the graph), or the walk there differs.
       if (!is_node) return std::nullopt;

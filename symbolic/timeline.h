@@ -107,7 +107,7 @@ struct SizeRecipe {
     kAmpCast,            // value a's autocast copy
     kWorkspace,          // node a's forward workspace
     kBackwardWorkspace,  // node a's backward buffers
-    kCudnnWorkspace,     // node a's cuDNN workspace
+    kCudnnWorkspace,     // node a's cuDNN workspace (b = 1: its weight-gradient call's)
     kSavedExtra,         // node a's saved tensor b, one that is no value of the graph
     kWeightForward,      // node a's dequantized weight, forward
     kWeightBackward,     // and backward

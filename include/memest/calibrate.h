@@ -5,7 +5,8 @@
 // know about that software stack: the memory outside the allocator (library memory) and the
 // cuDNN workspace coefficient of spatial convolutions (memest/stack.h conv_workspace). The
 // pointwise/depthwise coefficient (conv_workspace_pointwise) is kept from the base stack: those
-// workspaces are small where measured, and device-level rows cannot tell the two apart.
+// workspaces are small where measured, and device-level rows cannot tell the two apart; so is
+// the weight-gradient call's extra (conv_weight_gradient_extra), a few MiB per call.
 // Everything else stays memest's simulation.
 //
 // The fit (api/calibrate.cc; docs/stacks.md has the recipe):

@@ -88,6 +88,12 @@ struct StackProfile {
   //     channel per group) convolutions.
   StackCoefficient conv_workspace;
   StackCoefficient conv_workspace_pointwise;
+  // What a spatial convolution's weight-gradient call takes beyond that rule, in bytes: its
+  // workspace is the rule's plus this (memory::ConvWorkspaceRule). A few MiB where measured,
+  // whatever the batch, so the call never fits the block the same layer's forward call freed:
+  // the caching allocator reserves a new segment for it. Added only where the rule gives a
+  // workspace (a coefficient above 0). Optional in the file (absent: 0).
+  ProfileValue conv_weight_gradient_extra;
   // cuDNN workspace of one recurrent-layer call (an LSTM/GRU/RNN forward, or its backward),
   // allocated for the call and freed after it (memory-model.md §2.6). The rule is
   // memory::RecurrentWorkspaceRule (memory/device.h): a multiple of the layer's output bytes,

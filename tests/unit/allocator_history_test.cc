@@ -16,6 +16,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "memest/memest.h"
+#include "memory/device.h"
 #include "symbolic/allocator.h"
 
 namespace memest::symbolic {
@@ -28,7 +30,22 @@ struct Replayed {
   size_t events = 0;
 };
 
-Replayed Replay(const fs::path& events) {
+// A cuDNN workspace request of a `w` line (scripts/cpu_request_stream.py): KIND s/p/d, PASS
+// f/d/w, then the call's input, output and weight bytes, sized by the stack's rule.
+uint64_t WorkspaceBytes(std::istringstream& is, const StackProfile& stack) {
+  char kind = 0, pass = 0;
+  memory::ConvCall call;
+  is >> kind >> pass >> call.input_bytes >> call.output_bytes >> call.weight_bytes;
+  call.kind = kind == 'p'   ? memory::ConvKind::kPointwise
+              : kind == 'd' ? memory::ConvKind::kDepthwise
+                            : memory::ConvKind::kSpatial;
+  call.pass = pass == 'w'   ? memory::ConvPass::kWeightGradient
+              : pass == 'd' ? memory::ConvPass::kDataGradient
+                            : memory::ConvPass::kForward;
+  return memory::ConvWorkspaceRule(stack, call);
+}
+
+Replayed Replay(const fs::path& events, const StackProfile* stack = nullptr) {
   std::ifstream in(events);
   EXPECT_TRUE(in.good()) << events;
   CachingAllocatorModel m;
@@ -44,12 +61,17 @@ Replayed Replay(const fs::path& events) {
       uint64_t bytes = 0;
       is >> id >> bytes;
       handles[id] = m.Malloc(bytes);
+    } else if (op == 'w') {
+      is >> id;
+      EXPECT_NE(stack, nullptr) << "a workspace line needs a stack";
+      if (stack == nullptr) break;
+      handles[id] = m.Malloc(WorkspaceBytes(is, *stack));  // 0 bytes: no block (-1)
     } else if (op == 'f') {
       is >> id;
       auto it = handles.find(id);
       EXPECT_NE(it, handles.end()) << "free of an unknown block, line " << r.events + 1;
       if (it == handles.end()) break;
-      m.Free(it->second);
+      if (it->second >= 0) m.Free(it->second);
       handles.erase(it);
     }
     ++r.events;
@@ -116,6 +138,43 @@ TEST(AllocatorHistoryTest, TheRealRequestStreamReservesWhatTheGpuReserved) {
         << "replayed " << r.stats.peak_reserved << ", measured " << m.peak_reserved;
     EXPECT_LE(std::abs(RelativeError(r.stats.peak_allocated, m.peak_allocated)), 0.005)
         << "replayed " << r.stats.peak_allocated << ", measured " << m.peak_allocated;
+  }
+}
+
+// memest's timeline against the request stream PyTorch's own module makes, recorded without a
+// GPU: scripts/cpu_request_stream.py ran torchvision's ResNet-18 (ReLU and the residual add out
+// of place, as the exported graph says) for three Adam steps on the CPU with PyTorch 1.13's
+// profiler and wrote the requests a CUDA run makes (cuDNN's workspaces as `w` lines sized here by
+// the stack's rule, cuBLAS's, 2.x's in-place gradient accumulation; its header says how).
+// Replayed through the allocator model, that stream must reserve what memest's simulation of
+// datasets/models/resnet18_train.onnx reserves: the same requests in the same order, so the
+// same segments. Measured 2026-12-08 (MiB, replay / memest): allocated 418 / 418, 927 / 927,
+// 2,975 / 2,975; reserved 546 / 560, 1,350 / 1,374, 4,734 / 4,734 at batch 8, 32, 128 (with the
+// stack's conv_weight_gradient_extra at 0: 484 / 484, 1,174 / 1,178, 4,082 / 4,082). memest
+// before it ran the data- and weight-gradient calls apart reserved 4,082 at 128 either way.
+TEST(AllocatorHistoryTest, TheTimelineMakesTheRequestsPyTorchMakesForResNet18) {
+  auto stack = FindStackProfile("h200-pytorch2.11-lazy");
+  ASSERT_TRUE(stack.ok()) << stack.status().ToString();
+  auto model = LoadModel(std::string(MEMEST_SOURCE_DIR) + "/datasets/models/resnet18_train.onnx");
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto symbolic = MakeEstimator("symbolic");
+  ASSERT_TRUE(symbolic.ok());
+  for (const int64_t batch : {8, 32, 128}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const Replayed r = Replay(fs::path(MEMEST_SOURCE_DIR) / "tests/data/allocator" /
+                                  ("resnet18-cpu-b" + std::to_string(batch) + ".events"),
+                              &*stack);
+    Options o;
+    o.batch = batch;
+    o.optimizer = Optimizer::kAdam;
+    o.gpu = "h100-80gb";
+    o.stack = "h200-pytorch2.11-lazy";
+    auto e = (*symbolic)->Run(**model, o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_LE(std::abs(RelativeError(e->peak_allocated, r.stats.peak_allocated)), 0.005)
+        << "memest " << e->peak_allocated << ", PyTorch's stream " << r.stats.peak_allocated;
+    EXPECT_LE(std::abs(RelativeError(e->peak_reserved, r.stats.peak_reserved)), 0.03)
+        << "memest " << e->peak_reserved << ", PyTorch's stream " << r.stats.peak_reserved;
   }
 }
 

@@ -7,6 +7,7 @@
 // test fails if one of them starts to match (the list is stale) or if another one misses.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -20,6 +21,8 @@
 
 #include "memest/memest.h"
 #include "memory/device.h"
+#include "symbolic/symbolic.h"
+#include "symbolic/timeline.h"
 #include "testing/onnx_builder.h"
 
 namespace memest {
@@ -76,7 +79,8 @@ ConvCall CallOf(const json& row, const json& at) {
 }
 
 // Every steady-state reading (forward and backward), and the first-call readings with
-// cudnn.benchmark off (benchmark=True's first call probes candidates: not modelled).
+// cudnn.benchmark off (benchmark=True's first call probes candidates: not modelled). A backward
+// reading is the larger of the data- and weight-gradient calls, taken as the weight gradient's.
 std::vector<Reading> MeasuredReadings(const std::string& dataset) {
   std::ifstream in(fs::path(MEMEST_SOURCE_DIR) / "datasets" / dataset / "device-truth.jsonl");
   EXPECT_TRUE(in.good()) << dataset;
@@ -91,6 +95,7 @@ std::vector<Reading> MeasuredReadings(const std::string& dataset) {
       for (const std::string phase : {"fwd", "bwd"}) {
         Reading r{row.at("name"),      row.at("dtype"),        phase,
                   row.at("benchmark"), CallOf(row, row.at(w)), row.at(w).at(phase + "_workspace")};
+        if (phase == "bwd") r.call.pass = memory::ConvPass::kWeightGradient;
         out.push_back(std::move(r));
       }
     }
@@ -151,6 +156,37 @@ TEST(ConvWorkspaceTest, TheMeasuredStackReproducesTheH100Rows) {
   EXPECT_EQ(ReadingsReproduced("h100-torch211"), 157);
 }
 
+// The stack's conv_weight_gradient_extra is what the backward readings of spatial convolutions
+// that took a workspace measured beyond input + output + weight, at the median: the constant's
+// provenance, recomputed. The excess does not grow with the batch (VGG-16 conv1_2 at 8, 32, 128).
+TEST(ConvWorkspaceTest, TheWeightGradientExtraIsTheMedianMeasuredExcess) {
+  auto stack = FindStackProfile("h200-pytorch2.11-lazy");
+  ASSERT_TRUE(stack.ok()) << stack.status().ToString();
+  std::ifstream in(fs::path(MEMEST_SOURCE_DIR) / "datasets/h200-torch211/device-truth.jsonl");
+  ASSERT_TRUE(in.good());
+  std::vector<int64_t> excess;
+  std::set<int64_t> conv1_2;  // vgg_conv1_2 fp32 at batch 8, 32 and 128
+  std::string line;
+  while (std::getline(in, line)) {
+    const json row = json::parse(line);
+    if (row.value("kind", "") != "conv" || row.at("benchmark").get<bool>()) continue;
+    const ConvCall call = CallOf(row, row.at("steady"));
+    const int64_t base =
+        static_cast<int64_t>(call.input_bytes + call.output_bytes + call.weight_bytes);
+    const int64_t bwd = row.at("steady").at("bwd_workspace");
+    if (call.kind != ConvKind::kSpatial || 2 * bwd < base) continue;  // took none
+    excess.push_back(bwd - base);
+    const std::string name = row.at("name");
+    if (name.rfind("vgg_conv1_2", 0) == 0 && row.at("dtype") == "float32") {
+      conv1_2.insert(bwd - base);
+    }
+  }
+  ASSERT_EQ(excess.size(), 25u);
+  std::sort(excess.begin(), excess.end());
+  EXPECT_EQ(stack->conv_weight_gradient_extra.bytes, static_cast<uint64_t>(excess[12]));
+  EXPECT_EQ(conv1_2, std::set<int64_t>{2'065'408});
+}
+
 TEST(ConvWorkspaceTest, KindsFollowKernelAndGroups) {
   const std::vector<int64_t> spatial = {64, 64, 3, 3}, pointwise = {256, 64, 1, 1},
                              depthwise = {96, 1, 3, 3}, grouped = {128, 4, 3, 3},
@@ -180,6 +216,67 @@ TEST(ConvWorkspaceTest, EachKindHasItsCoefficient) {
   EXPECT_EQ(memory::ConvWorkspaceRule(s, call), 156u);
   s.conv_workspace_pointwise.value = 0;
   EXPECT_EQ(memory::ConvWorkspaceRule(s, call), 0u);
+}
+
+// The weight-gradient call of a spatial convolution takes the extra; the forward and
+// data-gradient calls do not, nor a pointwise one, nor any call under a coefficient of 0.
+TEST(ConvWorkspaceTest, OnlyASpatialWeightGradientTakesTheExtra) {
+  StackProfile s;
+  s.conv_workspace.value = 1.0;
+  s.conv_weight_gradient_extra.bytes = 7;
+  ConvCall call{ConvKind::kSpatial, 100, 200, 12};
+  EXPECT_EQ(memory::ConvWorkspaceRule(s, call), 312u);
+  call.pass = memory::ConvPass::kDataGradient;
+  EXPECT_EQ(memory::ConvWorkspaceRule(s, call), 312u);
+  call.pass = memory::ConvPass::kWeightGradient;
+  EXPECT_EQ(memory::ConvWorkspaceRule(s, call), 319u);
+  call.kind = ConvKind::kPointwise;
+  EXPECT_EQ(memory::ConvWorkspaceRule(s, call), 0u);
+  call.kind = ConvKind::kSpatial;
+  s.conv_workspace.value = 0;
+  EXPECT_EQ(memory::ConvWorkspaceRule(s, call), 0u);
+}
+
+// X[N,16,32,32] -> 3x3 conv (W1) -> Relu -> 3x3 conv (W2) -> Y: two spatial convolutions.
+std::shared_ptr<const Model> TwoConvs() {
+  testing::GraphBuilder b(17);
+  b.AddInput("X", testing::kFloat, {"N", 16, 32, 32});
+  b.AddInitializer("W1", {16, 16, 3, 3});
+  b.AddInitializer("W2", {16, 16, 3, 3});
+  testing::SetIntsAttr(b.AddNode("Conv", {"X", "W1"}, {"A"}, "c1"), "pads", {1, 1, 1, 1});
+  b.AddNode("Relu", {"A"}, {"R"}, "relu");
+  testing::SetIntsAttr(b.AddNode("Conv", {"R", "W2"}, {"Y"}, "c2"), "pads", {1, 1, 1, 1});
+  b.AddOutput("Y", testing::kFloat, {"N", 16, 32, 32});
+  auto m = LoadModelFromBytes(b.Serialize(), "/tmp", "two_convs");
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : nullptr;
+}
+
+// In backward a convolution's cuDNN calls run as cudnn_convolution_backward makes them: the
+// input's gradient, the data-gradient call's workspace (the forward's size), the weight's
+// gradient, the weight-gradient call's workspace (the stack's extra more); the first
+// convolution, whose input needs no gradient, makes only the weight's.
+TEST(ConvWorkspaceTest, BackwardRunsTheDataThenTheWeightGradientCall) {
+  auto m = TwoConvs();
+  ASSERT_NE(m, nullptr);
+  auto stack = FindStackProfile("h200-pytorch2.11-lazy");
+  ASSERT_TRUE(stack.ok());
+  Options o;
+  o.batch = 4;
+  o.stack = "h200-pytorch2.11-lazy";
+  auto sim = symbolic::SimulateModel(*m, o, /*record_events=*/true);
+  ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+  const uint64_t act = 4 * 16 * 32 * 32 * 4, weight = 16 * 16 * 9 * 4, call = 2 * act + weight;
+  const uint64_t extra = stack->conv_weight_gradient_extra.bytes;
+  ASSERT_GT(extra, 0u);
+  std::vector<uint64_t> c1, c2;  // mallocs of each conv in iteration 1's backward
+  for (const symbolic::TimelineEvent& e : sim->events) {
+    if (!e.malloc || e.iteration != 1 || e.phase != Phase::kBackward) continue;
+    if (e.node == 0) c1.push_back(e.bytes);
+    if (e.node == 2) c2.push_back(e.bytes);
+  }
+  EXPECT_EQ(c2, (std::vector<uint64_t>{act, call, weight, call + extra}));
+  EXPECT_EQ(c1, (std::vector<uint64_t>{weight, call + extra}));
 }
 
 // X[N,32,32,32] -> depthwise 3x3 -> pointwise 1x1 (64): a MobileNet block, no spatial conv.
