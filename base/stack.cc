@@ -228,7 +228,8 @@ Result<StackProfile> ReadStack(const JsonFields& f, const json& s, const std::st
       return f.Error(where + ": a byte value above 64 GiB");
     }
   } else {
-    st.conv_weight_gradient_extra = {0, "not in the stack file: none beyond the rule", false};
+    st.conv_weight_gradient_extra = {
+        0, "absent from the stack file: 0, no call takes more than the rule", false};
   }
   if (s.contains("rnn_workspace")) {  // optional: files written before it was measured lack it
     MEMEST_ASSIGN_OR_RETURN(st.rnn_workspace, ReadCoefficient(f, s, "rnn_workspace", where));
