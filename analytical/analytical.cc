@@ -664,8 +664,10 @@ Accounting::Activations Accounting::SavedAndTransientsOf(StepTerms* terms) const
         live.Remove(Eff(dying.top().second), PartsIf<kParts>(dying.top().second));
       }
     }
-    // In backward the largest cuDNN call is a convolution's weight gradient's, when it has one.
-    const bool weight_gradient = n.inputs.size() > 1 && facts_.requires_grad(n.inputs[1]);
+    // In backward the largest cuDNN call is a convolution's weight gradient's, when it has one
+    // (none without a forward workspace: memory/device.h).
+    const bool weight_gradient =
+        cudnn_ws > 0 && n.inputs.size() > 1 && facts_.requires_grad(n.inputs[1]);
     const Transient bwd = BackwardTransient<kParts>(
         n, k,
         weight_gradient ? memory::CudnnWorkspaceBytes(stack_, facts_, n, k, o_.library_workspaces,

@@ -20,10 +20,24 @@
 #include <span>
 #include <vector>
 
+#include "base/checked.h"
+
 namespace memest::core {
 
 // A value's concrete dims.
 using Dims = std::span<const int64_t>;
+
+// The product of dims[begin, end) (as far as dims reach); nullopt on a negative dim or overflow.
+inline std::optional<uint64_t> DimProduct(Dims dims, size_t begin, size_t end) {
+  uint64_t n = 1;
+  for (size_t i = begin; i < end && i < dims.size(); ++i) {
+    if (dims[i] < 0) return std::nullopt;
+    auto m = base::CheckedMul(n, static_cast<uint64_t>(dims[i]));
+    if (!m) return std::nullopt;
+    n = *m;
+  }
+  return n;
+}
 
 // A value's dims or nothing: a std::optional<Dims> whose operator* gives the span by value, so
 // that `for (int64_t d : *table[id])` on the temporary a lookup returns is safe (std::optional's

@@ -20,9 +20,11 @@
 //    (datasets/h200-torch211, kind=conv; tests/unit/conv_workspace_test.cc): spatial 1, pointwise
 //    and depthwise 0 -- the workspace of converting input, output and weight to the layout the
 //    chosen kernel reads (memory-model.md §2.5). A spatial convolution's weight-gradient call
-//    takes the stack's conv_weight_gradient_extra more (measured: 7.7 MiB at the median, 0 to
-//    22 MiB whatever the batch), so it never fits the block its forward call freed; the forward
-//    and data-gradient calls take the rule's size. benchmark=True probing (a first-call spike) is
+//    takes the stack's conv_weight_gradient_extra more (measured: 8.1 MB at the median, 0 to
+//    22.8 MB by layer whatever the batch), so it never fits the block its forward call freed; the
+//    forward and data-gradient calls take the rule's size. A ConvTranspose's weight gradient is
+//    the same cuDNN call (ConvShared.cpp, cudnn_convolution_transpose_backward_weight) and takes
+//    the extra too; its data gradient is a forward convolution. benchmark=True probing (a first-call spike) is
 //    not modelled. An uncalibrated stack has 0.
 //  * A cuDNN recurrent layer (ONNX LSTM, GRU, RNN) likewise: its forward call and its backward
 //    each allocate a workspace through the caching allocator and free it when the call returns

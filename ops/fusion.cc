@@ -155,8 +155,8 @@ class Matcher : public Structure {
   // The product of the first two dims of `id` (0 when unknown).
   uint64_t LeadingTwo(int id) const {
     const auto& shape = b_.shapes[static_cast<size_t>(id)];
-    if (!shape || shape->size() < 2 || (*shape)[0] < 0 || (*shape)[1] < 0) return 0;
-    return static_cast<uint64_t>((*shape)[0]) * static_cast<uint64_t>((*shape)[1]);
+    if (!shape || shape->size() < 2) return 0;
+    return core::DimProduct(*shape, 0, 2).value_or(0);
   }
 
   // Mask or bias `id` of a chain, for the kernel that takes it as attn_mask.

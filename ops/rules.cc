@@ -151,17 +151,7 @@ std::optional<uint64_t> TimesSize(std::optional<uint64_t> numel, uint64_t elem_s
   return base::CheckedMul(*numel, elem_size);
 }
 
-// Product of dims[begin, end); nullopt on a negative dim or overflow.
-std::optional<uint64_t> DimProduct(core::Dims dims, size_t begin, size_t end) {
-  uint64_t n = 1;
-  for (size_t i = begin; i < end && i < dims.size(); ++i) {
-    if (dims[i] < 0) return std::nullopt;
-    auto m = base::CheckedMul(n, static_cast<uint64_t>(dims[i]));
-    if (!m) return std::nullopt;
-    n = *m;
-  }
-  return n;
-}
+using core::DimProduct;
 
 // Normalizes an ONNX axis attribute against `rank`; nullopt when out of range.
 std::optional<size_t> NormalizeAxis(int64_t axis, size_t rank) {

@@ -21,15 +21,18 @@ showed):
     GEMM of the forward (the main thread's handle), one after the first of the backward (the
     autograd thread's); both kept.
   * A gradient that reaches a tensor from two paths: PyTorch 1.13 adds them out of place; 2.x
-    adds the newer one into the older buffer when nothing else holds it
+    adds the newer one into the older buffer when nothing else holds the older one
     (torch/csrc/autograd/input_buffer.cpp, accumulate), as a CUDA trace of GPT-2 shows: the old
-    buffer is kept, the new one freed.
+    buffer is kept, the new one freed. This script takes every such sum to be in place (in
+    ResNet-18 nothing else holds the older buffer by then).
   * Adam: 2.x keeps `step` on the host and adds eps in place, so the host scalars (8 bytes or
     less) and 1.13's out-of-place _foreach_add are dropped, as are the temporaries of the
     in-place foreach ops (the CPU's per-tensor fallback); the _foreach_sqrt copies are kept.
 
 --inplace keeps torchvision's ReLU(inplace=True) and `out += identity`; without it, both run out
-of place, which is what an exported ONNX graph says (the graph cannot tell).
+of place, which is what an exported ONNX graph says (the graph cannot tell). A convolution's kind
+is read off its weight's shape alone (ResNet-18 has no grouped convolution), and in backward the
+input's gradient is the request of the input's size that comes first.
 
 Output lines: `a ID BYTES` (a request), `f ID` (its free), `w ID KIND PASS IN OUT WEIGHT` (a
 cuDNN workspace request: KIND s/p/d for spatial, pointwise, depthwise; PASS f/d/w for forward,
@@ -125,7 +128,7 @@ def record(batch, inplace):
         shapes = None
         if kind == "_ExtraFields_TorchOp":
             shapes = [list(s) if isinstance(s, list) else None for s in e.extra_fields.inputs.shapes]
-        node = (e.name, id(e), shapes)
+        node = (e.name, (e.name, e.start_time_ns, len(stack)), shapes)  # an op call, once
         for c in e.children:
             walk(c, stack + [node])
 
@@ -149,10 +152,9 @@ def nbytes(shape):
     return 4 * math.prod(shape)  # fp32
 
 
-def conv_kind(weight_shape, groups=1):
-    if all(k == 1 for k in weight_shape[2:]):
-        return "p"
-    return "d" if groups > 1 and weight_shape[1] == 1 else "s"
+def conv_kind(weight_shape):
+    """s (spatial) or p (pointwise); ResNet-18 has no depthwise convolution."""
+    return "p" if all(k == 1 for k in weight_shape[2:]) else "s"
 
 
 def dropped(events):
@@ -167,7 +169,7 @@ def dropped(events):
         if a is None:
             continue
         alloc_i, alloc_g = a
-        if alloc_g is not None and g is not None and alloc_g[1] == g[1]:
+        if alloc_g is not None and g is not None and alloc_g[1] == g[1]:  # the same call
             out.update((alloc_i, i))  # freed inside the kernel that made it: its scratch
         elif alloc_g is not None and alloc_g[0] == "aten::_foreach_add":
             out.update((alloc_i, i))  # 1.13's out-of-place eps add
@@ -180,6 +182,7 @@ def convert(weights, events, out):
         out.append(f"a {next(ids)} {w}")
     skip = dropped(events)
     live, cublas, iteration = {}, set(), None
+    calls_made = {}  # a convolution backward's calls so far, by its op call
     # Accumulation: an `add` right under the engine's evaluate_function, then its two operands'
     # frees; kept as the older operand, the newer freed (2.x's in-place accumulate).
     alias, pending_add = {}, None
@@ -207,7 +210,7 @@ def convert(weights, events, out):
                 if tag in names and tag not in cublas:
                     cublas.add(tag)
                     out.append(f"a {next(ids)} {CUBLAS_WORKSPACE}")
-            write_workspace(stack, size, ids, out)
+            write_workspace(stack, size, ids, out, calls_made)
             continue
         k = live.pop(ptr, "unknown")
         if k == "unknown":
@@ -218,7 +221,7 @@ def convert(weights, events, out):
             add_id, operands = pending_add
             operands.append(k)
             if len(operands) == 2:
-                old, new = min(operands), max(operands)
+                old, new = sorted(alias.get(o, o) for o in operands)
                 alias[add_id] = old
                 out.append(f"f {new}")
                 pending_add = None
@@ -227,18 +230,21 @@ def convert(weights, events, out):
     out.append(f"i {iteration}")
 
 
-def write_workspace(stack, size, ids, out):
+def write_workspace(stack, size, ids, out, calls_made):
     """The cuDNN call that follows this request, when it is a convolution's output."""
-    conv = next(((n, s) for n, _, s in stack if n in CONV_OPS), None)
+    conv = next(((n, call, s) for n, call, s in stack if n in CONV_OPS), None)
     if conv is None:
         return
-    name, shapes = conv
+    name, op_call, shapes = conv
     if name == "aten::convolution":
         x, w = shapes[0], shapes[1]
         out.append(f"w {next(ids)} {conv_kind(w)} f {nbytes(x)} {size} {nbytes(w)}")
     else:
         grad_out, x, w = shapes[0], shapes[1], shapes[2]
-        call = "w" if size == nbytes(w) else "d"  # the weight's gradient, or the input's
+        # cudnn_convolution_backward makes the input's gradient first, then the weight's.
+        first = op_call not in calls_made
+        calls_made[op_call] = True
+        call = "d" if first and size == nbytes(x) else "w"
         out.append(f"w {next(ids)} {conv_kind(w)} {call} {nbytes(x)} {nbytes(grad_out)} "
                    f"{nbytes(w)}")
     # a workspace is freed when its call returns

@@ -349,6 +349,9 @@ def main():
                 f"- convolution workspace, pointwise and depthwise: "
                 f"{s['conv_workspace_pointwise']['value']:g} × the same "
                 f"({s['conv_workspace_pointwise']['source']})",
+                f"- a spatial convolution's weight-gradient call, beyond that: "
+                f"{s.get('conv_weight_gradient_extra', {}).get('bytes', 0):,} B "
+                f"({s.get('conv_weight_gradient_extra', {}).get('source', 'not in the file')})",
                 f"- recurrent-layer workspace: {s.get('rnn_workspace', {}).get('value', 0):g} × a "
                 f"layer's output ({s.get('rnn_workspace', {}).get('source', 'not in the file')})",
                 *[f"- {b} band: {100 * v['low']:+.1f} % .. {100 * v['high']:+.1f} % "

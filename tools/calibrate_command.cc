@@ -119,9 +119,10 @@ Result<CalibrationSettings> SettingsFrom(const CalibrateFlags& f, const StackPro
 void PrintStack(const StackProfile& st) {
   std::cout << fmt::format(
       "\nstack {}: library memory {:.0f} MiB, conv workspace {:.3g} x (pointwise/depthwise "
-      "{:.3g} x) of a call's input + output + weight\n",
+      "{:.3g} x) of a call's input + output + weight, {:.2f} MiB more for a spatial "
+      "weight-gradient call\n",
       st.name, st.library_memory.bytes / 1048576.0, st.conv_workspace.value,
-      st.conv_workspace_pointwise.value);
+      st.conv_workspace_pointwise.value, st.conv_weight_gradient_extra.bytes / 1048576.0);
   for (const auto& [backend, b] : st.bands) {
     std::cout << fmt::format("  {} band {} .. {} (covered {:.1f} % of {} held-out rows)\n", backend,
                              Pct(b.low), Pct(b.high), 100 * b.coverage, b.rows);

@@ -978,7 +978,10 @@ std::string RenderGpus(const std::vector<GpuProfile>& gpus, const std::vector<St
     const ResidualBand* b = st.band("symbolic");
     s.rows.push_back({st.name, StackGpus(st), FormatBytes(st.cuda_context.bytes),
                       FormatBytes(st.library_memory.bytes),
-                      fmt::format("{:.3g} x / {:.3g} x", st.conv_workspace.value,
+                      fmt::format("{:.3g} x{} / {:.3g} x", st.conv_workspace.value,
+                                  st.conv_weight_gradient_extra.bytes > 0
+                                      ? " +" + FormatBytes(st.conv_weight_gradient_extra.bytes)
+                                      : "",
                                   st.conv_workspace_pointwise.value),
                       fmt::format("{:.3g} x", st.rnn_workspace.value),
                       b ? fmt::format("{:+.1f} % .. {:+.1f} %", 100 * b->low, 100 * b->high) : "-",
@@ -991,7 +994,8 @@ std::string RenderGpus(const std::vector<GpuProfile>& gpus, const std::vector<St
   if (format == Format::kTable) {
     out +=
         "\nconv ws sp / pw: the cuDNN workspace of a spatial / a pointwise or depthwise "
-        "convolution call, x its input + output + weight bytes\n"
+        "convolution call, x its input + output + weight bytes (+ what a spatial "
+        "weight-gradient call takes more)\n"
         "rnn ws: the cuDNN workspace of a recurrent-layer call, x its output bytes (hidden sizes "
         "below 256 counted as 256)\n"
         "the first stack is the default (--stack NAME, or --stack-file FILE from memest "

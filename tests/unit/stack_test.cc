@@ -81,6 +81,7 @@ TEST(StackTest, AFileRoundTrips) {
   s.conv_workspace = {1.5, "fitted: test rows", true};
   s.conv_workspace_pointwise = {0.25, "measured: test rows", true};
   s.rnn_workspace = {9.1, "measured: test rows", true};
+  s.conv_weight_gradient_extra = {8093696, "measured: test rows", true};
   s.bands["symbolic"] = {-0.1, 0.2, 0.93, 40, "held out: test"};
   s.calibration_json = R"({"jobs":40})";
   auto back = ParseStackProfile(StackProfileToJson(s), "mine.json");
@@ -93,6 +94,8 @@ TEST(StackTest, AFileRoundTrips) {
   EXPECT_DOUBLE_EQ(back->conv_workspace_pointwise.value, 0.25);
   EXPECT_DOUBLE_EQ(back->rnn_workspace.value, 9.1);
   EXPECT_TRUE(back->rnn_workspace.calibrated);
+  EXPECT_EQ(back->conv_weight_gradient_extra.bytes, 8093696u);
+  EXPECT_EQ(back->conv_weight_gradient_extra.source, "measured: test rows");
   ASSERT_NE(back->band("symbolic"), nullptr);
   EXPECT_DOUBLE_EQ(back->band("symbolic")->high, 0.2);
   EXPECT_EQ(back->band("symbolic")->rows, 40);
@@ -216,6 +219,20 @@ TEST(StackTest, AFileWithoutTheRecurrentWorkspaceReadsAsNone) {
   EXPECT_EQ(back->rnn_workspace.value, 0.0);
   EXPECT_FALSE(back->rnn_workspace.calibrated);
   EXPECT_DOUBLE_EQ(back->conv_workspace.value, 1.0);
+}
+
+// conv_weight_gradient_extra came later still: absent, a weight-gradient call takes what the rule
+// gives, nothing more.
+TEST(StackTest, AFileWithoutTheWeightGradientExtraReadsAsNone) {
+  std::string text = StackProfileToJson(*FindStackProfile("h200-pytorch2.11-lazy"));
+  const size_t at = text.find("\"conv_weight_gradient_extra\"");
+  ASSERT_NE(at, std::string::npos);
+  text.erase(at, text.find('}', at) + 2 - at);  // the object and its comma
+  auto back = ParseStackProfile(text, "older.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->conv_weight_gradient_extra.bytes, 0u);
+  EXPECT_FALSE(back->conv_weight_gradient_extra.calibrated);
+  EXPECT_EQ(FindStackProfile("h200-pytorch2.11-lazy")->conv_weight_gradient_extra.bytes, 8093696u);
 }
 
 // A memest-stack/1 file had one coefficient x max(input, output) for every convolution: read when
