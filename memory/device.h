@@ -24,8 +24,8 @@
 //    22.8 MB by layer whatever the batch), so it never fits the block its forward call freed; the
 //    forward and data-gradient calls take the rule's size. A ConvTranspose's weight gradient is
 //    the same cuDNN call (ConvShared.cpp, cudnn_convolution_transpose_backward_weight) and takes
-//    the extra too; its data gradient is a forward convolution. benchmark=True probing (a first-call spike) is
-//    not modelled. An uncalibrated stack has 0.
+//    the extra too; its data gradient is a forward convolution. benchmark=True probing (a
+//    first-call spike) is not modelled. An uncalibrated stack has 0.
 //  * A cuDNN recurrent layer (ONNX LSTM, GRU, RNN) likewise: its forward call and its backward
 //    each allocate a workspace through the caching allocator and free it when the call returns
 //    (aten/src/ATen/native/cudnn/RNN.cpp, _cudnn_rnn and _cudnn_rnn_backward; cuDNN gives the

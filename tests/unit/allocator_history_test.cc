@@ -149,10 +149,10 @@ TEST(AllocatorHistoryTest, TheRealRequestStreamReservesWhatTheGpuReserved) {
 // Replayed through the allocator model, that stream must reserve what memest's simulation of
 // datasets/models/resnet18_train.onnx reserves: the same requests in the same order, so the
 // same segments (but for cuBLAS's two workspaces, which memest requests just before the GEMM's
-// output and PyTorch just after). Measured 2026-12-08 (MiB, replay / memest): allocated 418 / 418, 927 / 927,
-// 2,975 / 2,975; reserved 546 / 560, 1,350 / 1,374, 4,734 / 4,734 at batch 8, 32, 128 (with the
-// stack's conv_weight_gradient_extra at 0: 484 / 484, 1,174 / 1,178, 4,082 / 4,082). memest
-// before it ran the data- and weight-gradient calls apart reserved 4,082 at 128 either way.
+// output and PyTorch just after). Measured 2026-12-08 (MiB, replay / memest): allocated 418 / 418,
+// 927 / 927, 2,975 / 2,975; reserved 546 / 560, 1,350 / 1,374, 4,734 / 4,734 at batch 8, 32, 128
+// (with the stack's conv_weight_gradient_extra at 0: 484 / 484, 1,174 / 1,178, 4,082 / 4,082).
+// memest before it ran the data- and weight-gradient calls apart reserved 4,082 at 128 either way.
 TEST(AllocatorHistoryTest, TheTimelineMakesTheRequestsPyTorchMakesForResNet18) {
   auto stack = FindStackProfile("h200-pytorch2.11-lazy");
   ASSERT_TRUE(stack.ok()) << stack.status().ToString();
