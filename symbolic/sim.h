@@ -6,6 +6,7 @@
 #define MEMEST_SYMBOLIC_SIM_H_
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -413,8 +414,7 @@ class __attribute__((visibility("hidden"))) Sim {
   // A cuDNN convolution or recurrent-layer call's workspace, allocated and freed around the call
   // (memory/device.h): a convolution's forward, data-gradient or weight-gradient call.
   void CudnnWorkspace(size_t k, memory::ConvPass pass = memory::ConvPass::kForward);
-  // Its bytes, worked out once per node and pass (cudnn_workspace_); a data-gradient call takes
-  // the forward's.
+  // Its bytes, worked out once per node and call (cudnn_workspace_).
   uint64_t CudnnWorkspaceOf(size_t k, memory::ConvPass pass = memory::ConvPass::kForward);
   // The optimizer's state tensors of parameter p (memory/optimizer.h).
   [[nodiscard]] memory::StateTensorSizes StateTensorsOf(int p) const {
@@ -553,10 +553,12 @@ class __attribute__((visibility("hidden"))) Sim {
   std::vector<int> input_roots_;
   std::vector<size_t> input_roots_at_;
   // Per node, its cuDNN workspace bytes (CudnnWorkspace), once worked out; kNotWorkedOut before.
+  // [k][1]: a convolution's weight-gradient call; [k][0]: any other call (the forward and the
+  // data-gradient calls take the same, memory/device.h).
   static constexpr uint64_t kNotWorkedOut = ~uint64_t{0};
-  std::vector<uint64_t> cudnn_workspace_;
-  std::vector<uint64_t> cudnn_weight_gradient_workspace_;  // likewise, a weight-gradient call's
-  std::vector<std::pair<int, Tensor>> made_gradients_;     // scratch of InputGradients
+  static constexpr std::array<uint64_t, 2> kNeitherWorkedOut = {kNotWorkedOut, kNotWorkedOut};
+  std::vector<std::array<uint64_t, 2>> cudnn_workspace_;
+  std::vector<std::pair<int, Tensor>> made_gradients_;  // scratch of InputGradients
   std::vector<int> released_;  // scratch of ReleaseSaved: the roots it released
 
   // Per-iteration state.

@@ -305,8 +305,7 @@ void Sim::Prepare() {
     input_roots_.insert(input_roots_.end(), roots_.begin(), roots_.end());
     input_roots_at_[k + 1] = input_roots_.size();
   }
-  cudnn_workspace_.assign(nn, kNotWorkedOut);
-  cudnn_weight_gradient_workspace_.assign(nn, kNotWorkedOut);
+  cudnn_workspace_.assign(nn, kNeitherWorkedOut);
   for (size_t k = 0; k < nn; ++k) {
     if (!OnStage(k)) continue;
     for (int r : InputRoots(k, -1)) ++uses_[r];
@@ -677,11 +676,10 @@ void Sim::ClearAutocastCache() {
 }
 
 uint64_t Sim::CudnnWorkspaceOf(size_t k, memory::ConvPass pass) {
-  const bool weight = pass == memory::ConvPass::kWeightGradient;
-  uint64_t& bytes = weight ? cudnn_weight_gradient_workspace_[k] : cudnn_workspace_[k];
+  uint64_t& bytes = cudnn_workspace_[k][pass == memory::ConvPass::kWeightGradient];
   if (bytes == kNotWorkedOut) {
-    bytes = memory::CudnnWorkspaceBytes(stack_, facts_, g_.nodes[k], k, o_.library_workspaces,
-                                        weight ? pass : memory::ConvPass::kForward);
+    bytes =
+        memory::CudnnWorkspaceBytes(stack_, facts_, g_.nodes[k], k, o_.library_workspaces, pass);
   }
   return bytes;
 }
@@ -1223,8 +1221,7 @@ Status Sim::PrepareStep() {
 
 Status Sim::PrepareSizes() {
   MEMEST_RETURN_IF_ERROR(StepModelled());
-  cudnn_workspace_.assign(g_.nodes.size(), kNotWorkedOut);
-  cudnn_weight_gradient_workspace_.assign(g_.nodes.size(), kNotWorkedOut);
+  cudnn_workspace_.assign(g_.nodes.size(), kNeitherWorkedOut);
   PrepareLoss();
   return Status::Ok();
 }
@@ -1232,8 +1229,7 @@ Status Sim::PrepareSizes() {
 void Sim::PreparePrefillSizes() {
   prefill_ = true;
   train_ = false;  // no loss, no saves
-  cudnn_workspace_.assign(g_.nodes.size(), kNotWorkedOut);
-  cudnn_weight_gradient_workspace_.assign(g_.nodes.size(), kNotWorkedOut);
+  cudnn_workspace_.assign(g_.nodes.size(), kNeitherWorkedOut);
 }
 
 SimulationKey Sim::PrefillKey(const memory::EstimationContext& prefill) const {

@@ -73,6 +73,14 @@ TEST(StackTest, ALookupByNameGivesTheTablesStack) {
   EXPECT_EQ(StackProfileToJson(*d), StackProfileToJson(StackProfiles().front()));
 }
 
+// `text` (a stack file) without its object `key` and the comma after it; false when it has none.
+bool EraseObject(std::string* text, const std::string& key) {
+  const size_t at = text->find("\"" + key + "\"");
+  if (at == std::string::npos) return false;
+  text->erase(at, text->find('}', at) + 2 - at);
+  return true;
+}
+
 TEST(StackTest, AFileRoundTrips) {
   StackProfile s = *ResolveStack("");
   s.name = "mine";
@@ -211,9 +219,7 @@ TEST(StackTest, LibraryMemoryAddsToTheDevicePeakOnly) {
 // rnn_workspace came after memest-stack/2's first files: absent, it is 0 (no workspace).
 TEST(StackTest, AFileWithoutTheRecurrentWorkspaceReadsAsNone) {
   std::string text = StackProfileToJson(*FindStackProfile("h200-pytorch2.11-lazy"));
-  const size_t at = text.find("\"rnn_workspace\"");
-  ASSERT_NE(at, std::string::npos);
-  text.erase(at, text.find('}', at) + 2 - at);  // the object and its comma
+  ASSERT_TRUE(EraseObject(&text, "rnn_workspace"));
   auto back = ParseStackProfile(text, "older.json");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->rnn_workspace.value, 0.0);
@@ -225,9 +231,7 @@ TEST(StackTest, AFileWithoutTheRecurrentWorkspaceReadsAsNone) {
 // gives, nothing more.
 TEST(StackTest, AFileWithoutTheWeightGradientExtraReadsAsNone) {
   std::string text = StackProfileToJson(*FindStackProfile("h200-pytorch2.11-lazy"));
-  const size_t at = text.find("\"conv_weight_gradient_extra\"");
-  ASSERT_NE(at, std::string::npos);
-  text.erase(at, text.find('}', at) + 2 - at);  // the object and its comma
+  ASSERT_TRUE(EraseObject(&text, "conv_weight_gradient_extra"));
   auto back = ParseStackProfile(text, "older.json");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->conv_weight_gradient_extra.bytes, 0u);
@@ -245,11 +249,9 @@ TEST(StackTest, AnOldFileIsReadOnlyWhereItMeansTheSame) {
     text->replace(at, from.size(), to);
   };
   replace(&v1, "\"memest-stack/2\"", "\"memest-stack/1\"");
-  for (const char* key : {"\"conv_workspace_pointwise\"", "\"conv_weight_gradient_extra\"",
-                          "\"rnn_workspace\""}) {  // not in v1
-    const size_t at = v1.find(key);
-    ASSERT_NE(at, std::string::npos) << key;
-    v1.erase(at, v1.find('}', at) + 2 - at);  // the object and its comma
+  for (const char* key :
+       {"conv_workspace_pointwise", "conv_weight_gradient_extra", "rnn_workspace"}) {  // not in v1
+    ASSERT_TRUE(EraseObject(&v1, key)) << key;
   }
   auto zero = ParseStackProfile(v1, "old.json");
   ASSERT_TRUE(zero.ok()) << zero.status().ToString() << "\n" << v1;
