@@ -31,10 +31,15 @@
 //    (ops/shape_pass.h); LoadModel (ops/load_model.cc) runs it right after this loader.
 //  * Trainable parameters = float initializers with more than one element that feed some node
 //    other than as BatchNormalization running statistics (inputs 3/4), which are buffers. A
-//    1-element initializer of rank >= 1 is a parameter only where a module keeps one: the bias
-//    of a Linear/Conv with one output (Gemm/Conv/ConvTranspose input 2), a PReLU slope (PRelu
-//    input 1), a 1-channel norm's scale/bias (inputs 1/2). Other 1-element and rank-0
-//    initializers are constants (eps, scales) that exporters write as initializers.
+//    1-element initializer is a parameter where it bears a module's state_dict name, as
+//    torch.onnx.export names parameters ("stages.0.blocks.1.mlp.act.scale": a learnable scalar,
+//    timm's StarReLU; torch/onnx/utils.py, _create_jit_graph, names the graph's parameter inputs
+//    by the state_dict's keys, and writes its own constants as Constant nodes), or where a
+//    module keeps one: the bias of a Linear/Conv with one output (Gemm/Conv/ConvTranspose input
+//    2), a PReLU slope (PRelu input 1), a 1-channel norm's scale/bias (inputs 1/2), at rank >= 1.
+//    Other 1-element initializers are constants (eps, scales) that other exporters write as
+//    initializers ("half", "onnx::Mul_12", "model/dense/bias:0"). A 1-element buffer bears a
+//    state_dict name too, and is counted as a parameter, as larger buffers are.
 #include "core/loader.h"
 
 #include <fcntl.h>
@@ -46,6 +51,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cctype>
 #include <charconv>
 #include <cstring>
 #include <fstream>
@@ -726,6 +732,27 @@ bool IsOneElementParameterSlot(const Node& node, size_t slot) {
   return false;
 }
 
+// Is `name` a module's state_dict key, as torch.onnx.export names the initializers of parameters
+// and buffers ("stages.0.blocks.1.mlp.act.scale", "layers.0.weight"): dot-separated words of
+// letters, digits and underscores, two or more? The exporter writes the constants it makes as
+// Constant nodes, or names them "onnx::Mul_12" when it folds them (see the policy at the top).
+bool IsStateDictName(std::string_view name) {
+  bool dotted = false;
+  size_t word = 0;
+  for (const char ch : name) {
+    if (ch == '.') {
+      if (word == 0) return false;
+      dotted = true;
+      word = 0;
+    } else if (std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '_') {
+      ++word;
+    } else {
+      return false;
+    }
+  }
+  return dotted && word > 0;
+}
+
 }  // namespace
 
 void Loader::MarkTrainable() {
@@ -738,7 +765,7 @@ void Loader::MarkTrainable() {
     for (const Dim& d : v.dims) numel = base::SatMul(numel, static_cast<uint64_t>(d.value));
     const int id = static_cast<int>(i);
     if (numel == 0) continue;
-    if (numel == 1) {  // a constant (eps, scale) unless a module slot holds it (policy above)
+    if (numel == 1 && !IsStateDictName(v.name)) {  // a constant unless a module holds it (above)
       bool slot = false;
       for (int c : v.consumers) {
         const Node& node = g_->node(c);
