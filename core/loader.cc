@@ -68,6 +68,7 @@
 #include "base/dtype.h"
 #include "core/bind_cache.h"
 #include "core/graph.h"
+#include "core/merged_nodes.h"
 #include "core/payload_filter.h"
 #include "core/validate.h"
 #include "memest/model.h"
@@ -328,6 +329,7 @@ class Loader {
   std::vector<Diagnostic> diags_;
   NodeTally tally_;             // ReadNodes notes every node; Summarize reads it
   bool in_file_order_ = false;  // ReadNodes: every node reads only values made before it
+  int merged_copies_ = 0;       // SplitMergedActivations: the copies it made
   size_t initializers_ = 0;  // ReadInitializers: the initializers are the values [0, initializers_)
 };
 
@@ -859,6 +861,13 @@ void Loader::Summarize() {
     diags_.push_back({Severity::kInfo, "non_default_domain",
                       std::to_string(count) + " node(s) from domain '" + domain + "'", "", ""});
   }
+  if (merged_copies_ > 0) {
+    diags_.push_back({Severity::kInfo, "merged_activations_split",
+                      std::to_string(merged_copies_) +
+                          " activation(s) that torch.onnx.export merged across modules are run "
+                          "once per module, as eager PyTorch runs them (core/merged_nodes.h)",
+                      "", ""});
+  }
   // Eval-mode export signs (README: "Exporting a model for training").
   if (tally_.bn_inference() > 0) {
     diags_.push_back({Severity::kWarning, "eval_mode_export",
@@ -887,6 +896,7 @@ Result<std::unique_ptr<Graph>> Loader::Load(std::string_view bytes,
   MEMEST_RETURN_IF_ERROR(ReadInputs());
   MEMEST_RETURN_IF_ERROR(ReadNodes());
   MEMEST_RETURN_IF_ERROR(SortNodes());
+  merged_copies_ = SplitMergedActivations(g_.get());
   PointNodesAtProto();
   MEMEST_RETURN_IF_ERROR(ReadValueInfo());
   MarkTrainable();
