@@ -540,7 +540,7 @@ Accounting::Transient Accounting::ForwardTransient(const core::Node& n, size_t k
   const uint64_t dequantized = weights_.forward_transient(k);
   t.Add(dequantized, {kParts ? dequantized : 0, 0});
   for (int out : n.outputs) {
-    if (out < 0 || facts_.is_view(k) ||
+    if (out < 0 || facts_.root(out) != out ||
         std::find(saved_here.begin(), saved_here.end(), out) != saved_here.end()) {
       continue;
     }

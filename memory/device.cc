@@ -120,6 +120,7 @@ uint64_t CudnnWorkspaceBytes(const StackProfile& stack, const ops::ValueFacts& f
 ops::FusionChoices KernelChoices(const Options& o, const GpuProfile& gpu) {
   ops::FusionChoices c;
   c.fused_kernels = o.fused_kernels;
+  c.inplace_relu = o.inplace_relu;
   c.attention.requested = o.attention;
   c.attention.sm_major = gpu.sm_major;
   c.attention.sm_minor = gpu.sm_minor;

@@ -91,6 +91,9 @@ struct FusedChain {
 
 struct FusionChoices {
   bool fused_kernels = true;  // LayerNorm, GroupNorm, GELU, SiLU and Mish chains
+  // A ReLU after a Conv or BatchNormalization, its input's only reader, writes into its input
+  // (Options::inplace_relu; ops::ValueFacts gives both one storage). false: as written.
+  bool inplace_relu = false;
   AttentionPolicy attention;  // attention chains and fused attention ops (ops/attention.h)
   bool operator==(const FusionChoices&) const = default;
 };

@@ -138,7 +138,7 @@ ValueFacts::ValueFacts(const core::BoundGraph& graph, Precision precision,
   FindLossReach();
   MarkLowPrecision();
   FindLayout();
-  FindStorageRoots();
+  FindStorageRoots(fusion.inplace_relu);
   SizeValues(stored_bytes);
 }
 
@@ -311,15 +311,41 @@ void ValueFacts::FindLayout() {
   }
 }
 
-// Storage owners (views share their source's storage).
-void ValueFacts::FindStorageRoots() {
+// Whether node `k` is a ReLU that writes into its input (FusionChoices::inplace_relu): an input a
+// Conv, ConvTranspose or BatchNormalization made, read by nothing else and not a graph output
+// (nor a view: in-place on a view would change its source). Neither op keeps its output for
+// backward (§3.2), so writing over it is what autograd allows; relu_ keeps its result, as relu
+// does. A ReLU after an Add stays out of place: timm's ResNet adds in place and then applies an
+// in-place ReLU, its CSP blocks an out-of-place one, and the graph cannot tell them apart.
+bool ValueFacts::InPlaceRelu(size_t k) const {
+  const core::Graph& g = *graph_.graph;
+  const core::Node& n = g.nodes[k];
+  if (n.op_type != "Relu" || !n.domain.empty() || n.inputs.empty() || n.outputs.size() != 1 ||
+      n.inputs[0] < 0 || n.outputs[0] < 0) {
+    return false;
+  }
+  const int x = n.inputs[0];
+  const core::Value& v = g.value(x);
+  if (v.producer < 0 || v.consumers.size() != 1 || v.graph_output ||
+      root_[static_cast<size_t>(x)] != x) {
+    return false;
+  }
+  const core::Node& p = g.node(v.producer);
+  return p.domain.empty() && (p.op_type == "Conv" || p.op_type == "ConvTranspose" ||
+                              p.op_type == "BatchNormalization");
+}
+
+// Storage owners: views share their source's storage, and so does an in-place ReLU's output
+// (in node order, so that a view of that output shares it too).
+void ValueFacts::FindStorageRoots(bool inplace_relu) {
   const core::Graph& g = *graph_.graph;
   const size_t nv = g.values.size();
   root_.resize(nv);
   for (size_t i = 0; i < nv; ++i) root_[i] = static_cast<int>(i);
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     const core::Node& n = g.nodes[k];
-    if (!is_view_[k] || n.inputs.empty() || n.inputs[0] < 0) continue;
+    if (n.inputs.empty() || n.inputs[0] < 0) continue;
+    if (!is_view_[k] && !(inplace_relu && InPlaceRelu(k))) continue;
     for (int out : n.outputs) {
       if (out >= 0) root_[static_cast<size_t>(out)] = root_[static_cast<size_t>(n.inputs[0])];
     }

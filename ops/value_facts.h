@@ -100,6 +100,8 @@ class ValueFacts {
     return without_gradient_;
   }
   bool low(int id) const { return id >= 0 && low_[static_cast<size_t>(id)]; }
+  // The value whose storage `id` is: its own, its source's for a view, its input's for an in-place
+  // ReLU (FusionChoices::inplace_relu).
   int root(int id) const { return id < 0 ? id : root_[static_cast<size_t>(id)]; }
   uint64_t bytes(int id) const { return id < 0 ? 0 : bytes_[static_cast<size_t>(id)]; }
   // The concrete dims of value `id` at the bound dims; nullopt when unknown.
@@ -146,7 +148,8 @@ class ValueFacts {
   void MarkLowPrecision();
   bool Promotes(int id) const;  // an fp32 operand that makes a pass-through op's result fp32
   void FindLayout();
-  void FindStorageRoots();
+  void FindStorageRoots(bool inplace_relu);
+  bool InPlaceRelu(size_t k) const;
   void FindLossReach();
   void SizeValues(const std::vector<std::optional<uint64_t>>& stored_bytes);
   // Appends node n's list to `out`.

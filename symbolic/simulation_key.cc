@@ -9,7 +9,7 @@ namespace memest::symbolic {
 namespace {
 
 // A field added to one of these structs changes its size: compare it below, then update the size.
-static_assert(sizeof(Options) == 600, "Options changed: compare the new field in OptionFields");
+static_assert(sizeof(Options) == 608, "Options changed: compare the new field in OptionFields");
 static_assert(sizeof(Parallelism) == 128, "Parallelism changed: compare it in ParallelFields");
 static_assert(sizeof(AllocatorSettings) == 48, "AllocatorSettings changed: compare it below");
 static_assert(sizeof(FitPolicy) == 24, "FitPolicy changed: compare it in OptionFields");
@@ -28,7 +28,7 @@ auto OptionFields(const Options& o) {
                o.fit.margin_fraction, o.fit.margin_bytes, o.allocator.expandable_segments,
                o.allocator.max_split_size, o.allocator.roundup_power2_divisions,
                o.allocator.memory_fraction, o.micro_batches, o.checkpoint_segments,
-               o.checkpoint_blocks, o.outputs_held, o.library_workspaces, o.fused_kernels,
+               o.checkpoint_blocks, o.outputs_held, o.library_workspaces, o.fused_kernels, o.inplace_relu,
                o.attention, o.trainable, o.freeze, o.weight_dtype, o.kv_cache_dtype,
                o.paged_kv_cache, o.prefill, o.allow_unknown_shapes),
       ParallelFields(o.parallel));

@@ -162,6 +162,15 @@ Status ApplyLoss(const OptionFlags& all, Options* o) {
   return Status::Ok();
 }
 
+Status ApplyRelu(const OptionFlags& all, Options* o) {
+  const std::string& text = all.Text("relu");
+  if (text == "in-place" || text == "out-of-place") {
+    o->inplace_relu = text == "in-place";
+    return Status::Ok();
+  }
+  return InvalidArgument(fmt::format("--relu '{}': expected in-place or out-of-place", text));
+}
+
 Status ApplyOutputs(const OptionFlags& all, Options* o) {
   const std::string& text = all.Text("outputs");
   if (text == "held" || text == "dropped") {
@@ -496,6 +505,14 @@ const std::vector<OptionFlag>& Table() {
           {"outputs_held"}, FlagValue::kText, kTraining,
           [](const Options& d) { return std::string(d.outputs_held ? "held" : "dropped"); },
           ApplyOutputs),
+      Row(
+          "--relu", "in-place|out-of-place",
+          "a ReLU right after a convolution or batch norm writes into its input, as torchvision's "
+          "and timm's nn.ReLU(inplace=True) do (the same bytes kept for backward; other blocks "
+          "asked of the allocator), or makes a new tensor, as the graph is written",
+          {"inplace_relu"}, FlagValue::kText, kAnyMode,
+          [](const Options& d) { return std::string(d.inplace_relu ? "in-place" : "out-of-place"); },
+          ApplyRelu),
       Row(
           "--gpu", "NAME", "GPU profile (see --list-gpus)", {"gpu"}, FlagValue::kText, kAnyMode,
           [](const Options& d) { return d.gpu; }, ApplyGpu),

@@ -19,7 +19,7 @@ namespace memest {
 // Options from a JSON object whose keys are those of docs/json-schema.md `options` (mode, batch,
 // dims, optimizer, optimizer_impl, weight_decay, micro_batches, checkpoint_segments,
 // checkpoint_blocks, precision, loss, gpu, stack, attention, trainable, freeze, weight_dtype,
-// fused_kernels, library_workspaces, allow_unknown_shapes, fit {on, margin_fraction, margin_bytes},
+// fused_kernels, inplace_relu, library_workspaces, allow_unknown_shapes, fit {on, margin_fraction, margin_bytes},
 // allocator {expandable_segments, max_split_size, roundup_power2_divisions, memory_fraction},
 // parallel {world_size, dp, tp, pp, sharding, sequence_parallel, fsdp_unit, offload_optimizer,
 // offload_params, bucket_cap_mb, gradient_as_bucket_view, nccl_buffsize, nccl_channels,

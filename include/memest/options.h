@@ -250,6 +250,13 @@ struct Options {
   // GroupNorm, GELU, SiLU and Mish, ops/fusion.h) are costed as that kernel. false: op by op as
   // written, which is what the measurement harness executes (memest-eval compares it so).
   bool fused_kernels = true;
+  // A ReLU whose input is a convolution's or a batch norm's output, read by nothing else, runs in
+  // place (torchvision's and timm's nn.ReLU(inplace=True) after Conv2d / BatchNorm2d): its output
+  // is its input's storage, no new tensor. relu_ keeps its result for backward, as relu does, so
+  // the bytes autograd keeps are the same either way; what changes is which blocks the allocator
+  // is asked for (memory-model.md §3.6). false: out of place, as the graph is written (what the
+  // measurement harness executes). Analytical and symbolic backends.
+  bool inplace_relu = true;
   Attention attention = Attention::kEager;
   // Which parameters train (fine-tuning, frozen layers): POSIX extended regular expressions
   // (grep -E, at most 256 characters) searched in each initializer's name. A parameter trains when

@@ -98,7 +98,14 @@ TEST_P(ContractTest, EachPhaseSumsToItsPeakAndTheLargestIsTheEstimates) {
   }
 }
 
+// A larger batch never allocates less, but for less than 1 MiB: where the optimizer step is the
+// phase that reserves the most (a small batch), its blocks are whatever cached blocks the
+// allocator hands out, whole when less than 1 MiB would remain (memory-model.md §1.4), and which
+// blocks are cached depends on the batch (ResNet-18 at batch 1 and 2 with ReLU in place:
+// 306,390,528 and 306,312,704 B allocated). The reserved level moves by whole segments and is
+// not compared.
 TEST_P(ContractTest, NonDecreasingInBatch) {
+  constexpr uint64_t kUnsplitRemainder = uint64_t{1} << 20;
   for (Mode mode : {Mode::kTrain, Mode::kInfer}) {
     uint64_t previous = 0;
     for (int64_t batch : {1, 2, 4, 8, 16, 32, 64, 128}) {
@@ -106,7 +113,8 @@ TEST_P(ContractTest, NonDecreasingInBatch) {
       Options o = Base(batch);
       o.mode = mode;
       const Estimate e = Run(o);
-      EXPECT_GE(e.peak_allocated, previous) << "batch " << batch << " " << ToString(mode);
+      const std::string at = "batch " + std::to_string(batch) + " " + ToString(mode);
+      EXPECT_GE(e.peak_allocated + kUnsplitRemainder, previous) << at;
       previous = e.peak_allocated;
     }
   }

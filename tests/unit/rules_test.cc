@@ -905,6 +905,48 @@ TEST(RulesLayout, ReshapesOfContiguousTensorsStayViews) {
   EXPECT_TRUE(facts.contiguous(y));
 }
 
+// A ReLU right after a convolution or a batch norm, its input's only reader, writes into that
+// input (FusionChoices::inplace_relu, as torchvision's and timm's nn.ReLU(inplace=True) do): one
+// storage for both. Not after an Add, not on an input something else reads, not a LeakyReLU, and
+// not at all without the choice.
+TEST(RulesLayout, AReluAfterAConvOrABatchNormWritesIntoItsInput) {
+  GraphBuilder b;
+  const std::vector<int64_t> dims = {2, 4, 3, 3};
+  const int x = b.Activation("x", dims);
+  const int w = b.Param("w", {4, 4, 1, 1});
+  auto node = [&](const std::string& op, std::vector<int> in, const std::string& name) {
+    const int out = b.Tensor(name, base::kFloat, dims);
+    b.AddNode(op, std::move(in), {out});
+    return out;
+  };
+  auto bn = [&](int in, const std::string& name) {
+    std::vector<int> ins = {in};
+    for (const char* p : {"_scale", "_bias", "_mean", "_var"})
+      ins.push_back(b.Param(name + p, {4}));
+    return node("BatchNormalization", ins, name);
+  };
+  const int c1 = node("Conv", {x, w}, "c1");
+  const int r1 = node("Relu", {c1}, "r1");  // after a Conv
+  const int n2 = bn(r1, "n2");
+  const int r2 = node("Relu", {n2}, "r2");  // after a BatchNormalization
+  const int a3 = node("Add", {r2, x}, "a3");
+  const int r3 = node("Relu", {a3}, "r3");  // after an Add: out of place
+  const int c4 = node("Conv", {r3, w}, "c4");
+  const int r4 = node("Relu", {c4}, "r4");  // c4 has another reader
+  node("Sigmoid", {c4}, "s4");
+  const int n5 = bn(r4, "n5");
+  const int l5 = node("LeakyRelu", {n5}, "l5");  // not a ReLU
+  ops::FusionChoices in_place;
+  in_place.inplace_relu = true;
+  const ValueFacts facts(b.bound(), Precision::kFp32, in_place);
+  EXPECT_EQ(facts.root(r1), c1);
+  EXPECT_EQ(facts.root(r2), n2);
+  EXPECT_FALSE(facts.is_view(static_cast<size_t>(b.graph().value(r1).producer)));
+  for (const int own : {r3, r4, l5}) EXPECT_EQ(facts.root(own), own) << b.graph().value(own).name;
+  const ValueFacts as_written(b.bound(), Precision::kFp32);
+  for (const int own : {r1, r2}) EXPECT_EQ(as_written.root(own), own);
+}
+
 // -----------------------------------------------------------------------------
 // Fused attention ops (ops/attention.h): the kernel Options::attention picks decides what is
 // kept and what the call allocates.

@@ -162,18 +162,27 @@ TEST(SteadyStateTest, TheLoopsEstimateIsThatOfAnyLongerRun) {
 TEST(SteadyStateTest, LaterIterationsCanReachMoreThanTheFirstThree) {
   testing::TempDir scratch;
   const fs::path dir = testing::TimmGraphs(scratch);
-  const std::vector<std::pair<std::string, int64_t>> rows = {
-      {"mobileone_s2", 8},
-      {"nfnet_f1", 8},
-      {"nfnet_f1", 16},
-      {"efficientformer_l3", 8},
-      {"vit_small_resnet50d_s16_224", 64},
+  // With ReLU in place after a convolution or batch norm (memory-model.md §3.6, the default since
+  // 2026-12-08), efficientformer_l3 at 8 and vit_small_resnet50d_s16_224 at 64 reach their peak
+  // within three iterations: they are run with their ReLUs out of place, as found.
+  struct Row {
+    std::string name;
+    int64_t batch;
+    bool inplace_relu;
   };
-  for (const auto& [name, batch] : rows) {
+  const std::vector<Row> rows = {
+      {"mobileone_s2", 8, true},
+      {"nfnet_f1", 8, true},
+      {"nfnet_f1", 16, true},
+      {"efficientformer_l3", 8, false},
+      {"vit_small_resnet50d_s16_224", 64, false},
+  };
+  for (const auto& [name, batch, inplace_relu] : rows) {
     auto model = LoadModel((dir / (name + ".train.onnx")).string());
     ASSERT_TRUE(model.ok()) << name << ": " << model.status().ToString();
     Options o;
     o.batch = batch;
+    o.inplace_relu = inplace_relu;
     const std::string what = name + " batch " + std::to_string(batch);
     ExpectTheLoopsEstimate(**model, o, what);
     const Simulation three = Simulated(**model, o, kTracedIterations, what);

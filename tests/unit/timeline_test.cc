@@ -292,5 +292,35 @@ TEST(TimelineWriterTest, EveryEventIsWrittenAndThePictureMarksThePeak) {
   EXPECT_NE(RenderTimeline(*sim, TimelineFormat::kHtml, "t").find("<svg"), std::string::npos);
 }
 
+// ResNet-18 as torchvision runs it: each ReLU after a batch norm writes into the norm's output
+// (Options::inplace_relu), so the forward makes no tensor there, 9 of its 17 ReLUs (the 8 after
+// a residual Add stay out of place); autograd keeps the same bytes either way, and the peak is
+// no higher.
+TEST(TimelineTest, AReluAfterABatchNormMakesNoTensorAndKeepsTheSameBytes) {
+  auto model = LoadModel(std::string(MEMEST_SOURCE_DIR) + "/datasets/models/resnet18_train.onnx");
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const core::Graph& g = (*model)->graph();
+  auto relu_tensors = [&](const Simulation& sim) {
+    int made = 0;
+    for (const TimelineEvent& e : sim.events) {
+      made += e.malloc && e.iteration == 1 && e.phase == Phase::kForward && e.node >= 0 &&
+              g.node(e.node).op_type == "Relu";
+    }
+    return made;
+  };
+  Options o;
+  o.batch = 8;
+  auto in_place = SimulateModel(**model, o, /*record_events=*/true);
+  o.inplace_relu = false;
+  auto as_written = SimulateModel(**model, o, /*record_events=*/true);
+  ASSERT_TRUE(in_place.ok() && as_written.ok());
+  EXPECT_EQ(relu_tensors(*as_written), 17);
+  EXPECT_EQ(relu_tensors(*in_place), 8);
+  ASSERT_TRUE(in_place->estimate.largest && as_written->estimate.largest);
+  EXPECT_EQ(in_place->estimate.largest->saved_activations.bytes,
+            as_written->estimate.largest->saved_activations.bytes);
+  EXPECT_LE(in_place->estimate.peak_allocated, as_written->estimate.peak_allocated);
+}
+
 }  // namespace
 }  // namespace memest::symbolic

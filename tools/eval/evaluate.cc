@@ -238,6 +238,7 @@ RowOutcome Evaluator::EvaluateRow(const MeasuredRow& row) {
   // memest-measure executes the ONNX graph op by op, so its rows are compared with the chains
   // as written; GPUMemNet's rows are PyTorch modules (fused kernels, ops/fusion.h).
   options.fused_kernels = row.model_path.rfind("gpumemnet:", 0) == 0;
+  options.inplace_relu = options.fused_kernels;  // the harness runs each op out of place
   for (const auto& est : estimators_) {
     Prediction p;
     const auto start = std::chrono::steady_clock::now();
