@@ -55,10 +55,11 @@ std::unordered_set<std::string_view> ModulesOf(const Graph& g) {
 // The copies node `id` needs (policy in the header). `modules` is filled on first need.
 void FindCopies(const Graph& g, int id, std::unordered_set<std::string_view>* modules,
                 std::vector<Copy>* copies) {
+  // (The cheapest tests first: this runs for every node of every graph loaded.)
   const Node& n = g.node(id);
-  if (!IsCopiedOp(n) || n.outputs.size() != 1 || n.outputs[0] < 0) return;
+  if (n.outputs.size() != 1 || n.outputs[0] < 0 || n.name.empty() || n.name.front() != '/') return;
   const Value& v = g.value(n.outputs[0]);
-  if (v.consumers.size() < 2 || v.graph_output) return;
+  if (v.consumers.size() < 2 || v.graph_output || !IsCopiedOp(n)) return;
   // The node's module, P/leaf: "/cell_4/comb_iter_0_left" and "/act_1".
   const std::string_view own = ModuleOf(n.name);
   const size_t cut = own.rfind('/');

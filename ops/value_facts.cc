@@ -331,8 +331,8 @@ bool ValueFacts::InPlaceRelu(size_t k) const {
     return false;
   }
   const core::Node& p = g.node(v.producer);
-  return p.domain.empty() && (p.op_type == "Conv" || p.op_type == "ConvTranspose" ||
-                              p.op_type == "BatchNormalization");
+  return p.domain.empty() &&
+         (p.op_type == "Conv" || p.op_type == "ConvTranspose" || p.op_type == "BatchNormalization");
 }
 
 // Storage owners: views share their source's storage, and so does an in-place ReLU's output
@@ -344,8 +344,10 @@ void ValueFacts::FindStorageRoots(bool inplace_relu) {
   for (size_t i = 0; i < nv; ++i) root_[i] = static_cast<int>(i);
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     const core::Node& n = g.nodes[k];
+    // (The op's name's length first: this runs for every node, and most are not ReLUs.)
+    const bool relu = inplace_relu && n.op_type.size() == 4 && InPlaceRelu(k);
+    if (!relu && !is_view_[k]) continue;
     if (n.inputs.empty() || n.inputs[0] < 0) continue;
-    if (!is_view_[k] && !(inplace_relu && InPlaceRelu(k))) continue;
     for (int out : n.outputs) {
       if (out >= 0) root_[static_cast<size_t>(out)] = root_[static_cast<size_t>(n.inputs[0])];
     }
