@@ -345,6 +345,8 @@ std::vector<OptionDoc> DescribeOptions() {
       {"fused_kernels", d.fused_kernels ? "true" : "false",
        "cost exported LayerNorm/GroupNorm/GELU/SiLU/Mish chains as PyTorch's fused kernels (false: "
        "op by op)"},
+      {"inplace_relu", d.inplace_relu ? "true" : "false",
+       "a ReLU after a Conv or BatchNormalization writes into its input (false: out of place)"},
       {"attention", ToString(d.attention),
        "eager | sdpa-math | sdpa-flash | sdpa-mem-efficient | auto: what attention saves"},
       {"trainable", d.trainable.empty() ? "(every parameter)" : d.trainable,

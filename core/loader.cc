@@ -38,8 +38,9 @@
 //    module keeps one: the bias of a Linear/Conv with one output (Gemm/Conv/ConvTranspose input
 //    2), a PReLU slope (PRelu input 1), a 1-channel norm's scale/bias (inputs 1/2), at rank >= 1.
 //    Other 1-element initializers are constants (eps, scales) that other exporters write as
-//    initializers ("half", "onnx::Mul_12", "model/dense/bias:0"). A 1-element buffer bears a
-//    state_dict name too, and is counted as a parameter, as larger buffers are.
+//    initializers ("half", "onnx::Mul_12", "model/dense/bias:0", TorchScript's "input.1": a name
+//    whose last word is a number). A 1-element buffer bears a state_dict name too, and is counted
+//    as a parameter, as larger buffers are.
 #include "core/loader.h"
 
 #include <fcntl.h>
@@ -50,8 +51,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <fstream>
@@ -752,7 +753,11 @@ bool IsStateDictName(std::string_view name) {
       return false;
     }
   }
-  return dotted && word > 0;
+  // A state_dict key ends in an attribute's name; TorchScript's unique names of values end in a
+  // number ("input.1", "x.3"), and older exporters named folded constants so.
+  if (!dotted || word == 0) return false;
+  const char first = name[name.size() - word];  // of the last word
+  return std::isalpha(static_cast<unsigned char>(first)) != 0 || first == '_';
 }
 
 }  // namespace
@@ -896,9 +901,9 @@ Result<std::unique_ptr<Graph>> Loader::Load(std::string_view bytes,
   MEMEST_RETURN_IF_ERROR(ReadInputs());
   MEMEST_RETURN_IF_ERROR(ReadNodes());
   MEMEST_RETURN_IF_ERROR(SortNodes());
-  merged_copies_ = SplitMergedActivations(g_.get());
-  PointNodesAtProto();
   MEMEST_RETURN_IF_ERROR(ReadValueInfo());
+  merged_copies_ = SplitMergedActivations(g_.get());  // after value_info: copies take its types
+  PointNodesAtProto();
   MarkTrainable();
   if (StripWeights() > kArenaWeightBytes) {
     g_->proto.MoveToHeap();

@@ -5,6 +5,7 @@
 #include <array>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -52,9 +53,10 @@ std::unordered_set<std::string_view> ModulesOf(const Graph& g) {
   return modules;
 }
 
-// The copies node `id` needs (policy in the header). `modules` is filled on first need.
+// The copies node `id` needs (policy in the header). `modules` is filled on first need; `planned`
+// holds the modules a copy is planned for (one each).
 void FindCopies(const Graph& g, int id, std::unordered_set<std::string_view>* modules,
-                std::vector<Copy>* copies) {
+                std::unordered_set<std::string>* planned, std::vector<Copy>* copies) {
   // (The cheapest tests first: this runs for every node of every graph loaded.)
   const Node& n = g.node(id);
   if (n.outputs.size() != 1 || n.outputs[0] < 0 || n.name.empty() || n.name.front() != '/') return;
@@ -65,24 +67,26 @@ void FindCopies(const Graph& g, int id, std::unordered_set<std::string_view>* mo
   const size_t cut = own.rfind('/');
   if (cut == std::string_view::npos || cut == 0) return;
   const std::string_view parent = own.substr(0, cut), leaf = own.substr(cut);
-  // Where within P its readers sit ("/separable_1/depthwise_conv2d").
-  std::vector<std::string_view> within;
+  // Where within P its readers sit ("/separable_1/depthwise_conv2d"), each place once.
+  std::unordered_set<std::string_view> within;
   for (const int c : v.consumers) {
     const std::string_view m = ModuleOf(g.node(c).name);
-    if (Within(m, parent) && m.size() > parent.size()) within.push_back(m.substr(parent.size()));
+    if (Within(m, parent) && m.size() > parent.size()) within.insert(m.substr(parent.size()));
   }
   if (within.empty()) return;
-  // The readers outside P at one of those places in another module F, by F.
+  // The readers outside P at one of those places in another module F, by F (in reading order):
+  // each reader's module is cut at each of its slashes, the longest place first.
   std::vector<std::pair<std::string_view, std::vector<int>>> groups;
+  std::unordered_map<std::string_view, size_t> group_of;
   for (const int c : v.consumers) {
     const std::string_view m = ModuleOf(g.node(c).name);
     if (Within(m, parent)) continue;
-    for (const std::string_view w : within) {
-      if (m.size() <= w.size() || m.substr(m.size() - w.size()) != w) continue;
-      const std::string_view f = m.substr(0, m.size() - w.size());
-      auto at = std::find_if(groups.begin(), groups.end(), [&](auto& gr) { return gr.first == f; });
-      if (at == groups.end()) at = groups.insert(groups.end(), {f, {}});
-      at->second.push_back(c);
+    for (size_t at = m.find('/', 1); at != std::string_view::npos; at = m.find('/', at + 1)) {
+      if (within.count(m.substr(at)) == 0) continue;
+      const std::string_view f = m.substr(0, at);
+      const auto [it, added] = group_of.try_emplace(f, groups.size());
+      if (added) groups.push_back({f, {}});
+      groups[it->second].second.push_back(c);
       break;
     }
   }
@@ -94,7 +98,8 @@ void FindCopies(const Graph& g, int id, std::unordered_set<std::string_view>* mo
     }
     if (modules->empty()) *modules = ModulesOf(g);
     std::string module = std::string(f) + std::string(leaf);
-    if (modules->count(module) > 0) continue;  // F has a node of its own there
+    // F has a node of its own there, or another merged node's copy is planned there.
+    if (modules->count(module) > 0 || !planned->insert(module).second) continue;
     copies->push_back({id, std::move(module), readers});
   }
 }
@@ -182,9 +187,10 @@ void MakeCopies(Graph* g, std::vector<Copy> copies) {
 
 int SplitMergedActivations(Graph* g) {
   std::unordered_set<std::string_view> modules;
+  std::unordered_set<std::string> planned;
   std::vector<Copy> copies;
   for (size_t i = 0; i < g->nodes.size(); ++i) {
-    FindCopies(*g, static_cast<int>(i), &modules, &copies);
+    FindCopies(*g, static_cast<int>(i), &modules, &planned, &copies);
   }
   const int made = static_cast<int>(copies.size());
   if (made > 0) MakeCopies(g, std::move(copies));

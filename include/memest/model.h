@@ -48,9 +48,9 @@ struct ModelSummary {
   std::string producer;  // producer_name producer_version
   int64_t ir_version = 0;
   std::map<std::string, int64_t> opsets;  // domain ("" = ai.onnx) -> version
-  int64_t node_count = 0;                 // top-level graph nodes
-  int64_t subgraph_node_count = 0;        // nodes inside If/Loop/Scan bodies
-  int64_t parameter_count = 0;            // elements of trainable float initializers
+  int64_t node_count = 0;  // top-level graph nodes, with the copies core/merged_nodes.h makes
+  int64_t subgraph_node_count = 0;  // nodes inside If/Loop/Scan bodies
+  int64_t parameter_count = 0;      // elements of trainable float initializers
   uint64_t parameter_bytes = 0;
   std::vector<InputInfo> data_inputs;      // graph inputs that are not initializers
   std::vector<std::string> symbolic_dims;  // every dim_param name on data inputs, sorted

@@ -255,7 +255,8 @@ struct Options {
   // is its input's storage, no new tensor. relu_ keeps its result for backward, as relu does, so
   // the bytes autograd keeps are the same either way; what changes is which blocks the allocator
   // is asked for (memory-model.md §3.6). false: out of place, as the graph is written (what the
-  // measurement harness executes). Analytical and symbolic backends.
+  // measurement harness executes). Analytical and symbolic backends, and the learned one through
+  // its symbolic features.
   bool inplace_relu = true;
   Attention attention = Attention::kEager;
   // Which parameters train (fine-tuning, frozen layers): POSIX extended regular expressions

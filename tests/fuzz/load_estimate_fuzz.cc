@@ -130,6 +130,7 @@ std::vector<Options> OptionsFor(const Model& model, const uint8_t* data, size_t 
   // Fused kernels (ops/fusion.h), attention kernels and a calibrated stack with bands and a
   // convolution workspace (memory/device.h).
   v.fused_kernels = (h >> 16) % 4 != 0;
+  v.inplace_relu = (h >> 29) % 2 != 0;  // bits 29-31 are free
   v.attention = static_cast<memest::Attention>((h >> 18) % 5);
   if ((h >> 21) % 2) v.stack = "a100-40gb-timm";
   // Fine-tuning: a frozen set and a quantized or half base (memory/weight_storage.h). Options a

@@ -98,8 +98,8 @@ TEST_P(ContractTest, EachPhaseSumsToItsPeakAndTheLargestIsTheEstimates) {
   }
 }
 
-// A larger batch never allocates less, but for less than 1 MiB: where the optimizer step is the
-// phase that reserves the most (a small batch), its blocks are whatever cached blocks the
+// A larger batch never allocates less, but for less than 1 MiB where the optimizer step is the
+// phase that reserves the most (a small batch): its blocks are whatever cached blocks the
 // allocator hands out, whole when less than 1 MiB would remain (memory-model.md §1.4), and which
 // blocks are cached depends on the batch (ResNet-18 at batch 1 and 2 with ReLU in place:
 // 306,390,528 and 306,312,704 B allocated). The reserved level moves by whole segments and is
@@ -114,7 +114,8 @@ TEST_P(ContractTest, NonDecreasingInBatch) {
       o.mode = mode;
       const Estimate e = Run(o);
       const std::string at = "batch " + std::to_string(batch) + " " + ToString(mode);
-      EXPECT_GE(e.peak_allocated + kUnsplitRemainder, previous) << at;
+      const uint64_t slack = e.peak_phase == Phase::kOptimizerStep ? kUnsplitRemainder : 0;
+      EXPECT_GE(e.peak_allocated + slack, previous) << at;
       previous = e.peak_allocated;
     }
   }

@@ -244,6 +244,7 @@ std::vector<Options> MixedQueries() {
   add([](Options* o) { o->batch = 8; });
   add([](Options* o) { o->mode = Mode::kInfer; });
   add([](Options* o) { o->fused_kernels = false; });
+  add([](Options* o) { o->inplace_relu = false; });
   add([](Options* o) {
     o->attention = Attention::kAuto;
     o->precision = Precision::kAmpBf16;

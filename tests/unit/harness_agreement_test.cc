@@ -53,6 +53,7 @@ std::vector<double> Compare(const std::string& name) {
     Options o = row.options;
     o.library_workspaces = false;
     o.fused_kernels = false;  // the harness runs the chains op by op (ops/fusion.h)
+    o.inplace_relu = false;   // and each ReLU out of place
     auto e = (*symbolic)->Run(**model, o);
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     if (!e.ok()) continue;

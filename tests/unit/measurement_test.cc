@@ -664,6 +664,7 @@ TEST(MeasurementTest, CheckpointingKeepsGradientsAndLowersThePeak) {
   o.optimizer_impl = memest::OptimizerImpl::kSingleTensor;  // what the harness runs on the CPU
   o.library_workspaces = false;
   o.fused_kernels = false;  // the harness runs the chains op by op (ops/fusion.h)
+  o.inplace_relu = false;   // and each ReLU out of place
   auto off = Measure(*model, o);
   o.checkpoint_segments = 4;
   auto on = Measure(*model, o);

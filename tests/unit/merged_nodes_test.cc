@@ -71,12 +71,15 @@ TEST(MergedNodesTest, AModuleThatLostItsActivationRunsItsOwnCopy) {
   EXPECT_EQ(g.node(g.value(r).consumers[0]).name, "/cell/left_a/sep/conv/Conv");
   const auto& h_readers = g.value(g.FindValue("h")).consumers;
   EXPECT_EQ(std::vector<int>(h_readers.begin(), h_readers.end()), (std::vector<int>{1, 3}));
-  // Node i is still proto node i, and every node reads what earlier nodes made.
+  // Node i is still proto node i, which reads the copy too (ONNX shape inference reads the proto),
+  // and every node reads what earlier nodes made.
+  EXPECT_EQ(g.proto->graph().node(4).input(0), g.value(copy.outputs[0]).name);
+  EXPECT_EQ(g.proto->graph().node(3).output(0), g.value(copy.outputs[0]).name);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     EXPECT_EQ(g.proto->graph().node(static_cast<int>(i)).name(), g.nodes[i].name);
     for (const int in : g.nodes[i].inputs) EXPECT_LT(g.value(in).producer, static_cast<int>(i));
   }
-  // Each ReLU's output is kept for backward: one more 8 x 8 x 4 x 4 floats a sample.
+  // Each ReLU's output is kept for backward: one more of 8 x 4 x 4 floats a sample, at batch 2.
   auto plain = Cell("/cell/left_b/other/Conv");
   ASSERT_NE(plain, nullptr);
   Options o;
@@ -103,6 +106,37 @@ TEST(MergedNodesTest, ReadersThatDoNotMirrorTheModuleReadTheOneNode) {
     for (const core::Node& n : m->graph().nodes) EXPECT_NE(n.name, "/cell/left_b/act_1/Relu");
   }
   EXPECT_EQ(other->graph().nodes.size(), 5u);
+}
+
+// Two modules that lost their ReLU to the same merge get one copy each, in reading order.
+TEST(MergedNodesTest, EachModuleThatLostItsActivationGetsItsOwnCopy) {
+  testing::GraphBuilder b(17);
+  b.AddInput("x", testing::kFloat, {"N", 8, 4, 4});
+  for (const char* w : {"pre.weight", "a.weight", "b.weight", "c.weight"}) {
+    b.AddInitializer(w, {8, 8, 1, 1});
+  }
+  b.AddNode("Conv", {"x", "pre.weight"}, {"h"}, "/cell/pre/conv/Conv");
+  b.AddNode("Relu", {"h"}, {"r"}, "/cell/a/act/Relu");
+  b.AddNode("Conv", {"r", "a.weight"}, {"ya"}, "/cell/a/conv/Conv");
+  b.AddNode("Conv", {"r", "b.weight"}, {"yb"}, "/cell/b/conv/Conv");
+  b.AddNode("Conv", {"r", "c.weight"}, {"yc"}, "/cell/c/conv/Conv");
+  b.AddNode("Sum", {"ya", "yb", "yc"}, {"y"}, "/cell/Sum");
+  b.AddOutput("y", testing::kFloat, {"N", 8, 4, 4});
+  auto m = LoadModelFromBytes(b.Serialize(), ".", "cell3");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const core::Graph& g = (*m)->graph();
+  std::vector<std::string> names;
+  for (const core::Node& n : g.nodes) names.push_back(n.name);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"/cell/pre/conv/Conv", "/cell/a/act/Relu",
+                                      "/cell/a/conv/Conv", "/cell/b/act/Relu", "/cell/b/conv/Conv",
+                                      "/cell/c/act/Relu", "/cell/c/conv/Conv", "/cell/Sum"}));
+  for (const int k : {3, 5}) {
+    EXPECT_EQ(g.nodes[static_cast<size_t>(k + 1)].inputs[0],
+              g.nodes[static_cast<size_t>(k)].outputs[0]);
+  }
+  ASSERT_EQ(g.value(g.FindValue("r")).consumers.size(), 1u);
+  EXPECT_EQ(g.value(g.FindValue("h")).consumers.size(), 3u);
 }
 
 }  // namespace

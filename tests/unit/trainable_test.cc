@@ -151,12 +151,14 @@ std::shared_ptr<const Model> StarRelu(const std::string& scale, const std::strin
   b.AddInitializer(bias, {1});
   b.AddInitializer("onnx::Pow_2", {});
   b.AddInitializer("half", {1});
+  b.AddInitializer("input.1", {1});  // a TorchScript value name: a constant
   b.AddNode("MatMul", {"x", "fc.weight"}, {"h"});
   b.AddNode("Relu", {"h"}, {"r"});
   b.AddNode("Pow", {"r", "onnx::Pow_2"}, {"p"});
   b.AddNode("Mul", {scale, "p"}, {"s"});
   b.AddNode("Add", {"s", bias}, {"a"});
-  b.AddNode("Mul", {"a", "half"}, {"y"});
+  b.AddNode("Mul", {"a", "half"}, {"m"});
+  b.AddNode("Mul", {"m", "input.1"}, {"y"});
   b.AddOutput("y", testing::kFloat, {"N", 64});
   auto m = LoadModelFromBytes(b.Serialize(), ".", "star_relu");
   EXPECT_TRUE(m.ok()) << m.status().ToString();
@@ -176,7 +178,7 @@ TEST(TrainableTest, AOneElementInitializerWithAStateDictNameIsAParameter) {
   for (const char* p : {"fc.weight", "act.scale", "act.bias"}) {
     EXPECT_TRUE(g.value(g.FindValue(p)).trainable) << p;
   }
-  for (const char* c : {"onnx::Pow_2", "half"}) {
+  for (const char* c : {"onnx::Pow_2", "half", "input.1"}) {
     EXPECT_FALSE(g.value(g.FindValue(c)).trainable) << c;
   }
   EXPECT_EQ(named->summary().parameter_count, 64 * 64 + 2);
