@@ -162,22 +162,23 @@ Status ApplyLoss(const OptionFlags& all, Options* o) {
   return Status::Ok();
 }
 
-Status ApplyRelu(const OptionFlags& all, Options* o) {
-  const std::string& text = all.Text("relu");
-  if (text == "in-place" || text == "out-of-place") {
-    o->inplace_relu = text == "in-place";
+// A flag of two words, `yes` or `no`, into *out (true for `yes`).
+Status ApplyTwoWords(const OptionFlags& all, std::string_view name, std::string_view yes,
+                     std::string_view no, bool* out) {
+  const std::string& text = all.Text(name);
+  if (text == yes || text == no) {
+    *out = text == yes;
     return Status::Ok();
   }
-  return InvalidArgument(fmt::format("--relu '{}': expected in-place or out-of-place", text));
+  return InvalidArgument(fmt::format("--{} '{}': expected {} or {}", name, text, yes, no));
+}
+
+Status ApplyRelu(const OptionFlags& all, Options* o) {
+  return ApplyTwoWords(all, "relu", "in-place", "out-of-place", &o->inplace_relu);
 }
 
 Status ApplyOutputs(const OptionFlags& all, Options* o) {
-  const std::string& text = all.Text("outputs");
-  if (text == "held" || text == "dropped") {
-    o->outputs_held = text == "held";
-    return Status::Ok();
-  }
-  return InvalidArgument(fmt::format("--outputs '{}': expected held or dropped", text));
+  return ApplyTwoWords(all, "outputs", "held", "dropped", &o->outputs_held);
 }
 
 Status ApplyGpu(const OptionFlags& all, Options* o) {
@@ -511,7 +512,9 @@ const std::vector<OptionFlag>& Table() {
           "and timm's nn.ReLU(inplace=True) do (the same bytes kept for backward; other blocks "
           "asked of the allocator), or makes a new tensor, as the graph is written",
           {"inplace_relu"}, FlagValue::kText, kAnyMode,
-          [](const Options& d) { return std::string(d.inplace_relu ? "in-place" : "out-of-place"); },
+          [](const Options& d) {
+            return std::string(d.inplace_relu ? "in-place" : "out-of-place");
+          },
           ApplyRelu),
       Row(
           "--gpu", "NAME", "GPU profile (see --list-gpus)", {"gpu"}, FlagValue::kText, kAnyMode,
